@@ -1,0 +1,30 @@
+# The two commands of the README: `make demo` and `make test`. Each creates
+# .venv when it is missing and installs the pins from pyproject.toml first.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+# Pins live in pyproject.toml; these read them from there.
+TORCH_PIN := $(shell grep -o '"torch==[^"]*"' pyproject.toml | tr -d '"')
+LPIPS_PIN := $(shell grep -o '"lpips==[^"]*"' pyproject.toml | tr -d '"')
+
+.PHONY: demo test install clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	# torch first, so pip takes the local CPU build rather than a CUDA one
+	$(BIN)/pip install -q --disable-pip-version-check $(TORCH_PIN)
+	$(BIN)/pip install -q --disable-pip-version-check -e '.[test]'
+	$(BIN)/pip install -q --disable-pip-version-check --no-deps $(LPIPS_PIN)
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/registry demo
+
+test: $(STAMP)
+	bash scripts/run_tests.sh
+
+clean:
+	rm -rf $(VENV) demo.db demo-out

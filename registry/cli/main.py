@@ -1,0 +1,61 @@
+"""The `registry` command: a click group whose subcommands stay thin.
+
+Exit status: 0 success; 1 refused or invalid input (one line on stderr,
+nothing written); 2 usage error; 3 a promote whose verdict is not `promoted`.
+"""
+from __future__ import annotations
+
+import click
+
+from registry import __version__
+from registry.app import Registry, open_registry
+from registry.events.errors import StoreError
+
+from .output import fail
+
+REFUSALS = (StoreError, ValueError, OSError)
+
+
+class RegistryGroup(click.Group):
+    """Turns every refusal raised below into one line on stderr and exit 1."""
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except REFUSALS as exc:
+            fail(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+
+
+class Session:
+    """Lazily opened registry for the command being run."""
+
+    def __init__(self, url: str | None, actor: str | None):
+        self.url = url
+        self.actor = actor
+
+    def open(self, create: bool = False) -> Registry:
+        return open_registry(self.url, actor=self.actor, create=create)
+
+
+pass_session = click.make_pass_decorator(Session)
+
+
+@click.group(cls=RegistryGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--db", "url", metavar="URL", help="Database URL (else REGISTRY_DATABASE_URL, else sqlite:///registry.db).")
+@click.option("--actor", help="Who is acting (else REGISTRY_ACTOR, else user@host).")
+@click.version_option(__version__, prog_name="registry")
+@click.pass_context
+def main(ctx: click.Context, url: str | None, actor: str | None) -> None:
+    """An event-sourced promotion registry for GPU kernel artifacts of video diffusion models."""
+    ctx.obj = Session(url, actor)
+
+
+def _register_commands() -> None:
+    from . import log_commands
+
+    for module in (log_commands,):
+        for command in module.COMMANDS:
+            main.add_command(command)
+
+
+_register_commands()

@@ -1,0 +1,98 @@
+"""Typed readers for manifest values; each failure names the field path.
+
+YAML hands us loosely typed data (a bool is an int to Python, `1e-2` is a
+string to YAML 1.1); these readers refuse everything that is not exactly the
+type the field declares, so no value is ever coerced into meaning.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from registry.contracts.errors import ContractError
+
+
+def block(value: Any, path: str) -> dict[str, Any]:
+    """A mapping with string keys (a manifest block)."""
+    if not isinstance(value, Mapping):
+        raise ContractError(f"{path}: expected a mapping, got {_type(value)}")
+    for key in value:
+        if not isinstance(key, str):
+            raise ContractError(f"{path}: keys must be strings, got {key!r}")
+    return dict(value)
+
+
+def only_known(obj: Mapping[str, Any], allowed: Iterable[str], path: str) -> None:
+    """Refuse unknown fields: a misspelt threshold must not be silently ignored."""
+    unknown = sorted(set(obj) - set(allowed))
+    if unknown:
+        where = f"{path}.{unknown[0]}" if path else unknown[0]
+        raise ContractError(f"{where}: unknown field (allowed: {', '.join(sorted(allowed))})")
+
+
+def required(obj: Mapping[str, Any], key: str, path: str) -> Any:
+    if key not in obj or obj[key] is None:
+        raise ContractError(f"{join(path, key)}: required")
+    return obj[key]
+
+
+def join(path: str, key: str) -> str:
+    return f"{path}.{key}" if path else key
+
+
+def number(value: Any, path: str) -> float:
+    """A finite real number; bools and numeric-looking strings are refused."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        if isinstance(value, str) and _looks_numeric(value):
+            raise ContractError(
+                f"{path}: {value!r} is a string, not a number "
+                "(YAML reads an exponent without a decimal point as text; write e.g. 1.0e-2)"
+            )
+        raise ContractError(f"{path}: expected a number, got {_type(value)}")
+    result = float(value)
+    if not math.isfinite(result):
+        raise ContractError(f"{path}: {value} is not a finite number")
+    return result
+
+
+def integer(value: Any, path: str, minimum: int | None = None) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ContractError(f"{path}: expected an integer, got {_type(value)}")
+    if minimum is not None and value < minimum:
+        raise ContractError(f"{path}: {value} is below the minimum {minimum}")
+    return value
+
+
+def text(value: Any, path: str) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise ContractError(f"{path}: expected a non-empty string, got {_type(value)}")
+    return value
+
+
+def flag(value: Any, path: str) -> bool:
+    if not isinstance(value, bool):
+        raise ContractError(f"{path}: expected true or false, got {_type(value)}")
+    return value
+
+
+def choice(value: Any, options: tuple[str, ...], path: str) -> str:
+    if value not in options:
+        raise ContractError(f"{path}: {value!r} is not one of {', '.join(options)}")
+    return value
+
+
+def _looks_numeric(value: str) -> bool:
+    try:
+        float(value)
+    except ValueError:
+        return False
+    return True
+
+
+def _type(value: Any) -> str:
+    if value is None:
+        return "nothing"
+    if isinstance(value, (str, bool, int, float)):
+        return f"{type(value).__name__} {value!r}"
+    return type(value).__name__

@@ -1,0 +1,108 @@
+"""The speed gate: a flat minimum speedup, or one derived from Amdahl's law.
+
+With `ceiling_share: S` the workload declares the share of end-to-end time
+the targeted operation takes. Amdahl's law bounds any speedup of that share
+by ceiling = 1 / (1 - S) (the operation made free). The gate asks for half
+that headroom, and never less than a 10% gain, since smaller end-to-end
+gains sit inside run-to-run noise: gate = max(1.10, 1 + 0.5 * (ceiling - 1)).
+A gate above its own ceiling cannot be met by any artifact, so such a
+manifest is refused rather than left to reject everything.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from registry.contracts import fields as f
+from registry.contracts.errors import ContractError
+
+PROTOCOLS = ("paired", "sequential")
+MIN_DERIVED_GATE = 1.10
+HEADROOM_SHARE = 0.5
+_FIELDS = (
+    "min_speedup", "ceiling_share", "runs_per_arm", "protocol", "max_cv",
+    "require_conclusive", "max_peak_memory_regression",
+)
+
+
+def derived_gate(ceiling_share: float) -> tuple[float, float]:
+    """(gate, ceiling) for a targeted share of runtime, per Amdahl's law."""
+    ceiling = 1.0 / (1.0 - ceiling_share)
+    return max(MIN_DERIVED_GATE, 1.0 + HEADROOM_SHARE * (ceiling - 1.0)), ceiling
+
+
+@dataclass(frozen=True)
+class SpeedGate:
+    runs_per_arm: int
+    protocol: str
+    min_speedup: float | None = None
+    ceiling_share: float | None = None
+    max_cv: float | None = None
+    require_conclusive: bool = False
+    max_peak_memory_regression: float | None = None
+    gate: float = field(init=False)
+    ceiling: float | None = field(init=False)
+
+    def __post_init__(self) -> None:
+        f.integer(self.runs_per_arm, "speed.runs_per_arm", minimum=2)
+        f.choice(self.protocol, PROTOCOLS, "speed.protocol")
+        if self.protocol == "paired" and self.runs_per_arm % 2:
+            raise ContractError(
+                f"speed.runs_per_arm: {self.runs_per_arm} is odd; the paired protocol "
+                "alternates BC/CB pairs, so it needs an even count"
+            )
+        f.flag(self.require_conclusive, "speed.require_conclusive")
+        if self.max_cv is not None:
+            self._set("max_cv", _positive(self.max_cv, "speed.max_cv"))
+        if self.max_peak_memory_regression is not None:
+            value = f.number(self.max_peak_memory_regression, "speed.max_peak_memory_regression")
+            if value < 0:
+                raise ContractError(f"speed.max_peak_memory_regression: {value} is negative")
+            self._set("max_peak_memory_regression", value)
+        self._set_gate()
+
+    def _set_gate(self) -> None:
+        if (self.min_speedup is None) == (self.ceiling_share is None):
+            raise ContractError("speed: declare exactly one of min_speedup or ceiling_share")
+        if self.min_speedup is not None:
+            value = f.number(self.min_speedup, "speed.min_speedup")
+            if value < 1.0:
+                raise ContractError(f"speed.min_speedup: {value} is below 1.0 (a slowdown is not a gate)")
+            self._set("min_speedup", value)
+            self._set("gate", value)
+            self._set("ceiling", None)
+            return
+        share = f.number(self.ceiling_share, "speed.ceiling_share")
+        if not 0.0 < share < 1.0:
+            raise ContractError(f"speed.ceiling_share: {share} is outside (0, 1)")
+        gate, ceiling = derived_gate(share)
+        if gate > ceiling:
+            raise ContractError(
+                f"speed.ceiling_share: {share} caps any speedup at {ceiling:.4f}x, below the "
+                f"derived gate {gate:.2f}x; the workload is unreachable"
+            )
+        self._set("ceiling_share", share)
+        self._set("gate", gate)
+        self._set("ceiling", ceiling)
+
+    def _set(self, name: str, value: Any) -> None:
+        object.__setattr__(self, name, value)
+
+    def canonical(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in sorted(_FIELDS)}
+
+    @classmethod
+    def from_mapping(cls, obj: Any) -> SpeedGate:
+        raw = f.block(obj, "speed")
+        f.only_known(raw, _FIELDS, "speed")
+        present = {key: value for key, value in raw.items() if value is not None}
+        f.required(present, "runs_per_arm", "speed")
+        f.required(present, "protocol", "speed")
+        return cls(**present)
+
+
+def _positive(value: Any, path: str) -> float:
+    number = f.number(value, path)
+    if number <= 0:
+        raise ContractError(f"{path}: {value} must be above 0")
+    return number

@@ -1,0 +1,43 @@
+"""The events table and the idempotency index, as SQLModel tables.
+
+Alembic owns the schema (see registry/migrations); these classes are its
+source of truth for autogenerate. Positions are assigned by the store while
+it holds the append lock, never by the database, so commit order and
+position order are the same thing.
+"""
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy import BigInteger, Column, DateTime, Integer, String, Text, UniqueConstraint
+from sqlmodel import Field, SQLModel
+
+
+class EventRow(SQLModel, table=True):
+    __tablename__ = "events"
+    __table_args__ = (UniqueConstraint("stream", "version", name="uq_events_stream_version"),)
+
+    position: int = Field(sa_column=Column(BigInteger, primary_key=True, autoincrement=False))
+    event_id: str = Field(sa_column=Column(String(36), nullable=False, unique=True))
+    stream: str = Field(sa_column=Column(String(200), nullable=False, index=True))
+    version: int = Field(sa_column=Column(Integer, nullable=False))
+    type: str = Field(sa_column=Column(String(64), nullable=False, index=True))
+    schema_version: int = Field(sa_column=Column(Integer, nullable=False))
+    payload: str = Field(sa_column=Column(Text, nullable=False))
+    recorded_at: datetime = Field(sa_column=Column(DateTime(timezone=True), nullable=False))
+    actor: str = Field(sa_column=Column(String(200), nullable=False))
+    idempotency_key: str | None = Field(default=None, sa_column=Column(String(200), nullable=True, unique=True))
+    prev_hash: str = Field(sa_column=Column(String(64), nullable=False))
+    hash: str = Field(sa_column=Column(String(64), nullable=False))
+
+
+class IdempotencyRow(SQLModel, table=True):
+    """One row per idempotent batch: where it landed and a digest of its content."""
+
+    __tablename__ = "idempotency_keys"
+
+    key: str = Field(sa_column=Column(String(200), primary_key=True))
+    stream: str = Field(sa_column=Column(String(200), nullable=False))
+    first_position: int = Field(sa_column=Column(BigInteger, nullable=False))
+    count: int = Field(sa_column=Column(Integer, nullable=False))
+    digest: str = Field(sa_column=Column(String(64), nullable=False))

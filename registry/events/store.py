@@ -1,0 +1,314 @@
+"""The append-only event store over SQLAlchemy (SQLite by default, Postgres too).
+
+One class serves both backends; the only difference is how an append takes the
+log's single writer lock: SQLite's `BEGIN IMMEDIATE`, a transaction-scoped
+advisory lock on Postgres. Holding it, the store reads the head, assigns the
+next positions and links the hash chain, so positions commit in order and a
+reader tailing by position never skips an event that commits late.
+"""
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any, Iterator, Sequence
+
+from sqlalchemy import Engine, select
+from sqlalchemy.exc import DBAPIError
+
+from .canonical import CanonicalError, canonical_json, sha256_hex, strict_json_loads
+from .chain import GENESIS_HASH, ChainReport, event_hash, walk_chain
+from .errors import ConcurrencyError, IdempotencyConflict, PayloadError, StoreError
+from .schema import EventRow
+from .types import EventPayload, read_payload, validate_payload
+
+EVENTS = EventRow.__table__
+
+# Any 64-bit constant identifies the append lock among Postgres advisory locks.
+APPEND_LOCK_KEY = 0x7265676973747279  # "registry"
+
+
+@dataclass(frozen=True)
+class NewEvent:
+    """An event to append: a type name and its payload (typed or a plain dict)."""
+
+    type: str
+    payload: EventPayload | dict[str, Any]
+
+
+@dataclass(frozen=True)
+class StoredEvent:
+    position: int
+    event_id: str
+    stream: str
+    version: int
+    type: str
+    schema_version: int
+    payload: dict[str, Any]
+    recorded_at: datetime
+    actor: str
+    idempotency_key: str | None
+    prev_hash: str
+    hash: str
+
+    def typed(self) -> EventPayload:
+        """The payload as its current-schema model (upcast if it is older)."""
+        return read_payload(self.type, self.schema_version, self.payload)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "position": self.position,
+            "event_id": self.event_id,
+            "stream": self.stream,
+            "version": self.version,
+            "type": self.type,
+            "schema_version": self.schema_version,
+            "payload": self.payload,
+            "recorded_at": _utc(self.recorded_at).isoformat(),
+            "actor": self.actor,
+            "idempotency_key": self.idempotency_key,
+            "prev_hash": self.prev_hash,
+            "hash": self.hash,
+        }
+
+
+def _utc(moment: datetime) -> datetime:
+    return moment.replace(tzinfo=timezone.utc) if moment.tzinfo is None else moment.astimezone(timezone.utc)
+
+
+def _prepare(event: NewEvent) -> tuple[str, int, str]:
+    """Validate one new event; return its type, schema version and canonical payload."""
+    payload = event.payload
+    if isinstance(payload, EventPayload):
+        if payload.type != event.type:
+            raise PayloadError(f"payload of type {payload.type} given for event type {event.type}")
+        typed = payload
+    else:
+        typed = validate_payload(event.type, payload)
+    data = typed.model_dump(mode="python")
+    try:
+        return event.type, typed.schema_version, canonical_json(data)
+    except CanonicalError as exc:
+        raise PayloadError(f"invalid {event.type} payload: {exc}") from None
+
+
+def _batch_digest(stream: str, prepared: Sequence[tuple[str, int, str]]) -> str:
+    return sha256_hex(canonical_json({"stream": stream, "events": [list(p) for p in prepared]}))
+
+
+_APPEND_SQL = {
+    "idempotency": "SELECT digest, first_position, count FROM idempotency_keys WHERE key = ?",
+    "state": (
+        "SELECT (SELECT max(version) FROM events WHERE stream = ?),"
+        " (SELECT max(position) FROM events),"
+        " (SELECT hash FROM events ORDER BY position DESC LIMIT 1)"
+    ),
+    "insert": (
+        "INSERT INTO events (position, event_id, stream, version, type, schema_version, payload,"
+        " recorded_at, actor, idempotency_key, prev_hash, hash) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    ),
+    "remember": "INSERT INTO idempotency_keys (key, stream, first_position, count, digest) VALUES (?, ?, ?, ?, ?)",
+}
+
+
+def _integrity_errors(dialect: str) -> tuple[type[BaseException], ...]:
+    if dialect == "postgresql":
+        import psycopg
+
+        return (psycopg.errors.UniqueViolation,)
+    import sqlite3
+
+    return (sqlite3.IntegrityError,)
+
+
+class EventStore:
+    """Append and read events; verify the chain. Backend-neutral over an Engine."""
+
+    def __init__(self, engine: Engine):
+        self.engine = engine
+        self.dialect = engine.dialect.name
+        mark = "%s" if self.dialect == "postgresql" else "?"
+        self._sql = {key: statement.replace("?", mark) for key, statement in _APPEND_SQL.items()}
+        self._integrity_errors = _integrity_errors(self.dialect)
+
+    # -- writing -------------------------------------------------------------
+
+    def append(
+        self,
+        stream: str,
+        events: Sequence[NewEvent],
+        *,
+        expected_version: int | None = None,
+        idempotency_key: str | None = None,
+        actor: str,
+    ) -> list[int]:
+        """Append a batch atomically; return its positions.
+
+        `expected_version` is the stream's version the writer last saw (0 for a
+        new stream) or None to skip the check. A repeated `idempotency_key`
+        with the same content returns the original positions and writes
+        nothing; with different content it raises IdempotencyConflict.
+        """
+        if not events:
+            raise StoreError("append needs at least one event")
+        if not stream or len(stream) > 200:
+            raise StoreError("stream name must be 1 to 200 characters")
+        if not actor:
+            raise StoreError("an actor is required")
+        prepared = [_prepare(event) for event in events]
+        digest = _batch_digest(stream, prepared) if idempotency_key is not None else None
+        raw = self.engine.raw_connection()
+        try:
+            cursor = raw.cursor()
+            try:
+                positions = self._append_locked(cursor, stream, prepared, expected_version, idempotency_key, digest, actor)
+            except BaseException:
+                raw.rollback()
+                raise
+            raw.commit()
+            return positions
+        except self._integrity_errors as exc:
+            raise ConcurrencyError(f"append to {stream} conflicted with another writer: {exc}") from None
+        finally:
+            raw.close()
+
+    def _append_locked(self, cursor, stream, prepared, expected_version, idempotency_key, digest, actor) -> list[int]:
+        """The body of an append, run at driver level inside the log's writer lock.
+
+        The hot path skips the SQL expression layer: one lock statement, one
+        query for the stream's version and the log's head, one insert.
+        """
+        sql = self._sql
+        if self.dialect == "postgresql":
+            cursor.execute("SELECT pg_advisory_xact_lock(%s)", (APPEND_LOCK_KEY,))
+        else:
+            cursor.execute("BEGIN IMMEDIATE")
+        if idempotency_key is not None:
+            cursor.execute(sql["idempotency"], (idempotency_key,))
+            found = cursor.fetchone()
+            if found is not None:
+                if found[0] != digest:
+                    raise IdempotencyConflict(f"idempotency key {idempotency_key!r} was already used for different content")
+                return list(range(found[1], found[1] + found[2]))
+        cursor.execute(sql["state"], (stream,))
+        current, position, prev_hash = cursor.fetchone()
+        current, position, prev_hash = current or 0, position or 0, prev_hash or GENESIS_HASH
+        if expected_version is not None and expected_version != current:
+            raise ConcurrencyError(f"stream {stream} is at version {current}, not the expected {expected_version}")
+        now = datetime.now(timezone.utc)
+        stamp = now if self.dialect == "postgresql" else now.strftime("%Y-%m-%d %H:%M:%S.%f")
+        rows = []
+        for index, (event_type, schema_version, payload) in enumerate(prepared):
+            position += 1
+            event_id = str(uuid.uuid4())
+            key = idempotency_key if index == 0 else None
+            prev_hash, link = event_hash(
+                prev_hash, position=position, event_id=event_id, stream=stream, version=current + index + 1,
+                type=event_type, schema_version=schema_version, payload=payload, recorded_at=now, actor=actor,
+                idempotency_key=key,
+            ), prev_hash
+            rows.append((position, event_id, stream, current + index + 1, event_type, schema_version, payload,
+                         stamp, actor, key, link, prev_hash))
+        cursor.executemany(sql["insert"], rows)
+        if idempotency_key is not None:
+            cursor.execute(sql["remember"], (idempotency_key, stream, rows[0][0], len(rows), digest))
+        return [row[0] for row in rows]
+
+    # -- reading -------------------------------------------------------------
+
+    def _rows(self, statement) -> Iterator[StoredEvent]:
+        with self.engine.connect() as conn:
+            for row in conn.execute(statement).mappings():
+                yield self._stored(row)
+
+    @staticmethod
+    def _stored(row) -> StoredEvent:
+        return StoredEvent(
+            position=row["position"],
+            event_id=row["event_id"],
+            stream=row["stream"],
+            version=row["version"],
+            type=row["type"],
+            schema_version=row["schema_version"],
+            payload=strict_json_loads(row["payload"]),
+            recorded_at=_utc(row["recorded_at"]),
+            actor=row["actor"],
+            idempotency_key=row["idempotency_key"],
+            prev_hash=row["prev_hash"],
+            hash=row["hash"],
+        )
+
+    def read_stream(self, stream: str, *, up_to_position: int | None = None) -> list[StoredEvent]:
+        statement = select(EVENTS).where(EVENTS.c.stream == stream)
+        if up_to_position is not None:
+            statement = statement.where(EVENTS.c.position <= up_to_position)
+        return list(self._rows(statement.order_by(EVENTS.c.version)))
+
+    def read_all(
+        self, *, after_position: int = 0, up_to_position: int | None = None, limit: int | None = None
+    ) -> list[StoredEvent]:
+        statement = select(EVENTS).where(EVENTS.c.position > after_position)
+        if up_to_position is not None:
+            statement = statement.where(EVENTS.c.position <= up_to_position)
+        statement = statement.order_by(EVENTS.c.position)
+        if limit is not None:
+            statement = statement.limit(limit)
+        return list(self._rows(statement))
+
+    def iter_all(self, *, after_position: int = 0, up_to_position: int | None = None, page: int = 5000) -> Iterator[StoredEvent]:
+        """Every event in position order, read in pages so memory stays flat."""
+        cursor = after_position
+        while True:
+            batch = self.read_all(after_position=cursor, up_to_position=up_to_position, limit=page)
+            yield from batch
+            if len(batch) < page:
+                return
+            cursor = batch[-1].position
+
+    def get(self, event_id: str) -> StoredEvent | None:
+        found = list(self._rows(select(EVENTS).where(EVENTS.c.event_id == event_id)))
+        return found[0] if found else None
+
+    def stream_version(self, stream: str) -> int:
+        with self.engine.connect() as conn:
+            found = conn.execute(
+                select(EVENTS.c.version).where(EVENTS.c.stream == stream).order_by(EVENTS.c.version.desc()).limit(1)
+            ).scalar()
+        return found or 0
+
+    def head_position(self) -> int:
+        with self.engine.connect() as conn:
+            found = conn.execute(select(EVENTS.c.position).order_by(EVENTS.c.position.desc()).limit(1)).scalar()
+        return found or 0
+
+    def position_at(self, moment: datetime) -> int:
+        """The last position recorded at or before `moment` (0 if none)."""
+        with self.engine.connect() as conn:
+            found = conn.execute(
+                select(EVENTS.c.position)
+                .where(EVENTS.c.recorded_at <= moment.astimezone(timezone.utc))
+                .order_by(EVENTS.c.position.desc())
+                .limit(1)
+            ).scalar()
+        return found or 0
+
+    def streams(self, prefix: str) -> list[str]:
+        with self.engine.connect() as conn:
+            found = conn.execute(
+                select(EVENTS.c.stream).where(EVENTS.c.stream.startswith(prefix, autoescape=True)).distinct()
+            ).scalars()
+            return sorted(found)
+
+    def verify(self) -> ChainReport:
+        """Walk the whole log in position order and check every link."""
+
+        def rows():
+            with self.engine.connect() as conn:
+                result = conn.execution_options(yield_per=5000).execute(select(EVENTS).order_by(EVENTS.c.position))
+                for row in result.mappings():
+                    yield row
+
+        try:
+            return walk_chain(rows())
+        except DBAPIError as exc:
+            raise StoreError(f"could not read the log: {exc.orig}") from None

@@ -1,0 +1,204 @@
+"""Typed, versioned event payloads.
+
+Each event type is a pydantic model with a `schema_version`. Payloads are
+validated when appended and again when read; an event written under an older
+schema is first passed through the upcasters registered for its type, so old
+events keep reading after a payload changes (the pattern of the
+`eventsourcing` library's upcasting, kept to plain functions).
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from .errors import PayloadError, UnknownEventType
+
+
+class EventPayload(BaseModel):
+    """Base of every payload: strict, closed, immutable."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+    type: ClassVar[str]
+    schema_version: ClassVar[int] = 1
+
+
+ARTIFACT_KINDS = ("fused_kernel", "attention_backend", "step_cache", "module")
+
+
+class WorkloadDeclared(EventPayload):
+    """A workload contract, versioned: re-declaring with new content appends a version."""
+
+    type: ClassVar[str] = "WorkloadDeclared"
+    workload: str = Field(min_length=1)
+    contract_version: int = Field(ge=1)
+    contract_hash: str = Field(min_length=64, max_length=64)
+    contract: dict[str, Any]
+
+
+class FrameSetRegistered(EventPayload):
+    """A named, seeded reference frame set, identified by the hash of its pixels."""
+
+    type: ClassVar[str] = "FrameSetRegistered"
+    name: str = Field(min_length=1)
+    seed: int
+    frames: int = Field(ge=1)
+    height: int = Field(ge=1)
+    width: int = Field(ge=1)
+    channels: int = Field(ge=1)
+    dtype: str
+    sha256: str = Field(min_length=64, max_length=64)
+    source: str | None = None
+
+
+class ArtifactRegistered(EventPayload):
+    """A candidate artifact bound to a workload; its payload hash scopes all evidence."""
+
+    type: ClassVar[str] = "ArtifactRegistered"
+    artifact: str = Field(min_length=1)
+    kind: Literal["fused_kernel", "attention_backend", "step_cache", "module"]
+    workload: str = Field(min_length=1)
+    payload_sha256: str | None = None
+    backend: str | None = None
+    op: str | None = None
+    entry: str | None = None
+
+
+class _Evidence(EventPayload):
+    """Raw measurement plus what the registry derived from it, for one payload hash."""
+
+    artifact: str = Field(min_length=1)
+    payload_sha256: str | None
+    run: str | None = None
+    item: dict[str, Any]
+
+
+class ParityMeasured(_Evidence):
+    type: ClassVar[str] = "ParityMeasured"
+
+
+class BenchmarkMeasured(_Evidence):
+    type: ClassVar[str] = "BenchmarkMeasured"
+
+
+class ExecutionObserved(_Evidence):
+    type: ClassVar[str] = "ExecutionObserved"
+
+
+class PerceptualMeasured(_Evidence):
+    type: ClassVar[str] = "PerceptualMeasured"
+
+
+class EvaluationFailed(EventPayload):
+    """An evaluation stage that produced nothing, and why."""
+
+    type: ClassVar[str] = "EvaluationFailed"
+    artifact: str = Field(min_length=1)
+    payload_sha256: str | None
+    run: str | None = None
+    stage: str = Field(min_length=1)
+    error: str = Field(min_length=1)
+
+
+class VerdictRendered(EventPayload):
+    """The gate's decision with its reasons, margins and the evidence it rested on."""
+
+    type: ClassVar[str] = "VerdictRendered"
+    artifact: str = Field(min_length=1)
+    payload_sha256: str | None
+    workload: str
+    contract_version: int
+    contract_hash: str
+    gate_version: str
+    verdict: dict[str, Any]
+
+
+class HumanDecision(EventPayload):
+    """A named person's approval (advisory tier) or revocation, with a reason."""
+
+    type: ClassVar[str] = "HumanDecision"
+    artifact: str = Field(min_length=1)
+    payload_sha256: str | None
+    action: Literal["approve", "revoke"]
+    reason: str = Field(min_length=1)
+    person: str = Field(min_length=1)
+
+
+EVIDENCE_EVENT_BY_KIND: dict[str, type[_Evidence]] = {
+    "parity": ParityMeasured,
+    "benchmark": BenchmarkMeasured,
+    "execution": ExecutionObserved,
+    "perceptual": PerceptualMeasured,
+}
+
+PAYLOAD_TYPES: dict[str, type[EventPayload]] = {
+    cls.type: cls
+    for cls in (
+        WorkloadDeclared,
+        FrameSetRegistered,
+        ArtifactRegistered,
+        ParityMeasured,
+        BenchmarkMeasured,
+        ExecutionObserved,
+        PerceptualMeasured,
+        EvaluationFailed,
+        VerdictRendered,
+        HumanDecision,
+    )
+}
+
+Upcaster = Callable[[dict[str, Any]], dict[str, Any]]
+# (event type, schema version it reads) -> function returning the next version's dict.
+UPCASTERS: dict[tuple[str, int], Upcaster] = {}
+
+
+def register_upcaster(event_type: str, from_version: int) -> Callable[[Upcaster], Upcaster]:
+    """Declare how a payload at `from_version` becomes `from_version + 1`."""
+
+    def decorate(fn: Upcaster) -> Upcaster:
+        UPCASTERS[(event_type, from_version)] = fn
+        return fn
+
+    return decorate
+
+
+def payload_class(event_type: str) -> type[EventPayload]:
+    try:
+        return PAYLOAD_TYPES[event_type]
+    except KeyError:
+        raise UnknownEventType(f"unknown event type {event_type!r}") from None
+
+
+def _validation_message(event_type: str, exc: ValidationError) -> str:
+    first = exc.errors()[0]
+    where = ".".join(str(part) for part in first["loc"]) or "payload"
+    return f"invalid {event_type} payload: {where}: {first['msg']}"
+
+
+def validate_payload(event_type: str, data: dict[str, Any]) -> EventPayload:
+    """Build the typed payload for `event_type`, raising PayloadError in one line."""
+    cls = payload_class(event_type)
+    if not isinstance(data, dict):
+        raise PayloadError(f"invalid {event_type} payload: expected an object")
+    try:
+        return cls.model_validate(data)
+    except ValidationError as exc:
+        raise PayloadError(_validation_message(event_type, exc)) from None
+
+
+def read_payload(event_type: str, schema_version: int, data: dict[str, Any]) -> EventPayload:
+    """Upcast a stored payload to the current schema and validate it."""
+    cls = payload_class(event_type)
+    if schema_version > cls.schema_version:
+        raise PayloadError(
+            f"{event_type} schema_version {schema_version} is newer than this registry "
+            f"reads ({cls.schema_version})"
+        )
+    version = schema_version
+    while version < cls.schema_version:
+        step = UPCASTERS.get((event_type, version))
+        if step is None:
+            raise PayloadError(f"no upcaster for {event_type} from schema_version {version}")
+        data = step(dict(data))
+        version += 1
+    return validate_payload(event_type, data)

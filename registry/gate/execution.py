@@ -1,0 +1,67 @@
+"""Rule 2: the artifact must show it ran.
+
+The motivating failure (DESIGN.md, "The problem"): an attention backend that
+failed to import, a runtime that silently fell back to FlashAttention, and a
+campaign that reported ~1.00x for a backend that never executed. So: no
+execution evidence holds; zero candidate calls or any fallback quarantines;
+an attention backend whose effective backend is not the one requested or
+claimed quarantines, naming the backend that really ran.
+"""
+from __future__ import annotations
+
+from registry.gate.ledger import Ledger
+from registry.gate.model import ArtifactFacts, Recorded
+
+
+def check_execution(recorded: Recorded | None, artifact: ArtifactFacts, ledger: Ledger) -> None:
+    if recorded is None:
+        ledger.add("execution.missing", "held", "no execution evidence: nothing shows the candidate ran")
+        return
+    item = ledger.admit(recorded, "execution")
+    if item is None:
+        return
+    effective = item.get("effective_backend")
+    ran_instead = f"; '{effective}' ran instead" if effective else ""
+    if item["candidate_calls"] == 0:
+        ledger.add(
+            "execution.fallback", "quarantined",
+            f"candidate_calls is 0: the candidate never ran{ran_instead}",
+        )
+    if item["fallbacks"] > 0:
+        ledger.add(
+            "execution.fallback", "quarantined",
+            f"{item['fallbacks']} fallback(s) recorded: the runtime fell back instead of running the candidate"
+            f"{ran_instead}",
+        )
+    _check_backend(item, artifact, ledger)
+
+
+def _check_backend(item: dict, artifact: ArtifactFacts, ledger: Ledger) -> None:
+    effective = item.get("effective_backend")
+    expected: dict[str, list[str]] = {}
+    if item.get("requested_backend"):
+        expected.setdefault(item["requested_backend"], []).append("requested")
+    if artifact.claimed_backend:
+        expected.setdefault(artifact.claimed_backend, []).append(f"claimed by artifact {artifact.artifact_id}")
+    if effective is not None:
+        for backend, sources in expected.items():
+            if backend != effective:
+                ledger.add(
+                    "execution.backend_mismatch", "quarantined",
+                    f"backend '{backend}' ({' and '.join(sources)}) did not run: "
+                    f"the effective backend was '{effective}'",
+                )
+    if artifact.kind != "attention_backend":
+        return
+    if effective is None:
+        ledger.add(
+            "execution.backend_unknown", "held",
+            "the execution evidence does not name the effective backend, so the attention backend "
+            "cannot be shown to have run",
+        )
+    elif not expected:
+        ledger.add(
+            "execution.backend_unknown", "held",
+            f"neither the evidence (requested_backend) nor the artifact names the backend it claims, "
+            f"so the effective backend '{effective}' cannot be checked",
+        )

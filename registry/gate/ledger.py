@@ -1,0 +1,75 @@
+"""The running record of one gate evaluation: findings, margins, evidence consulted.
+
+Every rule writes here instead of returning early, so a verdict lists every
+problem found; the decision is then taken by precedence (quarantined over
+held over rejected; promoted only when nothing else was found).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from registry.evidence.document import EvidenceError, parse_item
+from registry.gate.model import Margin, Recorded
+
+PRECEDENCE = ("quarantined", "held", "rejected", "promoted")
+
+
+@dataclass(frozen=True)
+class Finding:
+    rule: str
+    decision: str
+    reason: str
+
+
+@dataclass
+class Ledger:
+    findings: list[Finding] = field(default_factory=list)
+    margins: list[Margin] = field(default_factory=list)
+    evidence_ids: list[str] = field(default_factory=list)
+
+    def add(self, rule: str, decision: str, reason: str) -> None:
+        self.findings.append(Finding(rule, decision, reason))
+
+    def margin(self, metric: str, value: float, threshold: float, higher_is_better: bool) -> Margin:
+        """Record a signed margin; exactly at threshold passes."""
+        if higher_is_better:
+            result = Margin(metric, value, threshold, value - threshold, value >= threshold)
+        else:
+            result = Margin(metric, value, threshold, threshold - value, value <= threshold)
+        self.margins.append(result)
+        return result
+
+    def admit(self, recorded: Recorded, kind: str) -> dict[str, Any] | None:
+        """Re-validate a stored payload and re-derive its statistics; None (and held) if invalid.
+
+        The payload's own `derived` dict is set aside and recomputed, so the
+        gate decides only on numbers it derived from raw measurements.
+        """
+        if recorded.event_id not in self.evidence_ids:
+            self.evidence_ids.append(recorded.event_id)
+        where = f"{kind} evidence {recorded.event_id}"
+        payload = recorded.payload
+        if not isinstance(payload, dict) or payload.get("kind") != kind:
+            found = payload.get("kind") if isinstance(payload, dict) else type(payload).__name__
+            self.add("evidence.invalid", "held", f"{where} is not a {kind} item (kind {found!r})")
+            return None
+        try:
+            return parse_item({key: value for key, value in payload.items() if key != "derived"}, where)
+        except EvidenceError as exc:
+            self.add("evidence.invalid", "held", f"{where} is invalid: {exc}")
+            return None
+
+    def outcome(self) -> tuple[str, str]:
+        """(decision, rule): the strongest decision found, and the first rule that reached it."""
+        for decision in PRECEDENCE:
+            for finding in self.findings:
+                if finding.decision == decision:
+                    return decision, finding.rule
+        raise AssertionError("the speed rule always leaves a finding")
+
+    def reasons(self, include_passes: bool) -> list[str]:
+        return [
+            finding.reason for finding in self.findings
+            if include_passes or finding.decision != "promoted"
+        ]

@@ -1,0 +1,124 @@
+"""What the gate takes (recorded evidence, artifact facts) and what it returns (a verdict)."""
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+GATE_VERSION = "gate/1"
+ARTIFACT_KINDS = ("fused_kernel", "attention_backend", "step_cache", "module")
+DECISIONS = ("promoted", "rejected", "quarantined", "held", "recorded")
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """One evidence event: its id and its item payload (as returned by parse_document)."""
+
+    event_id: str
+    payload: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class GateEvidence:
+    execution: Recorded | None = None
+    benchmark: Recorded | None = None
+    parity: Recorded | None = None
+    perceptual: Recorded | None = None
+    failures: Sequence[Recorded] = ()
+
+
+@dataclass(frozen=True)
+class ArtifactFacts:
+    artifact_id: str
+    kind: str
+    claimed_backend: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind not in ARTIFACT_KINDS:
+            raise ValueError(f"artifact kind {self.kind!r} is not one of {', '.join(ARTIFACT_KINDS)}")
+
+
+@dataclass(frozen=True)
+class Margin:
+    """A signed margin: positive passes, zero (exactly at threshold) passes."""
+
+    metric: str
+    value: float
+    threshold: float
+    margin: float
+    passed: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "metric": self.metric, "value": self.value, "threshold": self.threshold,
+            "margin": self.margin, "passed": self.passed,
+        }
+
+
+_VERDICT_KEYS = (
+    "decision", "tier", "reasons", "margins", "speedup", "speedup_ci", "rule",
+    "evidence_ids", "gate_version",
+)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    decision: str
+    tier: str
+    reasons: list[str]
+    margins: list[Margin]
+    speedup: float | None
+    speedup_ci: tuple[float, float] | None
+    rule: str
+    evidence_ids: list[str]
+    gate_version: str = field(default=GATE_VERSION)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "decision": self.decision,
+            "tier": self.tier,
+            "reasons": list(self.reasons),
+            "margins": [margin.to_dict() for margin in self.margins],
+            "speedup": self.speedup,
+            "speedup_ci": list(self.speedup_ci) if self.speedup_ci is not None else None,
+            "rule": self.rule,
+            "evidence_ids": list(self.evidence_ids),
+            "gate_version": self.gate_version,
+        }
+
+    @classmethod
+    def from_dict(cls, obj: Mapping[str, Any]) -> Verdict:
+        """Rebuild a stored verdict; a dict that is not exactly a verdict is refused."""
+        if not isinstance(obj, Mapping) or set(obj) != set(_VERDICT_KEYS):
+            got = sorted(obj) if isinstance(obj, Mapping) else type(obj).__name__
+            raise ValueError(f"verdict: expected keys {sorted(_VERDICT_KEYS)}, got {got}")
+        if obj["decision"] not in DECISIONS:
+            raise ValueError(f"verdict.decision: {obj['decision']!r} is not one of {', '.join(DECISIONS)}")
+        margins = []
+        for i, raw in enumerate(obj["margins"]):
+            if not isinstance(raw, Mapping) or set(raw) != {"metric", "value", "threshold", "margin", "passed"}:
+                raise ValueError(f"verdict.margins[{i}]: expected metric, value, threshold, margin, passed")
+            for key in ("value", "threshold", "margin"):
+                if not _finite(raw[key]):
+                    raise ValueError(f"verdict.margins[{i}].{key}: expected a finite number")
+            margins.append(Margin(
+                metric=str(raw["metric"]), value=float(raw["value"]), threshold=float(raw["threshold"]),
+                margin=float(raw["margin"]), passed=bool(raw["passed"]),
+            ))
+        ci = obj["speedup_ci"]
+        return cls(
+            decision=obj["decision"],
+            tier=obj["tier"],
+            reasons=[str(reason) for reason in obj["reasons"]],
+            margins=margins,
+            speedup=None if obj["speedup"] is None else float(obj["speedup"]),
+            speedup_ci=None if ci is None else (float(ci[0]), float(ci[1])),
+            rule=obj["rule"],
+            evidence_ids=[str(event_id) for event_id in obj["evidence_ids"]],
+            gate_version=obj["gate_version"],
+        )
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)

@@ -1,0 +1,100 @@
+"""Rule 4: speed, on benchmark evidence taken the way the contract declares.
+
+A speedup counts only when it was measured with the declared runs per arm
+and protocol, a paired schedule interleaved ABBA-style, noise under the
+declared CV ceiling, real timers on a real device (an interpreter or emulator
+time says nothing about the GPU) and, when the contract requires it, a
+bootstrap interval that excludes 1.0. Otherwise the artifact is held; a
+speedup that then meets the gate promotes, one below it rejects.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from registry.contracts import SpeedGate
+from registry.gate.ledger import Ledger
+from registry.gate.model import Recorded
+from registry.gate.text import num, times_pair
+
+SpeedResult = tuple[float | None, tuple[float, float] | None]
+
+
+def check_speed(speed: SpeedGate | None, recorded: Recorded | None, ledger: Ledger) -> SpeedResult:
+    if speed is None:
+        ledger.add(
+            "speed.no_gate", "held",
+            "the workload declares no speed block, so there is no speed gate to meet",
+        )
+    if recorded is None:
+        if speed is not None:
+            ledger.add("speed.missing", "held", "no benchmark evidence: the speedup was never measured")
+        return None, None
+    item = ledger.admit(recorded, "benchmark")
+    if item is None:
+        return None, None
+    derived = item["derived"]
+    value, ci = derived["speedup"], (derived["speedup_ci"][0], derived["speedup_ci"][1])
+    if speed is not None:
+        _judge(speed, item, ledger)
+    return value, ci
+
+
+def _judge(speed: SpeedGate, item: dict[str, Any], ledger: Ledger) -> None:
+    derived = item["derived"]
+    held_before = len(ledger.findings)
+    ledger.margin("speedup", derived["speedup"], speed.gate, higher_is_better=True)
+    if derived["runs_per_arm"] < speed.runs_per_arm:
+        ledger.add(
+            "speed.runs_per_arm", "held",
+            f"{derived['baseline_runs']} baseline and {derived['candidate_runs']} candidate runs: "
+            f"fewer than runs_per_arm {speed.runs_per_arm}",
+        )
+    if item["protocol"] != speed.protocol:
+        ledger.add(
+            "speed.protocol", "held",
+            f"the benchmark used the {item['protocol']} protocol but speed.protocol is {speed.protocol}",
+        )
+    elif item["protocol"] == "paired" and not derived["interleaved"]:
+        ledger.add(
+            "speed.interleave", "held",
+            f"the paired schedule {''.join(s[0] for s in item['schedule'])} (first arm of each pair) "
+            "does not alternate BC/CB, so run order is confounded with the arms",
+        )
+    if speed.max_cv is not None:
+        for arm in ("baseline", "candidate"):
+            cv = derived[f"{arm}_cv"]
+            if not ledger.margin(f"{arm}_cv", cv, speed.max_cv, higher_is_better=False).passed:
+                ledger.add("speed.max_cv", "held", f"{arm} CV {num(cv)} exceeds max_cv {num(speed.max_cv)}")
+    _check_timer(item, ledger)
+    if speed.max_peak_memory_regression is not None:
+        ledger.add(
+            "speed.memory_unmeasured", "held",
+            f"max_peak_memory_regression {num(speed.max_peak_memory_regression)} is declared "
+            "but benchmark evidence records no peak memory",
+        )
+    if len(ledger.findings) > held_before:
+        return
+    low, high = derived["speedup_ci"]
+    if speed.require_conclusive and low <= 1.0 <= high:
+        ledger.add(
+            "speed.inconclusive", "held",
+            f"the {derived['ci_level']:.0%} bootstrap CI [{num(low)}, {num(high)}] of the speedup includes 1.0 "
+            "and require_conclusive is set",
+        )
+        return
+    shown, gate = times_pair(derived["speedup"], speed.gate)
+    basis = "min_speedup" if speed.ceiling is None else (
+        f"ceiling_share {num(speed.ceiling_share)}, ceiling {speed.ceiling:.2f}x"
+    )
+    if derived["speedup"] >= speed.gate:
+        ledger.add("speed.passed", "promoted", f"speedup {shown} meets the gate {gate} ({basis})")
+    else:
+        ledger.add("speed.below_gate", "rejected", f"speedup {shown} is below the gate {gate} ({basis})")
+
+
+def _check_timer(item: dict[str, Any], ledger: Ledger) -> None:
+    source = f"{item['timer']} {item['device']}".lower()
+    if "interpreter" in source:
+        ledger.add("speed.interpreter", "held", "timings came from Triton's interpreter and are not speed evidence")
+    elif "emulator" in source:
+        ledger.add("speed.interpreter", "held", "timings came from an emulator and are not speed evidence")

@@ -1,0 +1,40 @@
+# Source this file, then call pg_throwaway_start: it starts a throwaway
+# PostgreSQL bound to 127.0.0.1 on a free port (fsync off: test data only),
+# exports REGISTRY_TEST_POSTGRES_URL, and stops and removes it on exit.
+# initdb refuses to run as root, so as root the server runs as `postgres`.
+
+_pg_bindir() {
+  ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1
+}
+
+_pg_as_owner() {
+  if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi
+}
+
+pg_throwaway_stop() {
+  if [ -n "${PG_THROWAWAY_DIR:-}" ] && [ -d "$PG_THROWAWAY_DIR" ]; then
+    _pg_as_owner "$(_pg_bindir)/pg_ctl" -D "$PG_THROWAWAY_DIR/data" -m immediate -w stop >/dev/null 2>&1 || true
+    rm -rf "$PG_THROWAWAY_DIR"
+  fi
+}
+
+pg_throwaway_start() {
+  local bindir port
+  bindir=$(_pg_bindir)
+  if [ -z "$bindir" ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "installing PostgreSQL for the test run" >&2
+    { apt-get install -y -q postgresql || { apt-get update -q && apt-get install -y -q postgresql; }; } >/dev/null 2>&1 || return 1
+    bindir=$(_pg_bindir)
+  fi
+  [ -n "$bindir" ] && [ -x "$bindir/initdb" ] || return 1
+  PG_THROWAWAY_DIR=$(mktemp -d)
+  [ "$(id -u)" = 0 ] && chown postgres "$PG_THROWAWAY_DIR"
+  port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  _pg_as_owner "$bindir/initdb" -D "$PG_THROWAWAY_DIR/data" -A trust -U postgres >/dev/null || return 1
+  _pg_as_owner "$bindir/pg_ctl" -D "$PG_THROWAWAY_DIR/data" -l "$PG_THROWAWAY_DIR/log" -w \
+    -o "-c listen_addresses=127.0.0.1 -p $port -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c unix_socket_directories=$PG_THROWAWAY_DIR -c max_connections=200" \
+    start >/dev/null || { cat "$PG_THROWAWAY_DIR/log" >&2; return 1; }
+  trap pg_throwaway_stop EXIT
+  export REGISTRY_TEST_POSTGRES_URL="postgresql+psycopg://postgres@127.0.0.1:$port/postgres"
+  echo "PostgreSQL for tests at 127.0.0.1:$port" >&2
+}

@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Runs the whole suite. When no Postgres URL is given and a PostgreSQL server
+# is installed, starts a throwaway one on 127.0.0.1 for the run and stops it
+# on exit, so the Postgres conformance tests run rather than skip.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+if [ -z "${REGISTRY_TEST_POSTGRES_URL:-}" ]; then
+  # shellcheck source=scripts/pg_throwaway.sh
+  source scripts/pg_throwaway.sh
+  pg_throwaway_start || echo "PostgreSQL not available: Postgres tests will skip" >&2
+fi
+.venv/bin/python -m pytest -q "$@"

@@ -1,0 +1,57 @@
+"""Alembic owns the schema: models and migrations agree, and the chain of revisions walks both ways."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from alembic import command
+from sqlalchemy import inspect
+
+from registry.events.database import alembic_config, current_revision, head_revision, make_engine, upgrade
+from registry.events.errors import NotARegistry
+
+from store_helpers import raw
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_alembic_check_finds_nothing_to_generate(backend_url):
+    make_engine(backend_url)
+    upgrade(make_engine(backend_url))
+    env = {"REGISTRY_DATABASE_URL": backend_url, "PATH": "/usr/bin:/bin"}
+    result = subprocess.run(
+        [sys.executable, "-m", "alembic", "check"], cwd=ROOT, env=env, capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stderr
+    assert "No new upgrade operations detected" in result.stdout + result.stderr
+
+
+def test_upgrade_downgrade_upgrade(backend_url):
+    engine = make_engine(backend_url)
+    upgrade(engine)
+    assert current_revision(engine) == head_revision()
+    config = alembic_config(backend_url)
+    command.downgrade(config, "base")
+    assert current_revision(engine) is None
+    assert "events" not in inspect(engine).get_table_names()
+    command.upgrade(config, "head")
+    assert current_revision(engine) == head_revision()
+    assert "events" in inspect(engine).get_table_names()
+
+
+def test_a_newer_schema_is_refused(backend_url):
+    engine = make_engine(backend_url)
+    upgrade(engine)
+    raw(engine, "UPDATE alembic_version SET version_num = 'ffffffffffff'")
+    with pytest.raises(NotARegistry, match="newer than this registry"):
+        upgrade(engine)
+
+
+def test_a_foreign_database_is_not_initialised(backend_url):
+    engine = make_engine(backend_url)
+    raw(engine, "CREATE TABLE customers (id INTEGER PRIMARY KEY)")
+    with pytest.raises(NotARegistry, match="not a registry"):
+        upgrade(engine)
+    assert set(inspect(engine).get_table_names()) == {"customers"}

@@ -1,0 +1,172 @@
+"""The event store's conformance suite: every case runs on SQLite and on Postgres."""
+from __future__ import annotations
+
+import math
+from datetime import datetime, timezone
+
+import pytest
+from sqlalchemy import insert
+from sqlalchemy.exc import DBAPIError
+
+from registry.events.canonical import canonical_json
+from registry.events.chain import event_hash
+from registry.events.database import make_engine, upgrade
+from registry.events.errors import ConcurrencyError, IdempotencyConflict, PayloadError, UnknownEventType
+from registry.events.store import EVENTS, EventStore, NewEvent
+from registry.events.types import UPCASTERS, FrameSetRegistered
+
+from store_helpers import drop_immutability, frame_event, raw
+
+
+@pytest.fixture
+def store(backend_url):
+    engine = make_engine(backend_url)
+    upgrade(engine)
+    yield EventStore(engine)
+    engine.dispose()
+
+
+def test_append_assigns_positions_versions_and_chain(store):
+    assert store.append("s:a", [frame_event("a"), frame_event("b")], expected_version=0, actor="t") == [1, 2]
+    assert store.append("s:b", [frame_event("c")], expected_version=0, actor="t") == [3]
+    assert store.append("s:a", [frame_event("d")], expected_version=2, actor="t") == [4]
+    events = store.read_all()
+    assert [e.position for e in events] == [1, 2, 3, 4]
+    assert [(e.stream, e.version) for e in events] == [("s:a", 1), ("s:a", 2), ("s:b", 1), ("s:a", 3)]
+    assert events[1].prev_hash == events[0].hash and events[3].prev_hash == events[2].hash
+    assert all(e.recorded_at.tzinfo is not None for e in events)
+    assert isinstance(events[0].typed(), FrameSetRegistered)
+    report = store.verify()
+    assert report.intact and report.count == 4 and report.head_hash == events[-1].hash
+
+
+def test_wrong_expected_version_raises_and_writes_nothing(store):
+    store.append("s:a", [frame_event()], expected_version=0, actor="t")
+    with pytest.raises(ConcurrencyError, match="at version 1, not the expected 0"):
+        store.append("s:a", [frame_event(), frame_event()], expected_version=0, actor="t")
+    assert store.head_position() == 1 and store.stream_version("s:a") == 1
+
+
+def test_batch_is_atomic_when_one_event_is_invalid(store):
+    bad = NewEvent("FrameSetRegistered", {"name": "x", "seed": 1})
+    with pytest.raises(PayloadError, match="frames"):
+        store.append("s:a", [frame_event(), bad], expected_version=0, actor="t")
+    assert store.head_position() == 0
+
+
+def test_idempotent_retry_returns_original_positions(store):
+    first = store.append("s:a", [frame_event("a"), frame_event("b")], idempotency_key="run-1", actor="t")
+    store.append("s:b", [frame_event("c")], actor="t")
+    again = store.append("s:a", [frame_event("a"), frame_event("b")], idempotency_key="run-1", actor="t")
+    assert again == first == [1, 2]
+    assert store.head_position() == 3
+
+
+def test_idempotency_key_with_other_content_is_refused(store):
+    store.append("s:a", [frame_event("a")], idempotency_key="run-1", actor="t")
+    with pytest.raises(IdempotencyConflict, match="run-1"):
+        store.append("s:a", [frame_event("other")], idempotency_key="run-1", actor="t")
+    assert store.head_position() == 1
+
+
+@pytest.mark.parametrize(
+    "event, error",
+    [
+        (NewEvent("NoSuchEvent", {}), UnknownEventType),
+        (NewEvent("FrameSetRegistered", {"name": "f", "seed": "one"}), PayloadError),
+        (NewEvent("FrameSetRegistered", "not an object"), PayloadError),
+        (NewEvent("WorkloadDeclared", {"workload": "w", "contract_version": 1, "contract_hash": "a" * 64,
+                                       "contract": {"x": math.nan}}), PayloadError),
+        (NewEvent("WorkloadDeclared", {"workload": "w", "contract_version": 1, "contract_hash": "a" * 64,
+                                       "contract": {"x": [math.inf]}}), PayloadError),
+    ],
+)
+def test_bad_payloads_are_refused_and_nothing_is_written(store, event, error):
+    with pytest.raises(error):
+        store.append("s:a", [event], actor="t")
+    assert store.head_position() == 0
+
+
+def test_database_refuses_update_and_delete(store):
+    store.append("s:a", [frame_event()], idempotency_key="k", actor="t")
+    for statement in ("UPDATE events SET actor = 'mallory'", "DELETE FROM events", "DELETE FROM idempotency_keys"):
+        with pytest.raises(DBAPIError, match="events are immutable"):
+            raw(store.engine, statement)
+    assert store.read_all()[0].actor == "t"
+
+
+def _three_events(store):
+    for name in "abc":
+        store.append(f"s:{name}", [frame_event(name)], actor="t")
+    assert store.verify().intact
+
+
+def test_chain_detects_an_edit(store):
+    _three_events(store)
+    drop_immutability(store.engine)
+    raw(store.engine, "UPDATE events SET payload = replace(payload, '\"seed\":1', '\"seed\":2') WHERE position = 2")
+    report = store.verify()
+    assert report.broken_at == 2 and "content" in report.problem
+
+
+def test_chain_detects_a_delete(store):
+    _three_events(store)
+    drop_immutability(store.engine)
+    raw(store.engine, "DELETE FROM events WHERE position = 2")
+    assert store.verify().broken_at == 3
+
+
+def test_chain_detects_a_reorder(store):
+    _three_events(store)
+    drop_immutability(store.engine)
+    raw(
+        store.engine,
+        "UPDATE events SET position = 100 WHERE position = 2",
+        "UPDATE events SET position = 2 WHERE position = 3",
+        "UPDATE events SET position = 3 WHERE position = 100",
+    )
+    assert store.verify().broken_at == 2
+
+
+def test_chain_detects_an_injected_row(store):
+    _three_events(store)
+    drop_immutability(store.engine)
+    first = store.read_all()[0]
+    forged = dict(position=2, event_id="00000000-0000-0000-0000-000000000000", stream="s:x", version=1,
+                  type="FrameSetRegistered", schema_version=1, payload=canonical_json({"forged": True}),
+                  recorded_at=first.recorded_at, actor="mallory", idempotency_key=None)
+    raw(
+        store.engine,
+        "UPDATE events SET position = position + 10 WHERE position >= 2",
+        "UPDATE events SET position = position - 9 WHERE position >= 12",
+    )
+    with store.engine.begin() as conn:
+        conn.execute(insert(EVENTS), {**forged, "prev_hash": first.hash, "hash": event_hash(first.hash, **forged)})
+    # The forged row links correctly to row 1; the row after it cannot.
+    assert store.verify().broken_at == 3
+
+
+def test_as_of_reads_and_stream_listing(store):
+    store.append("artifact:a", [frame_event("a")], actor="t")
+    store.append("artifact:b", [frame_event("b")], actor="t")
+    store.append("workload:w", [frame_event("w")], actor="t")
+    assert store.streams("artifact:") == ["artifact:a", "artifact:b"]
+    assert [e.position for e in store.read_all(up_to_position=2)] == [1, 2]
+    assert [e.position for e in store.iter_all(page=2)] == [1, 2, 3]
+    moment = store.read_all()[1].recorded_at
+    assert store.position_at(moment) >= 2
+    assert store.get(store.read_all()[0].event_id).position == 1
+
+
+def test_old_schema_versions_are_upcast_on_read(store, monkeypatch):
+    """An event written under schema 0 (field `count` instead of `frames`) still reads."""
+    monkeypatch.setitem(UPCASTERS, ("FrameSetRegistered", 0), lambda d: {**{k: v for k, v in d.items() if k != "count"}, "frames": d["count"]})
+    old = {"name": "old", "seed": 3, "count": 4, "height": 16, "width": 16, "channels": 3, "dtype": "uint8", "sha256": "cd" * 32}
+    row = dict(position=1, event_id="11111111-1111-1111-1111-111111111111", stream="s:old", version=1,
+               type="FrameSetRegistered", schema_version=0, payload=canonical_json(old),
+               recorded_at=datetime.now(timezone.utc), actor="t", idempotency_key=None)
+    with store.engine.begin() as conn:
+        conn.execute(insert(EVENTS), {**row, "prev_hash": "0" * 64, "hash": event_hash("0" * 64, **row)})
+    typed = store.read_all()[0].typed()
+    assert typed.frames == 4 and typed.name == "old"
+    assert store.verify().intact
