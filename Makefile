@@ -21,7 +21,8 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/registry demo
+	$(BIN)/registry demo --fresh --check
+	$(BIN)/registry --db sqlite:///demo.db replay --verify
 
 test: $(STAMP)
 	bash scripts/run_tests.sh

@@ -99,4 +99,24 @@ def db_current(session: Session, as_json: bool) -> None:
         say(f"current {revision or '(none)'}; head {head_revision()}")
 
 
+@db.command("roles")
+@click.option("--apply", "apply_now", is_flag=True,
+              help="Run the SQL against the --db database (connect as its owner) instead of printing it.")
+@pass_session
+def db_roles(session: Session, apply_now: bool) -> None:
+    """Print (or --apply) SQL for NOLOGIN roles registry_writer and registry_reader (Postgres).
+
+    Workers log in as members, e.g.
+    CREATE ROLE gpu_worker LOGIN PASSWORD '...' IN ROLE registry_writer;
+    see docs/postgres.md.
+    """
+    from registry.events.roles import apply_roles, role_script
+
+    if not apply_now:
+        click.echo(role_script(), nl=False)
+        return
+    grants = apply_roles(session.open().engine)
+    table("privileges granted", ["role", "table", "privileges"], grants)
+
+
 COMMANDS = [init, history, verify, db]

@@ -6,11 +6,12 @@ held over rejected; promoted only when nothing else was found).
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from registry.evidence.document import EvidenceError, parse_item
-from registry.gate.model import Margin, Recorded
+from registry.gate.model import RULES, Margin, Recorded
 
 PRECEDENCE = ("quarantined", "held", "rejected", "promoted")
 
@@ -29,6 +30,8 @@ class Ledger:
     evidence_ids: list[str] = field(default_factory=list)
 
     def add(self, rule: str, decision: str, reason: str) -> None:
+        if rule not in RULES:
+            raise ValueError(f"unknown gate rule {rule!r}")
         self.findings.append(Finding(rule, decision, reason))
 
     def margin(self, metric: str, value: float, threshold: float, higher_is_better: bool) -> Margin:
@@ -50,14 +53,14 @@ class Ledger:
             self.evidence_ids.append(recorded.event_id)
         where = f"{kind} evidence {recorded.event_id}"
         payload = recorded.payload
-        if not isinstance(payload, dict) or payload.get("kind") != kind:
-            found = payload.get("kind") if isinstance(payload, dict) else type(payload).__name__
+        if not isinstance(payload, Mapping) or payload.get("kind") != kind:
+            found = payload.get("kind") if isinstance(payload, Mapping) else type(payload).__name__
             self.add("evidence.invalid", "held", f"{where} is not a {kind} item (kind {found!r})")
             return None
         try:
             return parse_item({key: value for key, value in payload.items() if key != "derived"}, where)
         except EvidenceError as exc:
-            self.add("evidence.invalid", "held", f"{where} is invalid: {exc}")
+            self.add("evidence.invalid", "held", f"invalid evidence: {exc}")
             return None
 
     def outcome(self) -> tuple[str, str]:

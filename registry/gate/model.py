@@ -9,6 +9,18 @@ from typing import Any
 GATE_VERSION = "gate/1"
 ARTIFACT_KINDS = ("fused_kernel", "attention_backend", "step_cache", "module")
 DECISIONS = ("promoted", "rejected", "quarantined", "held", "recorded")
+# Every rule id a verdict can carry, in the order the gate applies them (docs/gate.md).
+RULES = (
+    "evaluation_failed", "evidence.invalid",
+    "execution.missing", "execution.fallback", "execution.backend_mismatch", "execution.backend_unknown",
+    "parity.missing", "parity.failed", "parity.no_tolerance", "parity.undecidable",
+    "fidelity.missing", "fidelity.frame_set_mismatch", "fidelity.stage_failed", "fidelity.metric_absent",
+    "fidelity.failed",
+    "speed.no_gate", "speed.missing", "speed.runs_per_arm", "speed.protocol", "speed.interleave",
+    "speed.max_cv", "speed.interpreter", "speed.memory_unmeasured", "speed.inconclusive",
+    "speed.below_gate", "speed.passed",
+    "advisory",
+)
 
 
 @dataclass(frozen=True)

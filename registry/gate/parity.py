@@ -78,16 +78,15 @@ def _judge_tolerance_leaf(policy: ParityPolicy, leaf: dict[str, Any], ledger: Le
         )
         return
     path = f"parity.tolerances.{dtype.removeprefix('torch.')}"
-    failures, doubts = [], []
-    nonfinite_state, nonfinite_reason = _nonfinite_state(leaf)
-    {FAIL: failures, UNDECIDED: doubts}.get(nonfinite_state, []).append(nonfinite_reason)
+    outcomes = [_nonfinite_state(leaf)]
     error = leaf["max_abs_error"]
     if tol.max_abs is not None and error is not None:
         margin = ledger.margin(f"max_abs_error:{leaf['name']}", error, tol.max_abs, higher_is_better=False)
         if not margin.passed:
-            failures.append(f"max_abs_error {num(error)} exceeds {path}.max_abs {num(tol.max_abs)}")
-    elementwise_state, elementwise_reason = _elementwise_state(leaf, tol, path)
-    {FAIL: failures, UNDECIDED: doubts}.get(elementwise_state, []).append(elementwise_reason)
+            outcomes.append((FAIL, f"max_abs_error {num(error)} exceeds {path}.max_abs {num(tol.max_abs)}"))
+    outcomes.append(_elementwise_state(leaf, tol, path))
+    failures = [reason for state, reason in outcomes if state == FAIL]
+    doubts = [reason for state, reason in outcomes if state == UNDECIDED]
     if failures:
         ledger.add("parity.failed", "quarantined", _failed(policy, leaf, failures))
     elif doubts:
@@ -142,7 +141,7 @@ def _elementwise_state(leaf: dict[str, Any], tol: Tolerance, path: str) -> tuple
             f"rtol {num(recorded['rtol'])}, not the declared atol {num(tol.atol)}, rtol {num(tol.rtol)}"
         )
     else:
-        counted = "the comparator recorded no outside_tolerance count under a tolerance"
+        counted = "the comparator recorded no outside_tolerance count"
     return UNDECIDED, f"max_abs_error {num(error)} exceeds {path}.atol {num(tol.atol)} and {counted}"
 
 

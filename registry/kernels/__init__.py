@@ -1,0 +1,11 @@
+"""Triton kernels for video-DiT hot spots, their torch references and the evaluation runner.
+
+Modules: ``reference`` (torch eager arm), ``modln``/``gated``/``rmsnorm``
+(kernels and wrappers), ``rowwise`` (shared layout and rounding), ``corpus``
+(shapes, seeded inputs), ``ops`` (registry, entries, cost models),
+``launches`` (execution signal), ``evaluate`` (evidence items).
+
+Nothing is imported here on purpose: Triton decides at decoration time
+whether a kernel is compiled or interpreted, so ``TRITON_INTERPRET`` must be
+set before a kernel module is imported, not before this package is.
+"""

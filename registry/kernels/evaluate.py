@@ -90,7 +90,8 @@ def _parity(spec: Any, cases: Sequence[Any], inputs: Sequence[tuple[torch.Tensor
             if not torch.equal(a, b):
                 raise ValueError(f"candidate wrote to its input {k} on {case.label}")
         names = [f"{case.label}.{out}" for out in spec.outputs]
-        leaves += compare_outputs(expected, got, names, policy, tolerances if policy == "tolerance" else None)["leaves"]
+        declared = tolerances if policy == "tolerance" else None
+        leaves += compare_outputs(expected, got, names, policy, declared)["leaves"]
         tick()
     item: dict[str, Any] = {"kind": "parity", "policy": policy, "leaves": leaves}
     if approx_math is not None:

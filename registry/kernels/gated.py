@@ -14,7 +14,7 @@ import triton.language as tl
 from registry.kernels.launches import launch
 from registry.kernels.reference import EPS
 from registry.kernels.rowwise import (bits_view, check_activation, check_device, check_fp32, encode_16bit,
-                                      round_through_16bit, row_layout)
+                                      round_through_16bit, row_launch_meta)
 
 
 @triton.jit
@@ -73,9 +73,8 @@ def gated_residual_triton(residual: torch.Tensor, x: torch.Tensor, gate: torch.T
     out = torch.empty_like(residual)
     if out.numel() == 0:
         return out
-    block, warps = row_layout(dim)
     launch(_gated_residual_kernel, (batch * seq,), residual, x, gate.contiguous(), bits_view(out), seq,
-           D=dim, BLOCK_D=block, IS_BF16=residual.dtype == torch.bfloat16, num_warps=warps)
+           D=dim, IS_BF16=residual.dtype == torch.bfloat16, **row_launch_meta(dim))
     return out
 
 
@@ -91,8 +90,7 @@ def gated_residual_layernorm_triton(residual: torch.Tensor, x: torch.Tensor, gat
     u = torch.empty_like(residual)
     if u.numel() == 0:
         return n, u
-    block, warps = row_layout(dim)
     launch(_gated_residual_ln_kernel, (batch * seq,), residual, x, gate.contiguous(), weight.contiguous(),
            bias.contiguous(), bits_view(n), bits_view(u), seq, EPS,
-           D=dim, BLOCK_D=block, IS_BF16=residual.dtype == torch.bfloat16, num_warps=warps)
+           D=dim, IS_BF16=residual.dtype == torch.bfloat16, **row_launch_meta(dim))
     return n, u

@@ -12,7 +12,8 @@ import triton.language as tl
 
 from registry.kernels.launches import launch
 from registry.kernels.reference import EPS
-from registry.kernels.rowwise import bits_view, check_activation, check_device, check_fp32, encode_16bit, row_layout
+from registry.kernels.rowwise import (bits_view, check_activation, check_device, check_fp32, encode_16bit,
+                                      row_launch_meta)
 
 
 @triton.jit
@@ -44,7 +45,6 @@ def modulated_layernorm_triton(x: torch.Tensor, scale: torch.Tensor, shift: torc
     y = torch.empty_like(x)
     if y.numel() == 0:
         return y
-    block, warps = row_layout(dim)
     launch(_modln_kernel, (batch * seq,), x, scale.contiguous(), shift.contiguous(), bits_view(y), seq, EPS,
-           D=dim, BLOCK_D=block, IS_BF16=x.dtype == torch.bfloat16, num_warps=warps)
+           D=dim, IS_BF16=x.dtype == torch.bfloat16, **row_launch_meta(dim))
     return y

@@ -7,7 +7,8 @@ import triton.language as tl
 
 from registry.kernels.launches import launch
 from registry.kernels.reference import EPS
-from registry.kernels.rowwise import bits_view, check_activation, check_device, check_fp32, encode_16bit, row_layout
+from registry.kernels.rowwise import (bits_view, check_activation, check_device, check_fp32, encode_16bit,
+                                      row_launch_meta)
 
 
 @triton.jit
@@ -33,7 +34,6 @@ def rms_norm_triton(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     y = torch.empty_like(x)
     if y.numel() == 0:
         return y
-    block, warps = row_layout(dim)
     launch(_rms_norm_kernel, (batch * seq,), x, weight.contiguous(), bits_view(y), EPS,
-           D=dim, BLOCK_D=block, IS_BF16=x.dtype == torch.bfloat16, num_warps=warps)
+           D=dim, IS_BF16=x.dtype == torch.bfloat16, **row_launch_meta(dim))
     return y

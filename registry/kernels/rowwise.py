@@ -45,10 +45,18 @@ def round_through_16bit(y, IS_BF16: tl.constexpr):
     return out
 
 
-def row_layout(dim: int) -> tuple[int, int]:
-    """(BLOCK_D, num_warps) for one row per program; the rule of Triton's layer-norm tutorial."""
+def row_launch_meta(dim: int) -> dict[str, int | bool]:
+    """Launch options for one row of ``dim`` elements per program.
+
+    BLOCK_D is the next power of two (the tail is masked); num_warps follows
+    Triton's layer-norm tutorial (one warp per 256 elements, 1 to 8).
+    ``enable_fp_fusion=False`` stops the compiler contracting a multiply and
+    an add into one FMA: eager torch runs them as separate kernels, each
+    rounding to fp32, and a bitwise drop-in must round the same way. (The
+    interpreter ignores the option; numpy never fuses.)
+    """
     block = triton.next_power_of_2(dim)
-    return block, min(max(block // 256, 1), 8)
+    return {"BLOCK_D": block, "num_warps": min(max(block // 256, 1), 8), "enable_fp_fusion": False}
 
 
 def bits_view(t: torch.Tensor) -> torch.Tensor:

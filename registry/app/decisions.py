@@ -1,0 +1,145 @@
+"""Deciding: the gate over recorded evidence, human decisions, and what-if.
+
+`promote` runs the one gate on the latest evidence of each kind recorded for
+the artifact's current payload (as the projection scopes it) under the
+workload's current contract, and appends the verdict. Promoted and rejected
+are final for a payload: promoting again returns the standing verdict.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from registry.contracts import Contract
+from registry.events.store import NewEvent
+from registry.events.types import HumanDecision, VerdictRendered
+from registry.gate import ArtifactFacts, GateEvidence, Recorded, decide
+from registry.projections import Projections
+
+from .context import Registry
+from .workloads import artifact_stream, current_contract
+
+FINAL = ("promoted", "rejected")
+
+
+def gate_inputs(state: dict[str, Any]) -> tuple[GateEvidence, ArtifactFacts]:
+    """The gate's view of an artifact's projected state."""
+    latest = state["evidence"]
+
+    def recorded(kind: str) -> Recorded | None:
+        found = latest.get(kind)
+        return Recorded(found["event_id"], found["item"]) if found else None
+
+    failures = [Recorded(f["event_id"], {"kind": "failure", "stage": f["stage"], "error": f["error"]})
+                for f in state["open_failures"]]
+    evidence = GateEvidence(execution=recorded("execution"), benchmark=recorded("benchmark"),
+                            parity=recorded("parity"), perceptual=recorded("perceptual"), failures=failures)
+    facts = ArtifactFacts(artifact_id=state["artifact"], kind=state["kind"], claimed_backend=state["backend"])
+    return evidence, facts
+
+
+def _artifact_state(registry: Registry, artifact: str) -> dict[str, Any]:
+    state = Projections(registry.store).artifact(artifact)
+    if state is None:
+        raise ValueError(f"unknown artifact {artifact!r} (register it with `registry artifact register`)")
+    return state
+
+
+@dataclass(frozen=True)
+class PromoteOutcome:
+    verdict: dict[str, Any]
+    appended: bool
+    contract_version: int
+    contract_hash: str
+    position: int | None
+
+
+def promote(registry: Registry, artifact: str) -> PromoteOutcome:
+    state = _artifact_state(registry, artifact)
+    if state["decision"] in FINAL and state["verdict"] is not None:
+        return PromoteOutcome(state["verdict"], False, state["contract_version"], state.get("contract_hash") or "", None)
+    declared = current_contract(registry, state["workload"])
+    evidence, facts = gate_inputs(state)
+    verdict = decide(declared.contract, evidence, facts).to_dict()
+    event = VerdictRendered(
+        artifact=artifact, payload_sha256=state["payload_sha256"], workload=state["workload"],
+        contract_version=declared.version, contract_hash=declared.content_hash,
+        gate_version=verdict["gate_version"], verdict=verdict,
+    )
+    stream = artifact_stream(artifact)
+    # The verdict must rest on exactly the events the projection saw: if anything
+    # landed on the stream since, the append fails rather than decide on stale state.
+    positions = registry.store.append(stream, [NewEvent(event.type, event)],
+                                      expected_version=registry.store.read_stream(stream, up_to_position=state["last_position"])[-1].version,
+                                      actor=registry.actor)
+    return PromoteOutcome(verdict, True, declared.version, declared.content_hash, positions[0])
+
+
+def human_decision(registry: Registry, artifact: str, action: str, reason: str) -> int:
+    """Record an approval (advisory tier only) or a revocation, by a named person with a reason."""
+    if not reason or not reason.strip():
+        raise ValueError(f"{action} needs a non-empty --reason")
+    state = _artifact_state(registry, artifact)
+    if action == "approve":
+        if state["tier"] != "advisory" or state["decision"] != "recorded":
+            raise ValueError(
+                f"approve applies to advisory-tier artifacts whose verdict is recorded; {artifact} is "
+                f"{state['decision']} (tier {state['tier'] or 'none'})"
+            )
+    elif action == "revoke":
+        if state["decision"] not in FINAL:
+            raise ValueError(f"revoke ends a promotion or rejection; {artifact} is {state['decision']}")
+    else:
+        raise ValueError(f"unknown human action {action!r}")
+    event = HumanDecision(artifact=artifact, payload_sha256=state["payload_sha256"], action=action,
+                          reason=reason.strip(), person=registry.actor)
+    stream = artifact_stream(artifact)
+    return registry.store.append(stream, [NewEvent(event.type, event)], actor=registry.actor)[0]
+
+
+@dataclass(frozen=True)
+class WhatIf:
+    artifact: str
+    old_decision: str
+    new_decision: str
+    old_rule: str | None
+    new_rule: str
+    reasons: list[str]
+    moved_margins: list[dict[str, Any]]
+
+    @property
+    def changed(self) -> bool:
+        return self.old_decision != self.new_decision
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"artifact": self.artifact, "old_decision": self.old_decision, "new_decision": self.new_decision,
+                "old_rule": self.old_rule, "new_rule": self.new_rule, "changed": self.changed,
+                "reasons": self.reasons, "moved_margins": self.moved_margins}
+
+
+def _margins_by_metric(verdict: dict[str, Any] | None) -> dict[str, dict[str, Any]]:
+    return {m["metric"]: m for m in (verdict or {}).get("margins", [])}
+
+
+def what_if(registry: Registry, contract: Contract) -> list[WhatIf]:
+    """Decide every artifact of the contract's workload again under it; append nothing."""
+    current_contract(registry, contract.workload)
+    outcomes = []
+    for state in Projections(registry.store).artifacts(workload=contract.workload):
+        evidence, facts = gate_inputs(state)
+        new = decide(contract, evidence, facts)
+        old = _margins_by_metric(state["verdict"])
+        moved = []
+        for margin in new.to_dict()["margins"]:
+            before = old.get(margin["metric"])
+            if before is None or before["threshold"] != margin["threshold"] or before["passed"] != margin["passed"]:
+                moved.append({"metric": margin["metric"], "value": margin["value"],
+                              "old_threshold": before["threshold"] if before else None,
+                              "new_threshold": margin["threshold"],
+                              "old_margin": before["margin"] if before else None, "new_margin": margin["margin"],
+                              "passed": margin["passed"]})
+        outcomes.append(WhatIf(state["artifact"], state["decision"], new.decision, state["rule"], new.rule,
+                               list(new.reasons), moved))
+    return outcomes
+
+

@@ -1,0 +1,49 @@
+"""Recording evidence: imported documents and frame-set measurements become events."""
+from __future__ import annotations
+
+from typing import Any
+
+from registry.events.store import NewEvent
+from registry.events.types import EVIDENCE_EVENT_BY_KIND, EvaluationFailed
+
+from .context import Registry
+from .workloads import artifact_stream, registration
+
+
+def evidence_events(artifact: str, payload_sha256: str | None, run: str | None, items: list[dict[str, Any]]) -> list[NewEvent]:
+    """One event per parsed evidence item; a `failure` item becomes EvaluationFailed."""
+    events = []
+    for item in items:
+        if item["kind"] == "failure":
+            payload = EvaluationFailed(artifact=artifact, payload_sha256=payload_sha256, run=run,
+                                       stage=item["stage"], error=item["error"])
+        else:
+            payload = EVIDENCE_EVENT_BY_KIND[item["kind"]](artifact=artifact, payload_sha256=payload_sha256,
+                                                           run=run, item=item)
+        events.append(NewEvent(payload.type, payload))
+    return events
+
+
+def record_evidence(registry: Registry, artifact: str, items: list[dict[str, Any]], run: str | None = None) -> list[int]:
+    """Append parsed items for the artifact's current payload as one atomic batch.
+
+    A run id makes the append idempotent: a worker that retries the same run
+    after a timeout appends it once.
+    """
+    if not items:
+        raise ValueError("an evidence document needs at least one item")
+    registered = registration(registry, artifact)
+    stream = artifact_stream(artifact)
+    key = f"evidence:{artifact}:{run}" if run else None
+    return registry.store.append(
+        stream, evidence_events(artifact, registered["payload_sha256"], run, items),
+        idempotency_key=key, actor=registry.actor,
+    )
+
+
+def import_document(registry: Registry, text: str) -> tuple[str, list[int]]:
+    """Validate a `registry.evidence/1` document completely, then append it."""
+    from registry.evidence.document import parse_document_text
+
+    document = parse_document_text(text)
+    return document.artifact, record_evidence(registry, document.artifact, document.items, document.run)

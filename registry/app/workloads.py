@@ -1,0 +1,141 @@
+"""Declaring workload contracts and registering artifacts against them."""
+from __future__ import annotations
+
+import hashlib
+import inspect
+from dataclasses import dataclass
+from pathlib import Path
+
+from registry.contracts import Contract
+from registry.events.store import NewEvent
+from registry.events.types import ARTIFACT_KINDS, ArtifactRegistered, WorkloadDeclared
+
+from .context import Registry
+
+
+def workload_stream(workload: str) -> str:
+    return f"workload:{workload}"
+
+
+def artifact_stream(artifact: str) -> str:
+    return f"artifact:{artifact}"
+
+
+@dataclass(frozen=True)
+class DeclaredContract:
+    contract: Contract
+    version: int
+    content_hash: str
+    appended: bool
+
+
+def declare_workload(registry: Registry, contract: Contract) -> DeclaredContract:
+    """Append a new contract version, or return the current one when the content is unchanged."""
+    stream = workload_stream(contract.workload)
+    events = registry.store.read_stream(stream)
+    digest = contract.content_hash()
+    if events and events[-1].payload["contract_hash"] == digest:
+        return DeclaredContract(contract, events[-1].payload["contract_version"], digest, False)
+    version = (events[-1].payload["contract_version"] + 1) if events else 1
+    payload = WorkloadDeclared(workload=contract.workload, contract_version=version, contract_hash=digest,
+                               contract=contract.canonical())
+    registry.store.append(stream, [NewEvent(payload.type, payload)], expected_version=len(events), actor=registry.actor)
+    return DeclaredContract(contract, version, digest, True)
+
+
+def current_contract(registry: Registry, workload: str, up_to_position: int | None = None) -> DeclaredContract:
+    """The workload's latest contract (as of a position), rebuilt and re-validated."""
+    events = registry.store.read_stream(workload_stream(workload), up_to_position=up_to_position)
+    if not events:
+        raise ValueError(f"unknown workload {workload!r} (declare it with `registry workload declare`)")
+    latest = events[-1].payload
+    contract = Contract.from_mapping(latest["contract"])
+    return DeclaredContract(contract, latest["contract_version"], latest["contract_hash"], False)
+
+
+def file_sha256(path: str | Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def entry_sha256(entry: str) -> str:
+    """The content hash of a kernel entry: the source of the module that defines it."""
+    from registry.kernels.ops import resolve_entry
+
+    module = inspect.getmodule(resolve_entry(entry))
+    source = inspect.getsource(module) if module is not None else ""
+    return hashlib.sha256(f"{entry}\n{source}".encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class Registration:
+    artifact: str
+    payload_sha256: str | None
+    appended: bool
+
+
+def register_artifact(
+    registry: Registry,
+    artifact: str,
+    *,
+    workload: str,
+    kind: str,
+    backend: str | None = None,
+    payload: str | None = None,
+    op: str | None = None,
+    entry: str | None = None,
+    payload_sha256: str | None = None,
+) -> Registration:
+    """Register (or re-register with new content) an artifact; validates everything first."""
+    if not artifact or any(ch.isspace() for ch in artifact) or ":" in artifact:
+        raise ValueError(f"artifact id {artifact!r} must be non-empty with no spaces or colons")
+    if kind not in ARTIFACT_KINDS:
+        raise ValueError(f"kind {kind!r} is not one of {', '.join(ARTIFACT_KINDS)}")
+    if kind == "attention_backend" and not backend:
+        raise ValueError("an attention_backend artifact must name its backend (--backend)")
+    if (op is None) != (entry is None):
+        raise ValueError("--op and --entry go together: the operation and the kernel entry that implements it")
+    if op is not None:
+        from registry.kernels.ops import get_operation, resolve_entry
+
+        get_operation(op)
+        resolve_entry(entry)
+    current_contract(registry, workload)
+    if payload_sha256 is not None:
+        if payload is not None or len(payload_sha256) != 64 or set(payload_sha256) - set("0123456789abcdef"):
+            raise ValueError("payload_sha256 must be 64 lowercase hex digits, given instead of a payload file")
+        digest = payload_sha256
+    elif payload is not None:
+        digest = file_sha256(payload)
+    elif entry is not None:
+        digest = entry_sha256(entry)
+    else:
+        digest = None
+    stream = artifact_stream(artifact)
+    existing = [e for e in registry.store.read_stream(stream) if e.type == "ArtifactRegistered"]
+    if existing:
+        first = existing[0].payload
+        if first["workload"] != workload or first["kind"] != kind:
+            raise ValueError(
+                f"artifact {artifact} is registered as a {first['kind']} of workload {first['workload']}; "
+                "register a new id instead"
+            )
+        if existing[-1].payload["payload_sha256"] == digest and existing[-1].payload["entry"] == entry \
+                and existing[-1].payload["backend"] == backend:
+            return Registration(artifact, digest, False)
+    event = ArtifactRegistered(artifact=artifact, kind=kind, workload=workload, payload_sha256=digest,
+                               backend=backend, op=op, entry=entry)
+    registry.store.append(stream, [NewEvent(event.type, event)], expected_version=registry.store.stream_version(stream),
+                          actor=registry.actor)
+    return Registration(artifact, digest, True)
+
+
+def registration(registry: Registry, artifact: str) -> dict:
+    """The artifact's latest registration payload, or a one-line error."""
+    found = [e for e in registry.store.read_stream(artifact_stream(artifact)) if e.type == "ArtifactRegistered"]
+    if not found:
+        raise ValueError(f"unknown artifact {artifact!r} (register it with `registry artifact register`)")
+    return found[-1].payload

@@ -1,0 +1,98 @@
+"""Commands that decide: promote, approve, revoke, what-if."""
+from __future__ import annotations
+
+import sys
+
+import click
+
+from .main import Session, pass_session
+from .output import emit_json, say, table
+
+EXIT_NOT_PROMOTED = 3
+
+
+def print_verdict(artifact: str, verdict: dict) -> None:
+    say(f"{artifact}: {verdict['decision'].upper()} (tier {verdict['tier']}, rule {verdict['rule']})")
+    for reason in verdict["reasons"]:
+        say(f"  - {reason}")
+    if verdict["margins"]:
+        table(None, ["metric", "value", "threshold", "margin", "passed"],
+              ((m["metric"], f"{m['value']:.6g}", f"{m['threshold']:.6g}", f"{m['margin']:+.6g}", m["passed"])
+               for m in verdict["margins"]))
+    if verdict["speedup"] is not None:
+        ci = verdict["speedup_ci"]
+        ci_text = f" (95% CI {ci[0]:.3f}-{ci[1]:.3f})" if ci else ""
+        say(f"  speedup {verdict['speedup']:.3f}x{ci_text}")
+    say(f"  evidence: {', '.join(verdict['evidence_ids']) or 'none'}")
+
+
+@click.command()
+@click.argument("artifact_id")
+@click.option("--json", "as_json", is_flag=True, help="Print the verdict as JSON.")
+@pass_session
+def promote(session: Session, artifact_id: str, as_json: bool) -> None:
+    """Run the gate on ARTIFACT_ID's latest evidence and record the verdict.
+
+    Exit 0 when promoted, 3 for any other verdict, 1 on invalid input.
+    """
+    from registry.app.decisions import promote as run_promote
+
+    outcome = run_promote(session.open(), artifact_id)
+    verdict = outcome.verdict
+    if as_json:
+        emit_json({**verdict, "artifact": artifact_id, "appended": outcome.appended,
+                   "contract_version": outcome.contract_version, "evidence": verdict["evidence_ids"]})
+    else:
+        print_verdict(artifact_id, verdict)
+        if not outcome.appended:
+            say("  (standing verdict: promoted and rejected are final for this payload)")
+    if verdict["decision"] != "promoted":
+        sys.exit(EXIT_NOT_PROMOTED)
+
+
+def _human(action: str):
+    @click.command(action)
+    @click.argument("artifact_id")
+    @click.option("--reason", required=True, help="Why (required, recorded with your name).")
+    @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+    @pass_session
+    def command(session: Session, artifact_id: str, reason: str, as_json: bool) -> None:
+        from registry.app.decisions import human_decision
+
+        registry = session.open()
+        position = human_decision(registry, artifact_id, action, reason)
+        if as_json:
+            emit_json({"artifact": artifact_id, "action": action, "person": registry.actor, "position": position})
+        else:
+            say(f"{artifact_id}: {action} recorded by {registry.actor} at position {position}")
+
+    command.help = {
+        "approve": "Promote an advisory-tier ARTIFACT_ID by a named person's decision.",
+        "revoke": "End ARTIFACT_ID's promotion or rejection; it is held until new evidence and a new verdict.",
+    }[action]
+    return command
+
+
+@click.command("what-if")
+@click.argument("manifest", type=click.Path(dir_okay=False))
+@click.option("--json", "as_json", is_flag=True, help="Print every artifact's outcome as JSON.")
+@pass_session
+def what_if(session: Session, manifest: str, as_json: bool) -> None:
+    """Decide every artifact of MANIFEST's workload again under it, appending nothing."""
+    from registry.app.decisions import what_if as run_what_if
+    from registry.contracts import load_manifest
+
+    outcomes = run_what_if(session.open(), load_manifest(manifest))
+    if as_json:
+        emit_json([outcome.to_dict() for outcome in outcomes])
+        return
+    changed = [o for o in outcomes if o.changed]
+    say(f"{len(changed)} of {len(outcomes)} decisions would change")
+    table(None, ["artifact", "now", "would be", "rule", "margin that moved"],
+          ((o.artifact, o.old_decision, o.new_decision, o.new_rule,
+            "; ".join(f"{m['metric']} {m['old_margin'] if m['old_margin'] is None else format(m['old_margin'], '+.4g')}"
+                      f" -> {m['new_margin']:+.4g}" for m in o.moved_margins))
+           for o in changed))
+
+
+COMMANDS = [promote, _human("approve"), _human("revoke"), what_if]

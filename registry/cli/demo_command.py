@@ -1,0 +1,86 @@
+"""`registry demo`: the whole campaign on a fresh embedded registry."""
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import click
+
+from .main import Session, pass_session
+from .output import emit_json, say, table
+from .progress import progress_bar
+
+DEMO_DB = "demo.db"
+
+
+@click.command()
+@click.option("--fresh", is_flag=True, help="Delete demo.db and start over.")
+@click.option("--runs", type=click.IntRange(min=2), default=10, show_default=True,
+              help="Timed ABBA pairs per candidate (also the contract's runs_per_arm; even).")
+@click.option("--warmup", type=click.IntRange(min=0), default=2, show_default=True, help="Untimed warm-up pairs.")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), default="demo-out", show_default=True,
+              help="Where the HTML report and frame strips go.")
+@click.option("--lpips-backbone", type=click.Path(exists=True, dir_okay=False),
+              envvar="REGISTRY_LPIPS_BACKBONE", help="AlexNet backbone weights; LPIPS is gated only with one.")
+@click.option("--check", is_flag=True, help="Exit 1 if any decision differs from the demo's expectation.")
+@click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
+@pass_session
+def demo(session: Session, fresh: bool, runs: int, warmup: int, out_dir: str, lpips_backbone: str | None,
+         check: bool, as_json: bool) -> None:
+    """Run a real campaign: a tiny video DiT, five candidates, every kind of verdict.
+
+    Uses demo.db in the current directory unless --db is given.
+    """
+    if runs % 2:
+        raise ValueError(f"--runs {runs} must be even: the paired protocol interleaves BC and CB pairs")
+    from registry.app import open_registry
+    from registry.app.campaign import check_expectations, run_campaign
+    from registry.projections import Projections
+    from registry.projections.report import build_report, report_html
+
+    url = session.url or os.environ.get("REGISTRY_DATABASE_URL") or f"sqlite:///{DEMO_DB}"
+    if fresh:
+        if not url.startswith("sqlite:///"):
+            raise ValueError("--fresh only deletes an SQLite demo database; point --db at a new database instead")
+        for suffix in ("", "-wal", "-shm"):
+            Path(url.removeprefix("sqlite:///") + suffix).unlink(missing_ok=True)
+    registry = open_registry(url, actor=session.actor, create=True)
+    out = Path(out_dir)
+    log = (lambda _text: None) if as_json else say
+    rows = run_campaign(registry, out, runs=runs, warmup=warmup, lpips_backbone=lpips_backbone,
+                        progress_factory=progress_bar, log=log)
+    state = Projections(registry.store).state()
+    (out / "report.html").write_text(report_html(build_report(state), state), encoding="utf-8")
+    import torch
+
+    problems = check_expectations(rows, on_gpu=torch.cuda.is_available())
+    if as_json:
+        emit_json({"database": url, "rows": [row.to_dict() for row in rows], "problems": problems,
+                   "report": str(out / "report.html")})
+    else:
+        table("demo campaign", ["artifact", "kind", "decision", "speedup (95% CI)", "worst SSIM (margin)", "deciding reason"],
+              (_cells(row) for row in rows))
+        say(f"\nreport: {out / 'report.html'}; frame strips: {out}/*.png")
+        say("look further:")
+        say(f"  registry --db {url} show step-cache")
+        say(f"  registry --db {url} history lossy-skip")
+        say(f"  registry --db {url} report --format table")
+        say(f"  registry --db {url} replay --verify")
+    if check and problems:
+        for problem in problems:
+            click.echo(f"unexpected: {problem}", err=True)
+        sys.exit(1)
+
+
+def _cells(row) -> tuple:
+    verdict = row.verdict
+    speed = "-"
+    if verdict["speedup"] is not None:
+        ci = verdict["speedup_ci"]
+        speed = f"{verdict['speedup']:.2f}x" + (f" ({ci[0]:.2f}-{ci[1]:.2f})" if ci else "")
+    ssim = "-" if row.worst_ssim is None else f"{row.worst_ssim:.4f} ({row.ssim_margin:+.4f})"
+    return (row.artifact, row.kind, verdict["decision"], speed, ssim, row.reason)
+
+
+COMMANDS = [demo]

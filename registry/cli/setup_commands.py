@@ -1,0 +1,93 @@
+"""Commands that declare what is being decided about: workloads, frame sets, artifacts."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from registry.events.types import ARTIFACT_KINDS
+
+from .main import Session, pass_session
+from .output import emit_json, say
+
+
+@click.group()
+def workload() -> None:
+    """Workload contracts (YAML manifests)."""
+
+
+@workload.command("declare")
+@click.argument("manifest", type=click.Path(dir_okay=False))
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@pass_session
+def workload_declare(session: Session, manifest: str, as_json: bool) -> None:
+    """Declare a workload contract from MANIFEST; new content appends a new version."""
+    from registry.app.workloads import declare_workload
+    from registry.contracts import load_manifest
+
+    contract = load_manifest(manifest)
+    declared = declare_workload(session.open(), contract)
+    result = {"workload": contract.workload, "contract_version": declared.version,
+              "contract_hash": declared.content_hash, "appended": declared.appended}
+    if as_json:
+        emit_json(result)
+    else:
+        state = "declared" if declared.appended else "unchanged"
+        say(f"workload {contract.workload} {state}: contract version {declared.version} ({declared.content_hash[:12]})")
+
+
+@click.group()
+def artifact() -> None:
+    """Candidate artifacts."""
+
+
+@artifact.command("register")
+@click.argument("artifact_id")
+@click.option("--workload", "workload_id", required=True, help="The workload whose contract judges it.")
+@click.option("--kind", required=True, type=click.Choice(ARTIFACT_KINDS), help="What sort of artifact it is.")
+@click.option("--backend", help="The backend it claims to run (required for attention_backend).")
+@click.option("--payload", type=click.Path(exists=True, dir_okay=False), help="File whose sha256 identifies its content.")
+@click.option("--op", help="Built-in operation it implements (see `registry kernels`).")
+@click.option("--entry", help="module:function of the kernel entry point.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@pass_session
+def artifact_register(session: Session, artifact_id: str, workload_id: str, kind: str, backend: str | None,
+                      payload: str | None, op: str | None, entry: str | None, as_json: bool) -> None:
+    """Register ARTIFACT_ID as a candidate for a workload."""
+    from registry.app.workloads import register_artifact
+
+    done = register_artifact(session.open(), artifact_id, workload=workload_id, kind=kind, backend=backend,
+                             payload=payload, op=op, entry=entry)
+    if as_json:
+        emit_json({"artifact": done.artifact, "payload_sha256": done.payload_sha256, "appended": done.appended})
+    else:
+        state = "registered" if done.appended else "already registered with this content"
+        say(f"artifact {artifact_id} {state} (payload {str(done.payload_sha256)[:12]})")
+
+
+@click.group()
+def frames() -> None:
+    """Reference frame sets (named, seeded, identified by the hash of their pixels)."""
+
+
+@frames.command("register")
+@click.argument("name")
+@click.argument("path", type=click.Path(exists=True))
+@click.option("--seed", type=int, required=True, help="The fixed seed the frames were generated with.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@pass_session
+def frames_register(session: Session, name: str, path: str, seed: int, as_json: bool) -> None:
+    """Register the frames at PATH (.npy, .npz or a directory of PNGs) as frame set NAME."""
+    from registry.app.frames import register_frames
+    from registry.evidence.frames import load_frames
+
+    payload, appended = register_frames(session.open(), name, load_frames(path), seed, source=str(Path(path).resolve()))
+    if as_json:
+        emit_json({**payload, "appended": appended})
+    else:
+        state = "registered" if appended else "already registered with these pixels"
+        say(f"frame set {name} {state}: {payload['frames']} frames {payload['height']}x{payload['width']}, "
+            f"sha256 {payload['sha256'][:12]}")
+
+
+COMMANDS = [workload, artifact, frames]

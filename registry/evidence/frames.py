@@ -1,0 +1,245 @@
+"""Loading and validating the video frames that perceptual metrics compare.
+
+Frames are ``[frames, height, width, 3]`` RGB arrays. A metric is only as
+good as its inputs, so anything that is not unambiguously an RGB picture with
+values in a known range is refused with a one-line :class:`FrameError` instead
+of being scored (DESIGN.md, "Perceptual harness": bad frames are an error, not
+a score). In particular nothing is rescaled by guesswork: floats must already
+lie in ``[0, 1]`` and unsigned integers are scaled by their dtype's maximum
+(``uint8`` by 255), the only two conventions with a declared data range.
+"""
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+# Wang et al. (2004) use an 11x11 Gaussian window; a frame smaller than the
+# window has no valid region to average SSIM over.
+WINDOW = 11
+
+# Version tag hashed into every frames digest, so that a change to the
+# digest's definition can never collide with digests made under the old one.
+_DIGEST_TAG = b"registry.frames-digest/1"
+
+
+class FrameError(ValueError):
+    """Frames that cannot be measured; the message names the problem in one line."""
+
+
+def _as_array(data: Any, what: str) -> np.ndarray:
+    try:
+        return np.asarray(data)
+    except ValueError as exc:  # ragged nested lists
+        raise FrameError(f"{what} frames are not a rectangular array: {exc}") from None
+
+
+def _check_dtype(arr: np.ndarray, what: str) -> None:
+    if np.issubdtype(arr.dtype, np.unsignedinteger) or np.issubdtype(arr.dtype, np.floating):
+        return
+    if np.issubdtype(arr.dtype, np.signedinteger):
+        raise FrameError(
+            f"{what} frames have signed integer dtype {arr.dtype}; expected float in [0, 1] "
+            "or an unsigned integer dtype (no data range is declared for signed pixels)"
+        )
+    raise FrameError(
+        f"{what} frames have dtype {arr.dtype}; expected float in [0, 1] or an unsigned integer dtype"
+    )
+
+
+def _describe_channels(channels: int) -> str:
+    if channels == 1:
+        return "grey (1 channel)"
+    if channels == 4:
+        return "RGBA (4 channels)"
+    return f"{channels} channels"
+
+
+def _check_values(arr: np.ndarray, what: str) -> None:
+    """Floats must be finite and inside [0, 1]; unsigned integers always are."""
+    if not np.issubdtype(arr.dtype, np.floating):
+        return
+    finite = np.isfinite(arr)
+    if not finite.all():
+        bad = np.argwhere(~finite)[0]
+        value = arr[tuple(bad)]
+        kind = "NaN" if np.isnan(value) else "inf"
+        raise FrameError(
+            f"{what} frames contain {kind} ({int((~finite).sum())} non-finite values; "
+            f"first at index {tuple(int(i) for i in bad)})"
+        )
+    low, high = float(arr.min()), float(arr.max())
+    if low < 0.0 or high > 1.0:
+        raise FrameError(
+            f"{what} frames have float values in [{low!r}, {high!r}], outside [0, 1] "
+            "(float frames must already be scaled to [0, 1])"
+        )
+
+
+def _check_size(height: int, width: int, what: str, unit: str) -> None:
+    if height < WINDOW or width < WINDOW:
+        raise FrameError(
+            f"{what} {unit} are {height}x{width}, smaller than the {WINDOW}x{WINDOW} SSIM window"
+        )
+
+
+def _checked_frames(data: Any, what: str) -> np.ndarray:
+    """All of the rules for a ``[frames, height, width, 3]`` array, without converting it."""
+    arr = _as_array(data, what)
+    _check_dtype(arr, what)
+    if arr.ndim == 3:
+        raise FrameError(
+            f"{what} frames are a 3-D array {arr.shape}: grey frames [frames, height, width] "
+            "(or one frame) where RGB frames [frames, height, width, 3] are expected"
+        )
+    if arr.ndim != 4:
+        raise FrameError(
+            f"{what} frames have rank {arr.ndim} {arr.shape}; expected 4-D [frames, height, width, 3]"
+        )
+    if arr.shape[-1] != 3:
+        raise FrameError(
+            f"{what} frames are {_describe_channels(arr.shape[-1])} {arr.shape} where RGB (3 channels) is expected"
+        )
+    if arr.shape[0] == 0:
+        raise FrameError(f"{what} frames: zero frames {arr.shape}")
+    _check_size(arr.shape[1], arr.shape[2], what, "frames")
+    _check_values(arr, what)
+    return arr
+
+
+def _to_unit_float(arr: np.ndarray) -> np.ndarray:
+    if np.issubdtype(arr.dtype, np.unsignedinteger):
+        return arr.astype(np.float64) / float(np.iinfo(arr.dtype).max)
+    return np.asarray(arr, dtype=np.float64)
+
+
+def validate_frames(data: Any, what: str = "candidate") -> np.ndarray:
+    """Return ``[frames, height, width, 3]`` float64 frames in [0, 1], or raise :class:`FrameError`.
+
+    Accepts arrays and nested lists. ``what`` names the input in the message
+    ("reference", "candidate"). A float64 input is returned without a copy.
+    """
+    return _to_unit_float(_checked_frames(data, what))
+
+
+def validate_frame(data: Any, what: str = "candidate") -> np.ndarray:
+    """Return one ``[height, width, 3]`` frame as float64 in [0, 1], or raise :class:`FrameError`."""
+    arr = _as_array(data, what)
+    _check_dtype(arr, what)
+    if arr.ndim == 2:
+        raise FrameError(
+            f"{what} frame is a 2-D grey array {arr.shape} where an RGB frame [height, width, 3] is expected"
+        )
+    if arr.ndim != 3:
+        raise FrameError(f"{what} frame has rank {arr.ndim} {arr.shape}; expected 3-D [height, width, 3]")
+    if arr.shape[-1] != 3:
+        raise FrameError(
+            f"{what} frame is {_describe_channels(arr.shape[-1])} {arr.shape} where RGB (3 channels) is expected"
+        )
+    _check_size(arr.shape[0], arr.shape[1], what, "frame")
+    _check_values(arr, what)
+    return _to_unit_float(arr)
+
+
+def check_pair(reference: np.ndarray, candidate: np.ndarray) -> None:
+    """Refuse a reference/candidate pair whose frame count or frame shape differ, naming both."""
+    ref_shape, cand_shape = tuple(np.shape(reference)), tuple(np.shape(candidate))
+    if ref_shape[:1] != cand_shape[:1]:
+        raise FrameError(
+            f"frame count mismatch: reference has {ref_shape[0]} frames {ref_shape}, "
+            f"candidate has {cand_shape[0]} frames {cand_shape}"
+        )
+    if ref_shape != cand_shape:
+        raise FrameError(f"frame shape mismatch: reference {ref_shape}, candidate {cand_shape}")
+
+
+def frames_digest(data: Any) -> str:
+    """SHA-256 of the decoded pixels, their dtype and their shape, as ``sha256:<hex>``.
+
+    The hash covers, in order: the tag ``registry.frames-digest/1``, a newline,
+    ``dtype=<numpy dtype name> shape=<d0>x<d1>x<d2>x<d3>``, a newline, then the
+    pixels in C order as little-endian bytes. The pixels are hashed as given
+    (e.g. the uint8 values decoded from PNG), not after scaling to [0, 1], so
+    the digest names exactly the data that was measured and does not depend
+    on the machine's byte order or the array's memory layout. The frames must
+    pass :func:`validate_frames`.
+    """
+    arr = _checked_frames(data, "digested")
+    little = arr.dtype.newbyteorder("<")
+    digest = hashlib.sha256()
+    digest.update(_DIGEST_TAG + b"\n")
+    shape = "x".join(str(d) for d in arr.shape)
+    digest.update(f"dtype={little.name} shape={shape}\n".encode("ascii"))
+    for frame in arr:
+        digest.update(np.ascontiguousarray(frame, dtype=little).tobytes())
+    return f"sha256:{digest.hexdigest()}"
+
+
+def _load_png(path: Path) -> np.ndarray:
+    from PIL import Image
+
+    with Image.open(path) as image:
+        if image.mode == "P":
+            # A palette image stores RGB(A) colours by index; expanding the
+            # palette is the lossless decode, not a conversion.
+            image = image.convert("RGBA" if "transparency" in image.info else "RGB")
+        elif image.mode not in ("RGB", "RGBA", "L", "LA", "I;16"):
+            raise FrameError(f"PNG frame {path.name} has unsupported mode {image.mode}")
+        return np.asarray(image)
+
+
+def _load_png_directory(directory: Path) -> np.ndarray:
+    files = sorted(p for p in directory.iterdir() if p.is_file() and p.suffix.lower() == ".png")
+    if not files:
+        raise FrameError(f"frames directory {directory} holds no .png files")
+    frames = [_load_png(files[0])]
+    for path in files[1:]:
+        frame = _load_png(path)
+        if frame.shape != frames[0].shape or frame.dtype != frames[0].dtype:
+            raise FrameError(
+                f"PNG frames differ: {files[0].name} is {frames[0].shape} {frames[0].dtype}, "
+                f"{path.name} is {frame.shape} {frame.dtype}"
+            )
+        frames.append(frame)
+    return np.stack(frames)
+
+
+def _load_npz(path: Path) -> np.ndarray:
+    with np.load(path, allow_pickle=False) as archive:
+        names = list(archive.files)
+        if "frames" in names:
+            return archive["frames"]
+        if len(names) == 1:
+            return archive[names[0]]
+        raise FrameError(
+            f"{path.name} holds {len(names)} arrays ({', '.join(names)}) and none is named 'frames'"
+        )
+
+
+def load_frames(path: str | Path) -> np.ndarray:
+    """Load frames from ``.npy``, ``.npz`` (one array, or one named ``frames``) or a directory of PNGs.
+
+    PNG files are read in name order with Pillow. The decoded pixels are
+    returned as stored (no scaling); pass them through :func:`validate_frames`
+    before measuring and :func:`frames_digest` to identify them.
+    """
+    path = Path(path)
+    if path.is_dir():
+        return _load_png_directory(path)
+    if not path.is_file():
+        raise FrameError(f"frames path {path} does not exist")
+    suffix = path.suffix.lower()
+    try:
+        if suffix == ".npy":
+            return np.load(path, allow_pickle=False)
+        if suffix == ".npz":
+            return _load_npz(path)
+    except (OSError, ValueError) as exc:
+        if isinstance(exc, FrameError):
+            raise
+        raise FrameError(f"cannot read frames from {path.name}: {exc}") from None
+    raise FrameError(
+        f"unsupported frames file {path.name} (expected .npy, .npz or a directory of .png files)"
+    )

@@ -1,0 +1,212 @@
+"""The fold: events in position order -> RegistryState. No I/O.
+
+Rules (DESIGN.md, "Events" and "Decisions"):
+- Evidence, failures, verdicts and human decisions are scoped to the payload
+  hash they name. An event for another payload than the artifact's current
+  one (a late result for a replaced payload) changes no current field; a
+  verdict still enters the artifact's verdict history, marked with its hash.
+- A re-registration with a new payload hash starts over: evidence, failures,
+  verdict fields and the human decision are reset, decision `registered`.
+- The latest of (verdict, human decision) sets `decision`: approve ->
+  `promoted`, revoke -> `held` and the evidence scope restarts, so the
+  artifact stays held until new evidence and a new verdict.
+- Any later evidence for the same payload clears the open failures: the stage
+  that failed has since produced something.
+- An event the fold cannot place (evidence for an artifact never registered,
+  a payload naming another stream's subject, an unknown type, positions out of
+  order) raises ProjectionError naming its position: the state is never
+  guessed.
+
+Evidence items are attached lazily: within one `fold` call only the latest
+evidence event of each kind per artifact is decoded (see log.py).
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Iterable
+
+from registry.events.store import StoredEvent
+
+from .log import EVIDENCE_KIND_BY_TYPE, LogEvent
+from .state import ProjectionError, RegistryState, describe, new_artifact, restart_evidence, start_payload, tightest
+
+Pending = dict[tuple[str, str], LogEvent]
+ARTIFACT_PREFIX = "artifact:"
+
+
+def apply(state: RegistryState, event: StoredEvent | LogEvent) -> RegistryState:
+    """Fold one event into `state` (updated in place and returned)."""
+    return fold(state, (event,))
+
+
+def fold(state: RegistryState, events: Iterable[StoredEvent | LogEvent]) -> RegistryState:
+    """Fold events, in position order, into `state` (updated in place and returned)."""
+    pending: Pending = {}
+    handlers = HANDLERS
+    for event in events:
+        if type(event) is not LogEvent:
+            event = LogEvent.from_stored(event)
+        if event.position <= state.position:
+            raise ProjectionError(
+                f"event at position {event.position} arrives after position {state.position}: the log must be folded in order"
+            )
+        handler = handlers.get(event.type)
+        if handler is None:
+            raise ProjectionError(f"event at position {event.position}: no projection handles type {event.type!r}")
+        try:
+            handler(state, event, pending)
+        except (KeyError, TypeError, AttributeError) as exc:
+            raise ProjectionError(
+                f"event at position {event.position} ({event.type}) cannot be folded: malformed payload ({exc!r})"
+            ) from None
+        state.position = event.position
+    _attach_items(state, pending)
+    return state
+
+
+def _attach_items(state: RegistryState, pending: Pending) -> None:
+    for (artifact_id, kind), event in pending.items():
+        entry = state.artifacts[artifact_id]["evidence"].get(kind)
+        if entry is None or entry["position"] != event.position:
+            continue  # superseded by a revoke or a new payload after it
+        try:
+            named, item = event.payload["artifact"], event.payload["item"]
+        except (KeyError, TypeError) as exc:
+            raise ProjectionError(
+                f"event at position {event.position} ({event.type}) cannot be folded: malformed payload ({exc!r})"
+            ) from None
+        _same_subject(event, named, artifact_id)
+        entry["item"] = item
+
+
+def _same_subject(event: LogEvent, named: str, expected: str) -> None:
+    if named != expected:
+        raise ProjectionError(
+            f"event at position {event.position} ({event.type}) in stream {event.stream} names {named!r}"
+        )
+
+
+def _artifact(state: RegistryState, event: LogEvent) -> dict[str, Any]:
+    stream = event.stream
+    if not stream.startswith(ARTIFACT_PREFIX):
+        raise ProjectionError(f"event at position {event.position} ({event.type}) is in stream {stream}, not an artifact stream")
+    found = state.artifacts.get(stream[len(ARTIFACT_PREFIX):])
+    if found is None:
+        raise ProjectionError(
+            f"event at position {event.position} ({event.type}) is for artifact "
+            f"{stream[len(ARTIFACT_PREFIX):]!r}, which was never registered"
+        )
+    found["last_position"] = event.position
+    return found
+
+
+def _registered(state: RegistryState, event: LogEvent, pending: Pending) -> None:
+    payload = event.payload
+    artifact_id = payload["artifact"]
+    _same_subject(event, ARTIFACT_PREFIX + artifact_id, event.stream)
+    current = state.artifacts.get(artifact_id)
+    if current is None:
+        state.artifacts[artifact_id] = new_artifact(payload, event.position)
+        return
+    current["last_position"] = event.position
+    describe(current, payload)
+    if payload.get("payload_sha256") != current["payload_sha256"]:
+        start_payload(current, payload.get("payload_sha256"), event.position)
+
+
+def _evidence(state: RegistryState, event: LogEvent, pending: Pending) -> None:
+    artifact = _artifact(state, event)
+    if event.scope != artifact["payload_sha256"]:
+        return
+    kind = EVIDENCE_KIND_BY_TYPE[event.type]
+    artifact["evidence"][kind] = {"event_id": event.event_id, "position": event.position, "item": None}
+    artifact["evidence_counts"][kind] += 1
+    if artifact["open_failures"]:
+        artifact["open_failures"] = []
+    pending[(artifact["artifact"], kind)] = event
+
+
+def _failed(state: RegistryState, event: LogEvent, pending: Pending) -> None:
+    artifact = _artifact(state, event)
+    payload = event.payload
+    _same_subject(event, payload["artifact"], artifact["artifact"])
+    if payload["payload_sha256"] != artifact["payload_sha256"]:
+        return
+    artifact["open_failures"].append(
+        {"event_id": event.event_id, "position": event.position, "stage": payload["stage"], "error": payload["error"]}
+    )
+
+
+def _verdict(state: RegistryState, event: LogEvent, pending: Pending) -> None:
+    artifact = _artifact(state, event)
+    payload = event.payload
+    _same_subject(event, payload["artifact"], artifact["artifact"])
+    verdict = payload["verdict"]
+    artifact["verdicts"].append({
+        "position": event.position, "event_id": event.event_id, "decision": verdict["decision"],
+        "rule": verdict["rule"], "recorded_at": event.recorded_at,
+        "payload_sha256": payload["payload_sha256"], "contract_version": payload["contract_version"],
+    })
+    if payload["payload_sha256"] != artifact["payload_sha256"]:
+        return
+    margins = verdict["margins"]
+    artifact.update(
+        decision=verdict["decision"], decided_by="gate", tier=verdict["tier"], rule=verdict["rule"],
+        reasons=verdict["reasons"], margins=margins, tightest_margin=tightest(margins),
+        speedup=verdict["speedup"], speedup_ci=verdict["speedup_ci"], verdict=verdict,
+        verdict_event_id=event.event_id, verdict_position=event.position,
+        contract_version=payload["contract_version"],
+    )
+
+
+HUMAN_DECISION = {"approve": "promoted", "revoke": "held"}
+
+
+def _human(state: RegistryState, event: LogEvent, pending: Pending) -> None:
+    artifact = _artifact(state, event)
+    payload = event.payload
+    _same_subject(event, payload["artifact"], artifact["artifact"])
+    if payload["payload_sha256"] != artifact["payload_sha256"]:
+        return
+    action = payload["action"]
+    if action not in HUMAN_DECISION:
+        raise ProjectionError(f"event at position {event.position}: unknown human action {action!r}")
+    artifact["human"] = {
+        "action": action, "person": payload["person"], "reason": payload["reason"],
+        "event_id": event.event_id, "position": event.position,
+    }
+    artifact["decision"] = HUMAN_DECISION[action]
+    artifact["decided_by"] = "human"
+    if action == "revoke":
+        restart_evidence(artifact)
+
+
+def _workload(state: RegistryState, event: LogEvent, pending: Pending) -> None:
+    payload = event.payload
+    workload_id = payload["workload"]
+    _same_subject(event, f"workload:{workload_id}", event.stream)
+    current = state.workloads.setdefault(workload_id, {"workload": workload_id, "versions": []})
+    current.update(
+        contract_version=payload["contract_version"], contract_hash=payload["contract_hash"],
+        contract=payload["contract"], last_position=event.position,
+    )
+    current["versions"].append(
+        {"version": payload["contract_version"], "hash": payload["contract_hash"], "position": event.position}
+    )
+
+
+def _frameset(state: RegistryState, event: LogEvent, pending: Pending) -> None:
+    payload = event.payload
+    _same_subject(event, f"frameset:{payload['name']}", event.stream)
+    state.framesets[payload["name"]] = {**payload, "position": event.position}
+
+
+Handler = Callable[[RegistryState, LogEvent, Pending], None]
+HANDLERS: dict[str, Handler] = {
+    "ArtifactRegistered": _registered,
+    "EvaluationFailed": _failed,
+    "VerdictRendered": _verdict,
+    "HumanDecision": _human,
+    "WorkloadDeclared": _workload,
+    "FrameSetRegistered": _frameset,
+    **{name: _evidence for name in EVIDENCE_KIND_BY_TYPE},
+}

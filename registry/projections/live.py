@@ -1,0 +1,263 @@
+"""Persisted read models, caught up from their checkpoint before every read.
+
+Strategy (docs/projections.md): a read first folds any events recorded
+after the checkpoint into the rows they touch and commits those rows together
+with the new checkpoint, so every answer reflects the whole log at the moment
+it was asked, with no background process to run or to fall behind.
+
+Concurrency is optimistic: events are read and folded outside any write
+transaction; the write transaction then moves the checkpoint only if it
+still holds the position the fold started from (`UPDATE ... WHERE position =
+old`). A catch-up that lost the race rolls back everything it would have
+written and starts again from the new checkpoint, so two catch-ups can never
+both apply the same events. On SQLite the write transaction begins with
+`BEGIN IMMEDIATE` (the writer lock up front); on Postgres the UPDATE takes
+the checkpoint row's lock and re-checks its WHERE clause after any concurrent
+writer commits.
+"""
+from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import Any, Iterator
+
+from sqlalchemy import Connection, bindparam, func, insert, select, update
+from sqlalchemy.exc import IntegrityError
+
+from registry.events.schema import EventRow
+from registry.events.store import EventStore
+
+from .fold import ARTIFACT_PREFIX, fold
+from .log import PAGE, read_log
+from .rows import MODELS, load_state
+from .schema import ProjectionCheckpoint
+from .state import ProjectionError, RegistryState
+
+CHECKPOINT = ProjectionCheckpoint.__table__
+CHECKPOINT_NAME = "log"
+MAX_ATTEMPTS = 8
+LOAD_CHUNK = 500
+STREAM_MODEL = {ARTIFACT_PREFIX: "artifacts", "workload:": "workloads", "frameset:": "framesets"}
+
+
+@contextmanager
+def snapshot(engine) -> Iterator[Connection]:
+    """One read transaction that sees a single committed state of every table.
+
+    SQLite's WAL readers already see one snapshot per transaction; Postgres
+    needs REPEATABLE READ for that (READ COMMITTED re-snapshots per statement).
+    """
+    with engine.connect() as conn:
+        if engine.dialect.name == "postgresql":
+            conn = conn.execution_options(isolation_level="REPEATABLE READ")
+        with conn.begin():
+            yield conn
+
+
+def read_checkpoint(conn: Connection) -> int | None:
+    return conn.execute(select(CHECKPOINT.c.position).where(CHECKPOINT.c.name == CHECKPOINT_NAME)).scalar()
+
+
+def read_live(conn: Connection) -> RegistryState:
+    """Every live row, as a RegistryState at the checkpoint (call inside `snapshot`)."""
+    state = RegistryState(position=read_checkpoint(conn) or 0)
+    for model, (table, key, _) in MODELS.items():
+        target = getattr(state, model)
+        for row in conn.execute(select(table.c[key], table.c.state)):
+            target[row[0]] = load_state(row[1])
+    return state
+
+
+def check_position(store: EventStore, as_of: Any) -> int:
+    """An as-of position must be a position the log has reached."""
+    if isinstance(as_of, bool) or not isinstance(as_of, int) or as_of < 0:
+        raise ValueError(f"as-of position must be a non-negative integer, got {as_of!r}")
+    head = store.head_position()
+    if as_of > head:
+        raise ValueError(f"as-of position {as_of} is beyond the log's head {head}")
+    return as_of
+
+
+def fold_log(store: EventStore, up_to: int, stream: str | None = None) -> RegistryState:
+    """A fresh fold of the log (or one stream of it) up to and including `up_to`, in memory."""
+    state = fold(RegistryState(), read_log(store.engine, after=0, up_to=up_to, stream=stream))
+    state.position = up_to
+    return state
+
+
+class Projections:
+    """The registry's read side: live read models, and as-of answers folded from the log."""
+
+    def __init__(self, store: EventStore):
+        self.store = store
+        self.engine = store.engine
+
+    # -- keeping the read models current -----------------------------------------
+
+    def catch_up(self) -> int:
+        """Fold events after the checkpoint into the read models; return the new checkpoint (the head)."""
+        for _ in range(MAX_ATTEMPTS):
+            with self.engine.connect() as conn:
+                checkpoint = read_checkpoint(conn)
+                head = conn.execute(select(func.max(EventRow.__table__.c.position))).scalar() or 0
+            start = checkpoint or 0
+            if start == head:
+                return head
+            if start > head:
+                raise ProjectionError(
+                    f"projection checkpoint {start} is ahead of the log's head {head}: "
+                    "the read models belong to another log (rebuild them with Projections.reset)"
+                )
+            if self._advance(checkpoint, head):
+                return head
+        raise ProjectionError(f"could not catch up after {MAX_ATTEMPTS} attempts: other catch-ups kept moving the checkpoint")
+
+    def reset(self) -> int:
+        """Replace every read-model row with a fresh fold of the whole log; return its position."""
+        for _ in range(MAX_ATTEMPTS):
+            head = self.store.head_position()
+            state = fold_log(self.store, head)
+            with self._writer() as conn:
+                for table, _, _ in MODELS.values():
+                    conn.execute(table.delete())
+                conn.execute(CHECKPOINT.delete())
+                conn.execute(insert(CHECKPOINT).values(name=CHECKPOINT_NAME, position=head))
+                for model, (table, _, to_row) in MODELS.items():
+                    rows = [to_row(value) for value in getattr(state, model).values()]
+                    if rows:
+                        conn.execute(insert(table), rows)
+                if self.store.head_position() == head:
+                    return head
+                conn.rollback()  # the log moved while we folded: fold again
+        raise ProjectionError(f"could not reset the read models after {MAX_ATTEMPTS} attempts: the log kept moving")
+
+    @contextmanager
+    def _writer(self) -> Iterator[Connection]:
+        with self.engine.connect() as conn:
+            conn = conn.execution_options(registry_append=True)  # SQLite: BEGIN IMMEDIATE
+            with conn.begin():
+                yield conn
+
+    def _advance(self, checkpoint: int | None, head: int) -> bool:
+        """Fold (checkpoint, head] into the rows it touches and commit them; False if we lost a race."""
+        start = checkpoint or 0
+        work = RegistryState(position=start)
+        existing: dict[str, set[str]] = {model: set() for model in MODELS}
+        touched: dict[str, set[str]] = {model: set() for model in MODELS}
+        batch = []
+        for event in read_log(self.engine, after=start, up_to=head):
+            batch.append(event)
+            if len(batch) == PAGE:
+                self._fold_batch(work, batch, existing, touched)
+                batch = []
+        self._fold_batch(work, batch, existing, touched)
+        try:
+            with self._writer() as conn:
+                if checkpoint is None:
+                    conn.execute(insert(CHECKPOINT).values(name=CHECKPOINT_NAME, position=head))
+                else:
+                    moved = conn.execute(
+                        update(CHECKPOINT)
+                        .where(CHECKPOINT.c.name == CHECKPOINT_NAME, CHECKPOINT.c.position == checkpoint)
+                        .values(position=head)
+                    )
+                    if moved.rowcount != 1:
+                        conn.rollback()
+                        return False
+                self._write_rows(conn, work, existing, touched)
+        except IntegrityError:
+            return False  # another catch-up created the checkpoint or a row first
+        return True
+
+    def _fold_batch(self, work: RegistryState, batch: list, existing: dict[str, set[str]],
+                    touched: dict[str, set[str]]) -> None:
+        wanted: dict[str, set[str]] = {model: set() for model in MODELS}
+        for event in batch:
+            for prefix, model in STREAM_MODEL.items():
+                if event.stream.startswith(prefix):
+                    wanted[model].add(event.stream[len(prefix):])
+                    break
+        self._load(work, wanted, touched, existing)
+        for model, keys in wanted.items():
+            touched[model] |= keys
+        fold(work, batch)
+
+    def _load(self, work: RegistryState, wanted: dict[str, set[str]], touched: dict[str, set[str]],
+              existing: dict[str, set[str]]) -> None:
+        """Load the live rows of keys this catch-up has not met yet into the working state."""
+        with self.engine.connect() as conn:
+            for model, keys in wanted.items():
+                table, key, _ = MODELS[model]
+                missing = sorted(keys - touched[model])
+                for index in range(0, len(missing), LOAD_CHUNK):
+                    chunk = missing[index:index + LOAD_CHUNK]
+                    for row in conn.execute(select(table.c[key], table.c.state).where(table.c[key].in_(chunk))):
+                        getattr(work, model)[row[0]] = load_state(row[1])
+                        existing[model].add(row[0])
+
+    @staticmethod
+    def _write_rows(conn: Connection, work: RegistryState, existing: dict[str, set[str]],
+                    touched: dict[str, set[str]]) -> None:
+        for model, (table, key, to_row) in MODELS.items():
+            states = getattr(work, model)
+            rows = [to_row(states[name]) for name in sorted(touched[model]) if name in states]
+            fresh = [row for row in rows if row[key] not in existing[model]]
+            changed = [{**row, "key_": row[key]} for row in rows if row[key] in existing[model]]
+            if fresh:
+                conn.execute(insert(table), fresh)
+            if changed:
+                conn.execute(update(table).where(table.c[key] == bindparam("key_")), changed)
+
+    # -- reading ----------------------------------------------------------------------
+
+    def state(self, as_of: int | None = None) -> RegistryState:
+        """The whole registry: live tables after a catch-up, or the log folded up to `as_of`."""
+        if as_of is not None:
+            return fold_log(self.store, check_position(self.store, as_of))
+        self.catch_up()
+        with snapshot(self.engine) as conn:
+            return read_live(conn)
+
+    def artifact(self, artifact_id: str, as_of: int | None = None) -> dict[str, Any] | None:
+        return self._one("artifacts", ARTIFACT_PREFIX, artifact_id, as_of)
+
+    def workload(self, workload_id: str, as_of: int | None = None) -> dict[str, Any] | None:
+        return self._one("workloads", "workload:", workload_id, as_of)
+
+    def frameset(self, name: str, as_of: int | None = None) -> dict[str, Any] | None:
+        return self._one("framesets", "frameset:", name, as_of)
+
+    def artifacts(self, workload: str | None = None, as_of: int | None = None) -> list[dict[str, Any]]:
+        """Artifacts (of one workload if given), sorted by artifact id."""
+        if as_of is not None:
+            found = self.state(as_of).artifacts.values()
+        else:
+            table = MODELS["artifacts"][0]
+            statement = select(table.c.state)
+            if workload is not None:
+                statement = statement.where(table.c.workload == workload)
+            self.catch_up()
+            with self.engine.connect() as conn:
+                found = [load_state(text) for text in conn.execute(statement).scalars()]
+        chosen = [a for a in found if workload is None or a["workload"] == workload]
+        return sorted(chosen, key=lambda a: a["artifact"])
+
+    def workloads(self, as_of: int | None = None) -> list[dict[str, Any]]:
+        """Workloads sorted by id."""
+        if as_of is not None:
+            found = list(self.state(as_of).workloads.values())
+        else:
+            self.catch_up()
+            with self.engine.connect() as conn:
+                found = [load_state(text) for text in conn.execute(select(MODELS["workloads"][0].c.state)).scalars()]
+        return sorted(found, key=lambda w: w["workload"])
+
+    def _one(self, model: str, prefix: str, key: str, as_of: int | None) -> dict[str, Any] | None:
+        if as_of is not None:
+            # A subject's state depends on its own stream only, so fold just that stream.
+            state = fold_log(self.store, check_position(self.store, as_of), stream=prefix + key)
+            return getattr(state, model).get(key)
+        self.catch_up()
+        table, column, _ = MODELS[model]
+        with self.engine.connect() as conn:
+            text = conn.execute(select(table.c.state).where(table.c[column] == key)).scalar()
+        return None if text is None else load_state(text)

@@ -1,0 +1,133 @@
+"""Reading the log for folding: lean event records, payloads decoded only when needed.
+
+A full replay is dominated by JSON decoding, and most of it would be wasted:
+of the many evidence events an artifact accumulates, its state keeps only the
+latest of each kind. So the reader asks the database for each evidence
+event's `payload_sha256` (the only field the fold needs to scope it; the
+database's own JSON functions read it without building Python objects) and
+leaves the payload text undecoded until the fold asks for it. Events written
+under an older payload schema go through the store's upcasters (validated)
+first, so the fold only ever sees current-schema payloads.
+"""
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any, Iterator
+
+from sqlalchemy import Engine
+
+from registry.events.canonical import strict_json_loads
+from registry.events.chain import timestamp_text
+from registry.events.errors import StoreError
+from registry.events.store import StoredEvent
+from registry.events.types import EVIDENCE_EVENT_BY_KIND, PAYLOAD_TYPES, read_payload
+
+EVIDENCE_KIND_BY_TYPE = {cls.type: kind for kind, cls in EVIDENCE_EVENT_BY_KIND.items()}
+CURRENT_SCHEMA = {name: cls.schema_version for name, cls in PAYLOAD_TYPES.items()}
+PAGE = 20_000
+
+
+class LogEvent:
+    """One event as the fold sees it: identity, place, and a payload decoded on first use.
+
+    `scope` is the payload's `payload_sha256` for evidence events (None
+    otherwise), available without decoding the payload.
+    """
+
+    __slots__ = ("position", "event_id", "stream", "type", "scope", "_recorded_at", "_text", "_payload")
+
+    def __init__(self, position: int, event_id: str, stream: str, type: str, scope: str | None,
+                 recorded_at: Any, text: str | None, payload: dict[str, Any] | None):
+        self.position = position
+        self.event_id = event_id
+        self.stream = stream
+        self.type = type
+        self.scope = scope
+        self._recorded_at = recorded_at
+        self._text = text
+        self._payload = payload
+
+    @classmethod
+    def from_stored(cls, event: StoredEvent) -> LogEvent:
+        payload = event.payload
+        scope = payload.get("payload_sha256") if event.type in EVIDENCE_KIND_BY_TYPE else None
+        return cls(event.position, event.event_id, event.stream, event.type, scope, event.recorded_at, None, payload)
+
+    @property
+    def payload(self) -> dict[str, Any]:
+        if self._payload is None:
+            self._payload = strict_json_loads(self._text)
+        return self._payload
+
+    @property
+    def recorded_at(self) -> str:
+        """UTC time in the hash chain's text form (SQLite hands back naive text, Postgres aware times)."""
+        moment = self._recorded_at
+        if isinstance(moment, str):
+            moment = datetime.fromisoformat(moment)
+        if moment.tzinfo is None:
+            moment = moment.replace(tzinfo=timezone.utc)
+        return timestamp_text(moment)
+
+
+_SHA_SQL = {
+    "sqlite": "json_extract(payload, '$.payload_sha256')",
+    "postgresql": "(payload::json ->> 'payload_sha256')",
+}
+
+
+def _select(dialect: str, by_stream: bool) -> str:
+    mark = "%s" if dialect == "postgresql" else "?"
+    evidence = ", ".join(f"'{name}'" for name in EVIDENCE_KIND_BY_TYPE)
+    where = f"position > {mark} AND position <= {mark}"
+    if by_stream:
+        where += f" AND stream = {mark}"
+    return (
+        "SELECT position, event_id, stream, type, schema_version, payload, recorded_at,"
+        f" CASE WHEN type IN ({evidence}) THEN {_SHA_SQL[dialect]} END"
+        f" FROM events WHERE {where} ORDER BY position LIMIT {mark}"
+    )
+
+
+def _upcast(row: tuple) -> LogEvent:
+    """An event stored under an older (or unknown) schema: upcast and validate it."""
+    position, event_id, stream, type_, schema_version, text, recorded_at, _ = row
+    try:
+        payload = read_payload(type_, schema_version, strict_json_loads(text)).model_dump(mode="python")
+    except StoreError as exc:
+        raise StoreError(f"event at position {position} cannot be read: {exc}") from None
+    scope = payload.get("payload_sha256") if type_ in EVIDENCE_KIND_BY_TYPE else None
+    return LogEvent(position, event_id, stream, type_, scope, recorded_at, None, payload)
+
+
+def read_log(engine: Engine, *, after: int, up_to: int, stream: str | None = None,
+             page: int = PAGE) -> Iterator[LogEvent]:
+    """Events with after < position <= up_to (of one stream if given), in position order.
+
+    Pages by position so memory stays flat however long the log is; the
+    fixed upper bound makes the pages one consistent slice, since the store
+    commits positions in order.
+    """
+    if engine.dialect.name not in _SHA_SQL:
+        raise StoreError(f"projections do not support the {engine.dialect.name} backend")
+    sql = _select(engine.dialect.name, stream is not None)
+    current = CURRENT_SCHEMA
+    cursor_at = after
+    raw = engine.raw_connection()
+    try:
+        cursor = raw.cursor()
+        while cursor_at < up_to:
+            params = (cursor_at, up_to, stream, page) if stream is not None else (cursor_at, up_to, page)
+            cursor.execute(sql, params)
+            rows = cursor.fetchall()
+            raw.rollback()  # end the read; the next page starts a fresh one
+            for row in rows:
+                if current.get(row[3]) != row[4]:
+                    yield _upcast(row)
+                else:
+                    yield LogEvent(row[0], row[1], row[2], row[3], row[7], row[6], row[5], None)
+            if len(rows) < page:
+                return
+            cursor_at = rows[-1][0]
+    finally:
+        raw.close()

@@ -1,0 +1,48 @@
+"""State <-> read-model rows: canonical JSON text, its sha256, and the indexed columns."""
+from __future__ import annotations
+
+from typing import Any
+
+from registry.events.canonical import canonical_json, sha256_hex, strict_json_loads
+
+from .schema import ProjectedArtifact, ProjectedFrameSet, ProjectedWorkload
+
+ARTIFACTS = ProjectedArtifact.__table__
+WORKLOADS = ProjectedWorkload.__table__
+FRAMESETS = ProjectedFrameSet.__table__
+
+
+def _content(state: dict[str, Any]) -> dict[str, Any]:
+    text = canonical_json(state)
+    return {"state": text, "row_hash": sha256_hex(text)}
+
+
+def artifact_row(state: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "artifact": state["artifact"], "workload": state["workload"], "decision": state["decision"],
+        "tier": state["tier"], "speedup": state["speedup"], "last_position": state["last_position"],
+        **_content(state),
+    }
+
+
+def workload_row(state: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "workload": state["workload"], "contract_version": state["contract_version"],
+        "last_position": state["last_position"], **_content(state),
+    }
+
+
+def frameset_row(state: dict[str, Any]) -> dict[str, Any]:
+    return {"name": state["name"], "position": state["position"], **_content(state)}
+
+
+def load_state(text: str) -> dict[str, Any]:
+    return strict_json_loads(text)
+
+
+# (table, key column, state -> row) for each kind of read model, in one place.
+MODELS = {
+    "artifacts": (ARTIFACTS, "artifact", artifact_row),
+    "workloads": (WORKLOADS, "workload", workload_row),
+    "framesets": (FRAMESETS, "name", frameset_row),
+}

@@ -1,0 +1,252 @@
+"""Evidence documents: strict validation, refusals by item and field, registry-derived statistics."""
+from __future__ import annotations
+
+import copy
+import json
+import math
+import statistics
+
+import pytest
+
+from registry.evidence.document import (
+    FORMAT,
+    EvidenceError,
+    parse_document,
+    parse_document_text,
+    parse_item,
+)
+
+EXECUTION = {"kind": "execution", "candidate_calls": 30, "fallbacks": 0,
+             "requested_backend": "sage", "effective_backend": "sage"}
+BENCHMARK = {
+    "kind": "benchmark", "protocol": "paired", "device": "NVIDIA H100 80GB", "timer": "cuda_event",
+    "baseline_s": [1.30, 1.32, 1.28, 1.31], "candidate_s": [1.00, 1.01, 0.99, 1.00],
+    "schedule": ["BC", "CB", "BC", "CB"], "warmup": 2, "bandwidth_share": 0.61, "notes": "clocks locked",
+}
+PARITY = {
+    "kind": "parity", "policy": "tolerance",
+    "leaves": [
+        {"name": "frames", "dtype": "bfloat16", "shape": [1, 16, 13, 60, 104], "byte_equal": False,
+         "strides_equal": True, "max_abs_error": 0.0078125, "max_rel_error": 0.01, "has_nan": False,
+         "has_inf": False, "reference_has_nan": False, "reference_has_inf": False,
+         "nonfinite_mismatch": False, "tolerance": {"atol": 0.02, "rtol": 0.02, "max_abs": 1.0},
+         "outside_tolerance": 0},
+        {"name": "step", "dtype": "int64", "shape": [], "byte_equal": True, "max_abs_error": 0.0,
+         "max_rel_error": 0.0, "has_nan": False, "has_inf": False},
+    ],
+    "approx_math": [],
+}
+PERCEPTUAL = {
+    "kind": "perceptual", "frame_set": "wan-1.3b-fixed-seed-8", "seed": 1024, "frames": 4,
+    "ssim": [0.995, 0.9912, 0.999, 0.993], "lpips": [0.001, 0.002, 0.0071, 0.003], "vbench": None,
+    "stage_status": "ok", "backends": {"ssim": "registry-ssim 1", "lpips": "lpips 0.1.4"},
+    "absent": {"vbench": "no VBench scores were passed in"},
+}
+FAILURE = {"kind": "failure", "stage": "perceptual", "error": "LPIPS weights are not installed"}
+
+
+def document(*items: dict, **top: object) -> dict:
+    return {"format": FORMAT, "artifact": "sage-attn-v1", "run": "run-1",
+            "evidence": [copy.deepcopy(item) for item in items], **top}
+
+
+def test_a_document_with_every_kind_parses():
+    doc = parse_document(document(EXECUTION, BENCHMARK, PARITY, PERCEPTUAL, FAILURE))
+    assert (doc.artifact, doc.run) == ("sage-attn-v1", "run-1")
+    assert [item["kind"] for item in doc.items] == ["execution", "benchmark", "parity", "perceptual", "failure"]
+    for item, raw in zip(doc.items, (EXECUTION, BENCHMARK, PARITY, PERCEPTUAL, FAILURE)):
+        assert {key: value for key, value in item.items() if key != "derived"} == raw
+        assert isinstance(item["derived"], dict)
+    json.dumps([item for item in doc.items], allow_nan=False)
+
+
+def test_run_is_optional():
+    doc = parse_document({"format": FORMAT, "artifact": "a", "evidence": [EXECUTION]})
+    assert doc.run is None
+
+
+def test_benchmark_derivations():
+    derived = parse_item(BENCHMARK)["derived"]
+    ratios = [1.30 / 1.00, 1.32 / 1.01, 1.28 / 0.99, 1.31 / 1.00]
+    assert derived["ratios"] == pytest.approx(ratios)
+    assert derived["speedup"] == pytest.approx(statistics.median(ratios))
+    assert derived["baseline_median"] == pytest.approx(1.305)
+    assert derived["candidate_mean"] == pytest.approx(1.0)
+    assert derived["baseline_cv"] > 0 and derived["runs_per_arm"] == 4
+    assert derived["interleaved"] is True
+    assert 0 < derived["wilcoxon_p"] <= 1
+    low, high = derived["speedup_ci"]
+    assert low <= derived["speedup"] <= high
+
+
+def test_sequential_benchmark_allows_unequal_arms_and_no_schedule():
+    raw = {**BENCHMARK, "protocol": "sequential", "candidate_s": [1.0, 1.0, 1.0]}
+    del raw["schedule"]
+    derived = parse_item(raw)["derived"]
+    assert derived["speedup"] == pytest.approx(1.305)
+    assert derived["interleaved"] is None and derived["ratios"] is None
+
+
+def test_perceptual_derivations_take_the_worst_frame():
+    derived = parse_item(PERCEPTUAL)["derived"]
+    assert (derived["worst_ssim"], derived["worst_ssim_frame"]) == (0.9912, 1)
+    assert (derived["worst_lpips"], derived["worst_lpips_frame"]) == (0.0071, 2)
+    assert derived["frame_count"] == 4 and derived["measured"] == ["ssim", "lpips"]
+
+
+def test_perceptual_with_only_ssim():
+    raw = {**PERCEPTUAL, "lpips": None, "frames": None, "absent": {"lpips": "lpips package not installed"}}
+    derived = parse_item(raw)["derived"]
+    assert derived["worst_lpips"] is None and derived["measured"] == ["ssim"]
+    assert derived["frame_count"] == 4
+
+
+def test_parity_derivations():
+    derived = parse_item(PARITY)["derived"]
+    assert derived == {"leaf_count": 2, "all_byte_equal": False, "worst_max_abs_error": 0.0078125,
+                       "worst_leaf": "frames"}
+
+
+def test_execution_derivation():
+    assert parse_item(EXECUTION)["derived"] == {"ran": True}
+    assert parse_item({**EXECUTION, "fallbacks": 1})["derived"] == {"ran": False}
+
+
+def mutate(item: dict, path: str, value: object) -> dict:
+    """A copy of `item` with a dotted path set (value `...` deletes); list indices allowed."""
+    result = copy.deepcopy(item)
+    *parents, leaf = path.split(".")
+    node = result
+    for key in parents:
+        node = node[int(key)] if isinstance(node, list) else node[key]
+    if isinstance(node, list):
+        node[int(leaf)] = value
+    elif value is ...:
+        del node[leaf]
+    else:
+        node[leaf] = value
+    return result
+
+
+@pytest.mark.parametrize(
+    ("item", "path", "value", "message"),
+    [
+        (EXECUTION, "kind", "timing", "evidence[1].kind: 'timing' is not one of"),
+        (EXECUTION, "candidate_calls", -1, "evidence[1].candidate_calls: -1 is negative"),
+        (EXECUTION, "candidate_calls", 3.0, "evidence[1].candidate_calls: expected an integer"),
+        (EXECUTION, "fallbacks", True, "evidence[1].fallbacks: expected an integer, got bool True"),
+        (EXECUTION, "fallbacks", ..., "evidence[1].fallbacks: required"),
+        (EXECUTION, "effective_backend", 3, "evidence[1].effective_backend: expected a non-empty string"),
+        (EXECUTION, "ran", True, "evidence[1].ran: client-supplied summary refused"),
+        (EXECUTION, "host", "gpu-7", "evidence[1].host: unknown field"),
+        (BENCHMARK, "speedup", 1.3, "evidence[1].speedup: client-supplied summary refused"),
+        (BENCHMARK, "median", 1.0, "evidence[1].median: client-supplied summary refused"),
+        (BENCHMARK, "derived", {}, "evidence[1].derived: client-supplied summary refused"),
+        (BENCHMARK, "baseline_s.2", 0.0, "evidence[1].baseline_s[2]: 0.0 is not a positive time"),
+        (BENCHMARK, "candidate_s.0", -1.0, "evidence[1].candidate_s[0]: -1.0 is not a positive time"),
+        (BENCHMARK, "candidate_s.1", math.nan, "evidence[1].candidate_s[1]: nan is not a finite number"),
+        (BENCHMARK, "baseline_s.1", math.inf, "evidence[1].baseline_s[1]: inf is not a finite number"),
+        (BENCHMARK, "baseline_s.1", True, "evidence[1].baseline_s[1]: expected a number, got bool True"),
+        (BENCHMARK, "baseline_s.1", "1.0", "evidence[1].baseline_s[1]: expected a number, got str"),
+        (BENCHMARK, "baseline_s", [], "evidence[1].baseline_s: empty list"),
+        (BENCHMARK, "baseline_s", 1.0, "evidence[1].baseline_s: expected a list"),
+        (BENCHMARK, "candidate_s", [1.0, 1.0, 1.0], "evidence[1].candidate_s: 3 runs but baseline_s has 4"),
+        (BENCHMARK, "schedule", ["BC", "CB"], "evidence[1].schedule: 2 entries for 4 pairs"),
+        (BENCHMARK, "schedule", ..., "evidence[1].schedule: required for the paired protocol"),
+        (BENCHMARK, "schedule.0", "AB", "evidence[1].schedule[0]: 'AB' is not one of BC, CB"),
+        (BENCHMARK, "protocol", "abba", "evidence[1].protocol: 'abba' is not one of paired, sequential"),
+        (BENCHMARK, "protocol", "sequential", "evidence[1].schedule: only the paired protocol"),
+        (BENCHMARK, "timer", "wallclock", "evidence[1].timer: 'wallclock' is not one of"),
+        (BENCHMARK, "device", "", "evidence[1].device: expected a non-empty string"),
+        (BENCHMARK, "warmup", -1, "evidence[1].warmup: -1 is negative"),
+        (BENCHMARK, "bandwidth_share", math.nan, "evidence[1].bandwidth_share: nan is not a finite number"),
+        (PARITY, "leaves", [], "evidence[1].leaves: empty list"),
+        (PARITY, "all_byte_equal", True, "evidence[1].all_byte_equal: client-supplied summary refused"),
+        (PARITY, "policy", "close", "evidence[1].policy: 'close' is not one of byte_equal, tolerance"),
+        (PARITY, "leaves.0.max_abs_error", math.nan, "evidence[1].leaves[0].max_abs_error: nan is not a finite"),
+        (PARITY, "leaves.0.max_abs_error", -1.0, "evidence[1].leaves[0].max_abs_error: -1.0 is outside"),
+        (PARITY, "leaves.0.max_abs_error", ..., "evidence[1].leaves[0].max_abs_error: required"),
+        (PARITY, "leaves.0.has_nan", 0, "evidence[1].leaves[0].has_nan: expected true or false"),
+        (PARITY, "leaves.0.shape", [1, -2], "evidence[1].leaves[0].shape[1]: -2 is negative"),
+        (PARITY, "leaves.0.match", True, "evidence[1].leaves[0].match: client-supplied summary refused"),
+        (PARITY, "leaves.0.ulp", 3, "evidence[1].leaves[0].ulp: unknown field"),
+        (PARITY, "leaves.0.tolerance", ..., "evidence[1].leaves[0].outside_tolerance: counted under no"),
+        (PARITY, "leaves.0.tolerance.atol", -0.1, "evidence[1].leaves[0].tolerance.atol: -0.1 is outside"),
+        (PARITY, "leaves.1.name", "frames", "evidence[1].leaves[1].name: duplicate leaf name 'frames'"),
+        (PARITY, "leaves.1.max_abs_error", 0.5, "evidence[1].leaves[1].max_abs_error: 0.5 but byte_equal is true"),
+        (PARITY, "leaves.1.nonfinite_mismatch", True, "leaves[1].nonfinite_mismatch: true but byte_equal"),
+        (PARITY, "leaves.1.reference_has_nan", True, "leaves[1].reference_has_nan: differs from has_nan"),
+        (PERCEPTUAL, "ssim.1", 1.2, "evidence[1].ssim[1]: 1.2 is outside the SSIM range [-1, 1]"),
+        (PERCEPTUAL, "ssim.0", math.nan, "evidence[1].ssim[0]: nan is not a finite number"),
+        (PERCEPTUAL, "lpips.2", -0.01, "evidence[1].lpips[2]: -0.01 is outside the LPIPS range [0, inf)"),
+        (PERCEPTUAL, "vbench", 1.5, "evidence[1].vbench: 1.5 is outside the VBench range [0, 1]"),
+        (PERCEPTUAL, "vbench", ..., "evidence[1].vbench: required"),
+        (PERCEPTUAL, "ssim", [], "evidence[1].ssim: empty list"),
+        (PERCEPTUAL, "lpips", [0.1, 0.2], "evidence[1].lpips: 2 frames but ssim has 4"),
+        (PERCEPTUAL, "frames", 8, "evidence[1].ssim: 4 values but frames is 8"),
+        (PERCEPTUAL, "frames", 0, "evidence[1].frames: 0 frames"),
+        (PERCEPTUAL, "seed", 1.5, "evidence[1].seed: expected an integer"),
+        (PERCEPTUAL, "seed", False, "evidence[1].seed: expected an integer, got bool False"),
+        (PERCEPTUAL, "worst_ssim", 0.9912, "evidence[1].worst_ssim: client-supplied summary refused"),
+        (PERCEPTUAL, "absent", {"ssim": "why"}, "evidence[1].absent.ssim: reported absent but ssim has values"),
+        (PERCEPTUAL, "backends", {"fid": "x 1"}, "evidence[1].backends.fid: 'fid' is not one of"),
+        (PERCEPTUAL, "stage_status", ..., "evidence[1].stage_status: required"),
+        (FAILURE, "error", "", "evidence[1].error: expected a non-empty string"),
+        (FAILURE, "stage", None, "evidence[1].stage: expected a non-empty string"),
+    ],
+)
+def test_refusals_name_the_item_index_and_field(item, path, value, message):
+    doc = document(EXECUTION, mutate(item, path, value))
+    with pytest.raises(EvidenceError) as caught:
+        parse_document(doc)
+    assert message in str(caught.value)
+    assert "\n" not in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("doc", "message"),
+    [
+        ({**document(EXECUTION), "format": "registry.evidence/2"}, "format: expected 'registry.evidence/1'"),
+        ({k: v for k, v in document(EXECUTION).items() if k != "format"}, "format: expected"),
+        ({k: v for k, v in document(EXECUTION).items() if k != "artifact"}, "artifact: required"),
+        (document(EXECUTION, artifact=""), "artifact: expected a non-empty string"),
+        (document(EXECUTION, run=7), "run: expected a non-empty string"),
+        (document(), "evidence: empty list"),
+        (document(EXECUTION, evidence={"kind": "execution"}), "evidence: expected a list"),
+        (document(EXECUTION, speedup=1.3), "speedup: client-supplied summary refused"),
+        (document(EXECUTION, producer="me"), "producer: unknown field"),
+        ([EXECUTION], "document: expected an object"),
+        (document(EXECUTION, "not an item"), "evidence[1]: expected an object"),
+        (document({"candidate_calls": 1, "fallbacks": 0}), "evidence[0].kind: None is not one of"),
+    ],
+)
+def test_document_level_refusals(doc, message):
+    with pytest.raises(EvidenceError) as caught:
+        parse_document(doc)
+    assert message in str(caught.value)
+
+
+@pytest.mark.parametrize("token", ["NaN", "Infinity", "-Infinity"])
+def test_text_parser_refuses_nonfinite_json_tokens(token):
+    text = json.dumps(document(BENCHMARK)).replace("1.32", token)
+    with pytest.raises(EvidenceError, match=f"the JSON token {token} is not a number"):
+        parse_document_text(text)
+
+
+def test_text_parser_parses_valid_json_and_refuses_broken_json():
+    assert parse_document_text(json.dumps(document(EXECUTION, PERCEPTUAL))).items[1]["kind"] == "perceptual"
+    with pytest.raises(EvidenceError, match="document: invalid JSON"):
+        parse_document_text('{"format": ')
+
+
+def test_parse_document_does_not_mutate_its_input():
+    doc = document(BENCHMARK, PERCEPTUAL)
+    before = copy.deepcopy(doc)
+    parse_document(doc)
+    assert doc == before
+
+
+def test_parse_item_refuses_a_stored_derived_dict():
+    item = parse_item(BENCHMARK)
+    with pytest.raises(EvidenceError, match="item.derived: client-supplied summary refused"):
+        parse_item(item)
