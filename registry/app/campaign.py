@@ -40,8 +40,11 @@ EXPECTED = {
     "flash-claimed-fallback": ("quarantined",),
     KERNEL_ARTIFACT: ("held",),
 }
-EXPECTED_RULE = {"lossy-skip": "fidelity.failed", "flash-claimed-fallback": "execution.backend_mismatch"}
-EXPECTED_RULE_CPU = {KERNEL_ARTIFACT: "speed.interpreter"}
+EXPECTED_RULES = {"lossy-skip": {"fidelity.failed"},
+                  "flash-claimed-fallback": {"execution.fallback", "execution.backend_mismatch"}}
+EXPECTED_RULES_CPU = {KERNEL_ARTIFACT: {"speed.interpreter"}}
+# The fallback candidate's verdict must name the backend that really ran.
+EXPECTED_NAMED = {"flash-claimed-fallback": "MATH_REFERENCE", "lossy-skip": "ssim"}
 
 BACKEND_OF = {"sdpa-attention": "TORCH_SDPA", "flash-claimed-fallback": "FLASH_ATTN"}
 KIND_OF = {"sdpa-attention": "attention_backend", "flash-claimed-fallback": "attention_backend",
@@ -53,8 +56,9 @@ def video_contract(runs_per_arm: int, lpips: bool) -> Contract:
 
     min_ssim 0.98: the honest candidates score above 0.999 and the lossy
     control about 0.74, so neither side sits near the line. min_speedup 1.2
-    with require_conclusive: the honest candidates run 1.5-2x faster, and the
-    paired bootstrap interval must exclude 1.0. LPIPS is gated only when a
+    on the median of per-pair ratios: the honest candidates run 1.5-2x
+    faster on one quiet core, so ordinary noise does not move them across
+    the line (the bootstrap interval is recorded beside it). LPIPS is gated only when a
     backbone file is configured (no download, no substitute number).
     """
     fidelity: dict[str, Any] = {"tier": "perceptual", "min_ssim": 0.98, "frame_set": FRAME_SET, "seed": SEED,
@@ -66,7 +70,7 @@ def video_contract(runs_per_arm: int, lpips: bool) -> Contract:
         "model": {"id": "registry/tiny-video-dit", "revision": "seed-1729"},
         "sampling": {"height": 128, "width": 128, "frames": 8, "steps": 10, "seed": SEED, "dtype": "float32"},
         "fidelity": fidelity,
-        "speed": {"min_speedup": 1.2, "runs_per_arm": runs_per_arm, "protocol": "paired", "require_conclusive": True},
+        "speed": {"min_speedup": 1.2, "runs_per_arm": runs_per_arm, "protocol": "paired"},
         "tags": ["demo"],
     })
 
@@ -193,7 +197,10 @@ def check_expectations(rows: list[Row], on_gpu: bool) -> list[str]:
         decision, rule = row.verdict["decision"], row.verdict["rule"]
         if decision not in EXPECTED[row.artifact]:
             problems.append(f"{row.artifact}: {decision} ({rule}), expected {' or '.join(EXPECTED[row.artifact])}")
-        wanted = EXPECTED_RULE.get(row.artifact) or (None if on_gpu else EXPECTED_RULE_CPU.get(row.artifact))
-        if wanted and rule != wanted:
-            problems.append(f"{row.artifact}: decided by {rule}, expected {wanted}")
+        wanted = EXPECTED_RULES.get(row.artifact) or (None if on_gpu else EXPECTED_RULES_CPU.get(row.artifact))
+        if wanted and rule not in wanted:
+            problems.append(f"{row.artifact}: decided by {rule}, expected {' or '.join(sorted(wanted))}")
+        named = EXPECTED_NAMED.get(row.artifact)
+        if named and not any(named in reason for reason in row.verdict["reasons"]):
+            problems.append(f"{row.artifact}: no reason names {named}")
     return problems

@@ -19,12 +19,9 @@ def frameset_stream(name: str) -> str:
 
 def register_frames(registry: Registry, name: str, frames: np.ndarray, seed: int, source: str | None = None) -> tuple[dict, bool]:
     """Record a named, seeded frame set by the hash of its pixels; the same name with other content is refused."""
-    from registry.evidence.frames import frames_digest, validate_frames
-
     if not name or any(ch.isspace() for ch in name):
         raise ValueError(f"frame set name {name!r} must be non-empty with no spaces")
-    frames = validate_frames(frames, what="reference")
-    digest = frames_digest(frames)
+    digest = pixel_digest(frames)
     stream = frameset_stream(name)
     existing = registry.store.read_stream(stream)
     if existing:
@@ -42,6 +39,13 @@ def register_frames(registry: Registry, name: str, frames: np.ndarray, seed: int
     return event.model_dump(), True
 
 
+def pixel_digest(frames: np.ndarray) -> str:
+    """The hex sha256 of validated frames' decoded pixels, dtype and shape (see evidence.frames)."""
+    from registry.evidence.frames import frames_digest
+
+    return frames_digest(frames).removeprefix("sha256:")
+
+
 def registered_frames(registry: Registry, name: str) -> dict:
     events = registry.store.read_stream(frameset_stream(name))
     if not events:
@@ -51,11 +55,11 @@ def registered_frames(registry: Registry, name: str) -> dict:
 
 def load_reference(registry: Registry, name: str, path: str | Path) -> tuple[dict, np.ndarray]:
     """Load the reference frames from `path` and prove they are the registered ones."""
-    from registry.evidence.frames import frames_digest, load_frames, validate_frames
+    from registry.evidence.frames import load_frames
 
     registered = registered_frames(registry, name)
-    frames = validate_frames(load_frames(path), what="reference")
-    digest = frames_digest(frames)
+    frames = load_frames(path)
+    digest = pixel_digest(frames)
     if digest != registered["sha256"]:
         raise ValueError(
             f"reference frames at {path} do not match frame set {name} "
@@ -76,13 +80,12 @@ def measure_against_reference(
     progress: Callable[[int, int], None] | None = None,
 ) -> dict[str, Any]:
     """A perceptual evidence item for `candidate` against the registered reference frames."""
-    from registry.evidence.frames import check_pair, validate_frames
+    from registry.evidence.frames import check_pair
     from registry.evidence.lpips_backend import get_lpips_backend
     from registry.evidence.perceptual import measure_perceptual
 
     if seed != registered["seed"]:
         raise ValueError(f"candidate seed {seed} differs from frame set {registered['name']}'s seed {registered['seed']}")
-    candidate = validate_frames(candidate, what="candidate")
     check_pair(reference, candidate)
     backend = get_lpips_backend(backbone_path=lpips_backbone, expected_sha256=lpips_sha256)
     return measure_perceptual(reference, candidate, frame_set=registered["name"], seed=seed, vbench=vbench,

@@ -78,7 +78,7 @@ def _cells(row) -> tuple:
     speed = "-"
     if verdict["speedup"] is not None:
         ci = verdict["speedup_ci"]
-        speed = f"{verdict['speedup']:.2f}x" + (f" ({ci[0]:.2f}-{ci[1]:.2f})" if ci else "")
+        speed = f"{verdict['speedup']:.3g}x" + (f" ({ci[0]:.3g}-{ci[1]:.3g})" if ci else "")
     ssim = "-" if row.worst_ssim is None else f"{row.worst_ssim:.4f} ({row.ssim_margin:+.4f})"
     return (row.artifact, row.kind, verdict["decision"], speed, ssim, row.reason)
 

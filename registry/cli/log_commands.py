@@ -28,27 +28,54 @@ def stream_name(name: str) -> str:
     return name if ":" in name else f"artifact:{name}"
 
 
+def _why(event) -> str:
+    """What a reviewer needs from one event: the decision and reasons, or the payload in short."""
+    payload = event.payload
+    if event.type == "VerdictRendered":
+        verdict = payload["verdict"]
+        return f"{verdict['decision']} ({verdict['rule']}): " + " | ".join(verdict["reasons"])
+    if event.type == "HumanDecision":
+        return f"{payload['action']} by {payload['person']}: {payload['reason']}"
+    if event.type == "EvaluationFailed":
+        return f"{payload['stage']} failed: {payload['error']}"
+    return short(payload.get("item", payload))
+
+
 @click.command()
 @click.argument("stream")
+@click.option("--as-of", "as_of", help="Only events up to this position or ISO-8601 time (UTC when no zone).")
 @click.option("--json", "as_json", is_flag=True, help="Print the full event records as JSON.")
 @pass_session
-def history(session: Session, stream: str, as_json: bool) -> None:
-    """Show every event of STREAM in order (an artifact id or a stream name)."""
+def history(session: Session, stream: str, as_of: str | None, as_json: bool) -> None:
+    """Show every event of STREAM in order: who, when, why, and what each verdict rested on.
+
+    STREAM is an artifact id, or any stream name such as `workload:ID`.
+    """
+    from registry.projections import resolve_as_of
+
     registry = session.open()
-    events = registry.store.read_stream(stream_name(stream))
+    position = resolve_as_of(registry.store, as_of)
+    events = registry.store.read_stream(stream_name(stream), up_to_position=position)
     if not events:
-        raise ValueError(f"no events in stream {stream_name(stream)}")
+        raise ValueError(f"no events in stream {stream_name(stream)}" + (f" up to position {position}" if position else ""))
     if as_json:
         emit_json([event.to_dict() for event in events])
         return
+    by_id = {event.event_id: event for event in events}
     table(
         stream_name(stream),
-        ["pos", "ver", "type", "time (UTC)", "actor", "payload"],
+        ["pos", "ver", "type", "time (UTC)", "actor", "why / what"],
         (
-            (e.position, e.version, e.type, e.recorded_at.strftime("%Y-%m-%d %H:%M:%S"), e.actor, short(e.payload))
+            (e.position, e.version, e.type, e.recorded_at.strftime("%Y-%m-%d %H:%M:%S"), e.actor, _why(e))
             for e in events
         ),
     )
+    for event in events:
+        if event.type == "VerdictRendered":
+            rested = [by_id[i] if i in by_id else registry.store.get(i) for i in event.payload["verdict"]["evidence_ids"]]
+            listed = ", ".join(f"{e.type}@{e.position}" if e else "missing!" for e in rested) or "no evidence"
+            say(f"verdict at {event.position} rested on: {listed} "
+                f"(contract v{event.payload['contract_version']}, {event.payload['gate_version']})")
 
 
 @click.command()

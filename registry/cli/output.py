@@ -20,7 +20,8 @@ def table(title: str | None, columns: Sequence[str], rows: Iterable[Sequence[Any
         out.add_column(column, overflow="fold")
     for row in rows:
         out.add_row(*("" if cell is None else str(cell) for cell in row))
-    Console(width=max(100, Console().width), soft_wrap=False).print(out)
+    console = Console()
+    Console(width=console.width if console.is_terminal else 160, soft_wrap=False).print(out)
 
 
 def say(text: str) -> None:

@@ -111,14 +111,15 @@ _APPEND_SQL = {
 }
 
 
-def _integrity_errors(dialect: str) -> tuple[type[BaseException], ...]:
+def _driver_errors(dialect: str) -> tuple[tuple[type[BaseException], ...], tuple[type[BaseException], ...]]:
+    """The driver's unique-violation error, and the base of all its errors."""
     if dialect == "postgresql":
         import psycopg
 
-        return (psycopg.errors.UniqueViolation,)
+        return (psycopg.errors.UniqueViolation,), (psycopg.Error,)
     import sqlite3
 
-    return (sqlite3.IntegrityError,)
+    return (sqlite3.IntegrityError,), (sqlite3.Error,)
 
 
 class EventStore:
@@ -129,7 +130,7 @@ class EventStore:
         self.dialect = engine.dialect.name
         mark = "%s" if self.dialect == "postgresql" else "?"
         self._sql = {key: statement.replace("?", mark) for key, statement in _APPEND_SQL.items()}
-        self._integrity_errors = _integrity_errors(self.dialect)
+        self._integrity_errors, self._database_errors = _driver_errors(self.dialect)
 
     # -- writing -------------------------------------------------------------
 
@@ -155,6 +156,14 @@ class EventStore:
             raise StoreError("stream name must be 1 to 200 characters")
         if not actor:
             raise StoreError("an actor is required")
+        # Checked here so both backends refuse alike: SQLite would store what Postgres's
+        # VARCHAR(200) columns refuse, and Postgres text cannot hold a NUL at all.
+        if len(actor) > 200:
+            raise StoreError("actor must be at most 200 characters")
+        if idempotency_key is not None and not 1 <= len(idempotency_key) <= 200:
+            raise StoreError("idempotency key must be 1 to 200 characters")
+        if any("\x00" in text for text in (stream, actor, idempotency_key or "")):
+            raise StoreError("stream, actor and idempotency key must not contain NUL characters")
         prepared = [_prepare(event) for event in events]
         digest = _batch_digest(stream, prepared) if idempotency_key is not None else None
         raw = self.engine.raw_connection()
@@ -169,6 +178,10 @@ class EventStore:
             return positions
         except self._integrity_errors as exc:
             raise ConcurrencyError(f"append to {stream} conflicted with another writer: {exc}") from None
+        except self._database_errors as exc:
+            # A refused privilege, a lock timeout, a lost connection: the batch rolled back.
+            first_line = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            raise StoreError(f"append to {stream} failed, nothing written: {first_line}") from None
         finally:
             raw.close()
 

@@ -11,6 +11,7 @@ lie in ``[0, 1]`` and unsigned integers are scaled by their dtype's maximum
 from __future__ import annotations
 
 import hashlib
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +61,10 @@ def _describe_channels(channels: int) -> str:
 def _check_values(arr: np.ndarray, what: str) -> None:
     """Floats must be finite and inside [0, 1]; unsigned integers always are."""
     if not np.issubdtype(arr.dtype, np.floating):
+        return
+    # Fast path, two reductions and no temporaries: NaN propagates through
+    # min and max and fails both comparisons, and +-inf fails the range test.
+    if 0.0 <= arr.min() and arr.max() <= 1.0:
         return
     finite = np.isfinite(arr)
     if not finite.all():
@@ -180,14 +185,17 @@ def frames_digest(data: Any) -> str:
 def _load_png(path: Path) -> np.ndarray:
     from PIL import Image
 
-    with Image.open(path) as image:
-        if image.mode == "P":
-            # A palette image stores RGB(A) colours by index; expanding the
-            # palette is the lossless decode, not a conversion.
-            image = image.convert("RGBA" if "transparency" in image.info else "RGB")
-        elif image.mode not in ("RGB", "RGBA", "L", "LA", "I;16"):
-            raise FrameError(f"PNG frame {path.name} has unsupported mode {image.mode}")
-        return np.asarray(image)
+    try:
+        with Image.open(path) as image:
+            if image.mode == "P":
+                # A palette image stores RGB(A) colours by index; expanding the
+                # palette is the lossless decode, not a conversion.
+                image = image.convert("RGBA" if "transparency" in image.info else "RGB")
+            elif image.mode not in ("RGB", "RGBA", "L", "LA", "I;16"):
+                raise FrameError(f"PNG frame {path.name} has unsupported mode {image.mode}")
+            return np.asarray(image)
+    except OSError as exc:  # includes PIL.UnidentifiedImageError and truncated files
+        raise FrameError(f"cannot read PNG frame {path.name}: {exc}") from None
 
 
 def _load_png_directory(directory: Path) -> np.ndarray:
@@ -236,9 +244,9 @@ def load_frames(path: str | Path) -> np.ndarray:
             return np.load(path, allow_pickle=False)
         if suffix == ".npz":
             return _load_npz(path)
-    except (OSError, ValueError) as exc:
-        if isinstance(exc, FrameError):
-            raise
+    except FrameError:
+        raise
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
         raise FrameError(f"cannot read frames from {path.name}: {exc}") from None
     raise FrameError(
         f"unsupported frames file {path.name} (expected .npy, .npz or a directory of .png files)"

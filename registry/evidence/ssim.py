@@ -17,17 +17,17 @@ finally averages the channel means. At a valid pixel the 11x11 window lies
 wholly inside the frame, so no border value ever reaches the average and the
 border rule drops out: this module computes only the valid region.
 
-How (and why it is fast): the window is separable, so the five local moments
-are two 1-D correlations. Filtering is linear, so only four maps are needed:
-x, y, x^2 + y^2 (which gives vx + vy directly) and xy. Each 1-D pass is a
-batch of small banded matrix products: an output block of B pixels is a
-(B x B+10) band of Gaussian taps times the B+10 input pixels it needs, which
-BLAS runs far faster than 11 shifted array additions. The calls are kept
-small (M*N*K well under OpenBLAS's threading threshold) because on a busy
-shared CPU a multi-threaded call on a small matrix can stall on a
-descheduled thread. Frames are processed one at a time in buffers sized for
-one frame, and the SSIM formula runs per column block while the block is in
-cache.
+How (and why it is fast): the window is separable, so the local moments
+are two 1-D correlations, and filtering is linear, so four maps suffice:
+x, y, x^2 + y^2 (whose filtered value gives vx + vy directly) and xy. Each
+1-D pass is a batch of small banded matrix products: n outputs are an
+(n x n+10) band of Gaussian taps times the n + 10 inputs they need, which
+BLAS runs far faster than 11 shifted array additions. Each product is kept
+small (M*N*K well under OpenBLAS's threading threshold): on a busy shared
+CPU a multi-threaded call on a small matrix can stall on a descheduled
+thread. The frame is streamed in strips of a few rows through buffers sized
+for one strip, so the intermediate maps never leave the cache and memory
+stays at a few MiB whatever the frame count (see _Workspace).
 
 Identical frames score exactly 1.0: x and y pass through identical calls,
 x^2 + y^2 = 2 x^2 is filtered to exactly twice the filtered x^2, and every
@@ -57,11 +57,13 @@ _C2 = (K2 * DATA_RANGE) ** 2
 _RADIUS = (WINDOW - 1) // 2
 _SPAN = WINDOW - 1  # extra input pixels one output block needs
 
-# Output pixels per block of a 1-D pass, and columns per vertical-pass call.
-# Measured on the benchmark frames (480x832x3): 24/96 was fastest among
-# 16..40 / 64..192; the result does not depend on them beyond the last ulp.
-_BLOCK = 24
-_CHUNK = 96
+# Tile sizes: output rows per strip, output columns per block of the
+# horizontal pass, and pixels per call of the vertical pass. Chosen by timing
+# the benchmark frames (480x832x3) over 4..32; they change only the last ulp
+# of the result, never which pixels are averaged.
+_ROWS = 16
+_COLS = 8
+_CHUNK = 32
 
 
 def _gaussian_taps() -> np.ndarray:
@@ -70,104 +72,102 @@ def _gaussian_taps() -> np.ndarray:
     return taps / taps.sum()
 
 
-def _band() -> np.ndarray:
-    """(B, B + 10) matrix: row i holds the 11 taps at columns i..i+10."""
-    band = np.zeros((_BLOCK, _BLOCK + _SPAN))
+def _band(outputs: int) -> np.ndarray:
+    """(n, n + 10) matrix whose row i holds the 11 taps at columns i..i+10."""
+    band = np.zeros((outputs, outputs + _SPAN))
     taps = _gaussian_taps()
-    for i in range(_BLOCK):
+    for i in range(outputs):
         band[i, i : i + WINDOW] = taps
     return band
 
 
-_BAND = _band()
-_BAND_T = np.ascontiguousarray(_BAND.T)
+_BAND_ROWS_T = np.ascontiguousarray(_band(_ROWS).T)
+_BAND_COLS = _band(_COLS)
 
 
-def _blocks(n: int) -> int:
-    return -(-n // _BLOCK)
+def _ceil_div(n: int, d: int) -> int:
+    return -(-n // d)
 
 
 class _Workspace:
-    """Buffers for frames of one shape, reused frame after frame."""
+    """Buffers for frames of one shape, reused frame after frame.
+
+    The frame is streamed in strips of R output rows, which need R + 10 input
+    rows. Per strip, the four maps are built in the frame's own interleaved
+    [row, column, channel] order (no transposing copy); the vertical pass
+    turns each map's strip into [column, channel, row] order, in which the
+    horizontal pass reads contiguous rows; the SSIM formula then runs on the
+    strip and its valid pixels are summed per channel. Every buffer holds one
+    strip (a few MiB at most), so intermediate results stay in cache.
+    """
 
     def __init__(self, height: int, width: int, channels: int) -> None:
         self.height, self.width, self.channels = height, width, channels
         self.valid_h, self.valid_w = height - _SPAN, width - _SPAN
-        self.row_blocks = _blocks(self.valid_h)
-        self.col_blocks = _blocks(self.valid_w)
-        rows = self.row_blocks * _BLOCK
-        self.padded_h = rows + _SPAN
-        self.chunks = -(-(self.col_blocks * _BLOCK + _SPAN) // _CHUNK)
-        self.padded_w = self.chunks * _CHUNK
-        planes = 4 * channels
-        # The padding must be finite zeros: the band's zero entries multiply it.
-        self.maps = np.zeros((planes, self.padded_h, self.padded_w))
-        self.vertical = np.empty((planes, rows, self.padded_w))
-        self.block = np.empty((planes, self.row_blocks, _BLOCK, _BLOCK))
-        self.scratch = [np.empty((channels, self.valid_h, _BLOCK)) for _ in range(4)]
-        item = self.maps.itemsize
-        self._map_strides = (
-            self.padded_h * self.padded_w * item,
-            _CHUNK * item,
-            self.padded_w * item,
-            item,
+        self.strips = _ceil_div(self.valid_h, _ROWS)
+        self.col_blocks = _ceil_div(self.valid_w, _COLS)
+        chunks = _ceil_div(width, _CHUNK)
+        pixels = chunks * _CHUNK
+        columns = max(pixels, self.col_blocks * _COLS + _SPAN)
+        depth = channels * _ROWS
+        item = np.dtype(np.float64).itemsize
+        # Padding (right of the frame) is never written and stays zero: the
+        # bands' zero entries multiply it, so it must be finite.
+        self.maps = np.zeros((4, _ROWS + _SPAN, pixels * channels))
+        self._map_pixels = self.maps.reshape(4, _ROWS + _SPAN, pixels, channels)
+        self.vertical = np.zeros((4, columns, depth))
+        self.filtered = np.empty((4, self.col_blocks, _COLS, depth))
+        self.scratch = [np.empty((self.col_blocks, _COLS, channels, _ROWS)) for _ in range(4)]
+        self._map_window = as_strided(
+            self.maps,
+            (4, chunks, _CHUNK * channels, _ROWS + _SPAN),
+            (self.maps.strides[0], _CHUNK * channels * item, item, self.maps.strides[1]),
+            writeable=False,
         )
-        self._vertical_strides = (
-            rows * self.padded_w * item,
-            _BLOCK * self.padded_w * item,
-            self.padded_w * item,
-            item,
+        self._vertical_out = self.vertical[:, :pixels].reshape(4, chunks, _CHUNK * channels, _ROWS)
+        self._vertical_window = as_strided(
+            self.vertical,
+            (4, self.col_blocks, _COLS + _SPAN, depth),
+            (self.vertical.strides[0], _COLS * depth * item, depth * item, item),
+            writeable=False,
         )
 
-    def _fill_rows(self, x: np.ndarray, y: np.ndarray, start: int) -> None:
-        rows = slice(start, min(start + _BLOCK, self.height))
-        maps = self.maps.reshape(4, self.channels, self.padded_h, self.padded_w)
-        xm, ym = maps[0, :, rows, : self.width], maps[1, :, rows, : self.width]
-        squares, cross = maps[2, :, rows, : self.width], maps[3, :, rows, : self.width]
-        xm[...] = x[rows].transpose(2, 0, 1)
-        ym[...] = y[rows].transpose(2, 0, 1)
+    def _fill(self, x: np.ndarray, y: np.ndarray, strip: int) -> None:
+        """Maps x, y, x^2 + y^2, xy for input rows strip*R .. strip*R+R+9.
+
+        The first 10 rows carry over from the previous strip. Rows past the
+        frame's bottom keep earlier (finite) values: they reach only output
+        rows outside the valid region, which are never summed.
+        """
+        top = strip * _ROWS
+        first = top
+        if strip:
+            for plane in self.maps:
+                plane[:_SPAN] = plane[_ROWS:]
+            first += _SPAN
+        last = min(top + _ROWS + _SPAN, self.height)
+        if first >= last:
+            return
+        local = slice(first - top, last - top)
+        xm, ym, squares, cross = (self._map_pixels[k, local, : self.width] for k in range(4))
+        xm[...] = x[first:last]
+        ym[...] = y[first:last]
         np.multiply(xm, xm, out=squares)
         np.multiply(ym, ym, out=cross)
         squares += cross
         np.multiply(xm, ym, out=cross)
 
-    def _vertical_pass(self, block: int) -> None:
-        """Filter rows block*B .. block*B+B-1 of every map, in chunks of columns."""
-        start = self.maps[:, block * _BLOCK :]
-        window = as_strided(
-            start,
-            (start.shape[0], self.chunks, _BLOCK + _SPAN, _CHUNK),
-            self._map_strides,
-            writeable=False,
-        )
-        out = self.vertical.reshape(
-            self.maps.shape[0], self.row_blocks, _BLOCK, self.chunks, _CHUNK
-        )[:, block].transpose(0, 2, 1, 3)
-        np.matmul(_BAND, window, out=out)
-
-    def _horizontal_pass(self, block: int) -> None:
-        """Filter columns block*B .. block*B+B-1 of the vertically filtered maps."""
-        start = self.vertical[:, :, block * _BLOCK :]
-        window = as_strided(
-            start,
-            (start.shape[0], self.row_blocks, _BLOCK, _BLOCK + _SPAN),
-            self._vertical_strides,
-            writeable=False,
-        )
-        np.matmul(window, _BAND_T, out=self.block)
-
-    def _block_sums(self, block: int) -> np.ndarray:
-        """Per-channel sum of SSIM/4 over the valid pixels of one column block.
+    def _strip_sums(self, strip: int) -> np.ndarray:
+        """Per-channel sum of SSIM/4 over the strip's valid pixels.
 
         SSIM = (2 m + C1)(2 c + C2) / ((m' + C1)(v + C2)) with m = ux uy,
         c = uxy - m, m' = ux^2 + uy^2, v = vx + vy. Halving both numerator
         factors is exact in binary floating point, so the quotient computed
         here is exactly a quarter of the index and the 4 is applied once.
         """
-        cols = min(_BLOCK, self.valid_w - block * _BLOCK)
-        moments = self.block.reshape(4, self.channels, -1, _BLOCK)[:, :, : self.valid_h, :cols]
-        ux, uy, usq, uxy = moments
-        mean_product, squares, cov, var = (s[:, :, :cols] for s in self.scratch)
+        shape = (4, self.col_blocks, _COLS, self.channels, _ROWS)
+        ux, uy, usq, uxy = self.filtered.reshape(shape)
+        mean_product, squares, cov, var = self.scratch
         np.multiply(ux, uy, out=mean_product)
         np.multiply(ux, ux, out=squares)
         np.multiply(uy, uy, out=cov)
@@ -181,18 +181,18 @@ class _Workspace:
         squares += _C1
         squares *= var
         mean_product /= squares
-        return mean_product.sum(axis=(1, 2))
+        rows = min(_ROWS, self.valid_h - strip * _ROWS)
+        last_cols = self.valid_w - (self.col_blocks - 1) * _COLS
+        full = mean_product[:-1, :, :, :rows].sum(axis=(0, 1, 3))
+        return full + mean_product[-1, :last_cols, :, :rows].sum(axis=(0, 2))
 
     def score(self, x: np.ndarray, y: np.ndarray) -> float:
-        for block in range(self.row_blocks + 1):
-            if block * _BLOCK < self.height:
-                self._fill_rows(x, y, block * _BLOCK)
-            if block:
-                self._vertical_pass(block - 1)
         totals = np.zeros(self.channels)
-        for block in range(self.col_blocks):
-            self._horizontal_pass(block)
-            totals += self._block_sums(block)
+        for strip in range(self.strips):
+            self._fill(x, y, strip)
+            np.matmul(self._map_window, _BAND_ROWS_T, out=self._vertical_out)
+            np.matmul(_BAND_COLS, self._vertical_window, out=self.filtered)
+            totals += self._strip_sums(strip)
         channel_means = 4.0 * totals / (self.valid_h * self.valid_w)
         return min(float(channel_means.mean()), 1.0)
 
@@ -208,8 +208,8 @@ def ssim(ref_frame: Any, cand_frame: Any) -> float:
 def iter_ssim(ref_frames: Any, cand_frames: Any) -> Iterator[float]:
     """Validate both frame stacks now, then yield each frame's SSIM in order.
 
-    Frames are scored one at a time, so a caller can report progress and
-    memory stays at one frame's buffers whatever the clip length.
+    Frames are scored one at a time, so a caller can report progress, and
+    the working memory is one strip's buffers whatever the clip length.
     """
     ref = validate_frames(ref_frames, "reference")
     cand = validate_frames(cand_frames, "candidate")

@@ -154,7 +154,7 @@ def _verdict(state: RegistryState, event: LogEvent, pending: Pending) -> None:
         reasons=verdict["reasons"], margins=margins, tightest_margin=tightest(margins),
         speedup=verdict["speedup"], speedup_ci=verdict["speedup_ci"], verdict=verdict,
         verdict_event_id=event.event_id, verdict_position=event.position,
-        contract_version=payload["contract_version"],
+        contract_version=payload["contract_version"], contract_hash=payload["contract_hash"],
     )
 
 

@@ -36,6 +36,10 @@ CHECKPOINT = ProjectionCheckpoint.__table__
 CHECKPOINT_NAME = "log"
 MAX_ATTEMPTS = 8
 LOAD_CHUNK = 500
+class _LostRace(Exception):
+    """The checkpoint moved under a catch-up: roll its writes back and fold again."""
+
+
 STREAM_MODEL = {ARTIFACT_PREFIX: "artifacts", "workload:": "workloads", "frameset:": "framesets"}
 
 
@@ -112,23 +116,29 @@ class Projections:
         raise ProjectionError(f"could not catch up after {MAX_ATTEMPTS} attempts: other catch-ups kept moving the checkpoint")
 
     def reset(self) -> int:
-        """Replace every read-model row with a fresh fold of the whole log; return its position."""
+        """Replace every read-model row with a fresh fold of the whole log; return its position.
+
+        The fold runs outside the write transaction and is exact up to the head
+        it read; events appended meanwhile are left for the next catch-up.
+        """
         for _ in range(MAX_ATTEMPTS):
             head = self.store.head_position()
             state = fold_log(self.store, head)
-            with self._writer() as conn:
-                for table, _, _ in MODELS.values():
-                    conn.execute(table.delete())
-                conn.execute(CHECKPOINT.delete())
-                conn.execute(insert(CHECKPOINT).values(name=CHECKPOINT_NAME, position=head))
-                for model, (table, _, to_row) in MODELS.items():
-                    rows = [to_row(value) for value in getattr(state, model).values()]
-                    if rows:
-                        conn.execute(insert(table), rows)
-                if self.store.head_position() == head:
-                    return head
-                conn.rollback()  # the log moved while we folded: fold again
-        raise ProjectionError(f"could not reset the read models after {MAX_ATTEMPTS} attempts: the log kept moving")
+            try:
+                with self._writer() as conn:
+                    # The checkpoint first: on Postgres this waits for a catch-up in flight.
+                    conn.execute(CHECKPOINT.delete())
+                    for table, _, _ in MODELS.values():
+                        conn.execute(table.delete())
+                    conn.execute(insert(CHECKPOINT).values(name=CHECKPOINT_NAME, position=head))
+                    for model, (table, _, to_row) in MODELS.items():
+                        rows = [to_row(value) for value in getattr(state, model).values()]
+                        if rows:
+                            conn.execute(insert(table), rows)
+            except IntegrityError:
+                continue  # a concurrent catch-up inserted a row first: fold again
+            return head
+        raise ProjectionError(f"could not reset the read models after {MAX_ATTEMPTS} attempts")
 
     @contextmanager
     def _writer(self) -> Iterator[Connection]:
@@ -161,11 +171,10 @@ class Projections:
                         .values(position=head)
                     )
                     if moved.rowcount != 1:
-                        conn.rollback()
-                        return False
+                        raise _LostRace
                 self._write_rows(conn, work, existing, touched)
-        except IntegrityError:
-            return False  # another catch-up created the checkpoint or a row first
+        except (_LostRace, IntegrityError):
+            return False  # another catch-up moved or created the checkpoint first; all rolled back
         return True
 
     def _fold_batch(self, work: RegistryState, batch: list, existing: dict[str, set[str]],
@@ -199,7 +208,7 @@ class Projections:
                     touched: dict[str, set[str]]) -> None:
         for model, (table, key, to_row) in MODELS.items():
             states = getattr(work, model)
-            rows = [to_row(states[name]) for name in sorted(touched[model]) if name in states]
+            rows = [to_row(states[name]) for name in sorted(touched[model])]
             fresh = [row for row in rows if row[key] not in existing[model]]
             changed = [{**row, "key_": row[key]} for row in rows if row[key] in existing[model]]
             if fresh:

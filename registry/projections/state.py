@@ -77,7 +77,7 @@ def start_payload(state: dict[str, Any], payload_sha256: str | None, position: i
     state.update(
         decision="registered", decided_by=None, tier=None, rule=None, reasons=[], margins=[],
         tightest_margin=None, speedup=None, speedup_ci=None, verdict=None, verdict_event_id=None,
-        verdict_position=None, contract_version=None, human=None,
+        verdict_position=None, contract_version=None, contract_hash=None, human=None,
     )
     restart_evidence(state)
 

@@ -1,0 +1,87 @@
+"""The report as one self-contained HTML page: inline CSS, plots as base64 PNG, no external request."""
+from __future__ import annotations
+
+import base64
+import re
+from html import escape
+from typing import Any, Sequence
+
+from .plots import Plot, frame_plot, speed_fidelity_plot
+from .report import report_tables
+from .state import RegistryState
+
+STYLE = """
+body { font-family: system-ui, sans-serif; margin: 24px; color: #212121; max-width: 1150px; }
+h1 { font-size: 1.5em; } h2 { font-size: 1.15em; margin-top: 1.6em; border-bottom: 1px solid #ddd; }
+table { border-collapse: collapse; margin: 8px 0 16px; font-size: 0.9em; }
+th, td { border: 1px solid #ccc; padding: 3px 8px; text-align: left; vertical-align: top; }
+th { background: #f3f3f3; } td.num { text-align: right; font-variant-numeric: tabular-nums; }
+figure { margin: 8px 0 20px; } figure img { max-width: 100%; border: 1px solid #eee; }
+figcaption { font-size: 0.85em; color: #555; } .none { color: #777; font-style: italic; }
+"""
+
+
+NUMERIC = re.compile(r"[-+]?[0-9][0-9.e+-]*")
+
+
+def _cell(value: Any) -> str:
+    text = "" if value is None else str(value)
+    numeric = isinstance(value, (int, float)) or bool(NUMERIC.fullmatch(text))
+    return f'<td class="num">{escape(text)}</td>' if numeric else f"<td>{escape(text)}</td>"
+
+
+def _table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    heading = f"<h2>{escape(title)}</h2>"
+    if not rows:
+        return heading + '<p class="none">none</p>'
+    head = "".join(f"<th>{escape(column)}</th>" for column in columns)
+    body = "".join("<tr>" + "".join(_cell(cell) for cell in row) + "</tr>" for row in rows)
+    return f"{heading}<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def _figure(plot: Plot, alt: str) -> str:
+    data = base64.b64encode(plot.png).decode("ascii")
+    return (f'<figure><img alt="{escape(alt)}" src="data:image/png;base64,{data}">'
+            f"<figcaption>{escape(plot.caption)}</figcaption></figure>")
+
+
+def render(report: dict[str, Any], state: RegistryState, *, max_frame_plots: int) -> str:
+    workloads = report["workloads"]
+    artifacts = [a for key, a in sorted(state.artifacts.items()) if a["workload"] in workloads]
+    scope = "all workloads" if report["workload"] is None else f"workload {report['workload']}"
+    totals = ", ".join(f"{decision}: {count}" for decision, count in report["totals"].items()) or "no artifacts"
+    [workload_table, *tables] = report_tables(report)
+    parts = [
+        f"<h1>Registry report: {escape(scope)}, as of log position {report['as_of']}</h1>",
+        f"<p>{escape(totals)}</p>",
+        _table(*workload_table),
+        "<h2>Speed against fidelity</h2>",
+        _figure(speed_fidelity_plot(artifacts, {w: s["speed_gate"] for w, s in workloads.items()}),
+                "speedup against tightest fidelity margin"),
+        *(_table(*table) for table in tables),
+        *_frame_section(artifacts, state, max_frame_plots),
+    ]
+    title = f"Registry report as of position {report['as_of']}"
+    return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{escape(title)}</title>'
+            f"<style>{STYLE}</style></head><body>\n" + "\n".join(parts) + "\n</body></html>\n")
+
+
+def _frame_section(artifacts: list[dict[str, Any]], state: RegistryState, limit: int) -> list[str]:
+    measured = []
+    for artifact in artifacts:
+        entry = artifact["evidence"].get("perceptual")
+        if entry is not None and (entry["item"].get("ssim") or entry["item"].get("lpips")):
+            measured.append(artifact)
+    parts = ["<h2>Per-frame fidelity (latest perceptual evidence)</h2>"]
+    if not measured:
+        return parts + ['<p class="none">no artifact has current per-frame perceptual evidence</p>']
+    if len(measured) > limit:
+        parts.append(f"<p>{len(measured)} artifacts have per-frame evidence; the first {limit} by id are drawn.</p>")
+    for artifact in measured[:limit]:
+        declared = state.workloads.get(artifact["workload"])
+        fidelity = (declared["contract"].get("fidelity") or {}) if declared else {}
+        plot = frame_plot(artifact, fidelity)
+        version = f"contract v{declared['contract_version']}" if declared else "no declared contract"
+        parts.append(_figure(Plot(plot.png, f"{plot.caption} Thresholds from {version}."),
+                             f"per-frame fidelity of {artifact['artifact']}"))
+    return parts

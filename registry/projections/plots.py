@@ -1,0 +1,132 @@
+"""The report's figures, drawn with matplotlib's Agg canvas (no display, no pyplot state) as PNG bytes.
+
+1. Speed against fidelity: one point per artifact at (tightest fidelity
+   margin / |threshold|, speedup), coloured by decision, with the gate's
+   lines: x = 0 (a fidelity metric exactly at its threshold passes) and, per
+   workload, y = its contract's speed gate. Margins of different metrics are
+   only comparable relative to their thresholds, hence the x scale.
+2. Per-frame fidelity: each perceptual artifact's per-frame SSIM (and LPIPS
+   when measured) from its latest perceptual evidence, the worst frame
+   marked (the gate judges the worst frame: min SSIM, max LPIPS) and the
+   contract's threshold drawn.
+"""
+from __future__ import annotations
+
+import io
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
+
+from .state import relative_margin, tightest
+
+DECISION_COLOURS = {
+    "promoted": "#2e7d32", "rejected": "#ef6c00", "quarantined": "#c62828",
+    "held": "#616161", "recorded": "#1565c0", "registered": "#bdbdbd",
+}
+GATE_STYLES = ("--", "-.", ":", (0, (5, 1, 1, 1)))
+LABEL_LIMIT = 40  # name the points while they stay legible
+DPI = 100
+
+
+def is_fidelity_metric(metric: str) -> bool:
+    """Fidelity margins: perceptual metrics and parity error bounds (not speed or noise)."""
+    return metric in ("ssim", "lpips", "vbench") or metric.startswith("max_abs_error:")
+
+
+def tightest_fidelity(artifact: dict[str, Any]) -> dict[str, Any] | None:
+    return tightest([m for m in artifact["margins"] if is_fidelity_metric(m["metric"])])
+
+
+def _png(figure: Figure) -> bytes:
+    FigureCanvasAgg(figure)
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", dpi=DPI)
+    return buffer.getvalue()
+
+
+@dataclass(frozen=True)
+class Plot:
+    png: bytes
+    caption: str
+
+
+def speed_fidelity_plot(artifacts: list[dict[str, Any]], gates: dict[str, float | None]) -> Plot:
+    points, left_out = [], []
+    for artifact in artifacts:
+        margin = tightest_fidelity(artifact)
+        x = relative_margin(margin) if margin is not None else math.nan
+        if artifact["speedup"] is None or not math.isfinite(x):
+            left_out.append(artifact["artifact"])
+            continue
+        points.append((x, artifact["speedup"], artifact))
+    figure = Figure(figsize=(10, 6.5))
+    axes = figure.add_subplot()
+    for decision, colour in DECISION_COLOURS.items():
+        chosen = [(x, y) for x, y, a in points if a["decision"] == decision]
+        if chosen:
+            axes.scatter([p[0] for p in chosen], [p[1] for p in chosen], c=colour, s=46, label=decision,
+                         edgecolors="black", linewidths=0.4, zorder=3)
+    if len(points) <= LABEL_LIMIT:
+        for x, y, artifact in points:
+            axes.annotate(artifact["artifact"], (x, y), textcoords="offset points", xytext=(5, 4), fontsize=8)
+    axes.axvline(0.0, color="black", linewidth=1.2, label="fidelity threshold (margin 0)")
+    xs = [x for x, _, _ in points] or [0.0]
+    pad = 0.1 * max(abs(min(xs)), abs(max(xs)), 1e-3)
+    axes.set_xlim(min(min(xs), 0.0) - pad, max(max(xs), 0.0) + pad)
+    axes.axvspan(axes.get_xlim()[0], 0.0, color="#c62828", alpha=0.06, label="fails a fidelity threshold")
+    for index, (workload, gate) in enumerate(sorted((w, g) for w, g in gates.items() if g is not None)):
+        axes.axhline(gate, color="#6a1b9a", linewidth=1.0, linestyle=GATE_STYLES[index % len(GATE_STYLES)],
+                     label=f"{workload} speed gate {gate:.3g}x")
+    axes.set_xlabel("tightest fidelity margin / |threshold|  (> 0 passes)")
+    axes.set_ylabel("speedup (median of paired ratios)")
+    axes.set_title("Speed against fidelity, per artifact")
+    axes.grid(True, alpha=0.3)
+    axes.legend(loc="best", fontsize=8)
+    figure.tight_layout()
+    caption = f"{len(points)} artifact(s) plotted."
+    if left_out:
+        caption += (f" Not plotted ({len(left_out)}), having no measured speedup or no fidelity margin"
+                    f" (byte-exact parity records none): {', '.join(left_out[:20])}"
+                    f"{' ...' if len(left_out) > 20 else ''}.")
+    return Plot(_png(figure), caption)
+
+
+def _worst(values: list[float], lowest: bool) -> int:
+    target = min(values) if lowest else max(values)
+    return values.index(target)
+
+
+def frame_plot(artifact: dict[str, Any], fidelity: dict[str, Any]) -> Plot:
+    """Per-frame panels for one artifact's latest perceptual item; thresholds from `fidelity` (its contract)."""
+    item = artifact["evidence"]["perceptual"]["item"]
+    panels = [(metric, item[metric]) for metric in ("ssim", "lpips") if item.get(metric)]
+    figure = Figure(figsize=(5.2 * max(1, len(panels)), 3.0))
+    notes = []
+    for index, (metric, values) in enumerate(panels, start=1):
+        axes = figure.add_subplot(1, len(panels), index)
+        frames = list(range(len(values)))
+        axes.plot(frames, values, marker="o", markersize=3, color="#1565c0", linewidth=1.2)
+        worst = _worst(values, lowest=metric == "ssim")
+        axes.scatter([worst], [values[worst]], s=110, facecolors="none", edgecolors="#c62828", linewidths=2,
+                     zorder=4, label=f"worst frame {worst}: {values[worst]:.4g}")
+        key = "min_ssim" if metric == "ssim" else "max_lpips"
+        threshold = fidelity.get(key)
+        if threshold is not None:
+            axes.axhline(threshold, color="#c62828", linestyle="--", linewidth=1, label=f"{key} {threshold:g}")
+        else:
+            notes.append(f"no {key} declared")
+        axes.set_title(f"{artifact['artifact']}: {metric.upper()} per frame", fontsize=9)
+        axes.set_xlabel("frame")
+        axes.xaxis.set_major_locator(MaxNLocator(integer=True))
+        axes.grid(True, alpha=0.3)
+        axes.legend(fontsize=7, loc="best")
+    figure.tight_layout()
+    caption = (f"{artifact['artifact']} ({artifact['decision']}): frame set {item['frame_set']}, seed {item['seed']},"
+               f" evidence at position {artifact['evidence']['perceptual']['position']}")
+    if notes:
+        caption += "; " + ", ".join(notes)
+    return Plot(_png(figure), caption + ".")

@@ -1,0 +1,253 @@
+"""The registry report: what is promoted, what was caught and why, what is close, who is waiting.
+
+Sections (all computed from a RegistryState, so a report as of any past
+position is the same function over `Projections.state(as_of=...)`):
+- leaderboard: per workload, promoted artifacts by speedup (descending), with
+  the bootstrap CI, tier and tightest margin;
+- caught: held / quarantined / rejected artifacts grouped by the rule that
+  decided them (a person's revoke counts as rule `human.revoke`);
+- near_misses: promoted artifacts whose tightest margin is within 10% of its
+  threshold (|margin| <= 0.1 * |threshold|): promoted, but one noisy rerun
+  from the other side of the line;
+- waiting: advisory-tier artifacts the gate recorded and no person has
+  decided since (DESIGN.md: the advisory tier never promotes by itself).
+Renderers: JSON, one flat CSV table (a `section` column), and a
+self-contained HTML page with embedded plots (html_report.py).
+"""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+from typing import Any
+
+from registry.contracts.speed import derived_gate
+
+from .state import RegistryState, relative_margin
+
+NEAR_MISS_SHARE = 0.10
+CAUGHT = ("held", "quarantined", "rejected")
+HUMAN_REVOKE_RULE = "human.revoke"
+CSV_COLUMNS = (
+    "section", "as_of", "workload", "artifact", "rank", "decision", "decided_by", "rule", "count", "tier",
+    "speedup", "ci_low", "ci_high", "metric", "value", "threshold", "margin", "relative_margin",
+)
+
+
+def speed_gate(contract: dict[str, Any] | None) -> float | None:
+    """The contract's minimum speedup: `min_speedup`, or the Amdahl gate of `ceiling_share`; None if undeclared."""
+    speed = (contract or {}).get("speed") or {}
+    if speed.get("min_speedup") is not None:
+        return float(speed["min_speedup"])
+    if speed.get("ceiling_share") is not None:
+        return derived_gate(float(speed["ceiling_share"]))[0]
+    return None
+
+
+def _margin_entry(margin: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The margin with its relative size; None where it has no finite one (a zero threshold)."""
+    if margin is None:
+        return None
+    relative = relative_margin(margin)
+    return {**margin, "relative_margin": relative if math.isfinite(relative) else None}
+
+
+def build_report(state: RegistryState, workload: str | None = None) -> dict[str, Any]:
+    """The report over every workload, or one (an unknown workload is refused, not reported empty)."""
+    known = set(state.workloads) | {a["workload"] for a in state.artifacts.values()}
+    if workload is not None and workload not in known:
+        raise ValueError(f"no workload {workload!r} as of position {state.position}")
+    scope = sorted(known if workload is None else {workload})
+    artifacts = [state.artifacts[key] for key in sorted(state.artifacts)
+                 if workload is None or state.artifacts[key]["workload"] == workload]
+    return {
+        "as_of": state.position,
+        "workload": workload,
+        "workloads": {w: _workload_summary(state.workloads.get(w)) for w in scope},
+        "totals": _totals(artifacts),
+        "leaderboard": _leaderboard(artifacts, scope),
+        "caught": _caught(artifacts),
+        "near_misses": _near_misses(artifacts),
+        "waiting": _waiting(artifacts),
+    }
+
+
+def _workload_summary(declared: dict[str, Any] | None) -> dict[str, Any]:
+    if declared is None:
+        return {"declared": False, "contract_version": None, "tier": None, "speed_gate": None}
+    contract = declared["contract"]
+    return {
+        "declared": True, "contract_version": declared["contract_version"],
+        "tier": (contract.get("fidelity") or {}).get("tier"), "speed_gate": speed_gate(contract),
+    }
+
+
+def _totals(artifacts: list[dict[str, Any]]) -> dict[str, int]:
+    totals: dict[str, int] = {}
+    for artifact in artifacts:
+        totals[artifact["decision"]] = totals.get(artifact["decision"], 0) + 1
+    return dict(sorted(totals.items()))
+
+
+def _leaderboard(artifacts: list[dict[str, Any]], scope: list[str]) -> dict[str, list[dict[str, Any]]]:
+    board: dict[str, list[dict[str, Any]]] = {w: [] for w in scope}
+    for artifact in artifacts:
+        if artifact["decision"] != "promoted":
+            continue
+        board[artifact["workload"]].append({
+            "artifact": artifact["artifact"], "kind": artifact["kind"], "backend": artifact["backend"],
+            "speedup": artifact["speedup"], "speedup_ci": artifact["speedup_ci"], "tier": artifact["tier"],
+            "decided_by": artifact["decided_by"], "tightest_margin": _margin_entry(artifact["tightest_margin"]),
+        })
+    for entries in board.values():
+        # Fastest first; an artifact promoted without a measured speedup (a person's approval) last.
+        entries.sort(key=lambda e: (e["speedup"] is None, -(e["speedup"] or 0.0), e["artifact"]))
+        for rank, entry in enumerate(entries, start=1):
+            entry["rank"] = rank
+    return board
+
+
+def _caught(artifacts: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    groups: dict[str, dict[str, list[str]]] = {decision: {} for decision in CAUGHT}
+    for artifact in artifacts:
+        if artifact["decision"] in groups:
+            # A person's decision can only leave an artifact held here (a revoke).
+            rule = HUMAN_REVOKE_RULE if artifact["decided_by"] == "human" else artifact["rule"]
+            groups[artifact["decision"]].setdefault(rule, []).append(artifact["artifact"])
+    return {
+        decision: [
+            {"rule": rule, "count": len(ids), "artifacts": ids}
+            for rule, ids in sorted(by_rule.items(), key=lambda item: (-len(item[1]), item[0]))
+        ]
+        for decision, by_rule in groups.items()
+    }
+
+
+def _near_misses(artifacts: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    found = []
+    for artifact in artifacts:
+        margin = artifact["tightest_margin"]
+        if artifact["decision"] != "promoted" or margin is None:
+            continue
+        if abs(margin["margin"]) <= NEAR_MISS_SHARE * abs(margin["threshold"]):
+            found.append({"artifact": artifact["artifact"], "workload": artifact["workload"],
+                          "speedup": artifact["speedup"], **_margin_entry(margin)})
+    return sorted(found, key=lambda entry: (entry["relative_margin"], entry["artifact"]))
+
+
+def _waiting(artifacts: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    # `recorded` is only ever the gate's decision, and any later human decision replaces it.
+    return [
+        {"artifact": a["artifact"], "workload": a["workload"], "verdict_position": a["verdict_position"],
+         "speedup": a["speedup"], "tightest_margin": _margin_entry(a["tightest_margin"])}
+        for a in artifacts if a["decision"] == "recorded" and a["tier"] == "advisory"
+    ]
+
+
+# -- renderers ---------------------------------------------------------------------------------
+
+def report_json(report: dict[str, Any]) -> str:
+    return json.dumps(report, indent=2, sort_keys=True, ensure_ascii=False, allow_nan=False)
+
+
+def report_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
+    """The report as one flat table (rows keyed by CSV_COLUMNS; absent cells are None)."""
+    rows: list[dict[str, Any]] = []
+
+    def row(section: str, **cells: Any) -> None:
+        rows.append({column: None for column in CSV_COLUMNS} | {"section": section, "as_of": report["as_of"]} | cells)
+
+    def margin_cells(margin: dict[str, Any] | None) -> dict[str, Any]:
+        if margin is None:
+            return {}
+        return {key: margin[key] for key in ("metric", "value", "threshold", "margin", "relative_margin")}
+
+    for workload, entries in report["leaderboard"].items():
+        for e in entries:
+            low, high = e["speedup_ci"] or (None, None)
+            row("leaderboard", workload=workload, artifact=e["artifact"], rank=e["rank"], decision="promoted",
+                decided_by=e["decided_by"], tier=e["tier"], speedup=e["speedup"], ci_low=low, ci_high=high,
+                **margin_cells(e["tightest_margin"]))
+    for decision, groups in report["caught"].items():
+        for group in groups:
+            for artifact in group["artifacts"]:
+                row("caught", artifact=artifact, decision=decision, rule=group["rule"], count=group["count"])
+    for e in report["near_misses"]:
+        row("near_miss", workload=e["workload"], artifact=e["artifact"], decision="promoted", speedup=e["speedup"],
+            **margin_cells(e))
+    for e in report["waiting"]:
+        row("waiting", workload=e["workload"], artifact=e["artifact"], decision="recorded", tier="advisory",
+            speedup=e["speedup"], **margin_cells(e["tightest_margin"]))
+    for decision, count in report["totals"].items():
+        row("total", decision=decision, count=count)
+    return rows
+
+
+def number(value: Any) -> Any:
+    """A cell for people: floats to 4 significant digits, everything else as it is."""
+    return f"{value:.4g}" if isinstance(value, float) else value
+
+
+def margin_text(margin: dict[str, Any] | None) -> str | None:
+    if margin is None:
+        return None
+    return (f"{margin['metric']} {number(margin['value'])} vs {number(margin['threshold'])}"
+            f" (margin {number(margin['margin'])})")
+
+
+def _ci_text(ci: list[float] | None) -> str | None:
+    return None if ci is None else f"[{number(ci[0])}, {number(ci[1])}]"
+
+
+Table = tuple[str, list[str], list[tuple[Any, ...]]]
+
+
+def report_tables(report: dict[str, Any]) -> list[Table]:
+    """The report as titled tables for people (the CLI's table format, the HTML page)."""
+    at = f"as of position {report['as_of']}"
+    tables: list[Table] = [(
+        f"workloads ({at})", ["workload", "contract version", "tier", "speed gate"],
+        [(w, s["contract_version"], s["tier"], number(s["speed_gate"])) for w, s in report["workloads"].items()],
+    )]
+    for workload, entries in report["leaderboard"].items():
+        tables.append((
+            f"leaderboard: {workload} (promoted, fastest first)",
+            ["rank", "artifact", "speedup", "95% CI", "tier", "decided by", "tightest margin"],
+            [(e["rank"], e["artifact"], number(e["speedup"]), _ci_text(e["speedup_ci"]), e["tier"], e["decided_by"],
+              margin_text(e["tightest_margin"])) for e in entries],
+        ))
+    tables.append((
+        "caught (by the rule that decided)", ["decision", "rule", "count", "artifacts"],
+        [(decision, g["rule"], g["count"], ", ".join(g["artifacts"]))
+         for decision, groups in report["caught"].items() for g in groups],
+    ))
+    tables.append((
+        f"near misses (promoted within {NEAR_MISS_SHARE:.0%} of a threshold)",
+        ["artifact", "workload", "metric", "value", "threshold", "margin", "speedup"],
+        [(e["artifact"], e["workload"], e["metric"], number(e["value"]), number(e["threshold"]),
+          number(e["margin"]), number(e["speedup"])) for e in report["near_misses"]],
+    ))
+    tables.append((
+        "waiting for a person (advisory tier, recorded)",
+        ["artifact", "workload", "verdict position", "speedup", "tightest margin"],
+        [(e["artifact"], e["workload"], e["verdict_position"], number(e["speedup"]), margin_text(e["tightest_margin"]))
+         for e in report["waiting"]],
+    ))
+    return tables
+
+
+def report_csv(report: dict[str, Any]) -> str:
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=CSV_COLUMNS, lineterminator="\n")
+    writer.writeheader()
+    for row in report_rows(report):
+        writer.writerow({key: "" if value is None else value for key, value in row.items()})
+    return out.getvalue()
+
+
+def report_html(report: dict[str, Any], state: RegistryState, *, max_frame_plots: int = 48) -> str:
+    """One self-contained HTML page (plots embedded as base64 PNG); see html_report.py."""
+    from .html_report import render
+
+    return render(report, state, max_frame_plots=max_frame_plots)

@@ -1,0 +1,125 @@
+"""Replay verification: the live read models must equal a fresh fold of the log.
+
+The read models are a cache of the fold; if a row was edited by hand, written
+by a buggy catch-up or left behind by an older fold, the registry would
+answer from it silently. `verify_projections` replays the log in memory up to
+the live checkpoint and compares every row (indexed columns, state JSON and
+its sha256) with the row the replay produces, naming each artifact,
+workload or frame set that differs and which fields.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from registry.events.store import EventStore
+
+from .live import Projections, fold_log, read_checkpoint, snapshot
+from .rows import MODELS, load_state
+from .state import RegistryState
+
+
+def rebuild(store: EventStore) -> RegistryState:
+    """The registry's state folded from nothing, in memory, up to the log's head."""
+    return fold_log(store, store.head_position())
+
+
+@dataclass(frozen=True)
+class Difference:
+    model: str  # artifacts | workloads | framesets
+    key: str
+    problem: str  # "differs" | "missing from the live table" | "not in the replay"
+    fields: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"model": self.model, "key": self.key, "problem": self.problem, "fields": list(self.fields)}
+
+    def line(self) -> str:
+        where = f" ({', '.join(self.fields)})" if self.fields else ""
+        return f"{self.model[:-1]} {self.key}: {self.problem}{where}"
+
+
+@dataclass(frozen=True)
+class ReplayReport:
+    position: int
+    checked: dict[str, int]
+    differences: list[Difference] = field(default_factory=list)
+    replay_seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return not self.differences
+
+    @property
+    def differing_artifacts(self) -> list[str]:
+        return [d.key for d in self.differences if d.model == "artifacts"]
+
+    def summary(self) -> str:
+        """One line: what was compared at which position, and every difference."""
+        checked = ", ".join(f"{count} {model}" for model, count in self.checked.items())
+        head = f"position {self.position}: {checked} compared"
+        if self.ok:
+            return f"{head}; all equal to the replay"
+        return f"{head}; {len(self.differences)} differ: " + "; ".join(d.line() for d in self.differences)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "ok": self.ok, "position": self.position, "checked": dict(self.checked),
+            "differences": [d.to_dict() for d in self.differences],
+            "differing_artifacts": self.differing_artifacts, "replay_seconds": self.replay_seconds,
+        }
+
+
+def verify_projections(store: EventStore) -> ReplayReport:
+    """Catch the read models up, then compare every live row with a fresh in-memory replay."""
+    Projections(store).catch_up()
+    with snapshot(store.engine) as conn:
+        position = read_checkpoint(conn) or 0
+        live = {
+            model: {row[key]: dict(row) for row in conn.execute(table.select()).mappings()}
+            for model, (table, key, _) in MODELS.items()
+        }
+    started = time.perf_counter()
+    replay = fold_log(store, position)
+    seconds = time.perf_counter() - started
+    differences = []
+    for model, (_, _, to_row) in MODELS.items():
+        expected = {key: to_row(value) for key, value in getattr(replay, model).items()}
+        differences += _compare(model, expected, live[model])
+    return ReplayReport(
+        position=position,
+        checked={model: len(getattr(replay, model)) for model in MODELS},
+        differences=differences,
+        replay_seconds=seconds,
+    )
+
+
+def _compare(model: str, expected: dict[str, dict], live: dict[str, dict]) -> list[Difference]:
+    found = []
+    for key in sorted(expected.keys() | live.keys()):
+        if key not in live:
+            found.append(Difference(model, key, "missing from the live table"))
+        elif key not in expected:
+            found.append(Difference(model, key, "not in the replay"))
+        else:
+            fields = _differing_fields(expected[key], live[key])
+            if fields:
+                found.append(Difference(model, key, "differs", tuple(fields)))
+    return found
+
+
+def _differing_fields(expected: dict[str, Any], live: dict[str, Any]) -> list[str]:
+    """Column names that differ; for the state JSON, the top-level keys that differ inside it."""
+    fields = [column for column in expected if column != "state" and expected[column] != live.get(column)]
+    if expected["state"] != live["state"]:
+        try:
+            live_state = load_state(live["state"])
+        except ValueError:
+            return [*fields, "state (not JSON)"]
+        if not isinstance(live_state, dict):
+            return [*fields, "state (not an object)"]
+        wanted = load_state(expected["state"])
+        inner = sorted(k for k in wanted.keys() | live_state.keys() if wanted.get(k) != live_state.get(k))
+        fields += [f"state.{k}" for k in inner] or ["state (formatting)"]
+    return fields

@@ -1,0 +1,465 @@
+"""Projections: the fold, the live read models, time travel and replay verification.
+
+One scripted history (appended with the store, as the application layer
+would) covers every rule of the fold: evidence scoped to the current payload,
+failures cleared by later evidence, a verdict, a contract change, a revoke
+that restarts the evidence scope, an approve, a quarantine and a re-registered
+payload. Cases that touch the database run on SQLite and on Postgres.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from datetime import datetime, timezone
+
+import pytest
+from sqlalchemy import func, select
+
+from registry.events.database import make_engine, upgrade
+from registry.events.store import EventStore, NewEvent
+from registry.evidence.document import parse_item
+from registry.gate.model import Margin, Verdict
+from registry.projections import (
+    ProjectionError,
+    Projections,
+    RegistryState,
+    apply,
+    rebuild,
+    resolve_as_of,
+    verify_projections,
+)
+from registry.projections.schema import ProjectedArtifact, ProjectionCheckpoint
+
+from store_helpers import raw
+
+SHA_SAGE = "a1" * 32
+SHA_RMS = "b2" * 32
+SHA_RMS_2 = "b3" * 32
+SHA_CACHE = "c4" * 32
+SHA_FA3 = "d5" * 32
+
+WAN_V1 = {
+    "workload": "wan-t2v",
+    "fidelity": {"tier": "perceptual", "min_ssim": 0.97, "max_lpips": 0.05, "frame_set": "wan-fs8", "seed": 1024, "frames": 4},
+    "speed": {"min_speedup": 1.3, "ceiling_share": None, "runs_per_arm": 8, "protocol": "paired", "max_cv": 0.05},
+}
+WAN_V2 = {**WAN_V1, "fidelity": {**WAN_V1["fidelity"], "min_ssim": 0.98}}
+LTX = {
+    "workload": "ltx-video",
+    "fidelity": {"tier": "exact"},
+    "speed": {"min_speedup": None, "ceiling_share": 0.2717, "runs_per_arm": 8, "protocol": "paired", "max_cv": 0.05},
+}
+COSMOS = {
+    "workload": "cosmos",
+    "fidelity": {"tier": "advisory", "min_ssim": 0.9, "frame_set": "wan-fs8"},
+    "speed": {"min_speedup": 1.1, "ceiling_share": None, "runs_per_arm": 8, "protocol": "paired", "max_cv": None},
+}
+
+
+# -- building the scripted history ------------------------------------------------------
+
+def execution(calls: int = 120) -> dict:
+    return parse_item({"kind": "execution", "candidate_calls": calls, "fallbacks": 0,
+                       "requested_backend": "SAGE", "effective_backend": "SAGE"})
+
+
+def benchmark(factor: float) -> dict:
+    base = [0.0100, 0.0102, 0.0101, 0.0103, 0.0100, 0.0102, 0.0101, 0.0104]
+    return parse_item({"kind": "benchmark", "protocol": "paired", "device": "NVIDIA H100", "timer": "cuda_event",
+                       "baseline_s": base, "candidate_s": [b / factor for b in base], "schedule": ["BC", "CB"] * 4})
+
+
+def perceptual(ssim: list[float], lpips: list[float] | None) -> dict:
+    return parse_item({"kind": "perceptual", "frame_set": "wan-fs8", "seed": 1024, "frames": len(ssim),
+                       "ssim": ssim, "lpips": lpips, "vbench": None, "stage_status": "ok"})
+
+
+def parity() -> dict:
+    return parse_item({"kind": "parity", "policy": "byte_equal", "leaves": [
+        {"name": "out", "dtype": "bfloat16", "shape": [2, 64], "byte_equal": True, "max_abs_error": 0.0,
+         "max_rel_error": 0.0, "has_nan": False, "has_inf": False}]})
+
+
+def verdict(decision: str, tier: str, rule: str, margins: list[Margin], speedup: float | None,
+            evidence_ids: list[str]) -> dict:
+    ci = None if speedup is None else (round(speedup * 0.97, 4), round(speedup * 1.03, 4))
+    return Verdict(decision=decision, tier=tier, reasons=[f"{rule}: scripted"], margins=margins, speedup=speedup,
+                   speedup_ci=ci, rule=rule, evidence_ids=evidence_ids).to_dict()
+
+
+def margin(metric: str, value: float, threshold: float, higher_is_better: bool = True) -> Margin:
+    signed = value - threshold if higher_is_better else threshold - value
+    return Margin(metric, value, threshold, signed, signed >= 0)
+
+
+class History:
+    """Appends the scripted history; remembers positions and event ids by label."""
+
+    def __init__(self, store: EventStore):
+        self.store = store
+        self.at: dict[str, int] = {}
+        self.times: dict[str, datetime] = {}
+
+    def add(self, label: str, stream: str, event_type: str, payload: dict) -> int:
+        [position] = self.store.append(stream, [NewEvent(event_type, payload)], actor="test")
+        self.at[label] = position
+        return position
+
+    def event_id(self, label: str) -> str:
+        return self.store.read_all(after_position=self.at[label] - 1, limit=1)[0].event_id
+
+    def evidence(self, label: str, artifact: str, sha: str, event_type: str, item: dict) -> int:
+        return self.add(label, f"artifact:{artifact}", event_type,
+                        {"artifact": artifact, "payload_sha256": sha, "run": label, "item": item})
+
+    def workload(self, label: str, contract: dict, version: int) -> int:
+        return self.add(label, f"workload:{contract['workload']}", "WorkloadDeclared", {
+            "workload": contract["workload"], "contract_version": version,
+            "contract_hash": f"{version:064x}", "contract": contract})
+
+    def register(self, label: str, artifact: str, workload: str, kind: str, sha: str, backend: str | None = None) -> int:
+        return self.add(label, f"artifact:{artifact}", "ArtifactRegistered", {
+            "artifact": artifact, "kind": kind, "workload": workload, "payload_sha256": sha,
+            "backend": backend, "op": "attention" if backend else "rms_norm", "entry": f"kernels.{artifact}:run"})
+
+    def render(self, label: str, artifact: str, sha: str, workload: str, version: int, result: dict) -> int:
+        return self.add(label, f"artifact:{artifact}", "VerdictRendered", {
+            "artifact": artifact, "payload_sha256": sha, "workload": workload, "contract_version": version,
+            "contract_hash": f"{version:064x}", "gate_version": "gate/1", "verdict": result})
+
+    def human(self, label: str, artifact: str, sha: str, action: str) -> int:
+        return self.add(label, f"artifact:{artifact}", "HumanDecision", {
+            "artifact": artifact, "payload_sha256": sha, "action": action,
+            "reason": f"scripted {action}", "person": "Ada Lovelace"})
+
+    def mark_time(self, label: str) -> None:
+        """A moment strictly between the last event and the next one."""
+        time.sleep(0.005)
+        self.times[label] = datetime.now(timezone.utc)
+        time.sleep(0.005)
+
+
+def build_history(store: EventStore) -> History:
+    h = History(store)
+    h.add("frameset", "frameset:wan-fs8", "FrameSetRegistered", {
+        "name": "wan-fs8", "seed": 1024, "frames": 4, "height": 32, "width": 32, "channels": 3,
+        "dtype": "uint8", "sha256": "e6" * 32})
+    h.workload("wan_v1", WAN_V1, 1)
+    h.workload("ltx", LTX, 1)
+    h.workload("cosmos", COSMOS, 1)
+    # sage: a perceptual attention backend; a failed stage, then evidence, then a promotion
+    h.register("sage_reg", "sage-attn", "wan-t2v", "attention_backend", SHA_SAGE, backend="SAGE")
+    h.evidence("sage_exec", "sage-attn", SHA_SAGE, "ExecutionObserved", execution())
+    h.add("sage_fail", "artifact:sage-attn", "EvaluationFailed", {
+        "artifact": "sage-attn", "payload_sha256": SHA_SAGE, "run": "r1", "stage": "perceptual",
+        "error": "LPIPS backend absent"})
+    h.mark_time("after_failure")
+    h.evidence("sage_perc", "sage-attn", SHA_SAGE, "PerceptualMeasured",
+               perceptual([0.991, 0.975, 0.988, 0.990], [0.012, 0.046, 0.020, 0.015]))
+    h.evidence("sage_bench", "sage-attn", SHA_SAGE, "BenchmarkMeasured", benchmark(1.45))
+    sage_margins = [margin("ssim", 0.975, 0.97), margin("lpips", 0.046, 0.05, higher_is_better=False),
+                    margin("speedup", 1.45, 1.3), margin("baseline_cv", 0.013, 0.05, higher_is_better=False)]
+    h.render("sage_verdict", "sage-attn", SHA_SAGE, "wan-t2v", 1,
+             verdict("promoted", "perceptual", "speed.passed", sage_margins, 1.45,
+                     [h.event_id(k) for k in ("sage_exec", "sage_perc", "sage_bench")]))
+    h.mark_time("after_sage_verdict")
+    # rms: an exact fused kernel that is correct but not fast enough
+    h.register("rms_reg", "rms-fused", "ltx-video", "fused_kernel", SHA_RMS)
+    h.evidence("rms_parity", "rms-fused", SHA_RMS, "ParityMeasured", parity())
+    h.evidence("rms_bench_1", "rms-fused", SHA_RMS, "BenchmarkMeasured", benchmark(1.02))
+    h.evidence("rms_bench_2", "rms-fused", SHA_RMS, "BenchmarkMeasured", benchmark(1.04))
+    h.render("rms_verdict", "rms-fused", SHA_RMS, "ltx-video", 1,
+             verdict("rejected", "exact", "speed.below_gate", [margin("speedup", 1.04, 1.1865)], 1.04, []))
+    # the wan contract tightens; sage is revoked, then re-measured (no new verdict yet)
+    h.workload("wan_v2", WAN_V2, 2)
+    h.human("sage_revoke", "sage-attn", SHA_SAGE, "revoke")
+    h.evidence("sage_exec_2", "sage-attn", SHA_SAGE, "ExecutionObserved", execution(64))
+    # late evidence for a payload sage never had: out of scope
+    h.evidence("sage_stray", "sage-attn", "ff" * 32, "BenchmarkMeasured", benchmark(9.0))
+    # cache: advisory tier, recorded by the gate, approved by a person
+    h.register("cache_reg", "step-cache", "cosmos", "step_cache", SHA_CACHE)
+    h.render("cache_verdict", "step-cache", SHA_CACHE, "cosmos", 1,
+             verdict("recorded", "advisory", "advisory", [margin("ssim", 0.93, 0.9), margin("speedup", 1.6, 1.1)],
+                     1.6, []))
+    h.human("cache_approve", "step-cache", SHA_CACHE, "approve")
+    # fa3: perceptual, fails its SSIM budget
+    h.register("fa3_reg", "fa3-approx", "wan-t2v", "attention_backend", SHA_FA3, backend="FA3")
+    h.evidence("fa3_perc", "fa3-approx", SHA_FA3, "PerceptualMeasured",
+               perceptual([0.99, 0.95, 0.96, 0.97], None))
+    h.render("fa3_verdict", "fa3-approx", SHA_FA3, "wan-t2v", 2,
+             verdict("quarantined", "perceptual", "fidelity.failed", [margin("ssim", 0.95, 0.98)], None,
+                     [h.event_id("fa3_perc")]))
+    # rms gets a new payload: a fresh start
+    h.register("rms_reg_2", "rms-fused", "ltx-video", "fused_kernel", SHA_RMS_2)
+    return h
+
+
+def open_store(url: str) -> EventStore:
+    engine = make_engine(url)
+    upgrade(engine)
+    return EventStore(engine)
+
+
+@pytest.fixture
+def store(backend_url):
+    store = open_store(backend_url)
+    yield store
+    store.engine.dispose()
+
+
+@pytest.fixture
+def history(store):
+    return build_history(store)
+
+
+def checkpoint(store: EventStore) -> int | None:
+    with store.engine.connect() as conn:
+        return conn.execute(select(ProjectionCheckpoint.position)).scalar()
+
+
+def artifact_rows(store: EventStore) -> int:
+    with store.engine.connect() as conn:
+        return conn.execute(select(func.count()).select_from(ProjectedArtifact)).scalar()
+
+
+# -- the fold, through the live read models ---------------------------------------------------
+
+def test_projections_after_catch_up(store, history):
+    h = history
+    projections = Projections(store)
+    assert projections.catch_up() == h.at["rms_reg_2"] == store.head_position()
+
+    sage = projections.artifact("sage-attn")
+    assert sage["decision"] == "held" and sage["decided_by"] == "human"
+    assert sage["human"] == {"action": "revoke", "person": "Ada Lovelace", "reason": "scripted revoke",
+                             "event_id": h.event_id("sage_revoke"), "position": h.at["sage_revoke"]}
+    # the revoke restarted the evidence scope: only the execution after it counts
+    assert set(sage["evidence"]) == {"execution"}
+    assert sage["evidence"]["execution"]["position"] == h.at["sage_exec_2"]
+    assert sage["evidence"]["execution"]["item"]["candidate_calls"] == 64
+    assert sage["evidence_counts"] == {"parity": 0, "benchmark": 0, "execution": 1, "perceptual": 0}
+    assert sage["open_failures"] == []
+    # the latest verdict is still on record, with its margins
+    assert sage["verdict_position"] == h.at["sage_verdict"] and sage["verdict"]["decision"] == "promoted"
+    assert sage["tier"] == "perceptual" and sage["rule"] == "speed.passed"
+    assert (sage["contract_version"], sage["contract_hash"]) == (1, f"{1:064x}")
+    assert sage["tightest_margin"]["metric"] == "ssim"  # 0.005/0.97 is tighter than lpips 0.004/0.05
+    assert sage["speedup"] == 1.45 and sage["speedup_ci"] == [1.4065, 1.4935]
+    assert [v["decision"] for v in sage["verdicts"]] == ["promoted"]
+    assert sage["last_position"] == h.at["sage_stray"]
+    assert (sage["kind"], sage["backend"], sage["payload_sha256"]) == ("attention_backend", "SAGE", SHA_SAGE)
+
+    rms = projections.artifact("rms-fused")
+    assert rms["decision"] == "registered" and rms["decided_by"] is None and rms["verdict"] is None
+    assert rms["payload_sha256"] == SHA_RMS_2 and rms["registered_position"] == h.at["rms_reg_2"]
+    assert rms["evidence"] == {} and rms["tightest_margin"] is None and rms["contract_hash"] is None
+    assert [(v["decision"], v["payload_sha256"]) for v in rms["verdicts"]] == [("rejected", SHA_RMS)]
+
+    cache = projections.artifact("step-cache")
+    assert (cache["decision"], cache["decided_by"], cache["tier"]) == ("promoted", "human", "advisory")
+    fa3 = projections.artifact("fa3-approx")
+    assert (fa3["decision"], fa3["rule"], fa3["contract_version"]) == ("quarantined", "fidelity.failed", 2)
+    assert fa3["tightest_margin"]["margin"] == pytest.approx(-0.03)
+    assert projections.artifact("no-such-artifact") is None
+
+    assert [a["artifact"] for a in projections.artifacts()] == ["fa3-approx", "rms-fused", "sage-attn", "step-cache"]
+    assert [a["artifact"] for a in projections.artifacts(workload="wan-t2v")] == ["fa3-approx", "sage-attn"]
+
+    wan = projections.workload("wan-t2v")
+    assert (wan["contract_version"], wan["contract"]) == (2, WAN_V2)
+    assert wan["versions"] == [{"version": 1, "hash": f"{1:064x}", "position": h.at["wan_v1"]},
+                               {"version": 2, "hash": f"{2:064x}", "position": h.at["wan_v2"]}]
+    assert [w["workload"] for w in projections.workloads()] == ["cosmos", "ltx-video", "wan-t2v"]
+    frames = projections.frameset("wan-fs8")
+    assert frames["sha256"] == "e6" * 32 and frames["position"] == h.at["frameset"]
+
+
+def test_failures_stay_open_until_later_evidence(store, history):
+    h = history
+    at_failure = Projections(store).artifact("sage-attn", as_of=h.at["sage_fail"])
+    assert at_failure["open_failures"] == [{"event_id": h.event_id("sage_fail"), "position": h.at["sage_fail"],
+                                            "stage": "perceptual", "error": "LPIPS backend absent"}]
+    assert at_failure["decision"] == "registered"
+    after = Projections(store).artifact("sage-attn", as_of=h.at["sage_perc"])
+    assert after["open_failures"] == [] and after["evidence_counts"]["perceptual"] == 1
+
+
+def test_catch_up_is_incremental(store, history):
+    projections = Projections(store)
+    projections.catch_up()
+    before = projections.artifact("fa3-approx")
+    history.human("fa3_approve", "fa3-approx", SHA_FA3, "approve")
+    after = projections.artifact("fa3-approx")  # the read catches up first
+    assert checkpoint(store) == history.at["fa3_approve"]
+    assert before["decision"] == "quarantined" and after["decision"] == "promoted"
+    assert after["verdict"] == before["verdict"]
+    assert projections.artifact("sage-attn")["decision"] == "held"
+
+
+# -- time travel --------------------------------------------------------------------------------
+
+def test_as_of_positions(store, history):
+    h = history
+    projections = Projections(store)
+    assert projections.artifact("sage-attn", as_of=h.at["sage_reg"] - 1) is None
+    registered = projections.artifact("sage-attn", as_of=h.at["sage_reg"])
+    assert registered["decision"] == "registered" and registered["evidence_counts"]["execution"] == 0
+
+    promoted = projections.artifact("sage-attn", as_of=h.at["sage_verdict"])
+    assert (promoted["decision"], promoted["decided_by"]) == ("promoted", "gate")
+    assert set(promoted["evidence"]) == {"execution", "perceptual", "benchmark"}
+    assert promoted["evidence"]["benchmark"]["item"]["derived"]["speedup"] == pytest.approx(1.45)
+
+    rejected = projections.artifact("rms-fused", as_of=h.at["rms_verdict"])
+    assert rejected["decision"] == "rejected" and rejected["evidence_counts"]["benchmark"] == 2
+    assert rejected["evidence"]["benchmark"]["event_id"] == h.event_id("rms_bench_2")
+
+    assert projections.workload("wan-t2v", as_of=h.at["wan_v2"] - 1)["contract"] == WAN_V1
+    assert projections.workload("wan-t2v", as_of=h.at["wan_v2"])["contract_version"] == 2
+    assert [w["workload"] for w in projections.workloads(as_of=h.at["ltx"])] == ["ltx-video", "wan-t2v"]
+    assert projections.frameset("wan-fs8", as_of=0) is None
+    assert [a["artifact"] for a in projections.artifacts(workload="wan-t2v", as_of=h.at["fa3_reg"] - 1)] == ["sage-attn"]
+
+    state = projections.state(as_of=h.at["cache_verdict"])
+    assert state.position == h.at["cache_verdict"]
+    assert state.artifacts["step-cache"]["decision"] == "recorded"
+    assert "fa3-approx" not in state.artifacts
+
+
+def test_as_of_by_iso_time(store, history):
+    h = history
+    assert resolve_as_of(store, h.times["after_failure"].isoformat()) == h.at["sage_fail"]
+    naive = h.times["after_sage_verdict"].replace(tzinfo=None).isoformat()
+    assert resolve_as_of(store, naive) == h.at["sage_verdict"]
+    assert resolve_as_of(store, "2000-01-01T00:00:00Z") == 0
+    assert resolve_as_of(store, f" {h.at['wan_v2']} ") == h.at["wan_v2"]
+    assert resolve_as_of(store, None) is None
+    at_time = Projections(store).artifact("sage-attn", as_of=resolve_as_of(store, h.times["after_sage_verdict"].isoformat()))
+    assert at_time["decision"] == "promoted"
+
+
+@pytest.mark.parametrize("text, message", [
+    ("yesterday", "neither a log position"),
+    ("-3", "neither a log position"),
+    ("2026-13-01", "neither a log position"),
+    ("99999", "beyond the log's head"),
+])
+def test_bad_as_of_is_refused_in_one_line(store, history, text, message):
+    with pytest.raises(ValueError, match=message) as caught:
+        resolve_as_of(store, text)
+    assert "\n" not in str(caught.value)
+
+
+def test_bad_as_of_position_is_refused_by_the_api(store, history):
+    projections = Projections(store)
+    for bad in (-1, True, "3", store.head_position() + 1):
+        with pytest.raises(ValueError, match="as-of position"):
+            projections.artifact("sage-attn", as_of=bad)
+
+
+def test_as_of_does_not_touch_live_tables(store, history):
+    h = history
+    projections = Projections(store)
+    projections.state(as_of=h.at["sage_verdict"])
+    projections.artifact("sage-attn", as_of=h.at["sage_verdict"])
+    projections.artifacts(as_of=h.at["rms_verdict"])
+    assert checkpoint(store) is None and artifact_rows(store) == 0
+    projections.catch_up()
+    with store.engine.connect() as conn:
+        live_before = conn.execute(select(ProjectedArtifact.artifact, ProjectedArtifact.row_hash)).all()
+    history.human("cache_revoke", "step-cache", SHA_CACHE, "revoke")
+    assert projections.artifact("step-cache", as_of=h.at["cache_approve"])["decision"] == "promoted"
+    assert projections.state(as_of=h.at["cache_revoke"]).artifacts["step-cache"]["decision"] == "held"
+    with store.engine.connect() as conn:
+        assert conn.execute(select(ProjectedArtifact.artifact, ProjectedArtifact.row_hash)).all() == live_before
+    assert checkpoint(store) == h.at["rms_reg_2"]
+
+
+# -- rebuild and replay verification ----------------------------------------------------------------
+
+def test_rebuild_equals_live_and_stepwise_apply(store, history):
+    live = Projections(store).state()
+    rebuilt = rebuild(store)
+    assert rebuilt == live and rebuilt.position == store.head_position()
+    stepwise = RegistryState()
+    for event in store.read_all():
+        apply(stepwise, event)
+    assert stepwise == rebuilt
+
+
+def test_verify_passes_then_names_a_tampered_artifact(store, history):
+    report = verify_projections(store)
+    assert report.ok and report.position == store.head_position()
+    assert report.checked == {"artifacts": 4, "workloads": 3, "framesets": 1}
+    assert report.summary().endswith("all equal to the replay")
+
+    raw(store.engine, "UPDATE projection_artifacts SET decision = 'promoted' WHERE artifact = 'fa3-approx'")
+    report = verify_projections(store)
+    assert not report.ok and report.differing_artifacts == ["fa3-approx"]
+    assert report.differences[0].fields == ("decision",)
+    assert "artifact fa3-approx: differs (decision)" in report.summary()
+
+
+def test_verify_names_fields_inside_the_state(store, history):
+    Projections(store).catch_up()
+    with store.engine.connect() as conn:
+        text = conn.execute(select(ProjectedArtifact.state).where(ProjectedArtifact.artifact == "sage-attn")).scalar()
+    forged = text.replace('"decision":"held"', '"decision":"promoted"')
+    assert forged != text
+    raw(store.engine, f"UPDATE projection_artifacts SET state = '{forged}' WHERE artifact = 'sage-attn'",
+        "DELETE FROM projection_workloads WHERE workload = 'cosmos'")
+    report = verify_projections(store)
+    assert not report.ok and report.differing_artifacts == ["sage-attn"]
+    by_key = {d.key: d for d in report.differences}
+    assert by_key["sage-attn"].fields == ("state.decision",)
+    assert by_key["cosmos"].problem == "missing from the live table"
+    # a reset rebuilds the read models from the log
+    assert Projections(store).reset() == store.head_position()
+    assert verify_projections(store).ok
+
+
+def test_concurrent_catch_ups_agree(store, history):
+    errors = []
+
+    def catch_up():
+        try:
+            Projections(store).catch_up()
+        except Exception as exc:  # surfaced below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=catch_up) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    assert checkpoint(store) == store.head_position()
+    assert verify_projections(store).ok
+
+
+# -- events the fold cannot place ------------------------------------------------------------------
+
+def test_evidence_for_an_unregistered_artifact_is_refused(sqlite_url):
+    store = open_store(sqlite_url)
+    History(store).evidence("x", "ghost", SHA_SAGE, "ExecutionObserved", execution())
+    with pytest.raises(ProjectionError, match="position 1 .*'ghost', which was never registered"):
+        Projections(store).catch_up()
+    assert checkpoint(store) is None
+
+
+def test_a_payload_naming_another_artifact_is_refused(sqlite_url):
+    store = open_store(sqlite_url)
+    h = History(store)
+    h.register("reg", "sage-attn", "wan-t2v", "attention_backend", SHA_SAGE)
+    h.add("bad", "artifact:sage-attn", "ExecutionObserved",
+          {"artifact": "other", "payload_sha256": SHA_SAGE, "run": None, "item": execution()})
+    with pytest.raises(ProjectionError, match="position 2 .* names 'other'"):
+        rebuild(store)
+
+
+def test_events_out_of_order_are_refused(store, history):
+    events = store.read_all()
+    state = RegistryState()
+    apply(state, events[1])
+    with pytest.raises(ProjectionError, match="must be folded in order"):
+        apply(state, events[0])

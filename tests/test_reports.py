@@ -1,0 +1,149 @@
+"""Reports over the scripted history: sections, as-of reports, and the JSON, CSV and HTML renderers."""
+from __future__ import annotations
+
+import base64
+import csv
+import io
+import json
+import re
+import shutil
+import subprocess
+
+import pytest
+
+from registry.projections import Projections
+from registry.projections.report import (
+    build_report,
+    report_csv,
+    report_html,
+    report_json,
+    report_rows,
+    report_tables,
+)
+
+from test_projections import build_history, open_store
+
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+IMAGE = re.compile(r'src="data:image/png;base64,([A-Za-z0-9+/=]+)"')
+
+
+@pytest.fixture(scope="module")
+def registry(tmp_path_factory):
+    store = open_store(f"sqlite:///{tmp_path_factory.mktemp('reports') / 'registry.db'}")
+    history = build_history(store)
+    yield store, history, Projections(store)
+    store.engine.dispose()
+
+
+def test_report_at_head(registry):
+    store, h, projections = registry
+    report = build_report(projections.state())
+    assert report["as_of"] == store.head_position() and report["workload"] is None
+    assert report["totals"] == {"held": 1, "promoted": 1, "quarantined": 1, "registered": 1}
+    assert report["caught"] == {
+        "held": [{"rule": "human.revoke", "count": 1, "artifacts": ["sage-attn"]}],
+        "quarantined": [{"rule": "fidelity.failed", "count": 1, "artifacts": ["fa3-approx"]}],
+        "rejected": [],
+    }
+    assert set(report["leaderboard"]) == {"cosmos", "ltx-video", "wan-t2v"}
+    [cache] = report["leaderboard"]["cosmos"]
+    assert (cache["rank"], cache["artifact"], cache["decided_by"], cache["speedup"]) == (1, "step-cache", "human", 1.6)
+    assert report["leaderboard"]["wan-t2v"] == [] and report["leaderboard"]["ltx-video"] == []
+    # 0.03 above a 0.9 SSIM threshold is inside 10% of it
+    [near] = report["near_misses"]
+    assert (near["artifact"], near["metric"]) == ("step-cache", "ssim")
+    assert near["relative_margin"] == pytest.approx(0.03 / 0.9)
+    assert report["waiting"] == []
+    assert report["workloads"]["wan-t2v"] == {"declared": True, "contract_version": 2, "tier": "perceptual",
+                                              "speed_gate": 1.3}
+    # ceiling_share 0.2717 -> ceiling 1/(1 - 0.2717); gate = max(1.10, 1 + 0.5 * (ceiling - 1))
+    assert report["workloads"]["ltx-video"]["speed_gate"] == pytest.approx(1 + 0.5 * (1 / (1 - 0.2717) - 1))
+
+
+def test_report_as_of_earlier_positions(registry):
+    store, h, projections = registry
+    report = build_report(projections.state(as_of=h.at["rms_verdict"]))
+    assert report["as_of"] == h.at["rms_verdict"]
+    [sage] = report["leaderboard"]["wan-t2v"]
+    assert (sage["artifact"], sage["speedup"], sage["speedup_ci"], sage["tier"]) == (
+        "sage-attn", 1.45, [1.4065, 1.4935], "perceptual")
+    assert sage["tightest_margin"]["metric"] == "ssim"
+    assert report["caught"]["rejected"] == [{"rule": "speed.below_gate", "count": 1, "artifacts": ["rms-fused"]}]
+    assert [n["artifact"] for n in report["near_misses"]] == ["sage-attn"]
+
+    waiting = build_report(projections.state(as_of=h.at["cache_verdict"]), workload="cosmos")
+    assert [w["artifact"] for w in waiting["waiting"]] == ["step-cache"]
+    assert list(waiting["leaderboard"]) == ["cosmos"] and waiting["totals"] == {"recorded": 1}
+
+
+def test_unknown_workload_is_refused(registry):
+    _, _, projections = registry
+    with pytest.raises(ValueError, match="no workload 'nope' as of position"):
+        build_report(projections.state(), workload="nope")
+
+
+def test_json_and_csv_parse_back(registry):
+    _, h, projections = registry
+    report = build_report(projections.state(as_of=h.at["rms_verdict"]))
+    assert json.loads(report_json(report)) == report
+
+    rows = list(csv.DictReader(io.StringIO(report_csv(report))))
+    assert len(rows) == len(report_rows(report))
+    assert {row["section"] for row in rows} == {"leaderboard", "caught", "near_miss", "total"}
+    [leader] = [row for row in rows if row["section"] == "leaderboard"]
+    assert (leader["workload"], leader["artifact"], leader["rank"]) == ("wan-t2v", "sage-attn", "1")
+    assert float(leader["speedup"]) == 1.45 and float(leader["ci_low"]) == 1.4065 and leader["metric"] == "ssim"
+    [caught] = [row for row in rows if row["section"] == "caught"]
+    assert (caught["decision"], caught["rule"], caught["artifact"], caught["count"]) == (
+        "rejected", "speed.below_gate", "rms-fused", "1")
+    assert all(row["as_of"] == str(h.at["rms_verdict"]) for row in rows)
+
+
+def test_tables_for_people(registry):
+    _, h, projections = registry
+    tables = {title: (columns, rows) for title, columns, rows in
+              report_tables(build_report(projections.state(as_of=h.at["rms_verdict"])))}
+    columns, rows = tables["leaderboard: wan-t2v (promoted, fastest first)"]
+    assert rows == [(1, "sage-attn", "1.45", "[1.407, 1.494]", "perceptual", "gate", "ssim 0.975 vs 0.97 (margin 0.005)")]
+    assert len(columns) == len(rows[0])
+    assert tables["caught (by the rule that decided)"][1] == [("rejected", "speed.below_gate", 1, "rms-fused")]
+    assert tables["waiting for a person (advisory tier, recorded)"][1] == []
+
+
+def _images(page: str) -> list[bytes]:
+    return [base64.b64decode(data, validate=True) for data in IMAGE.findall(page)]
+
+
+def test_html_is_self_contained_with_its_plots(registry, tmp_path):
+    _, h, projections = registry
+    state = projections.state(as_of=h.at["rms_verdict"])
+    page = report_html(build_report(state), state)
+    images = _images(page)
+    # speed-vs-fidelity, and one per-frame figure for sage (the only perceptual evidence then)
+    assert len(images) == 2 and all(image.startswith(PNG_SIGNATURE) and len(image) > 5000 for image in images)
+    assert "sage-attn" in page and "speed.below_gate" in page
+    assert not re.search(r"""(src|href)=["']?(https?:|//)""", page) and "<script" not in page
+
+    head = projections.state()
+    page = report_html(build_report(head), head)
+    assert len(_images(page)) == 2  # fa3 now; sage's evidence scope restarted at its revoke
+
+
+def test_html_renders_in_a_headless_browser(registry, tmp_path):
+    browser = shutil.which("chromium") or shutil.which("chromium-browser")
+    if browser is None:
+        pytest.skip("chromium is not installed (apt-get install -y chromium) so the HTML is not rendered")
+    _, h, projections = registry
+    state = projections.state(as_of=h.at["rms_verdict"])
+    html = tmp_path / "report.html"
+    html.write_text(report_html(build_report(state), state), encoding="utf-8")
+    shot = tmp_path / "report.png"
+    result = subprocess.run(
+        [browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+         "--disable-component-update", "--disable-sync", "--no-first-run", f"--user-data-dir={tmp_path / 'profile'}",
+         f"--screenshot={shot}", "--window-size=1200,1600", html.as_uri()],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    data = shot.read_bytes()
+    assert data.startswith(PNG_SIGNATURE) and len(data) > 50_000
