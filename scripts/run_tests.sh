@@ -9,4 +9,11 @@ if [ -z "${REGISTRY_TEST_POSTGRES_URL:-}" ]; then
   source scripts/pg_throwaway.sh
   pg_throwaway_start || echo "PostgreSQL not available: Postgres tests will skip" >&2
 fi
+# The HTML report is checked in a real headless browser; install Debian's
+# Chromium when it is missing and we may (the test skips, saying so, otherwise).
+if ! command -v chromium >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+  echo "installing chromium for the HTML report test" >&2
+  { apt-get install -y -q chromium || { apt-get update -q && apt-get install -y -q chromium; }; } >/dev/null 2>&1 \
+    || echo "chromium could not be installed: the browser test will skip" >&2
+fi
 .venv/bin/python -m pytest -q "$@"

@@ -142,7 +142,8 @@ def test_writers_race_and_tailing_readers_see_every_event_once_in_order(backend_
     results = SPAWN.Queue()
     processes = [SPAWN.Process(target=race_writer, args=(backend_url, i, APPENDS_PER_WRITER, start, results))
                  for i in range(WRITERS)]
-    processes += [SPAWN.Process(target=tail_reader, args=(backend_url, i, total, start, results)) for i in range(READERS)]
+    processes += [SPAWN.Process(target=tail_reader, args=(backend_url, i, total, start, results))
+                  for i in range(READERS)]
     collected = run_processes(processes, results, WRITERS + READERS)
 
     log = store.read_all()

@@ -16,8 +16,6 @@ import random
 import time
 from collections import defaultdict
 
-import pytest
-
 from registry.events.database import make_engine, upgrade
 from registry.events.store import EventStore, NewEvent
 from registry.projections import Projections, rebuild, verify_projections

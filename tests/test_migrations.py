@@ -9,7 +9,7 @@ import pytest
 from alembic import command
 from sqlalchemy import inspect
 
-from registry.events.database import alembic_config, current_revision, head_revision, make_engine, upgrade
+from registry.events.database import SCHEMA_HEAD, alembic_config, current_revision, head_revision, make_engine, upgrade
 from registry.events.errors import NotARegistry
 
 from store_helpers import raw
@@ -26,6 +26,10 @@ def test_alembic_check_finds_nothing_to_generate(backend_url):
     )
     assert result.returncode == 0, result.stderr
     assert "No new upgrade operations detected" in result.stdout + result.stderr
+
+
+def test_schema_head_constant_matches_the_migrations():
+    assert SCHEMA_HEAD == head_revision()
 
 
 def test_upgrade_downgrade_upgrade(backend_url):

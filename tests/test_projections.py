@@ -13,10 +13,14 @@ import time
 from datetime import datetime, timezone
 
 import pytest
-from sqlalchemy import func, select
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from sqlalchemy import func, insert, select
 
+from registry.events.canonical import canonical_json
 from registry.events.database import make_engine, upgrade
-from registry.events.store import EventStore, NewEvent
+from registry.events.errors import StoreError
+from registry.events.store import EVENTS, EventStore, NewEvent
 from registry.evidence.document import parse_item
 from registry.gate.model import Margin, Verdict
 from registry.projections import (
@@ -28,6 +32,8 @@ from registry.projections import (
     resolve_as_of,
     verify_projections,
 )
+from registry.projections.log import scope_of
+from registry.projections.rows import state_text
 from registry.projections.schema import ProjectedArtifact, ProjectionCheckpoint
 
 from store_helpers import raw
@@ -455,6 +461,54 @@ def test_a_payload_naming_another_artifact_is_refused(sqlite_url):
           {"artifact": "other", "payload_sha256": SHA_SAGE, "run": None, "item": execution()})
     with pytest.raises(ProjectionError, match="position 2 .* names 'other'"):
         rebuild(store)
+
+
+def test_an_event_under_a_newer_schema_is_refused_with_its_position(sqlite_url):
+    store = open_store(sqlite_url)
+    History(store).register("reg", "sage-attn", "wan-t2v", "attention_backend", SHA_SAGE)
+    with store.engine.begin() as conn:
+        conn.execute(insert(EVENTS).values(
+            position=2, event_id="00000000-0000-0000-0000-000000000002", stream="artifact:sage-attn", version=2,
+            type="ExecutionObserved", schema_version=2, payload="{}", recorded_at=datetime.now(timezone.utc),
+            actor="t", idempotency_key=None, prev_hash="0" * 64, hash="0" * 64))
+    with pytest.raises(StoreError, match="position 2 cannot be read: .*schema_version 2 is newer"):
+        rebuild(store)
+
+
+def test_rows_hold_canonical_json(store, history):
+    state = rebuild(store)
+    for artifact in state.artifacts.values():
+        assert state_text(artifact) == canonical_json(artifact)
+
+
+_TOKENS = ["a", "b", '"', "\\", ":", ",", "{", "}", "\n", "\u00e9", '"payload_sha256":', ',"run":', "null"]
+_text = st.lists(st.sampled_from(_TOKENS), max_size=12).map("".join)
+_json = st.recursive(st.none() | st.integers() | _text,
+                     lambda inner: st.lists(inner, max_size=3)
+                     | st.dictionaries(_text | st.just("payload_sha256"), inner, max_size=3),
+                     max_leaves=8)
+
+
+@settings(max_examples=300, deadline=None)
+@given(artifact=_text.filter(bool), sha=st.none() | _text, run=st.none() | _text,
+       item=st.dictionaries(_text | st.sampled_from(["payload_sha256", "run"]), _json, max_size=4))
+def test_scope_shortcut_reads_the_top_level_payload_hash(artifact, sha, run, item):
+    """The reader's shortcut must agree with a full decode for any payload the store could write."""
+    text = canonical_json({"artifact": artifact, "item": item, "payload_sha256": sha, "run": run})
+    assert scope_of(text) == sha
+
+
+def test_a_name_no_stream_can_hold_is_unknown_or_refused_in_one_line(store, history):
+    """The store refuses NUL in stream names; Postgres cannot even compare one: a one-line refusal, not a traceback."""
+    projections = Projections(store)
+    calls = (lambda: projections.artifact("sage-attn\x00"), lambda: projections.artifact("sage-attn\x00", as_of=3),
+             lambda: projections.artifacts(workload="wan\x00"))
+    for call in calls:
+        if store.engine.dialect.name == "postgresql":
+            with pytest.raises(StoreError, match="could not read the (log|projections): [^\n]*$"):
+                call()
+        else:
+            assert call() in (None, [])
 
 
 def test_events_out_of_order_are_refused(store, history):

@@ -6,6 +6,8 @@ triggers refuse those even to the owner. Each is shown to hold on its own.
 """
 from __future__ import annotations
 
+import json
+
 import uuid
 
 import psycopg
@@ -169,6 +171,20 @@ def test_reader_only_reads(registry_with_roles, tmp_path):
                 "UPDATE events SET actor = 'x'", "DELETE FROM projection_artifacts", "TRUNCATE projection_checkpoint"):
         assert "permission denied" in refusal(url, reader, sql)
     assert run_sql(url, None, "SELECT count(*) FROM events") == [(1,)]
+
+
+def test_reader_shows_and_reports_from_the_log_when_it_may_not_catch_up(registry_with_roles, tmp_path):
+    """A reader cannot write the read models, so its reads fold the log instead: never stale, never a traceback."""
+    url, writer, reader, engines = registry_with_roles
+    manifest = tmp_path / "w.yaml"
+    manifest.write_text("workload: w\n", encoding="utf-8")
+    assert cli(as_user(url, writer), "workload", "declare", str(manifest)).exit_code == 0
+    registered = cli(as_user(url, writer), "artifact", "register", "k1", "--workload", "w", "--kind", "module")
+    assert registered.exit_code == 0
+    shown = cli(as_user(url, reader), "show", "k1", "--json")
+    assert shown.exit_code == 0, shown.output
+    assert json.loads(shown.stdout)["decision"] == "registered"
+    assert cli(as_user(url, reader), "report", "--format", "json").exit_code == 0
 
 
 def test_apply_on_sqlite_is_refused_in_one_line(sqlite_url):

@@ -213,3 +213,5 @@ def _load_yaml(text: str) -> Any:
         raise ContractError(f"manifest: invalid YAML: {exc.problem}{where}") from None
     except (yaml.YAMLError, TypeError) as exc:
         raise ContractError(f"manifest: invalid YAML: {' '.join(str(exc).split())}") from None
+    except RecursionError:
+        raise ContractError("manifest: nested too deeply to be a workload manifest") from None

@@ -29,11 +29,15 @@ def _check_finite(value: Any, path: str) -> None:
 
 
 def canonical_json(value: Any) -> str:
-    """Serialise `value` canonically, refusing non-finite numbers by path."""
-    _check_finite(value, "")
+    """Serialise `value` canonically, refusing non-finite numbers by path.
+
+    The encoder itself refuses NaN and infinities; only when it does is the
+    value walked again to name where the bad number is.
+    """
     try:
         return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
     except (TypeError, ValueError) as exc:
+        _check_finite(value, "")
         raise CanonicalError(f"payload is not JSON-serialisable: {exc}") from exc
 
 

@@ -15,6 +15,8 @@ from typing import Iterable
 from .canonical import sha256_hex
 
 GENESIS_HASH = "0" * 64
+HASHED_FIELDS = ("position", "event_id", "stream", "version", "type", "schema_version", "payload",
+                 "recorded_at", "actor", "idempotency_key")
 
 
 def timestamp_text(moment: datetime) -> str:
@@ -85,19 +87,7 @@ def walk_chain(rows: Iterable[dict]) -> ChainReport:
             return ChainReport(count, expected_prev, position, f"expected position {expected_position}, found {position}")
         if row["prev_hash"] != expected_prev:
             return ChainReport(count, expected_prev, position, "prev_hash does not match the previous event's hash")
-        recomputed = event_hash(
-            row["prev_hash"],
-            position=position,
-            event_id=row["event_id"],
-            stream=row["stream"],
-            version=row["version"],
-            type=row["type"],
-            schema_version=row["schema_version"],
-            payload=row["payload"],
-            recorded_at=row["recorded_at"],
-            actor=row["actor"],
-            idempotency_key=row["idempotency_key"],
-        )
+        recomputed = event_hash(row["prev_hash"], **{name: row[name] for name in HASHED_FIELDS})
         if recomputed != row["hash"]:
             return ChainReport(count, expected_prev, position, "stored hash does not match the event's content")
         expected_prev = row["hash"]

@@ -12,9 +12,6 @@ import os
 from functools import lru_cache
 from pathlib import Path
 
-from alembic.config import Config
-from alembic.runtime.migration import MigrationContext
-from alembic.script import ScriptDirectory
 from sqlalchemy import Engine, create_engine, event, inspect
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError
@@ -77,8 +74,16 @@ def make_engine(url: str, *, must_exist: bool = False) -> Engine:
     raise StoreError(f"unsupported database backend {parsed.get_backend_name()!r} (use sqlite or postgresql)")
 
 
-def alembic_config(url: str | None = None) -> Config:
+# The newest migration this code ships. Opening a registry compares the
+# database's revision with it directly, so ordinary commands need not import
+# Alembic; tests/test_migrations.py checks it against the script directory.
+SCHEMA_HEAD = "0003"
+
+
+def alembic_config(url: str | None = None):
     """An Alembic configuration that finds the migrations inside the package."""
+    from alembic.config import Config
+
     config = Config()
     config.set_main_option("script_location", "registry:migrations")
     if url:
@@ -88,15 +93,21 @@ def alembic_config(url: str | None = None) -> Config:
 
 @lru_cache(maxsize=1)
 def head_revision() -> str:
+    from alembic.script import ScriptDirectory
+
     return ScriptDirectory.from_config(alembic_config()).get_current_head()
 
 
 @lru_cache(maxsize=1)
 def known_revisions() -> frozenset[str]:
+    from alembic.script import ScriptDirectory
+
     return frozenset(rev.revision for rev in ScriptDirectory.from_config(alembic_config()).walk_revisions())
 
 
 def current_revision(engine: Engine) -> str | None:
+    from alembic.runtime.migration import MigrationContext
+
     try:
         with engine.connect() as conn:
             return MigrationContext.configure(conn).get_current_revision()
@@ -104,9 +115,20 @@ def current_revision(engine: Engine) -> str | None:
         raise NotARegistry(f"{engine.url.render_as_string(hide_password=True)} is not a usable database: {exc.orig}") from None
 
 
+def _stamped_revision(engine: Engine) -> str | None:
+    """The alembic_version row read with plain SQL, or None when it cannot be read."""
+    try:
+        with engine.connect() as conn:
+            return conn.exec_driver_sql("SELECT version_num FROM alembic_version").scalar()
+    except DBAPIError:
+        return None
+
+
 def check_schema(engine: Engine) -> None:
     """Refuse a database that is not a registry, or whose schema this code does not match."""
     where = engine.url.render_as_string(hide_password=True)
+    if _stamped_revision(engine) == SCHEMA_HEAD:
+        return
     revision = current_revision(engine)
     if revision is None:
         raise NotARegistry(f"{where} is not a registry database (run `registry init`)")

@@ -3,30 +3,42 @@
 Alembic owns the schema (see registry/migrations); these classes are its
 source of truth for autogenerate. Positions are assigned by the store while
 it holds the append lock, never by the database, so commit order and
-position order are the same thing.
+position order are the same thing. The unique (stream, version) index serves
+every per-stream read; no other secondary index is kept, since each one is
+written on every append.
 """
 from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import BigInteger, Column, DateTime, Integer, String, Text, UniqueConstraint
+from sqlalchemy import BigInteger, Column, DateTime, Index, Integer, String, Text, UniqueConstraint, text
 from sqlmodel import Field, SQLModel
+
+
+POSITION_TYPE = BigInteger().with_variant(Integer(), "sqlite")
 
 
 class EventRow(SQLModel, table=True):
     __tablename__ = "events"
-    __table_args__ = (UniqueConstraint("stream", "version", name="uq_events_stream_version"),)
+    __table_args__ = (
+        UniqueConstraint("stream", "version", name="uq_events_stream_version"),
+        # Unique when present: a partial index holds only the rows that carry a key.
+        Index("uq_events_idempotency_key", "idempotency_key", unique=True,
+              sqlite_where=text("idempotency_key IS NOT NULL"),
+              postgresql_where=text("idempotency_key IS NOT NULL")),
+    )
 
-    position: int = Field(sa_column=Column(BigInteger, primary_key=True, autoincrement=False))
+    # On SQLite an INTEGER primary key is the rowid itself: one B-tree fewer to write per append.
+    position: int = Field(sa_column=Column(POSITION_TYPE, primary_key=True, autoincrement=False))
     event_id: str = Field(sa_column=Column(String(36), nullable=False, unique=True))
-    stream: str = Field(sa_column=Column(String(200), nullable=False, index=True))
+    stream: str = Field(sa_column=Column(String(200), nullable=False))
     version: int = Field(sa_column=Column(Integer, nullable=False))
-    type: str = Field(sa_column=Column(String(64), nullable=False, index=True))
+    type: str = Field(sa_column=Column(String(64), nullable=False))
     schema_version: int = Field(sa_column=Column(Integer, nullable=False))
     payload: str = Field(sa_column=Column(Text, nullable=False))
     recorded_at: datetime = Field(sa_column=Column(DateTime(timezone=True), nullable=False))
     actor: str = Field(sa_column=Column(String(200), nullable=False))
-    idempotency_key: str | None = Field(default=None, sa_column=Column(String(200), nullable=True, unique=True))
+    idempotency_key: str | None = Field(default=None, sa_column=Column(String(200), nullable=True))
     prev_hash: str = Field(sa_column=Column(String(64), nullable=False))
     hash: str = Field(sa_column=Column(String(64), nullable=False))
 

@@ -8,12 +8,15 @@ reader tailing by position never skips an event that commits late.
 """
 from __future__ import annotations
 
+import os
+import threading
 import uuid
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Iterator, Sequence
 
-from sqlalchemy import Engine, select
+from sqlalchemy import Connection, Engine, select
 from sqlalchemy.exc import DBAPIError
 
 from .canonical import CanonicalError, canonical_json, sha256_hex, strict_json_loads
@@ -131,6 +134,7 @@ class EventStore:
         mark = "%s" if self.dialect == "postgresql" else "?"
         self._sql = {key: statement.replace("?", mark) for key, statement in _APPEND_SQL.items()}
         self._integrity_errors, self._database_errors = _driver_errors(self.dialect)
+        self._writer = threading.local()
 
     # -- writing -------------------------------------------------------------
 
@@ -166,7 +170,7 @@ class EventStore:
             raise StoreError("stream, actor and idempotency key must not contain NUL characters")
         prepared = [_prepare(event) for event in events]
         digest = _batch_digest(stream, prepared) if idempotency_key is not None else None
-        raw = self.engine.raw_connection()
+        raw = self._writer_connection()
         try:
             cursor = raw.cursor()
             try:
@@ -180,10 +184,34 @@ class EventStore:
             raise ConcurrencyError(f"append to {stream} conflicted with another writer: {exc}") from None
         except self._database_errors as exc:
             # A refused privilege, a lock timeout, a lost connection: the batch rolled back.
+            self._drop_writer_connection()
             first_line = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
             raise StoreError(f"append to {stream} failed, nothing written: {first_line}") from None
         finally:
-            raw.close()
+            if self.dialect != "sqlite":
+                self._drop_writer_connection()
+
+    def _writer_connection(self):
+        """The connection appends run on.
+
+        SQLite keeps one per thread for the store's life: a pool checkout and
+        its reset cost about as much as the rest of a one-event append.
+        Postgres returns its connection to the pool after every append.
+        """
+        local = self._writer
+        if getattr(local, "pid", None) != os.getpid() or local.connection is None:
+            local.connection, local.pid = self.engine.raw_connection(), os.getpid()
+        return local.connection
+
+    def _drop_writer_connection(self) -> None:
+        connection = getattr(self._writer, "connection", None)
+        self._writer.connection = None
+        if connection is not None:
+            connection.close()
+
+    def close(self) -> None:
+        """Release this thread's append connection (the engine's pool keeps the rest)."""
+        self._drop_writer_connection()
 
     def _append_locked(self, cursor, stream, prepared, expected_version, idempotency_key, digest, actor) -> list[int]:
         """The body of an append, run at driver level inside the log's writer lock.
@@ -209,7 +237,8 @@ class EventStore:
         if expected_version is not None and expected_version != current:
             raise ConcurrencyError(f"stream {stream} is at version {current}, not the expected {expected_version}")
         now = datetime.now(timezone.utc)
-        stamp = now if self.dialect == "postgresql" else now.strftime("%Y-%m-%d %H:%M:%S.%f")
+        # SQLite stores times as text in SQLAlchemy's layout, which isoformat with a space matches.
+        stamp = now if self.dialect == "postgresql" else now.replace(tzinfo=None).isoformat(" ", "microseconds")
         rows = []
         for index, (event_type, schema_version, payload) in enumerate(prepared):
             position += 1
@@ -222,15 +251,28 @@ class EventStore:
             ), prev_hash
             rows.append((position, event_id, stream, current + index + 1, event_type, schema_version, payload,
                          stamp, actor, key, link, prev_hash))
-        cursor.executemany(sql["insert"], rows)
+        if len(rows) == 1:
+            cursor.execute(sql["insert"], rows[0])
+        else:
+            cursor.executemany(sql["insert"], rows)
         if idempotency_key is not None:
             cursor.execute(sql["remember"], (idempotency_key, stream, rows[0][0], len(rows), digest))
         return [row[0] for row in rows]
 
     # -- reading -------------------------------------------------------------
 
+    @contextmanager
+    def _reading(self) -> Iterator[Connection]:
+        """A read connection; a driver error (Postgres refusing a NUL in a name, say) becomes a StoreError."""
+        try:
+            with self.engine.connect() as conn:
+                yield conn
+        except DBAPIError as exc:
+            first_line = str(exc.orig).splitlines()[0] if str(exc.orig) else type(exc.orig).__name__
+            raise StoreError(f"could not read the log: {first_line}") from None
+
     def _rows(self, statement) -> Iterator[StoredEvent]:
-        with self.engine.connect() as conn:
+        with self._reading() as conn:
             for row in conn.execute(statement).mappings():
                 yield self._stored(row)
 
@@ -283,20 +325,20 @@ class EventStore:
         return found[0] if found else None
 
     def stream_version(self, stream: str) -> int:
-        with self.engine.connect() as conn:
+        with self._reading() as conn:
             found = conn.execute(
                 select(EVENTS.c.version).where(EVENTS.c.stream == stream).order_by(EVENTS.c.version.desc()).limit(1)
             ).scalar()
         return found or 0
 
     def head_position(self) -> int:
-        with self.engine.connect() as conn:
+        with self._reading() as conn:
             found = conn.execute(select(EVENTS.c.position).order_by(EVENTS.c.position.desc()).limit(1)).scalar()
         return found or 0
 
     def position_at(self, moment: datetime) -> int:
         """The last position recorded at or before `moment` (0 if none)."""
-        with self.engine.connect() as conn:
+        with self._reading() as conn:
             found = conn.execute(
                 select(EVENTS.c.position)
                 .where(EVENTS.c.recorded_at <= moment.astimezone(timezone.utc))
@@ -306,7 +348,7 @@ class EventStore:
         return found or 0
 
     def streams(self, prefix: str) -> list[str]:
-        with self.engine.connect() as conn:
+        with self._reading() as conn:
             found = conn.execute(
                 select(EVENTS.c.stream).where(EVENTS.c.stream.startswith(prefix, autoescape=True)).distinct()
             ).scalars()

@@ -49,9 +49,11 @@ def parse_document_text(text: str) -> EvidenceDocument:
     """Strict JSON (NaN/Infinity tokens refused), then `parse_document`."""
     try:
         obj = json.loads(text, parse_constant=_refuse_constant)
+        return parse_document(obj)
     except json.JSONDecodeError as exc:
         raise EvidenceError(f"document: invalid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}") from None
-    return parse_document(obj)
+    except RecursionError:
+        raise EvidenceError("document: nested too deeply to be an evidence document") from None
 
 
 def parse_document(obj: Any) -> EvidenceDocument:
@@ -312,7 +314,12 @@ def _derive_benchmark(item: dict[str, Any], where: str) -> dict[str, Any]:
             raise EvidenceError(f"{where}.schedule: {len(schedule)} entries for {len(baseline)} pairs")
     elif schedule is not None:
         raise EvidenceError(f"{where}.schedule: only the paired protocol has a pair schedule")
-    return summarize_benchmark(item["protocol"], baseline, candidate, schedule)
+    derived = summarize_benchmark(item["protocol"], baseline, candidate, schedule)
+    for key, value in derived.items():
+        values = value if isinstance(value, list) else [value]
+        if any(isinstance(v, float) and not math.isfinite(v) for v in values):
+            raise EvidenceError(f"{where}: the timings are too extreme to summarise ({key} is not finite)")
+    return derived
 
 
 def _derive_parity(item: dict[str, Any], where: str) -> dict[str, Any]:

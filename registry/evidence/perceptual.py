@@ -71,7 +71,7 @@ def measure_perceptual(
     lpips: LpipsScorer | Absent | None = None,
     progress: Callable[[int, int], None] | None = None,
 ) -> dict[str, Any]:
-    """Score every frame pair and return a ``perceptual`` evidence item (common.md shape).
+    """Score every frame pair and return a ``perceptual`` evidence item (docs/evidence-format.md).
 
     ``lpips`` is a backend from :func:`registry.evidence.lpips_backend.get_lpips_backend`,
     the :class:`Absent` it returned, or None when no LPIPS was requested. A

@@ -47,7 +47,8 @@ def fold(state: RegistryState, events: Iterable[StoredEvent | LogEvent]) -> Regi
             event = LogEvent.from_stored(event)
         if event.position <= state.position:
             raise ProjectionError(
-                f"event at position {event.position} arrives after position {state.position}: the log must be folded in order"
+                f"event at position {event.position} arrives after position {state.position}: "
+                "the log must be folded in order"
             )
         handler = handlers.get(event.type)
         if handler is None:
@@ -88,7 +89,9 @@ def _same_subject(event: LogEvent, named: str, expected: str) -> None:
 def _artifact(state: RegistryState, event: LogEvent) -> dict[str, Any]:
     stream = event.stream
     if not stream.startswith(ARTIFACT_PREFIX):
-        raise ProjectionError(f"event at position {event.position} ({event.type}) is in stream {stream}, not an artifact stream")
+        raise ProjectionError(
+            f"event at position {event.position} ({event.type}) is in stream {stream}, not an artifact stream"
+        )
     found = state.artifacts.get(stream[len(ARTIFACT_PREFIX):])
     if found is None:
         raise ProjectionError(

@@ -21,12 +21,20 @@ from contextlib import contextmanager
 from typing import Any, Iterator
 
 from sqlalchemy import Connection, bindparam, func, insert, select, update
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.exc import DBAPIError, IntegrityError
 
+from registry.events.errors import StoreError
 from registry.events.schema import EventRow
 from registry.events.store import EventStore
 
 from .fold import ARTIFACT_PREFIX, fold
+
+# SQLSTATE 42501: insufficient_privilege (a role that may only read).
+_PRIVILEGE_SQLSTATE = "42501"
+
+
+def _write_refused(exc: DBAPIError) -> bool:
+    return getattr(exc.orig, "sqlstate", None) == _PRIVILEGE_SQLSTATE
 from .log import PAGE, read_log
 from .rows import MODELS, load_state
 from .schema import ProjectionCheckpoint
@@ -55,6 +63,17 @@ def snapshot(engine) -> Iterator[Connection]:
             conn = conn.execution_options(isolation_level="REPEATABLE READ")
         with conn.begin():
             yield conn
+
+
+@contextmanager
+def reading(engine) -> Iterator[Connection]:
+    """A connection for a lookup by a caller's key; a driver refusal (Postgres and a NUL) is one line."""
+    try:
+        with engine.connect() as conn:
+            yield conn
+    except DBAPIError as exc:
+        first_line = str(exc.orig).splitlines()[0] if str(exc.orig) else type(exc.orig).__name__
+        raise StoreError(f"could not read the projections: {first_line}") from None
 
 
 def read_checkpoint(conn: Connection) -> int | None:
@@ -218,11 +237,28 @@ class Projections:
 
     # -- reading ----------------------------------------------------------------------
 
+    def _fold_to(self, as_of: int | None) -> int | None:
+        """None when the live tables are current; else the position to fold the log up to.
+
+        A connection that may read but not write the read models (the Postgres
+        `registry_reader` role) cannot catch them up, so it answers from the
+        log itself: slower, never stale.
+        """
+        if as_of is not None:
+            return as_of
+        try:
+            self.catch_up()
+        except DBAPIError as exc:
+            if not _write_refused(exc):
+                raise
+            return self.store.head_position()
+        return None
+
     def state(self, as_of: int | None = None) -> RegistryState:
         """The whole registry: live tables after a catch-up, or the log folded up to `as_of`."""
+        as_of = self._fold_to(as_of)
         if as_of is not None:
             return fold_log(self.store, check_position(self.store, as_of))
-        self.catch_up()
         with snapshot(self.engine) as conn:
             return read_live(conn)
 
@@ -237,6 +273,7 @@ class Projections:
 
     def artifacts(self, workload: str | None = None, as_of: int | None = None) -> list[dict[str, Any]]:
         """Artifacts (of one workload if given), sorted by artifact id."""
+        as_of = self._fold_to(as_of)
         if as_of is not None:
             found = self.state(as_of).artifacts.values()
         else:
@@ -244,29 +281,28 @@ class Projections:
             statement = select(table.c.state)
             if workload is not None:
                 statement = statement.where(table.c.workload == workload)
-            self.catch_up()
-            with self.engine.connect() as conn:
+            with reading(self.engine) as conn:
                 found = [load_state(text) for text in conn.execute(statement).scalars()]
         chosen = [a for a in found if workload is None or a["workload"] == workload]
         return sorted(chosen, key=lambda a: a["artifact"])
 
     def workloads(self, as_of: int | None = None) -> list[dict[str, Any]]:
         """Workloads sorted by id."""
+        as_of = self._fold_to(as_of)
         if as_of is not None:
             found = list(self.state(as_of).workloads.values())
         else:
-            self.catch_up()
             with self.engine.connect() as conn:
                 found = [load_state(text) for text in conn.execute(select(MODELS["workloads"][0].c.state)).scalars()]
         return sorted(found, key=lambda w: w["workload"])
 
     def _one(self, model: str, prefix: str, key: str, as_of: int | None) -> dict[str, Any] | None:
+        as_of = self._fold_to(as_of)
         if as_of is not None:
             # A subject's state depends on its own stream only, so fold just that stream.
             state = fold_log(self.store, check_position(self.store, as_of), stream=prefix + key)
             return getattr(state, model).get(key)
-        self.catch_up()
         table, column, _ = MODELS[model]
-        with self.engine.connect() as conn:
+        with reading(self.engine) as conn:
             text = conn.execute(select(table.c.state).where(table.c[column] == key)).scalar()
         return None if text is None else load_state(text)

@@ -2,12 +2,21 @@
 
 A full replay is dominated by JSON decoding, and most of it would be wasted:
 of the many evidence events an artifact accumulates, its state keeps only the
-latest of each kind. So the reader asks the database for each evidence
-event's `payload_sha256` (the only field the fold needs to scope it; the
-database's own JSON functions read it without building Python objects) and
-leaves the payload text undecoded until the fold asks for it. Events written
-under an older payload schema go through the store's upcasters (validated)
-first, so the fold only ever sees current-schema payloads.
+latest of each kind. So the reader reads only each evidence event's
+`payload_sha256` (the one field the fold needs to scope it) and leaves the
+rest of the payload text undecoded until the fold asks for it.
+
+The store writes every payload as canonical JSON (registry/events/canonical.py:
+sorted keys, no whitespace), so an evidence payload's top-level keys appear in
+the order artifact, item, payload_sha256, run, and the last occurrence of the
+text `"payload_sha256":` is the top-level key (inside a JSON string a quote is
+escaped, so the sequence cannot occur in the `run` value). The reader takes
+the value after it (null, or a string without escapes) only when `,"run":`
+follows; any payload not in that layout is decoded in full instead, so the
+shortcut never guesses.
+Events written under an older payload schema go through the store's
+upcasters (validated) first, so the fold only ever sees current-schema
+payloads.
 """
 from __future__ import annotations
 
@@ -50,6 +59,8 @@ class LogEvent:
     @classmethod
     def from_stored(cls, event: StoredEvent) -> LogEvent:
         payload = event.payload
+        if CURRENT_SCHEMA.get(event.type) != event.schema_version:
+            payload = event.typed().model_dump(mode="python")  # upcast (and validate) an older payload
         scope = payload.get("payload_sha256") if event.type in EVIDENCE_KIND_BY_TYPE else None
         return cls(event.position, event.event_id, event.stream, event.type, scope, event.recorded_at, None, payload)
 
@@ -70,28 +81,40 @@ class LogEvent:
         return timestamp_text(moment)
 
 
-_SHA_SQL = {
-    "sqlite": "json_extract(payload, '$.payload_sha256')",
-    "postgresql": "(payload::json ->> 'payload_sha256')",
-}
+SCOPE_KEY = '"payload_sha256":'
+SCOPE_NEXT = ',"run":'
+
+
+def scope_of(text: str) -> str | None:
+    """The top-level payload_sha256 of a canonical evidence payload, decoding as little as possible."""
+    at = text.rfind(SCOPE_KEY)
+    if at >= 0:
+        start = at + len(SCOPE_KEY)
+        if text.startswith('"', start):
+            end = text.find('"', start + 1)
+            value = text[start + 1:end]
+            # Without a backslash the JSON string's text is its value (no escapes to undo).
+            if end > start and "\\" not in value and text.startswith(SCOPE_NEXT, end + 1):
+                return value
+        elif text.startswith("null" + SCOPE_NEXT, start):
+            return None
+    return strict_json_loads(text).get("payload_sha256")
 
 
 def _select(dialect: str, by_stream: bool) -> str:
     mark = "%s" if dialect == "postgresql" else "?"
-    evidence = ", ".join(f"'{name}'" for name in EVIDENCE_KIND_BY_TYPE)
     where = f"position > {mark} AND position <= {mark}"
     if by_stream:
         where += f" AND stream = {mark}"
     return (
-        "SELECT position, event_id, stream, type, schema_version, payload, recorded_at,"
-        f" CASE WHEN type IN ({evidence}) THEN {_SHA_SQL[dialect]} END"
+        "SELECT position, event_id, stream, type, schema_version, payload, recorded_at"
         f" FROM events WHERE {where} ORDER BY position LIMIT {mark}"
     )
 
 
 def _upcast(row: tuple) -> LogEvent:
     """An event stored under an older (or unknown) schema: upcast and validate it."""
-    position, event_id, stream, type_, schema_version, text, recorded_at, _ = row
+    position, event_id, stream, type_, schema_version, text, recorded_at = row
     try:
         payload = read_payload(type_, schema_version, strict_json_loads(text)).model_dump(mode="python")
     except StoreError as exc:
@@ -108,24 +131,30 @@ def read_log(engine: Engine, *, after: int, up_to: int, stream: str | None = Non
     fixed upper bound makes the pages one consistent slice, since the store
     commits positions in order.
     """
-    if engine.dialect.name not in _SHA_SQL:
-        raise StoreError(f"projections do not support the {engine.dialect.name} backend")
     sql = _select(engine.dialect.name, stream is not None)
     current = CURRENT_SCHEMA
+    evidence = EVIDENCE_KIND_BY_TYPE
     cursor_at = after
     raw = engine.raw_connection()
     try:
         cursor = raw.cursor()
         while cursor_at < up_to:
             params = (cursor_at, up_to, stream, page) if stream is not None else (cursor_at, up_to, page)
-            cursor.execute(sql, params)
-            rows = cursor.fetchall()
+            try:
+                cursor.execute(sql, params)
+                rows = cursor.fetchall()
+            except engine.dialect.loaded_dbapi.Error as exc:  # e.g. Postgres refusing a NUL in a stream name
+                first_line = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+                raise StoreError(f"could not read the log: {first_line}") from None
             raw.rollback()  # end the read; the next page starts a fresh one
             for row in rows:
-                if current.get(row[3]) != row[4]:
+                type_ = row[3]
+                if current.get(type_) != row[4]:
                     yield _upcast(row)
+                elif type_ in evidence:
+                    yield LogEvent(row[0], row[1], row[2], type_, scope_of(row[5]), row[6], row[5], None)
                 else:
-                    yield LogEvent(row[0], row[1], row[2], row[3], row[7], row[6], row[5], None)
+                    yield LogEvent(row[0], row[1], row[2], type_, None, row[6], row[5], None)
             if len(rows) < page:
                 return
             cursor_at = rows[-1][0]

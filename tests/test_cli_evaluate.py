@@ -1,0 +1,87 @@
+"""`registry evaluate` end to end on a real SQLite registry, then `registry promote`."""
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from registry.app import open_registry
+from registry.cli.main import main
+
+MANIFEST = """
+workload: wan-modln-op
+parity: {policy: byte_equal}
+speed: {min_speedup: 1.1, runs_per_arm: 2, protocol: paired}
+"""
+
+
+@pytest.fixture
+def cli(tmp_path, sqlite_url):
+    runner = CliRunner()
+
+    def invoke(*args):
+        return runner.invoke(main, ["--db", sqlite_url, "--actor", "worker", *args])
+
+    invoke("init")
+    (tmp_path / "op.yaml").write_text(MANIFEST)
+    assert invoke("workload", "declare", str(tmp_path / "op.yaml")).exit_code == 0
+    invoke.tmp, invoke.url = tmp_path, sqlite_url
+    return invoke
+
+
+def types(url, artifact):
+    return [e.type for e in open_registry(url).store.read_stream(f"artifact:{artifact}")]
+
+
+def test_kernels_lists_the_builtin_operations(cli):
+    ops = json.loads(cli("kernels", "--json").output)
+    modln = next(op for op in ops if op["name"] == "modulated_layernorm")
+    assert "registry.kernels.modln:modulated_layernorm_triton" in modln["kernels"]
+
+
+def test_evaluate_then_promote_holds_on_interpreter_timings(cli):
+    registered = cli("artifact", "register", "modln", "--workload", "wan-modln-op", "--kind", "fused_kernel",
+                     "--op", "modulated_layernorm", "--entry", "registry.kernels.modln:modulated_layernorm_triton")
+    assert registered.exit_code == 0, registered.output
+    evaluated = cli("evaluate", "modln", "--warmup", "0", "--json")
+    assert evaluated.exit_code == 0, evaluated.output
+    items = {item["kind"]: item for item in json.loads(evaluated.output)["evidence"]}
+    assert items["parity"]["derived"]["all_byte_equal"] is True
+    assert items["benchmark"]["timer"] == "interpreter" and len(items["benchmark"]["baseline_s"]) == 2
+    assert items["execution"]["candidate_calls"] > 0 and items["execution"]["fallbacks"] == 0
+    assert types(cli.url, "modln")[1:] == ["ParityMeasured", "BenchmarkMeasured", "ExecutionObserved"]
+    promoted = cli("promote", "modln", "--json")
+    verdict = json.loads(promoted.output)
+    assert promoted.exit_code == 3 and verdict["decision"] == "held" and verdict["rule"] == "speed.interpreter"
+
+
+def test_emit_writes_an_import_file_and_appends_nothing(cli):
+    cli("artifact", "register", "rms", "--workload", "wan-modln-op", "--kind", "fused_kernel",
+        "--op", "rms_norm", "--entry", "registry.kernels.rmsnorm:rms_norm_triton")
+    out = cli.tmp / "rms.json"
+    assert cli("evaluate", "rms", "--runs", "2", "--warmup", "0", "--emit", str(out), "--run", "gpu-7").exit_code == 0
+    assert types(cli.url, "rms") == ["ArtifactRegistered"]
+    document = json.loads(out.read_text())
+    assert document["format"] == "registry.evidence/1" and document["run"] == "gpu-7"
+    assert cli("evidence", "import", str(out)).exit_code == 0
+    assert types(cli.url, "rms")[1:] == ["ParityMeasured", "BenchmarkMeasured", "ExecutionObserved"]
+
+
+def test_a_candidate_that_raises_is_recorded_as_a_failure(cli):
+    registered = cli("artifact", "register", "broken", "--workload", "wan-modln-op", "--kind", "fused_kernel",
+                     "--op", "modulated_layernorm", "--entry", "kernel_fixtures:broken_modulated_layernorm")
+    assert registered.exit_code == 0, registered.output
+    evaluated = cli("evaluate", "broken", "--runs", "2", "--warmup", "0")
+    assert evaluated.exit_code == 4 and "illegal memory access" in evaluated.output
+    events = open_registry(cli.url).store.read_stream("artifact:broken")
+    assert [e.type for e in events] == ["ArtifactRegistered", "EvaluationFailed"]
+    assert events[1].payload["stage"] == "parity"
+    verdict = json.loads(cli("promote", "broken", "--json").output)
+    assert verdict["decision"] == "held" and verdict["rule"] == "evaluation_failed"
+
+
+def test_evaluate_refuses_an_artifact_without_a_kernel_entry(cli):
+    cli("artifact", "register", "cache", "--workload", "wan-modln-op", "--kind", "step_cache")
+    result = cli("evaluate", "cache", "--runs", "2")
+    assert result.exit_code == 1 and "no kernel entry" in result.output
