@@ -51,3 +51,24 @@ def postgres_url():
     if not PG_URL:
         pytest.skip(PG_SKIP)
     return _fresh_postgres_database()
+
+
+@pytest.fixture
+def registry_cli(tmp_path, sqlite_url):
+    """Run `registry` through click's runner on a fresh, initialised SQLite registry.
+
+    `registry_cli(*args, actor=...)` returns the click Result; `.url` and `.tmp`
+    name the database and a scratch folder.
+    """
+    from click.testing import CliRunner
+
+    from registry.cli.main import main
+
+    runner = CliRunner()
+
+    def invoke(*args, actor="reviewer"):
+        return runner.invoke(main, ["--db", sqlite_url, "--actor", actor, *args])
+
+    assert invoke("init").exit_code == 0
+    invoke.url, invoke.tmp = sqlite_url, tmp_path
+    return invoke

@@ -4,10 +4,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from click.testing import CliRunner
 
 from registry.app import open_registry
-from registry.cli.main import main
 
 MANIFEST = """
 workload: wan-modln-op
@@ -17,17 +15,10 @@ speed: {min_speedup: 1.1, runs_per_arm: 2, protocol: paired}
 
 
 @pytest.fixture
-def cli(tmp_path, sqlite_url):
-    runner = CliRunner()
-
-    def invoke(*args):
-        return runner.invoke(main, ["--db", sqlite_url, "--actor", "worker", *args])
-
-    invoke("init")
-    (tmp_path / "op.yaml").write_text(MANIFEST)
-    assert invoke("workload", "declare", str(tmp_path / "op.yaml")).exit_code == 0
-    invoke.tmp, invoke.url = tmp_path, sqlite_url
-    return invoke
+def cli(registry_cli):
+    (registry_cli.tmp / "op.yaml").write_text(MANIFEST)
+    assert registry_cli("workload", "declare", str(registry_cli.tmp / "op.yaml")).exit_code == 0
+    return registry_cli
 
 
 def types(url, artifact):

@@ -5,11 +5,9 @@ import json
 
 import numpy as np
 import pytest
-from click.testing import CliRunner
 from PIL import Image
 
 from registry.app import open_registry
-from registry.cli.main import main
 
 MANIFEST = """
 workload: clip
@@ -30,21 +28,14 @@ def moving_disc(frames: int = 4, size: int = 48) -> np.ndarray:
 
 
 @pytest.fixture
-def cli(tmp_path, sqlite_url, monkeypatch):
+def cli(registry_cli, tmp_path, monkeypatch):
     monkeypatch.delenv("REGISTRY_LPIPS_BACKBONE", raising=False)
     monkeypatch.setenv("TORCH_HOME", str(tmp_path / "no-torch-home"))
-    runner = CliRunner()
-
-    def invoke(*args):
-        return runner.invoke(main, ["--db", sqlite_url, "--actor", "reviewer", *args])
-
-    invoke("init")
     (tmp_path / "clip.yaml").write_text(MANIFEST)
-    assert invoke("workload", "declare", str(tmp_path / "clip.yaml")).exit_code == 0
-    assert invoke("artifact", "register", "cache-v1", "--workload", "clip", "--kind", "step_cache").exit_code == 0
+    assert registry_cli("workload", "declare", str(tmp_path / "clip.yaml")).exit_code == 0
+    assert registry_cli("artifact", "register", "cache-v1", "--workload", "clip", "--kind", "step_cache").exit_code == 0
     np.savez(tmp_path / "reference.npz", frames=moving_disc())
-    invoke.tmp, invoke.url = tmp_path, sqlite_url
-    return invoke
+    return registry_cli
 
 
 def head(cli):

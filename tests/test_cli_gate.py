@@ -4,10 +4,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from click.testing import CliRunner
 
 from registry.app import open_registry
-from registry.cli.main import main
 
 PERCEPTUAL_MANIFEST = """
 workload: wan-t2v-1.3b-480p
@@ -45,19 +43,11 @@ def perceptual(worst_ssim, worst_lpips, frame_set="wan-1.3b-fixed-seed-8"):
 
 
 @pytest.fixture
-def cli(tmp_path, sqlite_url):
-    runner = CliRunner()
-
-    def invoke(*args, input=None):
-        return runner.invoke(main, ["--db", sqlite_url, "--actor", "reviewer", *args], input=input)
-
-    invoke("init")
-    manifest = tmp_path / "wan.yaml"
+def cli(registry_cli):
+    manifest = registry_cli.tmp / "wan.yaml"
     manifest.write_text(PERCEPTUAL_MANIFEST)
-    assert invoke("workload", "declare", str(manifest)).exit_code == 0
-    invoke.tmp = tmp_path
-    invoke.url = sqlite_url
-    return invoke
+    assert registry_cli("workload", "declare", str(manifest)).exit_code == 0
+    return registry_cli
 
 
 def import_doc(cli, artifact, items, run=None):

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import click
 
-from registry.events.database import current_revision, head_revision, upgrade
+from registry.events.database import current_revision, head_revision
 
 from .main import Session, pass_session
 from .output import emit_json, say, short, table
