@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+import uuid
 from datetime import datetime, timezone
 
 import pytest
@@ -12,7 +13,7 @@ from registry.events.canonical import canonical_json
 from registry.events.chain import event_hash
 from registry.events.database import make_engine, upgrade
 from registry.events.errors import ConcurrencyError, IdempotencyConflict, PayloadError, UnknownEventType
-from registry.events.store import EVENTS, EventStore, NewEvent
+from registry.events.store import EVENTS, EventStore, NewEvent, position_of_event_id
 from registry.events.types import UPCASTERS, FrameSetRegistered
 
 from store_helpers import drop_immutability, frame_event, raw
@@ -170,3 +171,15 @@ def test_old_schema_versions_are_upcast_on_read(store, monkeypatch):
     typed = store.read_all()[0].typed()
     assert typed.frames == 4 and typed.name == "old"
     assert store.verify().intact
+
+
+def test_event_ids_carry_their_position(store):
+    positions = store.append("s:a", [frame_event("a"), frame_event("b")], actor="t")
+    events = store.read_all()
+    assert [position_of_event_id(e.event_id) for e in events] == positions
+    assert all(uuid.UUID(e.event_id).version == 8 for e in events)
+    assert store.get(events[1].event_id).position == 2
+    # An id that names a real position but is not that event's id finds nothing.
+    impostor = str(uuid.UUID(int=uuid.UUID(events[1].event_id).int ^ 1))
+    assert store.get(impostor) is None and store.get("not-an-id") is None
+    assert store.get(str(uuid.uuid4())) is None

@@ -7,9 +7,9 @@ reordering a row, or injecting one breaks the chain at that position.
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from json.encoder import encode_basestring as _quote  # the encoder's own string quoting
 from typing import Iterable
 
 from .canonical import sha256_hex
@@ -40,26 +40,40 @@ def event_hash(
     actor: str,
     idempotency_key: str | None,
 ) -> str:
-    # Every field here is a string, an integer or None, so the plain encoder
-    # with sorted keys is already canonical (no finiteness walk needed).
-    body = json.dumps(
-        {
-            "position": position,
-            "event_id": event_id,
-            "stream": stream,
-            "version": version,
-            "type": type,
-            "schema_version": schema_version,
-            "payload": payload,
-            "recorded_at": timestamp_text(recorded_at),
-            "actor": actor,
-            "idempotency_key": idempotency_key,
-        },
-        sort_keys=True,
-        separators=(",", ":"),
-        ensure_ascii=False,
+    return sha256_hex(prev_hash + hashed_body(
+        position=position, event_id=event_id, stream=stream, version=version, type=type,
+        schema_version=schema_version, payload=payload, recorded_at=recorded_at, actor=actor,
+        idempotency_key=idempotency_key,
+    ))
+
+
+def hashed_body(
+    *,
+    position: int,
+    event_id: str,
+    stream: str,
+    version: int,
+    type: str,
+    schema_version: int,
+    payload: str,
+    recorded_at: datetime,
+    actor: str,
+    idempotency_key: str | None,
+) -> str:
+    """The canonical JSON of a row's hashed fields (sorted keys, no spaces, UTF-8).
+
+    Written out field by field because it runs inside the append lock for every
+    event: the result is exactly `json.dumps(fields, sort_keys=True,
+    separators=(",", ":"), ensure_ascii=False)` (a property test holds it to that),
+    at a fraction of the cost of building and sorting a dict.
+    """
+    key = "null" if idempotency_key is None else _quote(idempotency_key)
+    return (
+        f'{{"actor":{_quote(actor)},"event_id":{_quote(event_id)},"idempotency_key":{key},'
+        f'"payload":{_quote(payload)},"position":{int(position)},'
+        f'"recorded_at":{_quote(timestamp_text(recorded_at))},"schema_version":{int(schema_version)},'
+        f'"stream":{_quote(stream)},"type":{_quote(type)},"version":{int(version)}}}'
     )
-    return sha256_hex(prev_hash + body)
 
 
 @dataclass(frozen=True)

@@ -4,8 +4,9 @@ Alembic owns the schema (see registry/migrations); these classes are its
 source of truth for autogenerate. Positions are assigned by the store while
 it holds the append lock, never by the database, so commit order and
 position order are the same thing. The unique (stream, version) index serves
-every per-stream read; no other secondary index is kept, since each one is
-written on every append.
+every per-stream read, and an event id carries its position, so a lookup by id
+is a primary-key lookup; no other index is written on an ordinary append (the
+idempotency-key index is partial: only rows that carry a key are in it).
 """
 from __future__ import annotations
 
@@ -30,7 +31,8 @@ class EventRow(SQLModel, table=True):
 
     # On SQLite an INTEGER primary key is the rowid itself: one B-tree fewer to write per append.
     position: int = Field(sa_column=Column(POSITION_TYPE, primary_key=True, autoincrement=False))
-    event_id: str = Field(sa_column=Column(String(36), nullable=False, unique=True))
+    # Unique by construction: an event id carries its position (see store.positional_event_id).
+    event_id: str = Field(sa_column=Column(String(36), nullable=False))
     stream: str = Field(sa_column=Column(String(200), nullable=False))
     version: int = Field(sa_column=Column(Integer, nullable=False))
     type: str = Field(sa_column=Column(String(64), nullable=False))

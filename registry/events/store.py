@@ -75,6 +75,29 @@ class StoredEvent:
         }
 
 
+def positional_event_id(position: int) -> str:
+    """A new event id: an RFC 9562 version-8 UUID whose first 48 bits are the log position.
+
+    The rest is random. Ids stay opaque, unique (positions are) and sort in
+    log order, and finding an event by id is a primary-key lookup, so the log
+    keeps no second unique index that every append would have to write.
+    """
+    if not 0 < position < 1 << 48:
+        raise StoreError(f"position {position} does not fit an event id")
+    noise = int.from_bytes(os.urandom(10), "big")
+    value = (position << 80) | (0x8 << 76) | ((noise >> 62) & 0xFFF) << 64 | (0b10 << 62) | (noise & ((1 << 62) - 1))
+    return str(uuid.UUID(int=value))
+
+
+def position_of_event_id(event_id: str) -> int | None:
+    """The log position a registry event id carries, or None for any other string."""
+    try:
+        parsed = uuid.UUID(event_id)
+    except (ValueError, TypeError, AttributeError):
+        return None
+    return parsed.int >> 80 if parsed.version == 8 else None
+
+
 def _utc(moment: datetime) -> datetime:
     return moment.replace(tzinfo=timezone.utc) if moment.tzinfo is None else moment.astimezone(timezone.utc)
 
@@ -242,7 +265,7 @@ class EventStore:
         rows = []
         for index, (event_type, schema_version, payload) in enumerate(prepared):
             position += 1
-            event_id = str(uuid.uuid4())
+            event_id = positional_event_id(position)
             key = idempotency_key if index == 0 else None
             prev_hash, link = event_hash(
                 prev_hash, position=position, event_id=event_id, stream=stream, version=current + index + 1,
@@ -321,8 +344,12 @@ class EventStore:
             cursor = batch[-1].position
 
     def get(self, event_id: str) -> StoredEvent | None:
-        found = list(self._rows(select(EVENTS).where(EVENTS.c.event_id == event_id)))
-        return found[0] if found else None
+        """The event with this id, found through the log position its id carries."""
+        position = position_of_event_id(event_id)
+        if position is None:
+            return None
+        found = list(self._rows(select(EVENTS).where(EVENTS.c.position == position)))
+        return found[0] if found and found[0].event_id == event_id else None
 
     def stream_version(self, stream: str) -> int:
         with self._reading() as conn:

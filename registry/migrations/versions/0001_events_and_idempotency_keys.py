@@ -33,7 +33,6 @@ def upgrade() -> None:
     sa.Column('prev_hash', sa.String(length=64), nullable=False),
     sa.Column('hash', sa.String(length=64), nullable=False),
     sa.PrimaryKeyConstraint('position'),
-    sa.UniqueConstraint('event_id'),
     sa.UniqueConstraint('stream', 'version', name='uq_events_stream_version')
     )
     op.create_index('uq_events_idempotency_key', 'events', ['idempotency_key'], unique=True,
