@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from json.encoder import encode_basestring as _quote  # the encoder's own string quoting
-from typing import Iterable
+from typing import Any, Iterable
 
 from .canonical import sha256_hex
 
@@ -26,25 +26,9 @@ def timestamp_text(moment: datetime) -> str:
     return moment.astimezone(timezone.utc).isoformat(timespec="microseconds")
 
 
-def event_hash(
-    prev_hash: str,
-    *,
-    position: int,
-    event_id: str,
-    stream: str,
-    version: int,
-    type: str,
-    schema_version: int,
-    payload: str,
-    recorded_at: datetime,
-    actor: str,
-    idempotency_key: str | None,
-) -> str:
-    return sha256_hex(prev_hash + hashed_body(
-        position=position, event_id=event_id, stream=stream, version=version, type=type,
-        schema_version=schema_version, payload=payload, recorded_at=recorded_at, actor=actor,
-        idempotency_key=idempotency_key,
-    ))
+def event_hash(prev_hash: str, **fields: Any) -> str:
+    """The link for one row: sha256 of the previous hash and the row's hashed fields."""
+    return sha256_hex(prev_hash + hashed_body(**fields))
 
 
 def hashed_body(
