@@ -107,6 +107,7 @@ def is_interleaved(schedule: Sequence[str]) -> bool:
     return len(schedule) >= 2 and all(a != b for a, b in zip(schedule, schedule[1:]))
 
 
+@np.errstate(over="ignore", invalid="ignore", divide="ignore")
 def summarize_benchmark(
     protocol: str,
     baseline: Sequence[float],
@@ -118,16 +119,6 @@ def summarize_benchmark(
     Overflow in extreme but finite timings is not warned about here: it shows
     up as a non-finite statistic, which the document parser refuses by name.
     """
-    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-        return _summarize(protocol, baseline, candidate, schedule)
-
-
-def _summarize(
-    protocol: str,
-    baseline: Sequence[float],
-    candidate: Sequence[float],
-    schedule: Sequence[str] | None,
-) -> dict[str, object]:
     b = np.asarray(baseline, dtype=np.float64)
     c = np.asarray(candidate, dtype=np.float64)
     low, high = bootstrap_ci(protocol, b, c)

@@ -86,6 +86,13 @@ def _same_subject(event: LogEvent, named: str, expected: str) -> None:
         )
 
 
+def _named_artifact(state: RegistryState, event: LogEvent) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The artifact whose stream holds `event`, and the payload, which must name that artifact."""
+    artifact = _artifact(state, event)
+    _same_subject(event, event.payload["artifact"], artifact["artifact"])
+    return artifact, event.payload
+
+
 def _artifact(state: RegistryState, event: LogEvent) -> dict[str, Any]:
     stream = event.stream
     if not stream.startswith(ARTIFACT_PREFIX):
@@ -129,9 +136,7 @@ def _evidence(state: RegistryState, event: LogEvent, pending: Pending) -> None:
 
 
 def _failed(state: RegistryState, event: LogEvent, pending: Pending) -> None:
-    artifact = _artifact(state, event)
-    payload = event.payload
-    _same_subject(event, payload["artifact"], artifact["artifact"])
+    artifact, payload = _named_artifact(state, event)
     if payload["payload_sha256"] != artifact["payload_sha256"]:
         return
     artifact["open_failures"].append(
@@ -140,9 +145,7 @@ def _failed(state: RegistryState, event: LogEvent, pending: Pending) -> None:
 
 
 def _verdict(state: RegistryState, event: LogEvent, pending: Pending) -> None:
-    artifact = _artifact(state, event)
-    payload = event.payload
-    _same_subject(event, payload["artifact"], artifact["artifact"])
+    artifact, payload = _named_artifact(state, event)
     verdict = payload["verdict"]
     artifact["verdicts"].append({
         "position": event.position, "event_id": event.event_id, "decision": verdict["decision"],
@@ -165,9 +168,7 @@ HUMAN_DECISION = {"approve": "promoted", "revoke": "held"}
 
 
 def _human(state: RegistryState, event: LogEvent, pending: Pending) -> None:
-    artifact = _artifact(state, event)
-    payload = event.payload
-    _same_subject(event, payload["artifact"], artifact["artifact"])
+    artifact, payload = _named_artifact(state, event)
     if payload["payload_sha256"] != artifact["payload_sha256"]:
         return
     action = payload["action"]
