@@ -16,11 +16,10 @@ texts = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=4
     position=st.integers(1, 2**62), version=st.integers(1, 2**31), schema_version=st.integers(0, 99),
     event_id=texts, stream=texts, type=texts, payload=texts, actor=texts,
     idempotency_key=st.one_of(st.none(), texts),
-    recorded_at=st.datetimes(timezones=st.just(timezone.utc)),
+    recorded_at=st.datetimes(timezones=st.just(timezone.utc)).map(timestamp_text),
 )
 def test_hashed_body_is_the_canonical_json_of_the_fields(**fields):
-    expected = json.dumps({**fields, "recorded_at": timestamp_text(fields["recorded_at"])},
-                          sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    expected = json.dumps(fields, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     assert hashed_body(**fields) == expected
 
 

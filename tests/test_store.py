@@ -6,6 +6,8 @@ import uuid
 from datetime import datetime, timezone
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from sqlalchemy import insert
 from sqlalchemy.exc import DBAPIError
 
@@ -13,7 +15,7 @@ from registry.events.canonical import canonical_json
 from registry.events.chain import event_hash
 from registry.events.database import make_engine, upgrade
 from registry.events.errors import ConcurrencyError, IdempotencyConflict, PayloadError, UnknownEventType
-from registry.events.store import EVENTS, EventStore, NewEvent, position_of_event_id
+from registry.events.store import EVENTS, EventStore, NewEvent, position_of_event_id, positional_event_id
 from registry.events.types import UPCASTERS, FrameSetRegistered
 
 from store_helpers import drop_immutability, frame_event, raw
@@ -183,3 +185,13 @@ def test_event_ids_carry_their_position(store):
     impostor = str(uuid.UUID(int=uuid.UUID(events[1].event_id).int ^ 1))
     assert store.get(impostor) is None and store.get("not-an-id") is None
     assert store.get(str(uuid.uuid4())) is None
+
+
+@given(st.integers(1, 2**48 - 1))
+def test_positional_ids_are_rfc9562_version_8(position):
+    event_id = positional_event_id(position)
+    parsed = uuid.UUID(event_id)
+    assert str(parsed) == event_id
+    assert parsed.version == 8 and parsed.variant == uuid.RFC_4122
+    assert position_of_event_id(event_id) == position
+    assert positional_event_id(position) != event_id  # the free bits are random

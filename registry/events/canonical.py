@@ -28,6 +28,10 @@ def _check_finite(value: Any, path: str) -> None:
             _check_finite(item, f"{path}[{index}]")
 
 
+# One encoder for the process: `json.dumps` with options builds a new one per call.
+_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
 def canonical_json(value: Any) -> str:
     """Serialise `value` canonically, refusing non-finite numbers by path.
 
@@ -35,7 +39,7 @@ def canonical_json(value: Any) -> str:
     value walked again to name where the bad number is.
     """
     try:
-        return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+        return _ENCODER.encode(value)
     except (TypeError, ValueError) as exc:
         _check_finite(value, "")
         raise CanonicalError(f"payload is not JSON-serialisable: {exc}") from exc

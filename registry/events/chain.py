@@ -9,10 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from hashlib import sha256
 from json.encoder import encode_basestring as _quote  # the encoder's own string quoting
 from typing import Any, Iterable
-
-from .canonical import sha256_hex
 
 GENESIS_HASH = "0" * 64
 HASHED_FIELDS = ("position", "event_id", "stream", "version", "type", "schema_version", "payload",
@@ -23,12 +22,19 @@ def timestamp_text(moment: datetime) -> str:
     """The one text form of a time inside the chain: UTC, microseconds."""
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=timezone.utc)
-    return moment.astimezone(timezone.utc).isoformat(timespec="microseconds")
+    elif moment.tzinfo is not timezone.utc:
+        moment = moment.astimezone(timezone.utc)
+    return moment.isoformat(timespec="microseconds")
 
 
 def event_hash(prev_hash: str, **fields: Any) -> str:
-    """The link for one row: sha256 of the previous hash and the row's hashed fields."""
-    return sha256_hex(prev_hash + hashed_body(**fields))
+    """The link for one row, from its hashed fields as stored (`recorded_at` a datetime)."""
+    return link(prev_hash, hashed_body(**{**fields, "recorded_at": timestamp_text(fields["recorded_at"])}))
+
+
+def link(prev_hash: str, body: str) -> str:
+    """hash(n) = sha256(prev_hash || body(n)), as lowercase hex."""
+    return sha256(f"{prev_hash}{body}".encode()).hexdigest()
 
 
 def hashed_body(
@@ -40,22 +46,23 @@ def hashed_body(
     type: str,
     schema_version: int,
     payload: str,
-    recorded_at: datetime,
+    recorded_at: str,
     actor: str,
     idempotency_key: str | None,
 ) -> str:
     """The canonical JSON of a row's hashed fields (sorted keys, no spaces, UTF-8).
 
-    Written out field by field because it runs inside the append lock for every
-    event: the result is exactly `json.dumps(fields, sort_keys=True,
-    separators=(",", ":"), ensure_ascii=False)` (a property test holds it to that),
-    at a fraction of the cost of building and sorting a dict.
+    `recorded_at` is the time's chain text (`timestamp_text`). Written out
+    field by field because it runs inside the append lock for every event:
+    the result is exactly `json.dumps(fields, sort_keys=True,
+    separators=(",", ":"), ensure_ascii=False)` (a property test holds it to
+    that), at a fraction of the cost of building and sorting a dict.
     """
     key = "null" if idempotency_key is None else _quote(idempotency_key)
     return (
         f'{{"actor":{_quote(actor)},"event_id":{_quote(event_id)},"idempotency_key":{key},'
         f'"payload":{_quote(payload)},"position":{int(position)},'
-        f'"recorded_at":{_quote(timestamp_text(recorded_at))},"schema_version":{int(schema_version)},'
+        f'"recorded_at":{_quote(recorded_at)},"schema_version":{int(schema_version)},'
         f'"stream":{_quote(stream)},"type":{_quote(type)},"version":{int(version)}}}'
     )
 

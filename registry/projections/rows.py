@@ -1,10 +1,9 @@
 """State <-> read-model rows: canonical JSON text, its sha256, and the indexed columns."""
 from __future__ import annotations
 
-import json
 from typing import Any
 
-from registry.events.canonical import sha256_hex, strict_json_loads
+from registry.events.canonical import canonical_json, sha256_hex, strict_json_loads
 
 from .schema import ProjectedArtifact, ProjectedFrameSet, ProjectedWorkload
 
@@ -14,13 +13,8 @@ FRAMESETS = ProjectedFrameSet.__table__
 
 
 def state_text(state: dict[str, Any]) -> str:
-    """The canonical JSON of a state (the options of registry/events/canonical.py).
-
-    The encoder itself refuses NaN and infinity (allow_nan=False), which is
-    all canonical_json's recursive pre-check adds for a state that came from
-    JSON; at one row per artifact that walk would cost more than the fold.
-    """
-    return json.dumps(state, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    """The canonical JSON of a state: the same bytes as an event payload's."""
+    return canonical_json(state)
 
 
 def _content(state: dict[str, Any]) -> dict[str, Any]:
