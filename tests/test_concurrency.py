@@ -167,18 +167,16 @@ def test_writers_race_and_tailing_readers_see_every_event_once_in_order(backend_
 # -- a late commit cannot be overtaken ---------------------------------------------
 
 class PausedStore(EventStore):
-    """An EventStore whose appends stop after inserting their rows, before they commit."""
+    """An EventStore whose appends stop inside the lock, just before they commit."""
 
-    def __init__(self, engine, inserted: threading.Event, release: threading.Event):
+    def __init__(self, engine, held: threading.Event, release: threading.Event):
         super().__init__(engine)
-        self.inserted, self.release = inserted, release
+        self.held, self.release = held, release
 
-    def _append_locked(self, *args):
-        positions = super()._append_locked(*args)
-        self.inserted.set()
+    def _before_commit(self):
+        self.held.set()
         if not self.release.wait(30):
             raise RuntimeError("never released")
-        return positions
 
 
 def waiting_for_advisory_lock(url: str) -> int:
@@ -193,8 +191,8 @@ def test_an_append_held_open_is_never_overtaken(backend_url):
     store = open_store(backend_url)
     for seed in range(5):
         store.append("frameset:early", [frameset("early", seed, "early")], actor="t")
-    inserted, release = threading.Event(), threading.Event()
-    paused = PausedStore(store.engine, inserted, release)
+    held, release = threading.Event(), threading.Event()
+    paused = PausedStore(store.engine, held, release)
     errors: list[BaseException] = []
 
     def append(target: EventStore, name: str, source: str) -> None:
@@ -205,7 +203,7 @@ def test_an_append_held_open_is_never_overtaken(backend_url):
 
     late = threading.Thread(target=append, args=(paused, "late", "late"))
     late.start()
-    assert inserted.wait(10), "the held append never reached its insert"
+    assert held.wait(10), "the held append never reached its commit"
     others = [threading.Thread(target=append, args=(store, f"other{i}", f"other{i}")) for i in range(4)]
     for thread in others:
         thread.start()
@@ -216,7 +214,7 @@ def test_an_append_held_open_is_never_overtaken(backend_url):
         assert waiting_for_advisory_lock(backend_url) == len(others)
     else:
         time.sleep(0.5)
-    # Position 6 is inserted but not committed; 7.. cannot even be assigned yet.
+    # Position 6 is assigned (on SQLite inserted) but not committed; 7.. cannot even be assigned yet.
     for _ in range(20):
         assert store.read_all(after_position=5) == []
     assert all(thread.is_alive() for thread in others)

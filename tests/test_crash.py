@@ -5,7 +5,9 @@ whole or not at all, whatever moment the writer dies at. Each batch carries
 its id and each event its index and the batch's size (`source` =
 "batch:index/size"), so a partial batch would show. Half the kills land at a
 random moment of a writer appending in a loop; the other half land at the
-worst one, after the batch's rows are inserted and before the commit. Like a
+worst moment the writer controls: lock held, positions assigned, commit not
+sent (on SQLite the rows are inserted by then; on Postgres they travel with
+the COMMIT, in one round trip). Like a
 real worker, each new writer resends the batch its predecessor was sending
 (same idempotency key), so no batch is lost and none is recorded twice.
 """
@@ -40,18 +42,16 @@ def batch_events(batch_id: int) -> tuple[str, list[NewEvent]]:
 
 
 class HaltBeforeCommit(EventStore):
-    """Appends normally, except batch `halt_at`: its rows are inserted, then the writer waits to be killed."""
+    """Appends normally, except batch `halt_at`: just before its commit, the writer waits to be killed."""
 
     def __init__(self, engine, halt_at: int | None, report):
         super().__init__(engine)
         self.halt_at, self.report, self.batch_id = halt_at, report, None
 
-    def _append_locked(self, *args):
-        positions = super()._append_locked(*args)
+    def _before_commit(self):
         if self.batch_id == self.halt_at:
-            self.report.send(("inserted", self.batch_id))
+            self.report.send(("halted", self.batch_id))
             time.sleep(LIFE_LIMIT_S * 2)
-        return positions
 
 
 def crash_writer(url: str, first_batch: int, halt_at: int | None, report) -> None:
@@ -117,7 +117,7 @@ def test_sigkill_mid_batch_never_leaves_a_partial_batch(backend_url):
     next_batch, random_kills_mid_append, checked = 0, 0, 0
     present: set[int] = set()
     for kill in range(KILLS):
-        halt_at = next_batch + 1 if kill % 2 else None  # odd kills: after the insert, before the commit
+        halt_at = next_batch + 1 if kill % 2 else None  # odd kills: inside the lock, before the commit
         parent_end, child_end = FORKSERVER.Pipe(duplex=False)
         writer = FORKSERVER.Process(target=crash_writer, args=(backend_url, next_batch, halt_at, child_end))
         writer.start()
@@ -126,7 +126,7 @@ def test_sigkill_mid_batch_never_leaves_a_partial_batch(backend_url):
         try:
             receive_until(parent_end, writer, ("done", next_batch), messages)  # the resent batch is in
             if halt_at is not None:
-                receive_until(parent_end, writer, ("inserted", halt_at), messages)
+                receive_until(parent_end, writer, ("halted", halt_at), messages)
             else:
                 time.sleep(rng.uniform(0.0, 0.08))
         finally:
@@ -139,7 +139,7 @@ def test_sigkill_mid_batch_never_leaves_a_partial_batch(backend_url):
             random_kills_mid_append += 1
         check_new_batches(store.read_all(after_position=checked), present, resent_from=started)
         if halt_at is not None:
-            assert halt_at not in present, "rows inserted but never committed became visible"
+            assert halt_at not in present, "a batch that never committed became visible"
         checked = store.head_position()
         report = store.verify()
         assert report.intact and report.count == checked == BATCH * len(present)

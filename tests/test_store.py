@@ -1,20 +1,25 @@
 """The event store's conformance suite: every case runs on SQLite and on Postgres."""
 from __future__ import annotations
 
+import gc
 import math
+import threading
+import time
 import uuid
 from datetime import datetime, timezone
 
+import psycopg
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from sqlalchemy import insert
+from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError
 
 from registry.events.canonical import canonical_json
 from registry.events.chain import event_hash
 from registry.events.database import make_engine, upgrade
-from registry.events.errors import ConcurrencyError, IdempotencyConflict, PayloadError, UnknownEventType
+from registry.events.errors import ConcurrencyError, IdempotencyConflict, PayloadError, StoreError, UnknownEventType
 from registry.events.store import EVENTS, EventStore, NewEvent, position_of_event_id, positional_event_id
 from registry.events.types import UPCASTERS, FrameSetRegistered
 
@@ -195,3 +200,74 @@ def test_positional_ids_are_rfc9562_version_8(position):
     assert parsed.version == 8 and parsed.variant == uuid.RFC_4122
     assert position_of_event_id(event_id) == position
     assert positional_event_id(position) != event_id  # the free bits are random
+
+
+# -- the kept append connection (Postgres) --------------------------------------------
+
+def _libpq(url: str) -> str:
+    return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+
+
+@pytest.mark.postgres
+def test_an_append_outlives_the_server_dropping_its_kept_connection(postgres_url):
+    engine = make_engine(postgres_url)
+    upgrade(engine)
+    store = EventStore(engine)
+    store.append("s:a", [frame_event("a")], actor="t")
+    with psycopg.connect(_libpq(postgres_url), autocommit=True) as admin:
+        dropped = admin.execute(
+            "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        ).fetchone()[0]
+    assert dropped >= 1
+    # The kept connection fails in its first round trip, before anything is sent to be written; it is replaced once.
+    assert store.append("s:a", [frame_event("b"), frame_event("c")], actor="t") == [2, 3]
+    assert [e.version for e in store.read_stream("s:a")] == [1, 2, 3]
+    assert store.verify().intact
+    engine.dispose()
+
+
+@pytest.mark.postgres
+def test_append_connections_return_to_the_pool_with_ordinary_transactions(postgres_url):
+    """Appends run their connection in autocommit; a reader that gets it next must not."""
+    engine = make_engine(postgres_url)
+    upgrade(engine)
+    store = EventStore(engine)
+    workers = [threading.Thread(target=store.append, args=(f"s:{i}", [frame_event(str(i))]), kwargs={"actor": "t"})
+               for i in range(3)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(30)
+    gc.collect()  # the finished threads' append connections go back to the pool
+    for _ in range(engine.pool.size() + 1):
+        with engine.connect() as conn:
+            assert conn.connection.driver_connection.autocommit is False
+    assert store.verify().count == 3  # reads through a server-side cursor, which needs a transaction
+    engine.dispose()
+
+
+class _DroppedAtCommit(EventStore):
+    """Its server connection is terminated just before the commit is sent."""
+
+    def _before_commit(self):
+        pid = self._writer.current.connection.info.backend_pid
+        with psycopg.connect(_libpq(self.engine.url.render_as_string(hide_password=False)), autocommit=True) as admin:
+            admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+            deadline = time.monotonic() + 10
+            while admin.execute("SELECT 1 FROM pg_stat_activity WHERE pid = %s", (pid,)).fetchone():
+                assert time.monotonic() < deadline, "the backend outlived pg_terminate_backend"
+                time.sleep(0.01)
+
+
+@pytest.mark.postgres
+def test_a_connection_lost_at_commit_is_reported_as_unknown_and_a_resend_lands_once(postgres_url):
+    engine = make_engine(postgres_url)
+    upgrade(engine)
+    with pytest.raises(StoreError, match="lost while committing, so the batch may or may not be in the log"):
+        _DroppedAtCommit(engine).append("s:a", [frame_event("a")], idempotency_key="run-1", actor="t")
+    store = EventStore(engine)
+    assert store.append("s:a", [frame_event("a")], idempotency_key="run-1", actor="t") == [1]
+    assert store.append("s:a", [frame_event("a")], idempotency_key="run-1", actor="t") == [1]
+    assert store.verify().count == 1
+    engine.dispose()

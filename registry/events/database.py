@@ -53,7 +53,17 @@ def _sqlite_engine(url: str) -> Engine:
 
 def _postgres_engine(url: str) -> Engine:
     options = f"-c lock_timeout={PG_LOCK_TIMEOUT_MS} -c idle_in_transaction_session_timeout={PG_IDLE_IN_TRANSACTION_TIMEOUT_MS}"
-    return create_engine(url, connect_args={"options": options}, pool_pre_ping=True)
+    engine = create_engine(url, connect_args={"options": options}, pool_pre_ping=True)
+
+    @event.listens_for(engine, "checkin")
+    def _on_checkin(dbapi_connection, _record):
+        # An append connection runs in autocommit and sends its own BEGIN
+        # (registry/events/store.py); whoever checks it out next gets the
+        # driver's ordinary transactions back.
+        if dbapi_connection is not None and not dbapi_connection.closed and dbapi_connection.autocommit:
+            dbapi_connection.autocommit = False
+
+    return engine
 
 
 def make_engine(url: str, *, must_exist: bool = False) -> Engine:

@@ -154,6 +154,64 @@ def _driver_errors(dialect: str) -> tuple[tuple[type[BaseException], ...], tuple
     return (sqlite3.IntegrityError,), (sqlite3.Error,)
 
 
+_PG_INSERT_ARRAYS = (
+    "INSERT INTO events (position, event_id, stream, version, type, schema_version, payload, recorded_at, actor,"
+    " idempotency_key, prev_hash, hash) SELECT * FROM unnest(%b::bigint[], %b::varchar[], %b::varchar[],"
+    " %b::integer[], %b::varchar[], %b::integer[], %b::text[], %b::timestamptz[], %b::varchar[], %b::varchar[],"
+    " %b::varchar[], %b::varchar[])"
+)
+
+
+@dataclass(frozen=True)
+class _Batch:
+    """One append's validated events, and the rows they become at the log's head."""
+
+    stream: str
+    prepared: list[tuple[str, int, str]]
+    expected_version: int | None
+    idempotency_key: str | None
+    digest: str | None
+    actor: str
+
+    def earlier_positions(self, found: tuple | None) -> list[int] | None:
+        """Where this keyed batch landed before, if it did; other content under its key is refused."""
+        if found is None:
+            return None
+        digest, first_position, count = found
+        if digest != self.digest:
+            raise IdempotencyConflict(f"idempotency key {self.idempotency_key!r} was already used for different content")
+        return list(range(first_position, first_position + count))
+
+    def chained_rows(self, current: int | None, position: int | None, prev_hash: str | None, *,
+                     sqlite_times: bool) -> list[tuple]:
+        """The batch's rows after the stream's `current` version and the log's head (position, hash)."""
+        current, position, prev_hash = current or 0, position or 0, prev_hash or GENESIS_HASH
+        if self.expected_version is not None and self.expected_version != current:
+            raise ConcurrencyError(f"stream {self.stream} is at version {current}, not the expected {self.expected_version}")
+        now = datetime.now(timezone.utc)
+        recorded = timestamp_text(now)
+        # SQLite stores times as text in SQLAlchemy's layout: the chain text's digits, a space for the T, no zone.
+        stamp = f"{recorded[:10]} {recorded[11:26]}" if sqlite_times else now
+        stream, actor = self.stream, self.actor
+        rows = []
+        for index, (event_type, schema_version, payload) in enumerate(self.prepared):
+            position += 1
+            version = current + index + 1
+            event_id = positional_event_id(position)
+            key = self.idempotency_key if index == 0 else None
+            prev_hash, previous = link(prev_hash, hashed_body(
+                position=position, event_id=event_id, stream=stream, version=version, type=event_type,
+                schema_version=schema_version, payload=payload, recorded_at=recorded, actor=actor, idempotency_key=key,
+            )), prev_hash
+            rows.append((position, event_id, stream, version, event_type, schema_version, payload, stamp, actor, key,
+                         previous, prev_hash))
+        return rows
+
+    def remembered(self, rows: list[tuple]) -> tuple:
+        """The idempotency_keys row for this batch once it is written as `rows`."""
+        return self.idempotency_key, self.stream, rows[0][0], len(rows), self.digest
+
+
 @dataclass
 class _Writer:
     """A thread's append connection: the pool's checkout, its driver connection and a cursor."""
@@ -162,6 +220,7 @@ class _Writer:
     connection: Any
     cursor: Any
     pid: int
+    reused: bool = False
 
 
 class EventStore:
@@ -174,6 +233,7 @@ class EventStore:
         self._sql = {key: statement.replace("?", mark) for key, statement in _APPEND_SQL.items()}
         self._integrity_errors, self._database_errors = _driver_errors(self.dialect)
         self._writer = threading.local()
+        self._inherited: list[_Writer] = []
 
     # -- writing -------------------------------------------------------------
 
@@ -209,97 +269,166 @@ class EventStore:
             raise StoreError("stream, actor and idempotency key must not contain NUL characters")
         prepared = [_prepare(event) for event in events]
         digest = _batch_digest(stream, prepared) if idempotency_key is not None else None
-        writer = self._writer_connection()
+        batch = _Batch(stream, prepared, expected_version, idempotency_key, digest, actor)
         try:
-            try:
-                positions = self._append_locked(writer.cursor, stream, prepared, expected_version, idempotency_key,
-                                                digest, actor)
-            except BaseException:
-                writer.connection.rollback()
-                raise
-            writer.connection.commit()
-            return positions
+            return self._append_sqlite(batch) if self.dialect == "sqlite" else self._append_postgres(batch)
         except self._integrity_errors as exc:
             raise ConcurrencyError(f"append to {stream} conflicted with another writer: {exc}") from None
         except self._database_errors as exc:
             # A refused privilege, a lock timeout, a lost connection: the batch rolled back.
-            self._drop_writer_connection()
+            self._drop_writer_connection(failed=True)
             first_line = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
             raise StoreError(f"append to {stream} failed, nothing written: {first_line}") from None
-        finally:
-            if self.dialect != "sqlite":
-                self._drop_writer_connection()
+
+    def _append_sqlite(self, batch: _Batch) -> list[int]:
+        """BEGIN IMMEDIATE takes SQLite's one writer lock; the reads and the insert follow inside it."""
+        writer = self._writer_connection()
+        cursor, sql = writer.cursor, self._sql
+        try:
+            cursor.execute("BEGIN IMMEDIATE")
+            earlier = None
+            if batch.idempotency_key is not None:
+                cursor.execute(sql["idempotency"], (batch.idempotency_key,))
+                earlier = batch.earlier_positions(cursor.fetchone())
+            if earlier is not None:
+                writer.connection.rollback()
+                return earlier
+            cursor.execute(sql["state"], (batch.stream,))
+            rows = batch.chained_rows(*cursor.fetchone(), sqlite_times=True)
+            if len(rows) == 1:
+                cursor.execute(sql["insert"], rows[0])
+            else:
+                cursor.executemany(sql["insert"], rows)
+            if batch.idempotency_key is not None:
+                cursor.execute(sql["remember"], batch.remembered(rows))
+            self._before_commit()
+        except BaseException:
+            writer.connection.rollback()
+            raise
+        writer.connection.commit()
+        return [row[0] for row in rows]
+
+    def _append_postgres(self, batch: _Batch) -> list[int]:
+        """Two round trips, each one pipeline: begin, lock and read; then the rows and the commit.
+
+        The lock is its own statement ahead of the reads, so under READ
+        COMMITTED their snapshot is taken once the lock is granted and sees
+        every batch committed before it. A batch of several events is one
+        INSERT over unnested arrays, sent in binary. A kept connection that
+        the server dropped since its last append fails in the first round
+        trip, before anything is written, and is replaced once.
+        """
+        writer = self._writer_connection()
+        try:
+            earlier, state = self._lock_and_read(writer, batch)
+        except self._database_errors:
+            if not writer.reused or not writer.connection.broken:
+                raise
+            self._drop_writer_connection(failed=True)
+            writer = self._writer_connection()
+            earlier, state = self._lock_and_read(writer, batch)
+        connection, cursor, sql = writer.connection, writer.cursor, self._sql
+        try:
+            if earlier is not None:
+                connection.rollback()
+                return earlier
+            rows = batch.chained_rows(*state, sqlite_times=False)
+            self._before_commit()
+        except BaseException:
+            if not connection.broken:
+                connection.rollback()
+            raise
+        try:
+            with connection.pipeline():
+                if len(rows) == 1:
+                    cursor.execute(sql["insert"], rows[0])
+                else:
+                    cursor.execute(_PG_INSERT_ARRAYS, [list(column) for column in zip(*rows)])
+                if batch.idempotency_key is not None:
+                    cursor.execute(sql["remember"], batch.remembered(rows))
+                cursor.execute("COMMIT")
+        except self._database_errors as exc:
+            if not connection.broken:
+                connection.rollback()
+                raise
+            # The COMMIT may have reached the server before the connection went: say so, never "nothing written".
+            self._drop_writer_connection(failed=True)
+            raise StoreError(
+                f"append to {batch.stream}: the connection was lost while committing, so the batch may or may not "
+                f"be in the log; resend it with the same idempotency key ({str(exc).splitlines()[0]})"
+            ) from None
+        except BaseException:
+            if not connection.broken:
+                connection.rollback()
+            raise
+        return [row[0] for row in rows]
+
+    def _lock_and_read(self, writer: _Writer, batch: _Batch) -> tuple[list[int] | None, tuple]:
+        """Begin, take the append lock, and read where a keyed batch landed before and the log's state."""
+        connection, cursor, sql = writer.connection, writer.cursor, self._sql
+        reused, writer.reused = writer.reused, True
+        try:
+            lookup, state = connection.cursor(), connection.cursor()
+            with connection.pipeline():
+                cursor.execute("BEGIN")
+                cursor.execute("SELECT pg_advisory_xact_lock(%s)", (APPEND_LOCK_KEY,))
+                if batch.idempotency_key is not None:
+                    lookup.execute(sql["idempotency"], (batch.idempotency_key,))
+                state.execute(sql["state"], (batch.stream,))
+            found = lookup.fetchone() if batch.idempotency_key is not None else None
+            return batch.earlier_positions(found), state.fetchone()
+        except BaseException:
+            writer.reused = reused
+            if not connection.broken:
+                connection.rollback()
+            raise
+
+    def _before_commit(self) -> None:
+        """Runs inside an append's transaction, lock held and positions assigned, just before the commit.
+
+        On SQLite the rows are inserted by then; on Postgres they travel with
+        the COMMIT in the next round trip. It does nothing; the crash and
+        concurrency proofs override it to hold an append open there, or to be
+        killed there.
+        """
 
     def _writer_connection(self) -> _Writer:
-        """The connection appends run on, checked out of the engine's pool.
+        """This thread's append connection, checked out of the engine's pool once and kept.
 
-        SQLite keeps one per thread for the store's life, with its cursor: a
-        pool checkout and its reset cost about as much as the rest of a
-        one-event append. Postgres returns its connection to the pool after
-        every append, so a server restart costs no append (the pool pings).
+        A pool checkout, its liveness ping and its reset on return cost about
+        as much as the rest of a one-event append (on Postgres, three of its
+        round trips), so the connection and a cursor stay with the thread.
         """
         writer = getattr(self._writer, "current", None)
-        if writer is None or writer.pid != os.getpid():
+        if writer is not None and writer.pid != os.getpid():
+            # A forked child's copy of its parent's connection shares the parent's socket: it is
+            # never used or closed here, and stays referenced so the pool never cleans it up here.
+            self._inherited.append(writer)
+            writer = None
+        if writer is None:
             checkout = self.engine.raw_connection()
             connection = checkout.driver_connection
+            if self.dialect == "postgresql":
+                # Appends send their own BEGIN inside their first pipeline; psycopg's implicit
+                # one would cost a round trip. The engine restores this when the pool takes it back.
+                connection.autocommit = True
             writer = self._writer.current = _Writer(checkout, connection, connection.cursor(), os.getpid())
         return writer
 
-    def _drop_writer_connection(self) -> None:
+    def _drop_writer_connection(self, *, failed: bool = False) -> None:
+        """Give this thread's append connection back to the pool, or discard it after a failure."""
         writer = getattr(self._writer, "current", None)
         self._writer.current = None
-        if writer is not None:
+        if writer is None or writer.pid != os.getpid():
+            return
+        if failed:
+            writer.checkout.invalidate()
+        else:
             writer.checkout.close()
 
     def close(self) -> None:
         """Release this thread's append connection (the engine's pool keeps the rest)."""
         self._drop_writer_connection()
-
-    def _append_locked(self, cursor, stream, prepared, expected_version, idempotency_key, digest, actor) -> list[int]:
-        """The body of an append, run at driver level inside the log's writer lock.
-
-        The hot path skips the SQL expression layer: one lock statement, one
-        query for the stream's version and the log's head, one insert.
-        """
-        sql = self._sql
-        if self.dialect == "postgresql":
-            cursor.execute("SELECT pg_advisory_xact_lock(%s)", (APPEND_LOCK_KEY,))
-        else:
-            cursor.execute("BEGIN IMMEDIATE")
-        if idempotency_key is not None:
-            cursor.execute(sql["idempotency"], (idempotency_key,))
-            found = cursor.fetchone()
-            if found is not None:
-                if found[0] != digest:
-                    raise IdempotencyConflict(f"idempotency key {idempotency_key!r} was already used for different content")
-                return list(range(found[1], found[1] + found[2]))
-        cursor.execute(sql["state"], (stream,))
-        current, position, prev_hash = cursor.fetchone()
-        current, position, prev_hash = current or 0, position or 0, prev_hash or GENESIS_HASH
-        if expected_version is not None and expected_version != current:
-            raise ConcurrencyError(f"stream {stream} is at version {current}, not the expected {expected_version}")
-        now = datetime.now(timezone.utc)
-        recorded = timestamp_text(now)
-        # SQLite stores times as text in SQLAlchemy's layout: the chain text's digits, a space for the T, no zone.
-        stamp = now if self.dialect == "postgresql" else f"{recorded[:10]} {recorded[11:26]}"
-        rows = []
-        for index, (event_type, schema_version, payload) in enumerate(prepared):
-            position += 1
-            event_id = positional_event_id(position)
-            key = idempotency_key if index == 0 else None
-            prev_hash, previous = link(prev_hash, hashed_body(
-                position=position, event_id=event_id, stream=stream, version=current + index + 1, type=event_type,
-                schema_version=schema_version, payload=payload, recorded_at=recorded, actor=actor, idempotency_key=key,
-            )), prev_hash
-            rows.append((position, event_id, stream, current + index + 1, event_type, schema_version, payload,
-                         stamp, actor, key, previous, prev_hash))
-        if len(rows) == 1:
-            cursor.execute(sql["insert"], rows[0])
-        else:
-            cursor.executemany(sql["insert"], rows)
-        if idempotency_key is not None:
-            cursor.execute(sql["remember"], (idempotency_key, stream, rows[0][0], len(rows), digest))
-        return [row[0] for row in rows]
 
     # -- reading -------------------------------------------------------------
 
