@@ -1,10 +1,12 @@
 """The append-only event store over SQLAlchemy (SQLite by default, Postgres too).
 
-One class serves both backends; the only difference is how an append takes the
-log's single writer lock: SQLite's `BEGIN IMMEDIATE`, a transaction-scoped
-advisory lock on Postgres. Holding it, the store reads the head, assigns the
-next positions and links the hash chain, so positions commit in order and a
-reader tailing by position never skips an event that commits late.
+One class serves both backends. An append takes the log's single writer
+lock (SQLite's `BEGIN IMMEDIATE`, a transaction-scoped advisory lock on
+Postgres) and, holding it, reads the head, assigns the next positions and
+links the hash chain, so positions commit in order and a reader tailing by
+position never skips an event that commits late. Appends run at driver level
+on a connection each thread keeps; on Postgres they are pipelined into two
+round trips. Reads go through SQLAlchemy.
 """
 from __future__ import annotations
 
@@ -142,6 +144,14 @@ _APPEND_SQL = {
     "remember": "INSERT INTO idempotency_keys (key, stream, first_position, count, digest) VALUES (?, ?, ?, ?, ?)",
 }
 
+# A Postgres batch of several events: one statement over column arrays, sent in binary (%b).
+_PG_INSERT_ARRAYS = (
+    "INSERT INTO events (position, event_id, stream, version, type, schema_version, payload, recorded_at, actor,"
+    " idempotency_key, prev_hash, hash) SELECT * FROM unnest(%b::bigint[], %b::varchar[], %b::varchar[],"
+    " %b::integer[], %b::varchar[], %b::integer[], %b::text[], %b::timestamptz[], %b::varchar[], %b::varchar[],"
+    " %b::varchar[], %b::varchar[])"
+)
+
 
 def _driver_errors(dialect: str) -> tuple[tuple[type[BaseException], ...], tuple[type[BaseException], ...]]:
     """The driver's unique-violation error, and the base of all its errors."""
@@ -152,14 +162,6 @@ def _driver_errors(dialect: str) -> tuple[tuple[type[BaseException], ...], tuple
     import sqlite3
 
     return (sqlite3.IntegrityError,), (sqlite3.Error,)
-
-
-_PG_INSERT_ARRAYS = (
-    "INSERT INTO events (position, event_id, stream, version, type, schema_version, payload, recorded_at, actor,"
-    " idempotency_key, prev_hash, hash) SELECT * FROM unnest(%b::bigint[], %b::varchar[], %b::varchar[],"
-    " %b::integer[], %b::varchar[], %b::integer[], %b::text[], %b::timestamptz[], %b::varchar[], %b::varchar[],"
-    " %b::varchar[], %b::varchar[])"
-)
 
 
 @dataclass(slots=True)
@@ -224,7 +226,7 @@ class _Writer:
     connection: Any
     cursor: Any
     pid: int
-    reused: bool = False
+    served: bool = False  # has committed an append (a fresh connection that fails is not stale)
 
 
 class EventStore:
@@ -317,16 +319,15 @@ class EventStore:
 
         The lock is its own statement ahead of the reads, so under READ
         COMMITTED their snapshot is taken once the lock is granted and sees
-        every batch committed before it. A batch of several events is one
-        INSERT over unnested arrays, sent in binary. A kept connection that
-        the server dropped since its last append fails in the first round
-        trip, before anything is written, and is replaced once.
+        every batch committed before it. A kept connection that the server
+        dropped since its last append fails in the first round trip, before
+        anything is written, and is replaced once.
         """
         writer = self._writer_connection()
         try:
             earlier, state = self._lock_and_read(writer, batch)
         except self._database_errors:
-            if not writer.reused or not writer.connection.broken:
+            if not (writer.served and writer.connection.broken):
                 raise
             self._drop_writer_connection(failed=True)
             writer = self._writer_connection()
@@ -338,11 +339,6 @@ class EventStore:
                 return earlier
             rows = batch.chained_rows(*state, sqlite_times=False)
             self._before_commit()
-        except BaseException:
-            if not connection.broken:
-                connection.rollback()
-            raise
-        try:
             with connection.pipeline():
                 if len(rows) == 1:
                     cursor.execute(sql["insert"], rows[0])
@@ -355,7 +351,7 @@ class EventStore:
             if not connection.broken:
                 connection.rollback()
                 raise
-            # The COMMIT may have reached the server before the connection went: say so, never "nothing written".
+            # The COMMIT may have reached the server before the connection went: never say "nothing written".
             self._drop_writer_connection(failed=True)
             raise StoreError(
                 f"append to {batch.stream}: the connection was lost while committing, so the batch may or may not "
@@ -365,14 +361,14 @@ class EventStore:
             if not connection.broken:
                 connection.rollback()
             raise
+        writer.served = True
         return [row[0] for row in rows]
 
     def _lock_and_read(self, writer: _Writer, batch: _Batch) -> tuple[list[int] | None, tuple]:
         """Begin, take the append lock, and read where a keyed batch landed before and the log's state."""
         connection, cursor, sql = writer.connection, writer.cursor, self._sql
-        reused, writer.reused = writer.reused, True
+        lookup, state = connection.cursor(), connection.cursor()
         try:
-            lookup, state = connection.cursor(), connection.cursor()
             with connection.pipeline():
                 cursor.execute("BEGIN")
                 cursor.execute("SELECT pg_advisory_xact_lock(%s)", (APPEND_LOCK_KEY,))
@@ -382,7 +378,6 @@ class EventStore:
             found = lookup.fetchone() if batch.idempotency_key is not None else None
             return batch.earlier_positions(found), state.fetchone()
         except BaseException:
-            writer.reused = reused
             if not connection.broken:
                 connection.rollback()
             raise
