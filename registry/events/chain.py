@@ -52,19 +52,36 @@ def hashed_body(
 ) -> str:
     """The canonical JSON of a row's hashed fields (sorted keys, no spaces, UTF-8).
 
-    `recorded_at` is the time's chain text (`timestamp_text`). Written out
-    field by field because it runs inside the append lock for every event:
-    the result is exactly `json.dumps(fields, sort_keys=True,
-    separators=(",", ":"), ensure_ascii=False)` (a property test holds it to
-    that), at a fraction of the cost of building and sorting a dict.
+    `recorded_at` is the time's chain text (`timestamp_text`). The result is
+    exactly `json.dumps(fields, sort_keys=True, separators=(",", ":"),
+    ensure_ascii=False)` (a property test holds it to that), written out field
+    by field because it runs for every event appended and verified.
     """
-    key = "null" if idempotency_key is None else _quote(idempotency_key)
+    unplaced = unplaced_body(actor=actor, stream=stream, type=type, schema_version=schema_version, payload=payload)
+    return placed_body(unplaced, position=position, event_id=event_id, version=version, recorded_at=recorded_at,
+                       idempotency_key=idempotency_key)
+
+
+def unplaced_body(*, actor: str, stream: str, type: str, schema_version: int, payload: str) -> tuple[str, str, str]:
+    """The hashed body's text around the fields only the append lock decides, already encoded.
+
+    An append computes this for each event before it takes the lock, so the
+    lock holder only fills in position, id, version, time and key.
+    """
     return (
-        f'{{"actor":{_quote(actor)},"event_id":{_quote(event_id)},"idempotency_key":{key},'
-        f'"payload":{_quote(payload)},"position":{int(position)},'
-        f'"recorded_at":{_quote(recorded_at)},"schema_version":{int(schema_version)},'
-        f'"stream":{_quote(stream)},"type":{_quote(type)},"version":{int(version)}}}'
+        f'{{"actor":{_quote(actor)},"event_id":',
+        f',"payload":{_quote(payload)},"position":',
+        f',"schema_version":{int(schema_version)},"stream":{_quote(stream)},"type":{_quote(type)},"version":',
     )
+
+
+def placed_body(unplaced: tuple[str, str, str], *, position: int, event_id: str, version: int, recorded_at: str,
+                idempotency_key: str | None) -> str:
+    """The hashed body of an event once the lock has placed it (see `unplaced_body`)."""
+    head, middle, tail = unplaced
+    key = "null" if idempotency_key is None else _quote(idempotency_key)
+    return (f'{head}{_quote(event_id)},"idempotency_key":{key}{middle}{int(position)},'
+            f'"recorded_at":{_quote(recorded_at)}{tail}{int(version)}}}')
 
 
 @dataclass(frozen=True)

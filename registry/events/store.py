@@ -15,7 +15,7 @@ import random
 import threading
 import uuid
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Iterator, Sequence
 
@@ -23,7 +23,7 @@ from sqlalchemy import Connection, Engine, select
 from sqlalchemy.exc import DBAPIError
 
 from .canonical import CanonicalError, canonical_json, sha256_hex, strict_json_loads
-from .chain import GENESIS_HASH, ChainReport, hashed_body, link, timestamp_text, walk_chain
+from .chain import GENESIS_HASH, ChainReport, link, placed_body, timestamp_text, unplaced_body, walk_chain
 from .errors import ConcurrencyError, IdempotencyConflict, PayloadError, StoreError
 from .schema import EventRow
 from .types import EventPayload, read_payload, validate_payload
@@ -178,6 +178,13 @@ class _Batch:
     idempotency_key: str | None
     digest: str | None
     actor: str
+    unplaced: list[tuple[str, str, str]] = field(init=False)
+
+    def __post_init__(self) -> None:
+        # Each event's hashed body, but for what the lock decides: encoded before the lock is taken.
+        self.unplaced = [unplaced_body(actor=self.actor, stream=self.stream, type=event_type,
+                                       schema_version=schema_version, payload=payload)
+                         for event_type, schema_version, payload in self.prepared]
 
     def earlier_positions(self, found: tuple | None) -> list[int] | None:
         """Where this keyed batch landed before, if it did; other content under its key is refused."""
@@ -200,14 +207,14 @@ class _Batch:
         stamp = f"{recorded[:10]} {recorded[11:26]}" if sqlite_times else now
         stream, actor = self.stream, self.actor
         rows = []
-        for index, (event_type, schema_version, payload) in enumerate(self.prepared):
+        for index, ((event_type, schema_version, payload), unplaced) in enumerate(zip(self.prepared, self.unplaced)):
             position += 1
             version = current + index + 1
             event_id = positional_event_id(position)
             key = self.idempotency_key if index == 0 else None
-            prev_hash, previous = link(prev_hash, hashed_body(
-                position=position, event_id=event_id, stream=stream, version=version, type=event_type,
-                schema_version=schema_version, payload=payload, recorded_at=recorded, actor=actor, idempotency_key=key,
+            prev_hash, previous = link(prev_hash, placed_body(
+                unplaced, position=position, event_id=event_id, version=version, recorded_at=recorded,
+                idempotency_key=key,
             )), prev_hash
             rows.append((position, event_id, stream, version, event_type, schema_version, payload, stamp, actor, key,
                          previous, prev_hash))
