@@ -9,7 +9,7 @@ from sqlmodel import SQLModel
 
 import registry.events.schema  # noqa: F401  (registers the tables)
 import registry.projections.schema  # noqa: F401
-from registry.events.database import make_engine, resolve_url
+from registry.events.database import make_engine, resolve_url, use_wal
 
 config = context.config
 target_metadata = SQLModel.metadata
@@ -32,6 +32,8 @@ def run_migrations_online() -> None:
         run_migrations(connection)
         return
     engine = make_engine(config.get_main_option("sqlalchemy.url") or resolve_url(None))
+    if engine.dialect.name == "sqlite":
+        use_wal(engine)
     with engine.connect() as conn:
         run_migrations(conn)
         conn.commit()
