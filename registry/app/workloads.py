@@ -88,8 +88,12 @@ def register_artifact(
     op: str | None = None,
     entry: str | None = None,
     payload_sha256: str | None = None,
+    bundle: dict | None = None,
 ) -> Registration:
-    """Register (or re-register with new content) an artifact; validates everything first."""
+    """Register (or re-register with new content) an artifact; validates everything first.
+
+    `bundle` (a verified manifest, see app/bundles.py) comes with its digest as `payload_sha256`.
+    """
     if not artifact or any(ch.isspace() for ch in artifact) or ":" in artifact:
         raise ValueError(f"artifact id {artifact!r} must be non-empty with no spaces or colons")
     if kind not in ARTIFACT_KINDS:
@@ -127,7 +131,7 @@ def register_artifact(
                 and existing[-1].payload["backend"] == backend:
             return Registration(artifact, digest, False)
     event = ArtifactRegistered(artifact=artifact, kind=kind, workload=workload, payload_sha256=digest,
-                               backend=backend, op=op, entry=entry)
+                               backend=backend, op=op, entry=entry, bundle=bundle)
     registry.store.append(stream, [NewEvent(event.type, event)], expected_version=registry.store.stream_version(stream),
                           actor=registry.actor)
     return Registration(artifact, digest, True)

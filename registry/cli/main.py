@@ -52,8 +52,9 @@ def main(ctx: click.Context, url: str | None, actor: str | None) -> None:
 
 def _register_commands() -> None:
     from . import decision_commands, demo_command, evidence_commands, log_commands, query_commands, setup_commands
+    from . import ship_commands
 
-    for module in (log_commands, setup_commands, evidence_commands, decision_commands, query_commands, demo_command):
+    for module in (log_commands, setup_commands, evidence_commands, decision_commands, query_commands, demo_command, ship_commands):
         for command in module.COMMANDS:
             main.add_command(command)
 
