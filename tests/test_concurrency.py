@@ -30,6 +30,7 @@ from registry.events.database import make_engine, upgrade
 from registry.events.errors import ConcurrencyError, StoreError
 from registry.events.store import APPEND_LOCK_KEY, EventStore, NewEvent
 
+from limits import HANG_GUARD_S
 from store_helpers import SHA
 
 # The full size, 8 writers x 500 appends (4,000 commits, plus the conflicts'
@@ -41,9 +42,6 @@ APPENDS_PER_WRITER = 200
 READERS = 2
 STREAMS = 32
 MAX_ATTEMPTS = 200  # optimistic retries per append before a writer gives up (a livelock would fail the test)
-# Only a guard against a hang (a child that died holding a barrier, a lost wake-up): no assertion here
-# depends on how fast the machine is.
-HANG_GUARD_S = 1800
 # Writers 0 and 1 open on this stream: writer 1 appends between writer 0's read of the version and
 # writer 0's append, so at least one conflict and retry happens by construction, not by luck.
 FORCED_STREAM = "s0"

@@ -25,6 +25,8 @@ from registry.kernels.gated import gated_residual_triton
 from registry.kernels.modln import modulated_layernorm_triton
 from registry.kernels.reference import gated_residual as gated_residual_ref
 
+from limits import HANG_GUARD_S
+
 TOLERANCES = {torch.bfloat16: dict(atol=1e-2, rtol=1e-2), torch.float16: dict(atol=1e-3, rtol=1e-3)}
 INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
 OP_NAMES = ["modulated_layernorm", "gated_residual", "gated_residual_layernorm", "rms_norm"]
@@ -209,10 +211,6 @@ json.dump(out, sys.stdout)
 '''
 
 
-# Only a guard against a hung compiler: the compile took 3.4 s on a shared 2-core machine.
-COMPILE_HANG_GUARD_S = 1800
-
-
 def _missing_cuda_toolchain() -> str | None:
     """Why Triton cannot assemble sm_90 code here, or None: its wheel bundles ptxas on x86-64 and
     aarch64 Linux (TRITON_PTXAS_PATH may name another)."""
@@ -239,7 +237,7 @@ def test_kernels_compile_for_hopper_without_fma_or_approximate_math(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["TRITON_CACHE_DIR"] = str(tmp_path)
     done = subprocess.run([sys.executable, "-c", _COMPILE_FOR_HOPPER], env=env, capture_output=True, text=True,
-                          timeout=COMPILE_HANG_GUARD_S,
+                          timeout=HANG_GUARD_S,  # the compile took 3.4 s here
                           cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     assert done.returncode == 0, done.stderr[-2000:]
     report = json.loads(done.stdout)
