@@ -8,10 +8,10 @@ from __future__ import annotations
 import click
 
 from registry import __version__
-from registry.app import Registry, open_registry
 from registry.events.errors import StoreError
 
 from .output import fail
+from .session import Session
 
 REFUSALS = (StoreError, ValueError, OSError)
 
@@ -24,20 +24,6 @@ class RegistryGroup(click.Group):
             return super().invoke(ctx)
         except REFUSALS as exc:
             fail(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
-
-
-class Session:
-    """Lazily opened registry for the command being run."""
-
-    def __init__(self, url: str | None, actor: str | None):
-        self.url = url
-        self.actor = actor
-
-    def open(self, create: bool = False) -> Registry:
-        return open_registry(self.url, actor=self.actor, create=create)
-
-
-pass_session = click.make_pass_decorator(Session)
 
 
 @click.group(cls=RegistryGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -59,3 +45,6 @@ def _register_commands() -> None:
 
 
 _register_commands()
+
+if __name__ == "__main__":
+    main(prog_name="registry")

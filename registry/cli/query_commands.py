@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from .main import Session, pass_session
+from .session import Session, pass_session
 from .output import emit_json, say, table
 
 AS_OF_HELP = "Answer from the log up to this position or ISO-8601 time (UTC when no zone)."
