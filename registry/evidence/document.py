@@ -1,6 +1,6 @@
 """Evidence documents (format `registry.evidence/1`): validation and derived statistics.
 
-Evidence is raw measurement (DESIGN.md, "Events"). This module refuses any
+Evidence is raw measurement (docs/architecture.md, "Events"). This module refuses any
 document that is malformed, non-finite, self-contradictory or that carries a
 client-computed summary, and attaches to each item a `derived` dict the
 registry computed itself. The gate re-runs `parse_item` on every payload it

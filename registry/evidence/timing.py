@@ -5,7 +5,7 @@ load) masquerade as a speedup; pairing each baseline run with a candidate run
 and alternating which goes first (BC, CB, BC, ...) cancels linear drift within
 a pair of pairs. The harness keeps every raw per-run time; the registry takes
 medians and per-pair ratios itself and never trusts a client summary
-(DESIGN.md, "Events").
+(docs/architecture.md, "Events").
 
 On CUDA each call is timed with CUDA events after a 256 MB write that evicts
 the L2 cache (an H200 has 60 MB), so no arm reads inputs the other left

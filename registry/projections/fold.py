@@ -1,6 +1,6 @@
 """The fold: events in position order -> RegistryState. No I/O.
 
-Rules (DESIGN.md, "Events" and "Decisions"):
+Rules (docs/architecture.md, "Events" and "Decisions and lifecycle"):
 - Evidence, failures, verdicts and human decisions are scoped to the payload
   hash they name. An event for another payload than the artifact's current
   one (a late result for a replaced payload) changes no current field; a

@@ -10,7 +10,7 @@ position is the same function over `Projections.state(as_of=...)`):
   threshold (|margin| <= 0.1 * |threshold|): promoted, but one noisy rerun
   from the other side of the line;
 - waiting: advisory-tier artifacts the gate recorded and no person has
-  decided since (DESIGN.md: the advisory tier never promotes by itself).
+  decided since (docs/architecture.md: the advisory tier never promotes by itself).
 Renderers: JSON, one flat CSV table (a `section` column), and a
 self-contained HTML page with embedded plots (html_report.py).
 """
