@@ -88,8 +88,15 @@ def register_artifact(
     op: str | None = None,
     entry: str | None = None,
     payload_sha256: str | None = None,
+    require_contract: bool = True,
+    origin: dict | None = None,
 ) -> Registration:
-    """Register (or re-register with new content) an artifact; validates everything first."""
+    """Register (or re-register with new content) an artifact; validates everything first.
+
+    Only an import passes `require_contract=False`: a document may name a
+    workload nobody has declared yet, and no contract is invented for it, so
+    its artifacts hold until one is declared. `origin` names that document.
+    """
     if not artifact or any(ch.isspace() for ch in artifact) or ":" in artifact:
         raise ValueError(f"artifact id {artifact!r} must be non-empty with no spaces or colons")
     if kind not in ARTIFACT_KINDS:
@@ -103,7 +110,8 @@ def register_artifact(
 
         get_operation(op)
         resolve_entry(entry)
-    current_contract(registry, workload)
+    if require_contract:
+        current_contract(registry, workload)
     if payload_sha256 is not None:
         if payload is not None or len(payload_sha256) != 64 or set(payload_sha256) - set("0123456789abcdef"):
             raise ValueError("payload_sha256 must be 64 lowercase hex digits, given instead of a payload file")
@@ -127,7 +135,7 @@ def register_artifact(
                 and existing[-1].payload["backend"] == backend:
             return Registration(artifact, digest, False)
     event = ArtifactRegistered(artifact=artifact, kind=kind, workload=workload, payload_sha256=digest,
-                               backend=backend, op=op, entry=entry)
+                               backend=backend, op=op, entry=entry, origin=origin)
     registry.store.append(stream, [NewEvent(event.type, event)], expected_version=registry.store.stream_version(stream),
                           actor=registry.actor)
     return Registration(artifact, digest, True)
