@@ -310,3 +310,28 @@ def test_the_support_matrix_in_csv_and_html(registry_cli, tree):
 def test_stale_days_must_be_a_whole_number(registry_cli):
     result = registry_cli("report", "--matrix", "--stale-days", "-1")
     assert result.exit_code == 2
+
+
+def test_the_matrix_grid_is_coloured_in_a_headless_browser(registry_cli, tree, tmp_path):
+    import shutil as which_shutil
+    import subprocess
+
+    from PIL import Image
+
+    browser = which_shutil.which("chromium") or which_shutil.which("chromium-browser")
+    if browser is None:
+        pytest.skip("chromium is not installed (apt-get install -y chromium) so the HTML is not rendered")
+    run_import(registry_cli, tree)
+    page = tmp_path / "matrix.html"
+    page.write_text(registry_cli("report", "--matrix", "--format", "html", "--stale-days", "100000").stdout)
+    shot = tmp_path / "matrix.png"
+    result = subprocess.run(
+        [browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+         "--disable-component-update", "--disable-sync", "--no-first-run", f"--user-data-dir={tmp_path / 'profile'}",
+         f"--screenshot={shot}", "--window-size=1200,600", page.as_uri()],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    colours = {rgb for _, rgb in Image.open(shot).convert("RGB").getcolors(maxcolors=1 << 20)}
+    assert (0xC8, 0xE6, 0xC9) in colours  # a promoted cell
+    assert (0xFF, 0xF3, 0xE0) in colours  # a no_worthwhile_candidate cell
