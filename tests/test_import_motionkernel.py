@@ -136,6 +136,9 @@ def test_an_artifact_of_an_undeclared_workload_holds_until_one_is_declared(regis
     assert result.exit_code == 3
     assert "ltx-t2v-480p has no declared contract" in result.output
     assert not [e for e in events(registry_cli) if e["type"] == "VerdictRendered"]
+    shown = registry_cli("show", ltx_artifact(summary))
+    assert "held: workload ltx-t2v-480p has no declared contract" in shown.output
+    assert json.loads(registry_cli("show", ltx_artifact(summary), "--json").stdout)["workload_declared"] is False
     report = json.loads(registry_cli("report", "--format", "json").stdout)
     assert {row["registry"]["rule"] for row in report["imported"]} == {"contract.missing"}
 

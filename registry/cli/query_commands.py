@@ -31,11 +31,14 @@ def show(session: Session, artifact_id: str, as_of: str | None, as_json: bool) -
     state = Projections(registry.store).artifact(artifact_id, as_of=position)
     if state is None:
         raise ValueError(f"unknown artifact {artifact_id!r}" + (f" as of position {position}" if position else ""))
+    declared = Projections(registry.store).workload(state["workload"], as_of=position) is not None
     if as_json:
-        emit_json(_state_summary(state))
+        emit_json({**_state_summary(state), "workload_declared": declared})
         return
     say(f"{artifact_id}: {state['decision'].upper()}  ({state['kind']} for workload {state['workload']}, "
         f"tier {state['tier'] or '-'}, payload {str(state['payload_sha256'])[:12]})")
+    if not declared:
+        say(f"  held: workload {state['workload']} has no declared contract; nothing can be decided until one is")
     if state["decided_by"] == "human" and state["human"]:
         human = state["human"]
         say(f"  {human['action']} by {human['person']}: {human['reason']}")
