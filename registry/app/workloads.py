@@ -95,11 +95,13 @@ def register_artifact(
     op: str | None = None,
     entry: str | None = None,
     payload_sha256: str | None = None,
+    bundle: dict | None = None,
     require_contract: bool = True,
     origin: dict | None = None,
 ) -> Registration:
     """Register (or re-register with new content) an artifact; validates everything first.
 
+    `bundle` (a verified manifest, see app/bundles.py) comes with its digest as `payload_sha256`.
     Only an import passes `require_contract=False`: a document may name a
     workload nobody has declared yet, and no contract is invented for it, so
     its artifacts hold until one is declared. `origin` names that document.
@@ -142,7 +144,7 @@ def register_artifact(
                 and existing[-1].payload["backend"] == backend:
             return Registration(artifact, digest, False)
     event = ArtifactRegistered(artifact=artifact, kind=kind, workload=workload, payload_sha256=digest,
-                               backend=backend, op=op, entry=entry, origin=origin)
+                               backend=backend, op=op, entry=entry, bundle=bundle, origin=origin)
     registry.store.append(stream, [NewEvent(event.type, event)], expected_version=registry.store.stream_version(stream),
                           actor=registry.actor)
     return Registration(artifact, digest, True)

@@ -62,6 +62,8 @@ class ArtifactRegistered(EventPayload):
     backend: str | None = None
     op: str | None = None
     entry: str | None = None
+    # A bundle's canonical manifest (docs/bundles.md); payload_sha256 is then its digest.
+    bundle: dict[str, Any] | None = None
     origin: dict[str, Any] | None = None
 
 

@@ -71,8 +71,12 @@ def new_artifact(payload: dict[str, Any], position: int) -> dict[str, Any]:
 
 
 def describe(state: dict[str, Any], payload: dict[str, Any]) -> None:
-    """The registration facts; a re-registration of the same payload updates them."""
-    for key in ("workload", "kind", "backend", "op", "entry"):
+    """The registration facts; a re-registration of the same payload updates them.
+
+    `bundle` is a shipped artifact's manifest (its files, entry point, the op it
+    replaces and its compatibility window), which `resolve` and `lock` read.
+    """
+    for key in ("workload", "kind", "backend", "op", "entry", "bundle"):
         state[key] = payload.get(key)
 
 
