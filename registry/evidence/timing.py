@@ -61,6 +61,7 @@ def abba_schedule(pairs: int) -> list[str]:
 
 class _CpuTimer:
     timer = "perf_counter"
+    arch = "cpu"
 
     def __init__(self) -> None:
         self.device = f"cpu ({platform.machine() or 'unknown'})"
@@ -80,6 +81,8 @@ class _CudaTimer:
     def __init__(self, device: torch.device) -> None:
         self.index = device.index if device.index is not None else torch.cuda.current_device()
         self.device = torch.cuda.get_device_name(self.index)
+        major, minor = torch.cuda.get_device_capability(self.index)
+        self.arch = f"sm{major}{minor}"  # the support matrix's column (sm90, sm100)
         self.flush = torch.empty(FLUSH_BYTES // 4, dtype=torch.int32, device=f"cuda:{self.index}")
 
     def __call__(self, fn: Callable[[], Any]) -> float:
@@ -159,6 +162,7 @@ def time_paired(baseline_fn: Callable[[], Any], candidate_fn: Callable[[], Any],
         "candidate_s": times["C"],
         "schedule": schedule,
         "warmup": warmup,
+        "arch": timer.arch,
     }
     if triton_candidate and triton_interpreter_active():
         item["device"] = f"{'cpu' if isinstance(timer, _CpuTimer) else timer.device} (triton interpreter)"

@@ -30,7 +30,7 @@ def decide(contract: Contract, evidence: GateEvidence, artifact: ArtifactFacts) 
         check_parity(contract.parity, evidence.parity, ledger)
     else:
         check_perceptual(contract.fidelity, evidence.perceptual, ledger)
-    speedup, speedup_ci = check_speed(contract.speed, evidence.benchmark, ledger)
+    speedup, speedup_ci = check_speed(contract.speed, evidence.benchmark, evidence.benchmark_attempts, ledger)
     if contract.tier == "advisory":
         decision, rule = "recorded", "advisory"
         reasons = [*ledger.reasons(include_passes=True), ADVISORY_REASON]
