@@ -5,7 +5,7 @@ import sys
 
 import click
 
-from .main import Session, pass_session
+from .session import Session, pass_session
 from .output import emit_json, say, table
 
 EXIT_CHECK_FAILED = 1
