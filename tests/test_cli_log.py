@@ -87,7 +87,7 @@ def test_usage_error_exits_2(runner, sqlite_url):
 def test_real_process_with_environment_url(tmp_path):
     env = {**os.environ, "REGISTRY_DATABASE_URL": f"sqlite:///{tmp_path / 'p.db'}", "REGISTRY_ACTOR": "proc"}
     # The checkout under test (cwd first on sys.path), not whatever `registry` script is installed.
-    registry = [sys.executable, "-c", "from registry.cli.main import main; main()"]
+    registry = [sys.executable, "-m", "registry"]
     init = subprocess.run([*registry, "init"], env=env, capture_output=True, text=True, cwd=CHECKOUT)
     assert init.returncode == 0, init.stderr
     verified = subprocess.run([*registry, "verify", "--json"], env=env, capture_output=True, text=True, cwd=CHECKOUT)

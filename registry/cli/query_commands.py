@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from .main import Session, pass_session
+from .session import Session, pass_session
 from .output import emit_json, say, table
 
 AS_OF_HELP = "Answer from the log up to this position or ISO-8601 time (UTC when no zone)."
@@ -31,11 +31,14 @@ def show(session: Session, artifact_id: str, as_of: str | None, as_json: bool) -
     state = Projections(registry.store).artifact(artifact_id, as_of=position)
     if state is None:
         raise ValueError(f"unknown artifact {artifact_id!r}" + (f" as of position {position}" if position else ""))
+    declared = Projections(registry.store).workload(state["workload"], as_of=position) is not None
     if as_json:
-        emit_json(_state_summary(state))
+        emit_json({**_state_summary(state), "workload_declared": declared})
         return
     say(f"{artifact_id}: {state['decision'].upper()}  ({state['kind']} for workload {state['workload']}, "
         f"tier {state['tier'] or '-'}, payload {str(state['payload_sha256'])[:12]})")
+    if not declared:
+        say(f"  held: workload {state['workload']} has no declared contract; nothing can be decided until one is")
     if state["decided_by"] == "human" and state["human"]:
         human = state["human"]
         say(f"  {human['action']} by {human['person']}: {human['reason']}")
@@ -60,26 +63,60 @@ def show(session: Session, artifact_id: str, as_of: str | None, as_json: bool) -
 @click.option("--as-of", "as_of", help=AS_OF_HELP)
 @click.option("--format", "fmt", type=click.Choice(["table", "json", "csv", "html"]), default="table", show_default=True)
 @click.option("--out", type=click.Path(dir_okay=False), help="Write to this file instead of standard output.")
+@click.option("--matrix", "matrix_only", is_flag=True,
+              help="Only the support matrix: workloads (by model family) against GPU architectures.")
+@click.option("--stale-days", type=click.IntRange(min=0), default=30, show_default=True,
+              help="Support matrix: a cell whose latest evidence is older than this is marked stale.")
+@click.option("--arch", "archs", multiple=True, help="Support matrix: always show this architecture's column.")
 @pass_session
-def report(session: Session, workload_id: str | None, as_of: str | None, fmt: str, out: str | None) -> None:
-    """Leaderboard, what the gate caught, near misses, and what waits for a person."""
-    from registry.projections import Projections, resolve_as_of
-    from registry.projections.report import build_report, report_csv, report_html, report_json, report_tables
+def report(session: Session, workload_id: str | None, as_of: str | None, fmt: str, out: str | None,
+           matrix_only: bool, stale_days: int, archs: tuple[str, ...]) -> None:
+    """Leaderboard, what the gate caught, near misses, what waits for a person, imported verdicts
+    beside the registry's, and the support matrix (--matrix for the matrix alone)."""
+    from registry.app.reports import build
+    from registry.projections import resolve_as_of
+    from registry.projections.report import report_csv, report_html, report_json, report_tables
 
     registry = session.open()
     position = resolve_as_of(registry.store, as_of)
-    state = Projections(registry.store).state(as_of=position)
-    built = build_report(state, workload=workload_id)
-    if fmt == "table":
+    built, state = build(registry, workload=workload_id, position=position, stale_days=stale_days, archs=archs)
+    if matrix_only:
+        text = _matrix_text(built["matrix"], fmt)
+        if text is None:
+            table(*_matrix_table(built["matrix"]))
+            return
+    elif fmt == "table":
         for title, columns, rows in report_tables(built):
             table(title, columns, rows)
         return
-    text = {"json": report_json, "csv": report_csv}.get(fmt, lambda r: report_html(r, state))(built)
+    else:
+        text = {"json": report_json, "csv": report_csv}.get(fmt, lambda r: report_html(r, state))(built)
     if out:
         Path(out).write_text(text, encoding="utf-8")
         say(f"report written to {out}")
     else:
         sys.stdout.write(text)
+
+
+def _matrix_table(matrix: dict):
+    from registry.projections.report import matrix_table
+
+    return matrix_table(matrix)
+
+
+def _matrix_text(matrix: dict, fmt: str) -> str | None:
+    """The support matrix alone in a text format (None for the table format, printed as a table)."""
+    from registry.projections.html_report import matrix_grid, page
+    from registry.projections.matrix import matrix_csv
+    from registry.projections.report import report_json
+
+    if fmt == "table":
+        return None
+    if fmt == "json":
+        return report_json(matrix)
+    if fmt == "csv":
+        return matrix_csv(matrix)
+    return page("Support matrix", [matrix_grid(matrix)])
 
 
 @click.command()
