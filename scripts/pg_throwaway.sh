@@ -10,6 +10,11 @@
 # (32768-60999), where the kernel hands out client ports.
 PG_THROWAWAY_PORT_TRIES=25
 
+# Sets `port` to the next candidate (in this shell, so that seeding RANDOM fixes the sequence).
+_pg_next_port() {
+  port=$((10000 + RANDOM % 22000))
+}
+
 _pg_bindir() {
   ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1
 }
@@ -40,7 +45,7 @@ pg_throwaway_start() {
   trap pg_throwaway_stop EXIT
   local try log
   for try in $(seq "$PG_THROWAWAY_PORT_TRIES"); do
-    port=$((10000 + RANDOM % 22000))
+    _pg_next_port
     log="$PG_THROWAWAY_DIR/log.$port"
     if _pg_as_owner "$bindir/pg_ctl" -D "$PG_THROWAWAY_DIR/data" -l "$log" -w \
       -o "-c listen_addresses=127.0.0.1 -p $port -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c unix_socket_directories=$PG_THROWAWAY_DIR -c max_connections=200" \
