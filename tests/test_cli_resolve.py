@@ -158,6 +158,8 @@ def test_revocation_removes_an_artifact_from_resolve(cli):
     (("--arch", "sm90", "--revision", "r1"), "--revision needs --model"),
     (("--arch", "sm90", "--mode", "Fast Mode"), "execution mode 'Fast Mode'"),
     (("--arch", "sm90", "--as-of", "999"), "beyond the log's head"),
+    ((), "give --arch with them (or --detect)"),
+    (("--detect", "--arch", "sm90"), "drop --arch"),
 ])
 def test_bad_queries_are_one_line_refusals(cli, args, fragment):
     result = cli("resolve", "--workload", "wan", "--torch", "2.13.0", *args)
@@ -178,3 +180,14 @@ def test_call_site_facts_are_checked_only_when_given(tmp_path):
     other_site = resolve([Candidate("x", "promoted", manifest)], profile,
                          CallSite(fingerprint="sha256:other"))
     assert [o.code for o in other_site.outcomes] == ["fingerprint_mismatch"]
+
+
+def test_detect_resolves_for_this_process(cli):
+    import torch
+
+    result = cli("resolve", "--workload", "wan", "--detect", "--json")
+    assert result.exit_code == 3  # nothing registered yet
+    profile = json.loads(result.output)["profile"]
+    assert profile["torch"] == torch.__version__ and profile["cuda"] == torch.version.cuda
+    bare = cli("resolve", "--workload", "wan")
+    assert bare.exit_code == 1 and "--arch and --torch, or --detect" in bare.stderr

@@ -10,6 +10,7 @@ import click
 from .main import Session, pass_session
 from .output import emit_json, say, table
 from .progress import progress_bar
+from .ship_commands import print_resolution
 
 DEMO_DB = "demo.db"
 
@@ -35,9 +36,10 @@ def demo(session: Session, fresh: bool, runs: int, warmup: int, out_dir: str, lp
     if runs % 2:
         raise ValueError(f"--runs {runs} must be even: the paired protocol interleaves BC and CB pairs")
     from registry.app import open_registry
-    from registry.app.campaign import check_expectations, run_campaign
+    from registry.app.campaign import check_expectations, run_campaign, what_would_ship
     from registry.projections import Projections
     from registry.projections.report import build_report, report_html
+    from registry.runtime import RuntimeProfile
 
     url = session.url or os.environ.get("REGISTRY_DATABASE_URL") or f"sqlite:///{DEMO_DB}"
     if fresh:
@@ -55,9 +57,10 @@ def demo(session: Session, fresh: bool, runs: int, warmup: int, out_dir: str, lp
     import torch
 
     problems = check_expectations(rows, on_gpu=torch.cuda.is_available())
+    shipping = what_would_ship(registry, RuntimeProfile.detect())
     if as_json:
         emit_json({"database": url, "rows": [row.to_dict() for row in rows], "problems": problems,
-                   "report": str(out / "report.html")})
+                   "report": str(out / "report.html"), "resolve": [found.to_dict() for found in shipping]})
     else:
         table("demo campaign", ["artifact", "kind", "decision", "speedup (95% CI)", "worst SSIM (margin)", "deciding reason"],
               (_cells(row) for row in rows))
@@ -67,6 +70,9 @@ def demo(session: Session, fresh: bool, runs: int, warmup: int, out_dir: str, lp
         say(f"  registry --db {url} history lossy-skip")
         say(f"  registry --db {url} report --format table")
         say(f"  registry --db {url} replay --verify")
+        say(f"\nwhat would ship on this machine (bundles in {out / 'bundles'}):")
+        for found in shipping:
+            print_resolution(found)
     if check and problems:
         for problem in problems:
             click.echo(f"unexpected: {problem}", err=True)
