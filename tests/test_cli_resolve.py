@@ -7,7 +7,7 @@ import pytest
 
 from registry.app import open_registry
 from registry.bundles import REASON_CODES, CallSite, Candidate, Profile, parse_manifest, resolve
-from ship_helpers import FINGERPRINT, INPUT, declare, make_bundle, ship, window
+from ship_helpers import FINGERPRINT, INPUT, declare, make_bundle, measure_and_promote, ship
 
 QUERY = ("--workload", "wan", "--arch", "sm90", "--torch", "2.13.0+cu128", "--cuda", "12.8", "--triton", "nightly",
          "--model", "wan-1.3b", "--revision", "r1", "--fingerprint", FINGERPRINT,
@@ -41,8 +41,6 @@ def test_every_reason_code_is_produced(cli):
     plain.write_bytes(b"payload")
     assert cli("artifact", "register", "plain", "--workload", "wan", "--kind", "step_cache",
                "--payload", str(plain)).exit_code == 0
-    from ship_helpers import measure_and_promote
-
     assert measure_and_promote(cli, "plain", 2.0) == "promoted"
     ship(cli, root, "other-model", 2.0, model={"id": "hunyuan", "revision": "*"})
     ship(cli, root, "other-revision", 2.0, model={"id": "wan-1.3b", "revision": "r0"})
