@@ -7,9 +7,16 @@ from pathlib import Path
 import click
 
 from .main import Session, pass_session
-from .output import emit_json, say, table
+from .output import emit_json, newline_terminated, say, table, tables_text
+
+REPORT_FORMATS = ("table", "json", "csv", "html")
 
 AS_OF_HELP = "Answer from the log up to this position or ISO-8601 time (UTC when no zone)."
+
+
+def as_of_text(position: int | None) -> str:
+    """The words naming the --as-of position in a refusal (position 0 included); empty when answering now."""
+    return "" if position is None else f" as of position {position}"
 
 
 def _state_summary(state: dict) -> dict:
@@ -30,7 +37,7 @@ def show(session: Session, artifact_id: str, as_of: str | None, as_json: bool) -
     position = resolve_as_of(registry.store, as_of)
     state = Projections(registry.store).artifact(artifact_id, as_of=position)
     if state is None:
-        raise ValueError(f"unknown artifact {artifact_id!r}" + (f" as of position {position}" if position else ""))
+        raise ValueError(f"unknown artifact {artifact_id!r}" + as_of_text(position))
     if as_json:
         emit_json(_state_summary(state))
         return
@@ -58,23 +65,30 @@ def show(session: Session, artifact_id: str, as_of: str | None, as_json: bool) -
 @click.command()
 @click.option("--workload", "workload_id", help="Only this workload.")
 @click.option("--as-of", "as_of", help=AS_OF_HELP)
-@click.option("--format", "fmt", type=click.Choice(["table", "json", "csv", "html"]), default="table", show_default=True)
-@click.option("--out", type=click.Path(dir_okay=False), help="Write to this file instead of standard output.")
+@click.option("--format", "fmt", type=click.Choice(REPORT_FORMATS), help="Output format (default: table).")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON (the same as --format json).")
+@click.option("--out", type=click.Path(dir_okay=False), help="Write to this file (any format) instead of standard output.")
 @pass_session
-def report(session: Session, workload_id: str | None, as_of: str | None, fmt: str, out: str | None) -> None:
+def report(session: Session, workload_id: str | None, as_of: str | None, fmt: str | None, as_json: bool,
+           out: str | None) -> None:
     """Leaderboard, what the gate caught, near misses, and what waits for a person."""
     from registry.projections import Projections, resolve_as_of
     from registry.projections.report import build_report, report_csv, report_html, report_json, report_tables
 
+    if as_json and fmt not in (None, "json"):
+        raise click.UsageError(f"--json asks for JSON but --format asks for {fmt}; give one of them")
+    fmt = "json" if as_json else fmt or "table"
     registry = session.open()
     position = resolve_as_of(registry.store, as_of)
     state = Projections(registry.store).state(as_of=position)
     built = build_report(state, workload=workload_id)
-    if fmt == "table":
+    if fmt == "table" and not out:
         for title, columns, rows in report_tables(built):
             table(title, columns, rows)
         return
-    text = {"json": report_json, "csv": report_csv}.get(fmt, lambda r: report_html(r, state))(built)
+    render = {"table": lambda r: tables_text(report_tables(r)), "json": report_json, "csv": report_csv,
+              "html": lambda r: report_html(r, state)}[fmt]
+    text = newline_terminated(render(built))
     if out:
         Path(out).write_text(text, encoding="utf-8")
         say(f"report written to {out}")
