@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from .main import Session, pass_session
+from .session import Session, pass_session
 from .output import emit_json, say, table
 from .progress import progress_bar
 
@@ -39,15 +39,16 @@ def demo(session: Session, fresh: bool, runs: int, warmup: int, out_dir: str, lp
 
     registry, url = open_demo_registry(session.url, actor=session.actor, fresh=fresh)
     from registry.app.campaign import check_expectations, run_campaign
-    from registry.projections import Projections
-    from registry.projections.report import build_report, report_html
+    from registry.app.reports import build
+    from registry.projections.matrix import DEFAULT_STALE_DAYS
+    from registry.projections.report import report_html
 
     out = Path(out_dir)
     log = (lambda _text: None) if as_json else say
     rows = run_campaign(registry, out, runs=runs, warmup=warmup, lpips_backbone=lpips_backbone,
                         progress_factory=progress_bar, log=log)
-    state = Projections(registry.store).state()
-    (out / "report.html").write_text(report_html(build_report(state), state), encoding="utf-8")
+    report, state = build(registry, workload=None, position=None, stale_days=DEFAULT_STALE_DAYS)
+    (out / "report.html").write_text(report_html(report, state), encoding="utf-8")
     import torch
 
     problems = check_expectations(rows, on_gpu=torch.cuda.is_available())

@@ -5,7 +5,7 @@ import click
 
 from registry.events.database import current_revision, head_revision
 
-from .main import Session, pass_session
+from .session import Session, pass_session
 from .output import emit_json, say, short, table
 
 

@@ -11,10 +11,10 @@ import sys
 import click
 
 from registry import __version__
-from registry.app import Registry, open_registry
 from registry.events.errors import StoreError
 
 from .output import fail
+from .session import Session
 
 REFUSALS = (StoreError, ValueError, OSError)
 
@@ -51,20 +51,6 @@ def _discard_stdout() -> None:
         os.close(devnull)
 
 
-class Session:
-    """Lazily opened registry for the command being run."""
-
-    def __init__(self, url: str | None, actor: str | None):
-        self.url = url
-        self.actor = actor
-
-    def open(self, create: bool = False) -> Registry:
-        return open_registry(self.url, actor=self.actor, create=create)
-
-
-pass_session = click.make_pass_decorator(Session)
-
-
 @click.group(cls=RegistryGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--db", "url", metavar="URL", help="Database URL (else REGISTRY_DATABASE_URL, else sqlite:///registry.db).")
 @click.option("--actor", help="Who is acting (else REGISTRY_ACTOR, else user@host).")
@@ -76,11 +62,18 @@ def main(ctx: click.Context, url: str | None, actor: str | None) -> None:
 
 
 def _register_commands() -> None:
-    from . import decision_commands, demo_command, evidence_commands, log_commands, query_commands, setup_commands
+    from . import (
+        decision_commands, demo_command, evidence_commands, import_commands, log_commands, query_commands,
+        setup_commands, ship_commands,
+    )
 
-    for module in (log_commands, setup_commands, evidence_commands, decision_commands, query_commands, demo_command):
+    for module in (log_commands, setup_commands, evidence_commands, import_commands, decision_commands,
+                   query_commands, ship_commands, demo_command):
         for command in module.COMMANDS:
             main.add_command(command)
 
 
 _register_commands()
+
+if __name__ == "__main__":
+    main(prog_name="registry")

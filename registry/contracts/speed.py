@@ -7,6 +7,10 @@ that headroom, and never less than a 10% gain, since smaller end-to-end
 gains sit inside run-to-run noise: gate = max(1.10, 1 + 0.5 * (ceiling - 1)).
 A gate above its own ceiling cannot be met by any artifact, so such a
 manifest is refused rather than left to reject everything.
+
+`max_benchmark_attempts: N` caps how many benchmark items one identity of an
+artifact may have: re-benchmarking until a run happens to pass is optional
+stopping, and the cap bounds it. Absent means no cap (the gate says so).
 """
 from __future__ import annotations
 
@@ -21,8 +25,11 @@ MIN_DERIVED_GATE = 1.10
 HEADROOM_SHARE = 0.5
 _FIELDS = (
     "min_speedup", "ceiling_share", "runs_per_arm", "protocol", "max_cv",
-    "require_conclusive", "max_peak_memory_regression",
+    "require_conclusive", "max_peak_memory_regression", "max_benchmark_attempts",
 )
+# Fields added after the first contract format: canonical() lists them only when
+# declared, so a manifest that does not use them keeps its content hash.
+_OPTIONAL_LATER_FIELDS = ("max_benchmark_attempts",)
 
 
 def derived_gate(ceiling_share: float) -> tuple[float, float]:
@@ -40,6 +47,7 @@ class SpeedGate:
     max_cv: float | None = None
     require_conclusive: bool = False
     max_peak_memory_regression: float | None = None
+    max_benchmark_attempts: int | None = None
     gate: float = field(init=False)
     ceiling: float | None = field(init=False)
 
@@ -59,6 +67,8 @@ class SpeedGate:
             if value < 0:
                 raise ContractError(f"speed.max_peak_memory_regression: {value} is negative")
             self._set("max_peak_memory_regression", value)
+        if self.max_benchmark_attempts is not None:
+            f.integer(self.max_benchmark_attempts, "speed.max_benchmark_attempts", minimum=1)
         self._set_gate()
 
     def _set_gate(self) -> None:
@@ -89,7 +99,10 @@ class SpeedGate:
         object.__setattr__(self, name, value)
 
     def canonical(self) -> dict[str, Any]:
-        return {name: getattr(self, name) for name in sorted(_FIELDS)}
+        return {
+            name: getattr(self, name) for name in sorted(_FIELDS)
+            if name not in _OPTIONAL_LATER_FIELDS or getattr(self, name) is not None
+        }
 
     @classmethod
     def from_mapping(cls, obj: Any) -> SpeedGate:
