@@ -7,7 +7,7 @@ import click
 
 from registry.events.types import ARTIFACT_KINDS
 
-from .main import Session, pass_session
+from .session import Session, pass_session
 from .output import emit_json, say
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import click
 
-from .main import Session, pass_session
+from .session import Session, pass_session
 from .output import emit_json, say, table
 from .query_commands import AS_OF_HELP
 
