@@ -1,6 +1,6 @@
 """Evidence documents (format `registry.evidence/1`): validation and derived statistics.
 
-Evidence is raw measurement (DESIGN.md, "Events"). This module refuses any
+Evidence is raw measurement (docs/architecture.md, "Events"). This module refuses any
 document that is malformed, non-finite, self-contradictory or that carries a
 client-computed summary, and attaches to each item a `derived` dict the
 registry computed itself. The gate re-runs `parse_item` on every payload it
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -23,6 +24,7 @@ KINDS = ("execution", "benchmark", "parity", "perceptual", "failure")
 TIMERS = ("cuda_event", "perf_counter", "interpreter", "emulator")
 ORDERS = ("BC", "CB")
 METRICS = ("ssim", "lpips", "vbench")
+ARCH = re.compile(r"sm[0-9]{2,3}[a-z]?|cpu")
 # Names of statistics the registry derives itself; a client sending one is refused by name.
 SUMMARY_FIELDS = frozenset({
     "derived", "summary", "speedup", "speedup_ci", "ci", "median", "mean", "cv", "std",
@@ -107,6 +109,14 @@ def _note(value: Any, path: str) -> str:
     if not isinstance(value, str):
         raise EvidenceError(f"{path}: expected a string, got {_type(value)}")
     return value
+
+
+def _arch(value: Any, path: str) -> str:
+    """A device architecture: `sm` and the CUDA compute capability (sm90, sm100), or `cpu`."""
+    text = _text(value, path)
+    if not ARCH.fullmatch(text):
+        raise EvidenceError(f"{path}: {text!r} is not a device architecture such as sm90, sm100 or cpu")
+    return text
 
 
 def _flag(value: Any, path: str) -> bool:
@@ -276,6 +286,7 @@ _SPECS: dict[str, Spec] = {
         "warmup": (False, _nullable(_count)),
         "bandwidth_share": (False, _nullable(_bounded(0.0, None, "bandwidth share"))),
         "notes": (False, _nullable(_note)),
+        "arch": (False, _nullable(_arch)),
     },
     "parity": {
         "policy": (False, _nullable(_one_of(("byte_equal", "tolerance")))),

@@ -1,6 +1,6 @@
 """Timing statistics the registry computes itself from raw benchmark runs (numpy only).
 
-A client-supplied "speedup" is never trusted (DESIGN.md, "Events"): these
+A client-supplied "speedup" is never trusted (docs/architecture.md, "Events"): these
 functions turn per-run wall times into the numbers the gate reads.
 
 - Speedup, sequential protocol: median(baseline) / median(candidate); medians
