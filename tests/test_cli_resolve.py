@@ -189,3 +189,12 @@ def test_detect_resolves_for_this_process(cli):
     assert profile["torch"] == torch.__version__ and profile["cuda"] == torch.version.cuda
     bare = cli("resolve", "--workload", "wan")
     assert bare.exit_code == 1 and "--arch and --torch, or --detect" in bare.stderr
+
+
+def test_a_promotion_under_an_older_contract_is_flagged(cli):
+    ship(cli, cli.tmp / "bundles", "veteran", 1.5)
+    newer = cli.tmp / "wan-v2.yaml"
+    newer.write_text((cli.tmp / "wan.yaml").read_text().replace("min_ssim: 0.98", "min_ssim: 0.995"))
+    assert cli("workload", "declare", str(newer)).exit_code == 0
+    status, document = resolved(cli, "--workload", "wan", "--arch", "sm90", "--torch", "2.13.0", "--cuda", "12.8")
+    assert status == 0 and document["match"]["note"] == "promoted under contract v1; current v2"
