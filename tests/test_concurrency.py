@@ -1,6 +1,6 @@
 """Many writers and tailing readers on one log, on SQLite and on Postgres.
 
-DESIGN.md, "Events": appends are serialized by the log's writer lock, so
+docs/architecture.md, "Events": appends are serialized by the log's writer lock, so
 positions commit in order and a reader tailing by position never skips an
 event that commits late. Here real processes race on shared streams with
 optimistic concurrency (read the stream's version, append expecting it,

@@ -1,6 +1,6 @@
 """SIGKILL a writer in the middle of a batch, twenty times, on SQLite and on Postgres.
 
-An append is one transaction (DESIGN.md, "Events"): a batch is in the log
+An append is one transaction (docs/architecture.md, "Events"): a batch is in the log
 whole or not at all, whatever moment the writer dies at. Each batch carries
 its id and each event its index and the batch's size (`source` =
 "batch:index/size"), so a partial batch would show. Half the kills land at a

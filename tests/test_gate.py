@@ -1,4 +1,4 @@
-"""The gate: every rule of DESIGN.md's "The gate, in order", each as a case on real evidence items."""
+"""The gate: every rule of "The gate, in order" (docs/architecture.md), each as a case on real evidence items."""
 from __future__ import annotations
 
 import json

@@ -396,7 +396,7 @@ def test_rebuild_equals_live_and_stepwise_apply(store, history):
 def test_verify_passes_then_names_a_tampered_artifact(store, history):
     report = verify_projections(store)
     assert report.ok and report.position == store.head_position()
-    assert report.checked == {"artifacts": 4, "workloads": 3, "framesets": 1}
+    assert report.checked == {"artifacts": 4, "workloads": 3, "framesets": 1, "outcomes": 0}
     assert report.summary().endswith("all equal to the replay")
 
     raw(store.engine, "UPDATE projection_artifacts SET decision = 'promoted' WHERE artifact = 'fa3-approx'")

@@ -10,16 +10,20 @@ from .context import Registry
 from .workloads import artifact_stream, registration
 
 
-def evidence_events(artifact: str, payload_sha256: str | None, run: str | None, items: list[dict[str, Any]]) -> list[NewEvent]:
-    """One event per parsed evidence item; a `failure` item becomes EvaluationFailed."""
+def evidence_events(artifact: str, payload_sha256: str | None, run: str | None, items: list[dict[str, Any]],
+                    origin: dict[str, Any] | None = None) -> list[NewEvent]:
+    """One event per parsed evidence item; a `failure` item becomes EvaluationFailed.
+
+    `origin` names the imported document the items came from (docs/import.md).
+    """
     events = []
     for item in items:
         if item["kind"] == "failure":
             payload = EvaluationFailed(artifact=artifact, payload_sha256=payload_sha256, run=run,
-                                       stage=item["stage"], error=item["error"])
+                                       stage=item["stage"], error=item["error"], origin=origin)
         else:
             payload = EVIDENCE_EVENT_BY_KIND[item["kind"]](artifact=artifact, payload_sha256=payload_sha256,
-                                                           run=run, item=item)
+                                                           run=run, item=item, origin=origin)
         events.append(NewEvent(payload.type, payload))
     return events
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from .main import Session, pass_session
+from .session import Session, pass_session
 from .output import emit_json, say, table
 from .progress import progress_bar
 

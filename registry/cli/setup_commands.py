@@ -7,7 +7,7 @@ import click
 
 from registry.events.types import ARTIFACT_KINDS
 
-from .main import Session, pass_session
+from .session import Session, pass_session
 from .output import emit_json, say
 
 
@@ -47,17 +47,30 @@ def artifact() -> None:
 @click.option("--kind", required=True, type=click.Choice(ARTIFACT_KINDS), help="What sort of artifact it is.")
 @click.option("--backend", help="The backend it claims to run (required for attention_backend).")
 @click.option("--payload", type=click.Path(exists=True, dir_okay=False), help="File whose sha256 identifies its content.")
+@click.option("--bundle", "bundle_dir", type=click.Path(), help="Bundle directory (docs/bundles.md), verified file by file.")
 @click.option("--op", help="Built-in operation it implements (see `registry kernels`).")
 @click.option("--entry", help="module:function of the kernel entry point.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @pass_session
 def artifact_register(session: Session, artifact_id: str, workload_id: str, kind: str, backend: str | None,
-                      payload: str | None, op: str | None, entry: str | None, as_json: bool) -> None:
-    """Register ARTIFACT_ID as a candidate for a workload."""
+                      payload: str | None, bundle_dir: str | None, op: str | None, entry: str | None,
+                      as_json: bool) -> None:
+    """Register ARTIFACT_ID as a candidate for a workload.
+
+    With --bundle its identity is the bundle manifest's digest; every file is
+    checked against the manifest before anything is recorded.
+    """
+    from registry.app.bundles import register_bundle
     from registry.app.workloads import register_artifact
 
-    done = register_artifact(session.open(), artifact_id, workload=workload_id, kind=kind, backend=backend,
-                             payload=payload, op=op, entry=entry)
+    if bundle_dir is not None and payload is not None:
+        raise ValueError("--bundle and --payload both name the content; give one")
+    if bundle_dir is not None:
+        done = register_bundle(session.open(), artifact_id, bundle_dir, workload=workload_id, kind=kind,
+                               backend=backend, op=op, entry=entry)
+    else:
+        done = register_artifact(session.open(), artifact_id, workload=workload_id, kind=kind, backend=backend,
+                                 payload=payload, op=op, entry=entry)
     if as_json:
         emit_json({"artifact": done.artifact, "payload_sha256": done.payload_sha256, "appended": done.appended})
     else:

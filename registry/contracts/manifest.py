@@ -1,6 +1,6 @@
 """The workload manifest: what must hold before an artifact is promoted.
 
-Building a `Contract` validates all of it (DESIGN.md, "Contracts"): unknown
+Building a `Contract` validates all of it (docs/architecture.md, "Contracts"): unknown
 fields, thresholds outside their metric's range, a gate that cannot be met,
 or a tolerance nobody declared are errors at build time, so the gate never
 meets a contract it has to second-guess.
@@ -87,7 +87,10 @@ class Contract:
         self._check_sampled_dtype_has_tolerance()
 
     def _check_sampled_dtype_has_tolerance(self) -> None:
-        """DESIGN.md: a tolerance policy without a tolerance for a dtype it meets is refused."""
+        """A tolerance policy without a tolerance for a dtype it meets is refused.
+
+        docs/architecture.md, "Contracts": a tolerance is never invented.
+        """
         dtype = self.sampling.dtype if self.sampling else None
         if self.parity.policy == "tolerance" and dtype and is_floating_dtype(dtype):
             if dtype not in self.parity.tolerances:

@@ -1,7 +1,7 @@
 """The parity policy: byte equality by default, declared per-dtype tolerances otherwise.
 
 A tolerance is never invented: a widened default is how kernels with 131072.0
-absolute error were once admitted at `match=true` (DESIGN.md, "The problem").
+absolute error were once admitted at `match=true` (docs/architecture.md, "The problem").
 """
 from __future__ import annotations
 

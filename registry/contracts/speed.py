@@ -7,6 +7,16 @@ that headroom, and never less than a 10% gain, since smaller end-to-end
 gains sit inside run-to-run noise: gate = max(1.10, 1 + 0.5 * (ceiling - 1)).
 A gate above its own ceiling cannot be met by any artifact, so such a
 manifest is refused rather than left to reject everything.
+
+`max_benchmark_attempts: N` caps how many benchmark items one identity of an
+artifact may have: re-benchmarking until a run happens to pass is optional
+stopping, and the cap bounds it. Absent means no cap (the gate says so).
+
+`require_conclusive: true` asks that the speedup's 95% distribution-free
+interval exclude 1.0 (registry/evidence/stats.py). No such interval exists
+below 6 pairs (paired) or 7 runs per arm (sequential): with 5 pairs all
+ratios on one side of 1.0 happens by chance 2/32 = 6.25% of the time. A
+contract asking for it with fewer runs is refused.
 """
 from __future__ import annotations
 
@@ -15,14 +25,18 @@ from typing import Any
 
 from registry.contracts import fields as f
 from registry.contracts.errors import ContractError
+from registry.evidence.stats import CI_LEVEL, MAX_RUNS_PER_ARM, min_conclusive_runs
 
 PROTOCOLS = ("paired", "sequential")
 MIN_DERIVED_GATE = 1.10
 HEADROOM_SHARE = 0.5
 _FIELDS = (
     "min_speedup", "ceiling_share", "runs_per_arm", "protocol", "max_cv",
-    "require_conclusive", "max_peak_memory_regression",
+    "require_conclusive", "max_peak_memory_regression", "max_benchmark_attempts",
 )
+# Fields added after the first contract format: canonical() lists them only when
+# declared, so a manifest that does not use them keeps its content hash.
+_OPTIONAL_LATER_FIELDS = ("max_benchmark_attempts",)
 
 
 def derived_gate(ceiling_share: float) -> tuple[float, float]:
@@ -40,6 +54,7 @@ class SpeedGate:
     max_cv: float | None = None
     require_conclusive: bool = False
     max_peak_memory_regression: float | None = None
+    max_benchmark_attempts: int | None = None
     gate: float = field(init=False)
     ceiling: float | None = field(init=False)
 
@@ -51,7 +66,18 @@ class SpeedGate:
                 f"speed.runs_per_arm: {self.runs_per_arm} is odd; the paired protocol "
                 "alternates BC/CB pairs, so it needs an even count"
             )
+        if self.runs_per_arm > MAX_RUNS_PER_ARM:
+            raise ContractError(
+                f"speed.runs_per_arm: {self.runs_per_arm} is above the {MAX_RUNS_PER_ARM} runs per arm "
+                "benchmark evidence may carry"
+            )
         f.flag(self.require_conclusive, "speed.require_conclusive")
+        fewest = min_conclusive_runs(self.protocol)
+        if self.require_conclusive and self.runs_per_arm < fewest:
+            raise ContractError(
+                f"speed.runs_per_arm: {self.runs_per_arm} is too few for require_conclusive: the "
+                f"{self.protocol} protocol needs at least {fewest} to keep chance passes under {1 - CI_LEVEL:.0%}"
+            )
         if self.max_cv is not None:
             self._set("max_cv", _positive(self.max_cv, "speed.max_cv"))
         if self.max_peak_memory_regression is not None:
@@ -59,6 +85,8 @@ class SpeedGate:
             if value < 0:
                 raise ContractError(f"speed.max_peak_memory_regression: {value} is negative")
             self._set("max_peak_memory_regression", value)
+        if self.max_benchmark_attempts is not None:
+            f.integer(self.max_benchmark_attempts, "speed.max_benchmark_attempts", minimum=1)
         self._set_gate()
 
     def _set_gate(self) -> None:
@@ -89,7 +117,10 @@ class SpeedGate:
         object.__setattr__(self, name, value)
 
     def canonical(self) -> dict[str, Any]:
-        return {name: getattr(self, name) for name in sorted(_FIELDS)}
+        return {
+            name: getattr(self, name) for name in sorted(_FIELDS)
+            if name not in _OPTIONAL_LATER_FIELDS or getattr(self, name) is not None
+        }
 
     @classmethod
     def from_mapping(cls, obj: Any) -> SpeedGate:

@@ -62,6 +62,9 @@ class ArtifactRegistered(EventPayload):
     backend: str | None = None
     op: str | None = None
     entry: str | None = None
+    # A bundle's canonical manifest (docs/bundles.md); payload_sha256 is then its digest.
+    bundle: dict[str, Any] | None = None
+    origin: dict[str, Any] | None = None
 
 
 class _Evidence(EventPayload):
@@ -71,6 +74,7 @@ class _Evidence(EventPayload):
     payload_sha256: str | None
     run: str | None = None
     item: dict[str, Any]
+    origin: dict[str, Any] | None = None
 
 
 class ParityMeasured(_Evidence):
@@ -98,6 +102,7 @@ class EvaluationFailed(EventPayload):
     run: str | None = None
     stage: str = Field(min_length=1)
     error: str = Field(min_length=1)
+    origin: dict[str, Any] | None = None
 
 
 class VerdictRendered(EventPayload):
@@ -124,6 +129,30 @@ class HumanDecision(EventPayload):
     person: str = Field(min_length=1)
 
 
+class ExternalOutcome(EventPayload):
+    """What another system recorded (an outcome, its own verdict), kept with its origin; never evidence.
+
+    Imported summaries carry no raw measurement, so the gate never reads them;
+    reports and the support matrix show them labelled with their origin
+    (docs/import.md). In an artifact's stream when they concern one artifact,
+    else in the stream `outcomes:<workload>`.
+    """
+
+    type: ClassVar[str] = "ExternalOutcome"
+    workload: str = Field(min_length=1)
+    artifact: str | None = None
+    arch: str | None = None
+    outcome: Literal[
+        "promoted", "candidates_found", "no_worthwhile_candidate", "quarantined", "held", "not_attempted"
+    ] | None = None
+    recorded_verdict: dict[str, Any] | None = None
+    recorded_utc: str | None = None
+    model_id: str | None = None
+    family: str | None = None
+    summary: dict[str, Any]
+    origin: dict[str, Any]
+
+
 EVIDENCE_EVENT_BY_KIND: dict[str, type[_Evidence]] = {
     "parity": ParityMeasured,
     "benchmark": BenchmarkMeasured,
@@ -144,6 +173,7 @@ PAYLOAD_TYPES: dict[str, type[EventPayload]] = {
         EvaluationFailed,
         VerdictRendered,
         HumanDecision,
+        ExternalOutcome,
     )
 }
 

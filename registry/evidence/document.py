@@ -1,6 +1,6 @@
 """Evidence documents (format `registry.evidence/1`): validation and derived statistics.
 
-Evidence is raw measurement (DESIGN.md, "Events"). This module refuses any
+Evidence is raw measurement (docs/architecture.md, "Events"). This module refuses any
 document that is malformed, non-finite, self-contradictory or that carries a
 client-computed summary, and attaches to each item a `derived` dict the
 registry computed itself. The gate re-runs `parse_item` on every payload it
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -17,13 +18,14 @@ from typing import Any
 import numpy as np
 
 from registry.contracts.parity import is_known_dtype, normalize_dtype
-from registry.evidence.stats import summarize_benchmark
+from registry.evidence.stats import MAX_RUNS_PER_ARM, summarize_benchmark
 
 FORMAT = "registry.evidence/1"
 KINDS = ("execution", "benchmark", "parity", "perceptual", "failure")
 TIMERS = ("cuda_event", "perf_counter", "interpreter", "emulator")
 ORDERS = ("BC", "CB")
 METRICS = ("ssim", "lpips", "vbench")
+ARCH = re.compile(r"sm[0-9]{2,3}[a-z]?|cpu")
 # Names of statistics the registry derives itself; a client sending one is refused by name.
 SUMMARY_FIELDS = frozenset({
     "derived", "summary", "speedup", "speedup_ci", "ci", "median", "mean", "cv", "std",
@@ -121,6 +123,14 @@ def _note(value: Any, path: str) -> str:
     return value
 
 
+def _arch(value: Any, path: str) -> str:
+    """A device architecture: `sm` and the CUDA compute capability (sm90, sm100), or `cpu`."""
+    text = _text(value, path)
+    if not ARCH.fullmatch(text):
+        raise EvidenceError(f"{path}: {text!r} is not a device architecture such as sm90, sm100 or cpu")
+    return text
+
+
 def _flag(value: Any, path: str) -> bool:
     if not isinstance(value, bool):
         raise EvidenceError(f"{path}: expected true or false, got {_type(value)}")
@@ -170,6 +180,13 @@ def _positive_time(value: Any, path: str) -> float:
     if number <= 0:
         raise EvidenceError(f"{path}: {number} is not a positive time")
     return number
+
+
+def _runs(value: Any, path: str) -> list[float]:
+    """One arm's run times; over MAX_RUNS_PER_ARM is refused before any element is read."""
+    if isinstance(value, list) and len(value) > MAX_RUNS_PER_ARM:
+        raise EvidenceError(f"{path}: {len(value)} runs; a benchmark arm carries at most {MAX_RUNS_PER_ARM}")
+    return _list_of(_positive_time)(value, path)
 
 
 def _nullable(check: Callable[[Any, str], Any]) -> Callable[[Any, str], Any]:
@@ -341,12 +358,13 @@ _SPECS: dict[str, Spec] = {
         "protocol": (True, _one_of(("paired", "sequential"))),
         "device": (True, _text),
         "timer": (True, _one_of(TIMERS)),
-        "baseline_s": (True, _list_of(_positive_time)),
-        "candidate_s": (True, _list_of(_positive_time)),
+        "baseline_s": (True, _runs),
+        "candidate_s": (True, _runs),
         "schedule": (False, _nullable(_list_of(_one_of(ORDERS)))),
         "warmup": (False, _nullable(_count)),
         "bandwidth_share": (False, _nullable(_bounded(0.0, None, "bandwidth share"))),
         "notes": (False, _nullable(_note)),
+        "arch": (False, _nullable(_arch)),
     },
     "parity": {
         "policy": (False, _nullable(_one_of(("byte_equal", "tolerance")))),

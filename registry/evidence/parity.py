@@ -1,6 +1,6 @@
 """Tensor parity: the comparator behind every parity evidence item.
 
-Two failure modes shaped it (DESIGN.md, "The problem"): a comparator that
+Two failure modes shaped it (docs/architecture.md, "The problem"): a comparator that
 reported ``max_abs_error=nan`` while ``allclose`` said True, and a tolerance
 widened until 131072.0 absolute error passed. So:
 

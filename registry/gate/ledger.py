@@ -14,6 +14,9 @@ from registry.evidence.document import EvidenceError, parse_item
 from registry.gate.model import RULES, Margin, Recorded
 
 PRECEDENCE = ("quarantined", "held", "rejected", "promoted")
+# The decision of a finding that decides nothing (the attempt count): never in
+# PRECEDENCE, so it never decides, and always listed among the reasons.
+NOTED = "noted"
 
 
 @dataclass(frozen=True)
@@ -33,6 +36,10 @@ class Ledger:
         if rule not in RULES:
             raise ValueError(f"unknown gate rule {rule!r}")
         self.findings.append(Finding(rule, decision, reason))
+
+    def note(self, rule: str, reason: str) -> None:
+        """A fact every verdict states whatever its decision, without deciding anything."""
+        self.add(rule, NOTED, reason)
 
     def margin(self, metric: str, value: float, threshold: float, higher_is_better: bool) -> Margin:
         """Record a signed margin; exactly at threshold passes."""

@@ -16,6 +16,7 @@ RULES = (
     "parity.missing", "parity.failed", "parity.no_tolerance", "parity.undecidable",
     "fidelity.missing", "fidelity.frame_set_mismatch", "fidelity.stage_failed", "fidelity.metric_absent",
     "fidelity.failed",
+    "speed.attempts", "speed.attempts_unknown", "speed.attempts_exceeded",
     "speed.no_gate", "speed.missing", "speed.runs_per_arm", "speed.protocol", "speed.interleave",
     "speed.max_cv", "speed.interpreter", "speed.memory_unmeasured", "speed.inconclusive",
     "speed.below_gate", "speed.passed",
@@ -38,6 +39,9 @@ class GateEvidence:
     parity: Recorded | None = None
     perceptual: Recorded | None = None
     failures: Sequence[Recorded] = ()
+    # How many benchmark items the artifact's current identity has had, this one
+    # included; None when the caller did not count them (speed.max_benchmark_attempts).
+    benchmark_attempts: int | None = None
 
 
 @dataclass(frozen=True)

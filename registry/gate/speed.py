@@ -4,8 +4,18 @@ A speedup counts only when it was measured with the declared runs per arm
 and protocol, a paired schedule interleaved ABBA-style, noise under the
 declared CV ceiling, real timers on a real device (an interpreter or emulator
 time says nothing about the GPU) and, when the contract requires it, a
-bootstrap interval that excludes 1.0. Otherwise the artifact is held; a
+distribution-free interval that excludes 1.0 (registry/evidence/stats.py:
+under equal arms it does so at most 5% of the time, for every accepted run
+count). Otherwise the artifact is held; a
 speedup that then meets the gate promotes, one below it rejects.
+
+Re-benchmarking until one run passes (optional stopping) would defeat any
+statistical rule, so every verdict states how many benchmark items the
+artifact's current identity has had, and `speed.max_benchmark_attempts`
+caps them. Over the cap the artifact is held, not quarantined: nothing shows
+the artifact is broken, only that its speed can no longer be shown by
+another benchmark of this identity; a new identity or a re-declared contract
+decides again. A declared cap with no count holds (it cannot be checked).
 """
 from __future__ import annotations
 
@@ -19,7 +29,10 @@ from registry.gate.text import num, times_pair
 SpeedResult = tuple[float | None, tuple[float, float] | None]
 
 
-def check_speed(speed: SpeedGate | None, recorded: Recorded | None, ledger: Ledger) -> SpeedResult:
+def check_speed(
+    speed: SpeedGate | None, recorded: Recorded | None, attempts: int | None, ledger: Ledger,
+) -> SpeedResult:
+    _check_attempts(speed, recorded, attempts, ledger)
     if speed is None:
         ledger.add(
             "speed.no_gate", "held",
@@ -37,6 +50,50 @@ def check_speed(speed: SpeedGate | None, recorded: Recorded | None, ledger: Ledg
     if speed is not None:
         _judge(speed, item, ledger)
     return value, ci
+
+
+def _check_attempts(speed: SpeedGate | None, recorded: Recorded | None, attempts: int | None,
+                    ledger: Ledger) -> None:
+    """State the attempt count (when known) and the cap; hold over the cap or when it cannot be checked."""
+    cap = speed.max_benchmark_attempts if speed is not None else None
+    count, problem = _attempt_count(recorded, attempts)
+    if cap is None:
+        if count is not None:
+            ledger.note(
+                "speed.attempts",
+                f"{_attempts_text(count)} for this identity; speed.max_benchmark_attempts is not declared, "
+                "so attempts are not capped",
+            )
+        return
+    if count is None:
+        ledger.add(
+            "speed.attempts_unknown", "held",
+            f"{problem}, so speed.max_benchmark_attempts {cap} cannot be checked",
+        )
+    elif count > cap:
+        ledger.add(
+            "speed.attempts_exceeded", "held",
+            f"{_attempts_text(count)} for this identity exceed speed.max_benchmark_attempts {cap}: "
+            "no further benchmark of this identity can promote it",
+        )
+    else:
+        ledger.note("speed.attempts", f"{_attempts_text(count)} for this identity, of at most {cap} "
+                                      "(speed.max_benchmark_attempts)")
+
+
+def _attempt_count(recorded: Recorded | None, attempts: int | None) -> tuple[int | None, str]:
+    """(count, why it is unknown): a count that is not a count, or contradicts the evidence, is unknown."""
+    if attempts is None:
+        return None, "the number of benchmark attempts was not counted"
+    if isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 0:
+        return None, f"the benchmark attempt count {attempts!r} is not a count"
+    if recorded is not None and attempts == 0:
+        return None, "benchmark evidence is recorded but the attempt count is 0"
+    return attempts, ""
+
+
+def _attempts_text(count: int) -> str:
+    return f"{count} benchmark attempt{'' if count == 1 else 's'}"
 
 
 def _judge(speed: SpeedGate, item: dict[str, Any], ledger: Ledger) -> None:
@@ -78,8 +135,8 @@ def _judge(speed: SpeedGate, item: dict[str, Any], ledger: Ledger) -> None:
     if speed.require_conclusive and low <= 1.0 <= high:
         ledger.add(
             "speed.inconclusive", "held",
-            f"the {derived['ci_level']:.0%} bootstrap CI [{num(low)}, {num(high)}] of the speedup includes 1.0 "
-            "and require_conclusive is set",
+            f"the {derived['ci_level']:.1%} order-statistic CI [{num(low)}, {num(high)}] of the speedup "
+            "includes 1.0 and require_conclusive is set",
         )
         return
     shown, gate = times_pair(derived["speedup"], speed.gate)

@@ -7,7 +7,7 @@ launch counter watches parity and benchmark to produce the execution item.
 
 If a stage raises, the result is a single ``failure`` item naming that stage:
 evidence from the stages before it is dropped, so a half-finished evaluation
-can never be read as a finished one (DESIGN.md, gate step 1). A caller's own
+can never be read as a finished one (docs/architecture.md, gate step 1). A caller's own
 mistake (unknown op, bad run count, a tolerance policy missing a tolerance)
 is raised instead, because it says nothing about the candidate.
 """

@@ -27,7 +27,7 @@ from registry.events.errors import StoreError
 from registry.events.schema import EventRow
 from registry.events.store import EventStore
 
-from .fold import ARTIFACT_PREFIX, fold
+from .fold import ARTIFACT_PREFIX, OUTCOMES_PREFIX, fold
 
 # SQLSTATE 42501: insufficient_privilege (a role that may only read).
 _PRIVILEGE_SQLSTATE = "42501"
@@ -48,7 +48,8 @@ class _LostRace(Exception):
     """The checkpoint moved under a catch-up: roll its writes back and fold again."""
 
 
-STREAM_MODEL = {ARTIFACT_PREFIX: "artifacts", "workload:": "workloads", "frameset:": "framesets"}
+STREAM_MODEL = {ARTIFACT_PREFIX: "artifacts", "workload:": "workloads", "frameset:": "framesets",
+                OUTCOMES_PREFIX: "outcomes"}
 
 
 @contextmanager

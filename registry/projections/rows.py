@@ -5,11 +5,12 @@ from typing import Any
 
 from registry.events.canonical import canonical_json, sha256_hex, strict_json_loads
 
-from .schema import ProjectedArtifact, ProjectedFrameSet, ProjectedWorkload
+from .schema import ProjectedArtifact, ProjectedFrameSet, ProjectedOutcomes, ProjectedWorkload
 
 ARTIFACTS = ProjectedArtifact.__table__
 WORKLOADS = ProjectedWorkload.__table__
 FRAMESETS = ProjectedFrameSet.__table__
+OUTCOMES = ProjectedOutcomes.__table__
 
 
 def state_text(state: dict[str, Any]) -> str:
@@ -41,6 +42,10 @@ def frameset_row(state: dict[str, Any]) -> dict[str, Any]:
     return {"name": state["name"], "position": state["position"], **_content(state)}
 
 
+def outcomes_row(state: dict[str, Any]) -> dict[str, Any]:
+    return {"workload": state["workload"], "last_position": state["last_position"], **_content(state)}
+
+
 def load_state(text: str) -> dict[str, Any]:
     return strict_json_loads(text)
 
@@ -50,4 +55,5 @@ MODELS = {
     "artifacts": (ARTIFACTS, "artifact", artifact_row),
     "workloads": (WORKLOADS, "workload", workload_row),
     "framesets": (FRAMESETS, "name", frameset_row),
+    "outcomes": (OUTCOMES, "workload", outcomes_row),
 }

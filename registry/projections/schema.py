@@ -45,6 +45,17 @@ class ProjectedFrameSet(SQLModel, table=True):
     row_hash: str = Field(sa_column=Column(String(64), nullable=False))
 
 
+class ProjectedOutcomes(SQLModel, table=True):
+    """Imported outcome records about a workload as a whole (support runs, fidelity verdicts)."""
+
+    __tablename__ = "projection_outcomes"
+
+    workload: str = Field(sa_column=Column(String(200), primary_key=True))
+    last_position: int = Field(sa_column=Column(BigInteger, nullable=False))
+    state: str = Field(sa_column=Column(Text, nullable=False))
+    row_hash: str = Field(sa_column=Column(String(64), nullable=False))
+
+
 class ProjectionCheckpoint(SQLModel, table=True):
     """The log position the read models are folded up to; the row concurrent catch-ups race on."""
 
