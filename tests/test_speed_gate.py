@@ -8,6 +8,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from registry.contracts import Contract, ContractError
 from registry.evidence.document import EvidenceError, parse_item
@@ -96,6 +98,23 @@ def test_the_count_is_stated_whatever_the_decision():
     verdict = decide(no_speed, passing_evidence(attempts=2), MODULE)
     assert verdict.decision == "held"
     assert verdict.reasons[0].startswith("2 benchmark attempts for this identity; speed.max_benchmark_attempts")
+
+
+@settings(max_examples=60, deadline=None)
+@given(attempts=st.one_of(st.none(), st.booleans(), st.integers(-3, 12)), cap=st.one_of(st.none(), st.integers(1, 8)))
+def test_a_cap_promotes_only_a_counted_identity_within_it(attempts, cap):
+    speed = {} if cap is None else {"max_benchmark_attempts": cap}
+    verdict = decide(contract(**speed), passing_evidence(attempts=attempts), MODULE)
+    counted = isinstance(attempts, int) and not isinstance(attempts, bool) and attempts >= 1
+    if cap is None or (counted and attempts <= cap):
+        assert verdict.decision == "promoted"
+    else:
+        assert (verdict.decision, verdict.rule) == (
+            "held", "speed.attempts_exceeded" if counted else "speed.attempts_unknown")
+    stated = [reason for reason in verdict.reasons if "attempt" in reason]
+    assert len(stated) == (1 if counted or cap is not None else 0)
+    if counted:
+        assert stated[0].startswith(f"{attempts} benchmark attempt")
 
 
 def test_the_attempt_rules_are_listed():

@@ -14,8 +14,9 @@ functions turn per-run wall times into the numbers the gate reads.
   values, the k-th smallest and k-th largest bound the population median with
   probability at least 1 - 2 P(Binomial(n, 1/2) <= k - 1), whatever the
   distribution (ties and discrete timer resolution included); k is the
-  largest rank that keeps that probability >= CI_LEVEL. Paired runs: the
-  interval of the per-pair ratios at tail (1 - CI_LEVEL) / 2. Sequential
+  largest rank whose tail P(Binomial(n, 1/2) <= k - 1) is at most the tail
+  asked for (rounding in that sum only ever widens the interval). Paired
+  runs: the interval of the per-pair ratios at tail (1 - CI_LEVEL) / 2. Sequential
   runs: each arm's median interval at tail (1 - CI_LEVEL) / 4, divided
   crosswise ([low_b / high_c, high_b / low_c]); both arms cover with
   probability >= (1 - (1 - CI_LEVEL) / 2)**2 >= CI_LEVEL. Under a null of
@@ -95,7 +96,7 @@ def speedup_interval(
 ) -> tuple[np.ndarray, np.ndarray, float]:
     """(low, high, coverage) of the speedup statistic; runs along the last axis (see the module notes)."""
     if protocol == "paired":
-        return median_interval(baseline / candidate, _PAIRED_TAIL)
+        return median_interval(paired_ratios(baseline, candidate), _PAIRED_TAIL)
     if protocol == "sequential":
         b_low, b_high, b_coverage = median_interval(baseline, _ARM_TAIL)
         c_low, c_high, c_coverage = median_interval(candidate, _ARM_TAIL)
