@@ -41,3 +41,19 @@ def test_reduced_demo_decides_as_promised(tmp_path):
                                                     "flash-claimed-fallback.png"}
     verified = CliRunner().invoke(main, ["--db", url, "replay", "--verify"])
     assert verified.exit_code == 0, verified.output
+
+    # Every candidate ships as a verified bundle, and the demo ends by saying what would ship here and why not the rest.
+    from registry.bundles import verify_directory
+
+    for name in decisions:
+        state = json.loads(CliRunner().invoke(main, ["--db", url, "show", name, "--json"]).output)
+        assert verify_directory(out / "bundles" / name).digest == state["payload_sha256"]
+    shipped = {found["workload"]: found for found in outcome["resolve"]}
+    video = {o["artifact"]: o["code"] for o in shipped["tiny-dit-t2v"]["others"]}
+    assert video["lossy-skip"] == video["flash-claimed-fallback"] == "not_promoted"
+    promoted = {name for name, (decision, _) in decisions.items() if decision == "promoted"}
+    if promoted:
+        assert shipped["tiny-dit-t2v"]["match"]["artifact"] in promoted
+    kernel = {o["artifact"]: o["code"] for o in shipped["tiny-dit-modln-op"]["others"]}
+    if decisions["modln-triton"][0] != "promoted":
+        assert kernel == {"modln-triton": "not_promoted"} and shipped["tiny-dit-modln-op"]["match"] is None

@@ -18,12 +18,14 @@ import numpy as np
 
 from registry.contracts import Contract
 
+from .bundles import register_bundle
 from .context import Registry
 from .decisions import promote
+from .demo_bundles import demo_resolutions, write_candidate_bundle, write_kernel_bundle
 from .evidence import record_evidence
 from .frames import register_frames
 from .kernels import evaluate_artifact, prepare_triton
-from .workloads import declare_workload, register_artifact
+from .workloads import declare_workload
 
 SEED = 1024
 VIDEO_WORKLOAD = "tiny-dit-t2v"
@@ -31,6 +33,7 @@ KERNEL_WORKLOAD = "tiny-dit-modln-op"
 FRAME_SET = "tiny-dit-seed1024-8f"
 KERNEL_ARTIFACT = "modln-triton"
 KERNEL_ENTRY = "registry.kernels.modln:modulated_layernorm_triton"
+VIDEO_MODEL = {"id": "registry/tiny-video-dit", "revision": "seed-1729"}
 
 # What each candidate must get, and the rule that must decide it on a CPU.
 EXPECTED = {
@@ -58,7 +61,7 @@ def video_contract(runs_per_arm: int, lpips: bool) -> Contract:
     control about 0.74, so neither side sits near the line. min_speedup 1.2
     on the median of per-pair ratios: the honest candidates run 1.5-2x
     faster on one quiet core, so ordinary noise does not move them across
-    the line (the bootstrap interval is recorded beside it). LPIPS is gated only when a
+    the line (the order-statistic interval is recorded beside it). LPIPS is gated only when a
     backbone file is configured (no download, no substitute number).
     """
     fidelity: dict[str, Any] = {"tier": "perceptual", "min_ssim": 0.98, "frame_set": FRAME_SET, "seed": SEED,
@@ -67,7 +70,7 @@ def video_contract(runs_per_arm: int, lpips: bool) -> Contract:
         fidelity["max_lpips"] = 0.05
     return Contract.from_mapping({
         "workload": VIDEO_WORKLOAD,
-        "model": {"id": "registry/tiny-video-dit", "revision": "seed-1729"},
+        "model": VIDEO_MODEL,
         "sampling": {"height": 128, "width": 128, "frames": 8, "steps": 10, "seed": SEED, "dtype": "float32"},
         "fidelity": fidelity,
         "speed": {"min_speedup": 1.2, "runs_per_arm": runs_per_arm, "protocol": "paired"},
@@ -161,8 +164,9 @@ def run_campaign(registry: Registry, out_dir: Path, *, runs: int, warmup: int, l
 
     rows: list[Row] = []
     for candidate in all_candidates():
-        register_artifact(registry, candidate.name, workload=VIDEO_WORKLOAD, kind=KIND_OF[candidate.name],
-                          backend=BACKEND_OF.get(candidate.name), payload_sha256=candidate_sha256(candidate))
+        bundle = write_candidate_bundle(out_dir, candidate, candidate_sha256(candidate), latent, VIDEO_MODEL)
+        register_bundle(registry, candidate.name, bundle, workload=VIDEO_WORKLOAD, kind=KIND_OF[candidate.name],
+                        backend=BACKEND_OF.get(candidate.name))
         with progress_factory(f"{candidate.name}: {runs} ABBA pairs") as update:
             items, frames = measure_candidate(candidate, reference, latent, registered, runs, warmup,
                                               lpips_backbone, update)
@@ -173,8 +177,8 @@ def run_campaign(registry: Registry, out_dir: Path, *, runs: int, warmup: int, l
                     title=f"{candidate.name}: reference (top) vs candidate (bottom)")
         rows.append(_row(registry, candidate.name, KIND_OF[candidate.name], perceptual))
 
-    register_artifact(registry, KERNEL_ARTIFACT, workload=KERNEL_WORKLOAD, kind="fused_kernel",
-                      op="modulated_layernorm", entry=KERNEL_ENTRY)
+    register_bundle(registry, KERNEL_ARTIFACT, write_kernel_bundle(out_dir, KERNEL_ARTIFACT), workload=KERNEL_WORKLOAD,
+                    kind="fused_kernel", op="modulated_layernorm", entry=KERNEL_ENTRY)
     with progress_factory(f"{KERNEL_ARTIFACT}: operation-level evaluation") as update:
         items = evaluate_artifact(registry, KERNEL_ARTIFACT, corpus=None, runs=None, warmup=warmup, progress=update)
     parsed = parse_document({"format": "registry.evidence/1", "artifact": KERNEL_ARTIFACT, "evidence": items})
@@ -204,3 +208,8 @@ def check_expectations(rows: list[Row], on_gpu: bool) -> list[str]:
         if named and not any(named in reason for reason in row.verdict["reasons"]):
             problems.append(f"{row.artifact}: no reason names {named}")
     return problems
+
+
+def what_would_ship(registry: Registry, profile) -> list:
+    """How `resolve` answers for both demo workloads on the machine `profile` describes."""
+    return demo_resolutions(registry, profile, VIDEO_WORKLOAD, VIDEO_MODEL, KERNEL_WORKLOAD)

@@ -9,6 +9,7 @@ import click
 from .session import Session, pass_session
 from .output import emit_json, say, table
 from .progress import progress_bar
+from .ship_commands import print_resolution
 
 
 @click.command()
@@ -38,10 +39,11 @@ def demo(session: Session, fresh: bool, runs: int, warmup: int, out_dir: str, lp
     from registry.app.demo_registry import open_demo_registry
 
     registry, url = open_demo_registry(session.url, actor=session.actor, fresh=fresh)
-    from registry.app.campaign import check_expectations, run_campaign
+    from registry.app.campaign import check_expectations, run_campaign, what_would_ship
     from registry.app.reports import build
     from registry.projections.matrix import DEFAULT_STALE_DAYS
     from registry.projections.report import report_html
+    from registry.runtime import RuntimeProfile
 
     out = Path(out_dir)
     log = (lambda _text: None) if as_json else say
@@ -52,9 +54,10 @@ def demo(session: Session, fresh: bool, runs: int, warmup: int, out_dir: str, lp
     import torch
 
     problems = check_expectations(rows, on_gpu=torch.cuda.is_available())
+    shipping = what_would_ship(registry, RuntimeProfile.detect())
     if as_json:
         emit_json({"database": url, "rows": [row.to_dict() for row in rows], "problems": problems,
-                   "report": str(out / "report.html")})
+                   "report": str(out / "report.html"), "resolve": [found.to_dict() for found in shipping]})
     else:
         table("demo campaign", ["artifact", "kind", "decision", "speedup (95% CI)", "worst SSIM (margin)", "deciding reason"],
               (_cells(row) for row in rows))
@@ -64,6 +67,9 @@ def demo(session: Session, fresh: bool, runs: int, warmup: int, out_dir: str, lp
         say(f"  registry --db {url} history lossy-skip")
         say(f"  registry --db {url} report --format table")
         say(f"  registry --db {url} replay --verify")
+        say(f"\nwhat would ship on this machine (bundles in {out / 'bundles'}):")
+        for found in shipping:
+            print_resolution(found)
     if check and problems:
         for problem in problems:
             click.echo(f"unexpected: {problem}", err=True)
