@@ -256,9 +256,10 @@ def test_a_benchmark_at_the_runs_limit_is_imported_promoted_and_replayed_in_boun
     candidate = [1.0 + 1e-4 * (i % 37) for i in range(n)]
     (tmp_path / "evidence.json").write_text(json.dumps({"format": "registry.evidence/1", "artifact": "a", "evidence": [
         {"kind": "execution", "candidate_calls": 3, "fallbacks": 0},
-        {"kind": "parity", "leaves": [{"name": "out", "dtype": "bfloat16", "shape": [4], "byte_equal": True,
-                                       "strides_equal": True, "max_abs_error": 0.0, "max_rel_error": 0.0,
-                                       "has_nan": False, "has_inf": False}]},
+        {"kind": "parity", "leaves": [{"name": "out", "reference_dtype": "bfloat16", "candidate_dtype": "bfloat16",
+                                       "reference_shape": [4], "candidate_shape": [4], "reference_strides": [1],
+                                       "candidate_strides": [1], "byte_equal": True, "max_abs_error": 0.0,
+                                       "max_rel_error": 0.0, "has_nan": False, "has_inf": False}]},
         {"kind": "benchmark", "protocol": "paired", "device": "NVIDIA H200", "timer": "cuda_event",
          "baseline_s": [1.5 * c + 1e-5 * (i % 11) for i, c in enumerate(candidate)], "candidate_s": candidate,
          "schedule": ["BC", "CB"] * (n // 2)}]}))
