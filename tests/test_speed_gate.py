@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 
 from registry.contracts import Contract, ContractError
 from registry.evidence.document import EvidenceError, parse_item
-from registry.evidence.stats import MAX_RUNS_PER_ARM, speedup_interval
+from registry.evidence.ranks import MAX_RUNS_PER_ARM
+from registry.evidence.stats import speedup_interval
 from registry.gate import RULES, ArtifactFacts, GateEvidence, Recorded, decide
 
 MODULE = ArtifactFacts("fused-rmsnorm-v1", "module")

@@ -17,7 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from registry.evidence.stats import MAX_RUNS_PER_ARM, summarize_benchmark
+from registry.evidence.ranks import MAX_RUNS_PER_ARM
+from registry.evidence.stats import summarize_benchmark
 
 FORMAT = "registry.evidence/1"
 KINDS = ("execution", "benchmark", "parity", "perceptual", "failure")
