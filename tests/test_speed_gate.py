@@ -38,7 +38,8 @@ def passing_evidence(attempts: int | None = None, benchmark: Recorded | None = N
     return GateEvidence(
         execution=Recorded("ev-exec", parse_item({"kind": "execution", "candidate_calls": 4, "fallbacks": 0})),
         parity=Recorded("ev-parity", parse_item({"kind": "parity", "leaves": [{
-            "name": "out", "dtype": "bfloat16", "shape": [4], "byte_equal": True, "strides_equal": True,
+            "name": "out", "reference_dtype": "bfloat16", "candidate_dtype": "bfloat16", "reference_shape": [4],
+            "candidate_shape": [4], "reference_strides": [1], "candidate_strides": [1], "byte_equal": True,
             "max_abs_error": 0.0, "max_rel_error": 0.0, "has_nan": False, "has_inf": False}]})),
         benchmark=benchmark or paired([1.5 * c for c in candidate], candidate),
         benchmark_attempts=attempts,
