@@ -134,13 +134,13 @@ def evaluate(session: Session, artifact_id: str, runs: int | None, warmup: int, 
 @click.option("--json", "as_json", is_flag=True, help="Print the operations as JSON.")
 def kernels(as_json: bool) -> None:
     """List the built-in operations, their references, cost models and kernel entries."""
-    from registry.app.kernels import prepare_triton
+    from registry.app.kernels import triton_runtime
 
-    prepare_triton()
-    from registry.kernels.ops import list_operations
+    with triton_runtime():
+        from registry.kernels.ops import list_operations
 
-    ops = [{"name": op.name, "reference": op.reference, "kernels": list(op.kernels), "outputs": list(op.outputs),
-            "cost_model": op.cost_model} for op in list_operations()]
+        ops = [{"name": op.name, "reference": op.reference, "kernels": list(op.kernels), "outputs": list(op.outputs),
+                "cost_model": op.cost_model} for op in list_operations()]
     if as_json:
         emit_json(ops)
         return
