@@ -19,7 +19,8 @@ import numpy as np
 
 from registry.contracts.names import name_refusal
 from registry.contracts.parity import is_known_dtype, normalize_dtype
-from registry.evidence.stats import MAX_RUNS_PER_ARM, summarize_benchmark
+from registry.evidence.ranks import MAX_RUNS_PER_ARM
+from registry.evidence.stats import summarize_benchmark
 
 FORMAT = "registry.evidence/1"
 KINDS = ("execution", "benchmark", "parity", "perceptual", "failure")
