@@ -17,8 +17,10 @@ from typing import Any
 
 import numpy as np
 
+from registry.contracts.names import name_refusal
 from registry.contracts.parity import is_known_dtype, normalize_dtype
-from registry.evidence.stats import MAX_RUNS_PER_ARM, summarize_benchmark
+from registry.evidence.ranks import MAX_RUNS_PER_ARM
+from registry.evidence.stats import summarize_benchmark
 
 FORMAT = "registry.evidence/1"
 KINDS = ("execution", "benchmark", "parity", "perceptual", "failure")
@@ -68,8 +70,8 @@ def parse_document(obj: Any) -> EvidenceDocument:
     _only_known(doc, ("format", "artifact", "run", "evidence"), "document")
     if doc.get("format") != FORMAT:
         raise EvidenceError(f"format: expected {FORMAT!r}, got {doc.get('format')!r}")
-    artifact = _text(_required(doc, "artifact", ""), "artifact")
-    run = _optional(doc, "run", "", _text)
+    artifact = _name(_required(doc, "artifact", ""), "artifact")
+    run = _optional(doc, "run", "", _name)
     items = _required(doc, "evidence", "")
     if not isinstance(items, list):
         raise EvidenceError(f"evidence: expected a list, got {_type(items)}")
@@ -114,6 +116,14 @@ def _fields(raw: Mapping[str, Any], spec: Spec, where: str) -> dict[str, Any]:
 def _text(value: Any, path: str) -> str:
     if not isinstance(value, str) or not value.strip():
         raise EvidenceError(f"{path}: expected a non-empty string, got {_type(value)}")
+    return value
+
+
+def _name(value: Any, path: str) -> str:
+    """An id (artifact, run, frame set): the registry's one naming rule (registry.contracts.names)."""
+    refusal = name_refusal(value)
+    if refusal is not None:
+        raise EvidenceError(f"{path}: {refusal}")
     return value
 
 
@@ -372,7 +382,7 @@ _SPECS: dict[str, Spec] = {
         "approx_math": (False, _nullable(_list_of(_text, allow_empty=True))),
     },
     "perceptual": {
-        "frame_set": (True, _text),
+        "frame_set": (True, _name),
         "seed": (True, _integer),
         "frames": (False, _nullable(_frame_count)),
         "ssim": (False, _nullable(_list_of(_bounded(-1.0, 1.0, "SSIM")))),
