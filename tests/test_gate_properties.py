@@ -25,7 +25,7 @@ def contracts(draw, tiers=("exact", "perceptual", "advisory"), with_speed=None) 
         manifest["fidelity"] = {"tier": tier, "frame_set": FRAME_SET,
                                 "min_ssim": draw(st.floats(0.5, 0.99)), "max_lpips": draw(st.floats(0.0, 0.3))}
     if with_speed if with_speed is not None else draw(st.booleans()):
-        manifest["speed"] = {"min_speedup": draw(st.floats(1.0, 1.5)), "runs_per_arm": 4,
+        manifest["speed"] = {"min_speedup": draw(st.floats(1.0, 1.5)), "runs_per_arm": 6,
                              "protocol": "paired", "require_conclusive": draw(st.booleans())}
     return Contract.from_mapping(manifest)
 
@@ -33,7 +33,7 @@ def contracts(draw, tiers=("exact", "perceptual", "advisory"), with_speed=None) 
 @st.composite
 def raw_items(draw, clean: bool) -> dict[str, dict]:
     """Raw evidence items; `clean` ones pass every check of the contracts drawn above."""
-    n = draw(st.sampled_from([4, 6, 8]))
+    n = draw(st.sampled_from([6, 8, 10]))
     candidate = draw(st.lists(st.floats(0.5, 2.0), min_size=n, max_size=n))
     factor = 2.0 if clean else draw(st.floats(0.5, 3.0))
     frames = draw(st.integers(1, 4))

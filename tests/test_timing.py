@@ -79,6 +79,7 @@ def test_an_arm_that_raises_propagates():
     ({"runs": 0, "warmup": 0}, "pairs must be a positive integer"),
     ({"runs": 2, "warmup": -1}, "warmup must be a non-negative integer"),
     ({"runs": 2, "warmup": 0, "bytes_moved": 0}, "bytes_moved must be a positive number"),
+    ({"runs": 100_001, "warmup": 0}, "runs: 100001 is above the 100000 runs per arm"),
 ])
 def test_time_paired_refuses_bad_arguments(kwargs, message):
     with pytest.raises(ValueError, match=message):

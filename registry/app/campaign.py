@@ -58,7 +58,7 @@ def video_contract(runs_per_arm: int, lpips: bool) -> Contract:
     control about 0.74, so neither side sits near the line. min_speedup 1.2
     on the median of per-pair ratios: the honest candidates run 1.5-2x
     faster on one quiet core, so ordinary noise does not move them across
-    the line (the bootstrap interval is recorded beside it). LPIPS is gated only when a
+    the line (the order-statistic interval is recorded beside it). LPIPS is gated only when a
     backbone file is configured (no download, no substitute number).
     """
     fidelity: dict[str, Any] = {"tier": "perceptual", "min_ssim": 0.98, "frame_set": FRAME_SET, "seed": SEED,

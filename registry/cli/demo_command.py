@@ -1,7 +1,6 @@
 """`registry demo`: the whole campaign on a fresh embedded registry."""
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
@@ -11,11 +10,9 @@ from .session import Session, pass_session
 from .output import emit_json, say, table
 from .progress import progress_bar
 
-DEMO_DB = "demo.db"
-
 
 @click.command()
-@click.option("--fresh", is_flag=True, help="Delete demo.db and start over.")
+@click.option("--fresh", is_flag=True, help="Delete the demo's database (only one the demo created) and start over.")
 @click.option("--runs", type=click.IntRange(min=2), default=10, show_default=True,
               help="Timed ABBA pairs per candidate (also the contract's runs_per_arm; even).")
 @click.option("--warmup", type=click.IntRange(min=0), default=2, show_default=True, help="Untimed warm-up pairs.")
@@ -30,23 +27,22 @@ def demo(session: Session, fresh: bool, runs: int, warmup: int, out_dir: str, lp
          check: bool, as_json: bool) -> None:
     """Run a real campaign: a tiny video DiT, five candidates, every kind of verdict.
 
-    Uses demo.db in the current directory unless --db is given.
+    The demo uses its own SQLite file: demo.db in the current directory, or
+    the file --db names (--db sqlite:///PATH). It never reads
+    REGISTRY_DATABASE_URL. It creates that file and marks it as a demo
+    registry, and writes only to (and with --fresh deletes only) a file that
+    carries the mark: any other database is refused and left untouched.
     """
     if runs % 2:
         raise ValueError(f"--runs {runs} must be even: the paired protocol interleaves BC and CB pairs")
-    from registry.app import open_registry
+    from registry.app.demo_registry import open_demo_registry
+
+    registry, url = open_demo_registry(session.url, actor=session.actor, fresh=fresh)
     from registry.app.campaign import check_expectations, run_campaign
     from registry.app.reports import build
     from registry.projections.matrix import DEFAULT_STALE_DAYS
     from registry.projections.report import report_html
 
-    url = session.url or os.environ.get("REGISTRY_DATABASE_URL") or f"sqlite:///{DEMO_DB}"
-    if fresh:
-        if not url.startswith("sqlite:///"):
-            raise ValueError("--fresh only deletes an SQLite demo database; point --db at a new database instead")
-        for suffix in ("", "-wal", "-shm"):
-            Path(url.removeprefix("sqlite:///") + suffix).unlink(missing_ok=True)
-    registry = open_registry(url, actor=session.actor, create=True)
     out = Path(out_dir)
     log = (lambda _text: None) if as_json else say
     rows = run_campaign(registry, out, runs=runs, warmup=warmup, lpips_backbone=lpips_backbone,

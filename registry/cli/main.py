@@ -5,6 +5,9 @@ nothing written); 2 usage error; 3 a promote whose verdict is not `promoted`.
 """
 from __future__ import annotations
 
+import os
+import sys
+
 import click
 
 from registry import __version__
@@ -17,13 +20,35 @@ REFUSALS = (StoreError, ValueError, OSError)
 
 
 class RegistryGroup(click.Group):
-    """Turns every refusal raised below into one line on stderr and exit 1."""
+    """Turns every refusal raised below into one line on stderr and exit 1.
+
+    A reader that stops early (`registry history X | head`) closes the pipe:
+    that ends the command quietly with exit 0, as other command-line tools
+    do. Standard output is flushed here, inside the handler, so a pipe closed
+    while the output still sits in the buffer is caught too.
+    """
 
     def invoke(self, ctx: click.Context):
         try:
-            return super().invoke(ctx)
+            result = super().invoke(ctx)
+            sys.stdout.flush()
+            return result
+        except BrokenPipeError:
+            _discard_stdout()
+            sys.exit(0)
         except REFUSALS as exc:
             fail(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+
+
+def _discard_stdout() -> None:
+    """Point standard output at the null device, so the interpreter's final flush cannot fail again."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # no file descriptor behind sys.stdout (an in-memory stream)
+        pass
+    finally:
+        os.close(devnull)
 
 
 @click.group(cls=RegistryGroup, context_settings={"help_option_names": ["-h", "--help"]})

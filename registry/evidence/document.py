@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from registry.evidence.stats import summarize_benchmark
+from registry.evidence.stats import MAX_RUNS_PER_ARM, summarize_benchmark
 
 FORMAT = "registry.evidence/1"
 KINDS = ("execution", "benchmark", "parity", "perceptual", "failure")
@@ -170,6 +170,13 @@ def _positive_time(value: Any, path: str) -> float:
     return number
 
 
+def _runs(value: Any, path: str) -> list[float]:
+    """One arm's run times; over MAX_RUNS_PER_ARM is refused before any element is read."""
+    if isinstance(value, list) and len(value) > MAX_RUNS_PER_ARM:
+        raise EvidenceError(f"{path}: {len(value)} runs; a benchmark arm carries at most {MAX_RUNS_PER_ARM}")
+    return _list_of(_positive_time)(value, path)
+
+
 def _nullable(check: Callable[[Any, str], Any]) -> Callable[[Any, str], Any]:
     def nullable(value: Any, path: str) -> Any:
         return None if value is None else check(value, path)
@@ -273,8 +280,8 @@ _SPECS: dict[str, Spec] = {
         "protocol": (True, _one_of(("paired", "sequential"))),
         "device": (True, _text),
         "timer": (True, _one_of(TIMERS)),
-        "baseline_s": (True, _list_of(_positive_time)),
-        "candidate_s": (True, _list_of(_positive_time)),
+        "baseline_s": (True, _runs),
+        "candidate_s": (True, _runs),
         "schedule": (False, _nullable(_list_of(_one_of(ORDERS)))),
         "warmup": (False, _nullable(_count)),
         "bandwidth_share": (False, _nullable(_bounded(0.0, None, "bandwidth share"))),

@@ -24,6 +24,8 @@ from typing import Any
 
 import torch
 
+from registry.evidence.stats import MAX_RUNS_PER_ARM
+
 FLUSH_BYTES = 256 * 1024 * 1024
 
 # Peak DRAM bandwidth in bytes/s by the name torch.cuda.get_device_name reports.
@@ -129,6 +131,8 @@ def time_paired(baseline_fn: Callable[[], Any], candidate_fn: Callable[[], Any],
     if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
         raise ValueError(f"warmup must be a non-negative integer, got {warmup!r}")
     schedule = abba_schedule(runs)
+    if runs > MAX_RUNS_PER_ARM:  # refused before timing anything, not after hours of runs
+        raise ValueError(f"runs: {runs} is above the {MAX_RUNS_PER_ARM} runs per arm benchmark evidence may carry")
     if bytes_moved is not None and not (isinstance(bytes_moved, (int, float)) and bytes_moved > 0):
         raise ValueError(f"bytes_moved must be a positive number, got {bytes_moved!r}")
     timer = _timer_for(device)
