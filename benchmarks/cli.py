@@ -10,7 +10,8 @@ shared machine falls on both alike:
 - show:  `python -m registry --db URL show ID --json`, run from this checkout.
 
 Prints both medians, the ratio of the medians and the median of per-round
-ratios. Without --db it builds a demo-like registry in a temporary directory
+ratios, for wall time and for the processes' CPU time (user + system, which
+other jobs on a shared machine disturb less). Without --db it builds a demo-like registry in a temporary directory
 through the app layer (the demo's two workloads and five candidates, their
 evidence and the gate's verdicts, 27 events) instead of running the demo's
 measurements.
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import resource
 import statistics
 import subprocess
 import sys
@@ -84,27 +86,38 @@ def build(url: str) -> None:
     registry.engine.dispose()
 
 
-def run_once(command: list[str]) -> float:
-    started = time.perf_counter()
+def children_cpu_s() -> float:
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return used.ru_utime + used.ru_stime
+
+
+def run_once(command: list[str]) -> tuple[float, float]:
+    """(wall, CPU) seconds of one whole process."""
+    cpu, started = children_cpu_s(), time.perf_counter()
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
-    elapsed = time.perf_counter() - started
+    elapsed, cpu = time.perf_counter() - started, children_cpu_s() - cpu
     if done.returncode != 0:
         raise SystemExit(f"{' '.join(command)} failed ({done.returncode}): {done.stderr.strip()}")
-    return elapsed
+    return elapsed, cpu
+
+
+def compared(floor: list[float], show: list[float], unit: str) -> dict:
+    floor_ms, show_ms = statistics.median(floor) * 1000, statistics.median(show) * 1000
+    return {f"floor_{unit}_median_ms": floor_ms, f"show_{unit}_median_ms": show_ms, f"{unit}_ratio": show_ms / floor_ms,
+            f"{unit}_median_round_ratio": statistics.median(s / f for s, f in zip(show, floor))}
 
 
 def measure(url: str, artifact: str, rounds: int) -> dict:
     floor = [sys.executable, "-c", "import sqlalchemy, click"]
     show = [sys.executable, "-m", "registry", "--db", url, "show", artifact, "--json"]
     run_once(floor), run_once(show)
-    floor_s, show_s = [], []
+    floor_runs, show_runs = [], []
     for _ in range(rounds):
-        floor_s.append(run_once(floor))
-        show_s.append(run_once(show))
-    floor_ms, show_ms = statistics.median(floor_s) * 1000, statistics.median(show_s) * 1000
-    return {"rounds": rounds, "floor_median_ms": floor_ms, "show_median_ms": show_ms, "ratio": show_ms / floor_ms,
-            "median_round_ratio": statistics.median(s / f for s, f in zip(show_s, floor_s)),
-            "floor_command": 'python -c "import sqlalchemy, click"',
+        floor_runs.append(run_once(floor))
+        show_runs.append(run_once(show))
+    wall = compared([w for w, _ in floor_runs], [w for w, _ in show_runs], "wall")
+    cpu = compared([c for _, c in floor_runs], [c for _, c in show_runs], "cpu")
+    return {"rounds": rounds, **wall, **cpu, "floor_command": 'python -c "import sqlalchemy, click"',
             "show_command": f"python -m registry --db URL show {artifact} --json"}
 
 
@@ -127,7 +140,7 @@ def main() -> None:
         print(json.dumps(figures, indent=2))
         return
     for key, value in figures.items():
-        print(f"{key:<24}{value:,.3f}" if isinstance(value, float) else f"{key:<24}{value}")
+        print(f"{key:<26}{value:,.3f}" if isinstance(value, float) else f"{key:<26}{value}")
 
 
 if __name__ == "__main__":
