@@ -9,7 +9,6 @@ payload. Cases that touch the database run on SQLite and on Postgres.
 from __future__ import annotations
 
 import threading
-import time
 from datetime import datetime, timezone
 
 import pytest
@@ -98,6 +97,13 @@ def margin(metric: str, value: float, threshold: float, higher_is_better: bool =
     return Margin(metric, value, threshold, signed, signed >= 0)
 
 
+def _clock_past(moment: datetime) -> datetime:
+    """The clock's first reading after `moment`: ordering by the clock itself, not by a sleep's length."""
+    while (now := datetime.now(timezone.utc)) <= moment:
+        pass
+    return now
+
+
 class History:
     """Appends the scripted history; remembers positions and event ids by label."""
 
@@ -105,11 +111,6 @@ class History:
         self.store = store
         self.at: dict[str, int] = {}
         self.times: dict[str, datetime] = {}
-
-    def add(self, label: str, stream: str, event_type: str, payload: dict) -> int:
-        [position] = self.store.append(stream, [NewEvent(event_type, payload)], actor="test")
-        self.at[label] = position
-        return position
 
     def event_id(self, label: str) -> str:
         return self.store.read_all(after_position=self.at[label] - 1, limit=1)[0].event_id
@@ -138,11 +139,17 @@ class History:
             "artifact": artifact, "payload_sha256": sha, "action": action,
             "reason": f"scripted {action}", "person": "Ada Lovelace"})
 
+    def add(self, label: str, stream: str, event_type: str, payload: dict) -> int:
+        if self.times:
+            _clock_past(max(self.times.values()))  # the next event is recorded after every marked moment
+        [position] = self.store.append(stream, [NewEvent(event_type, payload)], actor="test")
+        self.at[label] = position
+        return position
+
     def mark_time(self, label: str) -> None:
-        """A moment strictly between the last event and the next one."""
-        time.sleep(0.005)
-        self.times[label] = datetime.now(timezone.utc)
-        time.sleep(0.005)
+        """A moment strictly between the last event and the next one (`add` waits for the clock to pass it)."""
+        last = self.store.read_all(after_position=self.store.head_position() - 1)[0].recorded_at
+        self.times[label] = _clock_past(last)
 
 
 def build_history(store: EventStore) -> History:

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from registry.contracts import Contract
+from registry.contracts.names import check_name
 from registry.events.store import NewEvent
 from registry.events.types import ARTIFACT_KINDS, ArtifactRegistered, WorkloadDeclared
 
@@ -106,8 +107,8 @@ def register_artifact(
     workload nobody has declared yet, and no contract is invented for it, so
     its artifacts hold until one is declared. `origin` names that document.
     """
-    if not artifact or any(ch.isspace() for ch in artifact) or ":" in artifact:
-        raise ValueError(f"artifact id {artifact!r} must be non-empty with no spaces or colons")
+    check_name(artifact, "artifact id")
+    check_name(workload, "workload")
     if kind not in ARTIFACT_KINDS:
         raise ValueError(f"kind {kind!r} is not one of {', '.join(ARTIFACT_KINDS)}")
     if kind == "attention_backend" and not backend:

@@ -9,6 +9,7 @@ import click
 from .session import Session, pass_session
 from .output import emit_json, say, table
 from .progress import progress_bar
+from .ship_commands import print_resolution
 
 
 @click.command()
@@ -20,7 +21,9 @@ from .progress import progress_bar
               help="Where the HTML report and frame strips go.")
 @click.option("--lpips-backbone", type=click.Path(exists=True, dir_okay=False),
               envvar="REGISTRY_LPIPS_BACKBONE", help="AlexNet backbone weights; LPIPS is gated only with one.")
-@click.option("--check", is_flag=True, help="Exit 1 if any decision differs from the demo's expectation.")
+@click.option("--check", is_flag=True,
+              help="Exit 1 if any verdict is not decided as the demo promises on this kind of machine "
+                   "(CPU: the Triton kernel held on interpreter timings; CUDA GPU: judged on real timings).")
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
 @pass_session
 def demo(session: Session, fresh: bool, runs: int, warmup: int, out_dir: str, lpips_backbone: str | None,
@@ -38,10 +41,11 @@ def demo(session: Session, fresh: bool, runs: int, warmup: int, out_dir: str, lp
     from registry.app.demo_registry import open_demo_registry
 
     registry, url = open_demo_registry(session.url, actor=session.actor, fresh=fresh)
-    from registry.app.campaign import check_expectations, run_campaign
+    from registry.app.campaign import check_expectations, near_gate_notes, run_campaign, what_would_ship
     from registry.app.reports import build
     from registry.projections.matrix import DEFAULT_STALE_DAYS
     from registry.projections.report import report_html
+    from registry.runtime import RuntimeProfile
 
     out = Path(out_dir)
     log = (lambda _text: None) if as_json else say
@@ -52,18 +56,26 @@ def demo(session: Session, fresh: bool, runs: int, warmup: int, out_dir: str, lp
     import torch
 
     problems = check_expectations(rows, on_gpu=torch.cuda.is_available())
+    notes = near_gate_notes(rows)
+    shipping = what_would_ship(registry, RuntimeProfile.detect())
     if as_json:
         emit_json({"database": url, "rows": [row.to_dict() for row in rows], "problems": problems,
-                   "report": str(out / "report.html")})
+                   "near_gate": notes, "report": str(out / "report.html"),
+                   "resolve": [found.to_dict() for found in shipping]})
     else:
         table("demo campaign", ["artifact", "kind", "decision", "speedup (95% CI)", "worst SSIM (margin)", "deciding reason"],
               (_cells(row) for row in rows))
+        for note in notes:
+            say(f"near the gate: {note}")
         say(f"\nreport: {out / 'report.html'}; frame strips: {out}/*.png")
         say("look further:")
         say(f"  registry --db {url} show step-cache")
         say(f"  registry --db {url} history lossy-skip")
         say(f"  registry --db {url} report --format table")
         say(f"  registry --db {url} replay --verify")
+        say(f"\nwhat would ship on this machine (bundles in {out / 'bundles'}):")
+        for found in shipping:
+            print_resolution(found)
     if check and problems:
         for problem in problems:
             click.echo(f"unexpected: {problem}", err=True)

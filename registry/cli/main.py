@@ -53,7 +53,8 @@ def _discard_stdout() -> None:
 
 @click.group(cls=RegistryGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--db", "url", metavar="URL", help="Database URL (else REGISTRY_DATABASE_URL, else sqlite:///registry.db).")
-@click.option("--actor", help="Who is acting (else REGISTRY_ACTOR, else user@host).")
+@click.option("--actor", help="Who is acting (else REGISTRY_ACTOR, else user@host): a name as every id is "
+                              "(1-128 characters, a letter or digit first, no whitespace, control characters or ':').")
 @click.version_option(__version__, prog_name="registry")
 @click.pass_context
 def main(ctx: click.Context, url: str | None, actor: str | None) -> None:

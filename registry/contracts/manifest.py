@@ -74,7 +74,7 @@ class Contract:
     tags: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
-        f.text(self.workload, "workload")
+        f.name(self.workload, "workload")
         for name, kind in (("parity", ParityPolicy), ("fidelity", FidelityBudget)):
             if not isinstance(getattr(self, name), kind):
                 raise ContractError(f"{name}: expected a {kind.__name__}")

@@ -183,7 +183,10 @@ def _frame_parity(parity: Any) -> dict[str, Any] | None:
 
     MotionKernel compared decoded frame arrays (integer pixels, which cannot be
     NaN or inf). A float frame dtype leaves the NaN question open, so such a
-    comparison is not imported as parity evidence.
+    comparison is not imported as parity evidence. Each side's frames were
+    decoded from a video file into a fresh row-major array, so their strides
+    follow from their shapes; the leaf records both sides. A document that
+    names only the optimized side gives a one-sided leaf, which the gate holds.
     """
     if parity is None:
         return None
@@ -191,21 +194,38 @@ def _frame_parity(parity: Any) -> dict[str, Any] | None:
         raise MotionKernelError("parity: expected an object")
     native_dtype = _optional_text(parity.get("native_dtype"), "parity.native_dtype")
     dtype = _optional_text(parity.get("optimized_dtype"), "parity.optimized_dtype")
-    shape = parity.get("optimized_shape")
-    if dtype is None or not isinstance(shape, list) or not all(_is_count(v) for v in shape):
+    shape, native_shape = parity.get("optimized_shape"), parity.get("native_shape")
+    if dtype is None or not _is_shape(shape):
         raise MotionKernelError("parity: needs optimized_dtype and optimized_shape (a list of sizes)")
     if not (dtype.startswith("uint") or dtype.startswith("int")):
         return None
     shown_equal = (
         parity.get("passed") is True and parity.get("policy") == "byte_equal" and native_dtype == dtype
-        and parity.get("native_shape") == shape
+        and native_shape == shape
     )
-    return {
-        "kind": "parity", "policy": "byte_equal",
-        "leaves": [{"name": "frames", "dtype": dtype, "shape": list(shape), "byte_equal": shown_equal,
-                    "max_abs_error": None, "max_rel_error": None, "has_nan": False, "has_inf": False,
-                    "reference_has_nan": False, "reference_has_inf": False}],
-    }
+    leaf: dict[str, Any] = {"name": "frames"}
+    if native_dtype is not None and _is_shape(native_shape):
+        for side, side_dtype, side_shape in (("reference", native_dtype, native_shape), ("candidate", dtype, shape)):
+            leaf.update({f"{side}_dtype": side_dtype, f"{side}_shape": list(side_shape),
+                         f"{side}_strides": _row_major_strides(side_shape)})
+    else:
+        leaf.update(dtype=dtype, shape=list(shape))
+    leaf.update(byte_equal=shown_equal, max_abs_error=None, max_rel_error=None, has_nan=False, has_inf=False,
+                reference_has_nan=False, reference_has_inf=False)
+    return {"kind": "parity", "policy": "byte_equal", "leaves": [leaf]}
+
+
+def _is_shape(value: Any) -> bool:
+    return isinstance(value, list) and all(_is_count(v) for v in value)
+
+
+def _row_major_strides(shape: list[int]) -> list[int]:
+    """Element strides of a C-contiguous array of `shape`."""
+    strides, step = [], 1
+    for size in reversed(shape):
+        strides.append(step)
+        step *= size
+    return strides[::-1]
 
 
 def _recorded_dispatch_verdict(doc: Mapping[str, Any]) -> dict[str, Any] | None:

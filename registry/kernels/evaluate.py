@@ -137,6 +137,7 @@ def evaluate_kernel(op_name: str, entry: str, *, corpus: str, runs: int, warmup:
             benchmark = time_paired(
                 lambda: _run_all(reference, inputs), lambda: _run_all(candidate, inputs), runs, warmup, device,
                 bytes_moved=sum(spec.cost(case).bytes for case in cases), triton_candidate=True,
+                interpreted=tally.interpreted_launches > 0,
                 progress=lambda _d, _t: tick(),
                 notes=(f"{op_name} on the {corpus} corpus: each timed call runs all {len(cases)} cases; "
                        f"baseline {spec.reference}, candidate {entry}"))
