@@ -42,7 +42,7 @@ def test_python_m_registry_cli_main_has_no_import_cycle():
 # validate, draw or migrate. torch, triton, numpy and matplotlib measure and plot; pydantic
 # validates payloads; rich draws tables (never --json); alembic and yaml migrate and read
 # manifests; the Postgres dialect and driver serve Postgres URLs only; the ORM is never used.
-NOT_ON_THE_READ_PATH = ("torch", "triton", "numpy", "matplotlib", "PIL", "pydantic", "sqlmodel", "rich", "alembic",
+NOT_ON_THE_READ_PATH = ("torch", "triton", "numpy", "matplotlib", "PIL", "pydantic", "rich", "alembic",
                         "yaml", "sqlalchemy.orm", "sqlalchemy.dialects.postgresql", "psycopg")
 MANIFEST = """
 workload: wan
