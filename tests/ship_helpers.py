@@ -32,15 +32,16 @@ def window(**overrides) -> dict:
 
 
 def make_bundle(root: Path, artifact: str, *, source: str = SOURCE, fingerprint: str = FINGERPRINT,
-                inputs: list | None = None, extra_files: dict | None = None, **window_overrides) -> Path:
-    """A bundle directory `root/artifact` with an entry file `op.py:replacement` and a written manifest."""
+                inputs: list | None = None, extra_files: dict | None = None, entry_symbol: str = "replacement",
+                **window_overrides) -> Path:
+    """A bundle directory `root/artifact` with an entry file `op.py` (symbol `replacement`) and a written manifest."""
     directory = root / artifact
     directory.mkdir(parents=True)
     (directory / "op.py").write_text(source)
     for name, text in (extra_files or {}).items():
         (directory / name).parent.mkdir(parents=True, exist_ok=True)
         (directory / name).write_text(text)
-    write_manifest(directory, entry_point={"file": "op.py", "symbol": "replacement"},
+    write_manifest(directory, entry_point={"file": "op.py", "symbol": entry_symbol},
                    replaces={"fingerprint": fingerprint, "inputs": inputs or [INPUT], "outputs": [INPUT]},
                    compatibility=window(**window_overrides))
     return directory

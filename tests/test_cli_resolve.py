@@ -7,7 +7,7 @@ import pytest
 
 from registry.app import open_registry
 from registry.bundles import REASON_CODES, CallSite, Candidate, Profile, parse_manifest, resolve
-from ship_helpers import FINGERPRINT, INPUT, declare, make_bundle, ship, window
+from ship_helpers import FINGERPRINT, INPUT, declare, make_bundle, measure_and_promote, ship
 
 QUERY = ("--workload", "wan", "--arch", "sm90", "--torch", "2.13.0+cu128", "--cuda", "12.8", "--triton", "nightly",
          "--model", "wan-1.3b", "--revision", "r1", "--fingerprint", FINGERPRINT,
@@ -41,8 +41,6 @@ def test_every_reason_code_is_produced(cli):
     plain.write_bytes(b"payload")
     assert cli("artifact", "register", "plain", "--workload", "wan", "--kind", "step_cache",
                "--payload", str(plain)).exit_code == 0
-    from ship_helpers import measure_and_promote
-
     assert measure_and_promote(cli, "plain", 2.0) == "promoted"
     ship(cli, root, "other-model", 2.0, model={"id": "hunyuan", "revision": "*"})
     ship(cli, root, "other-revision", 2.0, model={"id": "wan-1.3b", "revision": "r0"})
@@ -158,6 +156,8 @@ def test_revocation_removes_an_artifact_from_resolve(cli):
     (("--arch", "sm90", "--revision", "r1"), "--revision needs --model"),
     (("--arch", "sm90", "--mode", "Fast Mode"), "execution mode 'Fast Mode'"),
     (("--arch", "sm90", "--as-of", "999"), "beyond the log's head"),
+    ((), "give --arch with them (or --detect)"),
+    (("--detect", "--arch", "sm90"), "drop --arch"),
 ])
 def test_bad_queries_are_one_line_refusals(cli, args, fragment):
     result = cli("resolve", "--workload", "wan", "--torch", "2.13.0", *args)
@@ -178,3 +178,23 @@ def test_call_site_facts_are_checked_only_when_given(tmp_path):
     other_site = resolve([Candidate("x", "promoted", manifest)], profile,
                          CallSite(fingerprint="sha256:other"))
     assert [o.code for o in other_site.outcomes] == ["fingerprint_mismatch"]
+
+
+def test_detect_resolves_for_this_process(cli):
+    import torch
+
+    result = cli("resolve", "--workload", "wan", "--detect", "--json")
+    assert result.exit_code == 3  # nothing registered yet
+    profile = json.loads(result.output)["profile"]
+    assert profile["torch"] == torch.__version__ and profile["cuda"] == torch.version.cuda
+    bare = cli("resolve", "--workload", "wan")
+    assert bare.exit_code == 1 and "--arch and --torch, or --detect" in bare.stderr
+
+
+def test_a_promotion_under_an_older_contract_is_flagged(cli):
+    ship(cli, cli.tmp / "bundles", "veteran", 1.5)
+    newer = cli.tmp / "wan-v2.yaml"
+    newer.write_text((cli.tmp / "wan.yaml").read_text().replace("min_ssim: 0.98", "min_ssim: 0.995"))
+    assert cli("workload", "declare", str(newer)).exit_code == 0
+    status, document = resolved(cli, "--workload", "wan", "--arch", "sm90", "--torch", "2.13.0", "--cuda", "12.8")
+    assert status == 0 and document["match"]["note"] == "promoted under contract v1; current v2"

@@ -6,11 +6,12 @@ from typing import Any, Callable
 
 import numpy as np
 
+from registry.contracts.names import check_name, check_seed
 from registry.events.store import NewEvent
 from registry.events.types import FrameSetRegistered
 
 from .context import Registry
-from .evidence import record_evidence
+from .evidence import Recorded, record_evidence
 
 
 def frameset_stream(name: str) -> str:
@@ -19,8 +20,8 @@ def frameset_stream(name: str) -> str:
 
 def register_frames(registry: Registry, name: str, frames: np.ndarray, seed: int, source: str | None = None) -> tuple[dict, bool]:
     """Record a named, seeded frame set by the hash of its pixels; the same name with other content is refused."""
-    if not name or any(ch.isspace() for ch in name):
-        raise ValueError(f"frame set name {name!r} must be non-empty with no spaces")
+    check_name(name, "frame set name")
+    check_seed(seed, "seed")
     digest = pixel_digest(frames)
     stream = frameset_stream(name)
     existing = registry.store.read_stream(stream)
@@ -92,7 +93,7 @@ def measure_against_reference(
                               lpips=backend, progress=progress)
 
 
-def record_frames_evidence(registry: Registry, artifact: str, item: dict[str, Any], run: str | None = None) -> list[int]:
+def record_frames_evidence(registry: Registry, artifact: str, item: dict[str, Any], run: str | None = None) -> Recorded:
     """Validate the measured item like any imported evidence, then append it."""
     from registry.evidence.document import parse_item
 

@@ -2,20 +2,36 @@
 from __future__ import annotations
 
 import os
-from typing import Any, Callable
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator
 
 from .context import Registry
 from .workloads import current_contract, registration
 
 
-def prepare_triton() -> str:
-    """Use Triton's interpreter when there is no GPU; must run before kernel modules import."""
+@contextmanager
+def triton_runtime() -> Iterator[str]:
+    """Yield "gpu" or "cpu"; on a machine without a GPU, Triton's interpreter is on inside the block.
+
+    Kernel modules must first be imported inside the block (Triton decides at
+    decoration time) and timed inside it too (the timing harness reads the
+    variable to mark interpreter timings). The variable is restored on exit,
+    so a caller's process is left as it was found.
+    """
     import torch
 
     if torch.cuda.is_available():
-        return "gpu"
+        yield "gpu"
+        return
+    before = os.environ.get("TRITON_INTERPRET")
     os.environ.setdefault("TRITON_INTERPRET", "1")
-    return "cpu"
+    try:
+        yield "cpu"
+    finally:
+        if before is None:
+            os.environ.pop("TRITON_INTERPRET", None)
+        else:
+            os.environ["TRITON_INTERPRET"] = before
 
 
 def evaluate_artifact(
@@ -37,11 +53,11 @@ def evaluate_artifact(
         if contract.speed is None:
             raise ValueError(f"no --runs given and workload {registered['workload']} declares no speed.runs_per_arm")
         runs = canonical["speed"]["runs_per_arm"]
-    device = prepare_triton()
-    from registry.kernels.evaluate import evaluate_kernel
+    with triton_runtime() as device:
+        from registry.kernels.evaluate import evaluate_kernel
 
-    return evaluate_kernel(
-        registered["op"], registered["entry"], corpus=corpus or device, runs=runs, warmup=warmup,
-        policy=canonical["parity"]["policy"], tolerances_by_dtype=canonical["parity"]["tolerances"] or None,
-        progress=progress,
-    )
+        return evaluate_kernel(
+            registered["op"], registered["entry"], corpus=corpus or device, runs=runs, warmup=warmup,
+            policy=canonical["parity"]["policy"], tolerances_by_dtype=canonical["parity"]["tolerances"] or None,
+            progress=progress,
+        )

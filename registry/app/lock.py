@@ -12,8 +12,9 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Any
 
-from registry.bundles import CallSite, Lock, LockProblem, Profile, resolve
+from registry.bundles import CallSite, Candidate, Lock, LockProblem, Profile, resolve
 from registry.bundles.lock import LOCK_FORMAT, locked_entry
+from registry.bundles.resolution import SELECTED
 from registry.projections import Projections
 
 from .context import Registry
@@ -34,15 +35,15 @@ def export_lock(registry: Registry, workload: str, profile: Profile | None = Non
     position = registry.store.head_position() if as_of is None else as_of
     if position == 0:
         raise ValueError("the log is empty: there is nothing to lock")
-    candidates = workload_candidates(registry, workload, position)
+    found = workload_candidates(registry, workload, position)
+    states = {candidate.artifact: state for state, candidate in found}
+    candidates = [candidate for _, candidate in found]
     if profile is None:
-        chosen = sorted((c for c in candidates if c.decision == "promoted" and c.manifest is not None),
-                        key=lambda c: c.rank())
+        shippable = [c for c in candidates if c.decision == "promoted" and c.manifest is not None]
     else:
         outcomes = resolve(candidates, profile, site).outcomes
-        chosen = sorted((o.candidate for o in outcomes if o.code in ("selected", "not_selected")),
-                        key=lambda c: c.rank())
-    states = {s["artifact"]: s for s in Projections(registry.store).artifacts(workload=workload, as_of=position)}
+        shippable = [o.candidate for o in outcomes if o.code in (SELECTED, "not_selected")]
+    chosen = sorted(shippable, key=Candidate.rank)
     return {
         "format": LOCK_FORMAT, "workload": workload,
         "exported_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),

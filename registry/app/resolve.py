@@ -56,14 +56,17 @@ class WorkloadResolution:
                 "call_site": self.site.to_dict(), **self.resolution.to_dict()}
 
 
-def workload_candidates(registry: Registry, workload: str, position: int) -> list[Candidate]:
-    """Every artifact of `workload` as of `position`, as candidates; an unknown workload is refused."""
+def workload_candidates(registry: Registry, workload: str, position: int) -> list[tuple[dict[str, Any], Candidate]]:
+    """Every artifact of `workload` as of `position`: its projected state and itself as a candidate.
+
+    An unknown workload is refused.
+    """
     projections = Projections(registry.store)
     declared = projections.workload(workload, as_of=position)
     if declared is None:
         raise ValueError(f"unknown workload {workload!r} as of position {position} "
                          "(declare it with `registry workload declare`)")
-    return [candidate_from_state(state, declared["contract_version"])
+    return [(state, candidate_from_state(state, declared["contract_version"]))
             for state in projections.artifacts(workload=workload, as_of=position)]
 
 
@@ -71,5 +74,5 @@ def resolve_workload(registry: Registry, workload: str, profile: Profile, site: 
                      as_of: int | None = None) -> WorkloadResolution:
     """The best promoted bundle of `workload` for `profile` at `site`, and why every other artifact is not it."""
     position = registry.store.head_position() if as_of is None else as_of
-    candidates = workload_candidates(registry, workload, position)
+    candidates = [candidate for _, candidate in workload_candidates(registry, workload, position)]
     return WorkloadResolution(workload, position, profile, site, resolve(candidates, profile, site))

@@ -19,7 +19,7 @@ from typing import Any
 from registry.contracts import fields as f
 from registry.contracts.errors import ContractError
 
-from .files import read_regular, verify_directory
+from .files import verify_directory
 from .manifest import BundleError, BundleManifest, parse_manifest
 from .resolution import Candidate
 
@@ -131,7 +131,11 @@ def read_lock(path: str | Path) -> Lock:
     """Read and validate a lock file."""
     path = Path(path)
     try:
-        data = json.loads(read_regular(path, MAX_LOCK_BYTES).decode("utf-8"), parse_constant=_refuse_constant)
+        with path.open("rb") as handle:
+            raw = handle.read(MAX_LOCK_BYTES + 1)
+        if len(raw) > MAX_LOCK_BYTES:
+            raise BundleError(f"{path}: larger than {MAX_LOCK_BYTES} bytes; not a lock file")
+        data = json.loads(raw.decode("utf-8"), parse_constant=_refuse_constant)
     except FileNotFoundError:
         raise BundleError(f"{path}: no such lock file") from None
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:

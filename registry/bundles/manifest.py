@@ -48,8 +48,15 @@ _ARCH = re.compile(r"cpu|sm[0-9]{2,3}[a-z]?")
 _MODE = re.compile(r"[a-z][a-z0-9_]*")
 
 
+# Characters str.splitlines() breaks on: a name holding one is shown escaped so a refusal stays one line.
+_LINE_BREAKS = {ord(c): repr(c)[1:-1] for c in "\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029"}
+
+
 class BundleError(ValueError):
     """A bundle or its manifest that cannot be accepted; the message is one line naming the problem."""
+
+    def __init__(self, message: str):
+        super().__init__(message.translate(_LINE_BREAKS))
 
 
 @dataclass(frozen=True)

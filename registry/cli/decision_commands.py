@@ -5,14 +5,14 @@ import sys
 
 import click
 
-from .main import Session, pass_session
+from .session import Session, pass_session
 from .output import emit_json, say, table
 
 EXIT_NOT_PROMOTED = 3
 
 
 def print_verdict(artifact: str, verdict: dict) -> None:
-    say(f"{artifact}: {verdict['decision'].upper()} (tier {verdict['tier']}, rule {verdict['rule']})")
+    say(f"{artifact}: {verdict['decision'].upper()} (tier {verdict['tier'] or '-'}, rule {verdict['rule']})")
     for reason in verdict["reasons"]:
         say(f"  - {reason}")
     if verdict["margins"]:
@@ -44,7 +44,7 @@ def promote(session: Session, artifact_id: str, as_json: bool) -> None:
                    "contract_version": outcome.contract_version, "evidence": verdict["evidence_ids"]})
     else:
         print_verdict(artifact_id, verdict)
-        if not outcome.appended:
+        if outcome.standing:
             say("  (standing verdict: promoted and rejected are final for this payload)")
     if verdict["decision"] != "promoted":
         sys.exit(EXIT_NOT_PROMOTED)

@@ -5,7 +5,7 @@ import click
 
 from registry.events.database import current_revision, head_revision
 
-from .main import Session, pass_session
+from .session import Session, pass_session
 from .output import emit_json, say, short, table
 
 
@@ -57,7 +57,7 @@ def history(session: Session, stream: str, as_of: str | None, as_json: bool) -> 
     position = resolve_as_of(registry.store, as_of)
     events = registry.store.read_stream(stream_name(stream), up_to_position=position)
     if not events:
-        raise ValueError(f"no events in stream {stream_name(stream)}" + (f" up to position {position}" if position else ""))
+        raise ValueError(f"no events in stream {stream_name(stream)}" + (f" up to position {position}" if position is not None else ""))
     if as_json:
         emit_json([event.to_dict() for event in events])
         return

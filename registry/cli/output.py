@@ -1,4 +1,9 @@
-"""Printing: rich tables for people, JSON for programs, one-line errors."""
+"""Printing: rich tables for people, JSON for programs, one-line errors.
+
+`say` and `emit_json` never interpret markup at all. Tables are drawn by
+`rich_tables`, imported only when a table is printed: rich costs a read
+command's start-up a tenth of a second, and `--json` never needs it.
+"""
 from __future__ import annotations
 
 import json
@@ -6,8 +11,8 @@ import sys
 from typing import Any, Iterable, Sequence
 
 import click
-from rich.console import Console
-from rich.table import Table
+
+TableSpec = tuple[str | None, Sequence[str], Iterable[Sequence[Any]]]
 
 
 def emit_json(value: Any) -> None:
@@ -15,13 +20,22 @@ def emit_json(value: Any) -> None:
 
 
 def table(title: str | None, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
-    out = Table(title=title, show_lines=False, header_style="bold")
-    for column in columns:
-        out.add_column(column, overflow="fold")
-    for row in rows:
-        out.add_row(*("" if cell is None else str(cell) for cell in row))
-    console = Console()
-    Console(width=console.width if console.is_terminal else 160, soft_wrap=False).print(out)
+    """Print one table on standard output (the terminal's width there, else rich_tables.PLAIN_WIDTH)."""
+    from .rich_tables import print_table  # rich only when a table is drawn (see the module docstring)
+
+    print_table(title, columns, rows)
+
+
+def tables_text(tables: Iterable[TableSpec]) -> str:
+    """Tables as plain text (no colour, rich_tables.PLAIN_WIDTH wide), for a file."""
+    from .rich_tables import render_tables  # rich only when a table is drawn (see the module docstring)
+
+    return render_tables(tables)
+
+
+def newline_terminated(text: str) -> str:
+    """A rendered document as written to a file or standard output: its last line ends with a newline."""
+    return text if text.endswith("\n") else text + "\n"
 
 
 def say(text: str) -> None:

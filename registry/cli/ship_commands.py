@@ -14,20 +14,18 @@ from pathlib import Path
 
 import click
 
-from .main import Session, pass_session
+from .session import Session, pass_session
 from .output import emit_json, say, table
 from .query_commands import AS_OF_HELP
 
 EXIT_NO_MATCH = 3
 
 
-def _profile_options(required: bool):
+def _profile_options(command):
     """The runtime profile and call-site options `resolve` and `lock` share."""
-    def decorate(command):
-        for option in reversed((
-            click.option("--arch", required=required,
-                         help="GPU architecture of the runtime (sm80, sm90, sm100, ... or cpu)."),
-            click.option("--torch", "torch_version", required=required, help="torch version, e.g. 2.13.0."),
+    for option in reversed((
+            click.option("--arch", help="GPU architecture of the runtime (sm80, sm90, sm100, ... or cpu)."),
+            click.option("--torch", "torch_version", help="torch version, e.g. 2.13.0."),
             click.option("--cuda", help="CUDA version; a bundle bounding it never matches without one."),
             click.option("--triton", help="Triton version; a bundle bounding it never matches without one."),
             click.option("--model", help="Model id of the pipeline (checked when given)."),
@@ -39,18 +37,31 @@ def _profile_options(required: bool):
             click.option("--mode", "execution_mode", default="inference", show_default=True, help="Execution mode."),
             click.option("--distributed", "distributed_mode", default="single", show_default=True,
                          help="Distributed mode."),
-        )):
-            command = option(command)
-        return command
-    return decorate
+            click.option("--detect", is_flag=True, help="Take the architecture and the torch, CUDA and Triton "
+                                                        "versions from this process (imports torch)."),
+    )):
+        command = option(command)
+    return command
 
 
-def _query(arch, torch_version, cuda, triton, model, revision, fingerprint, inputs, execution_mode, distributed_mode):
+def _query(arch, torch_version, cuda, triton, model, revision, fingerprint, inputs, execution_mode, distributed_mode,
+           detect):
     from registry.bundles import CallSite, Profile, parse_input_spec
 
     if revision is not None and model is None:
         raise ValueError("--revision needs --model: a revision of which model?")
-    profile = None if arch is None else Profile(arch, torch_version, cuda, triton, execution_mode, distributed_mode)
+    if detect:
+        if any(value is not None for value in (arch, torch_version, cuda, triton)):
+            raise ValueError("--detect reads the architecture and versions from this process; "
+                             "drop --arch/--torch/--cuda/--triton or --detect")
+        from registry.runtime import RuntimeProfile
+
+        profile = RuntimeProfile.detect(execution_mode=execution_mode, distributed_mode=distributed_mode)
+    elif arch is None and any(value is not None for value in (torch_version, cuda, triton)):
+        raise ValueError("versions describe a runtime: give --arch with them (or --detect)")
+    else:
+        profile = None if arch is None else Profile(arch, torch_version, cuda, triton, execution_mode,
+                                                    distributed_mode)
     site = CallSite(model, revision, fingerprint, tuple(parse_input_spec(text) for text in inputs) if inputs else None)
     return profile, site
 
@@ -58,9 +69,9 @@ def _query(arch, torch_version, cuda, triton, model, revision, fingerprint, inpu
 def _with_query(function):
     @functools.wraps(function)
     def wrapper(*args, arch, torch_version, cuda, triton, model, revision, fingerprint, inputs, execution_mode,
-                distributed_mode, **kwargs):
+                distributed_mode, detect, **kwargs):
         profile, site = _query(arch, torch_version, cuda, triton, model, revision, fingerprint, inputs,
-                               execution_mode, distributed_mode)
+                               execution_mode, distributed_mode, detect)
         return function(*args, profile=profile, site=site, **kwargs)
     return wrapper
 
@@ -92,7 +103,7 @@ def print_resolution(found) -> None:
 
 @click.command()
 @click.option("--workload", "workload_id", required=True, help="The workload whose artifacts may ship.")
-@_profile_options(required=True)
+@_profile_options
 @click.option("--as-of", "as_of", help=AS_OF_HELP)
 @click.option("--json", "as_json", is_flag=True, help="Print the match and every reason code as JSON.")
 @pass_session
@@ -100,12 +111,16 @@ def print_resolution(found) -> None:
 def resolve(session: Session, workload_id: str, profile, site, as_of: str | None, as_json: bool) -> None:
     """Which promoted, unrevoked bundle of a workload this runtime may load, and why not each other one.
 
-    Every other artifact gets a stable reason code (docs/runtime.md). Exit 0
-    with a match, 3 with none, 1 on invalid input.
+    The runtime is --arch and --torch (with --cuda, --triton when it has
+    them), or --detect for this process. Every other artifact gets a stable
+    reason code (docs/runtime.md). Exit 0 with a match, 3 with none, 1 on
+    invalid input.
     """
     from registry.app.resolve import resolve_workload
     from registry.projections import resolve_as_of
 
+    if profile is None:
+        raise ValueError("resolve needs the runtime: --arch and --torch, or --detect")
     registry = session.open()
     found = resolve_workload(registry, workload_id, profile, site, resolve_as_of(registry.store, as_of))
     if as_json:
@@ -118,7 +133,7 @@ def resolve(session: Session, workload_id: str, profile, site, as_of: str | None
 
 @click.group(invoke_without_command=True)
 @click.option("--workload", "workload_id", help="The workload to lock.")
-@_profile_options(required=False)
+@_profile_options
 @click.option("--out", type=click.Path(dir_okay=False), help="Where to write the lock file.")
 @click.option("--as-of", "as_of", help=AS_OF_HELP)
 @click.option("--json", "as_json", is_flag=True, help="Print the lock document instead of a summary.")
@@ -129,8 +144,8 @@ def lock(ctx: click.Context, session: Session, workload_id: str | None, profile,
          as_of: str | None, as_json: bool) -> None:
     """Export a workload's promoted, compatible bundles to a lock file: `registry lock --workload W --out FILE`.
 
-    Without --arch every promoted bundle is locked; with it, those matching
-    the profile. Best first. Exit 3 (no file written) when none qualifies.
+    Without --arch (or --detect) every promoted bundle is locked; with it,
+    those matching the profile. Best first. Exit 3 (no file written) when none qualifies.
     """
     if ctx.invoked_subcommand is not None:
         if workload_id or out:

@@ -4,7 +4,8 @@ Each event type is a pydantic model with a `schema_version`. Payloads are
 validated when appended and again when read; an event written under an older
 schema is first passed through the upcasters registered for its type, so old
 events keep reading after a payload changes (the pattern of the
-`eventsourcing` library's upcasting, kept to plain functions).
+`eventsourcing` library's upcasting, kept to plain functions). The names and
+versions of the types are also listed, without pydantic, in `catalogue`.
 """
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from typing import Any, Callable, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from .catalogue import ARTIFACT_KINDS
 from .errors import PayloadError, UnknownEventType
 
 
@@ -21,9 +23,6 @@ class EventPayload(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
     type: ClassVar[str]
     schema_version: ClassVar[int] = 1
-
-
-ARTIFACT_KINDS = ("fused_kernel", "attention_backend", "step_cache", "module")
 
 
 class WorkloadDeclared(EventPayload):
@@ -64,6 +63,7 @@ class ArtifactRegistered(EventPayload):
     entry: str | None = None
     # A bundle's canonical manifest (docs/bundles.md); payload_sha256 is then its digest.
     bundle: dict[str, Any] | None = None
+    origin: dict[str, Any] | None = None
 
 
 class _Evidence(EventPayload):
@@ -73,6 +73,7 @@ class _Evidence(EventPayload):
     payload_sha256: str | None
     run: str | None = None
     item: dict[str, Any]
+    origin: dict[str, Any] | None = None
 
 
 class ParityMeasured(_Evidence):
@@ -100,6 +101,7 @@ class EvaluationFailed(EventPayload):
     run: str | None = None
     stage: str = Field(min_length=1)
     error: str = Field(min_length=1)
+    origin: dict[str, Any] | None = None
 
 
 class VerdictRendered(EventPayload):
@@ -126,6 +128,30 @@ class HumanDecision(EventPayload):
     person: str = Field(min_length=1)
 
 
+class ExternalOutcome(EventPayload):
+    """What another system recorded (an outcome, its own verdict), kept with its origin; never evidence.
+
+    Imported summaries carry no raw measurement, so the gate never reads them;
+    reports and the support matrix show them labelled with their origin
+    (docs/import.md). In an artifact's stream when they concern one artifact,
+    else in the stream `outcomes:<workload>`.
+    """
+
+    type: ClassVar[str] = "ExternalOutcome"
+    workload: str = Field(min_length=1)
+    artifact: str | None = None
+    arch: str | None = None
+    outcome: Literal[
+        "promoted", "candidates_found", "no_worthwhile_candidate", "quarantined", "held", "not_attempted"
+    ] | None = None
+    recorded_verdict: dict[str, Any] | None = None
+    recorded_utc: str | None = None
+    model_id: str | None = None
+    family: str | None = None
+    summary: dict[str, Any]
+    origin: dict[str, Any]
+
+
 EVIDENCE_EVENT_BY_KIND: dict[str, type[_Evidence]] = {
     "parity": ParityMeasured,
     "benchmark": BenchmarkMeasured,
@@ -146,6 +172,7 @@ PAYLOAD_TYPES: dict[str, type[EventPayload]] = {
         EvaluationFailed,
         VerdictRendered,
         HumanDecision,
+        ExternalOutcome,
     )
 }
 

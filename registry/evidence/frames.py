@@ -3,7 +3,7 @@
 Frames are ``[frames, height, width, 3]`` RGB arrays. A metric is only as
 good as its inputs, so anything that is not unambiguously an RGB picture with
 values in a known range is refused with a one-line :class:`FrameError` instead
-of being scored (DESIGN.md, "Perceptual harness": bad frames are an error, not
+of being scored (docs/architecture.md, "Perceptual harness": bad frames are an error, not
 a score). In particular nothing is rescaled by guesswork: floats must already
 lie in ``[0, 1]`` and unsigned integers are scaled by their dtype's maximum
 (``uint8`` by 255), the only two conventions with a declared data range.

@@ -2,7 +2,7 @@
 
 The item carries per-frame values only (SSIM and LPIPS per frame pair); the
 registry picks the worst frame itself (min SSIM, max LPIPS), so a single
-broken frame cannot hide behind a good average (DESIGN.md, "Perceptual
+broken frame cannot hide behind a good average (docs/architecture.md, "Perceptual
 harness"). VBench is never computed here: a score produced elsewhere may be
 passed in and is only range-checked. A metric that could not be measured is
 ``null`` with its reason under ``absent`` (the gate holds on it), never a

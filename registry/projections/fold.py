@@ -1,6 +1,6 @@
 """The fold: events in position order -> RegistryState. No I/O.
 
-Rules (DESIGN.md, "Events" and "Decisions"):
+Rules (docs/architecture.md, "Events" and "Decisions and lifecycle"):
 - Evidence, failures, verdicts and human decisions are scoped to the payload
   hash they name. An event for another payload than the artifact's current
   one (a late result for a replaced payload) changes no current field; a
@@ -77,6 +77,10 @@ def _attach_items(state: RegistryState, pending: Pending) -> None:
             ) from None
         _same_subject(event, named, artifact_id)
         entry["item"] = item
+        # When it was measured: an imported document's own time where it gives one (docs/import.md).
+        document_time = (event.payload.get("origin") or {}).get("document_time")
+        if document_time:
+            entry["measured_at"] = document_time
 
 
 def _same_subject(event: LogEvent, named: str, expected: str) -> None:
@@ -128,7 +132,9 @@ def _evidence(state: RegistryState, event: LogEvent, pending: Pending) -> None:
     if event.scope != artifact["payload_sha256"]:
         return
     kind = EVIDENCE_KIND_BY_TYPE[event.type]
-    artifact["evidence"][kind] = {"event_id": event.event_id, "position": event.position, "item": None}
+    artifact["evidence"][kind] = {
+        "event_id": event.event_id, "position": event.position, "item": None, "measured_at": event.recorded_at,
+    }
     artifact["evidence_counts"][kind] += 1
     if artifact["open_failures"]:
         artifact["open_failures"] = []
@@ -204,6 +210,28 @@ def _frameset(state: RegistryState, event: LogEvent, pending: Pending) -> None:
     state.framesets[payload["name"]] = {**payload, "position": event.position}
 
 
+OUTCOMES_PREFIX = "outcomes:"
+# What an outcome record keeps in the projected state: all but the bulky summary, which history shows.
+_OUTCOME_KEYS = ("workload", "artifact", "arch", "outcome", "recorded_verdict", "recorded_utc", "model_id", "family",
+                 "origin")
+
+
+def _external(state: RegistryState, event: LogEvent, pending: Pending) -> None:
+    """An imported record: kept beside the artifact (or the workload) it concerns, never as evidence."""
+    payload = event.payload
+    record = {key: payload.get(key) for key in _OUTCOME_KEYS}
+    record.update(position=event.position, event_id=event.event_id, recorded_at=event.recorded_at)
+    if payload.get("artifact") is not None:
+        artifact, _ = _named_artifact(state, event)
+        artifact.setdefault("external", []).append(record)
+        return
+    workload = payload["workload"]
+    _same_subject(event, OUTCOMES_PREFIX + workload, event.stream)
+    entry = state.outcomes.setdefault(workload, {"workload": workload, "records": []})
+    entry["records"].append(record)
+    entry["last_position"] = event.position
+
+
 Handler = Callable[[RegistryState, LogEvent, Pending], None]
 HANDLERS: dict[str, Handler] = {
     "ArtifactRegistered": _registered,
@@ -212,5 +240,6 @@ HANDLERS: dict[str, Handler] = {
     "HumanDecision": _human,
     "WorkloadDeclared": _workload,
     "FrameSetRegistered": _frameset,
+    "ExternalOutcome": _external,
     **{name: _evidence for name in EVIDENCE_KIND_BY_TYPE},
 }

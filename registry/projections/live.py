@@ -24,14 +24,14 @@ from sqlalchemy import Connection, bindparam, func, insert, select, update
 from sqlalchemy.exc import DBAPIError, IntegrityError
 
 from registry.events.errors import StoreError
-from registry.events.schema import EventRow
+from registry.events.schema import EVENTS
 from registry.events.store import EventStore
 
-from .fold import ARTIFACT_PREFIX, fold
+from .fold import ARTIFACT_PREFIX, OUTCOMES_PREFIX, fold
 
 from .log import PAGE, read_log
 from .rows import MODELS, load_state
-from .schema import ProjectionCheckpoint
+from .schema import CHECKPOINT
 from .state import ProjectionError, RegistryState
 
 # SQLSTATE 42501: insufficient_privilege (a role that may only read).
@@ -52,7 +52,6 @@ def write_refused(exc: DBAPIError) -> bool:
     return code is not None and code & 0xFF == _SQLITE_READONLY
 
 
-CHECKPOINT = ProjectionCheckpoint.__table__
 CHECKPOINT_NAME = "log"
 MAX_ATTEMPTS = 8
 LOAD_CHUNK = 500
@@ -60,7 +59,8 @@ class _LostRace(Exception):
     """The checkpoint moved under a catch-up: roll its writes back and fold again."""
 
 
-STREAM_MODEL = {ARTIFACT_PREFIX: "artifacts", "workload:": "workloads", "frameset:": "framesets"}
+STREAM_MODEL = {ARTIFACT_PREFIX: "artifacts", "workload:": "workloads", "frameset:": "framesets",
+                OUTCOMES_PREFIX: "outcomes"}
 
 
 @contextmanager
@@ -133,7 +133,7 @@ class Projections:
         for _ in range(MAX_ATTEMPTS):
             with self.engine.connect() as conn:
                 checkpoint = read_checkpoint(conn)
-                head = conn.execute(select(func.max(EventRow.__table__.c.position))).scalar() or 0
+                head = conn.execute(select(func.max(EVENTS.c.position))).scalar() or 0
             start = checkpoint or 0
             if start == head:
                 return head

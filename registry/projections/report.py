@@ -3,14 +3,14 @@
 Sections (all computed from a RegistryState, so a report as of any past
 position is the same function over `Projections.state(as_of=...)`):
 - leaderboard: per workload, promoted artifacts by speedup (descending), with
-  the bootstrap CI, tier and tightest margin;
+  the speedup's interval (speedup_ci), tier and tightest margin;
 - caught: held / quarantined / rejected artifacts grouped by the rule that
   decided them (a person's revoke counts as rule `human.revoke`);
 - near_misses: promoted artifacts whose tightest margin is within 10% of its
   threshold (|margin| <= 0.1 * |threshold|): promoted, but one noisy rerun
   from the other side of the line;
 - waiting: advisory-tier artifacts the gate recorded and no person has
-  decided since (DESIGN.md: the advisory tier never promotes by itself).
+  decided since (docs/architecture.md: the advisory tier never promotes by itself).
 Renderers: JSON, one flat CSV table (a `section` column), and a
 self-contained HTML page with embedded plots (html_report.py).
 """
@@ -32,6 +32,7 @@ HUMAN_REVOKE_RULE = "human.revoke"
 CSV_COLUMNS = (
     "section", "as_of", "workload", "artifact", "rank", "decision", "decided_by", "rule", "count", "tier",
     "speedup", "ci_low", "ci_high", "metric", "value", "threshold", "margin", "relative_margin",
+    "recorded", "agree", "origin",
 )
 
 
@@ -53,8 +54,14 @@ def _margin_entry(margin: dict[str, Any] | None) -> dict[str, Any] | None:
     return {**margin, "relative_margin": relative if math.isfinite(relative) else None}
 
 
-def build_report(state: RegistryState, workload: str | None = None) -> dict[str, Any]:
-    """The report over every workload, or one (an unknown workload is refused, not reported empty)."""
+def build_report(state: RegistryState, workload: str | None = None, *,
+                 imported: list[dict[str, Any]] = (), matrix: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The report over every workload, or one (an unknown workload is refused, not reported empty).
+
+    `imported` (imported verdicts beside the registry's, from the app layer,
+    which can read the documents' evidence) and `matrix` (the support matrix)
+    are added as they are, the imported rows narrowed to the workload.
+    """
     known = set(state.workloads) | {a["workload"] for a in state.artifacts.values()}
     if workload is not None and workload not in known:
         raise ValueError(f"no workload {workload!r} as of position {state.position}")
@@ -70,6 +77,8 @@ def build_report(state: RegistryState, workload: str | None = None) -> dict[str,
         "caught": _caught(artifacts),
         "near_misses": _near_misses(artifacts),
         "waiting": _waiting(artifacts),
+        "imported": [row for row in imported if workload is None or row["workload"] == workload],
+        "matrix": matrix,
     }
 
 
@@ -179,6 +188,10 @@ def report_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
     for e in report["waiting"]:
         row("waiting", workload=e["workload"], artifact=e["artifact"], decision="recorded", tier="advisory",
             speedup=e["speedup"], **margin_cells(e["tightest_margin"]))
+    for e in report["imported"]:
+        row("imported", workload=e["workload"], artifact=e["artifact"], decision=e["registry"]["decision"],
+            rule=e["registry"]["rule"], recorded=e["recorded"]["decision"], agree=e["agree"],
+            origin=e["origin"]["path"])
     for decision, count in report["totals"].items():
         row("total", decision=decision, count=count)
     return rows
@@ -234,7 +247,34 @@ def report_tables(report: dict[str, Any]) -> list[Table]:
         [(e["artifact"], e["workload"], e["verdict_position"], number(e["speedup"]), margin_text(e["tightest_margin"]))
          for e in report["waiting"]],
     ))
+    if report["imported"]:
+        tables.append(imported_table(report["imported"]))
+    if report["matrix"] is not None:
+        tables.append(matrix_table(report["matrix"]))
     return tables
+
+
+def imported_table(rows: list[dict[str, Any]]) -> Table:
+    """Imported verdicts beside the registry's own under the declared contract, disagreements first."""
+    return (
+        "imported verdicts beside the registry's (disagreements first)",
+        ["artifact", "origin", "recorded", "registry", "agree", "registry's reason"],
+        [(e["artifact"], e["origin"]["path"], e["recorded"]["decision"],
+          f"{e['registry']['decision']} ({e['registry']['rule']})", "yes" if e["agree"] else "NO",
+          e["registry"]["reason"]) for e in rows],
+    )
+
+
+def matrix_table(matrix: dict[str, Any]) -> Table:
+    """The support matrix: a row per workload (by family), a column per architecture."""
+    from .matrix import cell_text
+
+    return (
+        f"support matrix (stale after {matrix['stale_days']} days, judged at {matrix['at'][:19]})",
+        ["family", "workload", *matrix["archs"]],
+        [(row["family"], row["workload"], *(cell_text(row["cells"][arch]) for arch in matrix["archs"]))
+         for row in matrix["rows"]],
+    )
 
 
 def report_csv(report: dict[str, Any]) -> str:

@@ -18,11 +18,16 @@ class ProjectionError(ValueError):
 
 @dataclass
 class RegistryState:
-    """Artifacts, workloads and frame sets as of `position` (each artifact keeps its verdict history)."""
+    """Artifacts, workloads, frame sets and imported workload outcomes as of `position`.
+
+    Each artifact keeps its verdict history; `outcomes` holds records imported
+    from other systems about a workload as a whole (docs/import.md).
+    """
 
     artifacts: dict[str, dict[str, Any]] = field(default_factory=dict)
     workloads: dict[str, dict[str, Any]] = field(default_factory=dict)
     framesets: dict[str, dict[str, Any]] = field(default_factory=dict)
+    outcomes: dict[str, dict[str, Any]] = field(default_factory=dict)
     position: int = 0
 
     def to_dict(self) -> dict[str, Any]:
@@ -31,6 +36,7 @@ class RegistryState:
             "artifacts": [self.artifacts[key] for key in sorted(self.artifacts)],
             "workloads": [self.workloads[key] for key in sorted(self.workloads)],
             "framesets": [self.framesets[key] for key in sorted(self.framesets)],
+            "outcomes": [self.outcomes[key] for key in sorted(self.outcomes)],
         }
 
 

@@ -32,9 +32,6 @@ class RuntimeResolution:
         """artifact -> reason code for every artifact not chosen (what a runtime logs)."""
         return {o.artifact: o.code for o in self.resolution.others}
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"workload": self.workload, "source": self.source, **self.resolution.to_dict()}
-
 
 def signature_of(tensor: Any) -> TensorSignature:
     """A tensor's signature, read from its attributes (no torch import): dtype, shape, stride, device type."""
