@@ -30,8 +30,6 @@ if not torch.cuda.is_available():
 STRICT_ENV = "REGISTRY_TEST_STRICT"
 STRICT = os.environ.get(STRICT_ENV) == "1"
 _SKIPPED: list[tuple[str, str, bool]] = []  # (test id, reason, skipped for lack of a device)
-
-
 PYTEST_OWN_VARIABLE = "PYTEST_CURRENT_TEST"  # pytest sets it around each test phase itself
 
 
@@ -59,12 +57,22 @@ def no_leaked_process_state():
         pytest.fail("the test leaked process-wide state (restored now): " + "; ".join(leaks), pytrace=False)
 
 
+def _skip_reason(report) -> str:
+    reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+    return reason.removeprefix("Skipped: ")
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     report = (yield).get_result()
     if report.skipped and not hasattr(report, "wasxfail"):
-        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
-        _SKIPPED.append((item.nodeid, reason.removeprefix("Skipped: "), item.get_closest_marker("device") is not None))
+        _SKIPPED.append((item.nodeid, _skip_reason(report), item.get_closest_marker("device") is not None))
+
+
+def pytest_collectreport(report):
+    """A whole module skipped at import (importorskip, allow_module_level): never device-bound."""
+    if report.skipped:
+        _SKIPPED.append((report.nodeid, _skip_reason(report), False))
 
 
 def _refused_skips() -> list[tuple[str, str, bool]]:
@@ -77,9 +85,10 @@ def pytest_sessionfinish(session, exitstatus):
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
-    if not _SKIPPED:
-        return
     write = terminalreporter.write_line
+    if not _SKIPPED:
+        write(f"no test was skipped{' (strict)' if STRICT else ''}")
+        return
     terminalreporter.section("skipped tests, by reason")
     for (reason, device), count in sorted(Counter((r, d) for _, r, d in _SKIPPED).items()):
         kind = "for lack of a device" if device else ("FAILS THE RUN (strict)" if STRICT else "skipped")
@@ -89,6 +98,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         write(f"{STRICT_ENV}=1: {len(refused)} skipped tests fail the run; first: {refused[0][0]}", red=True)
     elif not STRICT:
         write(f"(with {STRICT_ENV}=1, as CI runs, any skip not marked `device` fails the run)")
+
 
 PG_URL = os.environ.get("REGISTRY_TEST_POSTGRES_URL")
 PG_SKIP = "no PostgreSQL: run `make test` (starts a throwaway server) or set REGISTRY_TEST_POSTGRES_URL"

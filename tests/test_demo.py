@@ -8,6 +8,7 @@ speed gate on whichever side of it this machine's timings land.
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 import torch
@@ -122,3 +123,21 @@ def test_a_speed_verdict_whose_interval_reaches_across_the_gate_is_named():
     assert near_gate_notes(rows) == [
         "step-cache: speedup 1.1x, 95% CI 1-1.3x, reaches across the gate 1.2x: within this machine's timing "
         "noise, so another run may decide it the other way"]
+
+
+def test_the_campaign_scopes_its_process_wide_settings(monkeypatch):
+    """One torch thread and, without a GPU, Triton's interpreter inside; both put back on the way out."""
+    from registry.app.campaign import one_torch_thread
+    from registry.app.kernels import triton_runtime
+
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    threads = torch.get_num_threads()
+    with one_torch_thread(), triton_runtime() as device:
+        assert torch.get_num_threads() == 1
+        assert device == ("gpu" if ON_GPU else "cpu")
+        assert os.environ.get("TRITON_INTERPRET") == (None if ON_GPU else "1")
+    assert torch.get_num_threads() == threads and "TRITON_INTERPRET" not in os.environ
+    monkeypatch.setenv("TRITON_INTERPRET", "0")  # a caller's own setting is kept, and restored
+    with triton_runtime():
+        assert os.environ["TRITON_INTERPRET"] == "0"
+    assert os.environ["TRITON_INTERPRET"] == "0"

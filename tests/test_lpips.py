@@ -56,9 +56,10 @@ def no_ambient_backbone(monkeypatch, tmp_path):
 # convolution kernels by instruction set, and each sums up to 3,456 products (384 x 3 x 3) per output
 # in its own blocked order. Rounding error of a reordered float32 sum grows like sqrt(K) u
 # (u = 2**-24): about 60 u = 3.5e-6 relative per feature, and squaring the feature difference
-# doubles it. Seen: 1 ulp on another x86-64 CPU, 14 ulp (1.5e-6 relative, the smallest distance)
-# here with torch's oneDNN convolutions switched off. A wrong operation (another normalisation, a
-# missing layer, other heads) moves these distances by percent, far outside this bound.
+# doubles it. Seen: 1 ulp on another x86-64 CPU; here, with oneDNN held to AVX2
+# (ONEDNN_MAX_CPU_ISA=AVX2) up to 15 ulp (1.6e-6 relative, on the smallest distance), to SSE4.1
+# up to 10 ulp (1.0e-6), and with oneDNN off 14 ulp (1.5e-6). A wrong operation (another
+# normalisation, a missing layer, other heads) moves these distances by percent.
 LPIPS_RTOL = 1e-5
 # Identical frames have identical features, so their distance is 0 up to the square of one rounding.
 LPIPS_ATOL = 1e-12

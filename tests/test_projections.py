@@ -33,7 +33,7 @@ from registry.projections import (
 )
 from registry.projections.log import scope_of
 from registry.projections.rows import state_text
-from registry.projections.schema import ProjectedArtifact, ProjectionCheckpoint
+from registry.projections.schema import ARTIFACTS, CHECKPOINT
 
 from store_helpers import raw
 
@@ -227,12 +227,12 @@ def history(store):
 
 def checkpoint(store: EventStore) -> int | None:
     with store.engine.connect() as conn:
-        return conn.execute(select(ProjectionCheckpoint.position)).scalar()
+        return conn.execute(select(CHECKPOINT.c.position)).scalar()
 
 
 def artifact_rows(store: EventStore) -> int:
     with store.engine.connect() as conn:
-        return conn.execute(select(func.count()).select_from(ProjectedArtifact)).scalar()
+        return conn.execute(select(func.count()).select_from(ARTIFACTS)).scalar()
 
 
 # -- the fold, through the live read models ---------------------------------------------------
@@ -379,12 +379,12 @@ def test_as_of_does_not_touch_live_tables(store, history):
     assert checkpoint(store) is None and artifact_rows(store) == 0
     projections.catch_up()
     with store.engine.connect() as conn:
-        live_before = conn.execute(select(ProjectedArtifact.artifact, ProjectedArtifact.row_hash)).all()
+        live_before = conn.execute(select(ARTIFACTS.c.artifact, ARTIFACTS.c.row_hash)).all()
     history.human("cache_revoke", "step-cache", SHA_CACHE, "revoke")
     assert projections.artifact("step-cache", as_of=h.at["cache_approve"])["decision"] == "promoted"
     assert projections.state(as_of=h.at["cache_revoke"]).artifacts["step-cache"]["decision"] == "held"
     with store.engine.connect() as conn:
-        assert conn.execute(select(ProjectedArtifact.artifact, ProjectedArtifact.row_hash)).all() == live_before
+        assert conn.execute(select(ARTIFACTS.c.artifact, ARTIFACTS.c.row_hash)).all() == live_before
     assert checkpoint(store) == h.at["rms_reg_2"]
 
 
@@ -416,7 +416,7 @@ def test_verify_passes_then_names_a_tampered_artifact(store, history):
 def test_verify_names_fields_inside_the_state(store, history):
     Projections(store).catch_up()
     with store.engine.connect() as conn:
-        text = conn.execute(select(ProjectedArtifact.state).where(ProjectedArtifact.artifact == "sage-attn")).scalar()
+        text = conn.execute(select(ARTIFACTS.c.state).where(ARTIFACTS.c.artifact == "sage-attn")).scalar()
     forged = text.replace('"decision":"held"', '"decision":"promoted"')
     assert forged != text
     raw(store.engine, f"UPDATE projection_artifacts SET state = '{forged}' WHERE artifact = 'sage-attn'",

@@ -73,3 +73,11 @@ def test_a_strict_run_fails_on_a_skip_unless_its_test_is_device_bound(tmp_path):
     device_only = run_suite(tmp_path, True, "-k", "device")
     assert device_only.returncode == 0, device_only.stdout
     assert "1 for lack of a device: needs a CUDA GPU" in device_only.stdout
+
+
+def test_a_module_skipped_at_import_is_listed_and_fails_a_strict_run(tmp_path):
+    (tmp_path / "test_absent.py").write_text(
+        "import pytest\npytest.importorskip('a_module_nobody_installed')\n", encoding="utf-8")
+    done = run_suite(tmp_path, True, "-k", "put_back")
+    assert done.returncode == 1, done.stdout
+    assert "1 FAILS THE RUN (strict): could not import 'a_module_nobody_installed'" in done.stdout

@@ -13,8 +13,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from registry.contracts import fields as f
 from registry.contracts.errors import ContractError
 from registry.contracts.fidelity import FidelityBudget
@@ -147,7 +145,9 @@ class Contract:
 
     @classmethod
     def from_yaml(cls, text: str) -> Contract:
-        return cls.from_mapping(_load_yaml(text))
+        from registry.contracts.yaml_text import load_yaml  # PyYAML only where a manifest is read, not on every open
+
+        return cls.from_mapping(load_yaml(text))
 
 
 def load_manifest(path: str | Path) -> Contract:
@@ -185,36 +185,3 @@ def _tags(obj: Any) -> tuple[str, ...]:
     if not isinstance(obj, list):
         raise ContractError(f"tags: expected a list, got {type(obj).__name__}")
     return tuple(obj)
-
-
-class _StrictLoader(yaml.SafeLoader):
-    """SafeLoader that refuses duplicate keys instead of keeping the last one silently."""
-
-
-def _mapping_without_duplicates(loader: _StrictLoader, node: yaml.MappingNode) -> dict[Any, Any]:
-    loader.flatten_mapping(node)
-    seen: set[Any] = set()
-    for key_node, _ in node.value:
-        key = loader.construct_object(key_node, deep=True)
-        if key in seen:
-            raise ContractError(f"{key}: duplicate key (line {key_node.start_mark.line + 1})")
-        seen.add(key)
-    return loader.construct_mapping(node, deep=True)
-
-
-_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping_without_duplicates)
-
-
-def _load_yaml(text: str) -> Any:
-    if not isinstance(text, str):
-        raise ContractError(f"manifest: expected YAML text, got {type(text).__name__}")
-    try:
-        return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        raise ContractError(f"manifest: invalid YAML: {exc.problem}{where}") from None
-    except (yaml.YAMLError, TypeError) as exc:
-        raise ContractError(f"manifest: invalid YAML: {' '.join(str(exc).split())}") from None
-    except RecursionError:
-        raise ContractError("manifest: nested too deeply to be a workload manifest") from None

@@ -4,7 +4,8 @@ Each event type is a pydantic model with a `schema_version`. Payloads are
 validated when appended and again when read; an event written under an older
 schema is first passed through the upcasters registered for its type, so old
 events keep reading after a payload changes (the pattern of the
-`eventsourcing` library's upcasting, kept to plain functions).
+`eventsourcing` library's upcasting, kept to plain functions). The names and
+versions of the types are also listed, without pydantic, in `catalogue`.
 """
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from typing import Any, Callable, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from .catalogue import ARTIFACT_KINDS
 from .errors import PayloadError, UnknownEventType
 
 
@@ -21,9 +23,6 @@ class EventPayload(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
     type: ClassVar[str]
     schema_version: ClassVar[int] = 1
-
-
-ARTIFACT_KINDS = ("fused_kernel", "attention_backend", "step_cache", "module")
 
 
 class WorkloadDeclared(EventPayload):
