@@ -212,8 +212,8 @@ json.dump(out, sys.stdout)
 
 
 def _missing_cuda_toolchain() -> str | None:
-    """Why Triton cannot assemble sm_90 code here, or None: its wheel bundles ptxas on x86-64 and
-    aarch64 Linux (TRITON_PTXAS_PATH may name another)."""
+    """Why Triton cannot assemble sm_90 code here, or None: its Linux wheels bundle ptxas
+    (TRITON_PTXAS_PATH may name another)."""
     try:
         from triton import knobs
 
