@@ -157,3 +157,23 @@ def test_entries_that_are_not_kernels_are_refused(cli, entry, message):
                   "--op", "modulated_layernorm", "--entry", entry)
     assert message in one_line_refusal(refused)
     assert head(cli) == before
+
+
+# -- messages in the user's terms: the option, not the parameter behind it ---------------------------
+
+def test_option_errors_name_the_option(cli):
+    np.save(cli.tmp / "candidate.npy", moving_disc())
+    bad_digest = cli("evidence", "frames", "cache-v1", "--reference", "moving-disc",
+                     "--candidate", str(cli.tmp / "candidate.npy"), "--lpips-sha256", "7be5be79")
+    assert "--lpips-sha256 must be 64 hex digits" in one_line_refusal(bad_digest)
+    assert cli("artifact", "register", "modln", "--workload", "clip", "--kind", "fused_kernel",
+               "--op", "modulated_layernorm", "--entry", "registry.kernels.modln:modulated_layernorm_triton").exit_code == 0
+    if not torch_has_cuda():
+        refused = one_line_refusal(cli("evaluate", "modln", "--corpus", "gpu"))
+        assert "--corpus cpu" in refused and "corpus='cpu'" not in refused
+
+
+def torch_has_cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()

@@ -38,7 +38,7 @@ def execution_device(corpus: str) -> torch.device:
     """Where kernels run: CPU under Triton's interpreter, else the current CUDA device."""
     if triton_interpreter_active():
         if corpus == "gpu":
-            raise ValueError("the gpu corpus is not run under TRITON_INTERPRET=1 (hours on CPU); use corpus='cpu'")
+            raise ValueError("the gpu corpus is not run under TRITON_INTERPRET=1 (hours on CPU); use --corpus cpu")
         return torch.device("cpu")
     if torch.cuda.is_available():
         return torch.device("cuda", torch.cuda.current_device())
