@@ -6,7 +6,7 @@ import click
 from registry.events.database import current_revision, head_revision
 
 from .session import Session, pass_session
-from .output import emit_json, say, short, table
+from .output import emit_json, exit_status_ahead, say, short, table
 
 
 @click.command()
@@ -85,6 +85,7 @@ def verify(session: Session, as_json: bool) -> None:
     """Walk the hash chain; exit 1 at the first broken link."""
     registry = session.open()
     report = registry.store.verify()
+    exit_status_ahead(0 if report.intact else 1)
     if as_json:
         emit_json(
             {"intact": report.intact, "count": report.count, "head_hash": report.head_hash,
