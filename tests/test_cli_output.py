@@ -182,3 +182,20 @@ def test_fresh_deletes_only_the_database_the_demo_created(tmp_path):
     again.engine.dispose()
     fresh, _ = open_demo_registry(url, actor="tester", fresh=True)
     assert fresh.store.head_position() == 0 and is_demo_database(path)
+
+
+def test_a_closed_pipe_keeps_a_commands_own_exit_status(tmp_path):
+    """`registry promote X | true`: the verdict's exit 3 stands, and nothing is said about the pipe."""
+    url = f"sqlite:///{tmp_path / 'registry.db'}"
+    assert invoke(url, "init").exit_code == 0
+    declare(url, tmp_path, "wl")
+    assert invoke(url, "artifact", "register", "k1", "--workload", "wl", "--kind", "module").exit_code == 0
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        finished = subprocess.run(
+            [sys.executable, "-c", "from registry.cli.main import main; main()", "--db", url, "--actor", "t",
+             "promote", "k1"], stdout=write_end, stderr=subprocess.PIPE, timeout=120)
+    finally:
+        os.close(write_end)
+    assert (finished.returncode, finished.stderr.decode()) == (3, "")

@@ -6,7 +6,7 @@ import sys
 import click
 
 from .session import Session, pass_session
-from .output import emit_json, say, table
+from .output import emit_json, exit_status_ahead, say, table
 
 EXIT_NOT_PROMOTED = 3
 
@@ -39,6 +39,8 @@ def promote(session: Session, artifact_id: str, as_json: bool) -> None:
 
     outcome = run_promote(session.open(), artifact_id)
     verdict = outcome.verdict
+    promoted = verdict["decision"] == "promoted"
+    exit_status_ahead(0 if promoted else EXIT_NOT_PROMOTED)
     if as_json:
         emit_json({**verdict, "artifact": artifact_id, "appended": outcome.appended,
                    "contract_version": outcome.contract_version, "evidence": verdict["evidence_ids"]})
@@ -46,7 +48,7 @@ def promote(session: Session, artifact_id: str, as_json: bool) -> None:
         print_verdict(artifact_id, verdict)
         if outcome.standing:
             say("  (standing verdict: promoted and rejected are final for this payload)")
-    if verdict["decision"] != "promoted":
+    if not promoted:
         sys.exit(EXIT_NOT_PROMOTED)
 
 

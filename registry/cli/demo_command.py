@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from .session import Session, pass_session
-from .output import emit_json, say, table
+from .output import emit_json, exit_status_ahead, say, table
 from .progress import progress_bar
 from .ship_commands import print_resolution
 
@@ -58,6 +58,7 @@ def demo(session: Session, fresh: bool, runs: int, warmup: int, out_dir: str, lp
     problems = check_expectations(rows, on_gpu=torch.cuda.is_available())
     notes = near_gate_notes(rows)
     shipping = what_would_ship(registry, RuntimeProfile.detect())
+    exit_status_ahead(1 if check and problems else 0)
     if as_json:
         emit_json({"database": url, "rows": [row.to_dict() for row in rows], "problems": problems,
                    "near_gate": notes, "report": str(out / "report.html"),

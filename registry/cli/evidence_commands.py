@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 import click
 
 from .session import Session, pass_session
-from .output import emit_json, say, table
+from .output import emit_json, exit_status_ahead, say, table
 from .params import name_value, seed_value
 from .progress import progress_bar
 
@@ -125,6 +125,8 @@ def evaluate(session: Session, artifact_id: str, runs: int | None, warmup: int, 
 
     document = evidence_document(artifact_id, items, run=run_id)
     parsed = parse_document(document)
+    failures = [item for item in parsed.items if item["kind"] == "failure"]
+    exit_status_ahead(EXIT_EVALUATION_FAILED if failures else 0)
     if emit:
         Path(emit).write_text(json.dumps(document, indent=2, sort_keys=True, allow_nan=False), encoding="utf-8")
         say(f"evidence for {artifact_id} written to {emit} (import it with `registry evidence import`)")
@@ -135,7 +137,6 @@ def evaluate(session: Session, artifact_id: str, runs: int | None, warmup: int, 
                        "evidence": parsed.items})
         else:
             say(recorded_text(recorded, artifact_id))
-    failures = [item for item in parsed.items if item["kind"] == "failure"]
     for failure in failures:
         click.echo(f"evaluation failed at {failure['stage']}: {failure['error']}", err=True)
     if not as_json and not failures:

@@ -6,7 +6,7 @@ import click
 from registry.events.database import current_revision, head_revision
 
 from .session import Session, pass_session
-from .output import emit_json, say, short, table
+from .output import emit_json, exit_status_ahead, say, short, table
 
 
 @click.command()
@@ -103,6 +103,7 @@ def verify(session: Session, expect_head: str | None, as_json: bool) -> None:
     expected = None if expect_head is None else parse_head(expect_head)
     registry = session.open()
     report = registry.store.verify(expect_head=expected)
+    exit_status_ahead(0 if report.intact else 1)
     head = f"{report.head_position}:{report.head_hash}"
     if as_json:
         emit_json(

@@ -38,6 +38,20 @@ def newline_terminated(text: str) -> str:
     return text if text.endswith("\n") else text + "\n"
 
 
+# Context.meta is shared by a command's context and its group's (registry.cli.main reads it).
+EXIT_STATUS_KEY = "registry.exit_status"
+
+
+def exit_status_ahead(status: int) -> None:
+    """Record the status the command will exit with, before it prints its result.
+
+    A reader that closes the pipe early ends the command at its next write;
+    the command then exits with this status (0 when none was recorded), so a
+    closed pipe can never turn "not promoted" or "chain broken" into success.
+    """
+    click.get_current_context().meta[EXIT_STATUS_KEY] = status
+
+
 def say(text: str) -> None:
     click.echo(text)
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from .output import emit_json, newline_terminated, say, table, tables_text
+from .output import emit_json, exit_status_ahead, newline_terminated, say, table, tables_text
 from .session import Session, pass_session
 
 REPORT_FORMATS = ("table", "json", "csv", "html")
@@ -146,6 +146,7 @@ def replay(session: Session, check: bool, as_json: bool) -> None:
         emit_json(result) if as_json else say(f"rebuilt from {result['events']} events: {result['artifacts']} artifacts")
         return
     outcome = verify_projections(registry.store)
+    exit_status_ahead(0 if outcome.ok else 1)
     if as_json:
         emit_json(outcome.to_dict())
     elif outcome.ok:
