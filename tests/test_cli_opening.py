@@ -173,6 +173,9 @@ def test_reading_commands_answer_through_a_read_only_url_and_write_nothing(popul
 
     one_line_refusal(run(read_only, "artifact", "register", "k2", "--workload", "wan-small", "--kind", "module"),
                      "nothing written", "readonly")
+    one_line_refusal(run(read_only, "replay"), "the read models cannot be updated: this connection may only read")
+    one_line_refusal(run(f"sqlite:///file:{path.parent / 'other.db'}?mode=ro&uri=true", "init"),
+                     "no registry database at", "a URL that may write")
     after = {name: digest for name, (digest, _) in fingerprint(path.parent).items() if not name.endswith("-shm")}
     assert after == before and path.stat().st_mtime_ns == db_time
 

@@ -161,7 +161,8 @@ def make_engine(url: str, *, must_exist: bool = False, read_only: bool = False) 
     if not target.path.parent.exists():
         raise StoreError(f"directory for database {str(target.path)!r} does not exist")
     if (must_exist or read_only or target.read_only) and not target.path.exists():
-        raise NotARegistry(f"no registry database at {target.path} (run `registry init`)")
+        how = "run `registry init` with a URL that may write" if target.read_only else "run `registry init`"
+        raise NotARegistry(f"no registry database at {target.path} ({how})")
     mode = "ro" if read_only or target.read_only else "rw" if must_exist else "rwc"
     return _sqlite_engine(parsed.set(database=str(target.path), query={}), target.uri(mode))
 
