@@ -20,7 +20,7 @@ from registry.contracts import Contract
 
 from .context import Registry
 from .decisions import promote
-from .evidence import record_evidence
+from .evidence import capture_subject, record_evidence
 from .frames import register_frames
 from .kernels import evaluate_artifact, prepare_triton
 from .workloads import declare_workload, register_artifact
@@ -163,11 +163,12 @@ def run_campaign(registry: Registry, out_dir: Path, *, runs: int, warmup: int, l
     for candidate in all_candidates():
         register_artifact(registry, candidate.name, workload=VIDEO_WORKLOAD, kind=KIND_OF[candidate.name],
                           backend=BACKEND_OF.get(candidate.name), payload_sha256=candidate_sha256(candidate))
+        subject = capture_subject(registry, candidate.name)
         with progress_factory(f"{candidate.name}: {runs} ABBA pairs") as update:
             items, frames = measure_candidate(candidate, reference, latent, registered, runs, warmup,
                                               lpips_backbone, update)
         parsed = parse_document({"format": "registry.evidence/1", "artifact": candidate.name, "evidence": items})
-        record_evidence(registry, candidate.name, parsed.items)
+        record_evidence(registry, subject, parsed.items)
         perceptual = next(item for item in parsed.items if item["kind"] == "perceptual")
         write_strip(out_dir / f"{candidate.name}.png", reference, frames, perceptual["ssim"],
                     title=f"{candidate.name}: reference (top) vs candidate (bottom)")
@@ -176,9 +177,7 @@ def run_campaign(registry: Registry, out_dir: Path, *, runs: int, warmup: int, l
     register_artifact(registry, KERNEL_ARTIFACT, workload=KERNEL_WORKLOAD, kind="fused_kernel",
                       op="modulated_layernorm", entry=KERNEL_ENTRY)
     with progress_factory(f"{KERNEL_ARTIFACT}: operation-level evaluation") as update:
-        items = evaluate_artifact(registry, KERNEL_ARTIFACT, corpus=None, runs=None, warmup=warmup, progress=update)
-    parsed = parse_document({"format": "registry.evidence/1", "artifact": KERNEL_ARTIFACT, "evidence": items})
-    record_evidence(registry, KERNEL_ARTIFACT, parsed.items)
+        evaluate_artifact(registry, KERNEL_ARTIFACT, corpus=None, runs=None, warmup=warmup, progress=update)
     rows.append(_row(registry, KERNEL_ARTIFACT, "fused_kernel", None))
     return rows
 

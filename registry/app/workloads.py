@@ -8,7 +8,7 @@ from pathlib import Path
 
 from registry.contracts import Contract
 from registry.events.store import NewEvent
-from registry.events.types import ARTIFACT_KINDS, ArtifactRegistered, WorkloadDeclared
+from registry.events.types import ARTIFACT_KINDS, ArtifactRegistered, WorkloadDeclared, artifact_identity
 
 from .context import Registry
 
@@ -89,7 +89,12 @@ def register_artifact(
     entry: str | None = None,
     payload_sha256: str | None = None,
 ) -> Registration:
-    """Register (or re-register with new content) an artifact; validates everything first."""
+    """Register (or re-register with new claims) an artifact; validates everything first.
+
+    A re-registration that changes any identity field (payload, backend,
+    operation, entry point) starts a new decision; the same claims again
+    append nothing.
+    """
     if not artifact or any(ch.isspace() for ch in artifact) or ":" in artifact:
         raise ValueError(f"artifact id {artifact!r} must be non-empty with no spaces or colons")
     if kind not in ARTIFACT_KINDS:
@@ -123,11 +128,10 @@ def register_artifact(
                 f"artifact {artifact} is registered as a {first['kind']} of workload {first['workload']}; "
                 "register a new id instead"
             )
-        if existing[-1].payload["payload_sha256"] == digest and existing[-1].payload["entry"] == entry \
-                and existing[-1].payload["backend"] == backend:
-            return Registration(artifact, digest, False)
     event = ArtifactRegistered(artifact=artifact, kind=kind, workload=workload, payload_sha256=digest,
                                backend=backend, op=op, entry=entry)
+    if existing and artifact_identity(existing[-1].payload) == artifact_identity(event.model_dump()):
+        return Registration(artifact, digest, False)  # the same claims: the same decision continues
     registry.store.append(stream, [NewEvent(event.type, event)], expected_version=registry.store.stream_version(stream),
                           actor=registry.actor)
     return Registration(artifact, digest, True)

@@ -8,10 +8,12 @@ events keep reading after a payload changes (the pattern of the
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Callable, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from .canonical import canonical_json, sha256_hex
 from .errors import PayloadError, UnknownEventType
 
 
@@ -64,10 +66,30 @@ class ArtifactRegistered(EventPayload):
     entry: str | None = None
 
 
+IDENTITY_FIELDS = ("workload", "kind", "payload_sha256", "backend", "op", "entry")
+HEX_DIGEST = r"^[0-9a-f]{64}$"
+
+
+def artifact_identity(registration: Mapping[str, Any]) -> str:
+    """The digest of everything a registration claims: what one decision is about.
+
+    Two registrations with the same identity describe the same candidate; any
+    other change (payload, kind, backend, operation, entry point, workload)
+    is a new candidate whose evidence and verdicts start from nothing.
+    """
+    return sha256_hex(canonical_json({key: registration.get(key) for key in IDENTITY_FIELDS}))
+
+
+# The identity an event was measured or decided under. Events written before
+# identities were recorded have none and are scoped by payload hash alone.
+Identity = Field(default=None, pattern=HEX_DIGEST)
+
+
 class _Evidence(EventPayload):
-    """Raw measurement plus what the registry derived from it, for one payload hash."""
+    """Raw measurement plus what the registry derived from it, for one identity (and its payload hash)."""
 
     artifact: str = Field(min_length=1)
+    identity: str | None = Identity
     payload_sha256: str | None
     run: str | None = None
     item: dict[str, Any]
@@ -94,6 +116,7 @@ class EvaluationFailed(EventPayload):
 
     type: ClassVar[str] = "EvaluationFailed"
     artifact: str = Field(min_length=1)
+    identity: str | None = Identity
     payload_sha256: str | None
     run: str | None = None
     stage: str = Field(min_length=1)
@@ -105,23 +128,28 @@ class VerdictRendered(EventPayload):
 
     type: ClassVar[str] = "VerdictRendered"
     artifact: str = Field(min_length=1)
+    identity: str | None = Identity
     payload_sha256: str | None
     workload: str
     contract_version: int
     contract_hash: str
     gate_version: str
     verdict: dict[str, Any]
+    # Benchmark items the identity had when it was decided (None: not counted, older events).
+    benchmark_attempts: int | None = Field(default=None, ge=0)
 
 
 class HumanDecision(EventPayload):
-    """A named person's approval (advisory tier) or revocation, with a reason."""
+    """A named person's approval (advisory tier) or revocation, with a reason and the verdict it answers."""
 
     type: ClassVar[str] = "HumanDecision"
     artifact: str = Field(min_length=1)
+    identity: str | None = Identity
     payload_sha256: str | None
     action: Literal["approve", "revoke"]
     reason: str = Field(min_length=1)
     person: str = Field(min_length=1)
+    verdict_event_id: str | None = None
 
 
 EVIDENCE_EVENT_BY_KIND: dict[str, type[_Evidence]] = {
