@@ -111,6 +111,23 @@ def test_bad_evidence_is_refused_whole(cli, item, message):
     assert head(cli) == before
 
 
+def test_a_first_document_without_vbench_is_accepted_and_read_as_not_measured(cli):
+    """Nobody measures VBench on CPU: an omitted optional measurement means "not measured", like null."""
+    register(cli, "sage")
+    without_vbench = {key: value for key, value in perceptual(0.9912, 0.0071).items() if key != "vbench"}
+    result = import_doc(cli, "sage", [execution(), benchmark(1.25), without_vbench])
+    assert result.exit_code == 0, result.output
+    verdict = json.loads(cli("promote", "sage", "--json").output)
+    assert verdict["decision"] == "promoted"
+    gated = cli.tmp / "vbench.yaml"
+    gated.write_text(PERCEPTUAL_MANIFEST.replace("max_lpips: 0.02", "max_lpips: 0.02\n  min_vbench: 0.8"))
+    assert cli("workload", "declare", str(gated)).exit_code == 0
+    register(cli, "sage-2")
+    import_doc(cli, "sage-2", [execution(), benchmark(1.25), without_vbench])
+    held = json.loads(cli("promote", "sage-2", "--json").output)
+    assert (held["decision"], held["rule"]) == ("held", "fidelity.metric_absent")
+
+
 def test_nan_spelled_in_json_is_refused(cli):
     register(cli, "sage")
     path = cli.tmp / "nan.json"

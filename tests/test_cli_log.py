@@ -15,6 +15,8 @@ from registry.cli.main import main
 
 from store_helpers import drop_immutability, frame_event, raw
 
+CHECKOUT = Path(__file__).resolve().parents[1]
+
 
 @pytest.fixture
 def runner():
@@ -84,10 +86,11 @@ def test_usage_error_exits_2(runner, sqlite_url):
 
 def test_real_process_with_environment_url(tmp_path):
     env = {**os.environ, "REGISTRY_DATABASE_URL": f"sqlite:///{tmp_path / 'p.db'}", "REGISTRY_ACTOR": "proc"}
-    exe = Path(sys.executable).with_name("registry")
-    init = subprocess.run([str(exe), "init"], env=env, capture_output=True, text=True)
+    # The checkout under test (cwd first on sys.path), not whatever `registry` script is installed.
+    registry = [sys.executable, "-m", "registry"]
+    init = subprocess.run([*registry, "init"], env=env, capture_output=True, text=True, cwd=CHECKOUT)
     assert init.returncode == 0, init.stderr
-    verified = subprocess.run([str(exe), "verify", "--json"], env=env, capture_output=True, text=True)
+    verified = subprocess.run([*registry, "verify", "--json"], env=env, capture_output=True, text=True, cwd=CHECKOUT)
     assert verified.returncode == 0 and json.loads(verified.stdout)["count"] == 0
-    missing = subprocess.run([str(exe), "history", "nothing"], env=env, capture_output=True, text=True)
+    missing = subprocess.run([*registry, "history", "nothing"], env=env, capture_output=True, text=True, cwd=CHECKOUT)
     assert missing.returncode == 1 and missing.stderr.strip() == "error: no events in stream artifact:nothing"

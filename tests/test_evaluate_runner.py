@@ -14,8 +14,8 @@ import pytest
 from registry.kernels.corpus import corpus_cases
 from registry.kernels.evaluate import evaluate_kernel, evidence_document
 
-pytestmark = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1",
-                                reason="the cpu corpus runs under the interpreter")
+pytestmark = [pytest.mark.device, pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1",
+                                                     reason="the cpu corpus runs under the interpreter")]
 
 CASES = corpus_cases("cpu")
 TOLERANCES = {"bfloat16": {"atol": 0.02, "rtol": 0.02, "max_abs": 0.1}, "float16": {"atol": 0.002, "rtol": 0.002}}
@@ -72,8 +72,9 @@ def test_builtin_kernel_yields_parity_benchmark_and_execution_evidence():
     parity, bench, execution = items
     assert parity["policy"] == "byte_equal" and parity["approx_math"] == []
     assert [leaf["name"] for leaf in parity["leaves"]] == [f"{c.label}.y" for c in CASES]
-    assert [leaf["shape"] for leaf in parity["leaves"]] == [[c.batch, c.seq, c.dim] for c in CASES]
-    assert [leaf["dtype"] for leaf in parity["leaves"]] == [c.dtype for c in CASES]
+    for side in ("reference", "candidate"):
+        assert [leaf[f"{side}_shape"] for leaf in parity["leaves"]] == [[c.batch, c.seq, c.dim] for c in CASES]
+        assert [leaf[f"{side}_dtype"] for leaf in parity["leaves"]] == [c.dtype for c in CASES]
     # Observed: bit-exact on every cpu-corpus case under the interpreter.
     assert all(leaf["byte_equal"] for leaf in parity["leaves"])
     assert bench["protocol"] == "paired" and bench["schedule"] == ["BC", "CB", "BC"] and bench["warmup"] == 1

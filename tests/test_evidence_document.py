@@ -26,15 +26,24 @@ BENCHMARK = {
 PARITY = {
     "kind": "parity", "policy": "tolerance",
     "leaves": [
-        {"name": "frames", "dtype": "bfloat16", "shape": [1, 16, 13, 60, 104], "byte_equal": False,
-         "strides_equal": True, "max_abs_error": 0.0078125, "max_rel_error": 0.01, "has_nan": False,
+        {"name": "frames", "reference_dtype": "bfloat16", "candidate_dtype": "bfloat16",
+         "reference_shape": [1, 16, 13, 60, 104], "candidate_shape": [1, 16, 13, 60, 104],
+         "reference_strides": [1297920, 81120, 6240, 104, 1], "candidate_strides": [1297920, 81120, 6240, 104, 1],
+         "byte_equal": False, "max_abs_error": 0.0078125, "max_rel_error": 0.01, "has_nan": False,
          "has_inf": False, "reference_has_nan": False, "reference_has_inf": False,
          "nonfinite_mismatch": False, "tolerance": {"atol": 0.02, "rtol": 0.02, "max_abs": 1.0},
          "outside_tolerance": 0},
-        {"name": "step", "dtype": "int64", "shape": [], "byte_equal": True, "max_abs_error": 0.0,
-         "max_rel_error": 0.0, "has_nan": False, "has_inf": False},
+        {"name": "step", "reference_dtype": "int64", "candidate_dtype": "torch.int64", "reference_shape": [3],
+         "candidate_shape": [3], "reference_strides": [1], "candidate_strides": [1], "byte_equal": True,
+         "max_abs_error": 0.0, "max_rel_error": 0.0, "has_nan": False, "has_inf": False},
     ],
     "approx_math": [],
+}
+# A leaf as written before leaves recorded both sides: still a valid record (the gate holds it).
+ONE_SIDED_PARITY = {
+    "kind": "parity", "policy": "byte_equal",
+    "leaves": [{"name": "y", "dtype": "bfloat16", "shape": [2, 3], "byte_equal": True, "strides_equal": True,
+                "max_abs_error": 0.0, "max_rel_error": 0.0, "has_nan": False, "has_inf": False}],
 }
 PERCEPTUAL = {
     "kind": "perceptual", "frame_set": "wan-1.3b-fixed-seed-8", "seed": 1024, "frames": 4,
@@ -51,10 +60,11 @@ def document(*items: dict, **top: object) -> dict:
 
 
 def test_a_document_with_every_kind_parses():
-    doc = parse_document(document(EXECUTION, BENCHMARK, PARITY, PERCEPTUAL, FAILURE))
+    doc = parse_document(document(EXECUTION, BENCHMARK, PARITY, PERCEPTUAL, FAILURE, ONE_SIDED_PARITY))
     assert (doc.artifact, doc.run) == ("sage-attn-v1", "run-1")
-    assert [item["kind"] for item in doc.items] == ["execution", "benchmark", "parity", "perceptual", "failure"]
-    for item, raw in zip(doc.items, (EXECUTION, BENCHMARK, PARITY, PERCEPTUAL, FAILURE)):
+    assert [item["kind"] for item in doc.items] == ["execution", "benchmark", "parity", "perceptual", "failure",
+                                                    "parity"]
+    for item, raw in zip(doc.items, (EXECUTION, BENCHMARK, PARITY, PERCEPTUAL, FAILURE, ONE_SIDED_PARITY)):
         assert {key: value for key, value in item.items() if key != "derived"} == raw
         assert isinstance(item["derived"], dict)
     json.dumps([item for item in doc.items], allow_nan=False)
@@ -105,6 +115,25 @@ def test_parity_derivations():
     derived = parse_item(PARITY)["derived"]
     assert derived == {"leaf_count": 2, "all_byte_equal": False, "worst_max_abs_error": 0.0078125,
                        "worst_leaf": "frames"}
+
+
+@pytest.mark.parametrize(("item", "fields"), [
+    (PERCEPTUAL, ("vbench",)),
+    (PERCEPTUAL, ("lpips", "vbench")),
+    ({**PERCEPTUAL, "absent": None}, ("ssim", "lpips", "vbench")),
+    (PARITY, ("leaves.0.max_rel_error",)),
+    (PARITY, ("leaves.0.max_abs_error", "leaves.0.max_rel_error")),
+])
+def test_an_omitted_measurement_means_not_measured_exactly_like_null(item, fields):
+    """A first document without VBench (nobody measures it on CPU) is accepted, and reads as unmeasured."""
+    omitted, nulled = item, item
+    for field in fields:
+        omitted, nulled = mutate(omitted, field, ...), mutate(nulled, field, None)
+    parsed_omitted, parsed_null = parse_item(omitted), parse_item(nulled)
+    assert parsed_omitted["derived"] == parsed_null["derived"]
+    assert {key: value for key, value in parsed_omitted.items() if key != "derived"} == omitted  # stored as sent
+    if item["kind"] == "perceptual":
+        assert not set(parsed_omitted["derived"]["measured"]) & {f.split(".")[-1] for f in fields}
 
 
 def test_execution_derivation():
@@ -165,9 +194,25 @@ def mutate(item: dict, path: str, value: object) -> dict:
         (PARITY, "policy", "close", "evidence[1].policy: 'close' is not one of byte_equal, tolerance"),
         (PARITY, "leaves.0.max_abs_error", math.nan, "evidence[1].leaves[0].max_abs_error: nan is not a finite"),
         (PARITY, "leaves.0.max_abs_error", -1.0, "evidence[1].leaves[0].max_abs_error: -1.0 is outside"),
-        (PARITY, "leaves.0.max_abs_error", ..., "evidence[1].leaves[0].max_abs_error: required"),
         (PARITY, "leaves.0.has_nan", 0, "evidence[1].leaves[0].has_nan: expected true or false"),
-        (PARITY, "leaves.0.shape", [1, -2], "evidence[1].leaves[0].shape[1]: -2 is negative"),
+        (PARITY, "leaves.0.candidate_shape", [1, -2], "evidence[1].leaves[0].candidate_shape[1]: -2 is negative"),
+        (PARITY, "leaves.0.candidate_shape", ..., "evidence[1].leaves[0].candidate_shape: required"),
+        (PARITY, "leaves.0.reference_strides", None, "evidence[1].leaves[0].reference_strides: expected a list"),
+        (PARITY, "leaves.0.reference_strides", [1], "leaves[0].reference_strides: 1 strides for 5 dimensions"),
+        (PARITY, "leaves.0.candidate_dtype", "notadtype", "leaves[0].candidate_dtype: 'notadtype' is not a dtype"),
+        (PARITY, "leaves.0.dtype", "bfloat16", "leaves[0].dtype: a leaf that records reference_* and candidate_*"),
+        (PARITY, "leaves.0.strides_equal", True, "leaves[0].strides_equal: a leaf that records reference_*"),
+        (PARITY, "leaves.0.outside_tolerance", 3, "leaves[0].outside_tolerance: 3 element(s) outside atol 0.02 "
+                                                  "but max_abs_error 0.0078125 is within it"),
+        (PARITY, "leaves.0.outside_tolerance", 10**7, "outside_tolerance: 10000000 exceeds the reference's 1297920 elements"),
+        (PARITY, "leaves.0.has_nan", True, "leaves[0].nonfinite_mismatch: false but has_nan and reference_has_nan"),
+        (PARITY, "leaves.1.candidate_dtype", "int32", "leaves[1].byte_equal: true but dtype differs: "
+                                                      "reference int64, candidate int32"),
+        (PARITY, "leaves.1.candidate_strides", [2], "leaves[1].byte_equal: true but strides differ: "
+                                                    "reference [1], candidate [2]"),
+        (ONE_SIDED_PARITY, "leaves.0.strides_equal", False, "leaves[0].strides_equal: false but byte_equal is true"),
+        (ONE_SIDED_PARITY, "leaves.0.dtype", "bf16", "leaves[0].dtype: 'bf16' is not a dtype"),
+        (ONE_SIDED_PARITY, "leaves.0.shape", ..., "leaves[0].shape: required"),
         (PARITY, "leaves.0.match", True, "evidence[1].leaves[0].match: client-supplied summary refused"),
         (PARITY, "leaves.0.ulp", 3, "evidence[1].leaves[0].ulp: unknown field"),
         (PARITY, "leaves.0.tolerance", ..., "evidence[1].leaves[0].outside_tolerance: counted under no"),
@@ -180,7 +225,6 @@ def mutate(item: dict, path: str, value: object) -> dict:
         (PERCEPTUAL, "ssim.0", math.nan, "evidence[1].ssim[0]: nan is not a finite number"),
         (PERCEPTUAL, "lpips.2", -0.01, "evidence[1].lpips[2]: -0.01 is outside the LPIPS range [0, inf)"),
         (PERCEPTUAL, "vbench", 1.5, "evidence[1].vbench: 1.5 is outside the VBench range [0, 1]"),
-        (PERCEPTUAL, "vbench", ..., "evidence[1].vbench: required"),
         (PERCEPTUAL, "ssim", [], "evidence[1].ssim: empty list"),
         (PERCEPTUAL, "lpips", [0.1, 0.2], "evidence[1].lpips: 2 frames but ssim has 4"),
         (PERCEPTUAL, "frames", 8, "evidence[1].ssim: 4 values but frames is 8"),
@@ -209,8 +253,9 @@ def test_refusals_name_the_item_index_and_field(item, path, value, message):
         ({**document(EXECUTION), "format": "registry.evidence/2"}, "format: expected 'registry.evidence/1'"),
         ({k: v for k, v in document(EXECUTION).items() if k != "format"}, "format: expected"),
         ({k: v for k, v in document(EXECUTION).items() if k != "artifact"}, "artifact: required"),
-        (document(EXECUTION, artifact=""), "artifact: expected a non-empty string"),
-        (document(EXECUTION, run=7), "run: expected a non-empty string"),
+        (document(EXECUTION, artifact=""), "artifact: '' is empty"),
+        (document(EXECUTION, run=7), "run: 7 must be a string, not int"),
+        (document(EXECUTION, run="a\nb"), "run: 'a\\nb' contains a line break"),
         (document(), "evidence: empty list"),
         (document(EXECUTION, evidence={"kind": "execution"}), "evidence: expected a list"),
         (document(EXECUTION, speedup=1.3), "speedup: client-supplied summary refused"),

@@ -27,7 +27,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 
 from registry.app import open_registry
 from registry.cli.main import main
-from registry.events.types import artifact_identity
+from registry.events.identity import artifact_identity
 from registry.projections import Projections, RegistryState, verify_projections
 from registry.projections.fold import fold
 

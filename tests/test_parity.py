@@ -9,7 +9,10 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from registry.contracts import Contract
+from registry.evidence.document import parse_item
 from registry.evidence.parity import compare_leaf, compare_outputs, validate_tolerance
+from registry.gate import ArtifactFacts, GateEvidence, Recorded, decide
 from registry.evidence.source_screen import screen_source
 
 TOL = {"atol": 0.02, "rtol": 0.02, "max_abs": 1.0}
@@ -26,15 +29,16 @@ def _next_up(t: torch.Tensor) -> torch.Tensor:
 def test_identical_tensors_are_byte_equal_with_zero_error():
     ref = torch.linspace(-3, 3, 24, dtype=torch.bfloat16).reshape(4, 6)
     leaf = compare_leaf("y", ref, ref.clone(), "byte_equal", None)
-    assert leaf == {"name": "y", "dtype": "bfloat16", "shape": [4, 6], "byte_equal": True, "strides_equal": True,
-                    "has_nan": False, "has_inf": False, "reference_has_nan": False, "reference_has_inf": False,
+    assert leaf == {"name": "y", "reference_dtype": "bfloat16", "candidate_dtype": "bfloat16",
+                    "reference_shape": [4, 6], "candidate_shape": [4, 6],
+                    "reference_strides": [6, 1], "candidate_strides": [6, 1], "byte_equal": True, "has_nan": False, "has_inf": False, "reference_has_nan": False, "reference_has_inf": False,
                     "nonfinite_mismatch": False, "max_abs_error": 0.0, "max_rel_error": 0.0}
 
 
 def test_one_ulp_difference_fails_byte_equal_and_is_measured():
     ref = torch.full((3, 5), 1.0, dtype=torch.bfloat16)
     leaf = compare_leaf("y", ref, _next_up(ref), "byte_equal", None)
-    assert leaf["byte_equal"] is False and leaf["strides_equal"] is True
+    assert leaf["byte_equal"] is False and leaf["reference_strides"] == leaf["candidate_strides"] == [5, 1]
     assert leaf["max_abs_error"] == 2**-7 and leaf["max_rel_error"] == 2**-7
     assert "tolerance" not in leaf and "outside_tolerance" not in leaf
 
@@ -44,14 +48,16 @@ def test_stride_only_difference_is_not_byte_equal():
     column_major = ref.t().contiguous().t()
     assert torch.equal(ref, column_major) and ref.stride() != column_major.stride()
     leaf = compare_leaf("y", ref, column_major, "byte_equal", None)
-    assert leaf["byte_equal"] is False and leaf["strides_equal"] is False
+    assert leaf["byte_equal"] is False
+    assert (leaf["reference_strides"], leaf["candidate_strides"]) == ([4, 1], [1, 3])
     assert leaf["max_abs_error"] == 0.0
 
 
-def test_dtype_difference_is_not_byte_equal():
+def test_dtype_difference_is_not_byte_equal_and_both_dtypes_are_recorded():
     ref = torch.ones(4, dtype=torch.bfloat16)
-    leaf = compare_leaf("y", ref, ref.half(), "byte_equal", None)
-    assert leaf["byte_equal"] is False and leaf["max_abs_error"] == 0.0 and leaf["dtype"] == "bfloat16"
+    leaf = compare_leaf("y", ref, ref.float(), "byte_equal", None)
+    assert leaf["byte_equal"] is False and leaf["max_abs_error"] == 0.0
+    assert (leaf["reference_dtype"], leaf["candidate_dtype"]) == ("bfloat16", "float32")
 
 
 def test_candidate_nan_where_reference_has_none_is_a_mismatch_kept_out_of_the_error():
@@ -86,10 +92,18 @@ def test_infinity_sign_mismatch_is_a_mismatch():
     assert leaf["nonfinite_mismatch"] is True and leaf["max_abs_error"] == 0.0
 
 
-def test_no_finite_pair_gives_null_errors():
+def test_no_finite_pair_gives_zero_errors_and_the_nonfinite_pattern_decides():
+    """The maxima over no finite pair are 0.0: null is kept for "not compared" (a shape mismatch)."""
     leaf = compare_leaf("y", torch.tensor([NAN, 1.0]), torch.tensor([NAN, NAN]), "byte_equal", None)
-    assert leaf["max_abs_error"] is None and leaf["max_rel_error"] is None
+    assert leaf["max_abs_error"] == 0.0 and leaf["max_rel_error"] == 0.0
     assert leaf["nonfinite_mismatch"] is True
+    empty = compare_leaf("y", torch.zeros(0), torch.zeros(0), "tolerance", TOL)
+    assert (empty["byte_equal"], empty["max_abs_error"], empty["outside_tolerance"]) == (True, 0.0, 0)
+
+
+def test_relative_error_is_null_where_no_pair_defines_it():
+    leaf = compare_leaf("y", torch.zeros(2), torch.tensor([0.5, 0.25]), "tolerance", TOL)
+    assert leaf["max_abs_error"] == 0.5 and leaf["max_rel_error"] is None
 
 
 def test_tolerance_and_its_absolute_cap_are_recorded_with_the_leaf():
@@ -110,10 +124,11 @@ def test_outside_tolerance_counts_elements_past_atol_plus_rtol():
     assert leaf["outside_tolerance"] == 2 and leaf["tolerance"] == {"atol": 0.02, "rtol": 0.02}
 
 
-def test_shape_mismatch_counts_every_element_as_outside():
-    leaf = compare_leaf("y", torch.zeros(2, 3), torch.zeros(3, 2), "tolerance", TOL)
-    assert leaf["byte_equal"] is False and leaf["strides_equal"] is False
-    assert leaf["max_abs_error"] is None and leaf["outside_tolerance"] == 6 and leaf["shape"] == [2, 3]
+def test_shape_mismatch_records_both_shapes_and_counts_every_element_as_outside():
+    leaf = compare_leaf("y", torch.zeros(2, 8), torch.zeros(2, 4), "tolerance", TOL)
+    assert leaf["byte_equal"] is False
+    assert (leaf["reference_shape"], leaf["candidate_shape"]) == ([2, 8], [2, 4])
+    assert leaf["max_abs_error"] is None and leaf["outside_tolerance"] == 16
 
 
 def test_tolerance_policy_without_tolerance_is_an_error():
@@ -184,7 +199,100 @@ def test_a_tensor_always_matches_its_copy(values):
     ref = torch.tensor(values, dtype=torch.float16)
     leaf = compare_leaf("y", ref, ref.clone(), "byte_equal", None)
     assert leaf["byte_equal"] and not leaf["nonfinite_mismatch"]
-    assert leaf["max_abs_error"] in (0.0, None)
+    assert leaf["max_abs_error"] == 0.0
+
+
+# ---- from the comparator through the gate: what the evidence shows decides ------------------------
+
+def _verdict_on(reference: torch.Tensor, candidate: torch.Tensor, tolerance: dict | None):
+    """The gate's verdict on one compared leaf, all other evidence passing (32 pairs at 2x)."""
+    policy = "tolerance" if tolerance else "byte_equal"
+    item = compare_outputs(reference, candidate, ["y"], policy, {dtype_of(reference): tolerance} if tolerance else None)
+    manifest = {"workload": "w", "speed": {"min_speedup": 1.1, "runs_per_arm": 4, "protocol": "paired"}}
+    if tolerance:
+        manifest["parity"] = {"policy": "tolerance", "tolerances": {dtype_of(reference): tolerance}}
+    benchmark = {"kind": "benchmark", "protocol": "paired", "device": "H100", "timer": "cuda_event",
+                 "baseline_s": [2.0, 2.0, 2.0, 2.0], "candidate_s": [1.0, 1.0, 1.0, 1.0],
+                 "schedule": ["BC", "CB", "BC", "CB"]}
+    evidence = GateEvidence(
+        execution=Recorded("e", parse_item({"kind": "execution", "candidate_calls": 1, "fallbacks": 0})),
+        benchmark=Recorded("b", parse_item(benchmark)), parity=Recorded("p", parse_item(item)))
+    return decide(Contract.from_mapping(manifest), evidence, ArtifactFacts("k", "fused_kernel"))
+
+
+def dtype_of(tensor: torch.Tensor) -> str:
+    return str(tensor.dtype).removeprefix("torch.")
+
+
+def test_the_gate_promotes_an_identical_candidate_so_the_cases_below_are_not_vacuous():
+    ref = torch.linspace(-2, 2, 16, dtype=torch.bfloat16).reshape(2, 8)
+    assert _verdict_on(ref, ref.clone(), None).decision == "promoted"
+    assert _verdict_on(ref, ref.clone(), {"atol": 0.02, "rtol": 0.02}).decision == "promoted"
+
+
+@pytest.mark.parametrize("tolerance", [None, {"atol": 0.02, "rtol": 0.02}, {"atol": 1e9, "rtol": 1e9}])
+def test_a_float32_candidate_of_a_bfloat16_reference_is_quarantined_naming_both_dtypes(tolerance):
+    ref = torch.linspace(-2, 2, 16, dtype=torch.bfloat16).reshape(2, 8)
+    verdict = _verdict_on(ref, ref.float(), tolerance)  # the same values: the errors are all 0.0
+    assert verdict.decision == "quarantined"
+    assert "dtype differs: reference bfloat16, candidate float32" in verdict.reasons[0]
+
+
+@pytest.mark.parametrize("tolerance", [None, {"atol": 0.02, "rtol": 0.02}, {"atol": 1e9, "rtol": 1e9}])
+def test_a_2x4_candidate_of_a_2x8_reference_is_quarantined_naming_both_shapes(tolerance):
+    ref = torch.zeros(2, 8, dtype=torch.bfloat16)
+    verdict = _verdict_on(ref, ref[:, :4].contiguous(), tolerance)
+    assert verdict.decision == "quarantined"
+    assert "shape differs: reference [2, 8], candidate [2, 4]" in verdict.reasons[0]
+
+
+@pytest.mark.parametrize("tolerance", [None, {"atol": 0.02, "rtol": 0.02}])
+def test_a_candidate_with_other_strides_is_quarantined_naming_them(tolerance):
+    ref = torch.arange(12, dtype=torch.bfloat16).reshape(3, 4)
+    verdict = _verdict_on(ref, ref.t().contiguous().t(), tolerance)  # equal values, column-major
+    assert verdict.decision == "quarantined"
+    assert "strides differ: reference [4, 1], candidate [1, 3]" in verdict.reasons[0]
+
+
+tensors = st.tuples(
+    st.sampled_from([torch.bfloat16, torch.float16, torch.float32, torch.int32]),
+    st.sampled_from([(0,), (3,), (2, 3), (3, 2)]),
+    st.booleans(),
+    st.lists(st.sampled_from([0.0, 1.0, -2.5, 1e-3, INF, -INF, NAN]), min_size=6, max_size=6),
+)
+
+
+def _tensor(dtype, shape, transposed, values) -> torch.Tensor:
+    count = math.prod(shape)
+    flat = torch.tensor(values[:count], dtype=torch.float64)
+    if not dtype.is_floating_point:
+        flat = torch.nan_to_num(flat, nan=0.0, posinf=7.0, neginf=-7.0)
+    tensor = flat.to(dtype).reshape(shape)
+    return tensor.t().contiguous().t() if transposed and len(shape) == 2 else tensor
+
+
+@settings(max_examples=60, deadline=None, derandomize=True)
+@given(tensors, tensors, st.booleans())
+def test_every_leaf_the_comparator_writes_is_valid_evidence_and_promoted_only_when_equal(ref, cand, tolerant):
+    reference, candidate = _tensor(*ref), _tensor(*cand)
+    tolerance = {"atol": 1e9, "rtol": 1e9} if tolerant and reference.dtype.is_floating_point else None
+    verdict = _verdict_on(reference, candidate, tolerance)
+    assert verdict.rule != "evidence.invalid", verdict.reasons
+    same_layout = (reference.dtype, reference.shape, reference.stride()) == \
+        (candidate.dtype, candidate.shape, candidate.stride())
+    if verdict.decision == "promoted":
+        assert same_layout
+        if tolerance is None:
+            assert torch.equal(_bytes(reference), _bytes(candidate))
+        else:
+            assert torch.equal(reference.isnan(), candidate.isnan())
+            assert torch.equal(reference.isinf(), candidate.isinf())
+    elif tolerance is None or not reference.dtype.is_floating_point:
+        assert not (same_layout and torch.equal(_bytes(reference), _bytes(candidate)))
+
+
+def _bytes(tensor: torch.Tensor) -> torch.Tensor:
+    return tensor.contiguous().reshape(-1).view(torch.uint8)
 
 
 def test_source_screen_flags_approximate_math():

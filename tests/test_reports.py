@@ -21,6 +21,7 @@ from registry.projections.report import (
     report_tables,
 )
 
+from limits import HANG_GUARD_S
 from test_projections import build_history, open_store
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -159,7 +160,7 @@ def test_html_renders_in_a_headless_browser(registry, tmp_path):
         [browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
          "--disable-component-update", "--disable-sync", "--no-first-run", f"--user-data-dir={tmp_path / 'profile'}",
          f"--screenshot={shot}", "--window-size=1200,1600", html.as_uri()],
-        capture_output=True, text=True, timeout=120,
+        capture_output=True, text=True, timeout=HANG_GUARD_S,
     )
     assert result.returncode == 0, result.stderr[-2000:]
     data = shot.read_bytes()

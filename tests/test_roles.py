@@ -1,6 +1,6 @@
 """Least-privilege roles on Postgres: connect as members of each role and see what is refused.
 
-The log's immutability has two independent layers there (DESIGN.md, "Events"):
+The log's immutability has two independent layers there (docs/architecture.md, "Events"):
 privileges keep a writer from UPDATE, DELETE or TRUNCATE on the log, and the
 triggers refuse those even to the owner. Each is shown to hold on its own.
 """

@@ -7,14 +7,15 @@ import scipy.stats
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from registry.evidence.ranks import CI_LEVEL, min_conclusive_runs
 from registry.evidence.stats import (
-    BOOTSTRAP_RESAMPLES,
     EXACT_MAX_N,
-    bootstrap_ci,
     is_interleaved,
+    median_interval,
     paired_ratios,
     population_cv,
     speedup,
+    speedup_interval,
     summarize_benchmark,
     wilcoxon_signed_rank,
 )
@@ -85,42 +86,66 @@ def test_unknown_protocol_is_an_error():
     with pytest.raises(ValueError, match="unknown protocol 'abba'"):
         speedup("abba", [1.0], [1.0])
     with pytest.raises(ValueError, match="unknown protocol 'abba'"):
-        bootstrap_ci("abba", [1.0], [1.0])
+        speedup_interval("abba", np.ones(8), np.ones(8))
+    with pytest.raises(ValueError, match="unknown protocol 'abba'"):
+        min_conclusive_runs("abba")
 
 
-def test_bootstrap_is_deterministic_and_brackets_the_estimate():
+def test_interval_is_deterministic_and_brackets_the_estimate():
     rng = np.random.default_rng(3)
     baseline = rng.normal(1.0, 0.02, 16)
     candidate = rng.normal(0.8, 0.02, 16)
     for protocol in ("paired", "sequential"):
-        first = bootstrap_ci(protocol, baseline, candidate)
-        assert first == bootstrap_ci(protocol, baseline, candidate)
-        low, high = first
+        low, high, coverage = speedup_interval(protocol, baseline, candidate)
+        assert (low, high) == speedup_interval(protocol, baseline, candidate)[:2]
         assert low <= speedup(protocol, baseline, candidate) <= high
         assert 1.0 < low < high < 1.6
+        assert CI_LEVEL <= coverage < 1.0
 
 
-def test_bootstrap_interval_narrows_with_more_runs():
+@pytest.mark.parametrize("n", [*range(1, 80), 101, 257, 1000, 4001, 20_000, 100_000])
+@pytest.mark.parametrize("tail", [0.025, 0.0125])
+def test_median_bounds_are_the_order_statistics_the_binomial_law_gives(n, tail):
+    """Rank k: the largest with P(Binomial(n, 1/2) <= k - 1) <= tail (scipy's exact law), else the extremes."""
+    ranks = np.arange(1, (n + 1) // 2 + 1)
+    allowed = ranks[scipy.stats.binom.cdf(ranks - 1, n, 0.5) <= tail]
+    k = int(allowed[-1]) if allowed.size else 1
+    values = np.random.default_rng(n).permutation(np.arange(n, dtype=np.float64))
+    low, high, coverage = median_interval(values, tail)
+    assert (low, high) == (k - 1, n - k)
+    assert coverage == pytest.approx(1 - 2 * scipy.stats.binom.cdf(k - 1, n, 0.5), rel=1e-8)
+    assert (coverage >= 1 - 2 * tail) is bool(allowed.size)
+
+
+def test_the_fewest_runs_that_can_be_conclusive():
+    """5 pairs all on one side of 1.0 happen by chance 2/32 > 5%; 6 pairs 2/64. Sequential needs 7 per arm."""
+    assert (min_conclusive_runs("paired"), min_conclusive_runs("sequential")) == (6, 7)
+    assert median_interval(np.arange(5.0), 0.025)[2] < CI_LEVEL <= median_interval(np.arange(6.0), 0.025)[2]
+
+
+def test_interval_narrows_with_more_runs():
     rng = np.random.default_rng(5)
     widths = []
-    for n in (4, 64):
+    for n in (8, 64):
         baseline = rng.normal(1.0, 0.05, n)
         candidate = rng.normal(0.9, 0.05, n)
-        low, high = bootstrap_ci("paired", baseline, candidate)
+        low, high, _ = speedup_interval("paired", baseline, candidate)
         widths.append(high - low)
     assert widths[1] < widths[0] / 2
 
 
-def test_bootstrap_of_identical_ratios_is_a_point():
-    assert bootstrap_ci("paired", [2.0, 4.0, 6.0], [1.0, 2.0, 3.0]) == (2.0, 2.0)
+def test_interval_of_identical_ratios_is_a_point():
+    low, high, coverage = speedup_interval("paired", np.array([2.0, 4.0, 6.0]), np.array([1.0, 2.0, 3.0]))
+    assert (low, high) == (2.0, 2.0) and coverage == 0.75  # three pairs guarantee only 1 - 2/8
 
 
-def test_bootstrap_seed_changes_the_interval():
-    rng = np.random.default_rng(9)
-    baseline, candidate = rng.normal(1.0, 0.05, 10), rng.normal(0.9, 0.05, 10)
-    intervals = {bootstrap_ci("paired", baseline, candidate, resamples=200, seed=seed) for seed in range(5)}
-    assert len(intervals) > 1
-    assert BOOTSTRAP_RESAMPLES == 10_000
+def test_sequential_interval_divides_the_arm_intervals_crosswise():
+    baseline, candidate = np.arange(1.0, 17.0), np.arange(1.0, 17.0) / 2
+    b_low, b_high, b_coverage = median_interval(baseline, (1 - CI_LEVEL) / 4)
+    c_low, c_high, c_coverage = median_interval(candidate, (1 - CI_LEVEL) / 4)
+    low, high, coverage = speedup_interval("sequential", baseline, candidate)
+    assert (low, high, coverage) == (b_low / c_high, b_high / c_low, b_coverage * c_coverage)
+    assert coverage >= CI_LEVEL
 
 
 @pytest.mark.parametrize(
@@ -152,7 +177,7 @@ def test_summary_of_a_paired_benchmark():
     expected_p = scipy.stats.wilcoxon(np.log(np.array(baseline) / np.array(candidate)), method="exact").pvalue
     assert summary["wilcoxon_p"] == pytest.approx(expected_p)
     low, high = summary["speedup_ci"]
-    assert 1.0 <= low <= summary["speedup"] <= high <= 1.3
+    assert (low, high) == (1.0, 1.3) and summary["ci_level"] == 0.875  # four pairs: the extremes, 1 - 2/16
 
 
 def test_summary_of_a_sequential_benchmark_has_no_pair_statistics():

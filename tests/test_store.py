@@ -23,6 +23,7 @@ from registry.events.errors import ConcurrencyError, IdempotencyConflict, Payloa
 from registry.events.store import EVENTS, EventStore, NewEvent, position_of_event_id, positional_event_id
 from registry.events.types import UPCASTERS, FrameSetRegistered
 
+from limits import HANG_GUARD_S
 from store_helpers import drop_immutability, frame_event, raw
 
 
@@ -254,7 +255,7 @@ class _DroppedAtCommit(EventStore):
         pid = self._writer.current.connection.info.backend_pid
         with psycopg.connect(_libpq(self.engine.url.render_as_string(hide_password=False)), autocommit=True) as admin:
             admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
-            deadline = time.monotonic() + 10
+            deadline = time.monotonic() + HANG_GUARD_S
             while admin.execute("SELECT 1 FROM pg_stat_activity WHERE pid = %s", (pid,)).fetchone():
                 assert time.monotonic() < deadline, "the backend outlived pg_terminate_backend"
                 time.sleep(0.01)

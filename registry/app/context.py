@@ -8,21 +8,22 @@ from dataclasses import dataclass
 
 from sqlalchemy import Engine
 
+from registry.contracts.names import check_name
 from registry.events.database import check_schema, make_engine, resolve_url, upgrade
 from registry.events.store import EventStore
 
 
 def default_actor(explicit: str | None = None) -> str:
-    """--actor, else REGISTRY_ACTOR, else user@host."""
-    if explicit:
-        return explicit
+    """--actor, else REGISTRY_ACTOR, else user@host; whichever it is must be a name (registry.contracts.names)."""
+    if explicit is not None:
+        return check_name(explicit, "--actor")
     if os.environ.get("REGISTRY_ACTOR"):
-        return os.environ["REGISTRY_ACTOR"]
+        return check_name(os.environ["REGISTRY_ACTOR"], "REGISTRY_ACTOR")
     try:
         user = getpass.getuser()
     except (KeyError, OSError):
         user = "unknown"
-    return f"{user}@{socket.gethostname()}"
+    return check_name(f"{user}@{socket.gethostname()}", "actor from the login and host names (give --actor)")
 
 
 @dataclass
@@ -33,10 +34,14 @@ class Registry:
 
 
 def open_registry(url: str | None = None, *, actor: str | None = None, create: bool = False) -> Registry:
-    """Open (or, with create=True, create or upgrade) the registry at `url`."""
+    """Open (or, with create=True, create or upgrade) the registry at `url`.
+
+    The actor is checked first, so a refused name leaves no database created.
+    """
+    actor = default_actor(actor)
     engine = make_engine(resolve_url(url), must_exist=not create)
     if create:
         upgrade(engine)
     else:
         check_schema(engine)
-    return Registry(engine=engine, store=EventStore(engine), actor=default_actor(actor))
+    return Registry(engine=engine, store=EventStore(engine), actor=actor)

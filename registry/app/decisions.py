@@ -28,7 +28,7 @@ from registry.projections import Projections
 from registry.projections.state import FINAL, contract_note
 
 from .context import Registry
-from .workloads import artifact_stream, current_contract
+from .workloads import artifact_stream, current_contract, find_contract
 
 # How many times promote decides again when evidence keeps landing while it decides.
 PROMOTE_TRIES = 5
@@ -64,14 +64,35 @@ def _seen_version(registry: Registry, state: dict[str, Any]) -> int:
     return registry.store.read_stream(stream, up_to_position=state["last_position"])[-1].version
 
 
+# An artifact imported against a workload nobody declared: the gate has no contract to run.
+NO_CONTRACT_RULE = "contract.missing"
+
+
 @dataclass(frozen=True)
 class PromoteOutcome:
     verdict: dict[str, Any]
     appended: bool
-    contract_version: int
+    contract_version: int | None
     contract_hash: str
     position: int | None
     benchmark_attempts: int
+
+    @property
+    def standing(self) -> bool:
+        """Whether this is an earlier final verdict returned again (not a hold for want of a contract)."""
+        return not self.appended and self.verdict["rule"] != NO_CONTRACT_RULE
+
+
+def undeclared_contract_verdict(workload: str) -> dict[str, Any]:
+    """The hold for an artifact whose workload has no contract: nothing to judge by, and none is invented."""
+    from registry.gate.model import GATE_VERSION
+
+    return {
+        "decision": "held", "tier": None, "rule": NO_CONTRACT_RULE, "margins": [], "speedup": None,
+        "speedup_ci": None, "evidence_ids": [], "gate_version": GATE_VERSION,
+        "reasons": [f"workload {workload} has no declared contract (declare it with `registry workload declare`); "
+                    "no contract is invented, so nothing is decided"],
+    }
 
 
 def promote(registry: Registry, artifact: str) -> PromoteOutcome:
@@ -93,7 +114,9 @@ def _promote_once(registry: Registry, artifact: str) -> PromoteOutcome:
     if state["decision"] in FINAL and state["verdict"] is not None:
         return PromoteOutcome(state["verdict"], False, state["contract_version"], state.get("contract_hash") or "",
                               None, attempts)
-    declared = current_contract(registry, state["workload"])
+    declared = find_contract(registry, state["workload"])
+    if declared is None:
+        return PromoteOutcome(undeclared_contract_verdict(state["workload"]), False, None, "", None, attempts)
     evidence, facts = gate_inputs(state)
     verdict = decide(declared.contract, evidence, facts).to_dict()
     event = VerdictRendered(

@@ -1,6 +1,6 @@
 """Recording evidence: imported documents and measurements become events bound to what was measured.
 
-Evidence is about one identity of an artifact (events.types.artifact_identity):
+Evidence is about one identity of an artifact (events.identity.artifact_identity):
 the registration is captured once, before anything is measured, and every
 event carries that identity and its payload hash. The append refuses (one
 line, nothing written) when the registration has changed since the capture;
@@ -13,8 +13,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from registry.contracts.names import check_name
+from registry.events.identity import IDENTITY_FIELDS, artifact_identity
 from registry.events.store import NewEvent
-from registry.events.types import EVIDENCE_EVENT_BY_KIND, IDENTITY_FIELDS, EvaluationFailed, artifact_identity
+from registry.events.types import EVIDENCE_EVENT_BY_KIND, EvaluationFailed
 
 from .context import Registry
 from .workloads import artifact_stream, registration
@@ -49,10 +51,14 @@ def _changed_fields(before: dict[str, Any], after: dict[str, Any]) -> str:
     return ", ".join(key for key in IDENTITY_FIELDS if before.get(key) != after.get(key))
 
 
-def evidence_events(subject: Subject, run: str | None, items: list[dict[str, Any]]) -> list[NewEvent]:
-    """One event per parsed evidence item; a `failure` item becomes EvaluationFailed."""
+def evidence_events(subject: Subject, run: str | None, items: list[dict[str, Any]],
+                    origin: dict[str, Any] | None = None) -> list[NewEvent]:
+    """One event per parsed evidence item, bound to `subject`; a `failure` item becomes EvaluationFailed.
+
+    `origin` names the imported document the items came from (docs/import.md).
+    """
     bound = {"artifact": subject.artifact, "identity": subject.identity, "payload_sha256": subject.payload_sha256,
-             "run": run}
+             "run": run, "origin": origin}
     events = []
     for item in items:
         if item["kind"] == "failure":
@@ -63,13 +69,28 @@ def evidence_events(subject: Subject, run: str | None, items: list[dict[str, Any
     return events
 
 
+@dataclass(frozen=True)
+class Recorded:
+    """Where a batch of evidence is in the log, and whether this call put it there.
+
+    `appended` is False when the run id's batch was recorded before: the
+    positions are then the original ones and nothing new was written.
+    """
+
+    positions: list[int]
+    appended: bool
+
+
 def record_evidence(registry: Registry, subject: Subject, items: list[dict[str, Any]],
-                    run: str | None = None) -> list[int]:
+                    run: str | None = None) -> Recorded:
     """Append parsed items measured on `subject` as one atomic batch, if it is still the registration.
 
     A run id makes the append idempotent: a worker that retries the same run
-    after a timeout appends it once.
+    after a timeout appends it once. A new batch always lands after the head
+    read just before the append; a recorded one is found at or before it.
     """
+    if run is not None:
+        check_name(run, "run id")
     if not items:
         raise ValueError("an evidence document needs at least one item")
     now = capture_subject(registry, subject.artifact)
@@ -79,11 +100,13 @@ def record_evidence(registry: Registry, subject: Subject, items: list[dict[str, 
             f"({_changed_fields(subject.registration, now.registration)} changed); nothing recorded: measure it again"
         )
     key = f"evidence:{subject.artifact}:{run}" if run else None
-    return registry.store.append(artifact_stream(subject.artifact), evidence_events(subject, run, items),
-                                 idempotency_key=key, actor=registry.actor)
+    head = registry.store.head_position()
+    positions = registry.store.append(artifact_stream(subject.artifact), evidence_events(subject, run, items),
+                                      idempotency_key=key, actor=registry.actor)
+    return Recorded(positions, positions[0] > head)
 
 
-def import_document(registry: Registry, text: str) -> tuple[str, list[int]]:
+def import_document(registry: Registry, text: str) -> tuple[str, Recorded]:
     """Validate a `registry.evidence/1` document completely, then append it for the payload it names."""
     from registry.evidence.document import parse_document_text
 

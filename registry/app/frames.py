@@ -12,11 +12,12 @@ from typing import Any, Callable
 
 import numpy as np
 
+from registry.contracts.names import check_name, check_seed
 from registry.events.store import NewEvent
 from registry.events.types import FrameSetRegistered
 
 from .context import Registry
-from .evidence import capture_subject, record_evidence
+from .evidence import Recorded, capture_subject, record_evidence
 
 
 def frameset_stream(name: str) -> str:
@@ -25,8 +26,8 @@ def frameset_stream(name: str) -> str:
 
 def register_frames(registry: Registry, name: str, frames: np.ndarray, seed: int, source: str | None = None) -> tuple[dict, bool]:
     """Record a named, seeded frame set by the hash of its pixels; the same name with other content is refused."""
-    if not name or any(ch.isspace() for ch in name):
-        raise ValueError(f"frame set name {name!r} must be non-empty with no spaces")
+    check_name(name, "frame set name")
+    check_seed(seed, "seed")
     digest = pixel_digest(frames)
     stream = frameset_stream(name)
     existing = registry.store.read_stream(stream)
@@ -102,7 +103,7 @@ def measure_against_reference(
 class FramesEvidence:
     artifact: str
     item: dict[str, Any]
-    positions: list[int]
+    recorded: Recorded
 
 
 def measure_frames(
@@ -133,5 +134,5 @@ def measure_frames(
     item = measure_against_reference(registered, reference, candidate,
                                      seed=registered["seed"] if seed is None else seed, vbench=vbench,
                                      lpips_backbone=lpips_backbone, lpips_sha256=lpips_sha256, progress=progress)
-    positions = record_evidence(registry, subject, [parse_item(item, "perceptual")], run)
-    return FramesEvidence(artifact, item, positions)
+    recorded = record_evidence(registry, subject, [parse_item(item, "perceptual")], run)
+    return FramesEvidence(artifact, item, recorded)

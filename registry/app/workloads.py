@@ -7,8 +7,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from registry.contracts import Contract
+from registry.contracts.names import check_name
 from registry.events.store import NewEvent
-from registry.events.types import ARTIFACT_KINDS, ArtifactRegistered, WorkloadDeclared, artifact_identity
+from registry.events.identity import artifact_identity
+from registry.events.types import ARTIFACT_KINDS, ArtifactRegistered, WorkloadDeclared
 
 from .context import Registry
 
@@ -53,6 +55,13 @@ def current_contract(registry: Registry, workload: str, up_to_position: int | No
     return DeclaredContract(contract, latest["contract_version"], latest["contract_hash"], False)
 
 
+def find_contract(registry: Registry, workload: str) -> DeclaredContract | None:
+    """The workload's latest contract, or None when nobody declared one (an imported workload)."""
+    if registry.store.stream_version(workload_stream(workload)) == 0:
+        return None
+    return current_contract(registry, workload)
+
+
 def file_sha256(path: str | Path) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as handle:
@@ -88,15 +97,22 @@ def register_artifact(
     op: str | None = None,
     entry: str | None = None,
     payload_sha256: str | None = None,
+    bundle: dict | None = None,
+    require_contract: bool = True,
+    origin: dict | None = None,
 ) -> Registration:
     """Register (or re-register with new claims) an artifact; validates everything first.
 
     A re-registration that changes any identity field (payload, backend,
     operation, entry point) starts a new decision; the same claims again
-    append nothing.
+    append nothing. `bundle` (a verified manifest, see app/bundles.py) comes
+    with its digest as `payload_sha256`.
+    Only an import passes `require_contract=False`: a document may name a
+    workload nobody has declared yet, and no contract is invented for it, so
+    its artifacts hold until one is declared. `origin` names that document.
     """
-    if not artifact or any(ch.isspace() for ch in artifact) or ":" in artifact:
-        raise ValueError(f"artifact id {artifact!r} must be non-empty with no spaces or colons")
+    check_name(artifact, "artifact id")
+    check_name(workload, "workload")
     if kind not in ARTIFACT_KINDS:
         raise ValueError(f"kind {kind!r} is not one of {', '.join(ARTIFACT_KINDS)}")
     if kind == "attention_backend" and not backend:
@@ -108,7 +124,8 @@ def register_artifact(
 
         get_operation(op)
         resolve_entry(entry)
-    current_contract(registry, workload)
+    if require_contract:
+        current_contract(registry, workload)
     if payload_sha256 is not None:
         if payload is not None or len(payload_sha256) != 64 or set(payload_sha256) - set("0123456789abcdef"):
             raise ValueError("payload_sha256 must be 64 lowercase hex digits, given instead of a payload file")
@@ -129,7 +146,7 @@ def register_artifact(
                 "register a new id instead"
             )
     event = ArtifactRegistered(artifact=artifact, kind=kind, workload=workload, payload_sha256=digest,
-                               backend=backend, op=op, entry=entry)
+                               backend=backend, op=op, entry=entry, bundle=bundle, origin=origin)
     if existing and artifact_identity(existing[-1].payload) == artifact_identity(event.model_dump()):
         return Registration(artifact, digest, False)  # the same claims: the same decision continues
     registry.store.append(stream, [NewEvent(event.type, event)], expected_version=registry.store.stream_version(stream),

@@ -5,15 +5,16 @@ import sys
 
 import click
 
-from .main import Session, pass_session
-from .output import emit_json, say, table
+from .session import Session, pass_session
+from .output import emit_json, exit_status_ahead, say, table
 
 EXIT_NOT_PROMOTED = 3
 
 
-def print_verdict(artifact: str, verdict: dict, contract_version: int, benchmark_attempts: int) -> None:
-    say(f"{artifact}: {verdict['decision'].upper()} (tier {verdict['tier']}, rule {verdict['rule']}, "
-        f"contract v{contract_version}, {benchmark_attempts} benchmark attempt(s) for this identity)")
+def print_verdict(artifact: str, verdict: dict, contract_version: int | None, benchmark_attempts: int) -> None:
+    contract = f"contract v{contract_version}" if contract_version is not None else "no contract"
+    say(f"{artifact}: {verdict['decision'].upper()} (tier {verdict['tier'] or '-'}, rule {verdict['rule']}, "
+        f"{contract}, {benchmark_attempts} benchmark attempt(s) for this identity)")
     for reason in verdict["reasons"]:
         say(f"  - {reason}")
     if verdict["margins"]:
@@ -40,15 +41,17 @@ def promote(session: Session, artifact_id: str, as_json: bool) -> None:
 
     outcome = run_promote(session.open(), artifact_id)
     verdict = outcome.verdict
+    promoted = verdict["decision"] == "promoted"
+    exit_status_ahead(0 if promoted else EXIT_NOT_PROMOTED)
     if as_json:
         emit_json({**verdict, "artifact": artifact_id, "appended": outcome.appended,
                    "contract_version": outcome.contract_version, "evidence": verdict["evidence_ids"],
                    "benchmark_attempts": outcome.benchmark_attempts})
     else:
         print_verdict(artifact_id, verdict, outcome.contract_version, outcome.benchmark_attempts)
-        if not outcome.appended:
+        if outcome.standing:
             say("  (standing verdict: promoted and rejected are final for this identity)")
-    if verdict["decision"] != "promoted":
+    if not promoted:
         sys.exit(EXIT_NOT_PROMOTED)
 
 

@@ -1,21 +1,19 @@
 """`registry demo`: the whole campaign on a fresh embedded registry."""
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
 import click
 
-from .main import Session, pass_session
-from .output import emit_json, say, table
+from .session import Session, pass_session
+from .output import emit_json, exit_status_ahead, say, table
 from .progress import progress_bar
-
-DEMO_DB = "demo.db"
+from .ship_commands import print_resolution
 
 
 @click.command()
-@click.option("--fresh", is_flag=True, help="Delete demo.db and start over.")
+@click.option("--fresh", is_flag=True, help="Delete the demo's database (only one the demo created) and start over.")
 @click.option("--runs", type=click.IntRange(min=2), default=10, show_default=True,
               help="Timed ABBA pairs per candidate (also the contract's runs_per_arm; even).")
 @click.option("--warmup", type=click.IntRange(min=0), default=2, show_default=True, help="Untimed warm-up pairs.")
@@ -23,50 +21,62 @@ DEMO_DB = "demo.db"
               help="Where the HTML report and frame strips go.")
 @click.option("--lpips-backbone", type=click.Path(exists=True, dir_okay=False),
               envvar="REGISTRY_LPIPS_BACKBONE", help="AlexNet backbone weights; LPIPS is gated only with one.")
-@click.option("--check", is_flag=True, help="Exit 1 if any decision differs from the demo's expectation.")
+@click.option("--check", is_flag=True,
+              help="Exit 1 if any verdict is not decided as the demo promises on this kind of machine "
+                   "(CPU: the Triton kernel held on interpreter timings; CUDA GPU: judged on real timings).")
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
 @pass_session
 def demo(session: Session, fresh: bool, runs: int, warmup: int, out_dir: str, lpips_backbone: str | None,
          check: bool, as_json: bool) -> None:
     """Run a real campaign: a tiny video DiT, five candidates, every kind of verdict.
 
-    Uses demo.db in the current directory unless --db is given.
+    The demo uses its own SQLite file: demo.db in the current directory, or
+    the file --db names (--db sqlite:///PATH). It never reads
+    REGISTRY_DATABASE_URL. It creates that file and marks it as a demo
+    registry, and writes only to (and with --fresh deletes only) a file that
+    carries the mark: any other database is refused and left untouched.
     """
     if runs % 2:
         raise ValueError(f"--runs {runs} must be even: the paired protocol interleaves BC and CB pairs")
-    from registry.app import open_registry
-    from registry.app.campaign import check_expectations, run_campaign
-    from registry.projections import Projections
-    from registry.projections.report import build_report, report_html
+    from registry.app.demo_registry import open_demo_registry
 
-    url = session.url or os.environ.get("REGISTRY_DATABASE_URL") or f"sqlite:///{DEMO_DB}"
-    if fresh:
-        if not url.startswith("sqlite:///"):
-            raise ValueError("--fresh only deletes an SQLite demo database; point --db at a new database instead")
-        for suffix in ("", "-wal", "-shm"):
-            Path(url.removeprefix("sqlite:///") + suffix).unlink(missing_ok=True)
-    registry = open_registry(url, actor=session.actor, create=True)
+    registry, url = open_demo_registry(session.url, actor=session.actor, fresh=fresh)
+    from registry.app.campaign import check_expectations, near_gate_notes, run_campaign, what_would_ship
+    from registry.app.reports import build
+    from registry.projections.matrix import DEFAULT_STALE_DAYS
+    from registry.projections.report import report_html
+    from registry.runtime import RuntimeProfile
+
     out = Path(out_dir)
     log = (lambda _text: None) if as_json else say
     rows = run_campaign(registry, out, runs=runs, warmup=warmup, lpips_backbone=lpips_backbone,
                         progress_factory=progress_bar, log=log)
-    state = Projections(registry.store).state()
-    (out / "report.html").write_text(report_html(build_report(state), state), encoding="utf-8")
+    report, state = build(registry, workload=None, position=None, stale_days=DEFAULT_STALE_DAYS)
+    (out / "report.html").write_text(report_html(report, state), encoding="utf-8")
     import torch
 
     problems = check_expectations(rows, on_gpu=torch.cuda.is_available())
+    notes = near_gate_notes(rows)
+    shipping = what_would_ship(registry, RuntimeProfile.detect())
+    exit_status_ahead(1 if check and problems else 0)
     if as_json:
         emit_json({"database": url, "rows": [row.to_dict() for row in rows], "problems": problems,
-                   "report": str(out / "report.html")})
+                   "near_gate": notes, "report": str(out / "report.html"),
+                   "resolve": [found.to_dict() for found in shipping]})
     else:
         table("demo campaign", ["artifact", "kind", "decision", "speedup (95% CI)", "worst SSIM (margin)", "deciding reason"],
               (_cells(row) for row in rows))
+        for note in notes:
+            say(f"near the gate: {note}")
         say(f"\nreport: {out / 'report.html'}; frame strips: {out}/*.png")
         say("look further:")
         say(f"  registry --db {url} show step-cache")
         say(f"  registry --db {url} history lossy-skip")
         say(f"  registry --db {url} report --format table")
         say(f"  registry --db {url} replay --verify")
+        say(f"\nwhat would ship on this machine (bundles in {out / 'bundles'}):")
+        for found in shipping:
+            print_resolution(found)
     if check and problems:
         for problem in problems:
             click.echo(f"unexpected: {problem}", err=True)

@@ -4,12 +4,17 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
-from .main import Session, pass_session
-from .output import emit_json, say, table
+from .session import Session, pass_session
+from .output import emit_json, exit_status_ahead, say, table
+from .params import name_value, seed_value
 from .progress import progress_bar
+
+if TYPE_CHECKING:
+    from registry.app.evidence import Recorded
 
 EXIT_EVALUATION_FAILED = 4
 
@@ -27,11 +32,20 @@ def evidence_import(session: Session, document: str, as_json: bool) -> None:
     """Record a registry.evidence/1 DOCUMENT (all of it, or nothing)."""
     from registry.app.evidence import import_document
 
-    artifact, positions = import_document(session.open(), Path(document).read_text(encoding="utf-8"))
+    artifact, recorded = import_document(session.open(), Path(document).read_text(encoding="utf-8"))
     if as_json:
-        emit_json({"artifact": artifact, "positions": positions})
+        emit_json({"artifact": artifact, "positions": recorded.positions, "appended": recorded.appended})
     else:
-        say(f"recorded {len(positions)} evidence events for {artifact} (positions {positions[0]}-{positions[-1]})")
+        say(recorded_text(recorded, artifact))
+
+
+def recorded_text(recorded: Recorded, artifact: str) -> str:
+    """What an evidence append did: the events it recorded, or that the run was already there."""
+    positions = recorded.positions
+    where = f"position {positions[0]}" if len(positions) == 1 else f"positions {positions[0]}-{positions[-1]}"
+    if recorded.appended:
+        return f"recorded {len(positions)} evidence event{'s' if len(positions) > 1 else ''} for {artifact} ({where})"
+    return f"nothing new recorded: this run of {artifact} is already in the log ({where})"
 
 
 @evidence.command("frames")
@@ -41,12 +55,14 @@ def evidence_import(session: Session, document: str, as_json: bool) -> None:
               help="The candidate's frames (.npy, .npz or a directory of PNGs).")
 @click.option("--reference-path", type=click.Path(exists=True),
               help="Where the reference pixels are (default: where they were registered from).")
-@click.option("--seed", type=int, help="Seed the candidate frames were generated with (must match the frame set's).")
+@click.option("--seed", type=int, callback=seed_value,
+              help="Seed the candidate frames were generated with (must match the frame set's).")
 @click.option("--vbench", type=float, help="A VBench score measured by an isolated stage, in [0, 1].")
 @click.option("--lpips-backbone", type=click.Path(exists=True, dir_okay=False), envvar="REGISTRY_LPIPS_BACKBONE",
               help="AlexNet backbone weights for LPIPS (else LPIPS is reported absent).")
 @click.option("--lpips-sha256", help="Declared sha256 of a backbone that is not torchvision's published file.")
-@click.option("--run", "run_id", help="Run id (idempotency key).")
+@click.option("--run", "run_id", callback=name_value,
+              help="Run id (idempotency key; a name as in docs/names.md). The same run twice records it once.")
 @click.option("--json", "as_json", is_flag=True, help="Print the evidence item as JSON.")
 @pass_session
 def evidence_frames(session: Session, artifact_id: str, frame_set: str, candidate_path: str, reference_path: str | None,
@@ -64,13 +80,14 @@ def evidence_frames(session: Session, artifact_id: str, frame_set: str, candidat
                                   reference_path=reference_path, seed=seed, vbench=vbench,
                                   lpips_backbone=lpips_backbone, lpips_sha256=lpips_sha256, run=run_id,
                                   progress=update)
-    item, positions = measured.item, measured.positions
+    item, recorded = measured.item, measured.recorded
     if as_json:
-        emit_json({"artifact": artifact_id, "position": positions[0], "evidence": item})
+        emit_json({"artifact": artifact_id, "position": recorded.positions[0], "appended": recorded.appended,
+                   "evidence": item})
         return
     worst = min(item["ssim"])
-    say(f"recorded perceptual evidence for {artifact_id} at position {positions[0]}: worst SSIM {worst:.4f} "
-        f"(frame {item['ssim'].index(worst)}) over {item['frames']} frames")
+    say(recorded_text(recorded, artifact_id))
+    say(f"  worst SSIM {worst:.4f} (frame {item['ssim'].index(worst)}) over {item['frames']} frames")
     for metric, why in (item.get("absent") or {}).items():
         say(f"  {metric} absent: {why}")
 
@@ -81,7 +98,8 @@ def evidence_frames(session: Session, artifact_id: str, frame_set: str, candidat
 @click.option("--warmup", type=click.IntRange(min=0), default=2, show_default=True, help="Untimed warm-up calls per arm.")
 @click.option("--corpus", type=click.Choice(["cpu", "gpu"]), help="Shape corpus (default: gpu with CUDA, else cpu).")
 @click.option("--emit", type=click.Path(dir_okay=False), help="Write an evidence-import file instead of appending.")
-@click.option("--run", "run_id", help="Run id (idempotency key for the appended evidence).")
+@click.option("--run", "run_id", callback=name_value,
+              help="Run id (idempotency key for the appended evidence; a name as in docs/names.md).")
 @click.option("--json", "as_json", is_flag=True, help="Print the evidence items as JSON.")
 @pass_session
 def evaluate(session: Session, artifact_id: str, runs: int | None, warmup: int, corpus: str | None,
@@ -99,24 +117,28 @@ def evaluate(session: Session, artifact_id: str, runs: int | None, warmup: int, 
     with progress_bar(f"evaluating {artifact_id}") as update:
         evaluation = evaluate_artifact(session.open(), artifact_id, corpus=corpus, runs=runs, warmup=warmup,
                                        run=run_id, record=emit is None, progress=update)
+    failures = evaluation.failures
+    exit_status_ahead(EXIT_EVALUATION_FAILED if failures else 0)
     if emit:
         Path(emit).write_text(json.dumps(evaluation.document, indent=2, sort_keys=True, allow_nan=False),
                               encoding="utf-8")
         say(f"evidence for {artifact_id} written to {emit} (import it with `registry evidence import`)")
     elif as_json:
-        emit_json({"artifact": artifact_id, "positions": evaluation.positions, "evidence": evaluation.items})
+        recorded = evaluation.recorded
+        emit_json({"artifact": artifact_id, "positions": recorded.positions, "appended": recorded.appended,
+                   "evidence": evaluation.items})
     else:
-        say(f"recorded {len(evaluation.positions)} events for {artifact_id}")
-    for failure in evaluation.failures:
+        say(recorded_text(evaluation.recorded, artifact_id))
+    for failure in failures:
         click.echo(f"evaluation failed at {failure['stage']}: {failure['error']}", err=True)
-    if not as_json and not evaluation.failures:
+    if not as_json and not failures:
         for item in evaluation.items:
             if item["kind"] == "benchmark":
                 d = item["derived"]
                 say(f"  {item['timer']} on {item['device']}: speedup {d['speedup']:.3f}x over {d['runs_per_arm']} pairs")
             if item["kind"] == "parity":
                 say(f"  parity ({item.get('policy')}): all byte-equal {item['derived']['all_byte_equal']}")
-    if evaluation.failures:
+    if failures:
         sys.exit(EXIT_EVALUATION_FAILED)
 
 
@@ -124,13 +146,13 @@ def evaluate(session: Session, artifact_id: str, runs: int | None, warmup: int, 
 @click.option("--json", "as_json", is_flag=True, help="Print the operations as JSON.")
 def kernels(as_json: bool) -> None:
     """List the built-in operations, their references, cost models and kernel entries."""
-    from registry.app.kernels import prepare_triton
+    from registry.app.kernels import triton_runtime
 
-    prepare_triton()
-    from registry.kernels.ops import list_operations
+    with triton_runtime():
+        from registry.kernels.ops import list_operations
 
-    ops = [{"name": op.name, "reference": op.reference, "kernels": list(op.kernels), "outputs": list(op.outputs),
-            "cost_model": op.cost_model} for op in list_operations()]
+        ops = [{"name": op.name, "reference": op.reference, "kernels": list(op.kernels), "outputs": list(op.outputs),
+                "cost_model": op.cost_model} for op in list_operations()]
     if as_json:
         emit_json(ops)
         return

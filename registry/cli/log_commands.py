@@ -5,8 +5,8 @@ import click
 
 from registry.events.database import current_revision, head_revision
 
-from .main import Session, pass_session
-from .output import emit_json, say, short, table
+from .session import Session, pass_session
+from .output import emit_json, exit_status_ahead, say, short, table
 
 
 @click.command()
@@ -57,7 +57,7 @@ def history(session: Session, stream: str, as_of: str | None, as_json: bool) -> 
     position = resolve_as_of(registry.store, as_of)
     events = registry.store.read_stream(stream_name(stream), up_to_position=position)
     if not events:
-        raise ValueError(f"no events in stream {stream_name(stream)}" + (f" up to position {position}" if position else ""))
+        raise ValueError(f"no events in stream {stream_name(stream)}" + (f" up to position {position}" if position is not None else ""))
     if as_json:
         emit_json([event.to_dict() for event in events])
         return
@@ -85,6 +85,7 @@ def verify(session: Session, as_json: bool) -> None:
     """Walk the hash chain; exit 1 at the first broken link."""
     registry = session.open()
     report = registry.store.verify()
+    exit_status_ahead(0 if report.intact else 1)
     if as_json:
         emit_json(
             {"intact": report.intact, "count": report.count, "head_hash": report.head_hash,

@@ -5,44 +5,70 @@ nothing written); 2 usage error; 3 a promote whose verdict is not `promoted`.
 """
 from __future__ import annotations
 
+import os
+import sys
+
 import click
 
 from registry import __version__
-from registry.app import Registry, open_registry
 from registry.events.errors import StoreError
 
-from .output import fail
+from .output import EXIT_STATUS_KEY, fail
+from .session import Session
 
 REFUSALS = (StoreError, ValueError, OSError)
 
 
 class RegistryGroup(click.Group):
-    """Turns every refusal raised below into one line on stderr and exit 1."""
+    """Turns every refusal raised below into one line on stderr and exit 1.
+
+    A reader that stops early (`registry history X | head`) closes the pipe:
+    that ends the command quietly, as other command-line tools do, with exit
+    0, or with the status the command recorded before printing
+    (output.exit_status_ahead: a promote's 3 stays 3). Standard output is
+    flushed here, so a pipe closed while the output still sits in the buffer
+    is caught too, not at interpreter exit.
+    """
 
     def invoke(self, ctx: click.Context):
         try:
-            return super().invoke(ctx)
-        except REFUSALS as exc:
-            fail(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+            try:
+                return super().invoke(ctx)
+            except REFUSALS as exc:
+                if isinstance(exc, BrokenPipeError):
+                    raise
+                fail(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+            finally:
+                _flush_stdout()
+        except BrokenPipeError:
+            _discard_stdout()
+            sys.exit(ctx.meta.get(EXIT_STATUS_KEY, 0))
 
 
-class Session:
-    """Lazily opened registry for the command being run."""
-
-    def __init__(self, url: str | None, actor: str | None):
-        self.url = url
-        self.actor = actor
-
-    def open(self, create: bool = False) -> Registry:
-        return open_registry(self.url, actor=self.actor, create=create)
+def _flush_stdout() -> None:
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        _discard_stdout()
 
 
-pass_session = click.make_pass_decorator(Session)
+def _discard_stdout() -> None:
+    """Point standard output at the null device, so the interpreter's final flush cannot fail again."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # no file descriptor behind sys.stdout (an in-memory stream)
+        pass
+    finally:
+        os.close(devnull)
 
 
 @click.group(cls=RegistryGroup, context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--db", "url", metavar="URL", help="Database URL (else REGISTRY_DATABASE_URL, else sqlite:///registry.db).")
-@click.option("--actor", help="Who is acting (else REGISTRY_ACTOR, else user@host).")
+@click.option("--db", "url", metavar="URL",
+              help="Database URL (else REGISTRY_DATABASE_URL, else sqlite:///registry.db; "
+                   "`registry demo` uses its own demo.db).")
+@click.option("--actor", help="Who is acting (else REGISTRY_ACTOR, else user@host): a name as every id is "
+                              "(1-128 characters, a letter or digit first, no whitespace, control characters or ':').")
 @click.version_option(__version__, prog_name="registry")
 @click.pass_context
 def main(ctx: click.Context, url: str | None, actor: str | None) -> None:
@@ -51,11 +77,18 @@ def main(ctx: click.Context, url: str | None, actor: str | None) -> None:
 
 
 def _register_commands() -> None:
-    from . import decision_commands, demo_command, evidence_commands, log_commands, query_commands, setup_commands
+    from . import (
+        decision_commands, demo_command, evidence_commands, import_commands, log_commands, query_commands,
+        setup_commands, ship_commands,
+    )
 
-    for module in (log_commands, setup_commands, evidence_commands, decision_commands, query_commands, demo_command):
+    for module in (log_commands, setup_commands, evidence_commands, import_commands, decision_commands,
+                   query_commands, ship_commands, demo_command):
         for command in module.COMMANDS:
             main.add_command(command)
 
 
 _register_commands()
+
+if __name__ == "__main__":
+    main(prog_name="registry")

@@ -1,4 +1,9 @@
-"""Printing: rich tables for people, JSON for programs, one-line errors."""
+"""Printing: rich tables for people, JSON for programs, one-line errors.
+
+`say` and `emit_json` never interpret markup at all. Tables are drawn by
+`rich_tables`, imported only when a table is printed: rich costs a read
+command's start-up a tenth of a second, and `--json` never needs it.
+"""
 from __future__ import annotations
 
 import json
@@ -6,8 +11,8 @@ import sys
 from typing import Any, Iterable, Sequence
 
 import click
-from rich.console import Console
-from rich.table import Table
+
+TableSpec = tuple[str | None, Sequence[str], Iterable[Sequence[Any]]]
 
 
 def emit_json(value: Any) -> None:
@@ -15,13 +20,36 @@ def emit_json(value: Any) -> None:
 
 
 def table(title: str | None, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
-    out = Table(title=title, show_lines=False, header_style="bold")
-    for column in columns:
-        out.add_column(column, overflow="fold")
-    for row in rows:
-        out.add_row(*("" if cell is None else str(cell) for cell in row))
-    console = Console()
-    Console(width=console.width if console.is_terminal else 160, soft_wrap=False).print(out)
+    """Print one table on standard output (the terminal's width there, else rich_tables.PLAIN_WIDTH)."""
+    from .rich_tables import print_table  # rich only when a table is drawn (see the module docstring)
+
+    print_table(title, columns, rows)
+
+
+def tables_text(tables: Iterable[TableSpec]) -> str:
+    """Tables as plain text (no colour, rich_tables.PLAIN_WIDTH wide), for a file."""
+    from .rich_tables import render_tables  # rich only when a table is drawn (see the module docstring)
+
+    return render_tables(tables)
+
+
+def newline_terminated(text: str) -> str:
+    """A rendered document as written to a file or standard output: its last line ends with a newline."""
+    return text if text.endswith("\n") else text + "\n"
+
+
+# Context.meta is shared by a command's context and its group's (registry.cli.main reads it).
+EXIT_STATUS_KEY = "registry.exit_status"
+
+
+def exit_status_ahead(status: int) -> None:
+    """Record the status the command will exit with, before it prints its result.
+
+    A reader that closes the pipe early ends the command at its next write;
+    the command then exits with this status (0 when none was recorded), so a
+    closed pipe can never turn "not promoted" or "chain broken" into success.
+    """
+    click.get_current_context().meta[EXIT_STATUS_KEY] = status
 
 
 def say(text: str) -> None:

@@ -6,10 +6,17 @@ from pathlib import Path
 
 import click
 
-from .main import Session, pass_session
-from .output import emit_json, say, table
+from .output import emit_json, exit_status_ahead, newline_terminated, say, table, tables_text
+from .session import Session, pass_session
+
+REPORT_FORMATS = ("table", "json", "csv", "html")
 
 AS_OF_HELP = "Answer from the log up to this position or ISO-8601 time (UTC when no zone)."
+
+
+def as_of_text(position: int | None) -> str:
+    """The words naming the --as-of position in a refusal (position 0 included); empty when answering now."""
+    return "" if position is None else f" as of position {position}"
 
 
 def _state_summary(state: dict, note: str | None) -> dict:
@@ -32,13 +39,17 @@ def show(session: Session, artifact_id: str, as_of: str | None, as_json: bool) -
     projections = Projections(registry.store)
     state = projections.artifact(artifact_id, as_of=position)
     if state is None:
-        raise ValueError(f"unknown artifact {artifact_id!r}" + (f" as of position {position}" if position else ""))
-    note = contract_note(state, projections.workload(state["workload"], as_of=position))
+        raise ValueError(f"unknown artifact {artifact_id!r}" + as_of_text(position))
+    workload = projections.workload(state["workload"], as_of=position)
+    declared = workload is not None
+    note = contract_note(state, workload)
     if as_json:
-        emit_json(_state_summary(state, note))
+        emit_json({**_state_summary(state, note), "workload_declared": declared})
         return
     say(f"{artifact_id}: {state['decision'].upper()}  ({state['kind']} for workload {state['workload']}, "
         f"tier {state['tier'] or '-'}, payload {str(state['payload_sha256'])[:12]})")
+    if not declared:
+        say(f"  held: workload {state['workload']} has no declared contract; nothing can be decided until one is")
     say(f"  identity {state['identity'][:12]}: {state['benchmark_attempts']} benchmark attempt(s)"
         + (f", verdict under contract v{state['contract_version']}" if state["contract_version"] else ""))
     changed = state["identity_changed"]
@@ -70,28 +81,66 @@ def show(session: Session, artifact_id: str, as_of: str | None, as_json: bool) -
 @click.command()
 @click.option("--workload", "workload_id", help="Only this workload.")
 @click.option("--as-of", "as_of", help=AS_OF_HELP)
-@click.option("--format", "fmt", type=click.Choice(["table", "json", "csv", "html"]), default="table", show_default=True)
-@click.option("--out", type=click.Path(dir_okay=False), help="Write to this file instead of standard output.")
+@click.option("--format", "fmt", type=click.Choice(REPORT_FORMATS), help="Output format (default: table).")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON (the same as --format json).")
+@click.option("--out", type=click.Path(dir_okay=False), help="Write to this file (any format) instead of standard output.")
+@click.option("--matrix", "matrix_only", is_flag=True,
+              help="Only the support matrix: workloads (by model family) against GPU architectures.")
+@click.option("--stale-days", type=click.IntRange(min=0), default=30, show_default=True,
+              help="Support matrix: a cell whose latest evidence is older than this is marked stale.")
+@click.option("--arch", "archs", multiple=True, help="Support matrix: always show this architecture's column.")
 @pass_session
-def report(session: Session, workload_id: str | None, as_of: str | None, fmt: str, out: str | None) -> None:
-    """Leaderboard, what the gate caught, near misses, and what waits for a person."""
-    from registry.projections import Projections, resolve_as_of
-    from registry.projections.report import build_report, report_csv, report_html, report_json, report_tables
+def report(session: Session, workload_id: str | None, as_of: str | None, fmt: str | None, as_json: bool,
+           out: str | None, matrix_only: bool, stale_days: int, archs: tuple[str, ...]) -> None:
+    """Leaderboard, what the gate caught, near misses, what waits for a person, imported verdicts
+    beside the registry's, and the support matrix (--matrix for the matrix alone)."""
+    from registry.app.reports import build
+    from registry.projections import resolve_as_of
+    from registry.projections.report import report_csv, report_html, report_json, report_tables
 
+    if as_json and fmt not in (None, "json"):
+        raise click.UsageError(f"--json asks for JSON but --format asks for {fmt}; give one of them")
+    fmt = "json" if as_json else fmt or "table"
     registry = session.open()
     position = resolve_as_of(registry.store, as_of)
-    state = Projections(registry.store).state(as_of=position)
-    built = build_report(state, workload=workload_id)
-    if fmt == "table":
-        for title, columns, rows in report_tables(built):
-            table(title, columns, rows)
+    built, state = build(registry, workload=workload_id, position=position, stale_days=stale_days, archs=archs)
+    if matrix_only:
+        matrix = built["matrix"]
+        tables = [_matrix_table(matrix)]
+        documents = {"json": lambda: report_json(matrix), "csv": lambda: _matrix_csv(matrix),
+                     "html": lambda: _matrix_page(matrix)}
+    else:
+        tables = report_tables(built)
+        documents = {"json": lambda: report_json(built), "csv": lambda: report_csv(built),
+                     "html": lambda: report_html(built, state)}
+    if fmt == "table" and not out:
+        for spec in tables:
+            table(*spec)
         return
-    text = {"json": report_json, "csv": report_csv}.get(fmt, lambda r: report_html(r, state))(built)
+    text = newline_terminated(tables_text(tables) if fmt == "table" else documents[fmt]())
     if out:
         Path(out).write_text(text, encoding="utf-8")
         say(f"report written to {out}")
     else:
         sys.stdout.write(text)
+
+
+def _matrix_table(matrix: dict):
+    from registry.projections.report import matrix_table
+
+    return matrix_table(matrix)
+
+
+def _matrix_csv(matrix: dict) -> str:
+    from registry.projections.matrix import matrix_csv
+
+    return matrix_csv(matrix)
+
+
+def _matrix_page(matrix: dict) -> str:
+    from registry.projections.html_report import matrix_grid, page
+
+    return page("Support matrix", [matrix_grid(matrix)])
 
 
 @click.command()
@@ -110,6 +159,7 @@ def replay(session: Session, check: bool, as_json: bool) -> None:
         emit_json(result) if as_json else say(f"rebuilt from {result['events']} events: {result['artifacts']} artifacts")
         return
     outcome = verify_projections(registry.store)
+    exit_status_ahead(0 if outcome.ok else 1)
     if as_json:
         emit_json(outcome.to_dict())
     elif outcome.ok:

@@ -11,6 +11,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from registry.contracts.errors import ContractError
+from registry.contracts.names import name_refusal
 
 
 def block(value: Any, path: str) -> dict[str, Any]:
@@ -96,3 +97,11 @@ def _type(value: Any) -> str:
     if isinstance(value, (str, bool, int, float)):
         return f"{type(value).__name__} {value!r}"
     return type(value).__name__
+
+
+def name(value: Any, path: str) -> str:
+    """An id (a workload, a frame set): the registry's one naming rule (registry.contracts.names)."""
+    refusal = name_refusal(value)
+    if refusal is not None:
+        raise ContractError(f"{path}: {refusal}")
+    return value

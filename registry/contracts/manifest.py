@@ -1,6 +1,6 @@
 """The workload manifest: what must hold before an artifact is promoted.
 
-Building a `Contract` validates all of it (DESIGN.md, "Contracts"): unknown
+Building a `Contract` validates all of it (docs/architecture.md, "Contracts"): unknown
 fields, thresholds outside their metric's range, a gate that cannot be met,
 or a tolerance nobody declared are errors at build time, so the gate never
 meets a contract it has to second-guess.
@@ -12,8 +12,6 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-import yaml
 
 from registry.contracts import fields as f
 from registry.contracts.errors import ContractError
@@ -74,7 +72,7 @@ class Contract:
     tags: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
-        f.text(self.workload, "workload")
+        f.name(self.workload, "workload")
         for name, kind in (("parity", ParityPolicy), ("fidelity", FidelityBudget)):
             if not isinstance(getattr(self, name), kind):
                 raise ContractError(f"{name}: expected a {kind.__name__}")
@@ -87,7 +85,10 @@ class Contract:
         self._check_sampled_dtype_has_tolerance()
 
     def _check_sampled_dtype_has_tolerance(self) -> None:
-        """DESIGN.md: a tolerance policy without a tolerance for a dtype it meets is refused."""
+        """A tolerance policy without a tolerance for a dtype it meets is refused.
+
+        docs/architecture.md, "Contracts": a tolerance is never invented.
+        """
         dtype = self.sampling.dtype if self.sampling else None
         if self.parity.policy == "tolerance" and dtype and is_floating_dtype(dtype):
             if dtype not in self.parity.tolerances:
@@ -144,7 +145,9 @@ class Contract:
 
     @classmethod
     def from_yaml(cls, text: str) -> Contract:
-        return cls.from_mapping(_load_yaml(text))
+        from registry.contracts.yaml_text import load_yaml  # PyYAML only where a manifest is read, not on every open
+
+        return cls.from_mapping(load_yaml(text))
 
 
 def load_manifest(path: str | Path) -> Contract:
@@ -182,36 +185,3 @@ def _tags(obj: Any) -> tuple[str, ...]:
     if not isinstance(obj, list):
         raise ContractError(f"tags: expected a list, got {type(obj).__name__}")
     return tuple(obj)
-
-
-class _StrictLoader(yaml.SafeLoader):
-    """SafeLoader that refuses duplicate keys instead of keeping the last one silently."""
-
-
-def _mapping_without_duplicates(loader: _StrictLoader, node: yaml.MappingNode) -> dict[Any, Any]:
-    loader.flatten_mapping(node)
-    seen: set[Any] = set()
-    for key_node, _ in node.value:
-        key = loader.construct_object(key_node, deep=True)
-        if key in seen:
-            raise ContractError(f"{key}: duplicate key (line {key_node.start_mark.line + 1})")
-        seen.add(key)
-    return loader.construct_mapping(node, deep=True)
-
-
-_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping_without_duplicates)
-
-
-def _load_yaml(text: str) -> Any:
-    if not isinstance(text, str):
-        raise ContractError(f"manifest: expected YAML text, got {type(text).__name__}")
-    try:
-        return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        raise ContractError(f"manifest: invalid YAML: {exc.problem}{where}") from None
-    except (yaml.YAMLError, TypeError) as exc:
-        raise ContractError(f"manifest: invalid YAML: {' '.join(str(exc).split())}") from None
-    except RecursionError:
-        raise ContractError("manifest: nested too deeply to be a workload manifest") from None

@@ -1,7 +1,7 @@
 """The parity policy: byte equality by default, declared per-dtype tolerances otherwise.
 
 A tolerance is never invented: a widened default is how kernels with 131072.0
-absolute error were once admitted at `match=true` (DESIGN.md, "The problem").
+absolute error were once admitted at `match=true` (docs/architecture.md, "The problem").
 """
 from __future__ import annotations
 
@@ -14,7 +14,10 @@ from registry.contracts import fields as f
 from registry.contracts.errors import ContractError
 
 POLICIES = ("byte_equal", "tolerance")
-_FLOATING = re.compile(r"^(bfloat16|float(16|32|64)|float8_\w+|complex(32|64|128))$")
+_FLOATING = re.compile(r"^(bfloat16|float(16|32|64)|float8_\w+|float4_\w+|complex(32|64|128))$")
+# Every other tensor element type torch names: integers (including its sub-byte
+# ones), bool, and the quantized and raw-bit types. A name outside both is a typo.
+_NOT_FLOATING = re.compile(r"^(bool|u?int([1-7]|8|16|32|64)|q(u?int\w+)|bits\w+)$")
 
 
 def normalize_dtype(name: str) -> str:
@@ -25,6 +28,11 @@ def normalize_dtype(name: str) -> str:
 def is_floating_dtype(name: str) -> bool:
     """Only floating dtypes can carry a tolerance; integers and bools need byte equality."""
     return bool(_FLOATING.match(normalize_dtype(name)))
+
+
+def is_known_dtype(name: str) -> bool:
+    """Whether `name` (with or without `torch.`) is a tensor element type, floating or not."""
+    return is_floating_dtype(name) or bool(_NOT_FLOATING.match(normalize_dtype(name)))
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,12 @@ manifest is refused rather than left to reject everything.
 `max_benchmark_attempts: N` caps how many benchmark items one identity of an
 artifact may have: re-benchmarking until a run happens to pass is optional
 stopping, and the cap bounds it. Absent means no cap (the gate says so).
+
+`require_conclusive: true` asks that the speedup's 95% distribution-free
+interval exclude 1.0 (registry/evidence/stats.py). No such interval exists
+below 6 pairs (paired) or 7 runs per arm (sequential): with 5 pairs all
+ratios on one side of 1.0 happens by chance 2/32 = 6.25% of the time. A
+contract asking for it with fewer runs is refused.
 """
 from __future__ import annotations
 
@@ -19,6 +25,7 @@ from typing import Any
 
 from registry.contracts import fields as f
 from registry.contracts.errors import ContractError
+from registry.evidence.ranks import CI_LEVEL, MAX_RUNS_PER_ARM, min_conclusive_runs
 
 PROTOCOLS = ("paired", "sequential")
 MIN_DERIVED_GATE = 1.10
@@ -59,7 +66,18 @@ class SpeedGate:
                 f"speed.runs_per_arm: {self.runs_per_arm} is odd; the paired protocol "
                 "alternates BC/CB pairs, so it needs an even count"
             )
+        if self.runs_per_arm > MAX_RUNS_PER_ARM:
+            raise ContractError(
+                f"speed.runs_per_arm: {self.runs_per_arm} is above the {MAX_RUNS_PER_ARM} runs per arm "
+                "benchmark evidence may carry"
+            )
         f.flag(self.require_conclusive, "speed.require_conclusive")
+        fewest = min_conclusive_runs(self.protocol)
+        if self.require_conclusive and self.runs_per_arm < fewest:
+            raise ContractError(
+                f"speed.runs_per_arm: {self.runs_per_arm} is too few for require_conclusive: the "
+                f"{self.protocol} protocol needs at least {fewest} to keep chance passes under {1 - CI_LEVEL:.0%}"
+            )
         if self.max_cv is not None:
             self._set("max_cv", _positive(self.max_cv, "speed.max_cv"))
         if self.max_peak_memory_regression is not None:

@@ -1,6 +1,6 @@
 """Least-privilege Postgres roles for a registry database.
 
-Two group roles, NOLOGIN, that login users join (DESIGN.md, "Events": on
+Two group roles, NOLOGIN, that login users join (docs/architecture.md, "Events": on
 Postgres the log's immutability is kept by privileges as well as triggers):
 
 - `registry_writer` appends: SELECT and INSERT on the log (`events`,

@@ -17,7 +17,7 @@ import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 from sqlalchemy import Connection, Engine, select
 from sqlalchemy.exc import DBAPIError
@@ -25,10 +25,10 @@ from sqlalchemy.exc import DBAPIError
 from .canonical import CanonicalError, canonical_json, sha256_hex, strict_json_loads
 from .chain import GENESIS_HASH, ChainReport, link, placed_body, timestamp_text, unplaced_body, walk_chain
 from .errors import ConcurrencyError, IdempotencyConflict, PayloadError, StoreError
-from .schema import EventRow
-from .types import EventPayload, read_payload, validate_payload
+from .schema import EVENTS
 
-EVENTS = EventRow.__table__
+if TYPE_CHECKING:
+    from .types import EventPayload
 
 # Any 64-bit constant identifies the append lock among Postgres advisory locks.
 APPEND_LOCK_KEY = 0x7265676973747279  # "registry"
@@ -59,6 +59,8 @@ class StoredEvent:
 
     def typed(self) -> EventPayload:
         """The payload as its current-schema model (upcast if it is older)."""
+        from .types import read_payload  # pydantic only where payloads are validated (see catalogue.py)
+
         return read_payload(self.type, self.schema_version, self.payload)
 
     def to_dict(self) -> dict[str, Any]:
@@ -111,6 +113,8 @@ def _utc(moment: datetime) -> datetime:
 
 def _prepare(event: NewEvent) -> tuple[str, int, str]:
     """Validate one new event; return its type, schema version and canonical payload."""
+    from .types import EventPayload, validate_payload  # pydantic only where payloads are validated (see catalogue.py)
+
     payload = event.payload
     if isinstance(payload, EventPayload):
         if payload.type != event.type:

@@ -4,16 +4,16 @@ Each event type is a pydantic model with a `schema_version`. Payloads are
 validated when appended and again when read; an event written under an older
 schema is first passed through the upcasters registered for its type, so old
 events keep reading after a payload changes (the pattern of the
-`eventsourcing` library's upcasting, kept to plain functions).
+`eventsourcing` library's upcasting, kept to plain functions). The names and
+versions of the types are also listed, without pydantic, in `catalogue`.
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any, Callable, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from .canonical import canonical_json, sha256_hex
+from .catalogue import ARTIFACT_KINDS
 from .errors import PayloadError, UnknownEventType
 
 
@@ -23,9 +23,6 @@ class EventPayload(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
     type: ClassVar[str]
     schema_version: ClassVar[int] = 1
-
-
-ARTIFACT_KINDS = ("fused_kernel", "attention_backend", "step_cache", "module")
 
 
 class WorkloadDeclared(EventPayload):
@@ -64,25 +61,15 @@ class ArtifactRegistered(EventPayload):
     backend: str | None = None
     op: str | None = None
     entry: str | None = None
+    # A bundle's canonical manifest (docs/bundles.md); payload_sha256 is then its digest.
+    bundle: dict[str, Any] | None = None
+    origin: dict[str, Any] | None = None
 
 
-IDENTITY_FIELDS = ("workload", "kind", "payload_sha256", "backend", "op", "entry")
-HEX_DIGEST = r"^[0-9a-f]{64}$"
-
-
-def artifact_identity(registration: Mapping[str, Any]) -> str:
-    """The digest of everything a registration claims: what one decision is about.
-
-    Two registrations with the same identity describe the same candidate; any
-    other change (payload, kind, backend, operation, entry point, workload)
-    is a new candidate whose evidence and verdicts start from nothing.
-    """
-    return sha256_hex(canonical_json({key: registration.get(key) for key in IDENTITY_FIELDS}))
-
-
-# The identity an event was measured or decided under. Events written before
-# identities were recorded have none and are scoped by payload hash alone.
-Identity = Field(default=None, pattern=HEX_DIGEST)
+# The identity (identity.artifact_identity) an event was measured or decided
+# under. Events written before identities were recorded have none and are
+# scoped by payload hash alone.
+Identity = Field(default=None, pattern=r"^[0-9a-f]{64}$")
 
 
 class _Evidence(EventPayload):
@@ -93,6 +80,7 @@ class _Evidence(EventPayload):
     payload_sha256: str | None
     run: str | None = None
     item: dict[str, Any]
+    origin: dict[str, Any] | None = None
 
 
 class ParityMeasured(_Evidence):
@@ -121,6 +109,7 @@ class EvaluationFailed(EventPayload):
     run: str | None = None
     stage: str = Field(min_length=1)
     error: str = Field(min_length=1)
+    origin: dict[str, Any] | None = None
 
 
 class VerdictRendered(EventPayload):
@@ -152,6 +141,30 @@ class HumanDecision(EventPayload):
     verdict_event_id: str | None = None
 
 
+class ExternalOutcome(EventPayload):
+    """What another system recorded (an outcome, its own verdict), kept with its origin; never evidence.
+
+    Imported summaries carry no raw measurement, so the gate never reads them;
+    reports and the support matrix show them labelled with their origin
+    (docs/import.md). In an artifact's stream when they concern one artifact,
+    else in the stream `outcomes:<workload>`.
+    """
+
+    type: ClassVar[str] = "ExternalOutcome"
+    workload: str = Field(min_length=1)
+    artifact: str | None = None
+    arch: str | None = None
+    outcome: Literal[
+        "promoted", "candidates_found", "no_worthwhile_candidate", "quarantined", "held", "not_attempted"
+    ] | None = None
+    recorded_verdict: dict[str, Any] | None = None
+    recorded_utc: str | None = None
+    model_id: str | None = None
+    family: str | None = None
+    summary: dict[str, Any]
+    origin: dict[str, Any]
+
+
 EVIDENCE_EVENT_BY_KIND: dict[str, type[_Evidence]] = {
     "parity": ParityMeasured,
     "benchmark": BenchmarkMeasured,
@@ -172,6 +185,7 @@ PAYLOAD_TYPES: dict[str, type[EventPayload]] = {
         EvaluationFailed,
         VerdictRendered,
         HumanDecision,
+        ExternalOutcome,
     )
 }
 

@@ -1,6 +1,6 @@
 """Evidence documents (format `registry.evidence/1`): validation and derived statistics.
 
-Evidence is raw measurement (DESIGN.md, "Events"). This module refuses any
+Evidence is raw measurement (docs/architecture.md, "Events"). This module refuses any
 document that is malformed, non-finite, self-contradictory or that carries a
 client-computed summary, and attaches to each item a `derived` dict the
 registry computed itself. The gate re-runs `parse_item` on every payload it
@@ -10,12 +10,16 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from registry.contracts.names import name_refusal
+from registry.contracts.parity import is_known_dtype, normalize_dtype
+from registry.evidence.ranks import MAX_RUNS_PER_ARM
 from registry.evidence.stats import summarize_benchmark
 
 FORMAT = "registry.evidence/1"
@@ -23,6 +27,7 @@ KINDS = ("execution", "benchmark", "parity", "perceptual", "failure")
 TIMERS = ("cuda_event", "perf_counter", "interpreter", "emulator")
 ORDERS = ("BC", "CB")
 METRICS = ("ssim", "lpips", "vbench")
+ARCH = re.compile(r"sm[0-9]{2,3}[a-z]?|cpu")
 # Names of statistics the registry derives itself; a client sending one is refused by name.
 SUMMARY_FIELDS = frozenset({
     "derived", "summary", "speedup", "speedup_ci", "ci", "median", "mean", "cv", "std",
@@ -36,6 +41,10 @@ SUMMARY_FIELDS = frozenset({
 
 class EvidenceError(ValueError):
     """An evidence document or item the registry refuses; one line naming where and why."""
+
+
+# Field name -> (required, checker(value, path) -> normalized value).
+Spec = dict[str, tuple[bool, Callable[[Any, str], Any]]]
 
 
 @dataclass(frozen=True)
@@ -63,8 +72,8 @@ def parse_document(obj: Any) -> EvidenceDocument:
     _only_known(doc, ("format", "artifact", "run", "payload_sha256", "evidence"), "document")
     if doc.get("format") != FORMAT:
         raise EvidenceError(f"format: expected {FORMAT!r}, got {doc.get('format')!r}")
-    artifact = _text(_required(doc, "artifact", ""), "artifact")
-    run = _optional(doc, "run", "", _text)
+    artifact = _name(_required(doc, "artifact", ""), "artifact")
+    run = _optional(doc, "run", "", _name)
     payload_sha256 = _optional(doc, "payload_sha256", "", _sha256)
     items = _required(doc, "evidence", "")
     if not isinstance(items, list):
@@ -87,16 +96,23 @@ def parse_item(obj: Any, where: str = "item") -> dict[str, Any]:
         raise EvidenceError(f"{where}.kind: {kind!r} is not one of {', '.join(KINDS)}")
     spec = _SPECS[kind]
     _only_known(raw, ("kind", *spec), where)
-    item: dict[str, Any] = {"kind": kind}
+    item: dict[str, Any] = {"kind": kind, **_fields(raw, spec, where)}
+    item["derived"] = _DERIVE[kind](item, where)
+    return item
+
+
+def _fields(raw: Mapping[str, Any], spec: Spec, where: str) -> dict[str, Any]:
+    """Check each field of `spec` present in `raw`; an optional field may be omitted (or null, where
+    its checker allows), and omitted stays omitted so a stored item reads back exactly as sent."""
+    checked: dict[str, Any] = {}
     for name, (is_required, check) in spec.items():
         path = f"{where}.{name}"
         if name not in raw:
             if is_required:
                 raise EvidenceError(f"{path}: required")
             continue
-        item[name] = check(raw[name], path)
-    item["derived"] = _DERIVE[kind](item, where)
-    return item
+        checked[name] = check(raw[name], path)
+    return checked
 
 
 # ---- field checkers: (value, path) -> normalized value ----------------------------
@@ -104,6 +120,14 @@ def parse_item(obj: Any, where: str = "item") -> dict[str, Any]:
 def _text(value: Any, path: str) -> str:
     if not isinstance(value, str) or not value.strip():
         raise EvidenceError(f"{path}: expected a non-empty string, got {_type(value)}")
+    return value
+
+
+def _name(value: Any, path: str) -> str:
+    """An id (artifact, run, frame set): the registry's one naming rule (registry.contracts.names)."""
+    refusal = name_refusal(value)
+    if refusal is not None:
+        raise EvidenceError(f"{path}: {refusal}")
     return value
 
 
@@ -117,6 +141,14 @@ def _note(value: Any, path: str) -> str:
     if not isinstance(value, str):
         raise EvidenceError(f"{path}: expected a string, got {_type(value)}")
     return value
+
+
+def _arch(value: Any, path: str) -> str:
+    """A device architecture: `sm` and the CUDA compute capability (sm90, sm100), or `cpu`."""
+    text = _text(value, path)
+    if not ARCH.fullmatch(text):
+        raise EvidenceError(f"{path}: {text!r} is not a device architecture such as sm90, sm100 or cpu")
+    return text
 
 
 def _flag(value: Any, path: str) -> bool:
@@ -170,6 +202,13 @@ def _positive_time(value: Any, path: str) -> float:
     return number
 
 
+def _runs(value: Any, path: str) -> list[float]:
+    """One arm's run times; over MAX_RUNS_PER_ARM is refused before any element is read."""
+    if isinstance(value, list) and len(value) > MAX_RUNS_PER_ARM:
+        raise EvidenceError(f"{path}: {len(value)} runs; a benchmark arm carries at most {MAX_RUNS_PER_ARM}")
+    return _list_of(_positive_time)(value, path)
+
+
 def _nullable(check: Callable[[Any, str], Any]) -> Callable[[Any, str], Any]:
     def nullable(value: Any, path: str) -> Any:
         return None if value is None else check(value, path)
@@ -214,53 +253,119 @@ def _tolerance(value: Any, path: str) -> dict[str, float | None]:
 
 def _leaf(value: Any, path: str) -> dict[str, Any]:
     raw = _object(value, path)
-    _only_known(raw, tuple(_LEAF), path)
-    leaf: dict[str, Any] = {}
-    for name, (is_required, check) in _LEAF.items():
-        if name in raw:
-            leaf[name] = check(raw[name], f"{path}.{name}")
-        elif is_required:
-            raise EvidenceError(f"{path}.{name}: required")
+    two_sided = any(name in raw for name in _TWO_SIDED)
+    spec = _TWO_SIDED_LEAF if two_sided else _ONE_SIDED_LEAF
+    if two_sided:
+        for name in _ONE_SIDED:
+            if name in raw:
+                raise EvidenceError(
+                    f"{path}.{name}: a leaf that records reference_* and candidate_* fields "
+                    f"records both sides; {name} belongs to the older one-sided leaf"
+                )
+    _only_known(raw, tuple(spec), path)
+    leaf = _fields(raw, spec, path)
     _check_leaf_consistency(leaf, path)
     return leaf
 
 
+def is_two_sided(leaf: Mapping[str, Any]) -> bool:
+    """Whether a validated leaf records the reference's and the candidate's dtype, shape and strides."""
+    return "reference_dtype" in leaf
+
+
+def layout_differences(leaf: Mapping[str, Any]) -> list[str]:
+    """What differs between the two sides of a two-sided leaf: dtype, shape, strides (one phrase each)."""
+    differences = []
+    for field, differ, canonical in (("dtype", "differs", normalize_dtype), ("shape", "differs", list),
+                                     ("strides", "differ", list)):
+        reference, candidate = leaf[f"reference_{field}"], leaf[f"candidate_{field}"]
+        if canonical(reference) != canonical(candidate):
+            differences.append(f"{field} {differ}: reference {_show(reference)}, candidate {_show(candidate)}")
+    return differences
+
+
 def _check_leaf_consistency(leaf: dict[str, Any], path: str) -> None:
     """Refuse a leaf whose own fields contradict each other: no such comparison happened."""
-    if leaf.get("outside_tolerance") is not None and leaf.get("tolerance") is None:
-        raise EvidenceError(f"{path}.outside_tolerance: counted under no recorded tolerance")
+    if two_sided := is_two_sided(leaf):
+        for side in ("reference", "candidate"):
+            shape, strides = leaf[f"{side}_shape"], leaf[f"{side}_strides"]
+            if len(strides) != len(shape):
+                raise EvidenceError(f"{path}.{side}_strides: {len(strides)} strides for {len(shape)} dimensions")
+    outside, tolerance, error = leaf.get("outside_tolerance"), leaf.get("tolerance"), leaf.get("max_abs_error")
+    if outside is not None:
+        if tolerance is None:
+            raise EvidenceError(f"{path}.outside_tolerance: counted under no recorded tolerance")
+        elements = math.prod(leaf["reference_shape"] if two_sided else leaf["shape"])
+        if outside > elements:
+            raise EvidenceError(f"{path}.outside_tolerance: {outside} exceeds the reference's {elements} elements")
+        if outside and error is not None and error <= tolerance["atol"]:
+            raise EvidenceError(
+                f"{path}.outside_tolerance: {outside} element(s) outside atol {tolerance['atol']} "
+                f"but max_abs_error {error} is within it"
+            )
+    for flag in ("nan", "inf"):
+        reference = leaf.get(f"reference_has_{flag}")
+        if leaf.get("nonfinite_mismatch") is False and reference is not None and reference != leaf[f"has_{flag}"]:
+            raise EvidenceError(
+                f"{path}.nonfinite_mismatch: false but has_{flag} and reference_has_{flag} differ"
+            )
     if not leaf["byte_equal"]:
         return
-    if leaf["max_abs_error"]:
-        raise EvidenceError(f"{path}.max_abs_error: {leaf['max_abs_error']} but byte_equal is true")
+    if two_sided and (differences := layout_differences(leaf)):
+        raise EvidenceError(f"{path}.byte_equal: true but {differences[0]}")
+    if leaf.get("strides_equal") is False:
+        raise EvidenceError(f"{path}.strides_equal: false but byte_equal is true")
+    if error:
+        raise EvidenceError(f"{path}.max_abs_error: {error} but byte_equal is true")
     if leaf.get("nonfinite_mismatch"):
         raise EvidenceError(f"{path}.nonfinite_mismatch: true but byte_equal is true")
-    if leaf.get("outside_tolerance"):
-        raise EvidenceError(f"{path}.outside_tolerance: {leaf['outside_tolerance']} but byte_equal is true")
+    if outside:
+        raise EvidenceError(f"{path}.outside_tolerance: {outside} but byte_equal is true")
     for flag in ("nan", "inf"):
         reference = leaf.get(f"reference_has_{flag}")
         if reference is not None and reference != leaf[f"has_{flag}"]:
             raise EvidenceError(f"{path}.reference_has_{flag}: differs from has_{flag} but byte_equal is true")
 
 
-Spec = dict[str, tuple[bool, Callable[[Any, str], Any]]]
+def _dtype(value: Any, path: str) -> str:
+    name = _text(value, path)
+    if not is_known_dtype(name):
+        raise EvidenceError(f"{path}: {name!r} is not a dtype (e.g. bfloat16, float32, int64, bool)")
+    return name
+
+
 _nonneg_error = _nullable(_bounded(0.0, None, "error"))
-_LEAF: Spec = {
-    "name": (True, _text),
-    "dtype": (True, _text),
+_nullable_flag = _nullable(_flag)
+# A leaf names each side's layout (two-sided) or, as written before two-sided
+# leaves, one dtype and shape for both (one-sided). The gate holds one-sided
+# leaves: they cannot show that the candidate's layout equals the reference's.
+_TWO_SIDED: Spec = {
+    "reference_dtype": (True, _dtype),
+    "candidate_dtype": (True, _dtype),
+    "reference_shape": (True, _list_of(_count, allow_empty=True)),
+    "candidate_shape": (True, _list_of(_count, allow_empty=True)),
+    "reference_strides": (True, _list_of(_integer, allow_empty=True)),
+    "candidate_strides": (True, _list_of(_integer, allow_empty=True)),
+}
+_ONE_SIDED: Spec = {
+    "dtype": (True, _dtype),
     "shape": (True, _list_of(_count, allow_empty=True)),
+    "strides_equal": (False, _nullable_flag),
+}
+_COMPARISON: Spec = {
     "byte_equal": (True, _flag),
-    "strides_equal": (False, _nullable(_flag)),
-    "max_abs_error": (True, _nonneg_error),
-    "max_rel_error": (True, _nonneg_error),
+    "max_abs_error": (False, _nonneg_error),
+    "max_rel_error": (False, _nonneg_error),
     "has_nan": (True, _flag),
     "has_inf": (True, _flag),
-    "reference_has_nan": (False, _nullable(_flag)),
-    "reference_has_inf": (False, _nullable(_flag)),
-    "nonfinite_mismatch": (False, _nullable(_flag)),
+    "reference_has_nan": (False, _nullable_flag),
+    "reference_has_inf": (False, _nullable_flag),
+    "nonfinite_mismatch": (False, _nullable_flag),
     "tolerance": (False, _nullable(_tolerance)),
     "outside_tolerance": (False, _nullable(_count)),
 }
+_TWO_SIDED_LEAF: Spec = {"name": (True, _text), **_TWO_SIDED, **_COMPARISON}
+_ONE_SIDED_LEAF: Spec = {"name": (True, _text), **_ONE_SIDED, **_COMPARISON}
 
 _SPECS: dict[str, Spec] = {
     "execution": {
@@ -273,12 +378,13 @@ _SPECS: dict[str, Spec] = {
         "protocol": (True, _one_of(("paired", "sequential"))),
         "device": (True, _text),
         "timer": (True, _one_of(TIMERS)),
-        "baseline_s": (True, _list_of(_positive_time)),
-        "candidate_s": (True, _list_of(_positive_time)),
+        "baseline_s": (True, _runs),
+        "candidate_s": (True, _runs),
         "schedule": (False, _nullable(_list_of(_one_of(ORDERS)))),
         "warmup": (False, _nullable(_count)),
         "bandwidth_share": (False, _nullable(_bounded(0.0, None, "bandwidth share"))),
         "notes": (False, _nullable(_note)),
+        "arch": (False, _nullable(_arch)),
     },
     "parity": {
         "policy": (False, _nullable(_one_of(("byte_equal", "tolerance")))),
@@ -286,12 +392,12 @@ _SPECS: dict[str, Spec] = {
         "approx_math": (False, _nullable(_list_of(_text, allow_empty=True))),
     },
     "perceptual": {
-        "frame_set": (True, _text),
+        "frame_set": (True, _name),
         "seed": (True, _integer),
         "frames": (False, _nullable(_frame_count)),
-        "ssim": (True, _nullable(_list_of(_bounded(-1.0, 1.0, "SSIM")))),
-        "lpips": (True, _nullable(_list_of(_bounded(0.0, None, "LPIPS")))),
-        "vbench": (True, _nullable(_bounded(0.0, 1.0, "VBench"))),
+        "ssim": (False, _nullable(_list_of(_bounded(-1.0, 1.0, "SSIM")))),
+        "lpips": (False, _nullable(_list_of(_bounded(0.0, None, "LPIPS")))),
+        "vbench": (False, _nullable(_bounded(0.0, 1.0, "VBench"))),
         "stage_status": (True, _text),
         "backends": (False, _nullable(_metric_map)),
         "absent": (False, _nullable(_metric_map)),
@@ -338,7 +444,7 @@ def _derive_parity(item: dict[str, Any], where: str) -> dict[str, Any]:
     for i, name in enumerate(names):
         if name in names[:i]:
             raise EvidenceError(f"{where}.leaves[{i}].name: duplicate leaf name {name!r}")
-    errors = [(leaf["max_abs_error"], leaf["name"]) for leaf in leaves if leaf["max_abs_error"] is not None]
+    errors = [(leaf["max_abs_error"], leaf["name"]) for leaf in leaves if leaf.get("max_abs_error") is not None]
     worst = max(errors, key=lambda pair: pair[0]) if errors else (None, None)
     return {
         "leaf_count": len(leaves),
@@ -349,7 +455,7 @@ def _derive_parity(item: dict[str, Any], where: str) -> dict[str, Any]:
 
 
 def _derive_perceptual(item: dict[str, Any], where: str) -> dict[str, Any]:
-    lists = {metric: item[metric] for metric in ("ssim", "lpips") if item[metric] is not None}
+    lists = {metric: item[metric] for metric in ("ssim", "lpips") if item.get(metric) is not None}
     lengths = {metric: len(values) for metric, values in lists.items()}
     if len(set(lengths.values())) > 1:
         raise EvidenceError(f"{where}.lpips: {lengths['lpips']} frames but ssim has {lengths['ssim']}")
@@ -357,7 +463,7 @@ def _derive_perceptual(item: dict[str, Any], where: str) -> dict[str, Any]:
     for metric, length in lengths.items():
         if frames is not None and length != frames:
             raise EvidenceError(f"{where}.{metric}: {length} values but frames is {frames}")
-    measured = [metric for metric in METRICS if item[metric] is not None]
+    measured = [metric for metric in METRICS if item.get(metric) is not None]
     for metric in (item.get("absent") or {}):
         if metric in measured:
             raise EvidenceError(f"{where}.absent.{metric}: reported absent but {metric} has values")
@@ -432,6 +538,10 @@ def _refuse_constant(token: str) -> Any:
 
 def _range(low: float | None, high: float | None) -> str:
     return f"[{low:g}, {high:g}]" if high is not None else f"[{low:g}, inf)"
+
+
+def _show(value: Any) -> str:
+    return value if isinstance(value, str) else repr(value)
 
 
 def _type(value: Any) -> str:

@@ -1,9 +1,12 @@
 """Tensor parity: the comparator behind every parity evidence item.
 
-Two failure modes shaped it (DESIGN.md, "The problem"): a comparator that
+Two failure modes shaped it (docs/architecture.md, "The problem"): a comparator that
 reported ``max_abs_error=nan`` while ``allclose`` said True, and a tolerance
 widened until 131072.0 absolute error passed. So:
 
+- every leaf records both sides' dtype, shape and strides, so a float32
+  candidate of a bfloat16 reference, or a (2, 4) candidate of a (2, 8) one,
+  is visible in the evidence (the gate quarantines it);
 - byte equality means equal bytes, shape, dtype *and* strides; under the
   ``byte_equal`` policy nothing else decides and no tolerance is recorded;
 - errors are taken over elements finite in both tensors (matching infinities
@@ -55,17 +58,17 @@ def _same_bytes(a: torch.Tensor, b: torch.Tensor, device: torch.device) -> bool:
     return bool(torch.equal(flat_a, flat_b))
 
 
-def _float_or_none(value: torch.Tensor | None) -> float | None:
-    return None if value is None else float(value)
-
-
 def compare_leaf(name: str, reference: torch.Tensor, candidate: torch.Tensor, policy: str,
                  tolerance: Mapping[str, float] | None) -> dict[str, Any]:
-    """One parity leaf (evidence shape in common.md) for a reference/candidate tensor pair.
+    """One parity leaf (docs/evidence-format.md) for a reference/candidate tensor pair.
 
-    A shape mismatch leaves nothing to compare element by element: errors are
-    null and, under the tolerance policy, every reference element counts as
-    outside the tolerance.
+    The leaf records both sides' dtype, shape and strides, so a candidate of
+    another dtype or layout is visible as such, never hidden behind one name.
+    Errors are the maxima over elements finite in both tensors; over an empty
+    set they are 0.0 (nothing finite differs), so null always means "not
+    compared": a shape mismatch leaves nothing to compare element by element,
+    its errors are null and, under the tolerance policy, every reference
+    element counts as outside the tolerance.
     """
     if policy not in POLICIES:
         raise ValueError(f"unknown parity policy {policy!r}; expected one of {list(POLICIES)}")
@@ -81,16 +84,13 @@ def compare_leaf(name: str, reference: torch.Tensor, candidate: torch.Tensor, po
     # Work where the tensors live (a GPU corpus leaf has ~1e8 elements); mixed -> CPU.
     device = reference.device if reference.device == candidate.device else torch.device("cpu")
     same_shape = reference.shape == candidate.shape
-    strides_equal = same_shape and reference.stride() == candidate.stride()
-    byte_equal = (same_shape and strides_equal and reference.dtype == candidate.dtype
-                  and _same_bytes(reference, candidate, device))
-    leaf: dict[str, Any] = {
-        "name": name,
-        "dtype": dtype_name(reference.dtype),
-        "shape": list(reference.shape),
-        "byte_equal": byte_equal,
-        "strides_equal": strides_equal,
-    }
+    same_layout = same_shape and reference.stride() == candidate.stride() and reference.dtype == candidate.dtype
+    leaf: dict[str, Any] = {"name": name}
+    for side, tensor in (("reference", reference), ("candidate", candidate)):
+        leaf[f"{side}_dtype"] = dtype_name(tensor.dtype)
+        leaf[f"{side}_shape"] = list(tensor.shape)
+        leaf[f"{side}_strides"] = list(tensor.stride())
+    leaf["byte_equal"] = same_layout and _same_bytes(reference, candidate, device)
     ref = reference.detach().to(device, torch.float64)
     cand = candidate.detach().to(device, torch.float64)
     leaf["has_nan"] = bool(torch.isnan(cand).any())
@@ -113,17 +113,15 @@ def compare_leaf(name: str, reference: torch.Tensor, candidate: torch.Tensor, po
     finite = torch.isfinite(ref) & torch.isfinite(cand)
     diff = (cand - ref).abs()[finite]
     ref_abs = ref.abs()[finite]
-    max_abs = diff.max() if diff.numel() else None
     # Relative error is |c - r| / |r|; where r == 0 it is 0 if c == r and undefined
     # (left to the absolute error) otherwise.
     rel_defined = (ref_abs > 0) | (diff == 0)
     rel = torch.where(ref_abs > 0, diff / ref_abs.clamp_min(torch.finfo(torch.float64).tiny), 0.0)[rel_defined]
-    max_rel = rel.max() if rel.numel() else None
-    if bool(matching_inf.any()):
-        max_abs = torch.zeros(()) if max_abs is None else max_abs
-        max_rel = torch.zeros(()) if max_rel is None else max_rel
-    leaf["max_abs_error"] = _float_or_none(max_abs)
-    leaf["max_rel_error"] = _float_or_none(max_rel)
+    leaf["max_abs_error"] = float(diff.max()) if diff.numel() else 0.0
+    if rel.numel():
+        leaf["max_rel_error"] = float(rel.max())
+    else:  # no finite pair has a defined relative error: 0.0 if none differs, else not measurable
+        leaf["max_rel_error"] = 0.0 if not diff.numel() else None
     if tol is not None:
         leaf["tolerance"] = tol
         leaf["outside_tolerance"] = int((diff > tol["atol"] + tol["rtol"] * ref_abs).sum())

@@ -1,6 +1,6 @@
 """Timing statistics the registry computes itself from raw benchmark runs (numpy only).
 
-A client-supplied "speedup" is never trusted (DESIGN.md, "Events"): these
+A client-supplied "speedup" is never trusted (docs/architecture.md, "Events"): these
 functions turn per-run wall times into the numbers the gate reads.
 
 - Speedup, sequential protocol: median(baseline) / median(candidate); medians
@@ -9,10 +9,23 @@ functions turn per-run wall times into the numbers the gate reads.
   candidate_i. Pairing cancels drift (clocks, thermals) that both arms of a
   pair share.
 - CV: population standard deviation (ddof = 0) over the mean.
-- Confidence interval: percentile bootstrap (Efron & Tibshirani 1993) of the
-  same statistic, with a fixed seed so the same runs always give the same
-  interval. Paired runs resample whole pairs; sequential runs resample each
-  arm independently.
+- Confidence interval: a distribution-free order-statistic interval of the
+  median (Thompson 1936; the interval that inverts the sign test). For n
+  values, the k-th smallest and k-th largest bound the population median with
+  probability at least 1 - 2 P(Binomial(n, 1/2) <= k - 1), whatever the
+  distribution (ties and discrete timer resolution included); k is the
+  largest rank whose tail P(Binomial(n, 1/2) <= k - 1) is at most the tail
+  asked for (rounding in that sum only ever widens the interval). Paired
+  runs: the interval of the per-pair ratios at tail (1 - CI_LEVEL) / 2. Sequential
+  runs: each arm's median interval at tail (1 - CI_LEVEL) / 4, divided
+  crosswise ([low_b / high_c, high_b / low_c]); both arms cover with
+  probability >= (1 - (1 - CI_LEVEL) / 2)**2 >= CI_LEVEL. Under a null of
+  equal arms (exchangeable within a pair, or identically distributed arms)
+  the interval excludes 1.0 with probability at most 1 - CI_LEVEL. It needs
+  no resampling: one partial sort, memory and time linear in the runs. Too
+  few runs for CI_LEVEL (fewer than `min_conclusive_runs`) give the widest
+  interval, [min, max], and its own lower coverage in `ci_level`. The ranks
+  come from registry/evidence/ranks.py.
 - Wilcoxon signed-rank test (Wilcoxon 1945), two-sided, on per-pair log
   ratios. Zero differences are dropped (Wilcoxon's own treatment). With at
   most EXACT_MAX_N nonzero pairs and no tied magnitudes the p-value is exact,
@@ -30,9 +43,8 @@ from functools import lru_cache
 
 import numpy as np
 
-BOOTSTRAP_RESAMPLES = 10_000
-BOOTSTRAP_SEED = 20_240_611
-CI_LEVEL = 0.95
+from registry.evidence.ranks import ARM_TAIL, PAIRED_TAIL, median_rank
+
 EXACT_MAX_N = 25
 
 
@@ -55,31 +67,33 @@ def speedup(protocol: str, baseline: Sequence[float], candidate: Sequence[float]
     raise ValueError(f"unknown protocol {protocol!r}")
 
 
-def bootstrap_ci(
-    protocol: str,
-    baseline: Sequence[float],
-    candidate: Sequence[float],
-    resamples: int = BOOTSTRAP_RESAMPLES,
-    seed: int = BOOTSTRAP_SEED,
-    level: float = CI_LEVEL,
-) -> tuple[float, float]:
-    """Percentile bootstrap interval of the speedup statistic; deterministic for a seed."""
-    rng = np.random.default_rng(seed)
-    b = np.asarray(baseline, dtype=np.float64)
-    c = np.asarray(candidate, dtype=np.float64)
+def median_interval(values: np.ndarray, tail: float) -> tuple[np.ndarray, np.ndarray, float]:
+    """Order-statistic bounds of the median along the last axis, and their guaranteed coverage.
+
+    Each bound misses the median (lies strictly beyond it) with probability
+    at most `tail`, for any distribution, when `min_conclusive_runs` allows;
+    below that the bounds are the extremes and the coverage says how little
+    they guarantee. Works on a stack of samples (one per row) at once.
+    """
+    n = values.shape[-1]
+    rank, lower_tail = median_rank(n, tail)
+    if rank == 0:
+        rank, lower_tail = 1, 0.5**n
+    bounds = np.partition(values, (rank - 1, n - rank), axis=-1)
+    return bounds[..., rank - 1], bounds[..., n - rank], 1.0 - 2.0 * lower_tail
+
+
+def speedup_interval(
+    protocol: str, baseline: np.ndarray, candidate: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray, float]:
+    """(low, high, coverage) of the speedup statistic; runs along the last axis (see the module notes)."""
     if protocol == "paired":
-        ratios = b / c
-        picks = rng.integers(0, ratios.size, size=(resamples, ratios.size))
-        stats = np.median(ratios[picks], axis=1)
-    elif protocol == "sequential":
-        b_picks = rng.integers(0, b.size, size=(resamples, b.size))
-        c_picks = rng.integers(0, c.size, size=(resamples, c.size))
-        stats = np.median(b[b_picks], axis=1) / np.median(c[c_picks], axis=1)
-    else:
-        raise ValueError(f"unknown protocol {protocol!r}")
-    tail = (1.0 - level) / 2.0
-    low, high = np.quantile(stats, [tail, 1.0 - tail])
-    return float(low), float(high)
+        return median_interval(paired_ratios(baseline, candidate), PAIRED_TAIL)
+    if protocol == "sequential":
+        b_low, b_high, b_coverage = median_interval(baseline, ARM_TAIL)
+        c_low, c_high, c_coverage = median_interval(candidate, ARM_TAIL)
+        return b_low / c_high, b_high / c_low, b_coverage * c_coverage
+    raise ValueError(f"unknown protocol {protocol!r}")
 
 
 def wilcoxon_signed_rank(differences: Sequence[float]) -> float:
@@ -121,7 +135,7 @@ def summarize_benchmark(
     """
     b = np.asarray(baseline, dtype=np.float64)
     c = np.asarray(candidate, dtype=np.float64)
-    low, high = bootstrap_ci(protocol, b, c)
+    low, high, coverage = speedup_interval(protocol, b, c)
     derived: dict[str, object] = {
         "baseline_runs": int(b.size),
         "candidate_runs": int(c.size),
@@ -133,15 +147,15 @@ def summarize_benchmark(
         "baseline_cv": population_cv(b),
         "candidate_cv": population_cv(c),
         "speedup": speedup(protocol, b, c),
-        "speedup_ci": [low, high],
-        "ci_level": CI_LEVEL,
+        "speedup_ci": [float(low), float(high)],
+        "ci_level": coverage,
         "ratios": None,
         "wilcoxon_p": None,
         "interleaved": None,
     }
     if protocol == "paired":
         ratios = paired_ratios(b, c)
-        derived["ratios"] = [float(r) for r in ratios]
+        derived["ratios"] = ratios.tolist()
         derived["wilcoxon_p"] = wilcoxon_signed_rank(np.log(ratios))
         derived["interleaved"] = is_interleaved(list(schedule or []))
     return derived

@@ -5,7 +5,7 @@ load) masquerade as a speedup; pairing each baseline run with a candidate run
 and alternating which goes first (BC, CB, BC, ...) cancels linear drift within
 a pair of pairs. The harness keeps every raw per-run time; the registry takes
 medians and per-pair ratios itself and never trusts a client summary
-(DESIGN.md, "Events").
+(docs/architecture.md, "Events").
 
 On CUDA each call is timed with CUDA events after a 256 MB write that evicts
 the L2 cache (an H200 has 60 MB), so no arm reads inputs the other left
@@ -23,6 +23,8 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+
+from registry.evidence.ranks import MAX_RUNS_PER_ARM
 
 FLUSH_BYTES = 256 * 1024 * 1024
 
@@ -61,6 +63,7 @@ def abba_schedule(pairs: int) -> list[str]:
 
 class _CpuTimer:
     timer = "perf_counter"
+    arch = "cpu"
 
     def __init__(self) -> None:
         self.device = f"cpu ({platform.machine() or 'unknown'})"
@@ -80,6 +83,8 @@ class _CudaTimer:
     def __init__(self, device: torch.device) -> None:
         self.index = device.index if device.index is not None else torch.cuda.current_device()
         self.device = torch.cuda.get_device_name(self.index)
+        major, minor = torch.cuda.get_device_capability(self.index)
+        self.arch = f"sm{major}{minor}"  # the support matrix's column (sm90, sm100)
         self.flush = torch.empty(FLUSH_BYTES // 4, dtype=torch.int32, device=f"cuda:{self.index}")
 
     def __call__(self, fn: Callable[[], Any]) -> float:
@@ -110,7 +115,8 @@ def _timer_for(device: torch.device | str) -> _CpuTimer | _CudaTimer:
 
 def time_paired(baseline_fn: Callable[[], Any], candidate_fn: Callable[[], Any], runs: int, warmup: int,
                 device: torch.device | str, *, bytes_moved: float | None = None, triton_candidate: bool = False,
-                progress: Progress | None = None, notes: str | None = None) -> dict[str, Any]:
+                interpreted: bool = False, progress: Progress | None = None,
+                notes: str | None = None) -> dict[str, Any]:
     """Time ``runs`` ABBA pairs after ``warmup`` untimed pairs; return a paired benchmark item.
 
     Each arm therefore runs ``warmup + runs`` times; pair i of the item is
@@ -120,12 +126,17 @@ def time_paired(baseline_fn: Callable[[], Any], candidate_fn: Callable[[], Any],
     achieved share of the device's peak bandwidth when timed with CUDA events
     on a device of known peak. ``triton_candidate`` says the candidate runs
     Triton kernels: with the interpreter on, the item is marked as interpreter
-    timing. ``progress(done, total)`` is called after every call, warm-ups
+    timing. ``interpreted`` marks it so whatever the environment says now: a
+    caller that saw its kernels launch interpreted (Triton fixes that when a
+    kernel module is imported) passes it, so the mark never depends on the
+    variable still being set. ``progress(done, total)`` is called after every call, warm-ups
     included (whole-generation timing can take minutes per call).
     """
     if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
         raise ValueError(f"warmup must be a non-negative integer, got {warmup!r}")
     schedule = abba_schedule(runs)
+    if runs > MAX_RUNS_PER_ARM:  # refused before timing anything, not after hours of runs
+        raise ValueError(f"runs: {runs} is above the {MAX_RUNS_PER_ARM} runs per arm benchmark evidence may carry")
     if bytes_moved is not None and not (isinstance(bytes_moved, (int, float)) and bytes_moved > 0):
         raise ValueError(f"bytes_moved must be a positive number, got {bytes_moved!r}")
     timer = _timer_for(device)
@@ -159,8 +170,9 @@ def time_paired(baseline_fn: Callable[[], Any], candidate_fn: Callable[[], Any],
         "candidate_s": times["C"],
         "schedule": schedule,
         "warmup": warmup,
+        "arch": timer.arch,
     }
-    if triton_candidate and triton_interpreter_active():
+    if interpreted or (triton_candidate and triton_interpreter_active()):
         item["device"] = f"{'cpu' if isinstance(timer, _CpuTimer) else timer.device} (triton interpreter)"
         item["timer"] = "interpreter"
     peak = peak_bandwidth(timer.device) if item["timer"] == "cuda_event" else None

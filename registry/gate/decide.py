@@ -1,6 +1,6 @@
 """The gate: contract + recorded evidence + artifact facts -> verdict. Pure, fail closed.
 
-Rules run in DESIGN.md's order ("The gate, in order"): 1 failed stages,
+Rules run in the order of docs/architecture.md, "The gate, in order": 1 failed stages,
 2 execution, 3 fidelity by tier, 4 speed. Every rule runs, so the verdict
 lists every problem found; the decision follows precedence (quarantined,
 held, rejected, promoted) and `rule` names the first rule that reached it.

@@ -1,6 +1,6 @@
 """Rule 2: the artifact must show it ran.
 
-The motivating failure (DESIGN.md, "The problem"): an attention backend that
+The motivating failure (docs/architecture.md, "The problem"): an attention backend that
 failed to import, a runtime that silently fell back to FlashAttention, and a
 campaign that reported ~1.00x for a backend that never executed. So: no
 execution evidence holds; zero candidate calls or any fallback quarantines;

@@ -1,6 +1,6 @@
 """Rule 1: evidence from an evaluation stage that did not complete holds the artifact.
 
-A stage that produced nothing is not a pass by omission (DESIGN.md, "The
+A stage that produced nothing is not a pass by omission (docs/architecture.md, "The
 gate, in order", 1): whatever else was recorded, the evaluation is incomplete.
 """
 from __future__ import annotations

@@ -68,7 +68,7 @@ def _check_provenance(budget: FidelityBudget, item: dict[str, Any], ledger: Ledg
 
 def _margin(metric: str, threshold: float, item: dict[str, Any], ledger: Ledger) -> Margin | None:
     derived = item["derived"]
-    value = item["vbench"] if metric == "vbench" else derived[f"worst_{metric}"]
+    value = item.get("vbench") if metric == "vbench" else derived[f"worst_{metric}"]
     if value is None:
         measured = ", ".join(derived["measured"]) or "nothing"
         absent = (item.get("absent") or {}).get(metric)

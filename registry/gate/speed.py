@@ -4,7 +4,9 @@ A speedup counts only when it was measured with the declared runs per arm
 and protocol, a paired schedule interleaved ABBA-style, noise under the
 declared CV ceiling, real timers on a real device (an interpreter or emulator
 time says nothing about the GPU) and, when the contract requires it, a
-bootstrap interval that excludes 1.0. Otherwise the artifact is held; a
+distribution-free interval that excludes 1.0 (registry/evidence/stats.py:
+under equal arms it does so at most 5% of the time, for every accepted run
+count). Otherwise the artifact is held; a
 speedup that then meets the gate promotes, one below it rejects.
 
 Re-benchmarking until one run passes (optional stopping) would defeat any
@@ -133,8 +135,8 @@ def _judge(speed: SpeedGate, item: dict[str, Any], ledger: Ledger) -> None:
     if speed.require_conclusive and low <= 1.0 <= high:
         ledger.add(
             "speed.inconclusive", "held",
-            f"the {derived['ci_level']:.0%} bootstrap CI [{num(low)}, {num(high)}] of the speedup includes 1.0 "
-            "and require_conclusive is set",
+            f"the {derived['ci_level']:.1%} order-statistic CI [{num(low)}, {num(high)}] of the speedup "
+            "includes 1.0 and require_conclusive is set",
         )
         return
     shown, gate = times_pair(derived["speedup"], speed.gate)

@@ -1,6 +1,6 @@
 """Launch counter: the execution signal for kernel candidates.
 
-The registry refuses to credit an artifact that cannot show it ran (DESIGN.md,
+The registry refuses to credit an artifact that cannot show it ran (docs/architecture.md,
 gate step 2: calls > 0, no fallbacks). A wrapper proves a launch by routing it
 through :func:`launch`, which counts only after the launch returned without
 raising; a wrapper that hands work back to the torch reference says so through

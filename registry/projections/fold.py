@@ -1,6 +1,6 @@
 """The fold: events in position order -> RegistryState. No I/O.
 
-Rules (DESIGN.md, "Events" and "Decisions"; docs/gate.md, "Lifecycle"):
+Rules (docs/architecture.md, "Events" and "Decisions and lifecycle"; docs/gate.md, "Lifecycle"):
 - An artifact's identity is the digest of everything its registration claims
   (`artifact_identity`: workload, kind, payload hash, backend, op, entry).
   Evidence, failures, verdicts and human decisions are scoped to the identity
@@ -31,11 +31,10 @@ from __future__ import annotations
 
 from typing import Any, Callable, Iterable
 
+from registry.events.identity import artifact_identity
 from registry.events.store import StoredEvent
 
 from .log import EVIDENCE_KIND_BY_TYPE, LogEvent
-from registry.events.types import artifact_identity
-
 from .state import ProjectionError, RegistryState, identity_changes, new_artifact, restart_evidence, start_identity, tightest
 
 Pending = dict[tuple[str, str], LogEvent]
@@ -96,6 +95,10 @@ def _attach_items(state: RegistryState, pending: Pending) -> None:
             ) from None
         _same_subject(event, named, artifact_id)
         entry["item"] = item
+        # When it was measured: an imported document's own time where it gives one (docs/import.md).
+        document_time = (event.payload.get("origin") or {}).get("document_time")
+        if document_time:
+            entry["measured_at"] = document_time
 
 
 def _same_subject(event: LogEvent, named: str, expected: str) -> None:
@@ -156,7 +159,9 @@ def _evidence(state: RegistryState, event: LogEvent, pending: Pending) -> None:
     if not _current(artifact, event.identity, event.scope):
         return
     kind = EVIDENCE_KIND_BY_TYPE[event.type]
-    artifact["evidence"][kind] = {"event_id": event.event_id, "position": event.position, "item": None}
+    artifact["evidence"][kind] = {
+        "event_id": event.event_id, "position": event.position, "item": None, "measured_at": event.recorded_at,
+    }
     artifact["evidence_counts"][kind] += 1
     if kind == "benchmark":
         artifact["benchmark_attempts"] += 1
@@ -244,6 +249,28 @@ def _frameset(state: RegistryState, event: LogEvent, pending: Pending) -> None:
     state.framesets[payload["name"]] = {**payload, "position": event.position}
 
 
+OUTCOMES_PREFIX = "outcomes:"
+# What an outcome record keeps in the projected state: all but the bulky summary, which history shows.
+_OUTCOME_KEYS = ("workload", "artifact", "arch", "outcome", "recorded_verdict", "recorded_utc", "model_id", "family",
+                 "origin")
+
+
+def _external(state: RegistryState, event: LogEvent, pending: Pending) -> None:
+    """An imported record: kept beside the artifact (or the workload) it concerns, never as evidence."""
+    payload = event.payload
+    record = {key: payload.get(key) for key in _OUTCOME_KEYS}
+    record.update(position=event.position, event_id=event.event_id, recorded_at=event.recorded_at)
+    if payload.get("artifact") is not None:
+        artifact, _ = _named_artifact(state, event)
+        artifact.setdefault("external", []).append(record)
+        return
+    workload = payload["workload"]
+    _same_subject(event, OUTCOMES_PREFIX + workload, event.stream)
+    entry = state.outcomes.setdefault(workload, {"workload": workload, "records": []})
+    entry["records"].append(record)
+    entry["last_position"] = event.position
+
+
 Handler = Callable[[RegistryState, LogEvent, Pending], None]
 HANDLERS: dict[str, Handler] = {
     "ArtifactRegistered": _registered,
@@ -252,5 +279,6 @@ HANDLERS: dict[str, Handler] = {
     "HumanDecision": _human,
     "WorkloadDeclared": _workload,
     "FrameSetRegistered": _frameset,
+    "ExternalOutcome": _external,
     **{name: _evidence for name in EVIDENCE_KIND_BY_TYPE},
 }

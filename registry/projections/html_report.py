@@ -7,7 +7,8 @@ from html import escape
 from typing import Any, Sequence
 
 from .plots import Plot, frame_plot, speed_fidelity_plot
-from .report import report_tables
+from .matrix import cell_text
+from .report import matrix_table, report_tables
 from .state import RegistryState
 
 STYLE = """
@@ -18,6 +19,11 @@ th, td { border: 1px solid #ccc; padding: 3px 8px; text-align: left; vertical-al
 th { background: #f3f3f3; } td.num { text-align: right; font-variant-numeric: tabular-nums; }
 figure { margin: 8px 0 20px; } figure img { max-width: 100%; border: 1px solid #eee; }
 figcaption { font-size: 0.85em; color: #555; } .none { color: #777; font-style: italic; }
+table.matrix td { text-align: center; min-width: 9em; }
+td.promoted { background: #c8e6c9; } td.candidates_found { background: #e3f2fd; }
+td.no_worthwhile_candidate { background: #fff3e0; } td.quarantined { background: #ffcdd2; }
+td.held { background: #fff9c4; } td.not_attempted { background: #f5f5f5; color: #777; }
+td.stale { font-style: italic; opacity: 0.7; }
 """
 
 
@@ -51,6 +57,7 @@ def render(report: dict[str, Any], state: RegistryState, *, max_frame_plots: int
     scope = "all workloads" if report["workload"] is None else f"workload {report['workload']}"
     totals = ", ".join(f"{decision}: {count}" for decision, count in report["totals"].items()) or "no artifacts"
     [workload_table, *tables] = report_tables(report)
+    matrix_title = matrix_table(report["matrix"])[0] if report["matrix"] is not None else None
     parts = [
         f"<h1>Registry report: {escape(scope)}, as of log position {report['as_of']}</h1>",
         f"<p>{escape(totals)}</p>",
@@ -58,12 +65,33 @@ def render(report: dict[str, Any], state: RegistryState, *, max_frame_plots: int
         "<h2>Speed against fidelity</h2>",
         _figure(speed_fidelity_plot(artifacts, {w: s["speed_gate"] for w, s in workloads.items()}),
                 "speedup against tightest fidelity margin"),
-        *(_table(*table) for table in tables),
+        *(_table(*table) for table in tables if table[0] != matrix_title),
+        *([matrix_grid(report["matrix"])] if report["matrix"] is not None else []),
         *_frame_section(artifacts, state, max_frame_plots),
     ]
-    title = f"Registry report as of position {report['as_of']}"
+    return page(f"Registry report as of position {report['as_of']}", parts)
+
+
+def page(title: str, parts: Sequence[str]) -> str:
+    """A self-contained HTML document around `parts`."""
     return (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{escape(title)}</title>'
             f"<style>{STYLE}</style></head><body>\n" + "\n".join(parts) + "\n</body></html>\n")
+
+
+def matrix_grid(matrix: dict[str, Any]) -> str:
+    """The support matrix as a coloured grid: one class per outcome, `stale` on old cells."""
+    title, _, _ = matrix_table(matrix)
+    head = "".join(f"<th>{escape(column)}</th>" for column in ("family", "workload", *matrix["archs"]))
+    body = []
+    for row in matrix["rows"]:
+        cells = []
+        for arch in matrix["archs"]:
+            cell = row["cells"][arch]
+            classes = cell["outcome"] + (" stale" if cell["stale"] else "")
+            cells.append(f'<td class="{classes}" data-arch="{escape(arch)}">{escape(cell_text(cell))}</td>')
+        body.append(f"<tr><td>{escape(row['family'])}</td><td>{escape(row['workload'])}</td>{''.join(cells)}</tr>")
+    return (f"<h2>{escape(title)}</h2><table class=\"matrix\"><thead><tr>{head}</tr></thead>"
+            f"<tbody>{''.join(body)}</tbody></table>")
 
 
 def _frame_section(artifacts: list[dict[str, Any]], state: RegistryState, limit: int) -> list[str]:

@@ -24,10 +24,10 @@ from sqlalchemy import Connection, bindparam, func, insert, select, update
 from sqlalchemy.exc import DBAPIError, IntegrityError
 
 from registry.events.errors import StoreError
-from registry.events.schema import EventRow
+from registry.events.schema import EVENTS
 from registry.events.store import EventStore
 
-from .fold import ARTIFACT_PREFIX, fold
+from .fold import ARTIFACT_PREFIX, OUTCOMES_PREFIX, fold
 
 # SQLSTATE 42501: insufficient_privilege (a role that may only read).
 _PRIVILEGE_SQLSTATE = "42501"
@@ -37,10 +37,9 @@ def _write_refused(exc: DBAPIError) -> bool:
     return getattr(exc.orig, "sqlstate", None) == _PRIVILEGE_SQLSTATE
 from .log import PAGE, read_log
 from .rows import MODELS, load_state
-from .schema import ProjectionCheckpoint
+from .schema import CHECKPOINT
 from .state import ProjectionError, RegistryState
 
-CHECKPOINT = ProjectionCheckpoint.__table__
 CHECKPOINT_NAME = "log"
 MAX_ATTEMPTS = 8
 LOAD_CHUNK = 500
@@ -48,7 +47,8 @@ class _LostRace(Exception):
     """The checkpoint moved under a catch-up: roll its writes back and fold again."""
 
 
-STREAM_MODEL = {ARTIFACT_PREFIX: "artifacts", "workload:": "workloads", "frameset:": "framesets"}
+STREAM_MODEL = {ARTIFACT_PREFIX: "artifacts", "workload:": "workloads", "frameset:": "framesets",
+                OUTCOMES_PREFIX: "outcomes"}
 
 
 @contextmanager
@@ -121,7 +121,7 @@ class Projections:
         for _ in range(MAX_ATTEMPTS):
             with self.engine.connect() as conn:
                 checkpoint = read_checkpoint(conn)
-                head = conn.execute(select(func.max(EventRow.__table__.c.position))).scalar() or 0
+                head = conn.execute(select(func.max(EVENTS.c.position))).scalar() or 0
             start = checkpoint or 0
             if start == head:
                 return head

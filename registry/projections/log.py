@@ -28,13 +28,12 @@ from typing import Any, Iterator
 from sqlalchemy import Engine
 
 from registry.events.canonical import strict_json_loads
+from registry.events.catalogue import EVIDENCE_KIND_BY_TYPE
+from registry.events.catalogue import SCHEMA_VERSIONS as CURRENT_SCHEMA
 from registry.events.chain import timestamp_text
 from registry.events.errors import StoreError
 from registry.events.store import StoredEvent
-from registry.events.types import EVIDENCE_EVENT_BY_KIND, PAYLOAD_TYPES, read_payload
 
-EVIDENCE_KIND_BY_TYPE = {cls.type: kind for kind, cls in EVIDENCE_EVENT_BY_KIND.items()}
-CURRENT_SCHEMA = {name: cls.schema_version for name, cls in PAYLOAD_TYPES.items()}
 PAGE = 20_000
 
 
@@ -145,6 +144,8 @@ def _select(dialect: str, by_stream: bool) -> str:
 
 def _upcast(row: tuple) -> LogEvent:
     """An event stored under an older (or unknown) schema: upcast and validate it."""
+    from registry.events.types import read_payload  # pydantic only for the rare event that needs it
+
     position, event_id, stream, type_, schema_version, text, recorded_at = row
     try:
         payload = read_payload(type_, schema_version, strict_json_loads(text)).model_dump(mode="python")

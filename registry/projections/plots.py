@@ -28,6 +28,14 @@ DECISION_COLOURS = {
     "held": "#616161", "recorded": "#1565c0", "registered": "#bdbdbd",
 }
 GATE_STYLES = ("--", "-.", ":", (0, (5, 1, 1, 1)))
+
+
+def literal(name: str) -> str:
+    """A name from the log as matplotlib text: every `$` escaped, so `$...$` is never drawn as mathtext.
+
+    Captions go into the HTML page (escaped there), never through matplotlib, and need no escaping.
+    """
+    return name.replace("$", r"\$")
 LABEL_LIMIT = 40  # name the points while they stay legible
 DPI = 100
 
@@ -72,7 +80,7 @@ def speed_fidelity_plot(artifacts: list[dict[str, Any]], gates: dict[str, float 
                          edgecolors="black", linewidths=0.4, zorder=3)
     if len(points) <= LABEL_LIMIT:
         for x, y, artifact in points:
-            axes.annotate(artifact["artifact"], (x, y), textcoords="offset points", xytext=(5, 4), fontsize=8)
+            axes.annotate(literal(artifact["artifact"]), (x, y), textcoords="offset points", xytext=(5, 4), fontsize=8)
     axes.axvline(0.0, color="black", linewidth=1.2, label="fidelity threshold (margin 0)")
     xs = [x for x, _, _ in points] or [0.0]
     pad = 0.1 * max(abs(min(xs)), abs(max(xs)), 1e-3)
@@ -80,7 +88,7 @@ def speed_fidelity_plot(artifacts: list[dict[str, Any]], gates: dict[str, float 
     axes.axvspan(axes.get_xlim()[0], 0.0, color="#c62828", alpha=0.06, label="fails a fidelity threshold")
     for index, (workload, gate) in enumerate(sorted((w, g) for w, g in gates.items() if g is not None)):
         axes.axhline(gate, color="#6a1b9a", linewidth=1.0, linestyle=GATE_STYLES[index % len(GATE_STYLES)],
-                     label=f"{workload} speed gate {gate:.3g}x")
+                     label=f"{literal(workload)} speed gate {gate:.3g}x")
     axes.set_xlabel("tightest fidelity margin / |threshold|  (> 0 passes)")
     axes.set_ylabel("speedup (median of paired ratios)")
     axes.set_title("Speed against fidelity, per artifact")
@@ -119,7 +127,7 @@ def frame_plot(artifact: dict[str, Any], fidelity: dict[str, Any]) -> Plot:
             axes.axhline(threshold, color="#c62828", linestyle="--", linewidth=1, label=f"{key} {threshold:g}")
         else:
             notes.append(f"no {key} declared")
-        axes.set_title(f"{artifact['artifact']}: {metric.upper()} per frame", fontsize=9)
+        axes.set_title(f"{literal(artifact['artifact'])}: {metric.upper()} per frame", fontsize=9)
         axes.set_xlabel("frame")
         axes.xaxis.set_major_locator(MaxNLocator(integer=True))
         axes.grid(True, alpha=0.3)

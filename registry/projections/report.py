@@ -3,14 +3,14 @@
 Sections (all computed from a RegistryState, so a report as of any past
 position is the same function over `Projections.state(as_of=...)`):
 - leaderboard: per workload, promoted artifacts by speedup (descending), with
-  the bootstrap CI, tier and tightest margin;
+  the speedup's interval (speedup_ci), tier and tightest margin;
 - caught: held / quarantined / rejected artifacts grouped by the rule that
   decided them (a person's revoke counts as rule `human.revoke`);
 - near_misses: promoted artifacts whose tightest margin is within 10% of its
   threshold (|margin| <= 0.1 * |threshold|): promoted, but one noisy rerun
   from the other side of the line;
 - waiting: advisory-tier artifacts the gate recorded and no person has
-  decided since (DESIGN.md: the advisory tier never promotes by itself);
+  decided since (docs/architecture.md: the advisory tier never promotes by itself);
 - contracts_moved: final decisions that stand under an older contract than
   their workload's current one ("promoted under contract v1; current v2");
   `registry what-if` shows how they fare under the new one;
@@ -36,7 +36,8 @@ CAUGHT = ("held", "quarantined", "rejected")
 HUMAN_REVOKE_RULE = "human.revoke"
 CSV_COLUMNS = (
     "section", "as_of", "workload", "artifact", "rank", "decision", "decided_by", "rule", "count", "tier",
-    "speedup", "ci_low", "ci_high", "metric", "value", "threshold", "margin", "relative_margin", "note",
+    "speedup", "ci_low", "ci_high", "metric", "value", "threshold", "margin", "relative_margin",
+    "recorded", "agree", "origin", "note",
 )
 
 
@@ -58,8 +59,14 @@ def _margin_entry(margin: dict[str, Any] | None) -> dict[str, Any] | None:
     return {**margin, "relative_margin": relative if math.isfinite(relative) else None}
 
 
-def build_report(state: RegistryState, workload: str | None = None) -> dict[str, Any]:
-    """The report over every workload, or one (an unknown workload is refused, not reported empty)."""
+def build_report(state: RegistryState, workload: str | None = None, *,
+                 imported: list[dict[str, Any]] = (), matrix: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The report over every workload, or one (an unknown workload is refused, not reported empty).
+
+    `imported` (imported verdicts beside the registry's, from the app layer,
+    which can read the documents' evidence) and `matrix` (the support matrix)
+    are added as they are, the imported rows narrowed to the workload.
+    """
     known = set(state.workloads) | {a["workload"] for a in state.artifacts.values()}
     if workload is not None and workload not in known:
         raise ValueError(f"no workload {workload!r} as of position {state.position}")
@@ -78,6 +85,8 @@ def build_report(state: RegistryState, workload: str | None = None) -> dict[str,
         "contracts_moved": _contracts_moved(artifacts, state.workloads),
         "attempts": [{"artifact": a["artifact"], "decision": a["decision"], "benchmark_attempts": a["benchmark_attempts"]}
                      for a in artifacts],
+        "imported": [row for row in imported if workload is None or row["workload"] == workload],
+        "matrix": matrix,
     }
 
 
@@ -203,6 +212,10 @@ def report_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
         row("contract_moved", workload=e["workload"], artifact=e["artifact"], decision=e["decision"], note=e["note"])
     for e in report["attempts"]:
         row("attempts", artifact=e["artifact"], decision=e["decision"], count=e["benchmark_attempts"])
+    for e in report["imported"]:
+        row("imported", workload=e["workload"], artifact=e["artifact"], decision=e["registry"]["decision"],
+            rule=e["registry"]["rule"], recorded=e["recorded"]["decision"], agree=e["agree"],
+            origin=e["origin"]["path"])
     for decision, count in report["totals"].items():
         row("total", decision=decision, count=count)
     return rows
@@ -266,7 +279,34 @@ def report_tables(report: dict[str, Any]) -> list[Table]:
         "benchmark attempts (current identity)", ["artifact", "decision", "attempts"],
         [(e["artifact"], e["decision"], e["benchmark_attempts"]) for e in report["attempts"]],
     ))
+    if report["imported"]:
+        tables.append(imported_table(report["imported"]))
+    if report["matrix"] is not None:
+        tables.append(matrix_table(report["matrix"]))
     return tables
+
+
+def imported_table(rows: list[dict[str, Any]]) -> Table:
+    """Imported verdicts beside the registry's own under the declared contract, disagreements first."""
+    return (
+        "imported verdicts beside the registry's (disagreements first)",
+        ["artifact", "origin", "recorded", "registry", "agree", "registry's reason"],
+        [(e["artifact"], e["origin"]["path"], e["recorded"]["decision"],
+          f"{e['registry']['decision']} ({e['registry']['rule']})", "yes" if e["agree"] else "NO",
+          e["registry"]["reason"]) for e in rows],
+    )
+
+
+def matrix_table(matrix: dict[str, Any]) -> Table:
+    """The support matrix: a row per workload (by family), a column per architecture."""
+    from .matrix import cell_text
+
+    return (
+        f"support matrix (stale after {matrix['stale_days']} days, judged at {matrix['at'][:19]})",
+        ["family", "workload", *matrix["archs"]],
+        [(row["family"], row["workload"], *(cell_text(row["cells"][arch]) for arch in matrix["archs"]))
+         for row in matrix["rows"]],
+    )
 
 
 def report_csv(report: dict[str, Any]) -> str:

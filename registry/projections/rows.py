@@ -5,11 +5,7 @@ from typing import Any
 
 from registry.events.canonical import canonical_json, sha256_hex, strict_json_loads
 
-from .schema import ProjectedArtifact, ProjectedFrameSet, ProjectedWorkload
-
-ARTIFACTS = ProjectedArtifact.__table__
-WORKLOADS = ProjectedWorkload.__table__
-FRAMESETS = ProjectedFrameSet.__table__
+from .schema import ARTIFACTS, FRAMESETS, OUTCOMES, WORKLOADS
 
 
 def state_text(state: dict[str, Any]) -> str:
@@ -41,6 +37,10 @@ def frameset_row(state: dict[str, Any]) -> dict[str, Any]:
     return {"name": state["name"], "position": state["position"], **_content(state)}
 
 
+def outcomes_row(state: dict[str, Any]) -> dict[str, Any]:
+    return {"workload": state["workload"], "last_position": state["last_position"], **_content(state)}
+
+
 def load_state(text: str) -> dict[str, Any]:
     return strict_json_loads(text)
 
@@ -50,4 +50,5 @@ MODELS = {
     "artifacts": (ARTIFACTS, "artifact", artifact_row),
     "workloads": (WORKLOADS, "workload", workload_row),
     "framesets": (FRAMESETS, "name", frameset_row),
+    "outcomes": (OUTCOMES, "workload", outcomes_row),
 }

@@ -9,7 +9,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from registry.events.types import IDENTITY_FIELDS, artifact_identity
+from registry.events.identity import IDENTITY_FIELDS, artifact_identity
 
 EVIDENCE_KINDS = ("parity", "benchmark", "execution", "perceptual")
 # Decisions that stand for an identity until a person revokes them.
@@ -22,11 +22,16 @@ class ProjectionError(ValueError):
 
 @dataclass
 class RegistryState:
-    """Artifacts, workloads and frame sets as of `position` (each artifact keeps its verdict history)."""
+    """Artifacts, workloads, frame sets and imported workload outcomes as of `position`.
+
+    Each artifact keeps its verdict history; `outcomes` holds records imported
+    from other systems about a workload as a whole (docs/import.md).
+    """
 
     artifacts: dict[str, dict[str, Any]] = field(default_factory=dict)
     workloads: dict[str, dict[str, Any]] = field(default_factory=dict)
     framesets: dict[str, dict[str, Any]] = field(default_factory=dict)
+    outcomes: dict[str, dict[str, Any]] = field(default_factory=dict)
     position: int = 0
 
     def to_dict(self) -> dict[str, Any]:
@@ -35,6 +40,7 @@ class RegistryState:
             "artifacts": [self.artifacts[key] for key in sorted(self.artifacts)],
             "workloads": [self.workloads[key] for key in sorted(self.workloads)],
             "framesets": [self.framesets[key] for key in sorted(self.framesets)],
+            "outcomes": [self.outcomes[key] for key in sorted(self.outcomes)],
         }
 
 
@@ -69,8 +75,13 @@ def new_artifact(payload: dict[str, Any], position: int) -> dict[str, Any]:
 
 
 def describe(state: dict[str, Any], payload: dict[str, Any]) -> None:
-    """The registration facts the identity is made of."""
-    for key in ("workload", "kind", "backend", "op", "entry", "payload_sha256"):
+    """The registration facts the identity is made of (state.py's start_identity sets them).
+
+    `bundle` is a shipped artifact's manifest (its files, entry point, the op it
+    replaces and its compatibility window), which `resolve` and `lock` read; its
+    digest is the payload hash, so it changes only with the identity.
+    """
+    for key in ("workload", "kind", "backend", "op", "entry", "payload_sha256", "bundle"):
         state[key] = payload.get(key)
 
 

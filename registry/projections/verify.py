@@ -27,7 +27,7 @@ def rebuild(store: EventStore) -> RegistryState:
 
 @dataclass(frozen=True)
 class Difference:
-    model: str  # artifacts | workloads | framesets
+    model: str  # artifacts | workloads | framesets | outcomes
     key: str
     problem: str  # "differs" | "missing from the live table" | "not in the replay"
     fields: tuple[str, ...] = ()

@@ -1,0 +1,4 @@
+"""`python -m registry`: the `registry` command, for when the script is not on PATH."""
+from registry.cli.main import main
+
+main(prog_name="registry")

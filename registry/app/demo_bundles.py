@@ -1,0 +1,111 @@
+"""The demo's candidates as bundles (under `<out>/bundles/<artifact>`), and what would ship from them.
+
+Each whole-generation candidate ships as a one-file bundle whose entry builds
+the candidate from the registry's tiny video DiT; the file carries the
+content hash of the candidate's implementation, so the bundle's identity
+changes whenever the implementation does. The fused modulated LayerNorm ships
+as a bundle holding the kernel module's source (byte-identical to the module
+`registry evaluate` measures), with the Triton entry point.
+
+The compatibility windows below are the demo's declarations, made once here:
+the torch candidates run wherever torch does (measured on CPU), and the
+Triton kernel is a GPU kernel (the interpreter is a correctness tool, not a
+deployment target), so on a CPU machine it never matches.
+"""
+from __future__ import annotations
+
+import inspect
+import shutil
+from pathlib import Path
+from typing import Any
+
+from registry.bundles import CallSite, Profile, reference_fingerprint, write_manifest
+
+from .context import Registry
+from .resolve import WorkloadResolution, resolve_workload
+
+BUNDLES = "bundles"
+SINGLE_PROCESS = {"execution_modes": ["inference"], "distributed_modes": ["single"]}
+TORCH_RANGE = {"min": "2.4", "max_exclusive": "3.0"}
+
+CANDIDATE_ENTRY = '''"""Bundle entry of the demo candidate {name}: builds it from the tiny video DiT in `registry.workloads`."""
+from registry.workloads import make_candidate
+
+# Content hash of the candidate's implementation (its name and class source): part of this bundle's identity.
+IMPLEMENTATION_SHA256 = "{implementation}"
+
+
+def build():
+    return make_candidate("{name}")
+'''
+
+
+def _fresh(out_dir: Path, artifact: str) -> Path:
+    """The demo's own bundle directory for `artifact`, emptied (the demo wrote it; nothing else lives there)."""
+    directory = out_dir / BUNDLES / artifact
+    shutil.rmtree(directory, ignore_errors=True)
+    directory.mkdir(parents=True)
+    return directory
+
+
+def _signature(name: str, tensor, *, dims: list | None = None, strides: list | None = None,
+               device: str | None = None) -> dict[str, Any]:
+    return {"name": name, "shape": dims if dims is not None else list(tensor.shape),
+            "stride": strides if strides is not None else list(tensor.stride()),
+            "dtype": str(tensor.dtype).removeprefix("torch."), "device": device or tensor.device.type}
+
+
+def video_fingerprint() -> str:
+    """The operation whole-generation candidates replace: the reference generation."""
+    from registry.workloads import reference_generate
+
+    return reference_fingerprint(reference_generate)
+
+
+def kernel_fingerprint() -> str:
+    """The operation the fused kernel replaces: the eager modulated LayerNorm."""
+    from registry.kernels.reference import modulated_layernorm
+
+    return reference_fingerprint(modulated_layernorm)
+
+
+def write_candidate_bundle(out_dir: Path, candidate, implementation_sha256: str, latent, model: dict) -> Path:
+    """A bundle for one whole-generation demo candidate."""
+    directory = _fresh(out_dir, candidate.name)
+    (directory / "candidate.py").write_text(
+        CANDIDATE_ENTRY.format(name=candidate.name, implementation=implementation_sha256), encoding="utf-8")
+    write_manifest(directory, entry_point={"file": "candidate.py", "symbol": "build"},
+                   replaces={"fingerprint": video_fingerprint(), "inputs": [_signature("noise", latent)],
+                             "outputs": [_signature("latent", latent)]},
+                   compatibility={"model": model, "gpu_architectures": ["cpu", "sm80", "sm90", "sm100"],
+                                  "torch": TORCH_RANGE, "cuda": {}, "triton": {}, **SINGLE_PROCESS})
+    return directory
+
+
+def write_kernel_bundle(out_dir: Path, artifact: str) -> Path:
+    """A bundle for the fused modulated LayerNorm: the kernel module's source and its Triton entry point."""
+    import torch
+
+    from registry.kernels import modln
+
+    directory = _fresh(out_dir, artifact)
+    (directory / "modln.py").write_text(inspect.getsource(modln), encoding="utf-8")
+    x = torch.empty(1, 1, 1, dtype=torch.bfloat16)  # the kernel takes bf16 or fp16 activations; this bundle, bf16
+    per_batch = torch.empty(1, 1)
+    activation = _signature("x", x, dims=["*", "*", "*"], strides=["*", "*", 1], device="cuda")
+    inputs = [activation, _signature("scale", per_batch, dims=["*", "*"], strides=["*", 1], device="cuda"),
+              _signature("shift", per_batch, dims=["*", "*"], strides=["*", 1], device="cuda")]
+    write_manifest(directory, entry_point={"file": "modln.py", "symbol": "modulated_layernorm_triton"},
+                   replaces={"fingerprint": kernel_fingerprint(), "inputs": inputs, "outputs": [activation]},
+                   compatibility={"model": {"id": "*", "revision": "*"},
+                                  "gpu_architectures": ["sm80", "sm90", "sm100"], "torch": TORCH_RANGE,
+                                  "cuda": {"min": "12.0"}, "triton": {"min": "3.0"}, **SINGLE_PROCESS})
+    return directory
+
+
+def demo_resolutions(registry: Registry, profile: Profile, video_workload: str, video_model: dict,
+                     kernel_workload: str) -> list[WorkloadResolution]:
+    """What would ship on the machine described by `profile`, for both demo workloads."""
+    video = CallSite(video_model["id"], video_model["revision"], video_fingerprint())
+    return [resolve_workload(registry, video_workload, profile, video),
+            resolve_workload(registry, kernel_workload, profile, CallSite(fingerprint=kernel_fingerprint()))]

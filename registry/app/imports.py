@@ -1,0 +1,288 @@
+"""Importing a MotionKernel campaign tree: documents become events, with their origin kept.
+
+Each JSON document found under the given paths is read, classified and
+planned by `registry.evidence.motionkernel`, validated completely (raw runs
+through the same `registry.evidence/1` checks as `evidence import`), and only
+then appended as one batch keyed by the document's SHA-256. So:
+- importing the same bytes again appends nothing (already present), wherever
+  the file now lies: the key is the content, the path is only recorded;
+- a changed document is a new import;
+- a document that fails any check is counted with its one-line reason and
+  nothing of it is written; the rest of the import proceeds.
+See docs/import.md.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import stat
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Iterator
+
+from registry.events.errors import IdempotencyConflict
+from registry.events.store import NewEvent
+from registry.events.types import ExternalOutcome
+from registry.evidence.document import EvidenceError, parse_document
+from registry.evidence.motionkernel import SYSTEM, MotionKernelError, claims_motionkernel, classify, plan_import
+from registry.projections.log import EVIDENCE_KIND_BY_TYPE
+
+from .context import Registry
+from .evidence import capture_subject, evidence_events
+from .workloads import artifact_stream, register_artifact, registration
+
+# A campaign document is metadata and raw timings: kilobytes. Anything far larger is not one.
+MAX_DOCUMENT_BYTES = 8 * 1024 * 1024
+OUTCOMES_STREAM_PREFIX = "outcomes:"
+STATUSES = ("imported", "would_import", "already_present", "unreadable", "unrecognized")
+
+
+@dataclass
+class DocumentResult:
+    path: str
+    status: str
+    kind: str | None = None
+    reason: str | None = None
+    sha256: str | None = None
+    artifact: str | None = None
+    workload: str | None = None
+    positions: list[int] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"path": self.path, "status": self.status, "kind": self.kind, "reason": self.reason,
+                "sha256": self.sha256, "artifact": self.artifact, "workload": self.workload,
+                "positions": list(self.positions)}
+
+
+@dataclass
+class ImportSummary:
+    checked_only: bool
+    documents: list[DocumentResult] = field(default_factory=list)
+
+    @property
+    def counts(self) -> dict[str, int]:
+        found = Counter(result.status for result in self.documents)
+        return {"scanned": len(self.documents), **{status: found[status] for status in STATUSES}}
+
+    @property
+    def per_kind(self) -> dict[str, dict[str, int]]:
+        table: dict[str, Counter] = {}
+        for result in self.documents:
+            table.setdefault(result.kind or "unknown", Counter())[result.status] += 1
+        return {kind: dict(sorted(counts.items())) for kind, counts in sorted(table.items())}
+
+    @property
+    def unreadable_claims(self) -> list[DocumentResult]:
+        """Documents that claim a MotionKernel schema (or were recognized) and could not be read."""
+        return [result for result in self.documents if result.status == "unreadable"]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"checked_only": self.checked_only, **self.counts, "per_kind": self.per_kind,
+                "documents": [result.to_dict() for result in self.documents]}
+
+
+class _Refused(Exception):
+    """One document that cannot be imported, with the reason and whatever is known of it."""
+
+    def __init__(self, reason: str, kind: str | None = None):
+        super().__init__(reason)
+        self.reason, self.kind = reason, kind
+
+
+def import_motionkernel(
+    registry: Registry | None,
+    paths: Iterable[str | Path],
+    *,
+    workload: str | None = None,
+    check_only: bool = False,
+    progress: Callable[[DocumentResult], None] | None = None,
+) -> ImportSummary:
+    """Import (or, with check_only, only read and validate) every JSON document under `paths`.
+
+    `registry` may be None only with check_only. `workload` names the workload
+    for documents that name none (fidelity verdicts).
+    """
+    if registry is None and not check_only:
+        raise ValueError("an import needs a registry; only --check runs without one")
+    summary = ImportSummary(checked_only=check_only)
+    for root, path in _documents(paths):
+        result = _import_one(registry, root, path, workload, check_only)
+        summary.documents.append(result)
+        if progress is not None:
+            progress(result)
+    return summary
+
+
+def _documents(paths: Iterable[str | Path]) -> Iterator[tuple[Path, Path]]:
+    """(root, file) for every JSON document: a named file is its own root's child; folders are walked, sorted."""
+    for given in paths:
+        path = Path(given)
+        if not path.exists():
+            raise ValueError(f"{given}: no such file or folder")
+        if path.is_dir():
+            for found in sorted(path.rglob("*.json")):
+                if not found.is_symlink():
+                    yield path, found
+        else:
+            yield path.parent, path
+
+
+def _import_one(registry: Registry | None, root: Path, path: Path, workload: str | None,
+                check_only: bool) -> DocumentResult:
+    shown = path.relative_to(root).as_posix()
+    try:
+        data = _read_regular_file(path)
+    except _Refused as exc:
+        return DocumentResult(shown, "unreadable", reason=exc.reason)
+    digest = hashlib.sha256(data).hexdigest()
+    result = DocumentResult(shown, "unreadable", sha256=digest)
+    try:
+        doc = _parse_json(data)
+        result.kind = classify(doc)
+        if result.kind is None and not claims_motionkernel(doc):
+            result.status, result.reason = "unrecognized", "not a MotionKernel document this import reads"
+            return result
+        plan = plan_import(doc, workload=workload)
+        items = parse_document(plan.evidence).items if plan.evidence is not None else []
+    except (MotionKernelError, EvidenceError, _Refused) as exc:
+        result.reason = str(exc)
+        return result
+    result.artifact, result.workload = plan.artifact, plan.workload
+    if check_only:
+        result.status = "would_import"
+        return result
+    origin = {"system": SYSTEM, "path": shown, "sha256": digest, "kind": plan.kind,
+              "schema": plan.schema, "schema_version": plan.schema_version, "document_time": plan.document_time}
+    try:
+        result.positions, appended = _record(registry, plan, items, origin)
+    except IdempotencyConflict:
+        # The same bytes were imported from another path: the key is the content's digest.
+        result.status = "already_present"
+        return result
+    except ValueError as exc:
+        result.reason = str(exc).splitlines()[0]
+        return result
+    result.status = "imported" if appended else "already_present"
+    return result
+
+
+def _record(registry: Registry, plan, items: list[dict[str, Any]], origin: dict[str, Any]) -> tuple[list[int], bool]:
+    """Register the artifact when new, then append the document's events as one keyed batch."""
+    key = f"{SYSTEM}:{origin['sha256']}"
+    outcomes = [NewEvent(ExternalOutcome.type, ExternalOutcome(**record, origin=origin)) for record in plan.outcomes]
+    if plan.artifact is not None:
+        _ensure_artifact(registry, plan, origin)
+        events = [*evidence_events(capture_subject(registry, plan.artifact), None, items, origin=origin), *outcomes]
+        stream = artifact_stream(plan.artifact)
+    else:
+        events, stream = outcomes, OUTCOMES_STREAM_PREFIX + plan.workload
+    head = registry.store.head_position()
+    positions = registry.store.append(stream, events, idempotency_key=key, actor=registry.actor)
+    return positions, positions[0] > head
+
+
+def _ensure_artifact(registry: Registry, plan, origin: dict[str, Any]) -> None:
+    """Register an artifact the document names, against its workload, declared or not (no contract is invented)."""
+    try:
+        current = registration(registry, plan.artifact)
+    except ValueError:
+        register_artifact(registry, plan.artifact, workload=plan.workload, kind=plan.artifact_kind,
+                          backend=plan.backend, require_contract=False, origin=origin)
+        return
+    if current["workload"] != plan.workload or current["kind"] != plan.artifact_kind:
+        raise ValueError(
+            f"artifact {plan.artifact} is registered as a {current['kind']} of workload {current['workload']}, "
+            f"but this document describes a {plan.artifact_kind} of workload {plan.workload}"
+        )
+
+
+def _read_regular_file(path: Path) -> bytes:
+    """The file's bytes, refusing what is not a regular file or too large to be a document (checked first)."""
+    try:
+        info = os.stat(path)
+    except OSError as exc:
+        raise _Refused(f"cannot read: {exc.strerror}") from None
+    if not stat.S_ISREG(info.st_mode):
+        raise _Refused("not a regular file")
+    if info.st_size > MAX_DOCUMENT_BYTES:
+        raise _Refused(f"{info.st_size} bytes; a campaign document is at most {MAX_DOCUMENT_BYTES} bytes")
+    try:
+        with open(path, "rb") as handle:
+            return handle.read(MAX_DOCUMENT_BYTES + 1)
+    except OSError as exc:
+        raise _Refused(f"cannot read: {exc.strerror}") from None
+
+
+def _parse_json(data: bytes) -> Any:
+    """Strict JSON: UTF-8, no NaN/Infinity tokens, no duplicate keys, bounded nesting."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise _Refused("not UTF-8 text") from None
+    try:
+        return json.loads(text, parse_constant=_refuse_constant, object_pairs_hook=_no_duplicates)
+    except json.JSONDecodeError as exc:
+        raise _Refused(f"invalid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}") from None
+    except RecursionError:
+        raise _Refused("nested too deeply to be a campaign document") from None
+
+
+def _refuse_constant(token: str) -> Any:
+    raise _Refused(f"{token} is not a number (a failed measurement must be recorded as a failure)")
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    seen: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in seen:
+            raise _Refused(f"duplicate key {key!r}")
+        seen[key] = value
+    return seen
+
+
+def compare_recorded_verdicts(registry: Registry, state) -> list[dict[str, Any]]:
+    """Each imported verdict beside the registry's own judgement, disagreements first.
+
+    Where the document brought raw evidence, the registry judges exactly that
+    evidence with the gate under the workload's contract as of `state` (not
+    the artifact's latest evidence, which may come from another document);
+    where it brought none, the registry's side is the artifact's current
+    decision. A workload with no declared contract holds: no contract is invented.
+    """
+    from registry.contracts import Contract
+    from registry.gate import ArtifactFacts, GateEvidence, Recorded, decide
+
+    rows = []
+    for artifact_id in sorted(state.artifacts):
+        artifact = state.artifacts[artifact_id]
+        records = [record for record in artifact.get("external", ()) if record.get("recorded_verdict")]
+        if not records:
+            continue
+        by_document: dict[str, dict[str, Recorded]] = {}
+        for event in registry.store.read_stream(artifact_stream(artifact_id), up_to_position=state.position):
+            kind = EVIDENCE_KIND_BY_TYPE.get(event.type)
+            sha = ((event.payload.get("origin") or {}) if kind else {}).get("sha256")
+            if sha:
+                by_document.setdefault(sha, {})[kind] = Recorded(event.event_id, event.payload["item"])
+        declared = state.workloads.get(artifact["workload"])
+        for record in records:
+            evidence = by_document.get(record["origin"]["sha256"])
+            if declared is None:
+                ours = {"decision": "held", "rule": "contract.missing",
+                        "reason": f"workload {artifact['workload']} has no declared contract"}
+            elif evidence:
+                verdict = decide(Contract.from_mapping(declared["contract"]), GateEvidence(**evidence),
+                                 ArtifactFacts(artifact_id, artifact["kind"], artifact["backend"]))
+                ours = {"decision": verdict.decision, "rule": verdict.rule, "reason": verdict.reasons[0]}
+            else:
+                ours = {"decision": artifact["decision"], "rule": artifact["rule"],
+                        "reason": "no raw evidence was imported; this is the artifact's current decision"}
+            recorded = record["recorded_verdict"]
+            agree = (recorded["decision"] in ("pass", "promoted")) == (ours["decision"] == "promoted")
+            rows.append({
+                "artifact": artifact_id, "workload": artifact["workload"], "origin": record["origin"],
+                "recorded": recorded, "registry": ours, "agree": agree,
+            })
+    return sorted(rows, key=lambda row: (row["agree"], row["artifact"], row["origin"]["path"]))

@@ -1,0 +1,78 @@
+"""`resolve`: which promoted, unrevoked bundle a runtime may use for a workload, as of now or any past position.
+
+The candidates are the workload's artifacts as the projections hold them (as
+of a log position for audit questions); the matching and the choice are the
+pure registry.bundles.resolution, shared with runtimes that read a lock file.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from registry.bundles import CallSite, Candidate, Profile, Resolution, parse_manifest, resolve
+from registry.projections import Projections
+
+from .context import Registry
+
+
+def standing_revocation(state: dict[str, Any]) -> dict[str, Any] | None:
+    """The artifact's revocation when it is the latest decision about its current payload, else None."""
+    human = state.get("human")
+    if not human or human.get("action") != "revoke":
+        return None
+    if (state.get("verdict_position") or 0) > human["position"]:
+        return None
+    return {"person": human["person"], "reason": human["reason"], "event_id": human["event_id"]}
+
+
+def candidate_from_state(state: dict[str, Any], current_contract: int | None) -> Candidate:
+    """A projected artifact as a resolution candidate, with what `resolve` reports beside its code."""
+    bundle = state.get("bundle")
+    manifest = None if bundle is None else parse_manifest(bundle, f"artifact {state['artifact']}: stored bundle")
+    ci = state.get("speedup_ci")
+    record = {
+        "decision": state["decision"], "rule": state.get("rule"), "payload_sha256": state.get("payload_sha256"),
+        "speedup": state.get("speedup"), "speedup_ci": ci, "verdict_event_id": state.get("verdict_event_id"),
+        "contract_version": state.get("contract_version"), "entry_point": None if manifest is None else
+        {"file": manifest.entry_file, "symbol": manifest.entry_symbol},
+    }
+    decided_under = state.get("contract_version")
+    if state["decision"] == "promoted" and decided_under and current_contract and decided_under != current_contract:
+        record["note"] = f"promoted under contract v{decided_under}; current v{current_contract}"
+    return Candidate(state["artifact"], state["decision"], manifest, state.get("speedup"),
+                     tuple(ci) if ci else None, standing_revocation(state), record)
+
+
+@dataclass(frozen=True)
+class WorkloadResolution:
+    workload: str
+    position: int
+    profile: Profile
+    site: CallSite
+    resolution: Resolution
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"workload": self.workload, "as_of_position": self.position, "profile": self.profile.to_dict(),
+                "call_site": self.site.to_dict(), **self.resolution.to_dict()}
+
+
+def workload_candidates(registry: Registry, workload: str, position: int) -> list[tuple[dict[str, Any], Candidate]]:
+    """Every artifact of `workload` as of `position`: its projected state and itself as a candidate.
+
+    An unknown workload is refused.
+    """
+    projections = Projections(registry.store)
+    declared = projections.workload(workload, as_of=position)
+    if declared is None:
+        raise ValueError(f"unknown workload {workload!r} as of position {position} "
+                         "(declare it with `registry workload declare`)")
+    return [(state, candidate_from_state(state, declared["contract_version"]))
+            for state in projections.artifacts(workload=workload, as_of=position)]
+
+
+def resolve_workload(registry: Registry, workload: str, profile: Profile, site: CallSite = CallSite(),
+                     as_of: int | None = None) -> WorkloadResolution:
+    """The best promoted bundle of `workload` for `profile` at `site`, and why every other artifact is not it."""
+    position = registry.store.head_position() if as_of is None else as_of
+    candidates = [candidate for _, candidate in workload_candidates(registry, workload, position)]
+    return WorkloadResolution(workload, position, profile, site, resolve(candidates, profile, site))

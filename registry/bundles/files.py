@@ -1,0 +1,168 @@
+"""A bundle on disk checked against its manifest, byte for byte.
+
+A bundle directory holds regular files and directories only: every file is
+declared, every declared file is present with its size and SHA-256, and no
+path leaves the directory. A symlink is refused wherever it is (named as an
+escape when it points outside), since what it names can change after the
+check. Each refusal is one BundleError line naming the bundle and the path.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+
+from .manifest import FORMAT, MANIFEST_NAME, MAX_MANIFEST_BYTES, BundleError, BundleManifest, parse_manifest
+
+_BLOCK = 1 << 20
+
+
+@dataclass(frozen=True)
+class VerifiedBundle:
+    """A bundle whose files matched its manifest when checked."""
+
+    directory: Path
+    manifest: BundleManifest
+
+    @property
+    def digest(self) -> str:
+        return self.manifest.digest
+
+
+def sha256_of(path: Path) -> tuple[str, int]:
+    """SHA-256 and size of a regular file, opened without following a symlink."""
+    digest = hashlib.sha256()
+    size = 0
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    with os.fdopen(fd, "rb") as handle:
+        for block in iter(lambda: handle.read(_BLOCK), b""):
+            digest.update(block)
+            size += len(block)
+    return digest.hexdigest(), size
+
+
+def read_regular(path: Path, limit: int | None = None) -> bytes:
+    """The bytes of a regular file (never through a symlink), refusing one larger than `limit`."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    with os.fdopen(fd, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+            raise BundleError(f"{path}: not a regular file")
+        data = handle.read() if limit is None else handle.read(limit + 1)
+    if limit is not None and len(data) > limit:
+        raise BundleError(f"{path}: larger than {limit} bytes")
+    return data
+
+
+def _no_duplicate_keys(pairs: list[tuple[str, object]]) -> dict:
+    keys = [key for key, _ in pairs]
+    repeated = next((key for key in keys if keys.count(key) > 1), None)
+    if repeated is not None:
+        raise BundleError(f"field {repeated!r} appears twice")
+    return dict(pairs)
+
+
+def read_manifest(directory: Path) -> BundleManifest:
+    """Parse `bundle.json` in `directory` (which must be a regular file, not a link)."""
+    path = directory / MANIFEST_NAME
+    if not path.is_symlink() and not path.exists():
+        raise BundleError(f"{directory}: no {MANIFEST_NAME} (a bundle is a directory with a manifest)")
+    if path.is_symlink():
+        raise BundleError(f"{path}: the manifest is a symlink; a bundle holds regular files only")
+    data = read_regular(path, MAX_MANIFEST_BYTES)
+    try:
+        parsed = json.loads(data.decode("utf-8"), object_pairs_hook=_no_duplicate_keys,
+                            parse_constant=_refuse_constant)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise BundleError(f"{path}: not valid JSON ({str(exc).splitlines()[0]})") from None
+    except RecursionError:
+        raise BundleError(f"{path}: nested too deeply") from None
+    except BundleError as exc:
+        raise BundleError(f"{path}: {exc}") from None
+    return parse_manifest(parsed, str(path))
+
+
+def _refuse_constant(token: str) -> None:
+    raise BundleError(f"{token} is not a JSON number")
+
+
+def _walk(directory: Path) -> list[str]:
+    """Every regular file under `directory`, as a relative POSIX path; links and special files refused."""
+    found: list[str] = []
+    root = os.path.realpath(directory)
+    pending = [directory]
+    while pending:
+        current = pending.pop()
+        with os.scandir(current) as entries:
+            for entry in entries:
+                path = Path(entry.path)
+                relative = path.relative_to(directory).as_posix()
+                if entry.is_symlink():
+                    target = os.path.realpath(path)
+                    inside = os.path.commonpath([root, target]) == root
+                    where = "inside the bundle" if inside else "outside the bundle (escapes it)"
+                    raise BundleError(f"{directory}: {relative} is a symlink to {where}; a bundle holds "
+                                      "regular files only")
+                if entry.is_dir(follow_symlinks=False):
+                    pending.append(path)
+                elif entry.is_file(follow_symlinks=False):
+                    found.append(relative)
+                else:
+                    raise BundleError(f"{directory}: {relative} is not a regular file")
+    return sorted(found)
+
+
+def verify_directory(directory: str | Path, manifest: BundleManifest | None = None) -> VerifiedBundle:
+    """Check a bundle directory: its manifest (or the one given must equal it) and every file.
+
+    With `manifest`, the bundle on disk must carry exactly that manifest (same
+    digest): this is how a lock file or a resolved match is checked against
+    the directory a runtime is about to load.
+    """
+    directory = Path(directory)
+    if directory.is_symlink():
+        raise BundleError(f"{directory}: the bundle directory is a symlink; name the directory itself")
+    if not directory.is_dir():
+        raise BundleError(f"{directory}: not a directory")
+    on_disk = read_manifest(directory)
+    if manifest is not None and on_disk.digest != manifest.digest:
+        raise BundleError(f"{directory}: its manifest digest {on_disk.digest[:12]} differs from the expected "
+                          f"{manifest.digest[:12]}")
+    present = set(_walk(directory)) - {MANIFEST_NAME}
+    declared = {x.path for x in on_disk.files}
+    undeclared = sorted(present - declared)
+    if undeclared:
+        raise BundleError(f"{directory}: {undeclared[0]} is not declared in {MANIFEST_NAME}")
+    missing = sorted(declared - present)
+    if missing:
+        raise BundleError(f"{directory}: {missing[0]} is declared in {MANIFEST_NAME} but missing")
+    for declared_file in on_disk.files:
+        digest, size = sha256_of(directory / declared_file.path)
+        if size != declared_file.size:
+            raise BundleError(f"{directory}: {declared_file.path} is {size} bytes; the manifest declares "
+                              f"{declared_file.size}")
+        if digest != declared_file.sha256:
+            raise BundleError(f"{directory}: {declared_file.path} has sha256 {digest[:12]}; the manifest declares "
+                              f"{declared_file.sha256[:12]}")
+    return VerifiedBundle(directory, on_disk)
+
+
+def write_manifest(directory: str | Path, *, entry_point: dict, replaces: dict, compatibility: dict) -> BundleManifest:
+    """Declare every regular file now in `directory` and write its `bundle.json`; returns the manifest.
+
+    For whoever builds a bundle (the demo, tests, a packaging step): the
+    manifest is validated exactly as registration will validate it.
+    """
+    directory = Path(directory)
+    files = []
+    for relative in _walk(directory):
+        if relative != MANIFEST_NAME:
+            digest, size = sha256_of(directory / relative)
+            files.append({"path": relative, "sha256": digest, "size": size})
+    manifest = parse_manifest({"format": FORMAT, "files": files, "entry_point": entry_point, "replaces": replaces,
+                               "compatibility": compatibility}, str(directory / MANIFEST_NAME))
+    text = json.dumps(manifest.canonical(), indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+    (directory / MANIFEST_NAME).write_text(text, encoding="utf-8")
+    return manifest
