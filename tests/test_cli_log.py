@@ -36,7 +36,8 @@ def test_init_history_verify(runner, sqlite_url):
     records = json.loads(run(runner, sqlite_url, "history", "artifact:k1", "--json").output)
     assert [r["version"] for r in records] == [1, 2] and records[0]["payload"]["name"] == "a"
     verified = json.loads(run(runner, sqlite_url, "verify", "--json").output)
-    assert verified == {"intact": True, "count": 2, "head_hash": records[1]["hash"], "broken_at": None, "problem": None}
+    assert verified == {"intact": True, "count": 2, "head": {"position": 2, "hash": records[1]["hash"]},
+                        "head_hash": records[1]["hash"], "expected_head": None, "broken_at": None, "problem": None}
 
 
 def test_verify_exits_1_at_the_first_break(runner, sqlite_url):
@@ -51,7 +52,7 @@ def test_verify_exits_1_at_the_first_break(runner, sqlite_url):
 
 
 def test_db_current_and_upgrade(runner, sqlite_url):
-    assert "current (none)" in run(runner, sqlite_url, "db", "current").output
+    assert run(runner, sqlite_url, "init").exit_code == 0
     assert run(runner, sqlite_url, "db", "upgrade").exit_code == 0
     current = json.loads(run(runner, sqlite_url, "db", "current", "--json").output)
     assert current["current"] == current["head"]

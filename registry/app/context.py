@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from sqlalchemy import Engine
 
 from registry.contracts.names import check_name
-from registry.events.database import check_schema, make_engine, resolve_url, upgrade
+from registry.events.database import make_engine, open_existing, resolve_url, upgrade
 from registry.events.store import EventStore
 
 
@@ -33,15 +33,24 @@ class Registry:
     actor: str
 
 
-def open_registry(url: str | None = None, *, actor: str | None = None, create: bool = False) -> Registry:
-    """Open (or, with create=True, create or upgrade) the registry at `url`.
+def open_registry(url: str | None = None, *, actor: str | None = None, create: bool = False,
+                  upgrading: bool = False) -> Registry:
+    """Open the registry at `url`.
 
-    The actor is checked first, so a refused name leaves no database created.
+    Only `create` (`registry init`) makes a registry, or upgrades one; without
+    it anything that is not a registry is refused and left untouched, and a
+    registry this process may not write is opened read-only (see
+    `open_existing`). `upgrading` (`db upgrade`) brings an existing registry's
+    older schema to this code's head. The actor is checked first, so a
+    refused name leaves no database created.
     """
     actor = default_actor(actor)
-    engine = make_engine(resolve_url(url), must_exist=not create)
+    resolved = resolve_url(url)
     if create:
+        engine = make_engine(resolved)
         upgrade(engine)
     else:
-        check_schema(engine)
+        engine = open_existing(resolved, upgrading=upgrading)
+        if upgrading:
+            upgrade(engine)
     return Registry(engine=engine, store=EventStore(engine), actor=actor)

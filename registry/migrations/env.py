@@ -8,7 +8,7 @@ from alembic import context
 
 import registry.projections.schema  # noqa: F401  (adds the read models' tables to the metadata)
 from registry.events.schema import complete_metadata
-from registry.events.database import make_engine, resolve_url
+from registry.events.database import make_engine, resolve_url, use_wal
 
 config = context.config
 target_metadata = complete_metadata()
@@ -31,6 +31,8 @@ def run_migrations_online() -> None:
         run_migrations(connection)
         return
     engine = make_engine(config.get_main_option("sqlalchemy.url") or resolve_url(None))
+    if engine.dialect.name == "sqlite":
+        use_wal(engine)
     with engine.connect() as conn:
         run_migrations(conn)
         conn.commit()

@@ -29,16 +29,28 @@ from registry.events.store import EventStore
 
 from .fold import ARTIFACT_PREFIX, OUTCOMES_PREFIX, fold
 
-# SQLSTATE 42501: insufficient_privilege (a role that may only read).
-_PRIVILEGE_SQLSTATE = "42501"
-
-
-def _write_refused(exc: DBAPIError) -> bool:
-    return getattr(exc.orig, "sqlstate", None) == _PRIVILEGE_SQLSTATE
 from .log import PAGE, read_log
 from .rows import MODELS, load_state
 from .schema import CHECKPOINT
 from .state import ProjectionError, RegistryState
+
+# SQLSTATE 42501: insufficient_privilege (a role that may only read).
+_PRIVILEGE_SQLSTATE = "42501"
+# SQLite's primary result code for a write to a database opened read-only (extended codes keep it in the low byte).
+_SQLITE_READONLY = 8
+
+
+def write_refused(exc: DBAPIError) -> bool:
+    """Whether the database refused a write because this connection may only read.
+
+    A Postgres role without the privilege, or a SQLite registry opened
+    read-only (a read-only file or folder, a mode=ro URL).
+    """
+    if getattr(exc.orig, "sqlstate", None) == _PRIVILEGE_SQLSTATE:
+        return True
+    code = getattr(exc.orig, "sqlite_errorcode", None)
+    return code is not None and code & 0xFF == _SQLITE_READONLY
+
 
 CHECKPOINT_NAME = "log"
 MAX_ATTEMPTS = 8
@@ -241,15 +253,15 @@ class Projections:
         """None when the live tables are current; else the position to fold the log up to.
 
         A connection that may read but not write the read models (the Postgres
-        `registry_reader` role) cannot catch them up, so it answers from the
-        log itself: slower, never stale.
+        `registry_reader` role, a read-only SQLite registry) cannot catch them
+        up, so it answers from the log itself: slower, never stale.
         """
         if as_of is not None:
             return as_of
         try:
             self.catch_up()
         except DBAPIError as exc:
-            if not _write_refused(exc):
+            if not write_refused(exc):
                 raise
             return self.store.head_position()
         return None
