@@ -73,6 +73,7 @@ def registry_url(tmp_path_factory):
 @given(artifact=names, workload=names, actor=names, stage=names)
 @example(artifact="a[/bad]", workload="[/w]", actor="x[/x]", stage="[/s]")
 @example(artifact="a[red]x", workload="$x^2$", actor="a[bold]a", stage="[link=x]s")
+@example(artifact="a$\\undefined{$", workload="$\\undefined{$", actor="b", stage="s")
 def test_names_from_the_log_print_literally(registry_url, tmp_path, artifact, workload, actor, stage):
     if artifact in WORKLOAD_OF or f"w{workload}" in WORKLOAD_OF.values():
         return  # each example needs its own artifact and workload

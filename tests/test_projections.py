@@ -245,7 +245,8 @@ def test_projections_after_catch_up(store, history):
     sage = projections.artifact("sage-attn")
     assert sage["decision"] == "held" and sage["decided_by"] == "human"
     assert sage["human"] == {"action": "revoke", "person": "Ada Lovelace", "reason": "scripted revoke",
-                             "event_id": h.event_id("sage_revoke"), "position": h.at["sage_revoke"]}
+                             "event_id": h.event_id("sage_revoke"), "position": h.at["sage_revoke"],
+                             "verdict_event_id": None}
     # the revoke restarted the evidence scope: only the execution after it counts
     assert set(sage["evidence"]) == {"execution"}
     assert sage["evidence"]["execution"]["position"] == h.at["sage_exec_2"]

@@ -23,7 +23,7 @@ from .bundles import register_bundle
 from .context import Registry
 from .decisions import promote
 from .demo_bundles import demo_resolutions, write_candidate_bundle, write_kernel_bundle
-from .evidence import record_evidence
+from .evidence import capture_subject, record_evidence
 from .frames import register_frames
 from .kernels import evaluate_artifact, triton_runtime
 from .workloads import declare_workload
@@ -196,11 +196,12 @@ def _campaign(registry: Registry, out_dir: Path, *, runs: int, warmup: int, lpip
         bundle = write_candidate_bundle(out_dir, candidate, candidate_sha256(candidate), latent, VIDEO_MODEL)
         register_bundle(registry, candidate.name, bundle, workload=VIDEO_WORKLOAD, kind=KIND_OF[candidate.name],
                         backend=BACKEND_OF.get(candidate.name))
+        subject = capture_subject(registry, candidate.name)
         with progress_factory(f"{candidate.name}: {runs} ABBA pairs") as update:
             items, frames = measure_candidate(candidate, reference, latent, registered, runs, warmup,
                                               lpips_backbone, update)
         parsed = parse_document({"format": "registry.evidence/1", "artifact": candidate.name, "evidence": items})
-        record_evidence(registry, candidate.name, parsed.items)
+        record_evidence(registry, subject, parsed.items)
         perceptual = next(item for item in parsed.items if item["kind"] == "perceptual")
         write_strip(out_dir / f"{candidate.name}.png", reference, frames, perceptual["ssim"],
                     title=f"{candidate.name}: reference (top) vs candidate (bottom)")
@@ -209,9 +210,7 @@ def _campaign(registry: Registry, out_dir: Path, *, runs: int, warmup: int, lpip
     register_bundle(registry, KERNEL_ARTIFACT, write_kernel_bundle(out_dir, KERNEL_ARTIFACT), workload=KERNEL_WORKLOAD,
                     kind="fused_kernel", op="modulated_layernorm", entry=KERNEL_ENTRY)
     with progress_factory(f"{KERNEL_ARTIFACT}: operation-level evaluation") as update:
-        items = evaluate_artifact(registry, KERNEL_ARTIFACT, corpus=None, runs=None, warmup=warmup, progress=update)
-    parsed = parse_document({"format": "registry.evidence/1", "artifact": KERNEL_ARTIFACT, "evidence": items})
-    record_evidence(registry, KERNEL_ARTIFACT, parsed.items)
+        evaluate_artifact(registry, KERNEL_ARTIFACT, corpus=None, runs=None, warmup=warmup, progress=update)
     rows.append(_row(registry, KERNEL_ARTIFACT, "fused_kernel", None))
     return rows
 

@@ -30,7 +30,7 @@ from registry.evidence.motionkernel import SYSTEM, MotionKernelError, claims_mot
 from registry.projections.log import EVIDENCE_KIND_BY_TYPE
 
 from .context import Registry
-from .evidence import evidence_events
+from .evidence import capture_subject, evidence_events
 from .workloads import artifact_stream, register_artifact, registration
 
 # A campaign document is metadata and raw timings: kilobytes. Anything far larger is not one.
@@ -174,8 +174,7 @@ def _record(registry: Registry, plan, items: list[dict[str, Any]], origin: dict[
     outcomes = [NewEvent(ExternalOutcome.type, ExternalOutcome(**record, origin=origin)) for record in plan.outcomes]
     if plan.artifact is not None:
         _ensure_artifact(registry, plan, origin)
-        payload_sha256 = registration(registry, plan.artifact)["payload_sha256"]
-        events = [*evidence_events(plan.artifact, payload_sha256, None, items, origin=origin), *outcomes]
+        events = [*evidence_events(capture_subject(registry, plan.artifact), None, items, origin=origin), *outcomes]
         stream = artifact_stream(plan.artifact)
     else:
         events, stream = outcomes, OUTCOMES_STREAM_PREFIX + plan.workload

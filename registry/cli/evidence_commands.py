@@ -68,24 +68,19 @@ def recorded_text(recorded: Recorded, artifact: str) -> str:
 def evidence_frames(session: Session, artifact_id: str, frame_set: str, candidate_path: str, reference_path: str | None,
                     seed: int | None, vbench: float | None, lpips_backbone: str | None, lpips_sha256: str | None,
                     run_id: str | None, as_json: bool) -> None:
-    """Measure ARTIFACT_ID's frames against a registered frame set and record perceptual evidence."""
-    from registry.app.frames import load_reference, measure_against_reference, record_frames_evidence, registered_frames
-    from registry.app.workloads import registration
-    from registry.evidence.frames import load_frames
+    """Measure ARTIFACT_ID's frames against a registered frame set and record perceptual evidence.
 
-    registry = session.open()
-    registration(registry, artifact_id)
-    registered = registered_frames(registry, frame_set)
-    source = reference_path or registered["source"]
-    if not source:
-        raise ValueError(f"frame set {frame_set} records no source path; give --reference-path")
-    registered, reference = load_reference(registry, frame_set, source)
-    candidate = load_frames(candidate_path)
+    The evidence is recorded for the registration the artifact had when the
+    measurement started; if it was re-registered meanwhile, nothing is recorded.
+    """
+    from registry.app.frames import measure_frames
+
     with progress_bar(f"measuring {artifact_id}") as update:
-        item = measure_against_reference(registered, reference, candidate,
-                                         seed=registered["seed"] if seed is None else seed, vbench=vbench,
-                                         lpips_backbone=lpips_backbone, lpips_sha256=lpips_sha256, progress=update)
-    recorded = record_frames_evidence(registry, artifact_id, item, run_id)
+        measured = measure_frames(session.open(), artifact_id, frame_set=frame_set, candidate_path=candidate_path,
+                                  reference_path=reference_path, seed=seed, vbench=vbench,
+                                  lpips_backbone=lpips_backbone, lpips_sha256=lpips_sha256, run=run_id,
+                                  progress=update)
+    item, recorded = measured.item, measured.recorded
     if as_json:
         emit_json({"artifact": artifact_id, "position": recorded.positions[0], "appended": recorded.appended,
                    "evidence": item})
@@ -111,36 +106,33 @@ def evaluate(session: Session, artifact_id: str, runs: int | None, warmup: int, 
              emit: str | None, run_id: str | None, as_json: bool) -> None:
     """Run ARTIFACT_ID's kernel against its reference and record parity, timing and execution.
 
-    Any stage that fails is recorded as an EvaluationFailed event naming the
-    stage and the error, and the command exits 4.
+    The evidence is recorded for the registration captured before the kernel
+    ran (with --emit, the file names that payload); if the artifact was
+    re-registered meanwhile, nothing is recorded. Any stage that fails is
+    recorded as an EvaluationFailed event naming the stage and the error, and
+    the command exits 4.
     """
-    from registry.app.evidence import record_evidence
     from registry.app.kernels import evaluate_artifact
-    from registry.evidence.document import parse_document
 
-    registry = session.open()
     with progress_bar(f"evaluating {artifact_id}") as update:
-        items = evaluate_artifact(registry, artifact_id, corpus=corpus, runs=runs, warmup=warmup, progress=update)
-    from registry.kernels.evaluate import evidence_document
-
-    document = evidence_document(artifact_id, items, run=run_id)
-    parsed = parse_document(document)
-    failures = [item for item in parsed.items if item["kind"] == "failure"]
+        evaluation = evaluate_artifact(session.open(), artifact_id, corpus=corpus, runs=runs, warmup=warmup,
+                                       run=run_id, record=emit is None, progress=update)
+    failures = evaluation.failures
     exit_status_ahead(EXIT_EVALUATION_FAILED if failures else 0)
     if emit:
-        Path(emit).write_text(json.dumps(document, indent=2, sort_keys=True, allow_nan=False), encoding="utf-8")
+        Path(emit).write_text(json.dumps(evaluation.document, indent=2, sort_keys=True, allow_nan=False),
+                              encoding="utf-8")
         say(f"evidence for {artifact_id} written to {emit} (import it with `registry evidence import`)")
+    elif as_json:
+        recorded = evaluation.recorded
+        emit_json({"artifact": artifact_id, "positions": recorded.positions, "appended": recorded.appended,
+                   "evidence": evaluation.items})
     else:
-        recorded = record_evidence(registry, artifact_id, parsed.items, run_id)
-        if as_json:
-            emit_json({"artifact": artifact_id, "positions": recorded.positions, "appended": recorded.appended,
-                       "evidence": parsed.items})
-        else:
-            say(recorded_text(recorded, artifact_id))
+        say(recorded_text(evaluation.recorded, artifact_id))
     for failure in failures:
         click.echo(f"evaluation failed at {failure['stage']}: {failure['error']}", err=True)
     if not as_json and not failures:
-        for item in parsed.items:
+        for item in evaluation.items:
             if item["kind"] == "benchmark":
                 d = item["derived"]
                 say(f"  {item['timer']} on {item['device']}: speedup {d['speedup']:.3f}x over {d['runs_per_arm']} pairs")

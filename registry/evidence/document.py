@@ -52,6 +52,8 @@ class EvidenceDocument:
     artifact: str
     run: str | None
     items: list[dict[str, Any]]
+    # The payload the items were measured on; the registry refuses it for any other.
+    payload_sha256: str | None = None
 
 
 def parse_document_text(text: str) -> EvidenceDocument:
@@ -67,11 +69,12 @@ def parse_document_text(text: str) -> EvidenceDocument:
 
 def parse_document(obj: Any) -> EvidenceDocument:
     doc = _object(obj, "document")
-    _only_known(doc, ("format", "artifact", "run", "evidence"), "document")
+    _only_known(doc, ("format", "artifact", "run", "payload_sha256", "evidence"), "document")
     if doc.get("format") != FORMAT:
         raise EvidenceError(f"format: expected {FORMAT!r}, got {doc.get('format')!r}")
     artifact = _name(_required(doc, "artifact", ""), "artifact")
     run = _optional(doc, "run", "", _name)
+    payload_sha256 = _optional(doc, "payload_sha256", "", _sha256)
     items = _required(doc, "evidence", "")
     if not isinstance(items, list):
         raise EvidenceError(f"evidence: expected a list, got {_type(items)}")
@@ -81,6 +84,7 @@ def parse_document(obj: Any) -> EvidenceDocument:
         artifact=artifact,
         run=run,
         items=[parse_item(item, f"evidence[{i}]") for i, item in enumerate(items)],
+        payload_sha256=payload_sha256,
     )
 
 
@@ -124,6 +128,12 @@ def _name(value: Any, path: str) -> str:
     refusal = name_refusal(value)
     if refusal is not None:
         raise EvidenceError(f"{path}: {refusal}")
+    return value
+
+
+def _sha256(value: Any, path: str) -> str:
+    if not isinstance(value, str) or len(value) != 64 or set(value) - set("0123456789abcdef"):
+        raise EvidenceError(f"{path}: expected 64 lowercase hex digits (a sha256), got {_type(value)}")
     return value
 
 
