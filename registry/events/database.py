@@ -167,7 +167,7 @@ def make_engine(url: str, *, must_exist: bool = False, read_only: bool = False) 
     return _sqlite_engine(parsed.set(database=str(target.path), query={}), target.uri(mode))
 
 
-def open_existing(url: str, *, upgrading: bool = False) -> Engine:
+def open_existing(url: str, *, upgrading: bool = False, read_only: bool = False) -> Engine:
     """An engine on an existing registry, refusing anything else without writing to it.
 
     The schema is checked through a read-only connection, so a SQLite file
@@ -175,7 +175,9 @@ def open_existing(url: str, *, upgrading: bool = False) -> Engine:
     was. A registry this process may not write (a read-only file or folder, a
     mode=ro URL) stays open read-only: reading never needs write access, and
     the read models answer from the log when they cannot be caught up.
-    `upgrading` accepts a schema behind this code's head (`db upgrade`).
+    `read_only` keeps a SQLite registry read-only even where it could be
+    written (commands that only read the log). `upgrading` accepts a schema
+    behind this code's head (`db upgrade`).
     """
     parsed = _parse(url)
     if parsed.get_backend_name() == "postgresql":
@@ -188,7 +190,7 @@ def open_existing(url: str, *, upgrading: bool = False) -> Engine:
     except BaseException:
         reader.dispose()
         raise
-    if not sqlite_file(parsed).writable:
+    if read_only or not sqlite_file(parsed).writable:
         return reader
     reader.dispose()
     return make_engine(url, must_exist=True)
