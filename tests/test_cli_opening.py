@@ -26,6 +26,7 @@ from sqlalchemy import update
 from registry.app import open_registry
 from registry.cli.main import main
 from registry.events.chain import event_hash
+from registry.events.errors import StoreError
 from registry.events.store import EVENTS, NewEvent
 
 from store_helpers import drop_immutability, raw
@@ -173,6 +174,9 @@ def test_reading_commands_answer_through_a_read_only_url_and_write_nothing(popul
 
     one_line_refusal(run(read_only, "artifact", "register", "k2", "--workload", "wan-small", "--kind", "module"),
                      "nothing written", "readonly")
+    one_line_refusal(run(read_only, "replay"), "the read models cannot be updated: this connection may only read")
+    one_line_refusal(run(f"sqlite:///file:{path.parent / 'other.db'}?mode=ro&uri=true", "init"),
+                     "no registry database at", "a URL that may write")
     after = {name: digest for name, (digest, _) in fingerprint(path.parent).items() if not name.endswith("-shm")}
     assert after == before and path.stat().st_mtime_ns == db_time
 
@@ -267,3 +271,14 @@ def test_verify_finds_where_time_goes_backwards_in_a_tampered_file(populated):
     result = run(populated.url, "verify")
     assert result.exit_code == 1
     assert "chain broken at position 2: time goes backwards" in result.output
+
+
+def test_a_registry_opened_for_reading_cannot_be_written_even_where_the_file_could(populated):
+    """What `verify` and `history` open: SQLite's read-only mode, so a command that only reads cannot write."""
+    registry = open_registry(populated.url, read_only=True)
+    assert registry.store.verify().head_position == populated.head
+    with pytest.raises(StoreError, match="nothing written: attempt to write a readonly database"):
+        registry.store.append("artifact:k1", [NewEvent("EvaluationFailed", {
+            "artifact": "k1", "payload_sha256": None, "stage": "benchmark", "error": "again"})], actor="tester")
+    registry.engine.dispose()
+    assert open_registry(populated.url).store.head_position() == populated.head

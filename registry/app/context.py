@@ -34,15 +34,17 @@ class Registry:
 
 
 def open_registry(url: str | None = None, *, actor: str | None = None, create: bool = False,
-                  upgrading: bool = False) -> Registry:
+                  upgrading: bool = False, read_only: bool = False) -> Registry:
     """Open the registry at `url`.
 
     Only `create` (`registry init`) makes a registry, or upgrades one; without
     it anything that is not a registry is refused and left untouched, and a
     registry this process may not write is opened read-only (see
     `open_existing`). `upgrading` (`db upgrade`) brings an existing registry's
-    older schema to this code's head. The actor is checked first, so a
-    refused name leaves no database created.
+    older schema to this code's head. `read_only` opens a SQLite registry
+    read-only even where it could be written, for commands that only read the
+    log. The actor is checked first, so a refused name leaves no database
+    created.
     """
     actor = default_actor(actor)
     resolved = resolve_url(url)
@@ -50,7 +52,7 @@ def open_registry(url: str | None = None, *, actor: str | None = None, create: b
         engine = make_engine(resolved)
         upgrade(engine)
     else:
-        engine = open_existing(resolved, upgrading=upgrading)
+        engine = open_existing(resolved, upgrading=upgrading, read_only=read_only)
         if upgrading:
             upgrade(engine)
     return Registry(engine=engine, store=EventStore(engine), actor=actor)

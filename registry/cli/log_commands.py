@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import click
 
+from registry.app import Registry, open_registry
 from registry.events.database import current_revision, head_revision
 
 from .session import Session, pass_session
@@ -21,6 +22,11 @@ def init(session: Session, as_json: bool) -> None:
         emit_json({"database": where, "revision": revision})
     else:
         say(f"registry ready at {where} (schema {revision})")
+
+
+def open_for_reading(session: Session) -> Registry:
+    """The registry for a command that only reads the log: a SQLite file is opened read-only (mode=ro)."""
+    return open_registry(session.url, actor=session.actor, read_only=True)
 
 
 def stream_name(name: str) -> str:
@@ -53,7 +59,7 @@ def history(session: Session, stream: str, as_of: str | None, as_json: bool) -> 
     """
     from registry.projections import resolve_as_of
 
-    registry = session.open()
+    registry = open_for_reading(session)
     position = resolve_as_of(registry.store, as_of)
     events = registry.store.read_stream(stream_name(stream), up_to_position=position)
     if not events:
@@ -101,7 +107,7 @@ def verify(session: Session, expect_head: str | None, as_json: bool) -> None:
     still holds a head noted before.
     """
     expected = None if expect_head is None else parse_head(expect_head)
-    registry = session.open()
+    registry = open_for_reading(session)
     report = registry.store.verify(expect_head=expected)
     exit_status_ahead(0 if report.intact else 1)
     head = f"{report.head_position}:{report.head_hash}"
@@ -130,8 +136,6 @@ def db() -> None:
 @pass_session
 def db_upgrade(session: Session) -> None:
     """Upgrade an existing registry's schema to this version's head (`init` creates one)."""
-    from registry.app import open_registry
-
     registry = open_registry(session.url, actor=session.actor, upgrading=True)
     say(f"schema at {current_revision(registry.engine)}")
 

@@ -18,8 +18,9 @@ class CanonicalError(ValueError):
 
 
 def printable_path(text: str) -> str:
-    """A name or path safe to print: a lone surrogate in it becomes its escape."""
-    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    """A key path safe to print on one line: a character that is not printable (a lone surrogate, a newline)
+    becomes its Python escape."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 def is_unicode_text(text: str) -> bool:

@@ -161,12 +161,13 @@ def make_engine(url: str, *, must_exist: bool = False, read_only: bool = False) 
     if not target.path.parent.exists():
         raise StoreError(f"directory for database {str(target.path)!r} does not exist")
     if (must_exist or read_only or target.read_only) and not target.path.exists():
-        raise NotARegistry(f"no registry database at {target.path} (run `registry init`)")
+        how = "run `registry init` with a URL that may write" if target.read_only else "run `registry init`"
+        raise NotARegistry(f"no registry database at {target.path} ({how})")
     mode = "ro" if read_only or target.read_only else "rw" if must_exist else "rwc"
     return _sqlite_engine(parsed.set(database=str(target.path), query={}), target.uri(mode))
 
 
-def open_existing(url: str, *, upgrading: bool = False) -> Engine:
+def open_existing(url: str, *, upgrading: bool = False, read_only: bool = False) -> Engine:
     """An engine on an existing registry, refusing anything else without writing to it.
 
     The schema is checked through a read-only connection, so a SQLite file
@@ -174,7 +175,9 @@ def open_existing(url: str, *, upgrading: bool = False) -> Engine:
     was. A registry this process may not write (a read-only file or folder, a
     mode=ro URL) stays open read-only: reading never needs write access, and
     the read models answer from the log when they cannot be caught up.
-    `upgrading` accepts a schema behind this code's head (`db upgrade`).
+    `read_only` keeps a SQLite registry read-only even where it could be
+    written (commands that only read the log). `upgrading` accepts a schema
+    behind this code's head (`db upgrade`).
     """
     parsed = _parse(url)
     if parsed.get_backend_name() == "postgresql":
@@ -187,7 +190,7 @@ def open_existing(url: str, *, upgrading: bool = False) -> Engine:
     except BaseException:
         reader.dispose()
         raise
-    if not sqlite_file(parsed).writable:
+    if read_only or not sqlite_file(parsed).writable:
         return reader
     reader.dispose()
     return make_engine(url, must_exist=True)

@@ -40,7 +40,11 @@ _PRIVILEGE_SQLSTATE = "42501"
 _SQLITE_READONLY = 8
 
 
-def write_refused(exc: DBAPIError) -> bool:
+class ReadModelsNotWritable(StoreError):
+    """This connection may only read, so the read models cannot be caught up or rebuilt through it."""
+
+
+def _write_refused(exc: DBAPIError) -> bool:
     """Whether the database refused a write because this connection may only read.
 
     A Postgres role without the privilege, or a SQLite registry opened
@@ -173,10 +177,18 @@ class Projections:
 
     @contextmanager
     def _writer(self) -> Iterator[Connection]:
-        with self.engine.connect() as conn:
-            conn = conn.execution_options(registry_append=True)  # SQLite: BEGIN IMMEDIATE
-            with conn.begin():
-                yield conn
+        """A write transaction on the read models; a refusal to a connection that may only read is one line."""
+        try:
+            with self.engine.connect() as conn:
+                conn = conn.execution_options(registry_append=True)  # SQLite: BEGIN IMMEDIATE
+                with conn.begin():
+                    yield conn
+        except DBAPIError as exc:
+            if not _write_refused(exc):
+                raise
+            first_line = str(exc.orig).splitlines()[0] if str(exc.orig) else type(exc.orig).__name__
+            raise ReadModelsNotWritable(f"the read models cannot be updated: this connection may only read "
+                                        f"({first_line})") from None
 
     def _advance(self, checkpoint: int | None, head: int) -> bool:
         """Fold (checkpoint, head] into the rows it touches and commit them; False if we lost a race."""
@@ -260,9 +272,7 @@ class Projections:
             return as_of
         try:
             self.catch_up()
-        except DBAPIError as exc:
-            if not write_refused(exc):
-                raise
+        except ReadModelsNotWritable:
             return self.store.head_position()
         return None
 
