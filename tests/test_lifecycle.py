@@ -345,3 +345,29 @@ def test_promote_gives_up_with_one_line_when_imports_never_stop(cli, monkeypatch
     one_line_refusal(result)
     assert "run promote again" in result.output
     assert show(cli, "sage")["verdicts"] == []
+
+
+def test_a_registry_upgraded_from_before_identities_folds_its_read_models_again(tmp_path):
+    """Rows an earlier fold wrote have another shape: the upgrade empties them and the next read rebuilds."""
+    from alembic import command
+    from sqlalchemy import text
+
+    from registry.events.database import alembic_config, make_engine, upgrade
+    from registry.events.store import EventStore, NewEvent
+    from registry.projections import Projections
+
+    url = f"sqlite:///{tmp_path / 'old.db'}"
+    engine = make_engine(url, must_exist=False)
+    command.upgrade(alembic_config(url), "0004")
+    store = EventStore(engine)
+    [position] = store.append("artifact:old", [NewEvent("ArtifactRegistered", {
+        "artifact": "old", "kind": "step_cache", "workload": "wan", "payload_sha256": "ab" * 32})], actor="past")
+    old_shape = json.dumps({"artifact": "old", "workload": "wan", "decision": "registered"})
+    with engine.begin() as conn:
+        conn.execute(text("INSERT INTO projection_artifacts VALUES ('old', 'wan', 'registered', NULL, NULL, :p, :s, :h)"),
+                     {"p": position, "s": old_shape, "h": "0" * 64})
+        conn.execute(text("INSERT INTO projection_checkpoint VALUES ('log', :p)"), {"p": position})
+    upgrade(engine)
+    state = Projections(EventStore(engine)).artifact("old")
+    assert state["benchmark_attempts"] == 0 and state["identity"] is not None
+    engine.dispose()
