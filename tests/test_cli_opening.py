@@ -25,6 +25,7 @@ from sqlalchemy import update
 
 from registry.app import open_registry
 from registry.cli.main import main
+from registry.events.canonical import canonical_json
 from registry.events.chain import event_hash
 from registry.events.errors import StoreError
 from registry.events.store import EVENTS, NewEvent
@@ -262,8 +263,7 @@ def test_verify_finds_where_time_goes_backwards_in_a_tampered_file(populated):
             moment = events[0].recorded_at - timedelta(hours=1) if index == 1 else event.recorded_at
             fields = {name: getattr(event, name) for name in ("position", "event_id", "stream", "version", "type",
                                                               "schema_version", "actor", "idempotency_key")}
-            link = event_hash(prev, **fields, payload=json.dumps(event.payload, sort_keys=True, separators=(",", ":"),
-                                                                 ensure_ascii=False), recorded_at=moment)
+            link = event_hash(prev, **fields, payload=canonical_json(event.payload), recorded_at=moment)
             conn.execute(update(EVENTS).where(EVENTS.c.position == event.position)
                          .values(recorded_at=moment, prev_hash=prev, hash=link))
             prev = link
