@@ -1,7 +1,8 @@
 """Random lifecycles through the CLI on a real SQLite file, checked after every step.
 
-A hypothesis state machine registers and re-registers artifacts (payload and
-backend changes), imports evidence of every kind (passing, failing,
+A hypothesis state machine registers and re-registers artifacts of the three
+tiers (perceptual, advisory, exact; payload and backend changes), imports
+evidence of every kind (passing, failing,
 contradictory, for another payload), records failures, promotes, approves,
 revokes and re-declares contracts. After every step:
 (a) an artifact shown promoted rests on a verdict for its current identity,
@@ -31,15 +32,18 @@ from registry.events.identity import artifact_identity
 from registry.projections import Projections, RegistryState, verify_projections
 from registry.projections.fold import fold
 
-ARTIFACTS = {"sage": ("wan", "attention_backend"), "cache": ("ltx", "step_cache")}
+ARTIFACTS = {"sage": ("wan", "attention_backend"), "cache": ("ltx", "step_cache"), "kernel": ("exact", "fused_kernel")}
 PAYLOADS = ("build-1", "build-2", "build-3")
 BACKENDS = ("SAGE_ATTN", "FLASH_ATTN")
 MIN_SSIM = (0.98, 0.99, 0.995)
-NEEDED = ("execution", "benchmark", "perceptual")
+NEEDED = {"wan": ("execution", "benchmark", "perceptual"), "exact": ("execution", "benchmark", "parity")}
 MIN_SPEEDUP = 1.1
 
 
 def manifest(workload: str, min_ssim: float) -> str:
+    if workload == "exact":
+        return (f"workload: exact\nfidelity: {{tier: exact}}\n"
+                f"speed: {{min_speedup: {MIN_SPEEDUP}, runs_per_arm: 2, protocol: paired}}\n")
     tier = "perceptual" if workload == "wan" else "advisory"
     return (f"workload: {workload}\n"
             f"fidelity: {{tier: {tier}, min_ssim: {min_ssim}, frame_set: fs-8, seed: 1024}}\n"
@@ -63,11 +67,15 @@ def perceptual_item(worst: float, status: str = "ok") -> dict:
             "vbench": None, "stage_status": status}
 
 
-def parity_item(contradictory: bool) -> dict:
-    leaf = {"name": "out", "dtype": "bfloat16", "shape": [2, 4], "byte_equal": True, "max_abs_error": 0.0,
-            "max_rel_error": 0.0, "has_nan": False, "has_inf": False}
-    if contradictory:
+def parity_item(state: str) -> dict:
+    leaf = {"name": "out", "reference_dtype": "bfloat16", "candidate_dtype": "bfloat16",
+            "reference_shape": [2, 4], "candidate_shape": [2, 4], "reference_strides": [4, 1],
+            "candidate_strides": [4, 1], "byte_equal": True, "max_abs_error": 0.0, "max_rel_error": 0.0,
+            "has_nan": False, "has_inf": False, "nonfinite_mismatch": False}
+    if state == "contradictory":
         leaf.update(max_abs_error=0.5)  # byte-equal, yet half a unit apart
+    elif state == "unequal":
+        leaf.update(byte_equal=False, max_abs_error=0.01, max_rel_error=0.01)
     return {"kind": "parity", "policy": "byte_equal", "leaves": [leaf]}
 
 
@@ -79,8 +87,9 @@ ITEMS = {
     "perceptual_good": lambda backend: perceptual_item(0.9995),
     "perceptual_bad": lambda backend: perceptual_item(0.9),
     "perceptual_timeout": lambda backend: perceptual_item(0.9995, "timeout"),
-    "parity_equal": lambda backend: parity_item(False),
-    "parity_contradictory": lambda backend: parity_item(True),
+    "parity_equal": lambda backend: parity_item("equal"),
+    "parity_unequal": lambda backend: parity_item("unequal"),
+    "parity_contradictory": lambda backend: parity_item("contradictory"),
 }
 STAGES = ("execution", "benchmark", "perceptual", "parity", "load", "upload")
 
@@ -90,6 +99,9 @@ def passes(kind: str, item: dict, min_ssim: float) -> bool:
     if kind == "execution":
         return item["candidate_calls"] > 0 and item["fallbacks"] == 0 \
             and item.get("effective_backend") == item.get("requested_backend")
+    if kind == "parity":
+        return all(leaf["byte_equal"] and leaf["reference_dtype"] == leaf["candidate_dtype"]
+                   and leaf["reference_shape"] == leaf["candidate_shape"] for leaf in item["leaves"])
     if kind == "benchmark":
         ratios = sorted(b / c for b, c in zip(item["baseline_s"], item["candidate_s"]))
         return ratios[0] >= MIN_SPEEDUP
@@ -129,7 +141,7 @@ class Lifecycle(RuleBasedStateMachine):
         self.url = f"sqlite:///{self.folder / 'registry.db'}"
         self.runner = CliRunner()
         self.files = 0
-        self.min_ssim = {"wan": {}, "ltx": {}}  # workload -> contract version -> min_ssim
+        self.min_ssim = {"wan": {}, "ltx": {}, "exact": {}}  # workload -> contract version -> min_ssim
         self.run_ok("init")
         for workload in self.min_ssim:
             self.declare(workload, MIN_SSIM[0])
@@ -206,12 +218,12 @@ class Lifecycle(RuleBasedStateMachine):
     @rule(artifact=st.sampled_from(sorted(ARTIFACTS)))
     def import_a_passing_set(self, artifact):
         """Everything a tier needs, passing: the state the other rules then try to spoil."""
-        self.import_evidence(artifact, ["execution_ok", "benchmark_fast", "perceptual_good"], "current")
+        self.import_evidence(artifact, ["execution_ok", "benchmark_fast", "perceptual_good", "parity_equal"], "current")
 
     @rule(artifact=st.sampled_from(sorted(ARTIFACTS)), stage=st.none() | st.sampled_from(STAGES),
           later=st.lists(st.sampled_from(sorted(ITEMS)), max_size=2), bound=st.sampled_from(["none", "current"]),
-          claims=st.integers(0, len(PAYLOADS) * len(BACKENDS) - 2))
-    def evaluate_spoil_and_promote(self, artifact, stage, later, bound, claims):
+          claims=st.integers(0, len(PAYLOADS) * len(BACKENDS) - 2), decide_by_hand=st.booleans())
+    def evaluate_spoil_and_promote(self, artifact, stage, later, bound, claims, decide_by_hand):
         """A new identity and a passing set, then perhaps a failed stage and more evidence, then the gate."""
         state = self.state(artifact)
         others = [(payload, backend) for payload in PAYLOADS for backend in BACKENDS
@@ -223,6 +235,8 @@ class Lifecycle(RuleBasedStateMachine):
         if later:
             self.import_evidence(artifact, later, bound)
         self.promote(artifact)
+        if decide_by_hand:
+            self.human(artifact, "fitting", stale=False)
 
     @rule(artifact=st.sampled_from(sorted(ARTIFACTS)), stage=st.sampled_from(STAGES))
     def fail_a_stage(self, artifact, stage):
@@ -234,10 +248,13 @@ class Lifecycle(RuleBasedStateMachine):
     def promote(self, artifact):
         self.run("promote", artifact)
 
-    @rule(artifact=st.sampled_from(sorted(ARTIFACTS)), action=st.sampled_from(["approve", "revoke"]),
+    @rule(artifact=st.sampled_from(sorted(ARTIFACTS)), action=st.sampled_from(["approve", "revoke", "fitting"]),
           stale=st.booleans())
     def human(self, artifact, action, stale):
+        """A person's decision: the one the state calls for ("fitting"), or one that must be refused."""
         state = self.state(artifact)
+        if action == "fitting":
+            action = "approve" if state["decision"] == "recorded" else "revoke"
         extra = []
         earlier = [v["event_id"] for v in state["verdicts"] if v["event_id"] != state["verdict_event_id"]]
         if stale and earlier:
@@ -288,7 +305,7 @@ class Lifecycle(RuleBasedStateMachine):
                 for failed in (e for e in seen if e.type == "EvaluationFailed"):
                     assert any(e.type == CLEARED_BY.get(failed.payload["stage"]) and e.position > failed.position
                                and completed(e) for e in seen), f"promoted with stage {failed.payload['stage']} open"
-                for kind in NEEDED:
+                for kind in NEEDED[workload]:
                     latest = [e for e in seen if e.type == EVIDENCE_TYPES[kind]][-1]
                     assert latest.event_id in used
                     assert passes(kind, latest.payload["item"], min_ssim), (kind, latest.payload["item"])
