@@ -137,6 +137,9 @@ def test_a_document_for_another_payload_is_refused_and_writes_nothing(cli):
     assert "payload_sha256" in refused.output and "abababababab" in refused.output
     assert head(cli) == before
     assert "payload_sha256" in cli.load("sage", [benchmark()], payload_sha256="AB" * 32).output  # not a sha256
+    huge = cli.load("sage", [benchmark()], payload_sha256="ab" * 100_000)
+    one_line_refusal(huge)
+    assert "a string of 200000 characters" in huge.output and len(huge.output) < 200
     current = show(cli, "sage")["payload_sha256"]
     assert cli.load("sage", [execution(), benchmark(), perceptual()], payload_sha256=current).exit_code == 0
     assert promote(cli, "sage")["decision"] == "promoted"
