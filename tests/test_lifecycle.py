@@ -137,6 +137,9 @@ def test_a_document_for_another_payload_is_refused_and_writes_nothing(cli):
     assert "payload_sha256" in refused.output and "abababababab" in refused.output
     assert head(cli) == before
     assert "payload_sha256" in cli.load("sage", [benchmark()], payload_sha256="AB" * 32).output  # not a sha256
+    huge = cli.load("sage", [benchmark()], payload_sha256="ab" * 100_000)
+    one_line_refusal(huge)
+    assert "a string of 200000 characters" in huge.output and len(huge.output) < 200
     current = show(cli, "sage")["payload_sha256"]
     assert cli.load("sage", [execution(), benchmark(), perceptual()], payload_sha256=current).exit_code == 0
     assert promote(cli, "sage")["decision"] == "promoted"
@@ -371,3 +374,56 @@ def test_a_registry_upgraded_from_before_identities_folds_its_read_models_again(
     state = Projections(EventStore(engine)).artifact("old")
     assert state["benchmark_attempts"] == 0 and state["identity"] is not None
     engine.dispose()
+
+
+KERNEL_MANIFEST = """
+workload: op
+parity: {policy: byte_equal}
+speed: {min_speedup: 1.1, runs_per_arm: 2, protocol: paired}
+"""
+MODLN = ("--op", "modulated_layernorm", "--entry", "registry.kernels.modln:modulated_layernorm_triton")
+
+
+@pytest.fixture
+def kernel_cli(registry_cli):
+    (registry_cli.tmp / "op.yaml").write_text(KERNEL_MANIFEST)
+    assert registry_cli("workload", "declare", str(registry_cli.tmp / "op.yaml")).exit_code == 0
+    assert registry_cli("artifact", "register", "modln", "--workload", "op", "--kind", "fused_kernel",
+                        *MODLN).exit_code == 0
+    return registry_cli
+
+
+def _re_register_modln(url):
+    register_artifact(open_registry(url, actor="other"), "modln", workload="op", kind="fused_kernel",
+                      op=MODLN[1], entry=MODLN[3], payload_sha256="cd" * 32)
+
+
+def test_evaluate_records_nothing_for_a_registration_that_changed_while_it_measured(kernel_cli, monkeypatch):
+    import registry.kernels.evaluate as kernel_evaluation
+
+    measure = kernel_evaluation.evaluate_kernel
+
+    def measure_then_re_register(*args, **kwargs):
+        items = measure(*args, **kwargs)
+        _re_register_modln(kernel_cli.url)
+        return items
+
+    monkeypatch.setattr(kernel_evaluation, "evaluate_kernel", measure_then_re_register)
+    before = head(kernel_cli)
+    result = kernel_cli("evaluate", "modln", "--warmup", "0")
+    one_line_refusal(result)
+    assert "re-registered" in result.output and head(kernel_cli) == before + 1
+    state = show(kernel_cli, "modln")
+    assert state["payload_sha256"] == "cd" * 32 and state["evidence"] == {}
+
+
+def test_an_emitted_document_names_its_payload_and_is_refused_for_another(kernel_cli):
+    out = kernel_cli.tmp / "modln.json"
+    assert kernel_cli("evaluate", "modln", "--warmup", "0", "--emit", str(out)).exit_code == 0
+    measured = json.loads(out.read_text())["payload_sha256"]
+    assert measured == show(kernel_cli, "modln")["payload_sha256"]
+    _re_register_modln(kernel_cli.url)
+    before = head(kernel_cli)
+    refused = kernel_cli("evidence", "import", str(out))
+    one_line_refusal(refused)
+    assert measured[:12] in refused.output and head(kernel_cli) == before

@@ -133,7 +133,8 @@ def _name(value: Any, path: str) -> str:
 
 def _sha256(value: Any, path: str) -> str:
     if not isinstance(value, str) or len(value) != 64 or set(value) - set("0123456789abcdef"):
-        raise EvidenceError(f"{path}: expected 64 lowercase hex digits (a sha256), got {_type(value)}")
+        got = f"a string of {len(value)} characters" if isinstance(value, str) and len(value) > 80 else _type(value)
+        raise EvidenceError(f"{path}: expected 64 lowercase hex digits (a sha256), got {got}")
     return value
 
 
