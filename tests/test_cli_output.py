@@ -200,3 +200,20 @@ def test_a_closed_pipe_keeps_a_commands_own_exit_status(tmp_path):
     finally:
         os.close(write_end)
     assert (finished.returncode, finished.stderr.decode()) == (3, "")
+
+
+def test_make_clean_removes_demo_db_only_when_the_demo_made_it(tmp_path):
+    """`make clean` deletes ./demo.db through remove_if_demo: a registry someone else named demo.db stays."""
+    from registry.app.demo_registry import open_demo_registry, remove_if_demo
+
+    theirs = tmp_path / "theirs" / "demo.db"
+    theirs.parent.mkdir()
+    assert invoke(f"sqlite:///{theirs}", "init").exit_code == 0
+    before = theirs.read_bytes()
+    assert remove_if_demo(theirs) is False and theirs.read_bytes() == before
+    ours = tmp_path / "ours" / "demo.db"
+    ours.parent.mkdir()
+    registry, _ = open_demo_registry(f"sqlite:///{ours}", actor="tester", fresh=False)
+    registry.engine.dispose()
+    assert remove_if_demo(ours) is True and not ours.exists()
+    assert remove_if_demo(tmp_path / "absent.db") is False

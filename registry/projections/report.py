@@ -242,7 +242,7 @@ Table = tuple[str, list[str], list[tuple[Any, ...]]]
 
 def report_tables(report: dict[str, Any]) -> list[Table]:
     """The report as titled tables for people (the CLI's table format, the HTML page)."""
-    at = f"as of position {report['as_of']}"
+    at = f"as of position {report['as_of']}" + (f", chain head {head_text(report['head'])}" if report.get("head") else "")
     tables: list[Table] = [(
         f"workloads ({at})", ["workload", "contract version", "tier", "speed gate"],
         [(w, s["contract_version"], s["tier"], number(s["speed_gate"])) for w, s in report["workloads"].items()],
@@ -284,6 +284,11 @@ def report_tables(report: dict[str, Any]) -> list[Table]:
     if report["matrix"] is not None:
         tables.append(matrix_table(report["matrix"]))
     return tables
+
+
+def head_text(head: dict[str, Any]) -> str:
+    """The chain head a report speaks for, as `verify --expect-head` takes it (POSITION:HASH)."""
+    return f"{head['position']}:{head['hash']}"
 
 
 def imported_table(rows: list[dict[str, Any]]) -> Table:
