@@ -1,4 +1,6 @@
-"""The persisted read models: one row per artifact, workload and frame set, plus a checkpoint.
+"""The persisted read models: a row per artifact, workload, frame set and workload's imported outcomes.
+
+Beside them, one checkpoint row.
 
 These tables are derived: every row is a fold of the event log up to the
 checkpoint's position, so they carry no immutability triggers and can be
@@ -13,43 +15,33 @@ from sqlalchemy import BigInteger, Column, Float, Integer, String, Table, Text
 
 from registry.events.schema import METADATA
 
-ARTIFACTS = Table(
-    "projection_artifacts", METADATA,
-    Column("artifact", String(200), primary_key=True),
+def _read_model(name: str, key: str, *columns: Column) -> Table:
+    """A read-model table: its key, the indexed columns, and the folded state with its hash."""
+    return Table(
+        name, METADATA,
+        Column(key, String(200), primary_key=True),
+        *columns,
+        Column("state", Text, nullable=False),
+        Column("row_hash", String(64), nullable=False),
+    )
+
+
+ARTIFACTS = _read_model(
+    "projection_artifacts", "artifact",
     Column("workload", String(200), nullable=False, index=True),
     Column("decision", String(32), nullable=False, index=True),
     Column("tier", String(32), nullable=True),
     Column("speedup", Float, nullable=True),
     Column("last_position", BigInteger, nullable=False),
-    Column("state", Text, nullable=False),
-    Column("row_hash", String(64), nullable=False),
 )
-
-WORKLOADS = Table(
-    "projection_workloads", METADATA,
-    Column("workload", String(200), primary_key=True),
+WORKLOADS = _read_model(
+    "projection_workloads", "workload",
     Column("contract_version", Integer, nullable=False),
     Column("last_position", BigInteger, nullable=False),
-    Column("state", Text, nullable=False),
-    Column("row_hash", String(64), nullable=False),
 )
-
-FRAMESETS = Table(
-    "projection_framesets", METADATA,
-    Column("name", String(200), primary_key=True),
-    Column("position", BigInteger, nullable=False),
-    Column("state", Text, nullable=False),
-    Column("row_hash", String(64), nullable=False),
-)
-
+FRAMESETS = _read_model("projection_framesets", "name", Column("position", BigInteger, nullable=False))
 # Imported outcome records about a workload as a whole (support runs, fidelity verdicts).
-OUTCOMES = Table(
-    "projection_outcomes", METADATA,
-    Column("workload", String(200), primary_key=True),
-    Column("last_position", BigInteger, nullable=False),
-    Column("state", Text, nullable=False),
-    Column("row_hash", String(64), nullable=False),
-)
+OUTCOMES = _read_model("projection_outcomes", "workload", Column("last_position", BigInteger, nullable=False))
 
 # The log position the read models are folded up to; the row concurrent catch-ups race on.
 CHECKPOINT = Table(
