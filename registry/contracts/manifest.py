@@ -18,8 +18,17 @@ import yaml
 from registry.contracts import fields as f
 from registry.contracts.errors import ContractError
 from registry.contracts.fidelity import FidelityBudget
-from registry.contracts.parity import ParityPolicy, Tolerance, is_floating_dtype, normalize_dtype
+from registry.contracts.parity import ParityPolicy, Tolerance, is_floating_dtype, is_known_dtype, normalize_dtype
 from registry.contracts.speed import SpeedGate
+from registry.documents import (
+    MAX_DEPTH,
+    MAX_MANIFEST_BYTES,
+    DocumentError,
+    check_tree,
+    integer_refusal,
+    read_document,
+    too_many_digits,
+)
 
 _TOP = ("workload", "model", "sampling", "parity", "fidelity", "speed", "tags")
 _SAMPLING_SIZES = ("height", "width", "frames", "steps")
@@ -57,7 +66,10 @@ class Sampling:
         if self.seed is not None:
             f.integer(self.seed, "sampling.seed", minimum=0)
         if self.dtype is not None:
-            object.__setattr__(self, "dtype", normalize_dtype(f.text(self.dtype, "sampling.dtype")))
+            name = f.text(self.dtype, "sampling.dtype")
+            if not is_known_dtype(name):
+                raise ContractError(f"sampling.dtype: {name!r} is not a dtype (e.g. bfloat16, float16, float32)")
+            object.__setattr__(self, "dtype", normalize_dtype(name))
 
     def canonical(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in sorted((*_SAMPLING_SIZES, "seed", "dtype"))}
@@ -151,12 +163,15 @@ class Contract:
 
 
 def load_manifest(path: str | Path) -> Contract:
-    """Read and build a manifest; every failure is one ContractError line naming the file."""
-    path = Path(path)
+    """Read and build a manifest; every failure is one ContractError line naming the file.
+
+    The file must be a regular UTF-8 file of at most MAX_MANIFEST_BYTES
+    (registry.documents, shared with evidence documents).
+    """
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ContractError(f"{path}: cannot read manifest: {exc}") from None
+        text = read_document(path, "manifest", MAX_MANIFEST_BYTES)
+    except DocumentError as exc:
+        raise ContractError(str(exc)) from None
     try:
         return Contract.from_yaml(text)
     except ContractError as exc:
@@ -191,6 +206,13 @@ class _StrictLoader(yaml.SafeLoader):
     """SafeLoader that refuses duplicate keys instead of keeping the last one silently."""
 
 
+def _integer_within_limit(loader: _StrictLoader, node: yaml.ScalarNode) -> int:
+    """YAML's int, refused past MAX_INTEGER_DIGITS before Python's own conversion limit speaks."""
+    if too_many_digits(node.value):
+        raise ContractError(integer_refusal(node.value, f"manifest line {node.start_mark.line + 1}"))
+    return loader.construct_yaml_int(node)
+
+
 def _mapping_without_duplicates(loader: _StrictLoader, node: yaml.MappingNode) -> dict[Any, Any]:
     loader.flatten_mapping(node)
     seen: set[Any] = set()
@@ -203,13 +225,18 @@ def _mapping_without_duplicates(loader: _StrictLoader, node: yaml.MappingNode) -
 
 
 _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping_without_duplicates)
+_StrictLoader.add_constructor("tag:yaml.org,2002:int", _integer_within_limit)
 
 
 def _load_yaml(text: str) -> Any:
     if not isinstance(text, str):
         raise ContractError(f"manifest: expected YAML text, got {type(text).__name__}")
     try:
-        return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
+        tree = yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
+        check_tree(tree, "manifest")
+        return tree
+    except DocumentError as exc:
+        raise ContractError(str(exc)) from None
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -217,4 +244,4 @@ def _load_yaml(text: str) -> Any:
     except (yaml.YAMLError, TypeError) as exc:
         raise ContractError(f"manifest: invalid YAML: {' '.join(str(exc).split())}") from None
     except RecursionError:
-        raise ContractError("manifest: nested too deeply to be a workload manifest") from None
+        raise ContractError(f"manifest: nested more than {MAX_DEPTH} levels deep") from None
