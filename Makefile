@@ -27,5 +27,7 @@ demo: $(STAMP)
 test: $(STAMP)
 	bash scripts/run_tests.sh
 
+# demo.db goes only when the demo created it (it marks its database); any other file of that name stays.
 clean:
-	rm -rf $(VENV) demo.db demo-out
+	test ! -x $(BIN)/python || $(BIN)/python -c 'from registry.app.demo_registry import remove_if_demo; remove_if_demo("demo.db")'
+	rm -rf $(VENV) demo-out

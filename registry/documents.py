@@ -27,6 +27,8 @@ import stat
 from pathlib import Path
 from typing import Any
 
+from registry.events.canonical import is_unicode_text, printable_path
+
 MAX_EVIDENCE_BYTES = 16 * 1024 * 1024
 MAX_MANIFEST_BYTES = 4 * 1024 * 1024
 MAX_DEPTH = 32
@@ -40,6 +42,9 @@ _FILE_KINDS = (
     (stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
     (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"),
 )
+
+
+_SURROGATE = "text holds a lone surrogate (U+D800 to U+DFFF), which is not valid Unicode"
 
 
 class DocumentError(ValueError):
@@ -82,18 +87,24 @@ def read_document(path: str | Path, what: str, max_bytes: int) -> str:
 def check_tree(value: Any, what: str) -> None:
     """Refuse a parsed document nested past MAX_DEPTH or holding a string no UTF-8 file could hold.
 
-    Iterative, so a tree at any depth is checked without recursion.
+    Iterative, so a tree at any depth is checked without recursion; a refusal
+    names the path in the document (`evidence[0].device`).
     """
-    stack: list[tuple[Any, int]] = [(value, 1)]
+    stack: list[tuple[Any, int, str]] = [(value, 1, "")]
     while stack:
-        node, depth = stack.pop()
-        if isinstance(node, str):
-            _check_string(node, what)
-        elif isinstance(node, (dict, list)):
-            if depth > MAX_DEPTH:
-                raise DocumentError(f"{what}: nested more than {MAX_DEPTH} levels deep")
-            children = [*node.keys(), *node.values()] if isinstance(node, dict) else node
-            stack.extend((child, depth + 1) for child in children)
+        node, depth, path = stack.pop()
+        if isinstance(node, str) and not is_unicode_text(node):
+            raise DocumentError(f"{what}: {printable_path(path) or 'the document'}: {_SURROGATE}")
+        if isinstance(node, (dict, list)) and depth > MAX_DEPTH:
+            raise DocumentError(f"{what}: nested more than {MAX_DEPTH} levels deep")
+        if isinstance(node, dict):
+            for key, child in node.items():
+                inner = f"{path}.{key}" if path else str(key)
+                if isinstance(key, str) and not is_unicode_text(key):
+                    raise DocumentError(f"{what}: {printable_path(inner)}: the key {_SURROGATE}")
+                stack.append((child, depth + 1, inner))
+        elif isinstance(node, list):
+            stack.extend((child, depth + 1, f"{path}[{index}]") for index, child in enumerate(node))
 
 
 def too_many_digits(token: str) -> bool:
@@ -104,17 +115,6 @@ def too_many_digits(token: str) -> bool:
 def integer_refusal(token: str, what: str) -> str:
     digits = sum(character.isdigit() for character in token)
     return f"{what}: an integer of {digits} digits; a value here has at most {MAX_INTEGER_DIGITS}"
-
-
-def _check_string(text: str, what: str) -> None:
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        shown = text[max(0, exc.start - 20):exc.start].encode("utf-8", "backslashreplace").decode("ascii", "replace")
-        raise DocumentError(
-            f"{what}: a string holds a lone UTF-16 surrogate (U+{ord(text[exc.start]):04X}) after {shown!r}; "
-            "it is not text any file can hold"
-        ) from None
 
 
 def _article(noun: str) -> str:

@@ -1,7 +1,19 @@
 # Source this file, then call pg_throwaway_start: it starts a throwaway
-# PostgreSQL bound to 127.0.0.1 on a free port (fsync off: test data only),
-# exports REGISTRY_TEST_POSTGRES_URL, and stops and removes it on exit.
+# PostgreSQL bound to 127.0.0.1 (fsync off: test data only), exports
+# REGISTRY_TEST_POSTGRES_URL, and stops and removes it on exit.
 # initdb refuses to run as root, so as root the server runs as `postgres`.
+#
+# The port: nothing probes for a free one and releases it (another process
+# could take it in between). The server itself binds a candidate port; when
+# that port is taken its start fails with "Address already in use" and the
+# next candidate is tried. Candidates lie below Linux's ephemeral range
+# (32768-60999), where the kernel hands out client ports.
+PG_THROWAWAY_PORT_TRIES=25
+
+# Sets `port` to the next candidate (in this shell, so that seeding RANDOM fixes the sequence).
+_pg_next_port() {
+  port=$((10000 + RANDOM % 22000))
+}
 
 _pg_bindir() {
   ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1
@@ -29,12 +41,23 @@ pg_throwaway_start() {
   [ -n "$bindir" ] && [ -x "$bindir/initdb" ] || return 1
   PG_THROWAWAY_DIR=$(mktemp -d)
   [ "$(id -u)" = 0 ] && chown postgres "$PG_THROWAWAY_DIR"
-  port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
   _pg_as_owner "$bindir/initdb" -D "$PG_THROWAWAY_DIR/data" -A trust -U postgres >/dev/null || return 1
-  _pg_as_owner "$bindir/pg_ctl" -D "$PG_THROWAWAY_DIR/data" -l "$PG_THROWAWAY_DIR/log" -w \
-    -o "-c listen_addresses=127.0.0.1 -p $port -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c unix_socket_directories=$PG_THROWAWAY_DIR -c max_connections=200" \
-    start >/dev/null || { cat "$PG_THROWAWAY_DIR/log" >&2; return 1; }
   trap pg_throwaway_stop EXIT
+  local try log
+  for try in $(seq "$PG_THROWAWAY_PORT_TRIES"); do
+    _pg_next_port
+    log="$PG_THROWAWAY_DIR/log.$port"
+    if _pg_as_owner "$bindir/pg_ctl" -D "$PG_THROWAWAY_DIR/data" -l "$log" -w \
+      -o "-c listen_addresses=127.0.0.1 -p $port -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c unix_socket_directories=$PG_THROWAWAY_DIR -c max_connections=200" \
+      start >/dev/null 2>&1; then
+      break
+    fi
+    if ! grep -q "Address already in use" "$log" 2>/dev/null || [ "$try" = "$PG_THROWAWAY_PORT_TRIES" ]; then
+      cat "$log" >&2
+      return 1
+    fi
+    echo "port $port is taken; trying another" >&2
+  done
   export REGISTRY_TEST_POSTGRES_URL="postgresql+psycopg://postgres@127.0.0.1:$port/postgres"
   echo "PostgreSQL for tests at 127.0.0.1:$port" >&2
 }

@@ -7,15 +7,98 @@ variable must be set before any kernel module is imported.
 SQLite file under tmp_path, and a new database on the Postgres server named by
 REGISTRY_TEST_POSTGRES_URL (`make test` starts a throwaway one). Without a
 server the Postgres cases skip, saying how to run them.
+
+Process-wide state: every test must leave torch's thread count and
+os.environ as it found them (a leak would change what later modules measure);
+`no_leaked_process_state` restores both and fails the test that leaked.
+
+Skips: at the end of every run a summary lists what was skipped and why. With
+REGISTRY_TEST_STRICT=1 (what CI sets) any skip fails the run, except a test
+marked `device`: it needs the other kind of machine (a CUDA GPU, or the CPU
+interpreter) and is reported as skipped for lack of that device.
 """
 import os
 import uuid
+from collections import Counter
 
 import pytest
 import torch
 
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
+
+STRICT_ENV = "REGISTRY_TEST_STRICT"
+STRICT = os.environ.get(STRICT_ENV) == "1"
+_SKIPPED: list[tuple[str, str, bool]] = []  # (test id, reason, skipped for lack of a device)
+PYTEST_OWN_VARIABLE = "PYTEST_CURRENT_TEST"  # pytest sets it around each test phase itself
+
+
+def _environment() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if k != PYTEST_OWN_VARIABLE}
+
+
+@pytest.fixture(autouse=True)
+def no_leaked_process_state():
+    """Fail a test that changed torch's thread count or os.environ, after putting both back."""
+    threads, environment = torch.get_num_threads(), _environment()
+    yield
+    leaks = []
+    if torch.get_num_threads() != threads:
+        leaks.append(f"torch threads {threads} -> {torch.get_num_threads()}")
+        torch.set_num_threads(threads)
+    now = _environment()
+    if now != environment:
+        changed = sorted(k for k in set(environment) | set(now) if environment.get(k) != now.get(k))
+        leaks.append(f"environment variables {', '.join(changed)}")
+        for name in set(now) - set(environment):
+            del os.environ[name]
+        os.environ.update(environment)
+    if leaks:
+        pytest.fail("the test leaked process-wide state (restored now): " + "; ".join(leaks), pytrace=False)
+
+
+def _skip_reason(report) -> str:
+    reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+    return reason.removeprefix("Skipped: ")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    report = (yield).get_result()
+    if report.skipped and not hasattr(report, "wasxfail"):
+        _SKIPPED.append((item.nodeid, _skip_reason(report), item.get_closest_marker("device") is not None))
+
+
+def pytest_collectreport(report):
+    """A whole module skipped at import (importorskip, allow_module_level): never device-bound."""
+    if report.skipped:
+        _SKIPPED.append((report.nodeid, _skip_reason(report), False))
+
+
+def _refused_skips() -> list[tuple[str, str, bool]]:
+    return [skip for skip in _SKIPPED if not skip[2]] if STRICT else []
+
+
+def pytest_sessionfinish(session, exitstatus):
+    if _refused_skips() and exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    write = terminalreporter.write_line
+    if not _SKIPPED:
+        write(f"no test was skipped{' (strict)' if STRICT else ''}")
+        return
+    terminalreporter.section("skipped tests, by reason")
+    for (reason, device), count in sorted(Counter((r, d) for _, r, d in _SKIPPED).items()):
+        kind = "for lack of a device" if device else ("FAILS THE RUN (strict)" if STRICT else "skipped")
+        write(f"{count:4d} {kind}: {reason}")
+    refused = _refused_skips()
+    if refused:
+        write(f"{STRICT_ENV}=1: {len(refused)} skipped tests fail the run; first: {refused[0][0]}", red=True)
+    elif not STRICT:
+        write(f"(with {STRICT_ENV}=1, as CI runs, any skip not marked `device` fails the run)")
+
 
 PG_URL = os.environ.get("REGISTRY_TEST_POSTGRES_URL")
 PG_SKIP = "no PostgreSQL: run `make test` (starts a throwaway server) or set REGISTRY_TEST_POSTGRES_URL"

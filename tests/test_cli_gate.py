@@ -215,3 +215,18 @@ def test_idempotent_evidence_run(cli):
     before = head(cli)
     assert import_doc(cli, "sage", [execution()], run="run-7").exit_code == 0
     assert head(cli) == before
+
+
+def test_a_lone_surrogate_in_evidence_is_refused_in_one_line(cli):
+    """JSON can spell a lone surrogate (\\ud800); it is not Unicode text, and nothing is recorded."""
+    register(cli, "sage")
+    before = head(cli)
+    path = cli.tmp / "surrogate.json"
+    document = {"format": "registry.evidence/1", "artifact": "sage", "evidence": [benchmark(1.3, device="H200 \ud800")]}
+    path.write_text(json.dumps(document))  # ASCII JSON: the surrogate travels as its \u escape
+    result = cli("evidence", "import", str(path))
+    assert result.exit_code == 1 and isinstance(result.exception, SystemExit), result.exception
+    # Refused while the document is parsed, naming where, before anything reaches the store.
+    assert result.output.count("\n") == 1, result.output
+    assert "document: evidence[0].device: text holds a lone surrogate" in result.output, result.output
+    assert head(cli) == before

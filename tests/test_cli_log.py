@@ -15,6 +15,8 @@ from registry.cli.main import main
 
 from store_helpers import drop_immutability, frame_event, raw
 
+CHECKOUT = Path(__file__).resolve().parents[1]
+
 
 @pytest.fixture
 def runner():
@@ -34,7 +36,8 @@ def test_init_history_verify(runner, sqlite_url):
     records = json.loads(run(runner, sqlite_url, "history", "artifact:k1", "--json").output)
     assert [r["version"] for r in records] == [1, 2] and records[0]["payload"]["name"] == "a"
     verified = json.loads(run(runner, sqlite_url, "verify", "--json").output)
-    assert verified == {"intact": True, "count": 2, "head_hash": records[1]["hash"], "broken_at": None, "problem": None}
+    assert verified == {"intact": True, "count": 2, "head": {"position": 2, "hash": records[1]["hash"]},
+                        "head_hash": records[1]["hash"], "expected_head": None, "broken_at": None, "problem": None}
 
 
 def test_verify_exits_1_at_the_first_break(runner, sqlite_url):
@@ -49,7 +52,7 @@ def test_verify_exits_1_at_the_first_break(runner, sqlite_url):
 
 
 def test_db_current_and_upgrade(runner, sqlite_url):
-    assert "current (none)" in run(runner, sqlite_url, "db", "current").output
+    assert run(runner, sqlite_url, "init").exit_code == 0
     assert run(runner, sqlite_url, "db", "upgrade").exit_code == 0
     current = json.loads(run(runner, sqlite_url, "db", "current", "--json").output)
     assert current["current"] == current["head"]
@@ -84,10 +87,11 @@ def test_usage_error_exits_2(runner, sqlite_url):
 
 def test_real_process_with_environment_url(tmp_path):
     env = {**os.environ, "REGISTRY_DATABASE_URL": f"sqlite:///{tmp_path / 'p.db'}", "REGISTRY_ACTOR": "proc"}
-    exe = Path(sys.executable).with_name("registry")
-    init = subprocess.run([str(exe), "init"], env=env, capture_output=True, text=True)
+    # The checkout under test (cwd first on sys.path), not whatever `registry` script is installed.
+    registry = [sys.executable, "-m", "registry"]
+    init = subprocess.run([*registry, "init"], env=env, capture_output=True, text=True, cwd=CHECKOUT)
     assert init.returncode == 0, init.stderr
-    verified = subprocess.run([str(exe), "verify", "--json"], env=env, capture_output=True, text=True)
+    verified = subprocess.run([*registry, "verify", "--json"], env=env, capture_output=True, text=True, cwd=CHECKOUT)
     assert verified.returncode == 0 and json.loads(verified.stdout)["count"] == 0
-    missing = subprocess.run([str(exe), "history", "nothing"], env=env, capture_output=True, text=True)
+    missing = subprocess.run([*registry, "history", "nothing"], env=env, capture_output=True, text=True, cwd=CHECKOUT)
     assert missing.returncode == 1 and missing.stderr.strip() == "error: no events in stream artifact:nothing"

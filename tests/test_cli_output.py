@@ -73,6 +73,7 @@ def registry_url(tmp_path_factory):
 @given(artifact=names, workload=names, actor=names, stage=names)
 @example(artifact="a[/bad]", workload="[/w]", actor="x[/x]", stage="[/s]")
 @example(artifact="a[red]x", workload="$x^2$", actor="a[bold]a", stage="[link=x]s")
+@example(artifact="a$\\undefined{$", workload="$\\undefined{$", actor="b", stage="s")
 def test_names_from_the_log_print_literally(registry_url, tmp_path, artifact, workload, actor, stage):
     if artifact in WORKLOAD_OF or f"w{workload}" in WORKLOAD_OF.values():
         return  # each example needs its own artifact and workload
@@ -182,3 +183,37 @@ def test_fresh_deletes_only_the_database_the_demo_created(tmp_path):
     again.engine.dispose()
     fresh, _ = open_demo_registry(url, actor="tester", fresh=True)
     assert fresh.store.head_position() == 0 and is_demo_database(path)
+
+
+def test_a_closed_pipe_keeps_a_commands_own_exit_status(tmp_path):
+    """`registry promote X | true`: the verdict's exit 3 stands, and nothing is said about the pipe."""
+    url = f"sqlite:///{tmp_path / 'registry.db'}"
+    assert invoke(url, "init").exit_code == 0
+    declare(url, tmp_path, "wl")
+    assert invoke(url, "artifact", "register", "k1", "--workload", "wl", "--kind", "module").exit_code == 0
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        finished = subprocess.run(
+            [sys.executable, "-c", "from registry.cli.main import main; main()", "--db", url, "--actor", "t",
+             "promote", "k1"], stdout=write_end, stderr=subprocess.PIPE, timeout=120)
+    finally:
+        os.close(write_end)
+    assert (finished.returncode, finished.stderr.decode()) == (3, "")
+
+
+def test_make_clean_removes_demo_db_only_when_the_demo_made_it(tmp_path):
+    """`make clean` deletes ./demo.db through remove_if_demo: a registry someone else named demo.db stays."""
+    from registry.app.demo_registry import open_demo_registry, remove_if_demo
+
+    theirs = tmp_path / "theirs" / "demo.db"
+    theirs.parent.mkdir()
+    assert invoke(f"sqlite:///{theirs}", "init").exit_code == 0
+    before = theirs.read_bytes()
+    assert remove_if_demo(theirs) is False and theirs.read_bytes() == before
+    ours = tmp_path / "ours" / "demo.db"
+    ours.parent.mkdir()
+    registry, _ = open_demo_registry(f"sqlite:///{ours}", actor="tester", fresh=False)
+    registry.engine.dispose()
+    assert remove_if_demo(ours) is True and not ours.exists()
+    assert remove_if_demo(tmp_path / "absent.db") is False

@@ -30,6 +30,7 @@ from registry.events.database import make_engine, upgrade
 from registry.events.errors import ConcurrencyError, StoreError
 from registry.events.store import APPEND_LOCK_KEY, EventStore, NewEvent
 
+from limits import HANG_GUARD_S
 from store_helpers import SHA
 
 # The full size, 8 writers x 500 appends (4,000 commits, plus the conflicts'
@@ -41,7 +42,9 @@ APPENDS_PER_WRITER = 200
 READERS = 2
 STREAMS = 32
 MAX_ATTEMPTS = 200  # optimistic retries per append before a writer gives up (a livelock would fail the test)
-TIME_LIMIT_S = 120  # the whole race, start to last join
+# Writers 0 and 1 open on this stream: writer 1 appends between writer 0's read of the version and
+# writer 0's append, so at least one conflict and retry happens by construction, not by luck.
+FORCED_STREAM = "s0"
 SPAWN = multiprocessing.get_context("spawn")  # children start clean: no inherited connections or threads
 
 
@@ -59,16 +62,29 @@ def open_store(url: str) -> EventStore:
 
 # -- child processes (module level so that spawn can import them) -------------------
 
-def race_writer(url: str, index: int, count: int, start, results) -> None:
+def race_writer(url: str, index: int, count: int, start, stale_read, overtaken, results) -> None:
+    """Append `count` events with optimistic concurrency; report the retries.
+
+    Writer 0's first read of FORCED_STREAM's version is made stale on purpose:
+    it signals `stale_read`, and writer 1, which waited for that, appends to
+    the same stream and signals `overtaken`; only then does writer 0 append.
+    """
     store = EventStore(make_engine(url))
     rng = random.Random(index)
     retries = 0
     start.wait()
     for j in range(count):
-        name = f"s{rng.randrange(STREAMS)}"
+        forced = j == 0 and index in (0, 1)
+        name = FORCED_STREAM if forced else f"s{rng.randrange(STREAMS)}"
         event = frameset(name, j, f"w{index}:{j}")
+        if forced and index == 1 and not stale_read.wait(HANG_GUARD_S):
+            raise RuntimeError("writer 0 never read the stream version")
         for _ in range(MAX_ATTEMPTS):
             version = store.stream_version(f"frameset:{name}")
+            if forced and index == 0 and retries == 0:
+                stale_read.set()
+                if not overtaken.wait(HANG_GUARD_S):
+                    raise RuntimeError("writer 1 never appended to the forced stream")
             try:
                 store.append(f"frameset:{name}", [event], expected_version=version, actor=f"writer-{index}")
                 break
@@ -76,6 +92,8 @@ def race_writer(url: str, index: int, count: int, start, results) -> None:
                 retries += 1
         else:
             raise RuntimeError(f"writer {index} gave up on append {j} after {MAX_ATTEMPTS} conflicts")
+        if forced and index == 1:
+            overtaken.set()
     results.put(("writer", index, retries))
 
 
@@ -86,7 +104,7 @@ def tail_reader(url: str, index: int, total: int, start, results) -> None:
     gaps: list[tuple[int, int]] = []
     last = 0
     start.wait()
-    deadline = time.monotonic() + TIME_LIMIT_S
+    deadline = time.monotonic() + HANG_GUARD_S
     while len(seen) < total and time.monotonic() < deadline:
         batch = store.read_all(after_position=last, limit=500)
         for event in batch:
@@ -114,7 +132,7 @@ def run_processes(processes, results, expected: int) -> list:
     for process in processes:
         process.start()
     collected = []
-    deadline = time.monotonic() + TIME_LIMIT_S
+    deadline = time.monotonic() + HANG_GUARD_S
     try:
         while len(collected) < expected:
             try:
@@ -122,7 +140,7 @@ def run_processes(processes, results, expected: int) -> list:
             except queue.Empty:
                 failed = {p.name: p.exitcode for p in processes if p.exitcode not in (None, 0)}
                 assert not failed, f"children failed: {failed}"
-                assert time.monotonic() < deadline, f"children did not report within {TIME_LIMIT_S} s"
+                assert time.monotonic() < deadline, f"children hung: no report within {HANG_GUARD_S} s"
         for process in processes:
             process.join(timeout=max(1.0, deadline - time.monotonic()))
             assert process.exitcode == 0, f"{process.name} exited {process.exitcode}"
@@ -139,8 +157,10 @@ def test_writers_race_and_tailing_readers_see_every_event_once_in_order(backend_
     store = open_store(backend_url)
     total = WRITERS * APPENDS_PER_WRITER
     start = SPAWN.Barrier(WRITERS + READERS)
+    stale_read, overtaken = SPAWN.Event(), SPAWN.Event()
     results = SPAWN.Queue()
-    processes = [SPAWN.Process(target=race_writer, args=(backend_url, i, APPENDS_PER_WRITER, start, results))
+    processes = [SPAWN.Process(target=race_writer,
+                               args=(backend_url, i, APPENDS_PER_WRITER, start, stale_read, overtaken, results))
                  for i in range(WRITERS)]
     processes += [SPAWN.Process(target=tail_reader, args=(backend_url, i, total, start, results))
                   for i in range(READERS)]
@@ -158,8 +178,8 @@ def test_writers_race_and_tailing_readers_see_every_event_once_in_order(backend_
     for _, _, (seen, gaps) in (r for r in collected if r[0] == "reader"):
         assert gaps == []
         assert seen == expected_tail
-    retries = sum(r[2] for r in collected if r[0] == "writer")
-    assert retries > 0, "the writers never conflicted: the optimistic-concurrency path was not exercised"
+    retries = {index: count for kind, index, count in collected if kind == "writer"}
+    assert retries[0] >= 1, "writer 0 appended on a stale version without a conflict"
     report = store.verify()
     assert report.intact and report.count == total
 
@@ -175,7 +195,7 @@ class PausedStore(EventStore):
 
     def _before_commit(self):
         self.held.set()
-        if not self.release.wait(30):
+        if not self.release.wait(HANG_GUARD_S):
             raise RuntimeError("never released")
 
 
@@ -195,25 +215,30 @@ def test_an_append_held_open_is_never_overtaken(backend_url):
     paused = PausedStore(store.engine, held, release)
     errors: list[BaseException] = []
 
-    def append(target: EventStore, name: str, source: str) -> None:
+    def append(target: EventStore, name: str, source: str, entered: threading.Event | None = None) -> None:
         try:
+            if entered is not None:
+                entered.set()
             target.append(f"frameset:{name}", [frameset(name, 0, source)], actor="t")
         except BaseException as exc:  # reported to the test below
             errors.append(exc)
 
     late = threading.Thread(target=append, args=(paused, "late", "late"))
     late.start()
-    assert held.wait(10), "the held append never reached its commit"
-    others = [threading.Thread(target=append, args=(store, f"other{i}", f"other{i}")) for i in range(4)]
+    assert held.wait(HANG_GUARD_S), "the held append never reached its commit"
+    entered = [threading.Event() for _ in range(4)]
+    others = [threading.Thread(target=append, args=(store, f"other{i}", f"other{i}", entered[i])) for i in range(4)]
     for thread in others:
         thread.start()
+    assert all(event.wait(HANG_GUARD_S) for event in entered)
     if store.dialect == "postgresql":
-        deadline = time.monotonic() + 10
+        # Postgres shows its lock queue: wait until every other append is queued behind the held one.
+        deadline = time.monotonic() + HANG_GUARD_S
         while waiting_for_advisory_lock(backend_url) < len(others) and time.monotonic() < deadline:
             time.sleep(0.01)
         assert waiting_for_advisory_lock(backend_url) == len(others)
-    else:
-        time.sleep(0.5)
+    # SQLite shows no lock queue: the others have entered append() and may or may not be waiting on
+    # BEGIN IMMEDIATE yet; either way none can commit before the held append, which is what follows.
     # Position 6 is assigned (on SQLite inserted) but not committed; 7.. cannot even be assigned yet.
     for _ in range(20):
         assert store.read_all(after_position=5) == []
@@ -223,7 +248,7 @@ def test_an_append_held_open_is_never_overtaken(backend_url):
     stop = threading.Event()
 
     def tail() -> None:
-        last, deadline = 5, time.monotonic() + 30
+        last, deadline = 5, time.monotonic() + HANG_GUARD_S
         while (not stop.is_set() or last < 10) and time.monotonic() < deadline:
             for event in store.read_all(after_position=last):
                 seen.append(event.position)
@@ -233,9 +258,9 @@ def test_an_append_held_open_is_never_overtaken(backend_url):
     reader.start()
     release.set()
     for thread in (late, *others):
-        thread.join(30)
+        thread.join(HANG_GUARD_S)
     stop.set()
-    reader.join(30)
+    reader.join(HANG_GUARD_S)
     assert errors == []
     assert seen == [6, 7, 8, 9, 10]
     assert store.read_all(after_position=5, limit=1)[0].payload["source"] == "late"
@@ -286,7 +311,7 @@ def test_a_resent_evidence_run_is_recorded_once(backend_url, tmp_path):
     first = cli("evidence", "import", str(path), "--json")
     assert first.exit_code == 0, first.output
     again = cli("evidence", "import", str(path), "--json")  # the worker timed out and resends
-    assert again.exit_code == 0 and json.loads(again.output) == json.loads(first.output)
+    assert again.exit_code == 0 and json.loads(again.output) == {**json.loads(first.output), "appended": False}
     store = open_store(backend_url)
     head = store.head_position()
     assert json.loads(first.output)["positions"] == [head - 1, head]

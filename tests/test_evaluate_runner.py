@@ -14,8 +14,8 @@ import pytest
 from registry.kernels.corpus import corpus_cases
 from registry.kernels.evaluate import evaluate_kernel, evidence_document
 
-pytestmark = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1",
-                                reason="the cpu corpus runs under the interpreter")
+pytestmark = [pytest.mark.device, pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1",
+                                                     reason="the cpu corpus runs under the interpreter")]
 
 CASES = corpus_cases("cpu")
 TOLERANCES = {"bfloat16": {"atol": 0.02, "rtol": 0.02, "max_abs": 0.1}, "float16": {"atol": 0.002, "rtol": 0.002}}

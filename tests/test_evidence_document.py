@@ -257,8 +257,9 @@ def test_refusals_name_the_item_index_and_field(item, path, value, message):
         ({**document(EXECUTION), "format": "registry.evidence/2"}, "format: expected 'registry.evidence/1'"),
         ({k: v for k, v in document(EXECUTION).items() if k != "format"}, "format: expected"),
         ({k: v for k, v in document(EXECUTION).items() if k != "artifact"}, "artifact: required"),
-        (document(EXECUTION, artifact=""), "artifact: expected a non-empty string"),
-        (document(EXECUTION, run=7), "run: expected a non-empty string"),
+        (document(EXECUTION, artifact=""), "artifact: '' is empty"),
+        (document(EXECUTION, run=7), "run: 7 must be a string, not int"),
+        (document(EXECUTION, run="a\nb"), "run: 'a\\nb' contains a line break"),
         (document(), "evidence: empty list"),
         (document(EXECUTION, evidence={"kind": "execution"}), "evidence: expected a list"),
         (document(EXECUTION, speedup=1.3), "speedup: client-supplied summary refused"),
@@ -331,13 +332,17 @@ def test_duplicate_keys_are_refused_not_resolved_by_the_last(text, key):
 
 @pytest.mark.parametrize("escaped", ["\\ud800", "x\\udfff", "\\udc80\\udc80"])
 def test_a_lone_surrogate_anywhere_is_refused_while_parsing(escaped):
-    for text in (json.dumps(document(EXECUTION)).replace('"run-1"', f'"{escaped}"'),
-                 json.dumps(document(EXECUTION)).replace('"sage"', f'"{escaped}"', 1),
-                 json.dumps(document(EXECUTION)).replace('"host"', "x").replace('"fallbacks"', f'"{escaped}"')):
-        with pytest.raises(EvidenceError, match="^document: a string holds a lone UTF-16 surrogate"):
+    for text, where in ((json.dumps(document(EXECUTION)).replace('"run-1"', f'"{escaped}"'), "run: text"),
+                        (json.dumps(document(EXECUTION)).replace('"sage"', f'"{escaped}"', 1),
+                         "evidence[0].requested_backend: text"),
+                        (json.dumps(document(EXECUTION)).replace('"fallbacks"', f'"{escaped}"'), ": the key text")):
+        with pytest.raises(EvidenceError) as caught:
             parse_document_text(text)
-    paired = json.dumps(document(EXECUTION)).replace('"run-1"', '"\\ud83d\\ude00"')  # a valid pair is text
-    assert parse_document_text(paired).run == "\U0001F600"
+        assert str(caught.value).startswith("document: ") and where in str(caught.value)
+        assert "holds a lone surrogate (U+D800 to U+DFFF)" in str(caught.value)
+        str(caught.value).encode("utf-8")  # the message itself is printable text
+    paired = json.dumps(document(EXECUTION)).replace('"run-1"', '"r\\ud83d\\ude00"')  # a valid pair is text
+    assert parse_document_text(paired).run == "r\U0001F600"
 
 
 def test_nesting_past_32_levels_is_refused_in_one_line():
@@ -347,7 +352,7 @@ def test_nesting_past_32_levels_is_refused_in_one_line():
     with pytest.raises(EvidenceError, match="^document: nested more than 32 levels deep$"):
         parse_document_text("[" * 100_000 + "]" * 100_000)  # past the parser's own recursion too
     shallow = json.dumps(document(EXECUTION)).replace('"run-1"', "[" * 31 + "]" * 31)
-    with pytest.raises(EvidenceError, match="^run: expected a non-empty string, got list"):
+    with pytest.raises(EvidenceError, match="^run: .* must be a string, not list"):  # 32 levels are read
         parse_document_text(shallow)
 
 

@@ -179,14 +179,16 @@ def test_load_png_directory_in_name_order(tmp_path, clip):
     assert frames_digest(loaded) == frames_digest(clip)
 
 
-def test_grey_and_rgba_pngs_load_and_are_then_refused(tmp_path, clip):
+def test_grey_and_rgba_pngs_are_refused_as_they_load(tmp_path, clip):
     grey_dir, rgba_dir = tmp_path / "grey", tmp_path / "rgba"
     grey_dir.mkdir()
     rgba_dir.mkdir()
     Image.fromarray(clip[0, :, :, 0]).save(grey_dir / "a.png")
     Image.fromarray(clip[0]).convert("RGBA").save(rgba_dir / "a.png")
-    refused(load_frames(grey_dir), "grey frames")
-    refused(load_frames(rgba_dir), r"RGBA \(4 channels\)")
+    with pytest.raises(FrameError, match="grey: frames are a 3-D array .* grey frames"):
+        load_frames(grey_dir)
+    with pytest.raises(FrameError, match=r"rgba: frames are RGBA \(4 channels\)"):
+        load_frames(rgba_dir)
 
 
 def test_png_directory_errors(tmp_path, clip):

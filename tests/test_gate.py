@@ -11,6 +11,8 @@ from registry.contracts import Contract
 from registry.evidence.document import parse_item
 from registry.gate import GATE_VERSION, ArtifactFacts, GateEvidence, Margin, Recorded, Verdict, decide
 
+from limits import HANG_GUARD_S
+
 MODULE = ArtifactFacts("fused-rmsnorm-v1", "module")
 SAGE = ArtifactFacts("sage-attn-v1", "attention_backend", claimed_backend="sage")
 
@@ -658,5 +660,6 @@ def test_the_gate_and_contracts_import_no_torch_and_no_database():
     code = ("import sys, registry.gate, registry.contracts; "
             "bad = [m for m in ('torch', 'sqlalchemy', 'sqlmodel', 'sqlite3', 'psycopg') if m in sys.modules]; "
             "print(bad); sys.exit(1 if bad else 0)")
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            timeout=HANG_GUARD_S)
     assert result.returncode == 0, result.stdout + result.stderr

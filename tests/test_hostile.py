@@ -35,6 +35,8 @@ from registry.documents import MAX_DEPTH, MAX_EVIDENCE_BYTES, MAX_INTEGER_DIGITS
 FORMAT = "registry.evidence/1"
 REGISTERED = ("k1", "κ漢😀-1")  # artifacts the registry under test knows
 SQL = "'; DROP TABLE events; --"
+# The same statement as a name can hold it (docs/names.md: a letter or digit first, no whitespace).
+SQL_NAME = "x';DROP/**/TABLE/**/events;--"
 NAMES = (*REGISTERED, SQL, "", " ", "k1\u0000", "unknown", "w" * 300, "é" * 201, "a\nb", "\u202eevil")
 # Every way a reader might spell a non-finite number; none is a number the registry accepts.
 JSON_NONFINITE = ("NaN", "-NaN", "+NaN", "nan", "Infinity", "-Infinity", "+Infinity", "inf", "-inf", "1e999",
@@ -355,12 +357,12 @@ def test_every_nan_and_infinity_spelling_is_refused(registry):
 
 
 def test_sql_and_unicode_in_names_are_stored_as_data(registry):
-    registry.check_manifest(f"workload: \"{SQL}\"\ntags: [\"κ漢😀\", \"{SQL}\"]\n")
-    document = {"format": FORMAT, "artifact": "κ漢😀-1", "run": SQL,
+    registry.check_manifest(f"workload: \"{SQL_NAME}\"\ntags: [\"κ漢😀\", \"{SQL}\"]\n")
+    document = {"format": FORMAT, "artifact": "κ漢😀-1", "run": SQL_NAME,
                 "evidence": [{"kind": "execution", "candidate_calls": 1, "fallbacks": 0, "requested_backend": SQL}]}
     registry.check_evidence(json.dumps(document, ensure_ascii=False).encode(), document)
     assert registry.outcomes == {"stored": 2, "refused": 0}
-    assert registry.store.read_stream(f"workload:{SQL}")[0].payload["contract"]["tags"] == sorted(["κ漢😀", SQL])
+    assert registry.store.read_stream(f"workload:{SQL_NAME}")[0].payload["contract"]["tags"] == sorted(["κ漢😀", SQL])
 
 
 def test_names_postgres_cannot_hold_are_refused_on_both_backends(registry):

@@ -338,3 +338,15 @@ def test_the_matrix_grid_is_coloured_in_a_headless_browser(registry_cli, tree, t
     colours = {rgb for _, rgb in Image.open(shot).convert("RGB").getcolors(maxcolors=1 << 20)}
     assert (0xC8, 0xE6, 0xC9) in colours  # a promoted cell
     assert (0xFF, 0xF3, 0xE0) in colours  # a no_worthwhile_candidate cell
+
+
+def test_a_report_carries_the_chain_head_it_speaks_for(registry_cli, tree):
+    run_import(registry_cli, tree / "support")
+    report = json.loads(registry_cli("report", "--format", "json").stdout)
+    head = report["head"]
+    assert head["position"] == event_count(registry_cli) == report["as_of"]
+    expect = f"{head['position']}:{head['hash']}"
+    assert registry_cli("verify", "--expect-head", expect).exit_code == 0
+    earlier = json.loads(registry_cli("report", "--format", "json", "--as-of", "1").stdout)["head"]
+    assert earlier["position"] == 1 and earlier["hash"] != head["hash"]
+    assert expect in "".join(registry_cli("report").output.split())  # a long title wraps

@@ -25,6 +25,8 @@ from registry.kernels.gated import gated_residual_triton
 from registry.kernels.modln import modulated_layernorm_triton
 from registry.kernels.reference import gated_residual as gated_residual_ref
 
+from limits import HANG_GUARD_S
+
 TOLERANCES = {torch.bfloat16: dict(atol=1e-2, rtol=1e-2), torch.float16: dict(atol=1e-3, rtol=1e-3)}
 INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
 OP_NAMES = ["modulated_layernorm", "gated_residual", "gated_residual_layernorm", "rms_norm"]
@@ -49,6 +51,7 @@ def test_kernel_matches_reference_within_declared_tolerance(op_name):
             torch.testing.assert_close(g, e, **TOLERANCES[e.dtype], msg=lambda m: f"{case} {name}: {m}")
 
 
+@pytest.mark.device
 @pytest.mark.skipif(not INTERPRETED, reason="exactness pinned for the interpreter (no FMA contraction)")
 @pytest.mark.parametrize("op_name,output", [("gated_residual", 0), ("gated_residual_layernorm", 1)])
 def test_elementwise_outputs_are_bit_exact(op_name, output):
@@ -208,16 +211,34 @@ json.dump(out, sys.stdout)
 '''
 
 
+def _missing_cuda_toolchain() -> str | None:
+    """Why Triton cannot assemble sm_90 code here, or None: its Linux wheels bundle ptxas
+    (TRITON_PTXAS_PATH may name another)."""
+    try:
+        from triton import knobs
+
+        knobs.nvidia.ptxas  # noqa: B018 - the lookup runs `ptxas --version` and raises when there is none
+    except Exception as exc:  # noqa: BLE001 - any failure to find the assembler means no toolchain
+        return f"no CUDA assembler for Triton on this machine ({type(exc).__name__}: {exc})"
+    return None
+
+
 def test_kernels_compile_for_hopper_without_fma_or_approximate_math(tmp_path):
     """The GPU path, checked on CPU: Triton compiles each kernel for sm_90 (no GPU needed).
 
     With the launch options the wrappers use, the PTX holds no FMA (eager
-    torch rounds after every op) and no approximate instruction.
+    torch rounds after every op) and no approximate instruction. It needs
+    only the assembler Triton's wheel bundles; without one it skips, naming
+    why (and a strict run fails on that skip).
     """
+    missing = _missing_cuda_toolchain()
+    if missing:
+        pytest.skip(missing)
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["TRITON_CACHE_DIR"] = str(tmp_path)
     done = subprocess.run([sys.executable, "-c", _COMPILE_FOR_HOPPER], env=env, capture_output=True, text=True,
-                          timeout=300, cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+                          timeout=HANG_GUARD_S,  # the compile took 3.4 s here
+                          cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     assert done.returncode == 0, done.stderr[-2000:]
     report = json.loads(done.stdout)
     assert set(report) == {"modln", "gated", "gated_ln", "rms"}

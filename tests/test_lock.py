@@ -50,6 +50,7 @@ def test_a_lock_records_everything_a_deployment_needs(shipped):
     entry = document["artifacts"][0]
     state = json.loads(shipped("show", "faster", "--json").output)
     assert entry["identity"]["payload_sha256"] == entry["bundle_sha256"] == state["payload_sha256"]
+    assert entry["identity"]["identity"] == state["identity"]
     assert entry["verdict_event_id"] == state["verdict_event_id"]
     manifest = entry["manifest"]
     assert manifest["entry_point"] == {"file": "op.py", "symbol": "replacement"}
@@ -122,6 +123,17 @@ def test_a_new_identity_after_export_fails_verify(shipped):
     assert register(shipped, "fast", changed).exit_code == 0
     problems = json.loads(shipped("lock", "verify", str(out), "--json").output)["problems"]
     assert [(p["artifact"], p["code"]) for p in problems] == [("fast", "identity_changed")]
+
+
+def test_a_changed_claim_with_the_same_bundle_fails_verify(shipped):
+    _, out = export(shipped, *PROFILE)
+    same_bundle = shipped.bundles / "faster"
+    moved = shipped("artifact", "register", "faster", "--workload", "wan", "--kind", "step_cache",
+                    "--backend", "TORCH_SDPA", "--bundle", str(same_bundle))
+    assert moved.exit_code == 0, moved.output
+    problems = json.loads(shipped("lock", "verify", str(out), "--json").output)["problems"]
+    assert [(p["artifact"], p["code"]) for p in problems] == [("faster", "identity_changed")]
+    assert "backend, identity" in problems[0]["detail"]
 
 
 def test_another_registry_fails_the_chain_check(shipped, tmp_path_factory):

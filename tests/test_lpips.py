@@ -1,4 +1,4 @@
-"""LPIPS backend: bit-for-bit against lpips.LPIPS (golden file), and absent, never substituted."""
+"""LPIPS backend: against lpips.LPIPS (golden file) within float32 rounding, and absent, never substituted."""
 from __future__ import annotations
 
 import hashlib
@@ -52,16 +52,27 @@ def no_ambient_backbone(monkeypatch, tmp_path):
     monkeypatch.setenv("TORCH_HOME", str(tmp_path / "torch-home"))
 
 
-def test_matches_reference_lpips_bit_for_bit(golden, backbone):
+# What the platform guarantees for the same float32 operations on another CPU: torch picks its
+# convolution kernels by instruction set, and each sums up to 3,456 products (384 x 3 x 3) per output
+# in its own blocked order. Rounding error of a reordered float32 sum grows like sqrt(K) u
+# (u = 2**-24): about 60 u = 3.5e-6 relative per feature, and squaring the feature difference
+# doubles it. Seen: 1 ulp on another x86-64 CPU; here, with oneDNN held to AVX2
+# (ONEDNN_MAX_CPU_ISA=AVX2) up to 15 ulp (1.6e-6 relative, on the smallest distance), to SSE4.1
+# up to 10 ulp (1.0e-6), and with oneDNN off 14 ulp (1.5e-6). A wrong operation (another
+# normalisation, a missing layer, other heads) moves these distances by percent.
+LPIPS_RTOL = 1e-5
+# Identical frames have identical features, so their distance is 0 up to the square of one rounding.
+LPIPS_ATOL = 1e-12
+
+
+def test_matches_reference_lpips_within_float32_rounding(golden, backbone):
     path, digest, _ = backbone
     backend = get_lpips_backend(path, expected_sha256=digest)
     assert isinstance(backend, LpipsBackend), backend
     for group in ("square", "wide"):
         ours = np.array(backend.distance_per_frame(golden[f"ref_{group}"], golden[f"cand_{group}"]))
-        reference = golden[f"lpips_{group}"]
-        # float32 outputs of the same operations: equal bits, not merely close.
-        np.testing.assert_array_equal(ours.astype(np.float32), reference)
-        assert np.array_equal(ours, reference.astype(np.float64))
+        reference = golden[f"lpips_{group}"].astype(np.float64)
+        np.testing.assert_allclose(ours, reference, rtol=LPIPS_RTOL, atol=LPIPS_ATOL)
         assert reference[2] == 0.0 and reference[0] > reference[1] > 0.0
 
 

@@ -9,7 +9,6 @@ payload. Cases that touch the database run on SQLite and on Postgres.
 from __future__ import annotations
 
 import threading
-import time
 from datetime import datetime, timezone
 
 import pytest
@@ -34,7 +33,7 @@ from registry.projections import (
 )
 from registry.projections.log import scope_of
 from registry.projections.rows import state_text
-from registry.projections.schema import ProjectedArtifact, ProjectionCheckpoint
+from registry.projections.schema import ARTIFACTS, CHECKPOINT
 
 from store_helpers import raw
 
@@ -98,6 +97,13 @@ def margin(metric: str, value: float, threshold: float, higher_is_better: bool =
     return Margin(metric, value, threshold, signed, signed >= 0)
 
 
+def _clock_past(moment: datetime) -> datetime:
+    """The clock's first reading after `moment`: ordering by the clock itself, not by a sleep's length."""
+    while (now := datetime.now(timezone.utc)) <= moment:
+        pass
+    return now
+
+
 class History:
     """Appends the scripted history; remembers positions and event ids by label."""
 
@@ -105,11 +111,6 @@ class History:
         self.store = store
         self.at: dict[str, int] = {}
         self.times: dict[str, datetime] = {}
-
-    def add(self, label: str, stream: str, event_type: str, payload: dict) -> int:
-        [position] = self.store.append(stream, [NewEvent(event_type, payload)], actor="test")
-        self.at[label] = position
-        return position
 
     def event_id(self, label: str) -> str:
         return self.store.read_all(after_position=self.at[label] - 1, limit=1)[0].event_id
@@ -138,11 +139,17 @@ class History:
             "artifact": artifact, "payload_sha256": sha, "action": action,
             "reason": f"scripted {action}", "person": "Ada Lovelace"})
 
+    def add(self, label: str, stream: str, event_type: str, payload: dict) -> int:
+        if self.times:
+            _clock_past(max(self.times.values()))  # the next event is recorded after every marked moment
+        [position] = self.store.append(stream, [NewEvent(event_type, payload)], actor="test")
+        self.at[label] = position
+        return position
+
     def mark_time(self, label: str) -> None:
-        """A moment strictly between the last event and the next one."""
-        time.sleep(0.005)
-        self.times[label] = datetime.now(timezone.utc)
-        time.sleep(0.005)
+        """A moment strictly between the last event and the next one (`add` waits for the clock to pass it)."""
+        last = self.store.read_all(after_position=self.store.head_position() - 1)[0].recorded_at
+        self.times[label] = _clock_past(last)
 
 
 def build_history(store: EventStore) -> History:
@@ -220,12 +227,12 @@ def history(store):
 
 def checkpoint(store: EventStore) -> int | None:
     with store.engine.connect() as conn:
-        return conn.execute(select(ProjectionCheckpoint.position)).scalar()
+        return conn.execute(select(CHECKPOINT.c.position)).scalar()
 
 
 def artifact_rows(store: EventStore) -> int:
     with store.engine.connect() as conn:
-        return conn.execute(select(func.count()).select_from(ProjectedArtifact)).scalar()
+        return conn.execute(select(func.count()).select_from(ARTIFACTS)).scalar()
 
 
 # -- the fold, through the live read models ---------------------------------------------------
@@ -238,7 +245,8 @@ def test_projections_after_catch_up(store, history):
     sage = projections.artifact("sage-attn")
     assert sage["decision"] == "held" and sage["decided_by"] == "human"
     assert sage["human"] == {"action": "revoke", "person": "Ada Lovelace", "reason": "scripted revoke",
-                             "event_id": h.event_id("sage_revoke"), "position": h.at["sage_revoke"]}
+                             "event_id": h.event_id("sage_revoke"), "position": h.at["sage_revoke"],
+                             "verdict_event_id": None}
     # the revoke restarted the evidence scope: only the execution after it counts
     assert set(sage["evidence"]) == {"execution"}
     assert sage["evidence"]["execution"]["position"] == h.at["sage_exec_2"]
@@ -372,12 +380,12 @@ def test_as_of_does_not_touch_live_tables(store, history):
     assert checkpoint(store) is None and artifact_rows(store) == 0
     projections.catch_up()
     with store.engine.connect() as conn:
-        live_before = conn.execute(select(ProjectedArtifact.artifact, ProjectedArtifact.row_hash)).all()
+        live_before = conn.execute(select(ARTIFACTS.c.artifact, ARTIFACTS.c.row_hash)).all()
     history.human("cache_revoke", "step-cache", SHA_CACHE, "revoke")
     assert projections.artifact("step-cache", as_of=h.at["cache_approve"])["decision"] == "promoted"
     assert projections.state(as_of=h.at["cache_revoke"]).artifacts["step-cache"]["decision"] == "held"
     with store.engine.connect() as conn:
-        assert conn.execute(select(ProjectedArtifact.artifact, ProjectedArtifact.row_hash)).all() == live_before
+        assert conn.execute(select(ARTIFACTS.c.artifact, ARTIFACTS.c.row_hash)).all() == live_before
     assert checkpoint(store) == h.at["rms_reg_2"]
 
 
@@ -409,7 +417,7 @@ def test_verify_passes_then_names_a_tampered_artifact(store, history):
 def test_verify_names_fields_inside_the_state(store, history):
     Projections(store).catch_up()
     with store.engine.connect() as conn:
-        text = conn.execute(select(ProjectedArtifact.state).where(ProjectedArtifact.artifact == "sage-attn")).scalar()
+        text = conn.execute(select(ARTIFACTS.c.state).where(ARTIFACTS.c.artifact == "sage-attn")).scalar()
     forged = text.replace('"decision":"held"', '"decision":"promoted"')
     assert forged != text
     raw(store.engine, f"UPDATE projection_artifacts SET state = '{forged}' WHERE artifact = 'sage-attn'",

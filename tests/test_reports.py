@@ -21,6 +21,7 @@ from registry.projections.report import (
     report_tables,
 )
 
+from limits import HANG_GUARD_S
 from test_projections import build_history, open_store
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -89,7 +90,9 @@ def test_json_and_csv_parse_back(registry):
 
     rows = list(csv.DictReader(io.StringIO(report_csv(report))))
     assert len(rows) == len(report_rows(report))
-    assert {row["section"] for row in rows} == {"leaderboard", "caught", "near_miss", "total"}
+    assert {row["section"] for row in rows} == {"leaderboard", "caught", "near_miss", "attempts", "total"}
+    assert {(row["artifact"], row["count"]) for row in rows if row["section"] == "attempts"} == {
+        ("rms-fused", "2"), ("sage-attn", "1")}
     [leader] = [row for row in rows if row["section"] == "leaderboard"]
     assert (leader["workload"], leader["artifact"], leader["rank"]) == ("wan-t2v", "sage-attn", "1")
     assert float(leader["speedup"]) == 1.45 and float(leader["ci_low"]) == 1.4065 and leader["metric"] == "ssim"
@@ -104,10 +107,25 @@ def test_tables_for_people(registry):
     tables = {title: (columns, rows) for title, columns, rows in
               report_tables(build_report(projections.state(as_of=h.at["rms_verdict"])))}
     columns, rows = tables["leaderboard: wan-t2v (promoted, fastest first)"]
-    assert rows == [(1, "sage-attn", "1.45", "[1.407, 1.494]", "perceptual", "gate", "ssim 0.975 vs 0.97 (margin 0.005)")]
+    assert rows == [(1, "sage-attn", "1.45", "[1.407, 1.494]", "perceptual", "gate", "ssim 0.975 vs 0.97 (margin 0.005)",
+                     1)]
     assert len(columns) == len(rows[0])
     assert tables["caught (by the rule that decided)"][1] == [("rejected", "speed.below_gate", 1, "rms-fused")]
     assert tables["waiting for a person (advisory tier, recorded)"][1] == []
+    assert tables["benchmark attempts (current identity)"][1] == [("rms-fused", "rejected", 2), ("sage-attn", "promoted", 1)]
+
+
+def test_final_verdicts_under_an_older_contract_are_flagged(registry):
+    """sage was promoted under wan-t2v v1; once v2 is declared the report says so, until the revoke ends it."""
+    _, h, projections = registry
+    assert build_report(projections.state(as_of=h.at["wan_v2"] - 1))["contracts_moved"] == []
+    report = build_report(projections.state(as_of=h.at["wan_v2"]))
+    assert report["contracts_moved"] == [{"artifact": "sage-attn", "workload": "wan-t2v", "decision": "promoted",
+                                          "decided_under": 1, "current": 2,
+                                          "note": "promoted under contract v1; current v2"}]
+    rows = [row for row in report_rows(report) if row["section"] == "contract_moved"]
+    assert [(row["artifact"], row["note"]) for row in rows] == [("sage-attn", "promoted under contract v1; current v2")]
+    assert build_report(projections.state(as_of=h.at["sage_revoke"]))["contracts_moved"] == []
 
 
 def _images(page: str) -> list[bytes]:
@@ -142,7 +160,7 @@ def test_html_renders_in_a_headless_browser(registry, tmp_path):
         [browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
          "--disable-component-update", "--disable-sync", "--no-first-run", f"--user-data-dir={tmp_path / 'profile'}",
          f"--screenshot={shot}", "--window-size=1200,1600", html.as_uri()],
-        capture_output=True, text=True, timeout=120,
+        capture_output=True, text=True, timeout=HANG_GUARD_S,
     )
     assert result.returncode == 0, result.stderr[-2000:]
     data = shot.read_bytes()

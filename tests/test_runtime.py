@@ -100,7 +100,7 @@ def test_reading_a_lock_file_imports_no_torch_until_detect(locked):
         "from registry.runtime import RuntimeProfile, load, resolve\n"
         f"answer = resolve('wan', Profile('sm90', '2.13.0', '12.8'), lock={str(locked.lock)!r})\n"
         f"load(answer.match, trusted_root={str(locked.bundles)!r})\n"
-        "heavy = sorted(m for m in ('torch', 'sqlalchemy', 'psycopg') if m in sys.modules)\n"
+        "heavy = sorted(m for m in ('torch', 'sqlalchemy', 'psycopg', 'numpy') if m in sys.modules)\n"
         "print(answer.match.artifact, heavy)\n"
         "RuntimeProfile.detect()\n"
         "print('torch' in sys.modules)\n"

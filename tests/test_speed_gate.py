@@ -13,11 +13,15 @@ from hypothesis import strategies as st
 
 from registry.contracts import Contract, ContractError
 from registry.evidence.document import EvidenceError, parse_item
-from registry.evidence.stats import MAX_RUNS_PER_ARM, speedup_interval
+from registry.evidence.ranks import MAX_RUNS_PER_ARM
+from registry.evidence.stats import speedup_interval
 from registry.gate import RULES, ArtifactFacts, GateEvidence, Recorded, decide
 
 MODULE = ArtifactFacts("fused-rmsnorm-v1", "module")
 SPEED = {"min_speedup": 1.3, "runs_per_arm": 16, "protocol": "paired"}
+PASSING_LEAF = {"name": "out", "reference_dtype": "bfloat16", "candidate_dtype": "bfloat16", "reference_shape": [4],
+                "candidate_shape": [4], "reference_strides": [1], "candidate_strides": [1], "byte_equal": True,
+                "max_abs_error": 0.0, "max_rel_error": 0.0, "has_nan": False, "has_inf": False}
 
 
 def contract(**speed) -> Contract:
@@ -36,10 +40,7 @@ def passing_evidence(attempts: int | None = None, benchmark: Recorded | None = N
     candidate = [1.0 + 0.002 * (i % 4) for i in range(16)]
     return GateEvidence(
         execution=Recorded("ev-exec", parse_item({"kind": "execution", "candidate_calls": 4, "fallbacks": 0})),
-        parity=Recorded("ev-parity", parse_item({"kind": "parity", "leaves": [{
-            "name": "out", "reference_dtype": "bfloat16", "candidate_dtype": "bfloat16", "reference_shape": [4],
-            "candidate_shape": [4], "reference_strides": [1], "candidate_strides": [1], "byte_equal": True,
-            "max_abs_error": 0.0, "max_rel_error": 0.0, "has_nan": False, "has_inf": False}]})),
+        parity=Recorded("ev-parity", parse_item({"kind": "parity", "leaves": [PASSING_LEAF]})),
         benchmark=benchmark or paired([1.5 * c for c in candidate], candidate),
         benchmark_attempts=attempts,
     )
@@ -244,7 +245,7 @@ resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))
 for args in json.loads(sys.argv[1]):
     done = subprocess.run([sys.executable, "-m", "registry", *args], capture_output=True, text=True)
     if done.returncode != 0:
-        sys.exit(f"{args[4]} exited {done.returncode}: {done.stderr[-1500:]}")
+        sys.exit(f"{args[4]} exited {done.returncode}: {(done.stdout + done.stderr)[-1500:]}")
 scale = 1 if sys.platform == "darwin" else 1024  # ru_maxrss: bytes on macOS, KiB on Linux
 print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * scale // (1 << 20))
 """
@@ -256,10 +257,7 @@ def test_a_benchmark_at_the_runs_limit_is_imported_promoted_and_replayed_in_boun
     candidate = [1.0 + 1e-4 * (i % 37) for i in range(n)]
     (tmp_path / "evidence.json").write_text(json.dumps({"format": "registry.evidence/1", "artifact": "a", "evidence": [
         {"kind": "execution", "candidate_calls": 3, "fallbacks": 0},
-        {"kind": "parity", "leaves": [{"name": "out", "reference_dtype": "bfloat16", "candidate_dtype": "bfloat16",
-                                       "reference_shape": [4], "candidate_shape": [4], "reference_strides": [1],
-                                       "candidate_strides": [1], "byte_equal": True, "max_abs_error": 0.0,
-                                       "max_rel_error": 0.0, "has_nan": False, "has_inf": False}]},
+        {"kind": "parity", "leaves": [PASSING_LEAF]},
         {"kind": "benchmark", "protocol": "paired", "device": "NVIDIA H200", "timer": "cuda_event",
          "baseline_s": [1.5 * c + 1e-5 * (i % 11) for i, c in enumerate(candidate)], "candidate_s": candidate,
          "schedule": ["BC", "CB"] * (n // 2)}]}))

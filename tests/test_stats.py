@@ -7,12 +7,11 @@ import scipy.stats
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from registry.evidence.ranks import CI_LEVEL, min_conclusive_runs
 from registry.evidence.stats import (
-    CI_LEVEL,
     EXACT_MAX_N,
     is_interleaved,
     median_interval,
-    min_conclusive_runs,
     paired_ratios,
     population_cv,
     speedup,

@@ -6,11 +6,11 @@ import math
 import threading
 import time
 import uuid
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 
 import psycopg
 import pytest
-from hypothesis import given
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import insert
 from sqlalchemy.engine import make_url
@@ -20,9 +20,17 @@ from registry.events.canonical import canonical_json
 from registry.events.chain import event_hash
 from registry.events.database import make_engine, upgrade
 from registry.events.errors import ConcurrencyError, IdempotencyConflict, PayloadError, StoreError, UnknownEventType
-from registry.events.store import EVENTS, EventStore, NewEvent, position_of_event_id, positional_event_id
+from registry.events.store import (
+    APPEND_LOCK_KEY,
+    EVENTS,
+    EventStore,
+    NewEvent,
+    position_of_event_id,
+    positional_event_id,
+)
 from registry.events.types import UPCASTERS, FrameSetRegistered
 
+from limits import HANG_GUARD_S
 from store_helpers import drop_immutability, frame_event, raw
 
 
@@ -166,6 +174,182 @@ def test_as_of_reads_and_stream_listing(store):
     assert store.get(store.read_all()[0].event_id).position == 1
 
 
+# -- time: stamped under the append lock, never going backwards --------------------------
+
+def _clock(offset: timedelta):
+    """A writer's clock that is `offset` away from the machine's."""
+    return lambda: datetime.now(timezone.utc) + offset
+
+
+def test_a_skewed_clock_cannot_make_as_of_take_in_a_later_event(store):
+    """The issue's case: a writer an hour ahead, then an honest one; as of half an hour ahead, nothing is later.
+
+    On SQLite the store's clock stamps the event (never earlier than the
+    head's time); on Postgres the server's clock does, whatever the writer's.
+    """
+    ahead = EventStore(store.engine, clock=_clock(timedelta(hours=1)))
+    ahead.append("s:a", [frame_event("a")], actor="ahead")
+    store.append("s:b", [frame_event("b")], actor="honest")
+    ahead.close()
+    events = store.read_all()
+    assert [e.recorded_at for e in events] == sorted(e.recorded_at for e in events)
+    moment = datetime.now(timezone.utc) + timedelta(minutes=30)
+    position = store.position_at(moment)
+    assert all(e.recorded_at <= moment for e in store.read_all(up_to_position=position))
+    if store.dialect == "postgresql":
+        assert position == 2 and all(e.recorded_at < moment for e in events)  # the writer's clock was not used
+
+
+def _linked_rows(store, times: list[datetime]) -> None:
+    """Insert events stamped `times`, chained correctly, as a writer that chose its own times would have."""
+    prev = "0" * 64
+    with store.engine.begin() as conn:
+        for position, moment in enumerate(times, start=1):
+            row = dict(position=position, event_id=positional_event_id(position), stream=f"s:{position}", version=1,
+                       type="FrameSetRegistered", schema_version=1, payload=canonical_json(frame_event().payload),
+                       recorded_at=moment, actor="t", idempotency_key=None)
+            link = event_hash(prev, **row)
+            conn.execute(insert(EVENTS), {**row, "prev_hash": prev, "hash": link})
+            prev = link
+
+
+def test_a_head_stamped_in_the_future_is_never_passed_backwards(store):
+    """A head recorded far ahead (by an older writer, a clock far off): the next event is stamped no earlier."""
+    future = datetime.now(timezone.utc) + timedelta(days=1)
+    _linked_rows(store, [future])
+    store.append("s:new", [frame_event("new")], actor="t")
+    first, second = store.read_all()
+    assert second.recorded_at >= first.recorded_at == future
+    assert store.verify().intact
+    assert store.position_at(future - timedelta(seconds=1)) == 0
+
+
+def test_a_sqlite_head_time_in_another_layout_is_read_as_a_time(sqlite_url):
+    """A head time SQLite holds without microseconds (written by another tool) still orders the next append."""
+    engine = make_engine(sqlite_url)
+    upgrade(engine)
+    store = EventStore(engine)
+    future = datetime(2126, 1, 1, 12, 0, tzinfo=timezone.utc)
+    _linked_rows(store, [future])
+    raw(engine, "DROP TRIGGER events_no_update", "UPDATE events SET recorded_at = '2126-01-01 12:00:00'")
+    store.append("s:new", [frame_event("new")], actor="t")
+    assert [e.recorded_at for e in store.read_all()] == [future, future]
+    assert store.verify().intact
+    engine.dispose()
+
+
+def test_as_of_a_time_is_a_prefix_even_where_times_go_backwards(store):
+    """A log whose times go backwards (written before they were ordered): verify names the place, and
+    as-of a time never takes in an event stamped after it."""
+    start = datetime(2026, 1, 1, 12, 0, tzinfo=timezone.utc)
+    _linked_rows(store, [start + timedelta(seconds=s) for s in (0, 5, 2, 7)])
+    report = store.verify()
+    assert (report.broken_at, report.count) == (3, 2) and "time goes backwards" in report.problem
+    assert store.position_at(start + timedelta(seconds=3)) == 1  # position 2 (at 0:05) is later than 0:03
+    assert store.position_at(start + timedelta(seconds=6)) == 3
+    assert store.position_at(start + timedelta(seconds=7)) == 4
+    assert store.position_at(start - timedelta(seconds=1)) == 0
+
+
+# -- the log's end: a cut-off tail is seen only against a head known from before ----------
+
+def test_a_cut_off_tail_is_seen_only_against_the_expected_head(store):
+    _three_events(store)
+    noted = store.verify()
+    assert (noted.head_position, noted.head_hash) == (3, store.read_all()[-1].hash)
+    drop_immutability(store.engine)
+    raw(store.engine, "DELETE FROM events WHERE position = 3")
+    assert store.verify().intact  # the chain alone cannot see it
+    report = store.verify(expect_head=(noted.head_position, noted.head_hash))
+    assert report.broken_at == 3 and "ends at position 2, before the expected head at position 3" in report.problem
+    second = store.read_all()[-1]
+    assert store.verify(expect_head=(2, second.hash)).intact  # an older head the log still holds
+    assert store.verify(expect_head=(0, "0" * 64)).intact
+    wrong = store.verify(expect_head=(2, "f" * 64))
+    assert wrong.broken_at == 2 and "not the expected head" in wrong.problem
+
+
+# -- text that is not Unicode: refused while validating, before the append lock ---------
+
+def _lone_surrogate(where: str) -> dict:
+    event = {"payload": NewEvent("WorkloadDeclared", {"workload": "w", "contract_version": 1, "contract_hash": "a" * 64,
+                                                      "contract": {"note": ["ok", "bad \udc80 byte"]}}),
+             "key": NewEvent("WorkloadDeclared", {"workload": "w", "contract_version": 1, "contract_hash": "a" * 64,
+                                                  "contract": {"\ud800": 1}}),
+             "field": frame_event("name \udfff")}.get(where, frame_event())
+    arguments = {"stream": "s:a", "actor": "t", "idempotency_key": None}
+    if where in arguments:
+        arguments[where] = "x\ud83d"
+    return {"events": [event], **arguments}
+
+
+@pytest.mark.parametrize("where, message", [
+    ("payload", r"contract\.note\[1\]: text holds a lone surrogate"),
+    ("key", r"contract\.\\ud800: the key holds a lone surrogate"),
+    ("field", r"name: Input should be a valid string, unable to parse raw data as a unicode string"),
+    ("stream", r"stream 'x\\ud83d' holds a lone surrogate"),
+    ("actor", r"actor 'x\\ud83d' holds a lone surrogate"),
+    ("idempotency_key", r"idempotency key 'x\\ud83d' holds a lone surrogate"),
+])
+def test_a_lone_surrogate_is_refused_before_the_append_lock(store, where, message):
+    """Refused while another writer holds the append lock: the check never waits for the lock
+    (inside it, the append would wait out the lock timeout and fail otherwise)."""
+    arguments = _lone_surrogate(where)
+    with store.engine.connect() as holder:
+        holder = holder.execution_options(registry_append=True)  # SQLite: BEGIN IMMEDIATE, the writer lock
+        with holder.begin():
+            if store.dialect == "postgresql":
+                holder.exec_driver_sql(f"SELECT pg_advisory_xact_lock({APPEND_LOCK_KEY})")
+            with pytest.raises(StoreError, match=message) as refused:
+                store.append(arguments.pop("stream"), arguments.pop("events"), **arguments)
+    assert "\n" not in str(refused.value)
+    str(refused.value).encode("utf-8")  # the message itself can be printed
+    assert store.head_position() == 0
+
+
+# Text, or text around a lone surrogate (JSON's \\udXXX escapes can spell one; st.text never draws them).
+any_text = st.text(max_size=6) | st.tuples(st.text(max_size=3), st.integers(0xD800, 0xDFFF).map(chr),
+                                           st.text(max_size=3)).map("".join)
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | any_text,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(any_text, inner, max_size=3),
+    max_leaves=8,
+)
+
+
+def _holds_surrogate(value) -> bool:
+    if isinstance(value, str):
+        return any("\ud800" <= c <= "\udfff" for c in value)
+    if isinstance(value, dict):
+        return any(_holds_surrogate(k) or _holds_surrogate(v) for k, v in value.items())
+    return isinstance(value, list) and any(_holds_surrogate(v) for v in value)
+
+
+@settings(max_examples=60, deadline=None, database=None, derandomize=True,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(contract=st.dictionaries(any_text, json_values, max_size=3), actor=st.sampled_from(["t", "t\udcff"]))
+def test_any_text_is_stored_or_refused_in_one_line_with_nothing_written(sqlite_url, contract, actor):
+    """Text with a lone surrogate anywhere (a key, a nested value, the actor) is refused in one line that can be
+    printed, with nothing written; any other text is stored and reads back as it was."""
+    engine = make_engine(sqlite_url)
+    upgrade(engine)
+    store = EventStore(engine)
+    head = store.head_position()
+    event = NewEvent("WorkloadDeclared", {"workload": "w", "contract_version": 1, "contract_hash": "a" * 64,
+                                          "contract": contract})
+    if _holds_surrogate(contract) or _holds_surrogate(actor):
+        with pytest.raises(StoreError, match="lone surrogate") as refused:
+            store.append("s:w", [event], actor=actor)
+        message = str(refused.value)
+        assert "\n" not in message and message.encode("utf-8")
+        assert store.head_position() == head
+    else:
+        [position] = store.append("s:w", [event], actor=actor)
+        assert store.read_all(after_position=position - 1)[0].payload["contract"] == contract
+    store.close()
+    engine.dispose()
+
+
 def test_old_schema_versions_are_upcast_on_read(store, monkeypatch):
     """An event written under schema 0 (field `count` instead of `frames`) still reads."""
     monkeypatch.setitem(UPCASTERS, ("FrameSetRegistered", 0), lambda d: {**{k: v for k, v in d.items() if k != "count"}, "frames": d["count"]})
@@ -254,7 +438,7 @@ class _DroppedAtCommit(EventStore):
         pid = self._writer.current.connection.info.backend_pid
         with psycopg.connect(_libpq(self.engine.url.render_as_string(hide_password=False)), autocommit=True) as admin:
             admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
-            deadline = time.monotonic() + 10
+            deadline = time.monotonic() + HANG_GUARD_S
             while admin.execute("SELECT 1 FROM pg_stat_activity WHERE pid = %s", (pid,)).fetchone():
                 assert time.monotonic() < deadline, "the backend outlived pg_terminate_backend"
                 time.sleep(0.01)

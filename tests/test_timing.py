@@ -100,3 +100,10 @@ def test_peak_bandwidth_is_looked_up_by_device_name():
     assert peak_bandwidth("NVIDIA H100 80GB HBM3") == 3.35e12
     assert peak_bandwidth("NVIDIA H2000") is None
     assert peak_bandwidth("cpu (x86_64)") is None
+
+
+def test_a_caller_that_saw_interpreted_launches_gets_interpreter_timing_whatever_the_environment(monkeypatch):
+    """Triton fixes interpretation when a kernel module is imported; the variable may be gone by the timing."""
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    item = time_paired(*_arms([]), runs=2, warmup=0, device="cpu", triton_candidate=True, interpreted=True)
+    assert item["timer"] == "interpreter" and item["device"] == "cpu (triton interpreter)"

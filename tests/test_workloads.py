@@ -97,13 +97,19 @@ def test_frames_show_a_moving_shape(reference: np.ndarray) -> None:
     assert np.all(steps > 6.0) and np.all(steps < 15.0), centroid_x
 
 
-def test_sdpa_is_not_bit_exact_but_perceptually_identical(
+# SDPA computes the same attention in another summation order (a blocked online softmax on most
+# CPUs, possibly the very same order on some), so its latent may or may not equal the reference's
+# bits; what holds everywhere is float32 rounding through 10 steps x 3 blocks: 2.4e-7 measured,
+# bounded here at 1e-4. A wrong attention (no scaling, another softmax axis) moves it by over 1e-2.
+SDPA_LATENT_ATOL = 1e-4
+
+
+def test_sdpa_stays_within_float32_rounding_and_is_perceptually_identical(
     reference: np.ndarray, ref_latent: torch.Tensor
 ) -> None:
     candidate = make_candidate("sdpa-attention")
     latent = candidate.sample(SEED)
-    assert not torch.equal(latent, ref_latent)
-    assert float((latent - ref_latent).abs().max()) < 1e-4
+    assert float((latent - ref_latent).abs().max()) < SDPA_LATENT_ATOL
     assert min(frame_ssims(reference, candidate.generate(SEED))) > 0.99
     evidence = candidate.execution_evidence()
     assert evidence == {

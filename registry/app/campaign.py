@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import hashlib
 import inspect
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
@@ -22,9 +23,9 @@ from .bundles import register_bundle
 from .context import Registry
 from .decisions import promote
 from .demo_bundles import demo_resolutions, write_candidate_bundle, write_kernel_bundle
-from .evidence import record_evidence
+from .evidence import capture_subject, record_evidence
 from .frames import register_frames
-from .kernels import evaluate_artifact, prepare_triton
+from .kernels import evaluate_artifact, triton_runtime
 from .workloads import declare_workload
 
 SEED = 1024
@@ -35,18 +36,24 @@ KERNEL_ARTIFACT = "modln-triton"
 KERNEL_ENTRY = "registry.kernels.modln:modulated_layernorm_triton"
 VIDEO_MODEL = {"id": "registry/tiny-video-dit", "revision": "seed-1729"}
 
-# What each candidate must get, and the rule that must decide it on a CPU.
-EXPECTED = {
-    "sdpa-attention": ("promoted", "rejected"),
-    "step-cache": ("promoted", "rejected"),
-    "lossy-skip": ("quarantined",),
-    "flash-claimed-fallback": ("quarantined",),
-    KERNEL_ARTIFACT: ("held",),
+# What --check requires of each verdict: the rules that may decide it (each rule fixes the decision).
+# Every expectation holds whatever the machine measures: the honest candidates must pass every gate
+# but speed and be decided by the speed gate itself, on whichever side of it this machine's
+# timings land (SDPA's gain depends on the CPU's attention kernels, and both depend on load); the
+# controls are caught by mechanisms that do not involve timing.
+SPEED_DECIDED = {"speed.passed": "promoted", "speed.below_gate": "rejected"}
+EXPECTED_RULES = {
+    "sdpa-attention": SPEED_DECIDED,
+    "step-cache": SPEED_DECIDED,
+    "lossy-skip": {"fidelity.failed": "quarantined"},
+    "flash-claimed-fallback": {"execution.fallback": "quarantined", "execution.backend_mismatch": "quarantined"},
 }
-EXPECTED_RULES = {"lossy-skip": {"fidelity.failed"},
-                  "flash-claimed-fallback": {"execution.fallback", "execution.backend_mismatch"}}
-EXPECTED_RULES_CPU = {KERNEL_ARTIFACT: {"speed.interpreter"}}
-# The fallback candidate's verdict must name the backend that really ran.
+# The Triton kernel: on a CPU it runs under the interpreter, whose timings are no speed evidence; on a
+# CUDA GPU it is judged on CUDA-event timings, after byte-equal parity with torch's own GPU kernels
+# (which one ulp of a different reduction order fails).
+KERNEL_RULES_CPU = {"speed.interpreter": "held"}
+KERNEL_RULES_GPU = {**SPEED_DECIDED, "parity.failed": "quarantined"}
+# Words the deciding reasons must contain: the backend that really ran, the metric that failed.
 EXPECTED_NAMED = {"flash-claimed-fallback": "MATH_REFERENCE", "lossy-skip": "ssim"}
 
 BACKEND_OF = {"sdpa-attention": "TORCH_SDPA", "flash-claimed-fallback": "FLASH_ATTN"}
@@ -137,18 +144,40 @@ def measure_candidate(candidate, reference_frames: np.ndarray, reference_latent,
     return [execution, benchmark, perceptual, _latent_parity(candidate, reference_latent)], frames
 
 
-def run_campaign(registry: Registry, out_dir: Path, *, runs: int, warmup: int, lpips_backbone: str | None,
-                 progress_factory: Callable[[str], Any], log: Callable[[str], None]) -> list[Row]:
-    """Declare, register, measure, decide; return one row per candidate."""
+@contextmanager
+def one_torch_thread() -> Iterator[None]:
+    """torch on one thread inside the block (determinism, and a fair, quiet comparison on shared
+    machines); the caller's thread count is restored on exit."""
     import torch
 
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def run_campaign(registry: Registry, out_dir: Path, *, runs: int, warmup: int, lpips_backbone: str | None,
+                 progress_factory: Callable[[str], Any], log: Callable[[str], None]) -> list[Row]:
+    """Declare, register, measure, decide; return one row per candidate.
+
+    Runs on one torch thread and, without a GPU, with Triton's interpreter (the
+    kernel artifact's module is imported when it is registered); both are
+    undone on return.
+    """
+    with one_torch_thread(), triton_runtime():
+        return _campaign(registry, out_dir, runs=runs, warmup=warmup, lpips_backbone=lpips_backbone,
+                         progress_factory=progress_factory, log=log)
+
+
+def _campaign(registry: Registry, out_dir: Path, *, runs: int, warmup: int, lpips_backbone: str | None,
+              progress_factory: Callable[[str], Any], log: Callable[[str], None]) -> list[Row]:
     from registry.evidence.document import parse_document
     from registry.workloads import all_candidates, reference_generate, reference_latent
 
     from .strips import write_strip
 
-    torch.set_num_threads(1)  # determinism and a fair, quiet comparison on shared machines
-    prepare_triton()
     out_dir.mkdir(parents=True, exist_ok=True)
     video = declare_workload(registry, video_contract(runs, lpips=lpips_backbone is not None))
     declare_workload(registry, kernel_contract(runs))
@@ -167,11 +196,12 @@ def run_campaign(registry: Registry, out_dir: Path, *, runs: int, warmup: int, l
         bundle = write_candidate_bundle(out_dir, candidate, candidate_sha256(candidate), latent, VIDEO_MODEL)
         register_bundle(registry, candidate.name, bundle, workload=VIDEO_WORKLOAD, kind=KIND_OF[candidate.name],
                         backend=BACKEND_OF.get(candidate.name))
+        subject = capture_subject(registry, candidate.name)
         with progress_factory(f"{candidate.name}: {runs} ABBA pairs") as update:
             items, frames = measure_candidate(candidate, reference, latent, registered, runs, warmup,
                                               lpips_backbone, update)
         parsed = parse_document({"format": "registry.evidence/1", "artifact": candidate.name, "evidence": items})
-        record_evidence(registry, candidate.name, parsed.items)
+        record_evidence(registry, subject, parsed.items)
         perceptual = next(item for item in parsed.items if item["kind"] == "perceptual")
         write_strip(out_dir / f"{candidate.name}.png", reference, frames, perceptual["ssim"],
                     title=f"{candidate.name}: reference (top) vs candidate (bottom)")
@@ -180,9 +210,7 @@ def run_campaign(registry: Registry, out_dir: Path, *, runs: int, warmup: int, l
     register_bundle(registry, KERNEL_ARTIFACT, write_kernel_bundle(out_dir, KERNEL_ARTIFACT), workload=KERNEL_WORKLOAD,
                     kind="fused_kernel", op="modulated_layernorm", entry=KERNEL_ENTRY)
     with progress_factory(f"{KERNEL_ARTIFACT}: operation-level evaluation") as update:
-        items = evaluate_artifact(registry, KERNEL_ARTIFACT, corpus=None, runs=None, warmup=warmup, progress=update)
-    parsed = parse_document({"format": "registry.evidence/1", "artifact": KERNEL_ARTIFACT, "evidence": items})
-    record_evidence(registry, KERNEL_ARTIFACT, parsed.items)
+        evaluate_artifact(registry, KERNEL_ARTIFACT, corpus=None, runs=None, warmup=warmup, progress=update)
     rows.append(_row(registry, KERNEL_ARTIFACT, "fused_kernel", None))
     return rows
 
@@ -194,20 +222,47 @@ def _row(registry: Registry, artifact: str, kind: str, perceptual: dict | None) 
     return Row(artifact, kind, verdict, ssim["value"] if ssim else None, ssim["margin"] if ssim else None, worst_frame)
 
 
+def expected_rules(on_gpu: bool) -> dict[str, dict[str, str]]:
+    """For each demo artifact, the rules that may decide it on this kind of machine, and their decisions."""
+    return {**EXPECTED_RULES, KERNEL_ARTIFACT: KERNEL_RULES_GPU if on_gpu else KERNEL_RULES_CPU}
+
+
 def check_expectations(rows: list[Row], on_gpu: bool) -> list[str]:
     """Every way the decisions differ from what the demo promises; empty when all hold."""
     problems = []
+    expected = expected_rules(on_gpu)
     for row in rows:
         decision, rule = row.verdict["decision"], row.verdict["rule"]
-        if decision not in EXPECTED[row.artifact]:
-            problems.append(f"{row.artifact}: {decision} ({rule}), expected {' or '.join(EXPECTED[row.artifact])}")
-        wanted = EXPECTED_RULES.get(row.artifact) or (None if on_gpu else EXPECTED_RULES_CPU.get(row.artifact))
-        if wanted and rule not in wanted:
-            problems.append(f"{row.artifact}: decided by {rule}, expected {' or '.join(sorted(wanted))}")
+        wanted = expected.get(row.artifact)
+        if wanted is None:
+            problems.append(f"{row.artifact}: not a demo artifact")
+            continue
+        if wanted.get(rule) != decision:
+            allowed = " or ".join(f"{d} by {r}" for r, d in wanted.items())
+            problems.append(f"{row.artifact}: {decision} by {rule}, expected {allowed}")
         named = EXPECTED_NAMED.get(row.artifact)
         if named and not any(named in reason for reason in row.verdict["reasons"]):
             problems.append(f"{row.artifact}: no reason names {named}")
+    missing = sorted(set(expected) - {row.artifact for row in rows})
+    problems += [f"{artifact}: no verdict" for artifact in missing]
     return problems
+
+
+def near_gate_notes(rows: list[Row]) -> list[str]:
+    """One line for each speed verdict whose 95% interval reaches across the gate: this machine's
+    timings cannot place it on one side, so another run may decide it the other way."""
+    notes = []
+    for row in rows:
+        verdict = row.verdict
+        margin = next((m for m in verdict["margins"] if m["metric"] == "speedup"), None)
+        if verdict["rule"] not in SPEED_DECIDED or margin is None or not verdict["speedup_ci"]:
+            continue
+        low, high = verdict["speedup_ci"]
+        if low < margin["threshold"] <= high:
+            notes.append(f"{row.artifact}: speedup {verdict['speedup']:.3g}x, 95% CI {low:.3g}-{high:.3g}x, "
+                         f"reaches across the gate {margin['threshold']:.3g}x: within this machine's timing "
+                         f"noise, so another run may decide it the other way")
+    return notes
 
 
 def what_would_ship(registry: Registry, profile) -> list:

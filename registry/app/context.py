@@ -8,21 +8,22 @@ from dataclasses import dataclass
 
 from sqlalchemy import Engine
 
-from registry.events.database import check_schema, make_engine, resolve_url, upgrade
+from registry.contracts.names import check_name
+from registry.events.database import make_engine, open_existing, resolve_url, upgrade
 from registry.events.store import EventStore
 
 
 def default_actor(explicit: str | None = None) -> str:
-    """--actor, else REGISTRY_ACTOR, else user@host."""
-    if explicit:
-        return explicit
+    """--actor, else REGISTRY_ACTOR, else user@host; whichever it is must be a name (registry.contracts.names)."""
+    if explicit is not None:
+        return check_name(explicit, "--actor")
     if os.environ.get("REGISTRY_ACTOR"):
-        return os.environ["REGISTRY_ACTOR"]
+        return check_name(os.environ["REGISTRY_ACTOR"], "REGISTRY_ACTOR")
     try:
         user = getpass.getuser()
     except (KeyError, OSError):
         user = "unknown"
-    return f"{user}@{socket.gethostname()}"
+    return check_name(f"{user}@{socket.gethostname()}", "actor from the login and host names (give --actor)")
 
 
 @dataclass
@@ -32,11 +33,26 @@ class Registry:
     actor: str
 
 
-def open_registry(url: str | None = None, *, actor: str | None = None, create: bool = False) -> Registry:
-    """Open (or, with create=True, create or upgrade) the registry at `url`."""
-    engine = make_engine(resolve_url(url), must_exist=not create)
+def open_registry(url: str | None = None, *, actor: str | None = None, create: bool = False,
+                  upgrading: bool = False, read_only: bool = False) -> Registry:
+    """Open the registry at `url`.
+
+    Only `create` (`registry init`) makes a registry, or upgrades one; without
+    it anything that is not a registry is refused and left untouched, and a
+    registry this process may not write is opened read-only (see
+    `open_existing`). `upgrading` (`db upgrade`) brings an existing registry's
+    older schema to this code's head. `read_only` opens a SQLite registry
+    read-only even where it could be written, for commands that only read the
+    log. The actor is checked first, so a refused name leaves no database
+    created.
+    """
+    actor = default_actor(actor)
+    resolved = resolve_url(url)
     if create:
+        engine = make_engine(resolved)
         upgrade(engine)
     else:
-        check_schema(engine)
-    return Registry(engine=engine, store=EventStore(engine), actor=default_actor(actor))
+        engine = open_existing(resolved, upgrading=upgrading, read_only=read_only)
+        if upgrading:
+            upgrade(engine)
+    return Registry(engine=engine, store=EventStore(engine), actor=actor)

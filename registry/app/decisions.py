@@ -1,9 +1,18 @@
 """Deciding: the gate over recorded evidence, human decisions, and what-if.
 
 `promote` runs the one gate on the latest evidence of each kind recorded for
-the artifact's current payload (as the projection scopes it) under the
-workload's current contract, and appends the verdict. Promoted and rejected
-are final for a payload: promoting again returns the standing verdict.
+the artifact's current identity (as the projection scopes it) under the
+workload's current contract, and appends the verdict on condition that the
+artifact's stream has not moved since the state it decided on was read.
+When it has (an import landed meanwhile), the verdict is decided again on the
+new state, a bounded number of times. Promoted and rejected are final for an
+identity: promoting again returns the standing verdict (decided under the
+contract it names; `show` flags it once the contract moves on). Any other
+decision is decided again, under the current contract.
+
+A human decision names the verdict it answers (by default the latest) and is
+appended only if nothing reached the artifact's stream since that verdict
+was read, so a person never approves or revokes something they did not see.
 """
 from __future__ import annotations
 
@@ -11,15 +20,18 @@ from dataclasses import dataclass
 from typing import Any
 
 from registry.contracts import Contract
+from registry.events.errors import ConcurrencyError
 from registry.events.store import NewEvent
 from registry.events.types import HumanDecision, VerdictRendered
 from registry.gate import ArtifactFacts, GateEvidence, Recorded, decide
 from registry.projections import Projections
+from registry.projections.state import FINAL, contract_note
 
 from .context import Registry
 from .workloads import artifact_stream, current_contract, find_contract
 
-FINAL = ("promoted", "rejected")
+# How many times promote decides again when evidence keeps landing while it decides.
+PROMOTE_TRIES = 5
 
 
 def gate_inputs(state: dict[str, Any]) -> tuple[GateEvidence, ArtifactFacts]:
@@ -33,7 +45,8 @@ def gate_inputs(state: dict[str, Any]) -> tuple[GateEvidence, ArtifactFacts]:
     failures = [Recorded(f["event_id"], {"kind": "failure", "stage": f["stage"], "error": f["error"]})
                 for f in state["open_failures"]]
     evidence = GateEvidence(execution=recorded("execution"), benchmark=recorded("benchmark"),
-                            parity=recorded("parity"), perceptual=recorded("perceptual"), failures=failures)
+                            parity=recorded("parity"), perceptual=recorded("perceptual"), failures=failures,
+                            benchmark_attempts=state["benchmark_attempts"])
     facts = ArtifactFacts(artifact_id=state["artifact"], kind=state["kind"], claimed_backend=state["backend"])
     return evidence, facts
 
@@ -43,6 +56,12 @@ def _artifact_state(registry: Registry, artifact: str) -> dict[str, Any]:
     if state is None:
         raise ValueError(f"unknown artifact {artifact!r} (register it with `registry artifact register`)")
     return state
+
+
+def _seen_version(registry: Registry, state: dict[str, Any]) -> int:
+    """The artifact stream's version at the last event the projected state includes."""
+    stream = artifact_stream(state["artifact"])
+    return registry.store.read_stream(stream, up_to_position=state["last_position"])[-1].version
 
 
 # An artifact imported against a workload nobody declared: the gate has no contract to run.
@@ -56,6 +75,7 @@ class PromoteOutcome:
     contract_version: int | None
     contract_hash: str
     position: int | None
+    benchmark_attempts: int
 
     @property
     def standing(self) -> bool:
@@ -76,30 +96,48 @@ def undeclared_contract_verdict(workload: str) -> dict[str, Any]:
 
 
 def promote(registry: Registry, artifact: str) -> PromoteOutcome:
+    """Decide and record; decide again on the new state when evidence lands meanwhile (PROMOTE_TRIES times)."""
+    for _ in range(PROMOTE_TRIES):
+        try:
+            return _promote_once(registry, artifact)
+        except ConcurrencyError:
+            continue
+    raise ValueError(
+        f"artifact {artifact} received new events each of the {PROMOTE_TRIES} times its verdict was decided; "
+        "nothing recorded: run promote again once its evidence imports have finished"
+    )
+
+
+def _promote_once(registry: Registry, artifact: str) -> PromoteOutcome:
     state = _artifact_state(registry, artifact)
+    attempts = state["benchmark_attempts"]
     if state["decision"] in FINAL and state["verdict"] is not None:
-        return PromoteOutcome(state["verdict"], False, state["contract_version"], state.get("contract_hash") or "", None)
+        return PromoteOutcome(state["verdict"], False, state["contract_version"], state.get("contract_hash") or "",
+                              None, attempts)
     declared = find_contract(registry, state["workload"])
     if declared is None:
-        return PromoteOutcome(undeclared_contract_verdict(state["workload"]), False, None, "", None)
+        return PromoteOutcome(undeclared_contract_verdict(state["workload"]), False, None, "", None, attempts)
     evidence, facts = gate_inputs(state)
     verdict = decide(declared.contract, evidence, facts).to_dict()
     event = VerdictRendered(
-        artifact=artifact, payload_sha256=state["payload_sha256"], workload=state["workload"],
-        contract_version=declared.version, contract_hash=declared.content_hash,
-        gate_version=verdict["gate_version"], verdict=verdict,
+        artifact=artifact, identity=state["identity"], payload_sha256=state["payload_sha256"],
+        workload=state["workload"], contract_version=declared.version, contract_hash=declared.content_hash,
+        gate_version=verdict["gate_version"], verdict=verdict, benchmark_attempts=attempts,
     )
-    stream = artifact_stream(artifact)
     # The verdict must rest on exactly the events the projection saw: if anything
-    # landed on the stream since, the append fails rather than decide on stale state.
-    positions = registry.store.append(stream, [NewEvent(event.type, event)],
-                                      expected_version=registry.store.read_stream(stream, up_to_position=state["last_position"])[-1].version,
-                                      actor=registry.actor)
-    return PromoteOutcome(verdict, True, declared.version, declared.content_hash, positions[0])
+    # landed on the stream since, the append fails and promote decides again.
+    positions = registry.store.append(artifact_stream(artifact), [NewEvent(event.type, event)],
+                                      expected_version=_seen_version(registry, state), actor=registry.actor)
+    return PromoteOutcome(verdict, True, declared.version, declared.content_hash, positions[0], attempts)
 
 
-def human_decision(registry: Registry, artifact: str, action: str, reason: str) -> int:
-    """Record an approval (advisory tier only) or a revocation, by a named person with a reason."""
+def human_decision(registry: Registry, artifact: str, action: str, reason: str,
+                   verdict_event_id: str | None = None) -> int:
+    """Record an approval (advisory tier only) or a revocation, by a named person with a reason.
+
+    The decision answers `verdict_event_id` (default: the artifact's latest
+    verdict), which must still be the latest when the decision is appended.
+    """
     if not reason or not reason.strip():
         raise ValueError(f"{action} needs a non-empty --reason")
     state = _artifact_state(registry, artifact)
@@ -114,10 +152,22 @@ def human_decision(registry: Registry, artifact: str, action: str, reason: str) 
             raise ValueError(f"revoke ends a promotion or rejection; {artifact} is {state['decision']}")
     else:
         raise ValueError(f"unknown human action {action!r}")
-    event = HumanDecision(artifact=artifact, payload_sha256=state["payload_sha256"], action=action,
-                          reason=reason.strip(), person=registry.actor)
-    stream = artifact_stream(artifact)
-    return registry.store.append(stream, [NewEvent(event.type, event)], actor=registry.actor)[0]
+    latest = state["verdict_event_id"]
+    if verdict_event_id is not None and verdict_event_id != latest:
+        raise ValueError(
+            f"--verdict {verdict_event_id} is not the latest verdict of {artifact} ({latest}); "
+            f"read it with `registry show {artifact}` and {action} that one"
+        )
+    event = HumanDecision(artifact=artifact, identity=state["identity"], payload_sha256=state["payload_sha256"],
+                          action=action, reason=reason.strip(), person=registry.actor, verdict_event_id=latest)
+    try:
+        return registry.store.append(artifact_stream(artifact), [NewEvent(event.type, event)],
+                                     expected_version=_seen_version(registry, state), actor=registry.actor)[0]
+    except ConcurrencyError:
+        raise ValueError(
+            f"{artifact} changed while the {action} was being recorded (verdict {latest} may no longer be the "
+            f"latest); nothing recorded: read it again with `registry show {artifact}`"
+        ) from None
 
 
 @dataclass(frozen=True)
@@ -129,6 +179,8 @@ class WhatIf:
     new_rule: str
     reasons: list[str]
     moved_margins: list[dict[str, Any]]
+    decided_under: int | None  # the contract version the standing verdict was decided under
+    contract_note: str | None  # set when a final decision stands under an older contract than the current one
 
     @property
     def changed(self) -> bool:
@@ -137,7 +189,8 @@ class WhatIf:
     def to_dict(self) -> dict[str, Any]:
         return {"artifact": self.artifact, "old_decision": self.old_decision, "new_decision": self.new_decision,
                 "old_rule": self.old_rule, "new_rule": self.new_rule, "changed": self.changed,
-                "reasons": self.reasons, "moved_margins": self.moved_margins}
+                "reasons": self.reasons, "moved_margins": self.moved_margins,
+                "decided_under_contract": self.decided_under, "contract_note": self.contract_note}
 
 
 def _margins_by_metric(verdict: dict[str, Any] | None) -> dict[str, dict[str, Any]]:
@@ -147,8 +200,10 @@ def _margins_by_metric(verdict: dict[str, Any] | None) -> dict[str, dict[str, An
 def what_if(registry: Registry, contract: Contract) -> list[WhatIf]:
     """Decide every artifact of the contract's workload again under it; append nothing."""
     current_contract(registry, contract.workload)
+    projections = Projections(registry.store)
+    workload = projections.workload(contract.workload)
     outcomes = []
-    for state in Projections(registry.store).artifacts(workload=contract.workload):
+    for state in projections.artifacts(workload=contract.workload):
         evidence, facts = gate_inputs(state)
         new = decide(contract, evidence, facts)
         old = _margins_by_metric(state["verdict"])
@@ -162,7 +217,7 @@ def what_if(registry: Registry, contract: Contract) -> list[WhatIf]:
                               "old_margin": before["margin"] if before else None, "new_margin": margin["margin"],
                               "passed": margin["passed"]})
         outcomes.append(WhatIf(state["artifact"], state["decision"], new.decision, state["rule"], new.rule,
-                               list(new.reasons), moved))
+                               list(new.reasons), moved, state["contract_version"], contract_note(state, workload)))
     return outcomes
 
 

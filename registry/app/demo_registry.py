@@ -77,14 +77,27 @@ def open_demo_registry(url: str | None, *, actor: str | None, fresh: bool) -> tu
                 f"{path} was not created by `registry demo` (it lacks the demo's mark); the demo never writes to "
                 "or deletes it: move it away or pass --db sqlite:///NEW_FILE")
         if fresh:
-            for suffix in ("", *SIDE_FILES):
-                Path(f"{path}{suffix}").unlink(missing_ok=True)
+            _delete(path)
     url = f"sqlite:///{path}"
     created = not path.exists()
     registry = open_registry(url, actor=actor, create=True)
     if created:
         _mark(registry, path)
     return registry, url
+
+
+def remove_if_demo(path: str | Path) -> bool:
+    """Delete the database at `path` (and SQLite's side files) only if the demo created it (`make clean`)."""
+    path = Path(path)
+    if not is_demo_database(path):
+        return False
+    _delete(path)
+    return True
+
+
+def _delete(path: Path) -> None:
+    for suffix in ("", *SIDE_FILES):
+        Path(f"{path}{suffix}").unlink(missing_ok=True)
 
 
 def _mark(registry: Registry, path: Path) -> None:

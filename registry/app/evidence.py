@@ -1,8 +1,20 @@
-"""Recording evidence: imported documents and frame-set measurements become events."""
+"""Recording evidence: imported documents and measurements become events bound to what was measured.
+
+Evidence is about one identity of an artifact (events.identity.artifact_identity):
+the registration is captured once, before anything is measured, and every
+event carries that identity and its payload hash. The append refuses (one
+line, nothing written) when the registration has changed since the capture;
+if a re-registration lands between that check and the append, the event still
+names the identity it measured and the projection does not count it for the
+new one. A measurement is never lent to a registration it did not measure.
+"""
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
+from registry.contracts.names import check_name
+from registry.events.identity import IDENTITY_FIELDS, artifact_identity
 from registry.events.store import NewEvent
 from registry.events.types import EVIDENCE_EVENT_BY_KIND, EvaluationFailed
 
@@ -10,44 +22,99 @@ from .context import Registry
 from .workloads import artifact_stream, registration
 
 
-def evidence_events(artifact: str, payload_sha256: str | None, run: str | None, items: list[dict[str, Any]],
+@dataclass(frozen=True)
+class Subject:
+    """An artifact's registration as captured before measuring: what the evidence is about."""
+
+    artifact: str
+    registration: dict[str, Any]
+
+    @property
+    def identity(self) -> str:
+        return artifact_identity(self.registration)
+
+    @property
+    def payload_sha256(self) -> str | None:
+        return self.registration.get("payload_sha256")
+
+
+def capture_subject(registry: Registry, artifact: str) -> Subject:
+    """The artifact's current registration (a one-line error for an unknown artifact)."""
+    return Subject(artifact, registration(registry, artifact))
+
+
+def _short(digest: str | None) -> str:
+    return "none" if digest is None else digest[:12]
+
+
+def _changed_fields(before: dict[str, Any], after: dict[str, Any]) -> str:
+    return ", ".join(key for key in IDENTITY_FIELDS if before.get(key) != after.get(key))
+
+
+def evidence_events(subject: Subject, run: str | None, items: list[dict[str, Any]],
                     origin: dict[str, Any] | None = None) -> list[NewEvent]:
-    """One event per parsed evidence item; a `failure` item becomes EvaluationFailed.
+    """One event per parsed evidence item, bound to `subject`; a `failure` item becomes EvaluationFailed.
 
     `origin` names the imported document the items came from (docs/import.md).
     """
+    bound = {"artifact": subject.artifact, "identity": subject.identity, "payload_sha256": subject.payload_sha256,
+             "run": run, "origin": origin}
     events = []
     for item in items:
         if item["kind"] == "failure":
-            payload = EvaluationFailed(artifact=artifact, payload_sha256=payload_sha256, run=run,
-                                       stage=item["stage"], error=item["error"], origin=origin)
+            payload = EvaluationFailed(**bound, stage=item["stage"], error=item["error"])
         else:
-            payload = EVIDENCE_EVENT_BY_KIND[item["kind"]](artifact=artifact, payload_sha256=payload_sha256,
-                                                           run=run, item=item, origin=origin)
+            payload = EVIDENCE_EVENT_BY_KIND[item["kind"]](**bound, item=item)
         events.append(NewEvent(payload.type, payload))
     return events
 
 
-def record_evidence(registry: Registry, artifact: str, items: list[dict[str, Any]], run: str | None = None) -> list[int]:
-    """Append parsed items for the artifact's current payload as one atomic batch.
+@dataclass(frozen=True)
+class Recorded:
+    """Where a batch of evidence is in the log, and whether this call put it there.
+
+    `appended` is False when the run id's batch was recorded before: the
+    positions are then the original ones and nothing new was written.
+    """
+
+    positions: list[int]
+    appended: bool
+
+
+def record_evidence(registry: Registry, subject: Subject, items: list[dict[str, Any]],
+                    run: str | None = None) -> Recorded:
+    """Append parsed items measured on `subject` as one atomic batch, if it is still the registration.
 
     A run id makes the append idempotent: a worker that retries the same run
-    after a timeout appends it once.
+    after a timeout appends it once. A new batch always lands after the head
+    read just before the append; a recorded one is found at or before it.
     """
+    if run is not None:
+        check_name(run, "run id")
     if not items:
         raise ValueError("an evidence document needs at least one item")
-    registered = registration(registry, artifact)
-    stream = artifact_stream(artifact)
-    key = f"evidence:{artifact}:{run}" if run else None
-    return registry.store.append(
-        stream, evidence_events(artifact, registered["payload_sha256"], run, items),
-        idempotency_key=key, actor=registry.actor,
-    )
+    now = capture_subject(registry, subject.artifact)
+    if now.identity != subject.identity:
+        raise ValueError(
+            f"artifact {subject.artifact} was re-registered while its evidence was measured "
+            f"({_changed_fields(subject.registration, now.registration)} changed); nothing recorded: measure it again"
+        )
+    key = f"evidence:{subject.artifact}:{run}" if run else None
+    head = registry.store.head_position()
+    positions = registry.store.append(artifact_stream(subject.artifact), evidence_events(subject, run, items),
+                                      idempotency_key=key, actor=registry.actor)
+    return Recorded(positions, positions[0] > head)
 
 
-def import_document(registry: Registry, text: str) -> tuple[str, list[int]]:
-    """Validate a `registry.evidence/1` document completely, then append it."""
+def import_document(registry: Registry, text: str) -> tuple[str, Recorded]:
+    """Validate a `registry.evidence/1` document completely, then append it for the payload it names."""
     from registry.evidence.document import parse_document_text
 
     document = parse_document_text(text)
-    return document.artifact, record_evidence(registry, document.artifact, document.items, document.run)
+    subject = capture_subject(registry, document.artifact)
+    if document.payload_sha256 is not None and document.payload_sha256 != subject.payload_sha256:
+        raise ValueError(
+            f"payload_sha256: the document measured payload {_short(document.payload_sha256)}, but artifact "
+            f"{document.artifact} is registered with payload {_short(subject.payload_sha256)}; nothing recorded"
+        )
+    return document.artifact, record_evidence(registry, subject, document.items, document.run)

@@ -1,16 +1,23 @@
-"""Reference frame sets and perceptual evidence measured against them."""
+"""Reference frame sets and perceptual evidence measured against them.
+
+`measure_frames` is the one use case that measures an artifact's frames and
+records the result: it captures the artifact's registration before measuring
+and records for exactly that registration (app/evidence.py), or not at all.
+"""
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
 
+from registry.contracts.names import check_name, check_seed
 from registry.events.store import NewEvent
 from registry.events.types import FrameSetRegistered
 
 from .context import Registry
-from .evidence import record_evidence
+from .evidence import Recorded, capture_subject, record_evidence
 
 
 def frameset_stream(name: str) -> str:
@@ -19,8 +26,8 @@ def frameset_stream(name: str) -> str:
 
 def register_frames(registry: Registry, name: str, frames: np.ndarray, seed: int, source: str | None = None) -> tuple[dict, bool]:
     """Record a named, seeded frame set by the hash of its pixels; the same name with other content is refused."""
-    if not name or any(ch.isspace() for ch in name):
-        raise ValueError(f"frame set name {name!r} must be non-empty with no spaces")
+    check_name(name, "frame set name")
+    check_seed(seed, "seed")
     digest = pixel_digest(frames)
     stream = frameset_stream(name)
     existing = registry.store.read_stream(stream)
@@ -92,8 +99,40 @@ def measure_against_reference(
                               lpips=backend, progress=progress)
 
 
-def record_frames_evidence(registry: Registry, artifact: str, item: dict[str, Any], run: str | None = None) -> list[int]:
-    """Validate the measured item like any imported evidence, then append it."""
-    from registry.evidence.document import parse_item
+@dataclass(frozen=True)
+class FramesEvidence:
+    artifact: str
+    item: dict[str, Any]
+    recorded: Recorded
 
-    return record_evidence(registry, artifact, [parse_item(item, "perceptual")], run)
+
+def measure_frames(
+    registry: Registry,
+    artifact: str,
+    *,
+    frame_set: str,
+    candidate_path: str | Path,
+    reference_path: str | Path | None,
+    seed: int | None,
+    vbench: float | None,
+    lpips_backbone: str | None,
+    lpips_sha256: str | None = None,
+    run: str | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> FramesEvidence:
+    """Measure ARTIFACT's frames against a registered frame set and record the perceptual item."""
+    from registry.evidence.document import parse_item
+    from registry.evidence.frames import load_frames
+
+    subject = capture_subject(registry, artifact)
+    registered = registered_frames(registry, frame_set)
+    source = reference_path or registered["source"]
+    if not source:
+        raise ValueError(f"frame set {frame_set} records no source path; give --reference-path")
+    registered, reference = load_reference(registry, frame_set, source)
+    candidate = load_frames(candidate_path)
+    item = measure_against_reference(registered, reference, candidate,
+                                     seed=registered["seed"] if seed is None else seed, vbench=vbench,
+                                     lpips_backbone=lpips_backbone, lpips_sha256=lpips_sha256, progress=progress)
+    recorded = record_evidence(registry, subject, [parse_item(item, "perceptual")], run)
+    return FramesEvidence(artifact, item, recorded)

@@ -27,10 +27,9 @@ from registry.events.store import NewEvent
 from registry.events.types import ExternalOutcome
 from registry.evidence.document import EvidenceError, parse_document
 from registry.evidence.motionkernel import SYSTEM, MotionKernelError, claims_motionkernel, classify, plan_import
-from registry.projections.log import EVIDENCE_KIND_BY_TYPE
 
 from .context import Registry
-from .evidence import evidence_events
+from .evidence import capture_subject, evidence_events
 from .workloads import artifact_stream, register_artifact, registration
 
 # A campaign document is metadata and raw timings: kilobytes. Anything far larger is not one.
@@ -174,8 +173,7 @@ def _record(registry: Registry, plan, items: list[dict[str, Any]], origin: dict[
     outcomes = [NewEvent(ExternalOutcome.type, ExternalOutcome(**record, origin=origin)) for record in plan.outcomes]
     if plan.artifact is not None:
         _ensure_artifact(registry, plan, origin)
-        payload_sha256 = registration(registry, plan.artifact)["payload_sha256"]
-        events = [*evidence_events(plan.artifact, payload_sha256, None, items, origin=origin), *outcomes]
+        events = [*evidence_events(capture_subject(registry, plan.artifact), None, items, origin=origin), *outcomes]
         stream = artifact_stream(plan.artifact)
     else:
         events, stream = outcomes, OUTCOMES_STREAM_PREFIX + plan.workload
@@ -242,48 +240,3 @@ def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
         seen[key] = value
     return seen
 
-
-def compare_recorded_verdicts(registry: Registry, state) -> list[dict[str, Any]]:
-    """Each imported verdict beside the registry's own judgement, disagreements first.
-
-    Where the document brought raw evidence, the registry judges exactly that
-    evidence with the gate under the workload's contract as of `state` (not
-    the artifact's latest evidence, which may come from another document);
-    where it brought none, the registry's side is the artifact's current
-    decision. A workload with no declared contract holds: no contract is invented.
-    """
-    from registry.contracts import Contract
-    from registry.gate import ArtifactFacts, GateEvidence, Recorded, decide
-
-    rows = []
-    for artifact_id in sorted(state.artifacts):
-        artifact = state.artifacts[artifact_id]
-        records = [record for record in artifact.get("external", ()) if record.get("recorded_verdict")]
-        if not records:
-            continue
-        by_document: dict[str, dict[str, Recorded]] = {}
-        for event in registry.store.read_stream(artifact_stream(artifact_id), up_to_position=state.position):
-            kind = EVIDENCE_KIND_BY_TYPE.get(event.type)
-            sha = ((event.payload.get("origin") or {}) if kind else {}).get("sha256")
-            if sha:
-                by_document.setdefault(sha, {})[kind] = Recorded(event.event_id, event.payload["item"])
-        declared = state.workloads.get(artifact["workload"])
-        for record in records:
-            evidence = by_document.get(record["origin"]["sha256"])
-            if declared is None:
-                ours = {"decision": "held", "rule": "contract.missing",
-                        "reason": f"workload {artifact['workload']} has no declared contract"}
-            elif evidence:
-                verdict = decide(Contract.from_mapping(declared["contract"]), GateEvidence(**evidence),
-                                 ArtifactFacts(artifact_id, artifact["kind"], artifact["backend"]))
-                ours = {"decision": verdict.decision, "rule": verdict.rule, "reason": verdict.reasons[0]}
-            else:
-                ours = {"decision": artifact["decision"], "rule": artifact["rule"],
-                        "reason": "no raw evidence was imported; this is the artifact's current decision"}
-            recorded = record["recorded_verdict"]
-            agree = (recorded["decision"] in ("pass", "promoted")) == (ours["decision"] == "promoted")
-            rows.append({
-                "artifact": artifact_id, "workload": artifact["workload"], "origin": record["origin"],
-                "recorded": recorded, "registry": ours, "agree": agree,
-            })
-    return sorted(rows, key=lambda row: (row["agree"], row["artifact"], row["origin"]["path"]))

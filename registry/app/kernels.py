@@ -1,21 +1,58 @@
-"""Evaluating a registered fused-kernel artifact against its operation's reference."""
+"""Evaluating a registered fused-kernel artifact against its operation's reference, and recording it.
+
+Measuring and recording are one use case: the registration is captured once,
+before the kernel runs, and the evidence is recorded for exactly that
+registration (see app/evidence.py), or not at all.
+"""
 from __future__ import annotations
 
 import os
-from typing import Any, Callable
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator
 
 from .context import Registry
-from .workloads import current_contract, registration
+from .evidence import Recorded, capture_subject, record_evidence
+from .workloads import current_contract
 
 
-def prepare_triton() -> str:
-    """Use Triton's interpreter when there is no GPU; must run before kernel modules import."""
+@contextmanager
+def triton_runtime() -> Iterator[str]:
+    """Yield "gpu" or "cpu"; on a machine without a GPU, Triton's interpreter is on inside the block.
+
+    Kernel modules must first be imported inside the block (Triton decides at
+    decoration time) and timed inside it too (the timing harness reads the
+    variable to mark interpreter timings). The variable is restored on exit,
+    so a caller's process is left as it was found.
+    """
     import torch
 
     if torch.cuda.is_available():
-        return "gpu"
+        yield "gpu"
+        return
+    before = os.environ.get("TRITON_INTERPRET")
     os.environ.setdefault("TRITON_INTERPRET", "1")
-    return "cpu"
+    try:
+        yield "cpu"
+    finally:
+        if before is None:
+            os.environ.pop("TRITON_INTERPRET", None)
+        else:
+            os.environ["TRITON_INTERPRET"] = before
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """One evaluation: its evidence document (naming the payload measured), parsed items, where they were recorded."""
+
+    artifact: str
+    document: dict[str, Any]
+    items: list[dict[str, Any]]
+    recorded: Recorded | None  # None when the evidence was not recorded (written to a file instead)
+
+    @property
+    def failures(self) -> list[dict[str, Any]]:
+        return [item for item in self.items if item["kind"] == "failure"]
 
 
 def evaluate_artifact(
@@ -25,10 +62,19 @@ def evaluate_artifact(
     corpus: str | None,
     runs: int | None,
     warmup: int,
+    run: str | None = None,
+    record: bool = True,
     progress: Callable[[int, int], None] | None = None,
-) -> list[dict[str, Any]]:
-    """Run the artifact's kernel entry on the corpus; evidence items, or one failure item."""
-    registered = registration(registry, artifact)
+) -> Evaluation:
+    """Run the artifact's kernel entry on the corpus and record the evidence items (or the one failure item).
+
+    With record=False nothing is appended: the document, which names the
+    payload it measured, is for `registry evidence import` later.
+    """
+    from registry.evidence.document import parse_document
+
+    subject = capture_subject(registry, artifact)
+    registered = subject.registration
     if registered["kind"] != "fused_kernel" or not registered["entry"]:
         raise ValueError(f"artifact {artifact} has no kernel entry to evaluate (register it with --op and --entry)")
     contract = current_contract(registry, registered["workload"]).contract
@@ -37,11 +83,17 @@ def evaluate_artifact(
         if contract.speed is None:
             raise ValueError(f"no --runs given and workload {registered['workload']} declares no speed.runs_per_arm")
         runs = canonical["speed"]["runs_per_arm"]
-    device = prepare_triton()
-    from registry.kernels.evaluate import evaluate_kernel
+    with triton_runtime() as device:
+        from registry.kernels.evaluate import evaluate_kernel, evidence_document
 
-    return evaluate_kernel(
-        registered["op"], registered["entry"], corpus=corpus or device, runs=runs, warmup=warmup,
-        policy=canonical["parity"]["policy"], tolerances_by_dtype=canonical["parity"]["tolerances"] or None,
-        progress=progress,
-    )
+        items = evaluate_kernel(
+            registered["op"], registered["entry"], corpus=corpus or device, runs=runs, warmup=warmup,
+            policy=canonical["parity"]["policy"], tolerances_by_dtype=canonical["parity"]["tolerances"] or None,
+            progress=progress,
+        )
+    document = evidence_document(artifact, items, run=run)
+    if subject.payload_sha256 is not None:
+        document["payload_sha256"] = subject.payload_sha256
+    parsed = parse_document(document)
+    recorded = record_evidence(registry, subject, parsed.items, run) if record else None
+    return Evaluation(artifact, document, parsed.items, recorded)

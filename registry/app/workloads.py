@@ -7,7 +7,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from registry.contracts import Contract
+from registry.contracts.names import check_name
 from registry.events.store import NewEvent
+from registry.events.identity import artifact_identity
 from registry.events.types import ARTIFACT_KINDS, ArtifactRegistered, WorkloadDeclared
 
 from .context import Registry
@@ -99,15 +101,18 @@ def register_artifact(
     require_contract: bool = True,
     origin: dict | None = None,
 ) -> Registration:
-    """Register (or re-register with new content) an artifact; validates everything first.
+    """Register (or re-register with new claims) an artifact; validates everything first.
 
-    `bundle` (a verified manifest, see app/bundles.py) comes with its digest as `payload_sha256`.
+    A re-registration that changes any identity field (payload, backend,
+    operation, entry point) starts a new decision; the same claims again
+    append nothing. `bundle` (a verified manifest, see app/bundles.py) comes
+    with its digest as `payload_sha256`.
     Only an import passes `require_contract=False`: a document may name a
     workload nobody has declared yet, and no contract is invented for it, so
     its artifacts hold until one is declared. `origin` names that document.
     """
-    if not artifact or any(ch.isspace() for ch in artifact) or ":" in artifact:
-        raise ValueError(f"artifact id {artifact!r} must be non-empty with no spaces or colons")
+    check_name(artifact, "artifact id")
+    check_name(workload, "workload")
     if kind not in ARTIFACT_KINDS:
         raise ValueError(f"kind {kind!r} is not one of {', '.join(ARTIFACT_KINDS)}")
     if kind == "attention_backend" and not backend:
@@ -140,11 +145,10 @@ def register_artifact(
                 f"artifact {artifact} is registered as a {first['kind']} of workload {first['workload']}; "
                 "register a new id instead"
             )
-        if existing[-1].payload["payload_sha256"] == digest and existing[-1].payload["entry"] == entry \
-                and existing[-1].payload["backend"] == backend:
-            return Registration(artifact, digest, False)
     event = ArtifactRegistered(artifact=artifact, kind=kind, workload=workload, payload_sha256=digest,
                                backend=backend, op=op, entry=entry, bundle=bundle, origin=origin)
+    if existing and artifact_identity(existing[-1].payload) == artifact_identity(event.model_dump()):
+        return Registration(artifact, digest, False)  # the same claims: the same decision continues
     registry.store.append(stream, [NewEvent(event.type, event)], expected_version=registry.store.stream_version(stream),
                           actor=registry.actor)
     return Registration(artifact, digest, True)

@@ -62,8 +62,8 @@ def locked_entry(state: dict[str, Any], manifest: BundleManifest) -> dict[str, A
     """The lock entry for a promoted artifact's projected state."""
     return {
         "artifact": state["artifact"],
-        "identity": {key: state.get(key) for key in ("artifact", "workload", "kind", "backend", "op", "entry",
-                                                     "payload_sha256")},
+        "identity": {key: state.get(key) for key in ("artifact", "identity", "workload", "kind", "backend", "op",
+                                                     "entry", "payload_sha256")},
         "bundle_sha256": manifest.digest,
         "manifest": manifest.canonical(),
         "verdict_event_id": state["verdict_event_id"],

@@ -6,13 +6,15 @@ import sys
 import click
 
 from .session import Session, pass_session
-from .output import emit_json, say, table
+from .output import emit_json, exit_status_ahead, say, table
 
 EXIT_NOT_PROMOTED = 3
 
 
-def print_verdict(artifact: str, verdict: dict) -> None:
-    say(f"{artifact}: {verdict['decision'].upper()} (tier {verdict['tier'] or '-'}, rule {verdict['rule']})")
+def print_verdict(artifact: str, verdict: dict, contract_version: int | None, benchmark_attempts: int) -> None:
+    contract = f"contract v{contract_version}" if contract_version is not None else "no contract"
+    say(f"{artifact}: {verdict['decision'].upper()} (tier {verdict['tier'] or '-'}, rule {verdict['rule']}, "
+        f"{contract}, {benchmark_attempts} benchmark attempt(s) for this identity)")
     for reason in verdict["reasons"]:
         say(f"  - {reason}")
     if verdict["margins"]:
@@ -39,14 +41,17 @@ def promote(session: Session, artifact_id: str, as_json: bool) -> None:
 
     outcome = run_promote(session.open(), artifact_id)
     verdict = outcome.verdict
+    promoted = verdict["decision"] == "promoted"
+    exit_status_ahead(0 if promoted else EXIT_NOT_PROMOTED)
     if as_json:
         emit_json({**verdict, "artifact": artifact_id, "appended": outcome.appended,
-                   "contract_version": outcome.contract_version, "evidence": verdict["evidence_ids"]})
+                   "contract_version": outcome.contract_version, "evidence": verdict["evidence_ids"],
+                   "benchmark_attempts": outcome.benchmark_attempts})
     else:
-        print_verdict(artifact_id, verdict)
+        print_verdict(artifact_id, verdict, outcome.contract_version, outcome.benchmark_attempts)
         if outcome.standing:
-            say("  (standing verdict: promoted and rejected are final for this payload)")
-    if verdict["decision"] != "promoted":
+            say("  (standing verdict: promoted and rejected are final for this identity)")
+    if not promoted:
         sys.exit(EXIT_NOT_PROMOTED)
 
 
@@ -54,13 +59,16 @@ def _human(action: str):
     @click.command(action)
     @click.argument("artifact_id")
     @click.option("--reason", required=True, help="Why (required, recorded with your name).")
+    @click.option("--verdict", "verdict_event_id", metavar="EVENT_ID",
+                  help="The verdict event you are answering (as `show` prints it); default: the latest. "
+                       "Refused if it is not the latest when the decision is recorded.")
     @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
     @pass_session
-    def command(session: Session, artifact_id: str, reason: str, as_json: bool) -> None:
+    def command(session: Session, artifact_id: str, reason: str, verdict_event_id: str | None, as_json: bool) -> None:
         from registry.app.decisions import human_decision
 
         registry = session.open()
-        position = human_decision(registry, artifact_id, action, reason)
+        position = human_decision(registry, artifact_id, action, reason, verdict_event_id)
         if as_json:
             emit_json({"artifact": artifact_id, "action": action, "person": registry.actor, "position": position})
         else:
@@ -88,6 +96,10 @@ def what_if(session: Session, manifest: str, as_json: bool) -> None:
         return
     changed = [o for o in outcomes if o.changed]
     say(f"{len(changed)} of {len(outcomes)} decisions would change")
+    for outcome in outcomes:
+        if outcome.contract_note:
+            say(f"  {outcome.artifact}: {outcome.contract_note}; under this contract: {outcome.new_decision} "
+                f"({outcome.new_rule})")
     table(None, ["artifact", "now", "would be", "rule", "margin that moved"],
           ((o.artifact, o.old_decision, o.new_decision, o.new_rule,
             "; ".join(f"{m['metric']} {m['old_margin'] if m['old_margin'] is None else format(m['old_margin'], '+.4g')}"

@@ -4,12 +4,17 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from .session import Session, pass_session
-from .output import emit_json, say, table
+from .output import emit_json, exit_status_ahead, say, table
+from .params import name_value, seed_value
 from .progress import progress_bar
+
+if TYPE_CHECKING:
+    from registry.app.evidence import Recorded
 
 EXIT_EVALUATION_FAILED = 4
 
@@ -28,11 +33,20 @@ def evidence_import(session: Session, document: str, as_json: bool) -> None:
     from registry.app.evidence import import_document
     from registry.evidence.document import read_document_file
 
-    artifact, positions = import_document(session.open(), read_document_file(document))
+    artifact, recorded = import_document(session.open(), read_document_file(document))
     if as_json:
-        emit_json({"artifact": artifact, "positions": positions})
+        emit_json({"artifact": artifact, "positions": recorded.positions, "appended": recorded.appended})
     else:
-        say(f"recorded {len(positions)} evidence events for {artifact} (positions {positions[0]}-{positions[-1]})")
+        say(recorded_text(recorded, artifact))
+
+
+def recorded_text(recorded: Recorded, artifact: str) -> str:
+    """What an evidence append did: the events it recorded, or that the run was already there."""
+    positions = recorded.positions
+    where = f"position {positions[0]}" if len(positions) == 1 else f"positions {positions[0]}-{positions[-1]}"
+    if recorded.appended:
+        return f"recorded {len(positions)} evidence event{'s' if len(positions) > 1 else ''} for {artifact} ({where})"
+    return f"nothing new recorded: this run of {artifact} is already in the log ({where})"
 
 
 @evidence.command("frames")
@@ -42,41 +56,39 @@ def evidence_import(session: Session, document: str, as_json: bool) -> None:
               help="The candidate's frames (.npy, .npz or a directory of PNGs).")
 @click.option("--reference-path", type=click.Path(exists=True),
               help="Where the reference pixels are (default: where they were registered from).")
-@click.option("--seed", type=int, help="Seed the candidate frames were generated with (must match the frame set's).")
+@click.option("--seed", type=int, callback=seed_value,
+              help="Seed the candidate frames were generated with (must match the frame set's).")
 @click.option("--vbench", type=float, help="A VBench score measured by an isolated stage, in [0, 1].")
 @click.option("--lpips-backbone", type=click.Path(exists=True, dir_okay=False), envvar="REGISTRY_LPIPS_BACKBONE",
               help="AlexNet backbone weights for LPIPS (else LPIPS is reported absent).")
 @click.option("--lpips-sha256", help="Declared sha256 of a backbone that is not torchvision's published file.")
-@click.option("--run", "run_id", help="Run id (idempotency key).")
+@click.option("--run", "run_id", callback=name_value,
+              help="Run id (idempotency key; a name as in docs/names.md). The same run twice records it once.")
 @click.option("--json", "as_json", is_flag=True, help="Print the evidence item as JSON.")
 @pass_session
 def evidence_frames(session: Session, artifact_id: str, frame_set: str, candidate_path: str, reference_path: str | None,
                     seed: int | None, vbench: float | None, lpips_backbone: str | None, lpips_sha256: str | None,
                     run_id: str | None, as_json: bool) -> None:
-    """Measure ARTIFACT_ID's frames against a registered frame set and record perceptual evidence."""
-    from registry.app.frames import load_reference, measure_against_reference, record_frames_evidence, registered_frames
-    from registry.app.workloads import registration
-    from registry.evidence.frames import load_frames
+    """Measure ARTIFACT_ID's frames against a registered frame set and record perceptual evidence.
 
-    registry = session.open()
-    registration(registry, artifact_id)
-    registered = registered_frames(registry, frame_set)
-    source = reference_path or registered["source"]
-    if not source:
-        raise ValueError(f"frame set {frame_set} records no source path; give --reference-path")
-    registered, reference = load_reference(registry, frame_set, source)
-    candidate = load_frames(candidate_path)
+    The evidence is recorded for the registration the artifact had when the
+    measurement started; if it was re-registered meanwhile, nothing is recorded.
+    """
+    from registry.app.frames import measure_frames
+
     with progress_bar(f"measuring {artifact_id}") as update:
-        item = measure_against_reference(registered, reference, candidate,
-                                         seed=registered["seed"] if seed is None else seed, vbench=vbench,
-                                         lpips_backbone=lpips_backbone, lpips_sha256=lpips_sha256, progress=update)
-    positions = record_frames_evidence(registry, artifact_id, item, run_id)
+        measured = measure_frames(session.open(), artifact_id, frame_set=frame_set, candidate_path=candidate_path,
+                                  reference_path=reference_path, seed=seed, vbench=vbench,
+                                  lpips_backbone=lpips_backbone, lpips_sha256=lpips_sha256, run=run_id,
+                                  progress=update)
+    item, recorded = measured.item, measured.recorded
     if as_json:
-        emit_json({"artifact": artifact_id, "position": positions[0], "evidence": item})
+        emit_json({"artifact": artifact_id, "position": recorded.positions[0], "appended": recorded.appended,
+                   "evidence": item})
         return
     worst = min(item["ssim"])
-    say(f"recorded perceptual evidence for {artifact_id} at position {positions[0]}: worst SSIM {worst:.4f} "
-        f"(frame {item['ssim'].index(worst)}) over {item['frames']} frames")
+    say(recorded_text(recorded, artifact_id))
+    say(f"  worst SSIM {worst:.4f} (frame {item['ssim'].index(worst)}) over {item['frames']} frames")
     for metric, why in (item.get("absent") or {}).items():
         say(f"  {metric} absent: {why}")
 
@@ -87,41 +99,41 @@ def evidence_frames(session: Session, artifact_id: str, frame_set: str, candidat
 @click.option("--warmup", type=click.IntRange(min=0), default=2, show_default=True, help="Untimed warm-up calls per arm.")
 @click.option("--corpus", type=click.Choice(["cpu", "gpu"]), help="Shape corpus (default: gpu with CUDA, else cpu).")
 @click.option("--emit", type=click.Path(dir_okay=False), help="Write an evidence-import file instead of appending.")
-@click.option("--run", "run_id", help="Run id (idempotency key for the appended evidence).")
+@click.option("--run", "run_id", callback=name_value,
+              help="Run id (idempotency key for the appended evidence; a name as in docs/names.md).")
 @click.option("--json", "as_json", is_flag=True, help="Print the evidence items as JSON.")
 @pass_session
 def evaluate(session: Session, artifact_id: str, runs: int | None, warmup: int, corpus: str | None,
              emit: str | None, run_id: str | None, as_json: bool) -> None:
     """Run ARTIFACT_ID's kernel against its reference and record parity, timing and execution.
 
-    Any stage that fails is recorded as an EvaluationFailed event naming the
-    stage and the error, and the command exits 4.
+    The evidence is recorded for the registration captured before the kernel
+    ran (with --emit, the file names that payload); if the artifact was
+    re-registered meanwhile, nothing is recorded. Any stage that fails is
+    recorded as an EvaluationFailed event naming the stage and the error, and
+    the command exits 4.
     """
-    from registry.app.evidence import record_evidence
     from registry.app.kernels import evaluate_artifact
-    from registry.evidence.document import parse_document
 
-    registry = session.open()
     with progress_bar(f"evaluating {artifact_id}") as update:
-        items = evaluate_artifact(registry, artifact_id, corpus=corpus, runs=runs, warmup=warmup, progress=update)
-    from registry.kernels.evaluate import evidence_document
-
-    document = evidence_document(artifact_id, items, run=run_id)
-    parsed = parse_document(document)
+        evaluation = evaluate_artifact(session.open(), artifact_id, corpus=corpus, runs=runs, warmup=warmup,
+                                       run=run_id, record=emit is None, progress=update)
+    failures = evaluation.failures
+    exit_status_ahead(EXIT_EVALUATION_FAILED if failures else 0)
     if emit:
-        Path(emit).write_text(json.dumps(document, indent=2, sort_keys=True, allow_nan=False), encoding="utf-8")
+        Path(emit).write_text(json.dumps(evaluation.document, indent=2, sort_keys=True, allow_nan=False),
+                              encoding="utf-8")
         say(f"evidence for {artifact_id} written to {emit} (import it with `registry evidence import`)")
+    elif as_json:
+        recorded = evaluation.recorded
+        emit_json({"artifact": artifact_id, "positions": recorded.positions, "appended": recorded.appended,
+                   "evidence": evaluation.items})
     else:
-        positions = record_evidence(registry, artifact_id, parsed.items, run_id)
-        if as_json:
-            emit_json({"artifact": artifact_id, "positions": positions, "evidence": parsed.items})
-        else:
-            say(f"recorded {len(positions)} events for {artifact_id}")
-    failures = [item for item in parsed.items if item["kind"] == "failure"]
+        say(recorded_text(evaluation.recorded, artifact_id))
     for failure in failures:
         click.echo(f"evaluation failed at {failure['stage']}: {failure['error']}", err=True)
     if not as_json and not failures:
-        for item in parsed.items:
+        for item in evaluation.items:
             if item["kind"] == "benchmark":
                 d = item["derived"]
                 say(f"  {item['timer']} on {item['device']}: speedup {d['speedup']:.3f}x over {d['runs_per_arm']} pairs")
@@ -135,13 +147,13 @@ def evaluate(session: Session, artifact_id: str, runs: int | None, warmup: int, 
 @click.option("--json", "as_json", is_flag=True, help="Print the operations as JSON.")
 def kernels(as_json: bool) -> None:
     """List the built-in operations, their references, cost models and kernel entries."""
-    from registry.app.kernels import prepare_triton
+    from registry.app.kernels import triton_runtime
 
-    prepare_triton()
-    from registry.kernels.ops import list_operations
+    with triton_runtime():
+        from registry.kernels.ops import list_operations
 
-    ops = [{"name": op.name, "reference": op.reference, "kernels": list(op.kernels), "outputs": list(op.outputs),
-            "cost_model": op.cost_model} for op in list_operations()]
+        ops = [{"name": op.name, "reference": op.reference, "kernels": list(op.kernels), "outputs": list(op.outputs),
+                "cost_model": op.cost_model} for op in list_operations()]
     if as_json:
         emit_json(ops)
         return

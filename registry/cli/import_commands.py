@@ -6,7 +6,7 @@ import sys
 import click
 
 from .session import Session, pass_session
-from .output import emit_json, say, table
+from .output import emit_json, exit_status_ahead, say, table
 
 EXIT_CHECK_FAILED = 1
 
@@ -36,6 +36,7 @@ def import_motionkernel(session: Session, paths: tuple[str, ...], check_only: bo
 
     registry = None if check_only else session.open()
     summary = run_import(registry, paths, workload=workload, check_only=check_only, progress=_progress(as_json))
+    exit_status_ahead(EXIT_CHECK_FAILED if check_only and summary.unreadable_claims else 0)
     if as_json:
         emit_json(summary.to_dict())
     else:

@@ -3,10 +3,11 @@ from __future__ import annotations
 
 import click
 
+from registry.app import Registry, open_registry
 from registry.events.database import current_revision, head_revision
 
 from .session import Session, pass_session
-from .output import emit_json, say, short, table
+from .output import emit_json, exit_status_ahead, say, short, table
 
 
 @click.command()
@@ -21,6 +22,11 @@ def init(session: Session, as_json: bool) -> None:
         emit_json({"database": where, "revision": revision})
     else:
         say(f"registry ready at {where} (schema {revision})")
+
+
+def open_for_reading(session: Session) -> Registry:
+    """The registry for a command that only reads the log: a SQLite file is opened read-only (mode=ro)."""
+    return open_registry(session.url, actor=session.actor, read_only=True)
 
 
 def stream_name(name: str) -> str:
@@ -53,7 +59,7 @@ def history(session: Session, stream: str, as_of: str | None, as_json: bool) -> 
     """
     from registry.projections import resolve_as_of
 
-    registry = session.open()
+    registry = open_for_reading(session)
     position = resolve_as_of(registry.store, as_of)
     events = registry.store.read_stream(stream_name(stream), up_to_position=position)
     if not events:
@@ -78,20 +84,43 @@ def history(session: Session, stream: str, as_of: str | None, as_json: bool) -> 
                 f"(contract v{event.payload['contract_version']}, {event.payload['gate_version']})")
 
 
+def parse_head(text: str) -> tuple[int, str]:
+    """--expect-head POSITION:HASH, as `verify` prints a head."""
+    position, _, digest = text.strip().partition(":")
+    if not (position.isascii() and position.isdigit()) or len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
+        raise ValueError(f"--expect-head {text!r} is not POSITION:HASH (a log position, a colon and the 64 lowercase "
+                         "hex digits of its chain hash, as `registry verify` prints the head)")
+    return int(position), digest
+
+
 @click.command()
-@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@click.option("--expect-head", "expect_head", metavar="POSITION:HASH",
+              help="A head noted before (from `verify`, a lock file): the log must still hold that hash at that "
+                   "position. The chain alone cannot see events cut off its end.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result, with the head seen, as JSON.")
 @pass_session
-def verify(session: Session, as_json: bool) -> None:
-    """Walk the hash chain; exit 1 at the first broken link."""
-    registry = session.open()
-    report = registry.store.verify()
+def verify(session: Session, expect_head: str | None, as_json: bool) -> None:
+    """Walk the hash chain and the order of times; print the head; exit 1 at the first break.
+
+    Checks every link, that positions run 1..N, that no event is recorded
+    earlier than the one before it, and (with --expect-head) that the log
+    still holds a head noted before.
+    """
+    expected = None if expect_head is None else parse_head(expect_head)
+    registry = open_for_reading(session)
+    report = registry.store.verify(expect_head=expected)
+    exit_status_ahead(0 if report.intact else 1)
+    head = f"{report.head_position}:{report.head_hash}"
     if as_json:
         emit_json(
-            {"intact": report.intact, "count": report.count, "head_hash": report.head_hash,
-             "broken_at": report.broken_at, "problem": report.problem}
+            {"intact": report.intact, "count": report.count, "head": {"position": report.head_position,
+                                                                      "hash": report.head_hash},
+             "head_hash": report.head_hash, "expected_head": None if expected is None else
+             {"position": expected[0], "hash": expected[1]}, "broken_at": report.broken_at, "problem": report.problem}
         )
     elif report.intact:
-        say(f"chain intact: {report.count} events, head {report.head_hash}")
+        holds = f"; it holds the expected head {expected[0]}:{expected[1]}" if expected is not None else ""
+        say(f"chain intact: {report.count} events, head {head}{holds}")
     else:
         click.echo(f"chain broken at position {report.broken_at}: {report.problem}", err=True)
     if not report.intact:
@@ -106,8 +135,8 @@ def db() -> None:
 @db.command("upgrade")
 @pass_session
 def db_upgrade(session: Session) -> None:
-    """Upgrade the database schema to this version's head."""
-    registry = session.open(create=True)
+    """Upgrade an existing registry's schema to this version's head (`init` creates one)."""
+    registry = open_registry(session.url, actor=session.actor, upgrading=True)
     say(f"schema at {current_revision(registry.engine)}")
 
 
@@ -115,10 +144,10 @@ def db_upgrade(session: Session) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @pass_session
 def db_current(session: Session, as_json: bool) -> None:
-    """Print the database's schema revision and this code's head."""
+    """Print the database's schema revision and this code's head; reads only, creates nothing."""
     from registry.events.database import make_engine, resolve_url
 
-    engine = make_engine(resolve_url(session.url))
+    engine = make_engine(resolve_url(session.url), read_only=True)
     revision = current_revision(engine)
     if as_json:
         emit_json({"current": revision, "head": head_revision()})

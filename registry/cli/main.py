@@ -13,7 +13,7 @@ import click
 from registry import __version__
 from registry.events.errors import StoreError
 
-from .output import fail
+from .output import EXIT_STATUS_KEY, fail
 from .session import Session
 
 REFUSALS = (StoreError, ValueError, OSError)
@@ -23,21 +23,33 @@ class RegistryGroup(click.Group):
     """Turns every refusal raised below into one line on stderr and exit 1.
 
     A reader that stops early (`registry history X | head`) closes the pipe:
-    that ends the command quietly with exit 0, as other command-line tools
-    do. Standard output is flushed here, inside the handler, so a pipe closed
-    while the output still sits in the buffer is caught too.
+    that ends the command quietly, as other command-line tools do, with exit
+    0, or with the status the command recorded before printing
+    (output.exit_status_ahead: a promote's 3 stays 3). Standard output is
+    flushed here, so a pipe closed while the output still sits in the buffer
+    is caught too, not at interpreter exit.
     """
 
     def invoke(self, ctx: click.Context):
         try:
-            result = super().invoke(ctx)
-            sys.stdout.flush()
-            return result
+            try:
+                return super().invoke(ctx)
+            except REFUSALS as exc:
+                if isinstance(exc, BrokenPipeError):
+                    raise
+                fail(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+            finally:
+                _flush_stdout()
         except BrokenPipeError:
             _discard_stdout()
-            sys.exit(0)
-        except REFUSALS as exc:
-            fail(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+            sys.exit(ctx.meta.get(EXIT_STATUS_KEY, 0))
+
+
+def _flush_stdout() -> None:
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        _discard_stdout()
 
 
 def _discard_stdout() -> None:
@@ -52,8 +64,11 @@ def _discard_stdout() -> None:
 
 
 @click.group(cls=RegistryGroup, context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--db", "url", metavar="URL", help="Database URL (else REGISTRY_DATABASE_URL, else sqlite:///registry.db).")
-@click.option("--actor", help="Who is acting (else REGISTRY_ACTOR, else user@host).")
+@click.option("--db", "url", metavar="URL",
+              help="Database URL (else REGISTRY_DATABASE_URL, else sqlite:///registry.db; "
+                   "`registry demo` uses its own demo.db).")
+@click.option("--actor", help="Who is acting (else REGISTRY_ACTOR, else user@host): a name as every id is "
+                              "(1-128 characters, a letter or digit first, no whitespace, control characters or ':').")
 @click.version_option(__version__, prog_name="registry")
 @click.pass_context
 def main(ctx: click.Context, url: str | None, actor: str | None) -> None:

@@ -1,26 +1,16 @@
 """Printing: rich tables for people, JSON for programs, one-line errors.
 
-Every name a table shows comes from the log (artifact ids, workloads, actors,
-failure stages), and the log cannot change: a name must therefore never be
-read as rich markup, or a database holding `[/bad]` could not be shown again.
-Tables here build every title, header and cell as a plain `Text`, which rich
-prints literally; `say` and `emit_json` never interpret markup at all.
+`say` and `emit_json` never interpret markup at all. Tables are drawn by
+`rich_tables`, imported only when a table is printed: rich costs a read
+command's start-up a tenth of a second, and `--json` never needs it.
 """
 from __future__ import annotations
 
-import errno
-import io
 import json
 import sys
 from typing import Any, Iterable, Sequence
 
 import click
-from rich.console import Console
-from rich.table import Table
-from rich.text import Text
-
-# Width of tables that go to a pipe or a file, where there is no terminal to measure.
-PLAIN_WIDTH = 160
 
 TableSpec = tuple[str | None, Sequence[str], Iterable[Sequence[Any]]]
 
@@ -29,45 +19,37 @@ def emit_json(value: Any) -> None:
     click.echo(json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, allow_nan=False, default=str))
 
 
-class _Console(Console):
-    """A rich console that leaves a closed pipe to the command line's one handler (registry.cli.main)."""
-
-    def on_broken_pipe(self) -> None:
-        raise BrokenPipeError(errno.EPIPE, "Broken pipe")
-
-
-def _literal(value: Any) -> Text:
-    return Text("" if value is None else str(value))
-
-
-def _rich_table(title: str | None, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> Table:
-    out = Table(title=None if title is None else _literal(title), show_lines=False, header_style="bold")
-    for column in columns:
-        out.add_column(_literal(column), overflow="fold")
-    for row in rows:
-        out.add_row(*(_literal(cell) for cell in row))
-    return out
-
-
 def table(title: str | None, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
-    """Print one table on standard output (the terminal's width there, else PLAIN_WIDTH)."""
-    console = Console()
-    _Console(width=console.width if console.is_terminal else PLAIN_WIDTH, soft_wrap=False).print(
-        _rich_table(title, columns, rows))
+    """Print one table on standard output (the terminal's width there, else rich_tables.PLAIN_WIDTH)."""
+    from .rich_tables import print_table  # rich only when a table is drawn (see the module docstring)
+
+    print_table(title, columns, rows)
 
 
 def tables_text(tables: Iterable[TableSpec]) -> str:
-    """Tables as plain text (no colour, PLAIN_WIDTH wide), for a file."""
-    buffer = io.StringIO()
-    console = Console(file=buffer, width=PLAIN_WIDTH, soft_wrap=False, color_system=None, force_terminal=False)
-    for spec in tables:
-        console.print(_rich_table(*spec))
-    return buffer.getvalue()
+    """Tables as plain text (no colour, rich_tables.PLAIN_WIDTH wide), for a file."""
+    from .rich_tables import render_tables  # rich only when a table is drawn (see the module docstring)
+
+    return render_tables(tables)
 
 
 def newline_terminated(text: str) -> str:
     """A rendered document as written to a file or standard output: its last line ends with a newline."""
     return text if text.endswith("\n") else text + "\n"
+
+
+# Context.meta is shared by a command's context and its group's (registry.cli.main reads it).
+EXIT_STATUS_KEY = "registry.exit_status"
+
+
+def exit_status_ahead(status: int) -> None:
+    """Record the status the command will exit with, before it prints its result.
+
+    A reader that closes the pipe early ends the command at its next write;
+    the command then exits with this status (0 when none was recorded), so a
+    closed pipe can never turn "not promoted" or "chain broken" into success.
+    """
+    click.get_current_context().meta[EXIT_STATUS_KEY] = status
 
 
 def say(text: str) -> None:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from .output import emit_json, newline_terminated, say, table, tables_text
+from .output import emit_json, exit_status_ahead, newline_terminated, say, table, tables_text
 from .session import Session, pass_session
 
 REPORT_FORMATS = ("table", "json", "csv", "html")
@@ -19,9 +19,9 @@ def as_of_text(position: int | None) -> str:
     return "" if position is None else f" as of position {position}"
 
 
-def _state_summary(state: dict) -> dict:
+def _state_summary(state: dict, note: str | None) -> dict:
     """The show --json document: the projected state with the decision on top."""
-    return {"artifact": state["artifact"], "decision": state["decision"], **state}
+    return {"artifact": state["artifact"], "decision": state["decision"], "contract_note": note, **state}
 
 
 @click.command()
@@ -32,20 +32,33 @@ def _state_summary(state: dict) -> dict:
 def show(session: Session, artifact_id: str, as_of: str | None, as_json: bool) -> None:
     """Show ARTIFACT_ID's state, latest verdict, margins, speedup and evidence."""
     from registry.projections import Projections, resolve_as_of
+    from registry.projections.state import contract_note
 
     registry = session.open()
     position = resolve_as_of(registry.store, as_of)
-    state = Projections(registry.store).artifact(artifact_id, as_of=position)
+    projections = Projections(registry.store)
+    state = projections.artifact(artifact_id, as_of=position)
     if state is None:
         raise ValueError(f"unknown artifact {artifact_id!r}" + as_of_text(position))
-    declared = Projections(registry.store).workload(state["workload"], as_of=position) is not None
+    workload = projections.workload(state["workload"], as_of=position)
+    declared = workload is not None
+    note = contract_note(state, workload)
     if as_json:
-        emit_json({**_state_summary(state), "workload_declared": declared})
+        emit_json({**_state_summary(state, note), "workload_declared": declared})
         return
     say(f"{artifact_id}: {state['decision'].upper()}  ({state['kind']} for workload {state['workload']}, "
         f"tier {state['tier'] or '-'}, payload {str(state['payload_sha256'])[:12]})")
     if not declared:
         say(f"  held: workload {state['workload']} has no declared contract; nothing can be decided until one is")
+    say(f"  identity {state['identity'][:12]}: {state['benchmark_attempts']} benchmark attempt(s)"
+        + (f", verdict under contract v{state['contract_version']}" if state["contract_version"] else ""))
+    changed = state["identity_changed"]
+    if changed:
+        fields = ", ".join(f"{key} {old} -> {new}" for key, (old, new) in changed["changes"].items())
+        say(f"  identity changed at position {changed['position']} ({fields}): "
+            "earlier evidence and verdicts stay in history and no longer count")
+    if note:
+        say(f"  {note} (see `registry what-if`)")
     if state["decided_by"] == "human" and state["human"]:
         human = state["human"]
         say(f"  {human['action']} by {human['person']}: {human['reason']}")
@@ -146,6 +159,7 @@ def replay(session: Session, check: bool, as_json: bool) -> None:
         emit_json(result) if as_json else say(f"rebuilt from {result['events']} events: {result['artifacts']} artifacts")
         return
     outcome = verify_projections(registry.store)
+    exit_status_ahead(0 if outcome.ok else 1)
     if as_json:
         emit_json(outcome.to_dict())
     elif outcome.ok:

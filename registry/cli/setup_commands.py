@@ -5,10 +5,11 @@ from pathlib import Path
 
 import click
 
-from registry.events.types import ARTIFACT_KINDS
+from registry.events.catalogue import ARTIFACT_KINDS
 
 from .session import Session, pass_session
 from .output import emit_json, say
+from .params import name_value, seed_value
 
 
 @click.group()
@@ -42,7 +43,7 @@ def artifact() -> None:
 
 
 @artifact.command("register")
-@click.argument("artifact_id")
+@click.argument("artifact_id", callback=name_value)
 @click.option("--workload", "workload_id", required=True, help="The workload whose contract judges it.")
 @click.option("--kind", required=True, type=click.Choice(ARTIFACT_KINDS), help="What sort of artifact it is.")
 @click.option("--backend", help="The backend it claims to run (required for attention_backend).")
@@ -56,6 +57,9 @@ def artifact_register(session: Session, artifact_id: str, workload_id: str, kind
                       payload: str | None, bundle_dir: str | None, op: str | None, entry: str | None,
                       as_json: bool) -> None:
     """Register ARTIFACT_ID as a candidate for a workload.
+
+    ARTIFACT_ID is a name: 1 to 128 characters, starting with a letter or
+    digit, with no whitespace, control characters or ':' (docs/names.md).
 
     With --bundle its identity is the bundle manifest's digest; every file is
     checked against the manifest before anything is recorded.
@@ -84,13 +88,17 @@ def frames() -> None:
 
 
 @frames.command("register")
-@click.argument("name")
+@click.argument("name", callback=name_value)
 @click.argument("path", type=click.Path(exists=True))
-@click.option("--seed", type=int, required=True, help="The fixed seed the frames were generated with.")
+@click.option("--seed", type=int, required=True, callback=seed_value,
+              help="The fixed seed the frames were generated with (0 to 2**64 - 1).")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @pass_session
 def frames_register(session: Session, name: str, path: str, seed: int, as_json: bool) -> None:
-    """Register the frames at PATH (.npy, .npz or a directory of PNGs) as frame set NAME."""
+    """Register the frames at PATH (.npy, .npz or a directory of PNGs) as frame set NAME.
+
+    NAME follows the naming rule of every id (docs/names.md).
+    """
     from registry.app.frames import register_frames
     from registry.evidence.frames import load_frames
 

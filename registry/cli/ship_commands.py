@@ -15,7 +15,7 @@ from pathlib import Path
 import click
 
 from .session import Session, pass_session
-from .output import emit_json, say, table
+from .output import emit_json, exit_status_ahead, say, table
 from .query_commands import AS_OF_HELP
 
 EXIT_NO_MATCH = 3
@@ -123,6 +123,7 @@ def resolve(session: Session, workload_id: str, profile, site, as_of: str | None
         raise ValueError("resolve needs the runtime: --arch and --torch, or --detect")
     registry = session.open()
     found = resolve_workload(registry, workload_id, profile, site, resolve_as_of(registry.store, as_of))
+    exit_status_ahead(EXIT_NO_MATCH if found.resolution.chosen is None else 0)
     if as_json:
         emit_json(found.to_dict())
     else:
@@ -212,6 +213,7 @@ def lock_verify(session: Session, lock_file: str, bundles_dir: str | None, as_js
 
         problems += registry_problems(session.open(), parsed)
         checked.append("registry")
+    exit_status_ahead(1 if problems else 0)
     if as_json:
         emit_json({"lock": lock_file, "workload": parsed.workload, "artifacts": [a.artifact for a in parsed.artifacts],
                    "checked": checked, "ok": not problems, "problems": [p.to_dict() for p in problems]})

@@ -43,7 +43,7 @@ class FidelityBudget:
             if value is not None:
                 object.__setattr__(self, name, _in_range(value, low, high, f"fidelity.{name}"))
         if self.frame_set is not None:
-            f.text(self.frame_set, "fidelity.frame_set")
+            f.name(self.frame_set, "fidelity.frame_set")
         if self.seed is not None:
             f.integer(self.seed, "fidelity.seed")
         if self.frames is not None:

@@ -11,9 +11,8 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-import yaml
-
 from registry.contracts.errors import ContractError
+from registry.contracts.names import name_refusal
 
 _INT, _FLOAT = "tag:yaml.org,2002:int", "tag:yaml.org,2002:float"
 _EXPONENT = re.compile(r"[0-9.][eE][-+]?[0-9]")
@@ -90,6 +89,8 @@ def choice(value: Any, options: tuple[str, ...], path: str) -> str:
 
 def _why_text(value: str) -> str:
     """Why YAML gave a number-like value as text: it was quoted, or YAML 1.1 does not read it as a number."""
+    import yaml  # only on this error path: registry.contracts is imported on every open
+
     if yaml.resolver.Resolver().resolve(yaml.ScalarNode, value, (True, False)) in (_INT, _FLOAT):
         return "it is quoted in the manifest; remove the quotes"
     if _EXPONENT.search(value):
@@ -111,3 +112,11 @@ def _type(value: Any) -> str:
     if isinstance(value, (str, bool, int, float)):
         return f"{type(value).__name__} {value!r}"
     return type(value).__name__
+
+
+def name(value: Any, path: str) -> str:
+    """An id (a workload, a frame set): the registry's one naming rule (registry.contracts.names)."""
+    refusal = name_refusal(value)
+    if refusal is not None:
+        raise ContractError(f"{path}: {refusal}")
+    return value

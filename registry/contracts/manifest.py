@@ -13,22 +13,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from registry.contracts import fields as f
 from registry.contracts.errors import ContractError
 from registry.contracts.fidelity import FidelityBudget
 from registry.contracts.parity import ParityPolicy, Tolerance, is_floating_dtype, is_known_dtype, normalize_dtype
 from registry.contracts.speed import SpeedGate
-from registry.documents import (
-    MAX_DEPTH,
-    MAX_MANIFEST_BYTES,
-    DocumentError,
-    check_tree,
-    integer_refusal,
-    read_document,
-    too_many_digits,
-)
+from registry.documents import MAX_MANIFEST_BYTES, DocumentError, read_document
 
 _TOP = ("workload", "model", "sampling", "parity", "fidelity", "speed", "tags")
 _SAMPLING_SIZES = ("height", "width", "frames", "steps")
@@ -86,7 +76,7 @@ class Contract:
     tags: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
-        f.text(self.workload, "workload")
+        f.name(self.workload, "workload")
         for name, kind in (("parity", ParityPolicy), ("fidelity", FidelityBudget)):
             if not isinstance(getattr(self, name), kind):
                 raise ContractError(f"{name}: expected a {kind.__name__}")
@@ -159,7 +149,9 @@ class Contract:
 
     @classmethod
     def from_yaml(cls, text: str) -> Contract:
-        return cls.from_mapping(_load_yaml(text))
+        from registry.contracts.yaml_text import load_yaml  # PyYAML only where a manifest is read, not on every open
+
+        return cls.from_mapping(load_yaml(text))
 
 
 def load_manifest(path: str | Path) -> Contract:
@@ -200,48 +192,3 @@ def _tags(obj: Any) -> tuple[str, ...]:
     if not isinstance(obj, list):
         raise ContractError(f"tags: expected a list, got {type(obj).__name__}")
     return tuple(obj)
-
-
-class _StrictLoader(yaml.SafeLoader):
-    """SafeLoader that refuses duplicate keys instead of keeping the last one silently."""
-
-
-def _integer_within_limit(loader: _StrictLoader, node: yaml.ScalarNode) -> int:
-    """YAML's int, refused past MAX_INTEGER_DIGITS before Python's own conversion limit speaks."""
-    if too_many_digits(node.value):
-        raise ContractError(integer_refusal(node.value, f"manifest line {node.start_mark.line + 1}"))
-    return loader.construct_yaml_int(node)
-
-
-def _mapping_without_duplicates(loader: _StrictLoader, node: yaml.MappingNode) -> dict[Any, Any]:
-    loader.flatten_mapping(node)
-    seen: set[Any] = set()
-    for key_node, _ in node.value:
-        key = loader.construct_object(key_node, deep=True)
-        if key in seen:
-            raise ContractError(f"{key}: duplicate key (line {key_node.start_mark.line + 1})")
-        seen.add(key)
-    return loader.construct_mapping(node, deep=True)
-
-
-_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping_without_duplicates)
-_StrictLoader.add_constructor("tag:yaml.org,2002:int", _integer_within_limit)
-
-
-def _load_yaml(text: str) -> Any:
-    if not isinstance(text, str):
-        raise ContractError(f"manifest: expected YAML text, got {type(text).__name__}")
-    try:
-        tree = yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
-        check_tree(tree, "manifest")
-        return tree
-    except DocumentError as exc:
-        raise ContractError(str(exc)) from None
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        raise ContractError(f"manifest: invalid YAML: {exc.problem}{where}") from None
-    except (yaml.YAMLError, TypeError) as exc:
-        raise ContractError(f"manifest: invalid YAML: {' '.join(str(exc).split())}") from None
-    except RecursionError:
-        raise ContractError(f"manifest: nested more than {MAX_DEPTH} levels deep") from None

@@ -25,7 +25,7 @@ from typing import Any
 
 from registry.contracts import fields as f
 from registry.contracts.errors import ContractError
-from registry.evidence.stats import CI_LEVEL, MAX_RUNS_PER_ARM, min_conclusive_runs
+from registry.evidence.ranks import CI_LEVEL, MAX_RUNS_PER_ARM, min_conclusive_runs
 
 PROTOCOLS = ("paired", "sequential")
 MIN_DERIVED_GATE = 1.10

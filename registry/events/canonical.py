@@ -1,7 +1,9 @@
 """Canonical JSON: the one byte form of a payload that hashes and compares.
 
 Sorted keys, no insignificant whitespace, UTF-8, and no NaN or Infinity
-(JSON has no such numbers; Python's encoder would otherwise write them).
+(JSON has no such numbers; Python's encoder would otherwise write them), nor
+a lone surrogate (a str can hold one, UTF-8 cannot: it would fail only when
+the text is hashed or stored, inside the append lock).
 """
 from __future__ import annotations
 
@@ -15,17 +17,42 @@ class CanonicalError(ValueError):
     """A value cannot be represented in canonical JSON."""
 
 
-def _check_finite(value: Any, path: str) -> None:
+def printable_path(text: str) -> str:
+    """A key path safe to print on one line: a character that is not printable (a lone surrogate, a newline)
+    becomes its Python escape."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
+def is_unicode_text(text: str) -> bool:
+    """True when `text` encodes to UTF-8, i.e. holds no lone surrogate (ASCII is checked first, it is cheaper)."""
+    if text.isascii():
+        return True
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _check_value(value: Any, path: str) -> None:
+    """Find where `value` cannot be canonical JSON: a non-finite number, a non-string key, a lone surrogate."""
+    where = printable_path(path) or "payload"
     if isinstance(value, float) and not math.isfinite(value):
-        raise CanonicalError(f"{path or 'payload'}: {value!r} is not a finite number")
+        raise CanonicalError(f"{where}: {value!r} is not a finite number")
+    if isinstance(value, str) and not is_unicode_text(value):
+        raise CanonicalError(f"{where}: text holds a lone surrogate (U+D800 to U+DFFF), which is not valid Unicode")
     if isinstance(value, dict):
         for key, item in value.items():
             if not isinstance(key, str):
-                raise CanonicalError(f"{path or 'payload'}: key {key!r} is not a string")
-            _check_finite(item, f"{path}.{key}" if path else key)
+                raise CanonicalError(f"{where}: key {key!r} is not a string")
+            inner = f"{path}.{key}" if path else key
+            if not is_unicode_text(key):
+                raise CanonicalError(f"{printable_path(inner)}: the key holds a lone surrogate (U+D800 to U+DFFF), "
+                                     "which is not valid Unicode")
+            _check_value(item, inner)
     elif isinstance(value, (list, tuple)):
         for index, item in enumerate(value):
-            _check_finite(item, f"{path}[{index}]")
+            _check_value(item, f"{path}[{index}]")
 
 
 # One encoder for the process: `json.dumps` with options builds a new one per call.
@@ -33,16 +60,21 @@ _ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=
 
 
 def canonical_json(value: Any) -> str:
-    """Serialise `value` canonically, refusing non-finite numbers by path.
+    """Serialise `value` canonically, refusing non-finite numbers and lone surrogates by path.
 
-    The encoder itself refuses NaN and infinities; only when it does is the
-    value walked again to name where the bad number is.
+    The encoder itself refuses NaN and infinities; only when it does, or when
+    the text it wrote is not ASCII and does not encode to UTF-8, is the value
+    walked again to name where the bad value is.
     """
     try:
-        return _ENCODER.encode(value)
+        text = _ENCODER.encode(value)
     except (TypeError, ValueError) as exc:
-        _check_finite(value, "")
+        _check_value(value, "")
         raise CanonicalError(f"payload is not JSON-serialisable: {exc}") from exc
+    if not is_unicode_text(text):
+        _check_value(value, "")
+        raise CanonicalError("payload holds text that is not valid Unicode")
+    return text
 
 
 def sha256_hex(text: str | bytes) -> str:

@@ -4,6 +4,13 @@ hash(n) = sha256(prev_hash || canonical(row n)), with the row's position,
 identity, stream, version, type, schema version, payload, time, actor and
 idempotency key all inside the hashed form. Editing any of those, deleting or
 reordering a row, or injecting one breaks the chain at that position.
+
+Two things a chain cannot show by itself are checked beside it. Times must
+never go backwards along the log (appends stamp them that way, so "as of a
+time" is a prefix of the log). And the log's end: cutting off the last events
+leaves a shorter chain that is intact, so a walk reports the head it saw and
+can be given a head known from before (a lock file, a noted `verify`) that
+the log must still hold.
 """
 from __future__ import annotations
 
@@ -86,33 +93,64 @@ def placed_body(unplaced: tuple[str, str, str], *, position: int, event_id: str,
 
 @dataclass(frozen=True)
 class ChainReport:
-    """The outcome of walking the log: intact with a head, or the first break."""
+    """The outcome of walking the log: intact with a head, or the first break.
+
+    `count` and `head_hash` describe the events checked good: the whole log
+    when intact, the part before the break otherwise. Positions run 1..N, so
+    the last good event's position is `count` (0 and the genesis hash for none).
+    """
 
     count: int
     head_hash: str
     broken_at: int | None = None
     problem: str | None = None
+    expected_head: tuple[int, str] | None = None
 
     @property
     def intact(self) -> bool:
         return self.broken_at is None
 
+    @property
+    def head_position(self) -> int:
+        return self.count
 
-def walk_chain(rows: Iterable[dict]) -> ChainReport:
-    """Check positions are 1..N in order and every link recomputes."""
+
+def walk_chain(rows: Iterable[dict], *, expect_head: tuple[int, str] | None = None) -> ChainReport:
+    """Check positions are 1..N in order, every link recomputes, times never go backwards,
+    and the log holds `expect_head` (position, hash) when one is given."""
     expected_prev = GENESIS_HASH
     expected_position = 1
+    previous_time = ""
     count = 0
+
+    def broken(position: int, problem: str) -> ChainReport:
+        return ChainReport(count, expected_prev, position, problem, expect_head)
+
+    if expect_head is not None and expect_head[0] == 0 and expect_head[1] != GENESIS_HASH:
+        return broken(0, f"the expected head at position 0 is {expect_head[1]}, but position 0 is the genesis "
+                         f"hash {GENESIS_HASH}")
     for row in rows:
         position = row["position"]
         if position != expected_position:
-            return ChainReport(count, expected_prev, position, f"expected position {expected_position}, found {position}")
+            return broken(position, f"expected position {expected_position}, found {position}")
         if row["prev_hash"] != expected_prev:
-            return ChainReport(count, expected_prev, position, "prev_hash does not match the previous event's hash")
-        recomputed = event_hash(row["prev_hash"], **{name: row[name] for name in HASHED_FIELDS})
-        if recomputed != row["hash"]:
-            return ChainReport(count, expected_prev, position, "stored hash does not match the event's content")
+            return broken(position, "prev_hash does not match the previous event's hash")
+        recorded = timestamp_text(row["recorded_at"])
+        fields = {name: row[name] for name in HASHED_FIELDS if name != "recorded_at"}
+        if link(row["prev_hash"], hashed_body(**fields, recorded_at=recorded)) != row["hash"]:
+            return broken(position, "stored hash does not match the event's content")
+        # Both are the same fixed-width UTC text, so text order is time order.
+        if recorded < previous_time:
+            return broken(position, f"time goes backwards: recorded at {recorded}, before position "
+                                    f"{position - 1}'s {previous_time}")
+        if expect_head is not None and position == expect_head[0] and row["hash"] != expect_head[1]:
+            return broken(position, f"the hash at position {position} is {row['hash']}, not the expected head's "
+                                    f"{expect_head[1]}")
         expected_prev = row["hash"]
+        previous_time = recorded
         expected_position += 1
         count += 1
-    return ChainReport(count, expected_prev)
+    if expect_head is not None and expect_head[0] > count:
+        return broken(count + 1, f"the log ends at position {count}, before the expected head at position "
+                                 f"{expect_head[0]}: events at its end are missing")
+    return ChainReport(count, expected_prev, expected_head=expect_head)

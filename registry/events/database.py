@@ -1,19 +1,30 @@
 """Opening a registry database: URL resolution, engine set-up, schema checks.
 
-SQLite runs in WAL mode with a busy timeout; the driver's own transaction
-handling is switched off so the store can begin appends with
-`BEGIN IMMEDIATE` (taking the writer lock up front) and plain reads with
-`BEGIN`. Postgres appends bound how long they wait for the log's lock and how
-long a dead worker can hold a transaction open.
+Two backends, one driver each: SQLite (Python's sqlite3) and Postgres
+through psycopg 3. Any other URL is refused in one line naming those.
+
+SQLite files are opened through SQLite URIs that say what may happen to the
+file: `mode=rw` (an existing file; only `init` may create one, with `rwc`)
+or `mode=ro` for a registry this process may not write, so a read never needs
+write access and a file that is not a registry is never changed by looking at
+it. WAL mode is set once, when `init` creates the schema (it is a property of
+the file), not on every connection. The driver's own transaction handling is
+switched off so the store can begin appends with `BEGIN IMMEDIATE` (taking
+the writer lock up front) and plain reads with `BEGIN`. Postgres appends
+bound how long they wait for the log's lock and how long a dead worker can
+hold a transaction open.
 """
 from __future__ import annotations
 
 import os
+import sqlite3
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from urllib.parse import quote
 
 from sqlalchemy import Engine, create_engine, event, inspect
-from sqlalchemy.engine import make_url
+from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError
 
 from .errors import NotARegistry, StoreError
@@ -22,26 +33,95 @@ DEFAULT_URL = "sqlite:///registry.db"
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 PG_LOCK_TIMEOUT_MS = 30_000
 PG_IDLE_IN_TRANSACTION_TIMEOUT_MS = 60_000
+SUPPORTED = "sqlite:///PATH or postgresql+psycopg://USER@HOST/DBNAME (postgresql:// means the latter)"
+# The URL options a SQLite registry URL may carry (SQLite's URI form: `sqlite:///file:PATH?mode=ro&uri=true`).
+_SQLITE_OPTIONS = {"uri": {"true"}, "mode": {"ro", "rw", "rwc"}, "immutable": {"0", "1"}}
 
 
 def resolve_url(explicit: str | None) -> str:
-    """--db, else REGISTRY_DATABASE_URL, else registry.db in the current directory."""
-    url = explicit or os.environ.get("REGISTRY_DATABASE_URL") or DEFAULT_URL
+    """--db, else REGISTRY_DATABASE_URL, else registry.db in the current directory; an empty one is refused."""
+    if explicit is not None:
+        source, url = "--db", explicit
+    elif "REGISTRY_DATABASE_URL" in os.environ:
+        source, url = "REGISTRY_DATABASE_URL", os.environ["REGISTRY_DATABASE_URL"]
+    else:
+        return DEFAULT_URL
+    if not url.strip():
+        raise StoreError(f"{source} is empty: give a database URL, {SUPPORTED}")
+    return _with_driver(url)
+
+
+def _with_driver(url: str) -> str:
+    """postgresql:// and postgres:// name the one Postgres driver the registry runs on."""
     if url.startswith("postgresql://") or url.startswith("postgres://"):
-        url = "postgresql+psycopg://" + url.split("://", 1)[1]
+        return "postgresql+psycopg://" + url.split("://", 1)[1]
     return url
 
 
-def _sqlite_engine(url: str) -> Engine:
-    engine = create_engine(url, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000})
+def _parse(url: str) -> URL:
+    """The URL, refused in one line unless it is a backend and driver the registry runs on."""
+    try:
+        parsed = make_url(_with_driver(url))
+    except ArgumentError:
+        raise StoreError(f"not a database URL: {url!r}; use {SUPPORTED}") from None
+    shown = parsed.render_as_string(hide_password=True)
+    if (parsed.get_backend_name(), parsed.get_driver_name()) not in {("sqlite", "pysqlite"), ("postgresql", "psycopg")}:
+        raise StoreError(f"unsupported database URL {shown}: the registry runs on {SUPPORTED}")
+    return parsed
 
-    @event.listens_for(engine, "connect")
-    def _on_connect(dbapi_connection, _record):
-        dbapi_connection.isolation_level = None  # we issue BEGIN ourselves
-        cursor = dbapi_connection.cursor()
-        cursor.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
-        cursor.execute("PRAGMA journal_mode = WAL")
-        cursor.close()
+
+@dataclass(frozen=True)
+class SqliteFile:
+    """The file a SQLite URL names, and whether the URL itself asks to open it read-only."""
+
+    path: Path
+    read_only: bool
+    immutable: bool
+
+    @property
+    def writable(self) -> bool:
+        """Whether this process may write the file and create its WAL files beside it."""
+        return not self.read_only and os.access(self.path, os.W_OK) and os.access(self.path.parent, os.W_OK)
+
+    def uri(self, mode: str) -> str:
+        """SQLite's URI for the file in `mode` (ro, rw or rwc).
+
+        Read-only in a folder this process may not write, with no WAL index
+        beside the file, SQLite can only read the file as immutable: a WAL
+        reader needs that index, and no writer can be at work without one.
+        """
+        immutable = self.immutable or (
+            mode == "ro" and not os.access(self.path.parent, os.W_OK) and not Path(f"{self.path}-shm").exists()
+        )
+        return f"file:{quote(str(self.path.absolute()))}?mode={mode}" + ("&immutable=1" if immutable else "")
+
+
+def sqlite_file(parsed: URL) -> SqliteFile:
+    """The file behind a SQLite URL; an in-memory database or an unknown option is refused."""
+    database = parsed.database or ""
+    options = dict(parsed.query)
+    for name, value in options.items():
+        if value not in _SQLITE_OPTIONS.get(name, ()):
+            raise StoreError(f"unsupported SQLite URL option {name}={value} (the registry takes mode=ro, "
+                             "immutable=1 and uri=true)")
+    if options.get("uri") == "true" and database.startswith("file:"):
+        database = database[len("file:"):]
+    if database in ("", ":memory:") or database.startswith(":memory:"):
+        raise StoreError("an in-memory SQLite database vanishes when the command ends; give a file, "
+                         "such as sqlite:///registry.db")
+    immutable = options.get("immutable") == "1"
+    return SqliteFile(Path(database), options.get("mode") == "ro" or immutable, immutable)
+
+
+def _sqlite_engine(url: URL, uri: str) -> Engine:
+    def connect():
+        connection = sqlite3.connect(uri, uri=True, timeout=SQLITE_BUSY_TIMEOUT_MS / 1000, check_same_thread=False)
+        connection.isolation_level = None  # we issue BEGIN ourselves
+        connection.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
+        return connection
+
+    # The URL names the file in messages (and picks the pool); connections come from SQLite's URI.
+    engine = create_engine(url, creator=connect)
 
     @event.listens_for(engine, "begin")
     def _on_begin(conn):
@@ -51,7 +131,7 @@ def _sqlite_engine(url: str) -> Engine:
     return engine
 
 
-def _postgres_engine(url: str) -> Engine:
+def _postgres_engine(url: URL) -> Engine:
     options = f"-c lock_timeout={PG_LOCK_TIMEOUT_MS} -c idle_in_transaction_session_timeout={PG_IDLE_IN_TRANSACTION_TIMEOUT_MS}"
     engine = create_engine(url, connect_args={"options": options}, pool_pre_ping=True)
 
@@ -66,28 +146,60 @@ def _postgres_engine(url: str) -> Engine:
     return engine
 
 
-def make_engine(url: str, *, must_exist: bool = False) -> Engine:
-    """An engine for `url`; with must_exist, a missing SQLite file is refused, not created."""
-    try:
-        parsed = make_url(url)
-    except ArgumentError:
-        raise StoreError(f"not a database URL: {url!r}") from None
-    if parsed.get_backend_name() == "sqlite":
-        database = parsed.database
-        if database and database != ":memory:" and not Path(database).parent.exists():
-            raise StoreError(f"directory for database {database!r} does not exist")
-        if must_exist and database and database != ":memory:" and not Path(database).exists():
-            raise NotARegistry(f"no registry database at {database} (run `registry init`)")
-        return _sqlite_engine(url)
+def make_engine(url: str, *, must_exist: bool = False, read_only: bool = False) -> Engine:
+    """An engine for `url`.
+
+    SQLite: a missing file is created unless `must_exist` or `read_only`
+    (then it is refused, naming `registry init`); `read_only` opens it so that
+    nothing can be written, as does a URL with mode=ro. Postgres: permissions
+    are the server's (a read-only role is refused where it writes).
+    """
+    parsed = _parse(url)
     if parsed.get_backend_name() == "postgresql":
-        return _postgres_engine(url)
-    raise StoreError(f"unsupported database backend {parsed.get_backend_name()!r} (use sqlite or postgresql)")
+        return _postgres_engine(parsed)
+    target = sqlite_file(parsed)
+    if not target.path.parent.exists():
+        raise StoreError(f"directory for database {str(target.path)!r} does not exist")
+    if (must_exist or read_only or target.read_only) and not target.path.exists():
+        how = "run `registry init` with a URL that may write" if target.read_only else "run `registry init`"
+        raise NotARegistry(f"no registry database at {target.path} ({how})")
+    mode = "ro" if read_only or target.read_only else "rw" if must_exist else "rwc"
+    return _sqlite_engine(parsed.set(database=str(target.path), query={}), target.uri(mode))
+
+
+def open_existing(url: str, *, upgrading: bool = False, read_only: bool = False) -> Engine:
+    """An engine on an existing registry, refusing anything else without writing to it.
+
+    The schema is checked through a read-only connection, so a SQLite file
+    that is not a registry (or not a database) is left byte for byte as it
+    was. A registry this process may not write (a read-only file or folder, a
+    mode=ro URL) stays open read-only: reading never needs write access, and
+    the read models answer from the log when they cannot be caught up.
+    `read_only` keeps a SQLite registry read-only even where it could be
+    written (commands that only read the log). `upgrading` accepts a schema
+    behind this code's head (`db upgrade`).
+    """
+    parsed = _parse(url)
+    if parsed.get_backend_name() == "postgresql":
+        engine = make_engine(url)
+        check_schema(engine, upgrading=upgrading)
+        return engine
+    reader = make_engine(url, read_only=True)
+    try:
+        check_schema(reader, upgrading=upgrading)
+    except BaseException:
+        reader.dispose()
+        raise
+    if read_only or not sqlite_file(parsed).writable:
+        return reader
+    reader.dispose()
+    return make_engine(url, must_exist=True)
 
 
 # The newest migration this code ships. Opening a registry compares the
 # database's revision with it directly, so ordinary commands need not import
 # Alembic; tests/test_migrations.py checks it against the script directory.
-SCHEMA_HEAD = "0004"
+SCHEMA_HEAD = "0005"
 
 
 def alembic_config(url: str | None = None):
@@ -134,8 +246,11 @@ def _stamped_revision(engine: Engine) -> str | None:
         return None
 
 
-def check_schema(engine: Engine) -> None:
-    """Refuse a database that is not a registry, or whose schema this code does not match."""
+def check_schema(engine: Engine, *, upgrading: bool = False) -> None:
+    """Refuse a database that is not a registry, or whose schema this code does not match.
+
+    `upgrading` lets a known revision behind the head through, for `db upgrade`.
+    """
     where = engine.url.render_as_string(hide_password=True)
     if _stamped_revision(engine) == SCHEMA_HEAD:
         return
@@ -146,12 +261,12 @@ def check_schema(engine: Engine) -> None:
         raise NotARegistry(
             f"{where} has schema revision {revision}, newer than this registry knows (head {head_revision()}); upgrade the registry package"
         )
-    if revision != head_revision():
+    if revision != head_revision() and not upgrading:
         raise NotARegistry(f"{where} is at schema revision {revision}, behind {head_revision()}; run `registry db upgrade`")
 
 
 def upgrade(engine: Engine, revision: str = "head") -> None:
-    """Create or upgrade the schema, refusing a foreign or newer database."""
+    """Create or upgrade the schema, refusing a foreign or newer database; a SQLite file is put in WAL mode."""
     from alembic import command
 
     revision_now = current_revision(engine)
@@ -167,6 +282,22 @@ def upgrade(engine: Engine, revision: str = "head") -> None:
                 f"database already holds tables that are not a registry's ({', '.join(sorted(tables)[:5])}); refusing to initialise it"
             )
     config = alembic_config(engine.url.render_as_string(hide_password=False))
-    with engine.begin() as conn:
-        config.attributes["connection"] = conn
-        command.upgrade(config, revision)
+    try:
+        if engine.dialect.name == "sqlite":
+            use_wal(engine)
+        with engine.begin() as conn:
+            config.attributes["connection"] = conn
+            command.upgrade(config, revision)
+    except DBAPIError as exc:
+        first_line = str(exc.orig).splitlines()[0] if str(exc.orig) else type(exc.orig).__name__
+        raise StoreError(f"could not create or upgrade the schema of {engine.url.render_as_string(hide_password=True)}: "
+                         f"{first_line}") from None
+
+
+def use_wal(engine: Engine) -> None:
+    """Put a SQLite file in WAL mode (readers never block the writer); it stays so for every later connection."""
+    connection = engine.raw_connection()
+    try:
+        connection.driver_connection.execute("PRAGMA journal_mode = WAL")
+    finally:
+        connection.close()

@@ -4,9 +4,13 @@ One class serves both backends. An append takes the log's single writer
 lock (SQLite's `BEGIN IMMEDIATE`, a transaction-scoped advisory lock on
 Postgres) and, holding it, reads the head, assigns the next positions and
 links the hash chain, so positions commit in order and a reader tailing by
-position never skips an event that commits late. Appends run at driver level
-on a connection each thread keeps; on Postgres they are pipelined into two
-round trips. Reads go through SQLAlchemy.
+position never skips an event that commits late. The lock holder also
+stamps the time: never earlier than the head event's, so times follow
+positions and "as of a time" names a prefix of the log (SQLite: the later of
+the store's clock and the head's time; Postgres: the server's clock, read in
+the same statement as the head). Appends run at driver level on a connection
+each thread keeps; on Postgres they are pipelined into two round trips.
+Reads go through SQLAlchemy.
 """
 from __future__ import annotations
 
@@ -16,19 +20,20 @@ import threading
 import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import cache
 from datetime import datetime, timezone
-from typing import Any, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 from sqlalchemy import Connection, Engine, select
 from sqlalchemy.exc import DBAPIError
 
-from .canonical import CanonicalError, canonical_json, sha256_hex, strict_json_loads
+from .canonical import CanonicalError, canonical_json, is_unicode_text, sha256_hex, strict_json_loads
 from .chain import GENESIS_HASH, ChainReport, link, placed_body, timestamp_text, unplaced_body, walk_chain
 from .errors import ConcurrencyError, IdempotencyConflict, PayloadError, StoreError
-from .schema import EventRow
-from .types import EventPayload, read_payload, validate_payload
+from .schema import EVENTS
 
-EVENTS = EventRow.__table__
+if TYPE_CHECKING:
+    from .types import EventPayload
 
 # Any 64-bit constant identifies the append lock among Postgres advisory locks.
 APPEND_LOCK_KEY = 0x7265676973747279  # "registry"
@@ -59,7 +64,7 @@ class StoredEvent:
 
     def typed(self) -> EventPayload:
         """The payload as its current-schema model (upcast if it is older)."""
-        return read_payload(self.type, self.schema_version, self.payload)
+        return _payload_models().read_payload(self.type, self.schema_version, self.payload)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -109,15 +114,35 @@ def _utc(moment: datetime) -> datetime:
     return moment.replace(tzinfo=timezone.utc) if moment.tzinfo is None else moment.astimezone(timezone.utc)
 
 
+def system_clock() -> datetime:
+    """The machine's time, in UTC: what stamps SQLite appends unless a store is given another clock."""
+    return datetime.now(timezone.utc)
+
+
+def _sqlite_text(recorded: str) -> str:
+    """A chain time text as SQLite stores times: SQLAlchemy's layout, its digits with a space for the T, no zone."""
+    return f"{recorded[:10]} {recorded[11:26]}"
+
+
+@cache
+def _payload_models():
+    """The payload models' module, imported on first use: pydantic only where payloads are validated
+    (see catalogue.py). Cached, because a function-level import statement costs about 2 us an event."""
+    from . import types
+
+    return types
+
+
 def _prepare(event: NewEvent) -> tuple[str, int, str]:
     """Validate one new event; return its type, schema version and canonical payload."""
+    models = _payload_models()
     payload = event.payload
-    if isinstance(payload, EventPayload):
+    if isinstance(payload, models.EventPayload):
         if payload.type != event.type:
             raise PayloadError(f"payload of type {payload.type} given for event type {event.type}")
         typed = payload
     else:
-        typed = validate_payload(event.type, payload)
+        typed = models.validate_payload(event.type, payload)
     # The validated fields themselves: strict models of plain JSON types hold
     # nothing a dump would convert, and skipping the dump is a tenth of an append.
     try:
@@ -132,10 +157,11 @@ def _batch_digest(stream: str, prepared: Sequence[tuple[str, int, str]]) -> str:
 
 _APPEND_SQL = {
     "idempotency": "SELECT digest, first_position, count FROM idempotency_keys WHERE key = ?",
+    # The stream's version, and the head's position, hash and time. The head is read
+    # as one row (a primary-key descent); an empty log gives no row.
     "state": (
-        "SELECT (SELECT max(version) FROM events WHERE stream = ?),"
-        " (SELECT max(position) FROM events),"
-        " (SELECT hash FROM events ORDER BY position DESC LIMIT 1)"
+        "SELECT (SELECT max(version) FROM events WHERE stream = ?), position, hash, recorded_at"
+        " FROM events ORDER BY position DESC LIMIT 1"
     ),
     "insert": (
         "INSERT INTO events (position, event_id, stream, version, type, schema_version, payload,"
@@ -143,6 +169,15 @@ _APPEND_SQL = {
     ),
     "remember": "INSERT INTO idempotency_keys (key, stream, first_position, count, digest) VALUES (?, ?, ?, ?, ?)",
 }
+
+# Postgres: the same read, in one row even for an empty log, with the append's time from the
+# server's clock, taken after the lock was granted and never earlier than the head's.
+_PG_STATE = (
+    "SELECT (SELECT max(version) FROM events WHERE stream = %s), head.position, head.hash,"
+    " GREATEST(clock_timestamp(), head.recorded_at)"
+    " FROM (SELECT 1) AS one LEFT JOIN (SELECT position, hash, recorded_at FROM events"
+    " ORDER BY position DESC LIMIT 1) AS head ON true"
+)
 
 # A Postgres batch of several events: one statement over column arrays, sent in binary (%b).
 _PG_INSERT_ARRAYS = (
@@ -195,16 +230,15 @@ class _Batch:
             raise IdempotencyConflict(f"idempotency key {self.idempotency_key!r} was already used for different content")
         return list(range(first_position, first_position + count))
 
-    def chained_rows(self, current: int | None, position: int | None, prev_hash: str | None, *,
-                     sqlite_times: bool) -> list[tuple]:
-        """The batch's rows after the stream's `current` version and the log's head (position, hash)."""
+    def chained_rows(self, current: int | None, position: int | None, prev_hash: str | None, recorded: str,
+                     stamp: Any) -> list[tuple]:
+        """The batch's rows after the stream's `current` version and the log's head (position, hash).
+
+        `recorded` is the append's time as the chain text, `stamp` the same time as the row stores it.
+        """
         current, position, prev_hash = current or 0, position or 0, prev_hash or GENESIS_HASH
         if self.expected_version is not None and self.expected_version != current:
             raise ConcurrencyError(f"stream {self.stream} is at version {current}, not the expected {self.expected_version}")
-        now = datetime.now(timezone.utc)
-        recorded = timestamp_text(now)
-        # SQLite stores times as text in SQLAlchemy's layout: the chain text's digits, a space for the T, no zone.
-        stamp = f"{recorded[:10]} {recorded[11:26]}" if sqlite_times else now
         stream, actor = self.stream, self.actor
         rows = []
         for index, ((event_type, schema_version, payload), unplaced) in enumerate(zip(self.prepared, self.unplaced)):
@@ -239,11 +273,18 @@ class _Writer:
 class EventStore:
     """Append and read events; verify the chain. Backend-neutral over an Engine."""
 
-    def __init__(self, engine: Engine):
+    def __init__(self, engine: Engine, *, clock: Callable[[], datetime] = system_clock):
+        """`clock` stamps appends on SQLite (never earlier than the head's time); Postgres uses its own clock.
+
+        Tests give a store a skewed clock to play a writer whose machine's time is off.
+        """
         self.engine = engine
+        self.clock = clock
         self.dialect = engine.dialect.name
         mark = "%s" if self.dialect == "postgresql" else "?"
         self._sql = {key: statement.replace("?", mark) for key, statement in _APPEND_SQL.items()}
+        if self.dialect == "postgresql":
+            self._sql["state"] = _PG_STATE
         self._integrity_errors, self._database_errors = _driver_errors(self.dialect)
         self._writer = threading.local()
         self._inherited: list[_Writer] = []
@@ -280,6 +321,10 @@ class EventStore:
             raise StoreError("idempotency key must be 1 to 200 characters")
         if "\x00" in stream or "\x00" in actor or (idempotency_key is not None and "\x00" in idempotency_key):
             raise StoreError("stream, actor and idempotency key must not contain NUL characters")
+        for label, text in (("stream", stream), ("actor", actor), ("idempotency key", idempotency_key or "")):
+            if not is_unicode_text(text):
+                raise StoreError(f"{label} {text!r} holds a lone surrogate (U+D800 to U+DFFF), "
+                                 "which is not valid Unicode")
         prepared = [_prepare(event) for event in events]
         digest = _batch_digest(stream, prepared) if idempotency_key is not None else None
         batch = _Batch(stream, prepared, expected_version, idempotency_key, digest, actor)
@@ -307,7 +352,8 @@ class EventStore:
                 writer.connection.rollback()
                 return earlier
             cursor.execute(sql["state"], (batch.stream,))
-            rows = batch.chained_rows(*cursor.fetchone(), sqlite_times=True)
+            current, position, prev_hash, previous_time = cursor.fetchone() or (None, None, None, None)
+            rows = batch.chained_rows(current, position, prev_hash, *self._sqlite_time(previous_time))
             if len(rows) == 1:
                 cursor.execute(sql["insert"], rows[0])
             else:
@@ -320,6 +366,26 @@ class EventStore:
             raise
         writer.connection.commit()
         return [row[0] for row in rows]
+
+    def _sqlite_time(self, previous: str | None) -> tuple[str, str]:
+        """This append's time as chain text and as stored: the clock's, or the head's (`previous`) when later.
+
+        SQLite stores times as text in SQLAlchemy's layout (the chain text's
+        digits, a space for the T, no zone), so two such texts compare as
+        their times do; a head in any other layout is parsed first.
+        """
+        recorded = timestamp_text(self.clock())
+        stamp = _sqlite_text(recorded)
+        if previous is None:
+            return recorded, stamp
+        if len(previous) != len(stamp) or previous[10] != " ":
+            try:
+                previous = _sqlite_text(timestamp_text(datetime.fromisoformat(previous)))
+            except (TypeError, ValueError):
+                raise StoreError(f"the log's last event has an unreadable time {previous!r}; run `registry verify`") from None
+        if previous <= stamp:
+            return recorded, stamp
+        return f"{previous[:10]}T{previous[11:]}+00:00", previous
 
     def _append_postgres(self, batch: _Batch) -> list[int]:
         """Two round trips, each one pipeline: begin, lock and read; then the rows and the commit.
@@ -344,7 +410,8 @@ class EventStore:
             if earlier is not None:
                 connection.rollback()
                 return earlier
-            rows = batch.chained_rows(*state, sqlite_times=False)
+            current, position, prev_hash, now = state
+            rows = batch.chained_rows(current, position, prev_hash, timestamp_text(now), now)
             self._before_commit()
             with connection.pipeline():
                 if len(rows) == 1:
@@ -518,15 +585,22 @@ class EventStore:
         return found or 0
 
     def position_at(self, moment: datetime) -> int:
-        """The last position recorded at or before `moment` (0 if none)."""
+        """The end of the log's prefix recorded at or before `moment`: the position before the first later event.
+
+        Appends stamp times that never go backwards, so this is the last
+        position recorded at or before `moment` (0 if none). On a log whose
+        times do go backwards somewhere (written before times were ordered, or
+        tampered with; `verify` names the place) it still never takes in an
+        event stamped after `moment`.
+        """
         with self._reading() as conn:
-            found = conn.execute(
+            later = conn.execute(
                 select(EVENTS.c.position)
-                .where(EVENTS.c.recorded_at <= moment.astimezone(timezone.utc))
-                .order_by(EVENTS.c.position.desc())
+                .where(EVENTS.c.recorded_at > _utc(moment))
+                .order_by(EVENTS.c.position)
                 .limit(1)
             ).scalar()
-        return found or 0
+        return self.head_position() if later is None else later - 1
 
     def streams(self, prefix: str) -> list[str]:
         with self._reading() as conn:
@@ -535,8 +609,13 @@ class EventStore:
             ).scalars()
             return sorted(found)
 
-    def verify(self) -> ChainReport:
-        """Walk the whole log in position order and check every link."""
+    def verify(self, expect_head: tuple[int, str] | None = None) -> ChainReport:
+        """Walk the whole log in position order and check every link and that times never go backwards.
+
+        `expect_head` is a (position, hash) known from before (a lock file, a
+        noted `verify`): the log must still hold it, which is how a cut-off
+        tail is seen, since the chain alone cannot see it.
+        """
 
         def rows():
             with self.engine.connect() as conn:
@@ -545,6 +624,6 @@ class EventStore:
                     yield row
 
         try:
-            return walk_chain(rows())
+            return walk_chain(rows(), expect_head=expect_head)
         except DBAPIError as exc:
             raise StoreError(f"could not read the log: {exc.orig}") from None

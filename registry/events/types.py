@@ -4,7 +4,8 @@ Each event type is a pydantic model with a `schema_version`. Payloads are
 validated when appended and again when read; an event written under an older
 schema is first passed through the upcasters registered for its type, so old
 events keep reading after a payload changes (the pattern of the
-`eventsourcing` library's upcasting, kept to plain functions).
+`eventsourcing` library's upcasting, kept to plain functions). The names and
+versions of the types are also listed, without pydantic, in `catalogue`.
 """
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from typing import Any, Callable, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from .catalogue import ARTIFACT_KINDS
 from .errors import PayloadError, UnknownEventType
 
 
@@ -21,9 +23,6 @@ class EventPayload(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
     type: ClassVar[str]
     schema_version: ClassVar[int] = 1
-
-
-ARTIFACT_KINDS = ("fused_kernel", "attention_backend", "step_cache", "module")
 
 
 class WorkloadDeclared(EventPayload):
@@ -67,10 +66,17 @@ class ArtifactRegistered(EventPayload):
     origin: dict[str, Any] | None = None
 
 
+# The identity (identity.artifact_identity) an event was measured or decided
+# under. Events written before identities were recorded have none and are
+# scoped by payload hash alone.
+Identity = Field(default=None, pattern=r"^[0-9a-f]{64}$")
+
+
 class _Evidence(EventPayload):
-    """Raw measurement plus what the registry derived from it, for one payload hash."""
+    """Raw measurement plus what the registry derived from it, for one identity (and its payload hash)."""
 
     artifact: str = Field(min_length=1)
+    identity: str | None = Identity
     payload_sha256: str | None
     run: str | None = None
     item: dict[str, Any]
@@ -98,6 +104,7 @@ class EvaluationFailed(EventPayload):
 
     type: ClassVar[str] = "EvaluationFailed"
     artifact: str = Field(min_length=1)
+    identity: str | None = Identity
     payload_sha256: str | None
     run: str | None = None
     stage: str = Field(min_length=1)
@@ -110,23 +117,28 @@ class VerdictRendered(EventPayload):
 
     type: ClassVar[str] = "VerdictRendered"
     artifact: str = Field(min_length=1)
+    identity: str | None = Identity
     payload_sha256: str | None
     workload: str
     contract_version: int
     contract_hash: str
     gate_version: str
     verdict: dict[str, Any]
+    # Benchmark items the identity had when it was decided (None: not counted, older events).
+    benchmark_attempts: int | None = Field(default=None, ge=0)
 
 
 class HumanDecision(EventPayload):
-    """A named person's approval (advisory tier) or revocation, with a reason."""
+    """A named person's approval (advisory tier) or revocation, with a reason and the verdict it answers."""
 
     type: ClassVar[str] = "HumanDecision"
     artifact: str = Field(min_length=1)
+    identity: str | None = Identity
     payload_sha256: str | None
     action: Literal["approve", "revoke"]
     reason: str = Field(min_length=1)
     person: str = Field(min_length=1)
+    verdict_event_id: str | None = None
 
 
 class ExternalOutcome(EventPayload):

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from registry.contracts.names import name_refusal
 from registry.contracts.parity import is_known_dtype, normalize_dtype
 from registry.documents import (
     MAX_DEPTH,
@@ -28,7 +29,8 @@ from registry.documents import (
     read_document,
     too_many_digits,
 )
-from registry.evidence.stats import MAX_RUNS_PER_ARM, summarize_benchmark
+from registry.evidence.ranks import MAX_RUNS_PER_ARM
+from registry.evidence.stats import summarize_benchmark
 
 FORMAT = "registry.evidence/1"
 KINDS = ("execution", "benchmark", "parity", "perceptual", "failure")
@@ -60,6 +62,8 @@ class EvidenceDocument:
     artifact: str
     run: str | None
     items: list[dict[str, Any]]
+    # The payload the items were measured on; the registry refuses it for any other.
+    payload_sha256: str | None = None
 
 
 def read_document_file(path: str | Path) -> str:
@@ -90,11 +94,12 @@ def parse_document_text(text: str) -> EvidenceDocument:
 
 def parse_document(obj: Any) -> EvidenceDocument:
     doc = _object(obj, "document")
-    _only_known(doc, ("format", "artifact", "run", "evidence"), "document")
+    _only_known(doc, ("format", "artifact", "run", "payload_sha256", "evidence"), "document")
     if doc.get("format") != FORMAT:
         raise EvidenceError(f"format: expected {FORMAT!r}, got {doc.get('format')!r}")
-    artifact = _text(_required(doc, "artifact", ""), "artifact")
-    run = _optional(doc, "run", "", _text)
+    artifact = _name(_required(doc, "artifact", ""), "artifact")
+    run = _optional(doc, "run", "", _name)
+    payload_sha256 = _optional(doc, "payload_sha256", "", _sha256)
     items = _required(doc, "evidence", "")
     if not isinstance(items, list):
         raise EvidenceError(f"evidence: expected a list, got {_type(items)}")
@@ -104,6 +109,7 @@ def parse_document(obj: Any) -> EvidenceDocument:
         artifact=artifact,
         run=run,
         items=[parse_item(item, f"evidence[{i}]") for i, item in enumerate(items)],
+        payload_sha256=payload_sha256,
     )
 
 
@@ -139,6 +145,21 @@ def _fields(raw: Mapping[str, Any], spec: Spec, where: str) -> dict[str, Any]:
 def _text(value: Any, path: str) -> str:
     if not isinstance(value, str) or not value.strip():
         raise EvidenceError(f"{path}: expected a non-empty string, got {_type(value)}")
+    return value
+
+
+def _name(value: Any, path: str) -> str:
+    """An id (artifact, run, frame set): the registry's one naming rule (registry.contracts.names)."""
+    refusal = name_refusal(value)
+    if refusal is not None:
+        raise EvidenceError(f"{path}: {refusal}")
+    return value
+
+
+def _sha256(value: Any, path: str) -> str:
+    if not isinstance(value, str) or len(value) != 64 or set(value) - set("0123456789abcdef"):
+        got = f"a string of {len(value)} characters" if isinstance(value, str) and len(value) > 80 else _type(value)
+        raise EvidenceError(f"{path}: expected 64 lowercase hex digits (a sha256), got {got}")
     return value
 
 
@@ -401,7 +422,7 @@ _SPECS: dict[str, Spec] = {
         "approx_math": (False, _nullable(_list_of(_text, allow_empty=True))),
     },
     "perceptual": {
-        "frame_set": (True, _text),
+        "frame_set": (True, _name),
         "seed": (True, _integer),
         "frames": (False, _nullable(_frame_count)),
         "ssim": (False, _nullable(_list_of(_bounded(-1.0, 1.0, "SSIM")))),

@@ -11,15 +11,24 @@ lie in ``[0, 1]`` and unsigned integers are scaled by their dtype's maximum
 from __future__ import annotations
 
 import hashlib
+import math
 import zipfile
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 
 # Wang et al. (2004) use an 11x11 Gaussian window; a frame smaller than the
 # window has no valid region to average SSIM over.
 WINDOW = 11
+
+# Declared maxima of what a frames file may hold, checked from headers before
+# any pixel is read: the decoded pixels of one clip (a 121-frame 1080p clip
+# in float32 is 2.8 GiB), and the pixels of one PNG frame (8192x8192, below
+# the size at which Pillow itself warns of a decompression bomb).
+MAX_FRAMES_BYTES = 4 * 2**30
+MAX_FRAME_SIDE = 8192
+MAX_FRAME_PIXELS = MAX_FRAME_SIDE * MAX_FRAME_SIDE
 
 # Version tag hashed into every frames digest, so that a change to the
 # digest's definition can never collide with digests made under the old one.
@@ -90,8 +99,13 @@ def _check_size(height: int, width: int, what: str, unit: str) -> None:
         )
 
 
-def _checked_frames(data: Any, what: str) -> np.ndarray:
-    """All of the rules for a ``[frames, height, width, 3]`` array, without converting it."""
+def check_frames(data: Any, what: str = "candidate") -> np.ndarray:
+    """All of the rules for a ``[frames, height, width, 3]`` array; return it as stored, without converting it.
+
+    Measuring converts one frame at a time (:func:`unit_float`), so a clip
+    never exists as a whole in float64: its working memory is a frame or
+    two, whatever the clip's length.
+    """
     arr = _as_array(data, what)
     _check_dtype(arr, what)
     if arr.ndim == 3:
@@ -114,7 +128,8 @@ def _checked_frames(data: Any, what: str) -> np.ndarray:
     return arr
 
 
-def _to_unit_float(arr: np.ndarray) -> np.ndarray:
+def unit_float(arr: np.ndarray) -> np.ndarray:
+    """Checked pixels (a frame, or frames) as float64 in [0, 1]: unsigned integers over their maximum."""
     if np.issubdtype(arr.dtype, np.unsignedinteger):
         return arr.astype(np.float64) / float(np.iinfo(arr.dtype).max)
     return np.asarray(arr, dtype=np.float64)
@@ -126,7 +141,7 @@ def validate_frames(data: Any, what: str = "candidate") -> np.ndarray:
     Accepts arrays and nested lists. ``what`` names the input in the message
     ("reference", "candidate"). A float64 input is returned without a copy.
     """
-    return _to_unit_float(_checked_frames(data, what))
+    return unit_float(check_frames(data, what))
 
 
 def validate_frame(data: Any, what: str = "candidate") -> np.ndarray:
@@ -145,7 +160,7 @@ def validate_frame(data: Any, what: str = "candidate") -> np.ndarray:
         )
     _check_size(arr.shape[0], arr.shape[1], what, "frame")
     _check_values(arr, what)
-    return _to_unit_float(arr)
+    return unit_float(arr)
 
 
 def check_pair(reference: np.ndarray, candidate: np.ndarray) -> None:
@@ -171,7 +186,7 @@ def frames_digest(data: Any) -> str:
     on the machine's byte order or the array's memory layout. The frames must
     pass :func:`validate_frames`.
     """
-    arr = _checked_frames(data, "digested")
+    arr = check_frames(data, "the")
     little = arr.dtype.newbyteorder("<")
     digest = hashlib.sha256()
     digest.update(_DIGEST_TAG + b"\n")
@@ -182,10 +197,96 @@ def frames_digest(data: Any) -> str:
     return f"sha256:{digest.hexdigest()}"
 
 
+def _size(nbytes: int) -> str:
+    for unit, scale in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if nbytes >= scale:
+            return f"{nbytes / scale:.1f} {unit}"
+    return f"{nbytes} bytes"
+
+
+def _unreadable(label: str, exc: OSError) -> FrameError:
+    """An OSError in the user's terms: the file, and what the system said (not a traceback, not a path dump)."""
+    return FrameError(f"cannot read frames from {label}: {exc.strerror or exc}")
+
+
+def _check_declared(label: str, shape: tuple[int, ...], dtype: np.dtype, available: int) -> None:
+    """Refuse, from an .npy header alone, what is not pixels, too large to load, or not in the file."""
+    if dtype.hasobject:
+        raise FrameError(f"{label} holds Python objects, not pixels "
+                         "(frames are a numeric array of unsigned integers or floats)")
+    nbytes = math.prod(shape) * dtype.itemsize
+    if nbytes > MAX_FRAMES_BYTES:
+        raise FrameError(f"{label} declares a {shape} {dtype} array ({_size(nbytes)}); "
+                         f"frames are at most {_size(MAX_FRAMES_BYTES)} of pixels")
+    if nbytes > available:
+        raise FrameError(f"{label} is truncated: its header declares {nbytes} bytes of pixels, "
+                         f"the file holds {available}")
+
+
+def _npy_header(handle: BinaryIO, label: str) -> tuple[tuple[int, ...], np.dtype]:
+    """The shape and dtype an .npy header declares, read without reading the array."""
+    try:
+        version = np.lib.format.read_magic(handle)
+        if version == (1, 0):
+            shape, _, dtype = np.lib.format.read_array_header_1_0(handle)
+        elif version == (2, 0):
+            shape, _, dtype = np.lib.format.read_array_header_2_0(handle)
+        else:
+            raise FrameError(f"{label} is .npy format version {version[0]}.{version[1]}; "
+                             "frames are saved in version 1.0 or 2.0 (numpy.save's)")
+    except ValueError as exc:
+        raise FrameError(f"cannot read frames from {label}: {str(exc).splitlines()[0]}") from None
+    return shape, dtype
+
+
+def _load_npy(path: Path) -> np.ndarray:
+    with path.open("rb") as handle:
+        shape, dtype = _npy_header(handle, path.name)
+        _check_declared(path.name, shape, dtype, path.stat().st_size - handle.tell())
+    return np.load(path, allow_pickle=False)
+
+
+def _load_npz(path: Path) -> np.ndarray:
+    with zipfile.ZipFile(path) as archive:
+        members = {name.removesuffix(".npy"): name for name in archive.namelist()}
+        if "frames" in members:
+            chosen = "frames"
+        elif len(members) == 1:
+            [chosen] = members
+        else:
+            raise FrameError(
+                f"{path.name} holds {len(members)} arrays ({', '.join(members)}) and none is named 'frames'"
+            )
+        info = archive.getinfo(members[chosen])
+        with archive.open(info) as handle:
+            shape, dtype = _npy_header(handle, path.name)
+            # The archive's directory gives the member's uncompressed size, and
+            # reading stops there: no more than that can come out of it.
+            _check_declared(path.name, shape, dtype, info.file_size - handle.tell())
+    with np.load(path, allow_pickle=False) as loaded:
+        return loaded[chosen]
+
+
+_PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def _png_size(path: Path) -> tuple[int, int]:
+    """(width, height) from a PNG's IHDR chunk, which by the format's rules comes first."""
+    with path.open("rb") as handle:
+        head = handle.read(24)
+    if len(head) < 24 or not head.startswith(_PNG_SIGNATURE) or head[12:16] != b"IHDR":
+        raise FrameError(f"cannot read PNG frame {path.name}: not a PNG file")
+    return int.from_bytes(head[16:20], "big"), int.from_bytes(head[20:24], "big")
+
+
 def _load_png(path: Path) -> np.ndarray:
     from PIL import Image
 
     try:
+        width, height = _png_size(path)
+        if width * height > MAX_FRAME_PIXELS:
+            raise FrameError(f"PNG frame {path.name} is {width}x{height}; a frame has at most "
+                             f"{MAX_FRAME_PIXELS} pixels ({MAX_FRAME_SIDE}x{MAX_FRAME_SIDE})")
         with Image.open(path) as image:
             if image.mode == "P":
                 # A palette image stores RGB(A) colours by index; expanding the
@@ -195,59 +296,64 @@ def _load_png(path: Path) -> np.ndarray:
                 raise FrameError(f"PNG frame {path.name} has unsupported mode {image.mode}")
             return np.asarray(image)
     except OSError as exc:  # includes PIL.UnidentifiedImageError and truncated files
-        raise FrameError(f"cannot read PNG frame {path.name}: {exc}") from None
+        reason = exc.strerror if exc.strerror else str(exc)
+        raise FrameError(f"cannot read PNG frame {path.name}: {reason}") from None
 
 
 def _load_png_directory(directory: Path) -> np.ndarray:
-    files = sorted(p for p in directory.iterdir() if p.is_file() and p.suffix.lower() == ".png")
+    files = sorted(p for p in directory.iterdir() if p.suffix.lower() == ".png")
     if not files:
         raise FrameError(f"frames directory {directory} holds no .png files")
-    frames = [_load_png(files[0])]
-    for path in files[1:]:
+    for path in files:
+        if not path.is_file():
+            raise FrameError(f"{path.name} in frames directory {directory.name} is not a regular file")
+    first = _load_png(files[0])
+    total = first.nbytes * len(files)
+    if total > MAX_FRAMES_BYTES:
+        raise FrameError(f"frames directory {directory.name} holds {len(files)} frames of {first.shape} {first.dtype} "
+                         f"({_size(total)}); frames are at most {_size(MAX_FRAMES_BYTES)} of pixels")
+    frames = np.empty((len(files), *first.shape), dtype=first.dtype)
+    frames[0] = first
+    for index, path in enumerate(files[1:], start=1):
         frame = _load_png(path)
-        if frame.shape != frames[0].shape or frame.dtype != frames[0].dtype:
+        if frame.shape != first.shape or frame.dtype != first.dtype:
             raise FrameError(
-                f"PNG frames differ: {files[0].name} is {frames[0].shape} {frames[0].dtype}, "
+                f"PNG frames differ: {files[0].name} is {first.shape} {first.dtype}, "
                 f"{path.name} is {frame.shape} {frame.dtype}"
             )
-        frames.append(frame)
-    return np.stack(frames)
-
-
-def _load_npz(path: Path) -> np.ndarray:
-    with np.load(path, allow_pickle=False) as archive:
-        names = list(archive.files)
-        if "frames" in names:
-            return archive["frames"]
-        if len(names) == 1:
-            return archive[names[0]]
-        raise FrameError(
-            f"{path.name} holds {len(names)} arrays ({', '.join(names)}) and none is named 'frames'"
-        )
+        frames[index] = frame
+    return frames
 
 
 def load_frames(path: str | Path) -> np.ndarray:
     """Load frames from ``.npy``, ``.npz`` (one array, or one named ``frames``) or a directory of PNGs.
 
-    PNG files are read in name order with Pillow. The decoded pixels are
-    returned as stored (no scaling); pass them through :func:`validate_frames`
-    before measuring and :func:`frames_digest` to identify them.
+    PNG files are read in name order with Pillow. Before any pixel is read,
+    what the headers declare is checked: a regular file, numbers rather than
+    Python objects, at most MAX_FRAMES_BYTES of pixels (MAX_FRAME_PIXELS per
+    PNG frame), and no more than the file holds. The frames are then checked
+    (:func:`check_frames`, messages naming the file) and returned as stored
+    (no scaling); :func:`frames_digest` identifies them.
     """
     path = Path(path)
     if path.is_dir():
-        return _load_png_directory(path)
-    if not path.is_file():
+        return check_frames(_load_png_directory(path), f"{path.name}:")
+    if not path.exists():
         raise FrameError(f"frames path {path} does not exist")
-    suffix = path.suffix.lower()
+    if not path.is_file():
+        raise FrameError(f"frames path {path.name} is not a regular file")
+    loaders = {".npy": _load_npy, ".npz": _load_npz}
+    loader = loaders.get(path.suffix.lower())
+    if loader is None:
+        raise FrameError(
+            f"unsupported frames file {path.name} (expected .npy, .npz or a directory of .png files)"
+        )
     try:
-        if suffix == ".npy":
-            return np.load(path, allow_pickle=False)
-        if suffix == ".npz":
-            return _load_npz(path)
+        frames = loader(path)
     except FrameError:
         raise
-    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
-        raise FrameError(f"cannot read frames from {path.name}: {exc}") from None
-    raise FrameError(
-        f"unsupported frames file {path.name} (expected .npy, .npz or a directory of .png files)"
-    )
+    except OSError as exc:
+        raise _unreadable(path.name, exc) from None
+    except (ValueError, EOFError, zipfile.BadZipFile) as exc:
+        raise FrameError(f"cannot read frames from {path.name}: {str(exc).splitlines()[0]}") from None
+    return check_frames(frames, f"{path.name}:")

@@ -42,7 +42,7 @@ from typing import Any
 
 import numpy as np
 
-from registry.evidence.frames import check_pair, validate_frames
+from registry.evidence.frames import check_frames, check_pair, unit_float
 
 BACKBONE_ENV = "REGISTRY_LPIPS_BACKBONE"
 BACKBONE_FILE = "alexnet-owt-7be5be79.pth"
@@ -183,11 +183,11 @@ class LpipsBackend:
 
     def distance_per_frame(self, ref_frames: Any, cand_frames: Any) -> list[float]:
         """LPIPS distance of each frame pair of two ``[frames, height, width, 3]`` stacks."""
-        ref = validate_frames(ref_frames, "reference")
-        cand = validate_frames(cand_frames, "candidate")
+        ref = check_frames(ref_frames, "reference")
+        cand = check_frames(cand_frames, "candidate")
         check_pair(ref, cand)
-        with self._torch.inference_mode():
-            return [self._distance(r, c) for r, c in zip(ref, cand)]
+        with self._torch.inference_mode():  # one frame pair in float at a time, like SSIM
+            return [self._distance(unit_float(r), unit_float(c)) for r, c in zip(ref, cand)]
 
 
 _CACHE: dict[tuple[str, str], LpipsBackend] = {}
@@ -229,7 +229,7 @@ def get_lpips_backend(
     ``7be5be79``) is accepted.
     """
     if expected_sha256 is not None and not re.fullmatch(r"[0-9a-fA-F]{64}", expected_sha256):
-        raise ValueError(f"expected_sha256 must be 64 hex digits, got {expected_sha256!r}")
+        raise ValueError(f"--lpips-sha256 must be 64 hex digits, got {expected_sha256!r}")
     if importlib.util.find_spec("torch") is None:
         return Absent("torch is not installed")
     heads_path = _heads_file()
@@ -241,11 +241,12 @@ def get_lpips_backend(
     digest = _sha256(path)
     if expected_sha256 is not None:
         if digest != expected_sha256.lower():
-            return Absent(f"backbone {path} has sha256 {digest}, not the declared {expected_sha256.lower()}")
+            return Absent(f"backbone {path} has sha256 {digest}, not the one declared with --lpips-sha256 "
+                          f"({expected_sha256.lower()})")
     elif not digest.startswith(TORCHVISION_SHA256_PREFIX):
         return Absent(
             f"backbone {path} has sha256 {digest}, not torchvision's AlexNet "
-            f"(prefix {TORCHVISION_SHA256_PREFIX}); declare expected_sha256 to use another backbone"
+            f"(prefix {TORCHVISION_SHA256_PREFIX}); declare its sha256 with --lpips-sha256 to use another backbone"
         )
     key = (str(path.resolve()), digest)
     if key not in _CACHE:

@@ -14,7 +14,7 @@ import math
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from registry.evidence.frames import check_pair, validate_frames
+from registry.evidence.frames import check_frames, check_pair
 from registry.evidence.lpips_backend import Absent
 from registry.evidence.ssim import BACKEND as SSIM_BACKEND
 from registry.evidence.ssim import iter_ssim
@@ -82,8 +82,9 @@ def measure_perceptual(
     """
     _checked_labels(frame_set, seed)
     vbench_value = _checked_vbench(vbench)
-    ref = validate_frames(reference, "reference")
-    cand = validate_frames(candidate, "candidate")
+    # Checked but not converted: SSIM and LPIPS convert one frame pair at a time.
+    ref = check_frames(reference, "reference")
+    cand = check_frames(candidate, "candidate")
     check_pair(ref, cand)
     total = len(ref)
 

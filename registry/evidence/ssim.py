@@ -43,7 +43,7 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from registry import __version__
-from registry.evidence.frames import WINDOW, check_pair, validate_frame, validate_frames
+from registry.evidence.frames import WINDOW, check_frames, check_pair, unit_float, validate_frame
 
 BACKEND = f"registry-ssim {__version__}"
 
@@ -208,14 +208,15 @@ def ssim(ref_frame: Any, cand_frame: Any) -> float:
 def iter_ssim(ref_frames: Any, cand_frames: Any) -> Iterator[float]:
     """Validate both frame stacks now, then yield each frame's SSIM in order.
 
-    Frames are scored one at a time, so a caller can report progress, and
-    the working memory is one strip's buffers whatever the clip length.
+    Frames are converted to float64 and scored one pair at a time, so a
+    caller can report progress, and the working memory beyond the inputs is
+    one frame pair and one strip's buffers whatever the clip length.
     """
-    ref = validate_frames(ref_frames, "reference")
-    cand = validate_frames(cand_frames, "candidate")
+    ref = check_frames(ref_frames, "reference")
+    cand = check_frames(cand_frames, "candidate")
     check_pair(ref, cand)
     workspace = _Workspace(*ref.shape[1:])
-    return (workspace.score(r, c) for r, c in zip(ref, cand))
+    return (workspace.score(unit_float(r), unit_float(c)) for r, c in zip(ref, cand))
 
 
 def ssim_per_frame(ref_frames: Any, cand_frames: Any) -> list[float]:

@@ -24,7 +24,8 @@ functions turn per-run wall times into the numbers the gate reads.
   the interval excludes 1.0 with probability at most 1 - CI_LEVEL. It needs
   no resampling: one partial sort, memory and time linear in the runs. Too
   few runs for CI_LEVEL (fewer than `min_conclusive_runs`) give the widest
-  interval, [min, max], and its own lower coverage in `ci_level`.
+  interval, [min, max], and its own lower coverage in `ci_level`. The ranks
+  come from registry/evidence/ranks.py.
 - Wilcoxon signed-rank test (Wilcoxon 1945), two-sided, on per-pair log
   ratios. Zero differences are dropped (Wilcoxon's own treatment). With at
   most EXACT_MAX_N nonzero pairs and no tied magnitudes the p-value is exact,
@@ -42,18 +43,9 @@ from functools import lru_cache
 
 import numpy as np
 
-CI_LEVEL = 0.95
+from registry.evidence.ranks import ARM_TAIL, PAIRED_TAIL, median_rank
+
 EXACT_MAX_N = 25
-# Most runs one benchmark arm may carry (docs/evidence-format.md): every
-# statistic here is linear in the runs, but each item is stored whole in the
-# log and re-derived at every promote.
-MAX_RUNS_PER_ARM = 100_000
-_PAIRED_TAIL = (1.0 - CI_LEVEL) / 2.0
-_ARM_TAIL = (1.0 - CI_LEVEL) / 4.0
-# Binomial tails are summed in floating point from lgamma (relative error
-# about 1e-9 at 10^5 runs); a rank is accepted only with this relative margin
-# to spare, so rounding can make an interval wider, never narrower.
-_TAIL_MARGIN = 1e-6
 
 
 def population_cv(values: Sequence[float]) -> float:
@@ -84,7 +76,7 @@ def median_interval(values: np.ndarray, tail: float) -> tuple[np.ndarray, np.nda
     they guarantee. Works on a stack of samples (one per row) at once.
     """
     n = values.shape[-1]
-    rank, lower_tail = _median_rank(n, tail)
+    rank, lower_tail = median_rank(n, tail)
     if rank == 0:
         rank, lower_tail = 1, 0.5**n
     bounds = np.partition(values, (rank - 1, n - rank), axis=-1)
@@ -96,23 +88,12 @@ def speedup_interval(
 ) -> tuple[np.ndarray, np.ndarray, float]:
     """(low, high, coverage) of the speedup statistic; runs along the last axis (see the module notes)."""
     if protocol == "paired":
-        return median_interval(paired_ratios(baseline, candidate), _PAIRED_TAIL)
+        return median_interval(paired_ratios(baseline, candidate), PAIRED_TAIL)
     if protocol == "sequential":
-        b_low, b_high, b_coverage = median_interval(baseline, _ARM_TAIL)
-        c_low, c_high, c_coverage = median_interval(candidate, _ARM_TAIL)
+        b_low, b_high, b_coverage = median_interval(baseline, ARM_TAIL)
+        c_low, c_high, c_coverage = median_interval(candidate, ARM_TAIL)
         return b_low / c_high, b_high / c_low, b_coverage * c_coverage
     raise ValueError(f"unknown protocol {protocol!r}")
-
-
-def min_conclusive_runs(protocol: str) -> int:
-    """Fewest runs per arm whose interval reaches CI_LEVEL (and so can exclude 1.0 at 1 - CI_LEVEL)."""
-    tail = {"paired": _PAIRED_TAIL, "sequential": _ARM_TAIL}.get(protocol)
-    if tail is None:
-        raise ValueError(f"unknown protocol {protocol!r}")
-    n = 1
-    while _median_rank(n, tail)[0] == 0:
-        n += 1
-    return n
 
 
 def wilcoxon_signed_rank(differences: Sequence[float]) -> float:
@@ -190,21 +171,6 @@ def _average_ranks(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     ranks = np.empty(values.size, dtype=np.float64)
     ranks[order] = np.repeat(average, sizes)
     return ranks, sizes.astype(np.float64)
-
-
-@lru_cache(maxsize=1024)
-def _median_rank(n: int, tail: float) -> tuple[int, float]:
-    """(k, P(Binomial(n, 1/2) <= k - 1)) for the largest k whose lower tail is at most `tail`; (0, 0.0) if none."""
-    log_all = math.lgamma(n + 1) + n * math.log(0.5)
-    allowed = tail * (1.0 - _TAIL_MARGIN)
-    rank, lower_tail = 0, 0.0
-    while rank < (n + 1) // 2:
-        mass = math.exp(log_all - math.lgamma(rank + 1) - math.lgamma(n - rank + 1))
-        if lower_tail + mass > allowed:
-            break
-        lower_tail += mass
-        rank += 1
-    return rank, lower_tail
 
 
 @lru_cache(maxsize=None)

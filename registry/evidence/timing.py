@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from registry.evidence.stats import MAX_RUNS_PER_ARM
+from registry.evidence.ranks import MAX_RUNS_PER_ARM
 
 FLUSH_BYTES = 256 * 1024 * 1024
 
@@ -115,7 +115,8 @@ def _timer_for(device: torch.device | str) -> _CpuTimer | _CudaTimer:
 
 def time_paired(baseline_fn: Callable[[], Any], candidate_fn: Callable[[], Any], runs: int, warmup: int,
                 device: torch.device | str, *, bytes_moved: float | None = None, triton_candidate: bool = False,
-                progress: Progress | None = None, notes: str | None = None) -> dict[str, Any]:
+                interpreted: bool = False, progress: Progress | None = None,
+                notes: str | None = None) -> dict[str, Any]:
     """Time ``runs`` ABBA pairs after ``warmup`` untimed pairs; return a paired benchmark item.
 
     Each arm therefore runs ``warmup + runs`` times; pair i of the item is
@@ -125,7 +126,10 @@ def time_paired(baseline_fn: Callable[[], Any], candidate_fn: Callable[[], Any],
     achieved share of the device's peak bandwidth when timed with CUDA events
     on a device of known peak. ``triton_candidate`` says the candidate runs
     Triton kernels: with the interpreter on, the item is marked as interpreter
-    timing. ``progress(done, total)`` is called after every call, warm-ups
+    timing. ``interpreted`` marks it so whatever the environment says now: a
+    caller that saw its kernels launch interpreted (Triton fixes that when a
+    kernel module is imported) passes it, so the mark never depends on the
+    variable still being set. ``progress(done, total)`` is called after every call, warm-ups
     included (whole-generation timing can take minutes per call).
     """
     if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
@@ -168,7 +172,7 @@ def time_paired(baseline_fn: Callable[[], Any], candidate_fn: Callable[[], Any],
         "warmup": warmup,
         "arch": timer.arch,
     }
-    if triton_candidate and triton_interpreter_active():
+    if interpreted or (triton_candidate and triton_interpreter_active()):
         item["device"] = f"{'cpu' if isinstance(timer, _CpuTimer) else timer.device} (triton interpreter)"
         item["timer"] = "interpreter"
     peak = peak_bandwidth(timer.device) if item["timer"] == "cuda_event" else None

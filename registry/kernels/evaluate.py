@@ -38,7 +38,7 @@ def execution_device(corpus: str) -> torch.device:
     """Where kernels run: CPU under Triton's interpreter, else the current CUDA device."""
     if triton_interpreter_active():
         if corpus == "gpu":
-            raise ValueError("the gpu corpus is not run under TRITON_INTERPRET=1 (hours on CPU); use corpus='cpu'")
+            raise ValueError("the gpu corpus is not run under TRITON_INTERPRET=1 (hours on CPU); use --corpus cpu")
         return torch.device("cpu")
     if torch.cuda.is_available():
         return torch.device("cuda", torch.cuda.current_device())
@@ -137,6 +137,7 @@ def evaluate_kernel(op_name: str, entry: str, *, corpus: str, runs: int, warmup:
             benchmark = time_paired(
                 lambda: _run_all(reference, inputs), lambda: _run_all(candidate, inputs), runs, warmup, device,
                 bytes_moved=sum(spec.cost(case).bytes for case in cases), triton_candidate=True,
+                interpreted=tally.interpreted_launches > 0,
                 progress=lambda _d, _t: tick(),
                 notes=(f"{op_name} on the {corpus} corpus: each timed call runs all {len(cases)} cases; "
                        f"baseline {spec.reference}, candidate {entry}"))

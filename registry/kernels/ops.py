@@ -6,12 +6,19 @@ that ran and a CLI can evaluate a candidate that lives outside this package.
 from __future__ import annotations
 
 import importlib
+import inspect
+import re
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 
 from registry.kernels.corpus import Case, Sampler, corpus_cases
+
+
+# Dotted Python identifiers: a module path, or an attribute path inside a module.
+_DOTTED = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*")
 
 
 class EntryError(ValueError):
@@ -128,16 +135,31 @@ def get_operation(name: str) -> OperationSpec:
 
 
 def resolve_entry(entry: str) -> Callable:
-    """Import ``"package.module:function"`` and return the callable it names."""
+    """Import ``"package.module:function"`` and return the Python function it names.
+
+    Checked before anything is imported: the form (dotted Python identifiers
+    on both sides) and that the module is not part of Python's standard
+    library, whose functions (``builtins:print``, ``os:system``) are never
+    kernels and must never receive a kernel's arguments. After the import the
+    target must be a function written in Python, not a builtin, a class or
+    another kind of callable. Anything else is one EntryError line.
+    """
     if not isinstance(entry, str) or entry.count(":") != 1:
         raise EntryError(f"entry {entry!r} must have the form 'module:function'")
     module_name, attr = entry.split(":")
     if not module_name or not attr:
         raise EntryError(f"entry {entry!r} must have the form 'module:function'")
+    if not (_DOTTED.fullmatch(module_name) and _DOTTED.fullmatch(attr)):
+        raise EntryError(f"entry {entry!r} must have the form 'module:function' in Python identifiers")
+    if module_name.split(".")[0] in sys.stdlib_module_names:
+        raise EntryError(f"entry {entry!r}: module {module_name!r} is part of Python's standard library, not a kernel")
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
         raise EntryError(f"entry {entry!r}: cannot import module {module_name!r} ({exc})") from exc
+    except Exception as exc:  # the module's own code failed while importing
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else "no message"
+        raise EntryError(f"entry {entry!r}: importing {module_name!r} failed: {type(exc).__name__}: {reason}") from None
     target = module
     for part in attr.split("."):
         try:
@@ -146,4 +168,6 @@ def resolve_entry(entry: str) -> Callable:
             raise EntryError(f"entry {entry!r}: module {module_name!r} has no attribute {attr!r}") from None
     if not callable(target):
         raise EntryError(f"entry {entry!r} names a {type(target).__name__}, not a callable")
+    if not inspect.isfunction(target):
+        raise EntryError(f"entry {entry!r} names a {type(target).__name__}, not a function written in Python")
     return target

@@ -1,18 +1,17 @@
-"""Alembic environment: the registry's SQLModel metadata is the target.
+"""Alembic environment: the registry's table metadata is the target.
 
 Run through `registry db upgrade` (which passes a live connection) or plain
 `alembic` with alembic.ini at the repository root (which reads the URL the
 same way the CLI does: REGISTRY_DATABASE_URL, else registry.db).
 """
 from alembic import context
-from sqlmodel import SQLModel
 
-import registry.events.schema  # noqa: F401  (registers the tables)
-import registry.projections.schema  # noqa: F401
-from registry.events.database import make_engine, resolve_url
+import registry.projections.schema  # noqa: F401  (adds the read models' tables to the metadata)
+from registry.events.schema import complete_metadata
+from registry.events.database import make_engine, resolve_url, use_wal
 
 config = context.config
-target_metadata = SQLModel.metadata
+target_metadata = complete_metadata()
 
 
 def run_migrations(connection) -> None:
@@ -32,6 +31,8 @@ def run_migrations_online() -> None:
         run_migrations(connection)
         return
     engine = make_engine(config.get_main_option("sqlalchemy.url") or resolve_url(None))
+    if engine.dialect.name == "sqlite":
+        use_wal(engine)
     with engine.connect() as conn:
         run_migrations(conn)
         conn.commit()

@@ -1,17 +1,24 @@
 """The fold: events in position order -> RegistryState. No I/O.
 
-Rules (docs/architecture.md, "Events" and "Decisions and lifecycle"):
-- Evidence, failures, verdicts and human decisions are scoped to the payload
-  hash they name. An event for another payload than the artifact's current
-  one (a late result for a replaced payload) changes no current field; a
-  verdict still enters the artifact's verdict history, marked with its hash.
-- A re-registration with a new payload hash starts over: evidence, failures,
-  verdict fields and the human decision are reset, decision `registered`.
+Rules (docs/architecture.md, "Events" and "Decisions and lifecycle"; docs/gate.md, "Lifecycle"):
+- An artifact's identity is the digest of everything its registration claims
+  (`artifact_identity`: workload, kind, payload hash, backend, op, entry).
+  Evidence, failures, verdicts and human decisions are scoped to the identity
+  they name (events recorded before identities were: to their payload hash).
+  An event for another identity than the artifact's current one (a late
+  result for a replaced registration) changes no current field; a verdict
+  still enters the artifact's verdict history, marked with its identity.
+- A re-registration that changes the identity starts over: evidence,
+  failures, attempts, verdict fields and the human decision are reset,
+  decision `registered`, and `identity_changed` says what changed where.
 - The latest of (verdict, human decision) sets `decision`: approve ->
   `promoted`, revoke -> `held` and the evidence scope restarts, so the
   artifact stays held until new evidence and a new verdict.
-- Any later evidence for the same payload clears the open failures: the stage
-  that failed has since produced something.
+- A failure stays open until a later successful item of the kind its stage
+  produces (STAGE_EVIDENCE) for the same identity; a stage the table does not
+  name is cleared only by a new identity.
+- `benchmark_attempts` counts every benchmark item of the current identity,
+  across revokes.
 - An event the fold cannot place (evidence for an artifact never registered,
   a payload naming another stream's subject, an unknown type, positions out of
   order) raises ProjectionError naming its position: the state is never
@@ -24,13 +31,24 @@ from __future__ import annotations
 
 from typing import Any, Callable, Iterable
 
+from registry.events.identity import artifact_identity
 from registry.events.store import StoredEvent
 
 from .log import EVIDENCE_KIND_BY_TYPE, LogEvent
-from .state import ProjectionError, RegistryState, describe, new_artifact, restart_evidence, start_payload, tightest
+from .state import ProjectionError, RegistryState, identity_changes, new_artifact, restart_evidence, start_identity, tightest
 
 Pending = dict[tuple[str, str], LogEvent]
 ARTIFACT_PREFIX = "artifact:"
+
+# Which evidence kind shows a failed stage has since succeeded. `load` (the
+# entry could not be imported) is shown good only by the artifact running.
+STAGE_EVIDENCE = {
+    "load": "execution",
+    "execution": "execution",
+    "parity": "parity",
+    "benchmark": "benchmark",
+    "perceptual": "perceptual",
+}
 
 
 def apply(state: RegistryState, event: StoredEvent | LogEvent) -> RegistryState:
@@ -122,28 +140,47 @@ def _registered(state: RegistryState, event: LogEvent, pending: Pending) -> None
         state.artifacts[artifact_id] = new_artifact(payload, event.position)
         return
     current["last_position"] = event.position
-    describe(current, payload)
-    if payload.get("payload_sha256") != current["payload_sha256"]:
-        start_payload(current, payload.get("payload_sha256"), event.position)
+    if artifact_identity(payload) != current["identity"]:
+        changed = {"position": event.position, "previous_identity": current["identity"],
+                   "changes": identity_changes(current, payload)}
+        start_identity(current, payload, event.position)
+        current["identity_changed"] = changed
+
+
+def _current(artifact: dict[str, Any], identity: str | None, payload_sha256: str | None) -> bool:
+    """Whether an event is about the artifact's current identity (an event without one: its payload)."""
+    if identity is not None:
+        return identity == artifact["identity"]
+    return payload_sha256 == artifact["payload_sha256"]
 
 
 def _evidence(state: RegistryState, event: LogEvent, pending: Pending) -> None:
     artifact = _artifact(state, event)
-    if event.scope != artifact["payload_sha256"]:
+    if not _current(artifact, event.identity, event.scope):
         return
     kind = EVIDENCE_KIND_BY_TYPE[event.type]
     artifact["evidence"][kind] = {
         "event_id": event.event_id, "position": event.position, "item": None, "measured_at": event.recorded_at,
     }
     artifact["evidence_counts"][kind] += 1
-    if artifact["open_failures"]:
-        artifact["open_failures"] = []
+    if kind == "benchmark":
+        artifact["benchmark_attempts"] += 1
+    open_failures = artifact["open_failures"]
+    if any(STAGE_EVIDENCE.get(f["stage"]) == kind for f in open_failures) and _succeeded(event, kind):
+        artifact["open_failures"] = [f for f in open_failures if STAGE_EVIDENCE.get(f["stage"]) != kind]
     pending[(artifact["artifact"], kind)] = event
+
+
+def _succeeded(event: LogEvent, kind: str) -> bool:
+    """Whether an evidence item shows its stage completed (a perceptual item says so in `stage_status`)."""
+    if kind != "perceptual":
+        return True
+    return event.payload["item"].get("stage_status") == "ok"
 
 
 def _failed(state: RegistryState, event: LogEvent, pending: Pending) -> None:
     artifact, payload = _named_artifact(state, event)
-    if payload["payload_sha256"] != artifact["payload_sha256"]:
+    if not _current(artifact, payload.get("identity"), payload["payload_sha256"]):
         return
     artifact["open_failures"].append(
         {"event_id": event.event_id, "position": event.position, "stage": payload["stage"], "error": payload["error"]}
@@ -156,9 +193,10 @@ def _verdict(state: RegistryState, event: LogEvent, pending: Pending) -> None:
     artifact["verdicts"].append({
         "position": event.position, "event_id": event.event_id, "decision": verdict["decision"],
         "rule": verdict["rule"], "recorded_at": event.recorded_at,
-        "payload_sha256": payload["payload_sha256"], "contract_version": payload["contract_version"],
+        "payload_sha256": payload["payload_sha256"], "identity": payload.get("identity"),
+        "contract_version": payload["contract_version"], "benchmark_attempts": payload.get("benchmark_attempts"),
     })
-    if payload["payload_sha256"] != artifact["payload_sha256"]:
+    if not _current(artifact, payload.get("identity"), payload["payload_sha256"]):
         return
     margins = verdict["margins"]
     artifact.update(
@@ -175,7 +213,7 @@ HUMAN_DECISION = {"approve": "promoted", "revoke": "held"}
 
 def _human(state: RegistryState, event: LogEvent, pending: Pending) -> None:
     artifact, payload = _named_artifact(state, event)
-    if payload["payload_sha256"] != artifact["payload_sha256"]:
+    if not _current(artifact, payload.get("identity"), payload["payload_sha256"]):
         return
     action = payload["action"]
     if action not in HUMAN_DECISION:
@@ -183,6 +221,7 @@ def _human(state: RegistryState, event: LogEvent, pending: Pending) -> None:
     artifact["human"] = {
         "action": action, "person": payload["person"], "reason": payload["reason"],
         "event_id": event.event_id, "position": event.position,
+        "verdict_event_id": payload.get("verdict_event_id"),
     }
     artifact["decision"] = HUMAN_DECISION[action]
     artifact["decided_by"] = "human"

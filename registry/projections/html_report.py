@@ -8,7 +8,7 @@ from typing import Any, Sequence
 
 from .plots import Plot, frame_plot, speed_fidelity_plot
 from .matrix import cell_text
-from .report import matrix_table, report_tables
+from .report import head_text, matrix_table, report_tables
 from .state import RegistryState
 
 STYLE = """
@@ -60,6 +60,8 @@ def render(report: dict[str, Any], state: RegistryState, *, max_frame_plots: int
     matrix_title = matrix_table(report["matrix"])[0] if report["matrix"] is not None else None
     parts = [
         f"<h1>Registry report: {escape(scope)}, as of log position {report['as_of']}</h1>",
+        *([f"<p>chain head <code>{escape(head_text(report['head']))}</code> "
+           "(check it with <code>registry verify --expect-head</code>)</p>"] if report.get("head") else []),
         f"<p>{escape(totals)}</p>",
         _table(*workload_table),
         "<h2>Speed against fidelity</h2>",

@@ -24,23 +24,38 @@ from sqlalchemy import Connection, bindparam, func, insert, select, update
 from sqlalchemy.exc import DBAPIError, IntegrityError
 
 from registry.events.errors import StoreError
-from registry.events.schema import EventRow
+from registry.events.schema import EVENTS
 from registry.events.store import EventStore
 
 from .fold import ARTIFACT_PREFIX, OUTCOMES_PREFIX, fold
 
+from .log import PAGE, read_log
+from .rows import MODELS, load_state
+from .schema import CHECKPOINT
+from .state import ProjectionError, RegistryState
+
 # SQLSTATE 42501: insufficient_privilege (a role that may only read).
 _PRIVILEGE_SQLSTATE = "42501"
+# SQLite's primary result code for a write to a database opened read-only (extended codes keep it in the low byte).
+_SQLITE_READONLY = 8
+
+
+class ReadModelsNotWritable(StoreError):
+    """This connection may only read, so the read models cannot be caught up or rebuilt through it."""
 
 
 def _write_refused(exc: DBAPIError) -> bool:
-    return getattr(exc.orig, "sqlstate", None) == _PRIVILEGE_SQLSTATE
-from .log import PAGE, read_log
-from .rows import MODELS, load_state
-from .schema import ProjectionCheckpoint
-from .state import ProjectionError, RegistryState
+    """Whether the database refused a write because this connection may only read.
 
-CHECKPOINT = ProjectionCheckpoint.__table__
+    A Postgres role without the privilege, or a SQLite registry opened
+    read-only (a read-only file or folder, a mode=ro URL).
+    """
+    if getattr(exc.orig, "sqlstate", None) == _PRIVILEGE_SQLSTATE:
+        return True
+    code = getattr(exc.orig, "sqlite_errorcode", None)
+    return code is not None and code & 0xFF == _SQLITE_READONLY
+
+
 CHECKPOINT_NAME = "log"
 MAX_ATTEMPTS = 8
 LOAD_CHUNK = 500
@@ -122,7 +137,7 @@ class Projections:
         for _ in range(MAX_ATTEMPTS):
             with self.engine.connect() as conn:
                 checkpoint = read_checkpoint(conn)
-                head = conn.execute(select(func.max(EventRow.__table__.c.position))).scalar() or 0
+                head = conn.execute(select(func.max(EVENTS.c.position))).scalar() or 0
             start = checkpoint or 0
             if start == head:
                 return head
@@ -162,10 +177,18 @@ class Projections:
 
     @contextmanager
     def _writer(self) -> Iterator[Connection]:
-        with self.engine.connect() as conn:
-            conn = conn.execution_options(registry_append=True)  # SQLite: BEGIN IMMEDIATE
-            with conn.begin():
-                yield conn
+        """A write transaction on the read models; a refusal to a connection that may only read is one line."""
+        try:
+            with self.engine.connect() as conn:
+                conn = conn.execution_options(registry_append=True)  # SQLite: BEGIN IMMEDIATE
+                with conn.begin():
+                    yield conn
+        except DBAPIError as exc:
+            if not _write_refused(exc):
+                raise
+            first_line = str(exc.orig).splitlines()[0] if str(exc.orig) else type(exc.orig).__name__
+            raise ReadModelsNotWritable(f"the read models cannot be updated: this connection may only read "
+                                        f"({first_line})") from None
 
     def _advance(self, checkpoint: int | None, head: int) -> bool:
         """Fold (checkpoint, head] into the rows it touches and commit them; False if we lost a race."""
@@ -242,16 +265,14 @@ class Projections:
         """None when the live tables are current; else the position to fold the log up to.
 
         A connection that may read but not write the read models (the Postgres
-        `registry_reader` role) cannot catch them up, so it answers from the
-        log itself: slower, never stale.
+        `registry_reader` role, a read-only SQLite registry) cannot catch them
+        up, so it answers from the log itself: slower, never stale.
         """
         if as_of is not None:
             return as_of
         try:
             self.catch_up()
-        except DBAPIError as exc:
-            if not _write_refused(exc):
-                raise
+        except ReadModelsNotWritable:
             return self.store.head_position()
         return None
 

@@ -3,17 +3,19 @@
 A full replay is dominated by JSON decoding, and most of it would be wasted:
 of the many evidence events an artifact accumulates, its state keeps only the
 latest of each kind. So the reader reads only each evidence event's
-`payload_sha256` (the one field the fold needs to scope it) and leaves the
-rest of the payload text undecoded until the fold asks for it.
+`identity` and `payload_sha256` (the fields the fold needs to scope it) and
+leaves the rest of the payload text undecoded until the fold asks for it.
 
 The store writes every payload as canonical JSON (registry/events/canonical.py:
 sorted keys, no whitespace), so an evidence payload's top-level keys appear in
-the order artifact, item, payload_sha256, run, and the last occurrence of the
-text `"payload_sha256":` is the top-level key (inside a JSON string a quote is
-escaped, so the sequence cannot occur in the `run` value). The reader takes
-the value after it (null, or a string without escapes) only when `,"run":`
-follows; any payload not in that layout is decoded in full instead, so the
-shortcut never guesses.
+the order artifact, identity, item, payload_sha256, run (events recorded
+before identities were have no `identity` key). Inside a JSON string a quote
+is escaped, so the text `,"` cannot occur in one: the first `,"` ends the
+`artifact` value and starts the second key, and the last occurrence of
+`"payload_sha256":` is the top-level key (the sequence cannot occur in the
+`run` value). The reader takes a value (null, or a string without escapes)
+only when the key that must follow it does; any payload not in that layout is
+decoded in full instead, so the shortcut never guesses.
 Events written under an older payload schema go through the store's
 upcasters (validated) first, so the fold only ever sees current-schema
 payloads.
@@ -26,32 +28,33 @@ from typing import Any, Iterator
 from sqlalchemy import Engine
 
 from registry.events.canonical import strict_json_loads
+from registry.events.catalogue import EVIDENCE_KIND_BY_TYPE
+from registry.events.catalogue import SCHEMA_VERSIONS as CURRENT_SCHEMA
 from registry.events.chain import timestamp_text
 from registry.events.errors import StoreError
 from registry.events.store import StoredEvent
-from registry.events.types import EVIDENCE_EVENT_BY_KIND, PAYLOAD_TYPES, read_payload
 
-EVIDENCE_KIND_BY_TYPE = {cls.type: kind for kind, cls in EVIDENCE_EVENT_BY_KIND.items()}
-CURRENT_SCHEMA = {name: cls.schema_version for name, cls in PAYLOAD_TYPES.items()}
 PAGE = 20_000
 
 
 class LogEvent:
     """One event as the fold sees it: identity, place, and a payload decoded on first use.
 
-    `scope` is the payload's `payload_sha256` for evidence events (None
-    otherwise), available without decoding the payload.
+    `scope` and `identity` are the payload's `payload_sha256` and `identity`
+    for evidence events (None otherwise), available without decoding the
+    payload.
     """
 
-    __slots__ = ("position", "event_id", "stream", "type", "scope", "_recorded_at", "_text", "_payload")
+    __slots__ = ("position", "event_id", "stream", "type", "scope", "identity", "_recorded_at", "_text", "_payload")
 
     def __init__(self, position: int, event_id: str, stream: str, type: str, scope: str | None,
-                 recorded_at: Any, text: str | None, payload: dict[str, Any] | None):
+                 identity: str | None, recorded_at: Any, text: str | None, payload: dict[str, Any] | None):
         self.position = position
         self.event_id = event_id
         self.stream = stream
         self.type = type
         self.scope = scope
+        self.identity = identity
         self._recorded_at = recorded_at
         self._text = text
         self._payload = payload
@@ -61,8 +64,7 @@ class LogEvent:
         payload = event.payload
         if CURRENT_SCHEMA.get(event.type) != event.schema_version:
             payload = event.typed().model_dump(mode="python")  # upcast (and validate) an older payload
-        scope = payload.get("payload_sha256") if event.type in EVIDENCE_KIND_BY_TYPE else None
-        return cls(event.position, event.event_id, event.stream, event.type, scope, event.recorded_at, None, payload)
+        return _decoded(event.position, event.event_id, event.stream, event.type, event.recorded_at, payload)
 
     @property
     def payload(self) -> dict[str, Any]:
@@ -81,8 +83,19 @@ class LogEvent:
         return timestamp_text(moment)
 
 
+def _decoded(position: int, event_id: str, stream: str, type_: str, recorded_at: Any,
+             payload: dict[str, Any]) -> LogEvent:
+    if type_ in EVIDENCE_KIND_BY_TYPE:
+        return LogEvent(position, event_id, stream, type_, payload.get("payload_sha256"), payload.get("identity"),
+                        recorded_at, None, payload)
+    return LogEvent(position, event_id, stream, type_, None, None, recorded_at, None, payload)
+
+
 SCOPE_KEY = '"payload_sha256":'
 SCOPE_NEXT = ',"run":'
+IDENTITY_KEY = ',"identity":'
+IDENTITY_NEXT = ',"item":'
+DIGEST_LENGTH = 64
 
 
 def scope_of(text: str) -> str | None:
@@ -101,6 +114,23 @@ def scope_of(text: str) -> str | None:
     return strict_json_loads(text).get("payload_sha256")
 
 
+def identity_of(text: str) -> str | None:
+    """The top-level identity of a canonical evidence payload (None when it has none), decoding as little as possible."""
+    second_key = text.find(',"')
+    if text.startswith('{"artifact":"') and second_key > 0:
+        if text.startswith(IDENTITY_NEXT, second_key):
+            return None  # recorded before identities were
+        if text.startswith(IDENTITY_KEY, second_key):
+            start = second_key + len(IDENTITY_KEY)
+            if text.startswith("null" + IDENTITY_NEXT, start):
+                return None
+            end = start + DIGEST_LENGTH + 1
+            if text.startswith('"', start) and text.startswith('"' + IDENTITY_NEXT, end) \
+                    and '"' not in text[start + 1:end] and "\\" not in text[start + 1:end]:
+                return text[start + 1:end]
+    return strict_json_loads(text).get("identity")
+
+
 def _select(dialect: str, by_stream: bool) -> str:
     mark = "%s" if dialect == "postgresql" else "?"
     where = f"position > {mark} AND position <= {mark}"
@@ -114,13 +144,14 @@ def _select(dialect: str, by_stream: bool) -> str:
 
 def _upcast(row: tuple) -> LogEvent:
     """An event stored under an older (or unknown) schema: upcast and validate it."""
+    from registry.events.types import read_payload  # pydantic only for the rare event that needs it
+
     position, event_id, stream, type_, schema_version, text, recorded_at = row
     try:
         payload = read_payload(type_, schema_version, strict_json_loads(text)).model_dump(mode="python")
     except StoreError as exc:
         raise StoreError(f"event at position {position} cannot be read: {exc}") from None
-    scope = payload.get("payload_sha256") if type_ in EVIDENCE_KIND_BY_TYPE else None
-    return LogEvent(position, event_id, stream, type_, scope, recorded_at, None, payload)
+    return _decoded(position, event_id, stream, type_, recorded_at, payload)
 
 
 def read_log(engine: Engine, *, after: int, up_to: int, stream: str | None = None,
@@ -152,9 +183,10 @@ def read_log(engine: Engine, *, after: int, up_to: int, stream: str | None = Non
                 if current.get(type_) != row[4]:
                     yield _upcast(row)
                 elif type_ in evidence:
-                    yield LogEvent(row[0], row[1], row[2], type_, scope_of(row[5]), row[6], row[5], None)
+                    yield LogEvent(row[0], row[1], row[2], type_, scope_of(row[5]), identity_of(row[5]),
+                                   row[6], row[5], None)
                 else:
-                    yield LogEvent(row[0], row[1], row[2], type_, None, row[6], row[5], None)
+                    yield LogEvent(row[0], row[1], row[2], type_, None, None, row[6], row[5], None)
             if len(rows) < page:
                 return
             cursor_at = rows[-1][0]

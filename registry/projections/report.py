@@ -10,7 +10,12 @@ position is the same function over `Projections.state(as_of=...)`):
   threshold (|margin| <= 0.1 * |threshold|): promoted, but one noisy rerun
   from the other side of the line;
 - waiting: advisory-tier artifacts the gate recorded and no person has
-  decided since (docs/architecture.md: the advisory tier never promotes by itself).
+  decided since (docs/architecture.md: the advisory tier never promotes by itself);
+- contracts_moved: final decisions that stand under an older contract than
+  their workload's current one ("promoted under contract v1; current v2");
+  `registry what-if` shows how they fare under the new one;
+- attempts: every artifact's benchmark items for its current identity (a
+  decision reached after many attempts is weaker than it reads).
 Renderers: JSON, one flat CSV table (a `section` column), and a
 self-contained HTML page with embedded plots (html_report.py).
 """
@@ -24,7 +29,7 @@ from typing import Any
 
 from registry.contracts.speed import derived_gate
 
-from .state import RegistryState, relative_margin
+from .state import RegistryState, contract_note, relative_margin
 
 NEAR_MISS_SHARE = 0.10
 CAUGHT = ("held", "quarantined", "rejected")
@@ -32,7 +37,7 @@ HUMAN_REVOKE_RULE = "human.revoke"
 CSV_COLUMNS = (
     "section", "as_of", "workload", "artifact", "rank", "decision", "decided_by", "rule", "count", "tier",
     "speedup", "ci_low", "ci_high", "metric", "value", "threshold", "margin", "relative_margin",
-    "recorded", "agree", "origin",
+    "recorded", "agree", "origin", "note",
 )
 
 
@@ -77,6 +82,9 @@ def build_report(state: RegistryState, workload: str | None = None, *,
         "caught": _caught(artifacts),
         "near_misses": _near_misses(artifacts),
         "waiting": _waiting(artifacts),
+        "contracts_moved": _contracts_moved(artifacts, state.workloads),
+        "attempts": [{"artifact": a["artifact"], "decision": a["decision"], "benchmark_attempts": a["benchmark_attempts"]}
+                     for a in artifacts],
         "imported": [row for row in imported if workload is None or row["workload"] == workload],
         "matrix": matrix,
     }
@@ -108,6 +116,7 @@ def _leaderboard(artifacts: list[dict[str, Any]], scope: list[str]) -> dict[str,
             "artifact": artifact["artifact"], "kind": artifact["kind"], "backend": artifact["backend"],
             "speedup": artifact["speedup"], "speedup_ci": artifact["speedup_ci"], "tier": artifact["tier"],
             "decided_by": artifact["decided_by"], "tightest_margin": _margin_entry(artifact["tightest_margin"]),
+            "benchmark_attempts": artifact["benchmark_attempts"],
         })
     for entries in board.values():
         # Fastest first; an artifact promoted without a measured speedup (a person's approval) last.
@@ -154,6 +163,17 @@ def _waiting(artifacts: list[dict[str, Any]]) -> list[dict[str, Any]]:
     ]
 
 
+def _contracts_moved(artifacts: list[dict[str, Any]], workloads: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    found = []
+    for artifact in artifacts:
+        note = contract_note(artifact, workloads.get(artifact["workload"]))
+        if note is not None:
+            found.append({"artifact": artifact["artifact"], "workload": artifact["workload"],
+                          "decision": artifact["decision"], "decided_under": artifact["contract_version"],
+                          "current": workloads[artifact["workload"]]["contract_version"], "note": note})
+    return found
+
+
 # -- renderers ---------------------------------------------------------------------------------
 
 def report_json(report: dict[str, Any]) -> str:
@@ -188,6 +208,10 @@ def report_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
     for e in report["waiting"]:
         row("waiting", workload=e["workload"], artifact=e["artifact"], decision="recorded", tier="advisory",
             speedup=e["speedup"], **margin_cells(e["tightest_margin"]))
+    for e in report["contracts_moved"]:
+        row("contract_moved", workload=e["workload"], artifact=e["artifact"], decision=e["decision"], note=e["note"])
+    for e in report["attempts"]:
+        row("attempts", artifact=e["artifact"], decision=e["decision"], count=e["benchmark_attempts"])
     for e in report["imported"]:
         row("imported", workload=e["workload"], artifact=e["artifact"], decision=e["registry"]["decision"],
             rule=e["registry"]["rule"], recorded=e["recorded"]["decision"], agree=e["agree"],
@@ -218,7 +242,7 @@ Table = tuple[str, list[str], list[tuple[Any, ...]]]
 
 def report_tables(report: dict[str, Any]) -> list[Table]:
     """The report as titled tables for people (the CLI's table format, the HTML page)."""
-    at = f"as of position {report['as_of']}"
+    at = f"as of position {report['as_of']}" + (f", chain head {head_text(report['head'])}" if report.get("head") else "")
     tables: list[Table] = [(
         f"workloads ({at})", ["workload", "contract version", "tier", "speed gate"],
         [(w, s["contract_version"], s["tier"], number(s["speed_gate"])) for w, s in report["workloads"].items()],
@@ -226,9 +250,9 @@ def report_tables(report: dict[str, Any]) -> list[Table]:
     for workload, entries in report["leaderboard"].items():
         tables.append((
             f"leaderboard: {workload} (promoted, fastest first)",
-            ["rank", "artifact", "speedup", "95% CI", "tier", "decided by", "tightest margin"],
+            ["rank", "artifact", "speedup", "95% CI", "tier", "decided by", "tightest margin", "benchmark attempts"],
             [(e["rank"], e["artifact"], number(e["speedup"]), _ci_text(e["speedup_ci"]), e["tier"], e["decided_by"],
-              margin_text(e["tightest_margin"])) for e in entries],
+              margin_text(e["tightest_margin"]), e["benchmark_attempts"]) for e in entries],
         ))
     tables.append((
         "caught (by the rule that decided)", ["decision", "rule", "count", "artifacts"],
@@ -247,11 +271,24 @@ def report_tables(report: dict[str, Any]) -> list[Table]:
         [(e["artifact"], e["workload"], e["verdict_position"], number(e["speedup"]), margin_text(e["tightest_margin"]))
          for e in report["waiting"]],
     ))
+    tables.append((
+        "decided under an older contract (see `registry what-if`)", ["artifact", "workload", "decision", "note"],
+        [(e["artifact"], e["workload"], e["decision"], e["note"]) for e in report["contracts_moved"]],
+    ))
+    tables.append((
+        "benchmark attempts (current identity)", ["artifact", "decision", "attempts"],
+        [(e["artifact"], e["decision"], e["benchmark_attempts"]) for e in report["attempts"]],
+    ))
     if report["imported"]:
         tables.append(imported_table(report["imported"]))
     if report["matrix"] is not None:
         tables.append(matrix_table(report["matrix"]))
     return tables
+
+
+def head_text(head: dict[str, Any]) -> str:
+    """The chain head a report speaks for, as `verify --expect-head` takes it (POSITION:HASH)."""
+    return f"{head['position']}:{head['hash']}"
 
 
 def imported_table(rows: list[dict[str, Any]]) -> Table:

@@ -5,12 +5,7 @@ from typing import Any
 
 from registry.events.canonical import canonical_json, sha256_hex, strict_json_loads
 
-from .schema import ProjectedArtifact, ProjectedFrameSet, ProjectedOutcomes, ProjectedWorkload
-
-ARTIFACTS = ProjectedArtifact.__table__
-WORKLOADS = ProjectedWorkload.__table__
-FRAMESETS = ProjectedFrameSet.__table__
-OUTCOMES = ProjectedOutcomes.__table__
+from .schema import ARTIFACTS, FRAMESETS, OUTCOMES, WORKLOADS
 
 
 def state_text(state: dict[str, Any]) -> str:

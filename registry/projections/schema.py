@@ -9,57 +9,51 @@ column. The few columns beside the JSON exist for indexed listing.
 """
 from __future__ import annotations
 
-from sqlalchemy import BigInteger, Column, Float, Integer, String, Text
-from sqlmodel import Field, SQLModel
+from sqlalchemy import BigInteger, Column, Float, Integer, String, Table, Text
 
+from registry.events.schema import METADATA
 
-class ProjectedArtifact(SQLModel, table=True):
-    __tablename__ = "projection_artifacts"
+ARTIFACTS = Table(
+    "projection_artifacts", METADATA,
+    Column("artifact", String(200), primary_key=True),
+    Column("workload", String(200), nullable=False, index=True),
+    Column("decision", String(32), nullable=False, index=True),
+    Column("tier", String(32), nullable=True),
+    Column("speedup", Float, nullable=True),
+    Column("last_position", BigInteger, nullable=False),
+    Column("state", Text, nullable=False),
+    Column("row_hash", String(64), nullable=False),
+)
 
-    artifact: str = Field(sa_column=Column(String(200), primary_key=True))
-    workload: str = Field(sa_column=Column(String(200), nullable=False, index=True))
-    decision: str = Field(sa_column=Column(String(32), nullable=False, index=True))
-    tier: str | None = Field(default=None, sa_column=Column(String(32), nullable=True))
-    speedup: float | None = Field(default=None, sa_column=Column(Float, nullable=True))
-    last_position: int = Field(sa_column=Column(BigInteger, nullable=False))
-    state: str = Field(sa_column=Column(Text, nullable=False))
-    row_hash: str = Field(sa_column=Column(String(64), nullable=False))
+WORKLOADS = Table(
+    "projection_workloads", METADATA,
+    Column("workload", String(200), primary_key=True),
+    Column("contract_version", Integer, nullable=False),
+    Column("last_position", BigInteger, nullable=False),
+    Column("state", Text, nullable=False),
+    Column("row_hash", String(64), nullable=False),
+)
 
+FRAMESETS = Table(
+    "projection_framesets", METADATA,
+    Column("name", String(200), primary_key=True),
+    Column("position", BigInteger, nullable=False),
+    Column("state", Text, nullable=False),
+    Column("row_hash", String(64), nullable=False),
+)
 
-class ProjectedWorkload(SQLModel, table=True):
-    __tablename__ = "projection_workloads"
+# Imported outcome records about a workload as a whole (support runs, fidelity verdicts).
+OUTCOMES = Table(
+    "projection_outcomes", METADATA,
+    Column("workload", String(200), primary_key=True),
+    Column("last_position", BigInteger, nullable=False),
+    Column("state", Text, nullable=False),
+    Column("row_hash", String(64), nullable=False),
+)
 
-    workload: str = Field(sa_column=Column(String(200), primary_key=True))
-    contract_version: int = Field(sa_column=Column(Integer, nullable=False))
-    last_position: int = Field(sa_column=Column(BigInteger, nullable=False))
-    state: str = Field(sa_column=Column(Text, nullable=False))
-    row_hash: str = Field(sa_column=Column(String(64), nullable=False))
-
-
-class ProjectedFrameSet(SQLModel, table=True):
-    __tablename__ = "projection_framesets"
-
-    name: str = Field(sa_column=Column(String(200), primary_key=True))
-    position: int = Field(sa_column=Column(BigInteger, nullable=False))
-    state: str = Field(sa_column=Column(Text, nullable=False))
-    row_hash: str = Field(sa_column=Column(String(64), nullable=False))
-
-
-class ProjectedOutcomes(SQLModel, table=True):
-    """Imported outcome records about a workload as a whole (support runs, fidelity verdicts)."""
-
-    __tablename__ = "projection_outcomes"
-
-    workload: str = Field(sa_column=Column(String(200), primary_key=True))
-    last_position: int = Field(sa_column=Column(BigInteger, nullable=False))
-    state: str = Field(sa_column=Column(Text, nullable=False))
-    row_hash: str = Field(sa_column=Column(String(64), nullable=False))
-
-
-class ProjectionCheckpoint(SQLModel, table=True):
-    """The log position the read models are folded up to; the row concurrent catch-ups race on."""
-
-    __tablename__ = "projection_checkpoint"
-
-    name: str = Field(sa_column=Column(String(64), primary_key=True))
-    position: int = Field(sa_column=Column(BigInteger, nullable=False))
+# The log position the read models are folded up to; the row concurrent catch-ups race on.
+CHECKPOINT = Table(
+    "projection_checkpoint", METADATA,
+    Column("name", String(64), primary_key=True),
+    Column("position", BigInteger, nullable=False),
+)

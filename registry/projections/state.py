@@ -9,7 +9,11 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from registry.events.identity import IDENTITY_FIELDS, artifact_identity
+
 EVIDENCE_KINDS = ("parity", "benchmark", "execution", "perceptual")
+# Decisions that stand for an identity until a person revokes them.
+FINAL = ("promoted", "rejected")
 
 
 class ProjectionError(ValueError):
@@ -64,36 +68,56 @@ def new_artifact(payload: dict[str, Any], position: int) -> dict[str, Any]:
         "registered_position": position,
         "last_position": position,
         "verdicts": [],
+        "identity_changed": None,
     }
-    describe(state, payload)
-    start_payload(state, payload.get("payload_sha256"), position)
+    start_identity(state, payload, position)
     return state
 
 
 def describe(state: dict[str, Any], payload: dict[str, Any]) -> None:
-    """The registration facts; a re-registration of the same payload updates them.
+    """The registration facts the identity is made of (state.py's start_identity sets them).
 
     `bundle` is a shipped artifact's manifest (its files, entry point, the op it
-    replaces and its compatibility window), which `resolve` and `lock` read.
+    replaces and its compatibility window), which `resolve` and `lock` read; its
+    digest is the payload hash, so it changes only with the identity.
     """
-    for key in ("workload", "kind", "backend", "op", "entry", "bundle"):
+    for key in ("workload", "kind", "backend", "op", "entry", "payload_sha256", "bundle"):
         state[key] = payload.get(key)
 
 
-def start_payload(state: dict[str, Any], payload_sha256: str | None, position: int) -> None:
-    """A new payload hash: nothing measured or decided about the old one carries over."""
-    state["payload_sha256"] = payload_sha256
+def start_identity(state: dict[str, Any], payload: dict[str, Any], position: int) -> None:
+    """A new identity: nothing measured or decided about the old one carries over (it stays in history)."""
+    describe(state, payload)
+    state["identity"] = artifact_identity(payload)
     state["registered_position"] = position
     state.update(
         decision="registered", decided_by=None, tier=None, rule=None, reasons=[], margins=[],
         tightest_margin=None, speedup=None, speedup_ci=None, verdict=None, verdict_event_id=None,
         verdict_position=None, contract_version=None, contract_hash=None, human=None,
+        benchmark_attempts=0, open_failures=[],
     )
     restart_evidence(state)
 
 
 def restart_evidence(state: dict[str, Any]) -> None:
-    """Evidence scope restarts: only evidence recorded from here on counts."""
+    """Evidence scope restarts: only evidence recorded from here on counts.
+
+    Open failures and the benchmark attempt count belong to the identity and
+    survive a revoke: a failure is cleared only by its own stage's later
+    success, and attempts are what a revoke-and-rebenchmark loop must not hide.
+    """
     state["evidence"] = {}
     state["evidence_counts"] = {kind: 0 for kind in EVIDENCE_KINDS}
-    state["open_failures"] = []
+
+
+def identity_changes(before: dict[str, Any], after: dict[str, Any]) -> dict[str, list[Any]]:
+    """{field: [old, new]} for each identity field a re-registration changed."""
+    return {key: [before.get(key), after.get(key)] for key in IDENTITY_FIELDS if before.get(key) != after.get(key)}
+
+
+def contract_note(artifact: dict[str, Any], workload: dict[str, Any] | None) -> str | None:
+    """Say when a final verdict was decided under an older contract than the workload's current one."""
+    decided_under, current = artifact.get("contract_version"), (workload or {}).get("contract_version")
+    if artifact["decision"] not in FINAL or decided_under is None or current is None or decided_under == current:
+        return None
+    return f"{artifact['decision']} under contract v{decided_under}; current v{current}"

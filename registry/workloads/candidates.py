@@ -36,9 +36,12 @@ SDPA_BACKEND = "TORCH_SDPA"
 FLASH_BACKEND = "FLASH_ATTN"
 # Accumulated relative L1 change of the first block's modulated input below
 # which the step cache reuses the previous residual. Per-step changes of this
-# model are 0.11-0.23 (seeds 0 and 1024), so 0.2 reuses about every other
-# step: 4 of 10 with the first and last always computed.
-STEP_CACHE_THRESHOLD = 0.2
+# model are 0.11-0.23 (seeds 0 and 1024), so 0.4 reuses two of every three
+# steps: 6 of 10 with the first and last always computed, for a worst-frame
+# SSIM of 0.998 against the 0.98 budget. Computing 4 of 10 transformer steps
+# puts the speedup (about 2.1x on one CPU thread) far enough above the demo's
+# 1.2x gate that the verdict does not depend on the machine's timing noise.
+STEP_CACHE_THRESHOLD = 0.4
 # The lossy control samples with this many Euler steps instead of STEPS.
 LOSSY_STEPS = 2
 

@@ -13,7 +13,6 @@ from typing import Sequence, Union
 
 from alembic import op
 import sqlalchemy as sa
-import sqlmodel  # noqa: F401  (autogenerate may render sqlmodel types)
 
 
 revision: str = '0003'

@@ -1,0 +1,26 @@
+"""Checks on option values that run while the command line is parsed, before anything is read or measured.
+
+They raise ValueError, which the command group turns into one line on stderr
+and exit 1, like every other refused input (registry.cli.main).
+"""
+from __future__ import annotations
+
+import click
+
+
+def _option(param: click.Parameter) -> str:
+    return param.opts[0] if isinstance(param, click.Option) else param.human_readable_name
+
+
+def name_value(_ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """An id given on the command line follows the naming rule (docs/names.md)."""
+    from registry.contracts.names import check_name
+
+    return None if value is None else check_name(value, _option(param))
+
+
+def seed_value(_ctx: click.Context, param: click.Parameter, value: int | None) -> int | None:
+    """A seed on the command line is an integer in [0, 2**64 - 1]."""
+    from registry.contracts.names import check_seed
+
+    return None if value is None else check_seed(value, _option(param))

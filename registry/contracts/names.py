@@ -1,0 +1,94 @@
+"""One naming rule for every id the registry records: artifacts, workloads, frame sets, actors and run ids.
+
+A name is 1 to 128 characters long, starts with a letter or a digit, and
+holds no whitespace, no control or other invisible character, and no colon.
+
+Why each part:
+- a length limit declared here, so a name is refused in the user's terms
+  ("artifact id ... is 300 characters long") and never reaches the store's
+  own limit on stream names (`artifact:<id>` must fit in 200 characters);
+- a letter or digit first, so a name can never be read as a command-line
+  option (`-x`) and never begins with punctuation that a shell or a
+  terminal treats specially;
+- no whitespace (a newline would forge a second line in every listing and
+  log; a trailing space makes two names look alike), and no control or
+  invisible character (Unicode categories C* and Z*: NUL, escapes that
+  drive a terminal, zero-width and direction marks);
+- no colon, the separator of stream names (`artifact:ID`, `workload:ID`), so
+  `registry history ID` can always tell an id from a stream name.
+
+Everything else is allowed, brackets and dollars included: names are
+printed literally everywhere (registry.cli.output). The rule is pure and
+imports nothing from the registry, so the CLI, the application layer, the
+manifest and the evidence-document parsers all apply the same one.
+"""
+from __future__ import annotations
+
+import unicodedata
+from typing import Any
+
+MAX_NAME_LENGTH = 128
+NAME_RULE = (f"1 to {MAX_NAME_LENGTH} characters, starting with a letter or digit, "
+             "with no whitespace, control characters or ':'")
+# How much of a refused name a message quotes.
+_QUOTED = 40
+
+
+def name_problem(value: Any) -> str | None:
+    """What is wrong with `value` as a name, in a few words; None when it is a valid name."""
+    if not isinstance(value, str):
+        return f"must be a string, not {type(value).__name__}"
+    if not value:
+        return "is empty"
+    if len(value) > MAX_NAME_LENGTH:
+        return f"is {len(value)} characters long"
+    if not value[0].isalnum():
+        return f"starts with {value[0]!r}"
+    for char in value:
+        if char == "\n":
+            return "contains a line break"
+        if char.isspace():
+            return f"contains whitespace ({char!r})"
+        if unicodedata.category(char)[0] in "CZ":
+            return f"contains the control or invisible character U+{ord(char):04X}"
+        if char == ":":
+            return "contains ':'"
+    return None
+
+
+def _quoted(value: Any) -> str:
+    """A refused name as a message shows it: repr, shortened past 40 characters."""
+    if isinstance(value, str) and len(value) > _QUOTED:
+        return repr(value[:_QUOTED]) + "…"
+    return repr(value)
+
+
+def name_refusal(value: Any) -> str | None:
+    """Why `value` is refused as a name, quoting it and stating the rule; None when it is a valid name.
+
+    Each parser puts its own words for where the name came from in front
+    (an option, a manifest field, a document field).
+    """
+    problem = name_problem(value)
+    return None if problem is None else f"{_quoted(value)} {problem} (a name is {NAME_RULE})"
+
+
+def check_name(value: Any, what: str) -> str:
+    """Return `value` when it is a valid name; else raise ValueError naming `what` (e.g. "--run", "artifact id")."""
+    refusal = name_refusal(value)
+    if refusal is not None:
+        raise ValueError(f"{what} {refusal}")
+    return value
+
+
+# A seed identifies how frames were generated; generators take unsigned 64-bit seeds.
+MAX_SEED = 2**64 - 1
+
+
+def check_seed(value: Any, what: str) -> int:
+    """Return `value` when it is a seed (an integer in [0, 2**64 - 1]); else raise ValueError naming `what`."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{what} must be an integer seed, not {type(value).__name__}")
+    if not 0 <= value <= MAX_SEED:
+        raise ValueError(f"{what} {value} is outside [0, 2**64 - 1], the range of a generator's seed")
+    return value

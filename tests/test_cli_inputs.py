@@ -1,0 +1,179 @@
+"""What enters through the CLI: repeated runs, names, frame files and kernel entry points, on real SQLite files."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from registry.app import open_registry
+
+from test_cli_frames import MANIFEST as CLIP_MANIFEST
+from test_cli_frames import moving_disc
+
+
+@pytest.fixture
+def cli(registry_cli, tmp_path, monkeypatch):
+    """A registry with workload `clip`, artifact `cache-v1` and frame set `moving-disc` (from reference.npz)."""
+    monkeypatch.delenv("REGISTRY_LPIPS_BACKBONE", raising=False)
+    monkeypatch.setenv("TORCH_HOME", str(tmp_path / "no-torch-home"))
+    (tmp_path / "clip.yaml").write_text(CLIP_MANIFEST)
+    assert registry_cli("workload", "declare", str(tmp_path / "clip.yaml")).exit_code == 0
+    assert registry_cli("artifact", "register", "cache-v1", "--workload", "clip", "--kind", "step_cache").exit_code == 0
+    np.savez(tmp_path / "reference.npz", frames=moving_disc())
+    assert registry_cli("frames", "register", "moving-disc", str(tmp_path / "reference.npz"), "--seed", "7").exit_code == 0
+    return registry_cli
+
+
+def head(cli) -> int:
+    return open_registry(cli.url).store.head_position()
+
+
+def execution_document(cli, run: str | None = "run-1"):
+    path = cli.tmp / "execution.json"
+    document = {"format": "registry.evidence/1", "artifact": "cache-v1",
+                "evidence": [{"kind": "execution", "candidate_calls": 8, "fallbacks": 0}]}
+    if run is not None:
+        document["run"] = run
+    path.write_text(json.dumps(document))
+    return path
+
+
+# -- the same run twice records nothing new --------------------------------------------------------
+
+def test_importing_the_same_run_twice_says_nothing_new_was_recorded(cli):
+    document = str(execution_document(cli))
+    first = json.loads(cli("evidence", "import", document, "--json").output)
+    assert first["appended"] is True and first["positions"] == [head(cli)]
+    before = head(cli)
+    again = cli("evidence", "import", document, "--json")
+    assert again.exit_code == 0 and json.loads(again.output) == {**first, "appended": False}
+    said = cli("evidence", "import", document)
+    assert said.exit_code == 0 and said.output.startswith("nothing new recorded") and "recorded 1" not in said.output
+    assert head(cli) == before
+
+
+def test_measuring_the_same_frames_run_twice_says_nothing_new_was_recorded(cli):
+    np.save(cli.tmp / "candidate.npy", moving_disc())
+    args = ["evidence", "frames", "cache-v1", "--reference", "moving-disc", "--candidate", str(cli.tmp / "candidate.npy"),
+            "--run", "frames-1"]
+    first = json.loads(cli(*args, "--json").output)
+    before = head(cli)
+    assert first["appended"] is True and first["position"] == before
+    again = json.loads(cli(*args, "--json").output)
+    assert again["appended"] is False and again["position"] == first["position"]
+    said = cli(*args)
+    assert said.exit_code == 0 and said.output.startswith("nothing new recorded")
+    assert head(cli) == before
+
+
+# -- one naming rule for every id ------------------------------------------------------------------
+
+def one_line_refusal(result) -> str:
+    assert result.exit_code == 1, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.output
+    return lines[0]
+
+
+def test_an_empty_run_id_is_refused_before_measuring(cli):
+    np.save(cli.tmp / "candidate.npy", moving_disc())
+    before = head(cli)
+    refused = cli("evidence", "frames", "cache-v1", "--reference", "moving-disc",
+                  "--candidate", str(cli.tmp / "candidate.npy"), "--run", "")
+    assert "--run '' is empty" in one_line_refusal(refused)
+    document = execution_document(cli, run="")
+    assert "run: '' is empty" in one_line_refusal(cli("evidence", "import", str(document)))
+    assert head(cli) == before
+
+
+def test_an_actor_with_a_line_break_is_refused_and_nothing_is_created(cli, tmp_path):
+    before = head(cli)
+    refused = cli("artifact", "register", "other", "--workload", "clip", "--kind", "module", actor="bob\nalice")
+    assert "--actor 'bob\\nalice' contains a line break" in one_line_refusal(refused)
+    assert head(cli) == before
+    from click.testing import CliRunner
+
+    from registry.cli.main import main
+
+    fresh = tmp_path / "fresh.db"
+    refused = CliRunner().invoke(main, ["--db", f"sqlite:///{fresh}", "--actor", "bob\nalice", "init"])
+    assert "contains a line break" in one_line_refusal(refused) and not fresh.exists()
+
+
+def test_a_negative_seed_is_refused(cli):
+    before = head(cli)
+    refused = cli("frames", "register", "other-set", str(cli.tmp / "reference.npz"), "--seed", "-1")
+    assert "--seed -1 is outside [0, 2**64 - 1]" in one_line_refusal(refused)
+    assert head(cli) == before
+
+
+def test_an_id_over_the_limit_is_refused_in_the_users_terms(cli):
+    refused = one_line_refusal(cli("artifact", "register", "a" * 300, "--workload", "clip", "--kind", "module"))
+    assert "ARTIFACT_ID" in refused and "is 300 characters long" in refused and "stream name" not in refused
+    manifest = cli.tmp / "long.yaml"
+    manifest.write_text(CLIP_MANIFEST.replace("workload: clip", "workload: " + "w" * 150))
+    refused = one_line_refusal(cli("workload", "declare", str(manifest)))
+    assert "workload: 'wwww" in refused and "is 150 characters long" in refused
+
+
+@given(name=st.text(alphabet=st.characters(codec="utf-8"), max_size=6)
+       | st.sampled_from(["a:b", "a b", "a\nb", "-a", "[/bad]", "a[/bad]", "x" * 129, "x" * 128, "é", "a\u200bb"]))
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+def test_every_entry_point_applies_the_same_naming_rule(cli, name):
+    """An artifact id is accepted or refused alike by the CLI, an evidence document and the app layer."""
+    from registry.contracts.names import name_problem
+    from registry.evidence.document import EvidenceError, parse_document
+
+    valid = name_problem(name) is None
+    registered = cli("artifact", "register", "--workload", "clip", "--kind", "module", "--", name)
+    assert registered.exit_code == (0 if valid else 1), registered.output
+    try:
+        parse_document({"format": "registry.evidence/1", "artifact": name, "run": name,
+                        "evidence": [{"kind": "execution", "candidate_calls": 1, "fallbacks": 0}]})
+        parsed = True
+    except EvidenceError:
+        parsed = False
+    assert parsed == valid
+    frames = cli("frames", "register", "--seed", "7", "--", name, str(cli.tmp / "reference.npz"))
+    # A valid new name registers (or finds the pixels under that name already); an invalid one never does.
+    assert (frames.exit_code == 0) == valid or (valid and "other content" in frames.output), frames.output
+
+
+# -- kernel entry points ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("entry,message", [
+    ("builtins:print", "module 'builtins' is part of Python's standard library"),
+    ("os:system", "module 'os' is part of Python's standard library"),
+    ("torch:add", "not a function written in Python"),
+    ("no_such_module_x:f", "cannot import module"),
+    ("a b:c", "must have the form 'module:function'"),
+])
+def test_entries_that_are_not_kernels_are_refused(cli, entry, message):
+    before = head(cli)
+    refused = cli("artifact", "register", "kern", "--workload", "clip", "--kind", "fused_kernel",
+                  "--op", "modulated_layernorm", "--entry", entry)
+    assert message in one_line_refusal(refused)
+    assert head(cli) == before
+
+
+# -- messages in the user's terms: the option, not the parameter behind it ---------------------------
+
+def test_option_errors_name_the_option(cli):
+    np.save(cli.tmp / "candidate.npy", moving_disc())
+    bad_digest = cli("evidence", "frames", "cache-v1", "--reference", "moving-disc",
+                     "--candidate", str(cli.tmp / "candidate.npy"), "--lpips-sha256", "7be5be79")
+    assert "--lpips-sha256 must be 64 hex digits" in one_line_refusal(bad_digest)
+    assert cli("artifact", "register", "modln", "--workload", "clip", "--kind", "fused_kernel",
+               "--op", "modulated_layernorm", "--entry", "registry.kernels.modln:modulated_layernorm_triton").exit_code == 0
+    if not torch_has_cuda():
+        refused = one_line_refusal(cli("evaluate", "modln", "--corpus", "gpu"))
+        assert "--corpus cpu" in refused and "corpus='cpu'" not in refused
+
+
+def torch_has_cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()

@@ -1,0 +1,83 @@
+"""tests/conftest.py's guards, run on a small suite of their own in a child pytest.
+
+A test that leaks torch's thread count or an environment variable fails and
+the state is put back; every run ends with a summary of what was skipped and
+why; with REGISTRY_TEST_STRICT=1 a skip fails the run unless its test is
+marked `device`.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from limits import HANG_GUARD_S
+
+CONFTEST = Path(__file__).with_name("conftest.py")
+
+SUITE = '''
+import os
+import pytest
+import torch
+
+def test_leaks_a_variable():
+    os.environ["GUARD_PROBE"] = "1"
+
+def test_leaks_threads():
+    torch.set_num_threads(torch.get_num_threads() + 1)
+
+def test_sees_the_state_put_back():
+    assert "GUARD_PROBE" not in os.environ
+
+def test_skips_for_want_of_a_server():
+    pytest.skip("no widget server")
+
+@pytest.mark.device
+def test_skips_for_want_of_a_device():
+    pytest.skip("needs a CUDA GPU")
+'''
+
+
+def run_suite(tmp_path: Path, strict: bool, *select: str) -> subprocess.CompletedProcess:
+    (tmp_path / "conftest.py").write_text(CONFTEST.read_text(encoding="utf-8"), encoding="utf-8")
+    (tmp_path / "test_probe.py").write_text(SUITE, encoding="utf-8")
+    env = {k: v for k, v in os.environ.items() if k != "REGISTRY_TEST_STRICT"}
+    if strict:
+        env["REGISTRY_TEST_STRICT"] = "1"
+    return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q",
+                           "-W", "ignore::pytest.PytestUnknownMarkWarning", *select, str(tmp_path)],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=HANG_GUARD_S)
+
+
+def test_leaks_fail_the_leaking_test_and_are_put_back_and_skips_are_summarised(tmp_path):
+    done = run_suite(tmp_path, False)
+    assert done.returncode == 1, done.stdout
+    assert "ERROR test_probe.py::test_leaks_a_variable" in done.stdout
+    assert "environment variables GUARD_PROBE" in done.stdout
+    assert "ERROR test_probe.py::test_leaks_threads" in done.stdout and "torch threads" in done.stdout
+    assert "3 passed, 2 skipped, 2 errors" in done.stdout  # test_sees_the_state_put_back passed
+    assert "skipped tests, by reason" in done.stdout
+    assert "1 for lack of a device: needs a CUDA GPU" in done.stdout
+    assert "1 skipped: no widget server" in done.stdout
+
+
+def test_a_strict_run_fails_on_a_skip_unless_its_test_is_device_bound(tmp_path):
+    done = run_suite(tmp_path, True, "-k", "skips")
+    assert done.returncode == 1, done.stdout
+    assert "1 FAILS THE RUN (strict): no widget server" in done.stdout
+    assert "REGISTRY_TEST_STRICT=1: 1 skipped tests fail the run" in done.stdout
+    assert "1 for lack of a device: needs a CUDA GPU" in done.stdout
+    device_only = run_suite(tmp_path, True, "-k", "device")
+    assert device_only.returncode == 0, device_only.stdout
+    assert "1 for lack of a device: needs a CUDA GPU" in device_only.stdout
+
+
+def test_a_module_skipped_at_import_is_listed_and_fails_a_strict_run(tmp_path):
+    (tmp_path / "test_absent.py").write_text(
+        "import pytest\npytest.importorskip('a_module_nobody_installed')\n", encoding="utf-8")
+    done = run_suite(tmp_path, True, "-k", "put_back")
+    assert done.returncode == 1, done.stdout
+    assert "1 FAILS THE RUN (strict): could not import 'a_module_nobody_installed'" in done.stdout
