@@ -4,6 +4,8 @@ from __future__ import annotations
 import copy
 import math
 import os
+import re
+from pathlib import Path
 
 import pytest
 import yaml
@@ -403,3 +405,12 @@ def test_only_a_regular_file_of_bounded_size_in_utf8_is_read(tmp_path):
     latin1.write_bytes("workload: caf\u00e9\n".encode("latin-1"))
     with pytest.raises(ContractError, match="latin1.yaml: not UTF-8 text \\(byte 13\\); save the manifest as UTF-8"):
         load_manifest(latin1)
+
+
+def test_every_example_in_the_workload_manifest_page_is_a_valid_manifest():
+    """docs/workloads.md shows an example per tier; each must build, so the page cannot drift from the code."""
+    page = (Path(__file__).resolve().parents[1] / "docs" / "workloads.md").read_text(encoding="utf-8")
+    examples = re.findall(r"```yaml\n(.*?)```", page, flags=re.S)
+    tiers = [Contract.from_yaml(example).tier for example in examples]
+    assert sorted(set(tiers)) == ["advisory", "exact", "perceptual"] and len(examples) == 4
+    assert Contract.from_yaml(examples[0]).speed_gate == pytest.approx(1.18660, abs=1e-4)
