@@ -226,5 +226,7 @@ def test_a_lone_surrogate_in_evidence_is_refused_in_one_line(cli):
     path.write_text(json.dumps(document))  # ASCII JSON: the surrogate travels as its \u escape
     result = cli("evidence", "import", str(path))
     assert result.exit_code == 1 and isinstance(result.exception, SystemExit), result.exception
-    assert result.output.count("\n") == 1 and "item.device: text holds a lone surrogate" in result.output, result.output
+    # Refused while the document is parsed, naming where, before anything reaches the store.
+    assert result.output.count("\n") == 1, result.output
+    assert "document: evidence[0].device: text holds a lone surrogate" in result.output, result.output
     assert head(cli) == before

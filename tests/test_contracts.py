@@ -3,6 +3,9 @@ from __future__ import annotations
 
 import copy
 import math
+import os
+import re
+from pathlib import Path
 
 import pytest
 import yaml
@@ -16,6 +19,7 @@ from registry.contracts import (
     Tolerance,
     load_manifest,
 )
+from registry.documents import MAX_MANIFEST_BYTES
 
 FULL = """
 workload: wan-t2v-1.3b-480p
@@ -134,7 +138,7 @@ def test_canonical_form_is_plain_json_and_rebuilds_the_same_contract():
         ("fidelity.min_ssim", math.nan, "fidelity.min_ssim: nan is not a finite number"),
         ("fidelity.max_lpips", math.inf, "fidelity.max_lpips: inf is not a finite number"),
         ("fidelity.min_ssim", True, "fidelity.min_ssim: expected a number, got bool True"),
-        ("fidelity.min_ssim", "0.9", "fidelity.min_ssim: '0.9' is a string, not a number"),
+        ("fidelity.min_ssim", "0.9", "fidelity.min_ssim: '0.9' is text, not a number: it is quoted in the manifest"),
         ("fidelity.frame_set", ..., "fidelity.frame_set: required by a perceptual budget"),
         ("fidelity.tier", "lenient", "fidelity.tier: 'lenient' is not one of exact, perceptual, advisory"),
         ("fidelity.frames", 0, "fidelity.frames: 0 is below the minimum 1"),
@@ -264,10 +268,55 @@ def test_sequential_protocol_allows_an_odd_run_count():
     assert speed is not None and (speed.protocol, speed.runs_per_arm) == ("sequential", 15)
 
 
-def test_yaml_exponent_without_decimal_point_gets_a_hint():
-    text = "workload: w\nparity: {policy: tolerance, tolerances: {float32: {atol: 1e-5, rtol: 0.0}}}\n"
-    with pytest.raises(ContractError, match=r"parity.tolerances.float32.atol: '1e-5' is a string.*1.0e-2"):
+@pytest.mark.parametrize("spelling", ["1e-5", "1.0e300", "1E+3"])
+def test_yaml_exponent_read_as_text_gets_a_hint_in_yaml_terms(spelling):
+    text = f"workload: w\nparity: {{policy: tolerance, tolerances: {{float32: {{atol: {spelling}, rtol: 0.0}}}}}}\n"
+    with pytest.raises(ContractError) as caught:
         Contract.from_yaml(text)
+    assert str(caught.value) == (
+        f"parity.tolerances.float32.atol: '{spelling}' is text, not a number: YAML reads a number with an exponent "
+        "only with a decimal point and a signed exponent (1.0e+3, 2.5e-2)")
+
+
+def test_a_quoted_number_is_named_as_quoted():
+    text = 'workload: w\nspeed: {min_speedup: "1.2", runs_per_arm: 4, protocol: paired}\n'
+    with pytest.raises(ContractError, match="^speed.min_speedup: '1.2' is text, not a number: it is quoted in the "
+                                             "manifest; remove the quotes$"):
+        Contract.from_yaml(text)
+
+
+def test_an_unknown_sampling_dtype_is_refused():
+    with pytest.raises(ContractError, match="^sampling.dtype: 'notadtype' is not a dtype"):
+        Contract.from_yaml("workload: w\nsampling: {dtype: notadtype}\n")
+    assert Contract.from_yaml("workload: w\nsampling: {dtype: torch.uint8}\n").sampling.dtype == "uint8"
+
+
+@pytest.mark.parametrize(("value", "message"), [
+    ("9" * 401, "speed.min_speedup: an integer too large to be a finite number"),
+    ("9" * 5001, "manifest line 2: an integer of 5001 digits; a value here has at most 1000"),
+    ("1" + "_0" * 1000, "manifest line 2: an integer of 1001 digits; a value here has at most 1000"),
+])
+def test_huge_integers_are_refused_in_the_users_terms(value, message):
+    text = f"workload: w\nspeed: {{min_speedup: {value}, runs_per_arm: 4, protocol: paired}}\n"
+    with pytest.raises(ContractError) as caught:
+        Contract.from_yaml(text)
+    assert str(caught.value) == message
+
+
+@pytest.mark.parametrize("text", ['workload: "w\\ud800"\n', 'workload: w\ntags: ["\\udfff"]\n',
+                                  'workload: w\n"\\ud800": 1\n'])
+def test_a_lone_surrogate_is_refused_while_parsing(text):
+    with pytest.raises(ContractError, match="^manifest: .*holds a lone surrogate \\(U\\+D800 to U\\+DFFF\\)"):
+        Contract.from_yaml(text)
+
+
+def test_nesting_is_limited_to_32_levels():
+    def nested(depth: int) -> str:
+        return "[" * depth + "]" * depth
+    with pytest.raises(ContractError, match="^manifest: nested more than 32 levels deep$"):
+        Contract.from_yaml(f"workload: w\ntags: {nested(32)}\n")
+    with pytest.raises(ContractError, match="^tags\\[0\\]: expected a non-empty string"):  # 32 levels are read
+        Contract.from_yaml(f"workload: w\ntags: {nested(31)}\n")
 
 
 def test_yaml_nan_token_is_refused():
@@ -335,3 +384,33 @@ def test_load_manifest_errors_are_one_line_and_name_the_file(tmp_path):
         load_manifest(invalid)
     assert "invalid.yaml: manifest: invalid YAML" in str(caught.value)
     assert "\n" not in str(caught.value)
+
+
+def test_only_a_regular_file_of_bounded_size_in_utf8_is_read(tmp_path):
+    fifo = tmp_path / "fifo.yaml"
+    os.mkfifo(fifo)
+    with pytest.raises(ContractError, match="fifo.yaml: a FIFO \\(named pipe\\), not a regular file"):
+        load_manifest(fifo)  # refused before reading: it would block
+    with pytest.raises(ContractError, match="^/dev/zero: a character device, not a regular file"):
+        load_manifest("/dev/zero")
+    big = tmp_path / "big.yaml"
+    big.write_bytes(b"workload: w\n" + b"#" * MAX_MANIFEST_BYTES)
+    with pytest.raises(ContractError, match="big.yaml: 4.0 MiB, over the 4.0 MiB a manifest may have"):
+        load_manifest(big)
+    utf16 = tmp_path / "utf16.yaml"
+    utf16.write_text("workload: w\n", encoding="utf-16")
+    with pytest.raises(ContractError, match="utf16.yaml: the manifest is UTF-16 text; save it as UTF-8"):
+        load_manifest(utf16)
+    latin1 = tmp_path / "latin1.yaml"
+    latin1.write_bytes("workload: caf\u00e9\n".encode("latin-1"))
+    with pytest.raises(ContractError, match="latin1.yaml: not UTF-8 text \\(byte 13\\); save the manifest as UTF-8"):
+        load_manifest(latin1)
+
+
+def test_every_example_in_the_workload_manifest_page_is_a_valid_manifest():
+    """docs/workloads.md shows an example per tier; each must build, so the page cannot drift from the code."""
+    page = (Path(__file__).resolve().parents[1] / "docs" / "workloads.md").read_text(encoding="utf-8")
+    examples = re.findall(r"```yaml\n(.*?)```", page, flags=re.S)
+    tiers = [Contract.from_yaml(example).tier for example in examples]
+    assert sorted(set(tiers)) == ["advisory", "exact", "perceptual"] and len(examples) == 4
+    assert Contract.from_yaml(examples[0]).speed_gate == pytest.approx(1.18660, abs=1e-4)

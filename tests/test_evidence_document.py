@@ -4,7 +4,9 @@ from __future__ import annotations
 import copy
 import json
 import math
+import os
 import statistics
+from pathlib import Path
 
 import pytest
 
@@ -14,7 +16,9 @@ from registry.evidence.document import (
     parse_document,
     parse_document_text,
     parse_item,
+    read_document_file,
 )
+from registry.documents import MAX_EVIDENCE_BYTES, DocumentError
 
 EXECUTION = {"kind": "execution", "candidate_calls": 30, "fallbacks": 0,
              "requested_backend": "sage", "effective_backend": "sage"}
@@ -295,3 +299,85 @@ def test_parse_item_refuses_a_stored_derived_dict():
     item = parse_item(BENCHMARK)
     with pytest.raises(EvidenceError, match="item.derived: client-supplied summary refused"):
         parse_item(item)
+
+
+# ---- hostile text: refused while parsing, in one line, in the user's terms -------------------------
+
+def benchmark_text(baseline_token: str) -> str:
+    return (f'{{"format": "{FORMAT}", "artifact": "a", "evidence": [{{"kind": "benchmark", "protocol": '
+            f'"sequential", "device": "d", "timer": "perf_counter", "baseline_s": [1.0, {baseline_token}], '
+            '"candidate_s": [1.0, 1.0]}]}')
+
+
+@pytest.mark.parametrize(("token", "message"), [
+    ("9" * 401, "evidence[0].baseline_s[1]: an integer too large to be a finite number"),
+    ("9" * 5001, "document: an integer of 5001 digits; a value here has at most 1000"),
+    ("-" + "9" * 1001, "document: an integer of 1001 digits; a value here has at most 1000"),
+])
+def test_huge_integers_are_refused_in_one_line_not_a_traceback(token, message):
+    with pytest.raises(EvidenceError) as caught:
+        parse_document_text(benchmark_text(token))
+    assert str(caught.value) == message
+
+
+@pytest.mark.parametrize(("text", "key"), [
+    ('{"format": "registry.evidence/1", "artifact": "ghost", "artifact": "cand", "evidence": []}', "artifact"),
+    ('{"format": "registry.evidence/1", "artifact": "a", "evidence": [{"kind": "execution", '
+     '"candidate_calls": 5, "fallbacks": 0, "candidate_calls": 0}]}', "candidate_calls"),
+])
+def test_duplicate_keys_are_refused_not_resolved_by_the_last(text, key):
+    with pytest.raises(EvidenceError, match=f"^document: duplicate key '{key}' in one object"):
+        parse_document_text(text)
+
+
+@pytest.mark.parametrize("escaped", ["\\ud800", "x\\udfff", "\\udc80\\udc80"])
+def test_a_lone_surrogate_anywhere_is_refused_while_parsing(escaped):
+    for text, where in ((json.dumps(document(EXECUTION)).replace('"run-1"', f'"{escaped}"'), "run: text"),
+                        (json.dumps(document(EXECUTION)).replace('"sage"', f'"{escaped}"', 1),
+                         "evidence[0].requested_backend: text"),
+                        (json.dumps(document(EXECUTION)).replace('"fallbacks"', f'"{escaped}"'), ": the key text")):
+        with pytest.raises(EvidenceError) as caught:
+            parse_document_text(text)
+        assert str(caught.value).startswith("document: ") and where in str(caught.value)
+        assert "holds a lone surrogate (U+D800 to U+DFFF)" in str(caught.value)
+        str(caught.value).encode("utf-8")  # the message itself is printable text
+    paired = json.dumps(document(EXECUTION)).replace('"run-1"', '"r\\ud83d\\ude00"')  # a valid pair is text
+    assert parse_document_text(paired).run == "r\U0001F600"
+
+
+def test_nesting_past_32_levels_is_refused_in_one_line():
+    deep = json.dumps(document(EXECUTION)).replace('"run-1"', "[" * 32 + "]" * 32)  # the document is level 1
+    with pytest.raises(EvidenceError, match="^document: nested more than 32 levels deep$"):
+        parse_document_text(deep)
+    with pytest.raises(EvidenceError, match="^document: nested more than 32 levels deep$"):
+        parse_document_text("[" * 100_000 + "]" * 100_000)  # past the parser's own recursion too
+    shallow = json.dumps(document(EXECUTION)).replace('"run-1"', "[" * 31 + "]" * 31)
+    with pytest.raises(EvidenceError, match="^run: .* must be a string, not list"):  # 32 levels are read
+        parse_document_text(shallow)
+
+
+def test_an_evidence_file_must_be_a_regular_utf8_file_within_the_size_limit(tmp_path):
+    good = tmp_path / "good.json"
+    good.write_text(json.dumps(document(EXECUTION)), encoding="utf-8")
+    assert parse_document_text(read_document_file(good)).artifact == "sage-attn-v1"
+    fifo = tmp_path / "fifo.json"
+    os.mkfifo(fifo)
+    for path, message in (
+        (fifo, "fifo.json: a FIFO (named pipe), not a regular file; give the evidence document as a file"),
+        (Path("/dev/zero"), "/dev/zero: a character device, not a regular file"),
+        (tmp_path, "a directory, not a regular file"),
+        (tmp_path / "missing.json", "missing.json: cannot read evidence document: No such file or directory"),
+    ):
+        with pytest.raises(DocumentError) as caught:
+            read_document_file(path)
+        assert message in str(caught.value)
+    big = tmp_path / "big.json"
+    with big.open("wb") as handle:
+        handle.truncate(MAX_EVIDENCE_BYTES + 1)  # sparse: the size alone refuses it
+    with pytest.raises(DocumentError, match="big.json: 16.0 MiB, over the 16.0 MiB an? evidence document may have"):
+        read_document_file(big)
+    for encoding, name in (("utf-16", "UTF-16"), ("utf-32", "UTF-32"), ("utf-8-sig", "UTF-8 with a byte-order mark")):
+        encoded = tmp_path / f"{encoding}.json"
+        encoded.write_text(json.dumps(document(EXECUTION)), encoding=encoding)
+        with pytest.raises(DocumentError, match=f"{encoding}.json: the evidence document is {name} text"):
+            read_document_file(encoded)

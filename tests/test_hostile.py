@@ -4,12 +4,18 @@ Every input must end one of two ways: refused (exit 1, one line on stderr,
 the log unchanged) or stored faithfully (exit 0, and what is read back equals
 what was sent). Never a traceback, never another exit code, never a log that
 fails `verify`. Inputs: wrong types, huge values, every spelling of NaN and
-infinity a JSON or YAML reader might take, nesting, unicode, SQL in names,
-NUL characters, bytes that are not UTF-8, and a 10 MB payload.
+infinity a JSON or YAML reader might take, huge integers (past float's range
+and past Python's own limit on integer conversion), nesting past the
+documented depth, lone UTF-16 surrogates, duplicate keys, unicode, SQL in
+names, NUL characters, bytes that are not UTF-8, byte-order marks, a 10 MB
+payload, documents past the documented maximum size, and paths that are not
+regular files (a FIFO, /dev/zero, a directory).
 """
 from __future__ import annotations
 
+import copy
 import json
+import os
 import re
 import warnings
 from dataclasses import dataclass
@@ -24,6 +30,7 @@ from hypothesis import strategies as st
 from registry.app import open_registry
 from registry.cli.main import main
 from registry.contracts import load_manifest
+from registry.documents import MAX_DEPTH, MAX_EVIDENCE_BYTES, MAX_INTEGER_DIGITS, MAX_MANIFEST_BYTES
 
 FORMAT = "registry.evidence/1"
 REGISTERED = ("k1", "κ漢😀-1")  # artifacts the registry under test knows
@@ -36,10 +43,15 @@ JSON_NONFINITE = ("NaN", "-NaN", "+NaN", "nan", "Infinity", "-Infinity", "+Infin
                   "-1e999", "1E400", "Infinity1")
 YAML_NONFINITE = (".nan", ".NaN", ".NAN", "NaN", "nan", ".inf", "-.inf", "+.inf", ".Inf", "-.Inf", ".INF", "inf",
                   "Infinity", "1e999", "1.0e999", "-1.0e999", "1.0E+999")
+# Huge integers: past float's range (401 digits), at and past the registry's digit limit,
+# and past Python's own limit on converting integer text (4300 digits).
+HUGE_INTEGERS = ("9" * 401, "-" + "9" * 401, "9" * MAX_INTEGER_DIGITS, "9" * (MAX_INTEGER_DIGITS + 1), "9" * 5001)
+# Strings holding a lone UTF-16 surrogate, as JSON and YAML escapes spell them.
+SURROGATES = ('"\\ud800"', '"a\\udfffb"', '"\\udc80\\ud800"')
 # Other tokens that are not plain JSON/YAML numbers, or are numbers in disguise.
-JSON_TOKENS = (*JSON_NONFINITE, "0x10", "+1", "01", ".5", "1.", "9" * 5000, "-0", "1e-400")
-YAML_TOKENS = (*YAML_NONFINITE, "0x10", "0o17", "017", "1_000", "~", "2020-01-01", "!!binary aGk=", "9" * 5000,
-               "*undefined", "&a 1", "!!python/name:os.system")
+JSON_TOKENS = (*JSON_NONFINITE, *HUGE_INTEGERS, *SURROGATES, "0x10", "+1", "01", ".5", "1.", "-0", "1e-400")
+YAML_TOKENS = (*YAML_NONFINITE, *HUGE_INTEGERS, *SURROGATES, "0x10", "0o17", "017", "1_000", "~", "2020-01-01",
+               "!!binary aGk=", "*undefined", "&a 1", "!!python/name:os.system", "1.0e300", '"1.2"')
 EXAMPLES = {"sqlite": 80, "postgres": 25}
 MANIFEST_EXAMPLES = {"sqlite": 60, "postgres": 20}
 TEN_MB = 10 * 1024 * 1024
@@ -103,6 +115,8 @@ hostile = st.one_of(
     st.lists(st.one_of(finite, st.integers(), texts), max_size=4),
     st.dictionaries(texts, st.one_of(finite, texts), max_size=3),
     st.integers(1, 200).map(nested_list),
+    st.integers(MAX_DEPTH - 4, MAX_DEPTH + 2).map(nested_list),  # around the documented depth
+    st.integers(300, 1200).map(lambda digits: 10**digits),  # huge integers written by json itself
 )
 unknown_fields = st.sampled_from(("speedup", "worst_ssim", "median", "derived", "match", "extra", "kind", "", "é"))
 
@@ -164,10 +178,16 @@ def documents(draw):
     return document
 
 
+def duplicate_a_key(text: str, key: str, value: str) -> str:
+    """The JSON text with `"key": value, ` inserted before the first `"key": `: one object, the key twice."""
+    marker = f'"{key}": '
+    return text.replace(marker, f"{marker}{value}, {marker}", 1)
+
+
 @st.composite
 def evidence_files(draw) -> tuple[bytes, dict | None]:
     """File bytes, and the document they encode when they encode one whole (else None)."""
-    shape = draw(st.integers(0, 9))
+    shape = draw(st.integers(0, 11))
     if shape == 0:
         return draw(st.binary(max_size=64)), None
     if shape == 1:
@@ -178,6 +198,12 @@ def evidence_files(draw) -> tuple[bytes, dict | None]:
         return text[: draw(st.integers(0, len(text)))].encode("utf-8", "surrogatepass"), None
     if shape == 3:
         return ("\ufeff" + text).encode("utf-8", "surrogatepass"), None
+    if shape == 4:  # a key twice in one object: a JSON reader would keep the last silently
+        key = draw(st.sampled_from(("artifact", "kind", "format", "evidence")))
+        return duplicate_a_key(text, key, json.dumps(draw(st.sampled_from(("ghost", "k1", "execution"))))).encode(
+            "utf-8", "surrogatepass"), None
+    if shape == 5:
+        return text.encode(draw(st.sampled_from(("utf-16", "utf-32", "utf-16-le"))), "surrogatepass"), None
     return text.encode("utf-8", "surrogatepass"), document
 
 
@@ -191,7 +217,8 @@ def manifests(draw) -> dict:
     if draw(st.booleans()):
         manifest["fidelity"] = {"tier": "perceptual", "min_ssim": draw(st.floats(0, 1)), "frame_set": draw(texts)}
     if draw(st.booleans()):
-        manifest["speed"] = {"min_speedup": draw(st.floats(1, 100)), "runs_per_arm": draw(st.integers(2, 100)),
+        manifest["speed"] = {"min_speedup": draw(st.floats(1, 100)),
+                             "runs_per_arm": draw(st.one_of(st.integers(2, 100), st.integers(10**5, 10**20))),
                              "protocol": draw(st.sampled_from(("paired", "sequential")))}
     if draw(st.booleans()):
         manifest["tags"] = draw(st.lists(texts, max_size=4))
@@ -231,12 +258,17 @@ class Registry:
         """Run `command FILE --json` on `data`; check the refusal contract; return the result if it succeeded."""
         path = self.workdir / "input"
         path.write_bytes(data)
+        return self.run_on(path, *command, shown=data[:200])
+
+    def run_on(self, path: Path | str, *command: str, shown=None):
+        """Run `command PATH --json`; check the refusal contract; return the result if it succeeded."""
+        shown = path if shown is None else shown
         before = self.head()
         result = self.cli(*command, str(path), "--json")
         assert result.exception is None or isinstance(result.exception, SystemExit), (
-            f"traceback: {result.exception!r} for {data[:200]!r}"
+            f"traceback: {result.exception!r} for {shown!r}"
         )
-        assert result.exit_code in (0, 1), f"exit {result.exit_code} for {data[:200]!r}"
+        assert result.exit_code in (0, 1), f"exit {result.exit_code} for {shown!r}"
         if result.exit_code == 1:
             assert result.stderr.startswith("error: ") and result.stderr.count("\n") == 1, repr(result.stderr)
             assert self.head() == before, "a refused input changed the log"
@@ -385,3 +417,55 @@ def test_extremely_deep_manifest_is_refused_in_one_line(sqlite_url, tmp_path):
     deep = "[" * DEEP + "]" * DEEP
     registry = Registry(sqlite_url, tmp_path)
     assert registry.run(f"workload: w\ntags: {deep}\n".encode(), "workload", "declare") is None
+
+
+# -- hostile documents beyond what the generators above write ------------------------------
+
+COMMANDS = (("evidence", "import"), ("workload", "declare"))
+
+
+def test_paths_that_are_not_regular_files_are_refused_before_reading(sqlite_url, tmp_path):
+    """A FIFO would block a reader and /dev/zero never ends: both are refused by kind, not read."""
+    registry = Registry(sqlite_url, tmp_path)
+    fifo = tmp_path / "pipe.json"
+    os.mkfifo(fifo)
+    for command in COMMANDS:
+        for path in (fifo, "/dev/zero"):
+            assert registry.run_on(path, *command) is None, (command, path)
+        result = registry.cli(*command, str(fifo))
+        assert "a FIFO (named pipe), not a regular file" in result.stderr
+        assert "/dev/zero: a character device, not a regular file" in registry.cli(*command, "/dev/zero").stderr
+
+
+def test_documents_over_the_documented_maximum_are_refused_by_their_size(sqlite_url, tmp_path):
+    registry = Registry(sqlite_url, tmp_path)
+    for command, limit in zip(COMMANDS, (MAX_EVIDENCE_BYTES, MAX_MANIFEST_BYTES)):
+        huge = tmp_path / f"huge-{command[0]}"
+        with huge.open("wb") as handle:
+            handle.truncate(limit + 1)  # sparse: only its size could be read cheaply, and only its size is
+        assert registry.run_on(huge, *command) is None
+        assert "MiB, over the" in registry.cli(*command, str(huge)).stderr
+
+
+def test_duplicate_keys_are_refused_in_evidence_as_in_manifests(registry):
+    """The reported case: the first `artifact` names a ghost, the second a real artifact (and a count of 5, then 0)."""
+    document = {"format": FORMAT, "artifact": "k1",
+                "evidence": [{"kind": "execution", "candidate_calls": 0, "fallbacks": 0}]}
+    text = json.dumps(document)
+    for duplicated in (duplicate_a_key(text, "artifact", '"ghost"'), duplicate_a_key(text, "candidate_calls", "5")):
+        assert registry.run(duplicated.encode(), "evidence", "import") is None
+    assert registry.run(b"workload: w\nworkload: v\n", "workload", "declare") is None
+    assert registry.outcomes == {"stored": 0, "refused": 3}
+
+
+def test_huge_integers_surrogates_and_deep_nesting_are_one_line_refusals(registry):
+    base = {"format": FORMAT, "artifact": "k1",
+            "evidence": [{"kind": "benchmark", "protocol": "sequential", "device": "d", "timer": "perf_counter",
+                          "baseline_s": [1.0, 1.0], "candidate_s": [1.0, 1.0]}]}
+    for token in (*HUGE_INTEGERS, *SURROGATES, "[" * (MAX_DEPTH + 1) + "]" * (MAX_DEPTH + 1)):
+        document = copy.deepcopy(base)
+        document["evidence"][0]["baseline_s"][1] = Token(token)
+        assert registry.run(to_json_text(document, ensure_ascii=True).encode(), "evidence", "import") is None, token
+        manifest = {"workload": "w", "speed": {"min_speedup": Token(token), "runs_per_arm": 4, "protocol": "paired"}}
+        assert registry.run(to_yaml_text(manifest).encode(), "workload", "declare") is None, token
+    assert registry.outcomes["stored"] == 0

@@ -31,8 +31,9 @@ def evidence() -> None:
 def evidence_import(session: Session, document: str, as_json: bool) -> None:
     """Record a registry.evidence/1 DOCUMENT (all of it, or nothing)."""
     from registry.app.evidence import import_document
+    from registry.evidence.document import read_document_file
 
-    artifact, recorded = import_document(session.open(), Path(document).read_text(encoding="utf-8"))
+    artifact, recorded = import_document(session.open(), read_document_file(document))
     if as_json:
         emit_json({"artifact": artifact, "positions": recorded.positions, "appended": recorded.appended})
     else:

@@ -7,11 +7,15 @@ type the field declares, so no value is ever coerced into meaning.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from registry.contracts.errors import ContractError
 from registry.contracts.names import name_refusal
+
+_INT, _FLOAT = "tag:yaml.org,2002:int", "tag:yaml.org,2002:float"
+_EXPONENT = re.compile(r"[0-9.][eE][-+]?[0-9]")
 
 
 def block(value: Any, path: str) -> dict[str, Any]:
@@ -43,15 +47,15 @@ def join(path: str, key: str) -> str:
 
 
 def number(value: Any, path: str) -> float:
-    """A finite real number; bools and numeric-looking strings are refused."""
+    """A finite real number; bools and numeric-looking strings are refused, saying why YAML read text."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         if isinstance(value, str) and _looks_numeric(value):
-            raise ContractError(
-                f"{path}: {value!r} is a string, not a number "
-                "(YAML reads an exponent without a decimal point as text; write e.g. 1.0e-2)"
-            )
+            raise ContractError(f"{path}: {value!r} is text, not a number: {_why_text(value)}")
         raise ContractError(f"{path}: expected a number, got {_type(value)}")
-    result = float(value)
+    try:
+        result = float(value)
+    except OverflowError:  # an integer past float's range (about 1.8e308)
+        raise ContractError(f"{path}: an integer too large to be a finite number") from None
     if not math.isfinite(result):
         raise ContractError(f"{path}: {value} is not a finite number")
     return result
@@ -81,6 +85,17 @@ def choice(value: Any, options: tuple[str, ...], path: str) -> str:
     if value not in options:
         raise ContractError(f"{path}: {value!r} is not one of {', '.join(options)}")
     return value
+
+
+def _why_text(value: str) -> str:
+    """Why YAML gave a number-like value as text: it was quoted, or YAML 1.1 does not read it as a number."""
+    import yaml  # only on this error path: registry.contracts is imported on every open
+
+    if yaml.resolver.Resolver().resolve(yaml.ScalarNode, value, (True, False)) in (_INT, _FLOAT):
+        return "it is quoted in the manifest; remove the quotes"
+    if _EXPONENT.search(value):
+        return "YAML reads a number with an exponent only with a decimal point and a signed exponent (1.0e+3, 2.5e-2)"
+    return "YAML does not read this spelling as a number; write digits with a decimal point (0.5, 1.0e+3)"
 
 
 def _looks_numeric(value: str) -> bool:

@@ -16,8 +16,9 @@ from typing import Any
 from registry.contracts import fields as f
 from registry.contracts.errors import ContractError
 from registry.contracts.fidelity import FidelityBudget
-from registry.contracts.parity import ParityPolicy, Tolerance, is_floating_dtype, normalize_dtype
+from registry.contracts.parity import ParityPolicy, Tolerance, is_floating_dtype, is_known_dtype, normalize_dtype
 from registry.contracts.speed import SpeedGate
+from registry.documents import MAX_MANIFEST_BYTES, DocumentError, read_document
 
 _TOP = ("workload", "model", "sampling", "parity", "fidelity", "speed", "tags")
 _SAMPLING_SIZES = ("height", "width", "frames", "steps")
@@ -55,7 +56,10 @@ class Sampling:
         if self.seed is not None:
             f.integer(self.seed, "sampling.seed", minimum=0)
         if self.dtype is not None:
-            object.__setattr__(self, "dtype", normalize_dtype(f.text(self.dtype, "sampling.dtype")))
+            name = f.text(self.dtype, "sampling.dtype")
+            if not is_known_dtype(name):
+                raise ContractError(f"sampling.dtype: {name!r} is not a dtype (e.g. bfloat16, float16, float32)")
+            object.__setattr__(self, "dtype", normalize_dtype(name))
 
     def canonical(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in sorted((*_SAMPLING_SIZES, "seed", "dtype"))}
@@ -151,12 +155,15 @@ class Contract:
 
 
 def load_manifest(path: str | Path) -> Contract:
-    """Read and build a manifest; every failure is one ContractError line naming the file."""
-    path = Path(path)
+    """Read and build a manifest; every failure is one ContractError line naming the file.
+
+    The file must be a regular UTF-8 file of at most MAX_MANIFEST_BYTES
+    (registry.documents, shared with evidence documents).
+    """
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ContractError(f"{path}: cannot read manifest: {exc}") from None
+        text = read_document(path, "manifest", MAX_MANIFEST_BYTES)
+    except DocumentError as exc:
+        raise ContractError(str(exc)) from None
     try:
         return Contract.from_yaml(text)
     except ContractError as exc:

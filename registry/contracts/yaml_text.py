@@ -11,10 +11,18 @@ from typing import Any
 import yaml
 
 from registry.contracts.errors import ContractError
+from registry.documents import MAX_DEPTH, DocumentError, check_tree, integer_refusal, too_many_digits
 
 
 class _StrictLoader(yaml.SafeLoader):
     """SafeLoader that refuses duplicate keys instead of keeping the last one silently."""
+
+
+def _integer_within_limit(loader: _StrictLoader, node: yaml.ScalarNode) -> int:
+    """YAML's int, refused past MAX_INTEGER_DIGITS before Python's own conversion limit speaks."""
+    if too_many_digits(node.value):
+        raise ContractError(integer_refusal(node.value, f"manifest line {node.start_mark.line + 1}"))
+    return loader.construct_yaml_int(node)
 
 
 def _mapping_without_duplicates(loader: _StrictLoader, node: yaml.MappingNode) -> dict[Any, Any]:
@@ -29,14 +37,24 @@ def _mapping_without_duplicates(loader: _StrictLoader, node: yaml.MappingNode) -
 
 
 _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping_without_duplicates)
+_StrictLoader.add_constructor("tag:yaml.org,2002:int", _integer_within_limit)
 
 
 def load_yaml(text: str) -> Any:
-    """The mapping a manifest's YAML text holds; every failure is one ContractError line."""
+    """The mapping a manifest's YAML text holds; every failure is one ContractError line.
+
+    Besides YAML's own errors and duplicate keys: integers past
+    MAX_INTEGER_DIGITS, nesting past MAX_DEPTH and strings holding a lone
+    surrogate (registry.documents, shared with evidence documents).
+    """
     if not isinstance(text, str):
         raise ContractError(f"manifest: expected YAML text, got {type(text).__name__}")
     try:
-        return yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
+        tree = yaml.load(text, Loader=_StrictLoader)  # noqa: S506 - a SafeLoader subclass
+        check_tree(tree, "manifest")
+        return tree
+    except DocumentError as exc:
+        raise ContractError(str(exc)) from None
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -44,4 +62,4 @@ def load_yaml(text: str) -> Any:
     except (yaml.YAMLError, TypeError) as exc:
         raise ContractError(f"manifest: invalid YAML: {' '.join(str(exc).split())}") from None
     except RecursionError:
-        raise ContractError("manifest: nested too deeply to be a workload manifest") from None
+        raise ContractError(f"manifest: nested more than {MAX_DEPTH} levels deep") from None

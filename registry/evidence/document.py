@@ -13,12 +13,22 @@ import math
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from registry.contracts.names import name_refusal
 from registry.contracts.parity import is_known_dtype, normalize_dtype
+from registry.documents import (
+    MAX_DEPTH,
+    MAX_EVIDENCE_BYTES,
+    DocumentError,
+    check_tree,
+    integer_refusal,
+    read_document,
+    too_many_digits,
+)
 from registry.evidence.ranks import MAX_RUNS_PER_ARM
 from registry.evidence.stats import summarize_benchmark
 
@@ -56,15 +66,30 @@ class EvidenceDocument:
     payload_sha256: str | None = None
 
 
+def read_document_file(path: str | Path) -> str:
+    """The text of an evidence document file: a regular UTF-8 file of at most MAX_EVIDENCE_BYTES."""
+    return read_document(path, "evidence document", MAX_EVIDENCE_BYTES)
+
+
 def parse_document_text(text: str) -> EvidenceDocument:
-    """Strict JSON (NaN/Infinity tokens refused), then `parse_document`."""
+    """Strict JSON, then `parse_document`.
+
+    Refused while parsing: the NaN/Infinity tokens, a key repeated in one
+    object (JSON readers keep the last silently), integers past
+    MAX_INTEGER_DIGITS, and (registry.documents.check_tree) nesting past
+    MAX_DEPTH and strings holding a lone surrogate.
+    """
     try:
-        obj = json.loads(text, parse_constant=_refuse_constant)
-        return parse_document(obj)
+        obj = json.loads(text, parse_constant=_refuse_constant, parse_int=_integer_token,
+                         object_pairs_hook=_object_without_duplicates)
+        check_tree(obj, "document")
     except json.JSONDecodeError as exc:
         raise EvidenceError(f"document: invalid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}") from None
     except RecursionError:
-        raise EvidenceError("document: nested too deeply to be an evidence document") from None
+        raise EvidenceError(f"document: nested more than {MAX_DEPTH} levels deep") from None
+    except DocumentError as exc:
+        raise EvidenceError(str(exc)) from None
+    return parse_document(obj)
 
 
 def parse_document(obj: Any) -> EvidenceDocument:
@@ -182,9 +207,13 @@ def _integer(value: Any, path: str) -> int:
 def _real(value: Any, path: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise EvidenceError(f"{path}: expected a number, got {_type(value)}")
-    if not math.isfinite(value):
+    try:
+        number = float(value)
+    except OverflowError:  # an integer past float's range (about 1.8e308)
+        raise EvidenceError(f"{path}: an integer too large to be a finite number") from None
+    if not math.isfinite(number):
         raise EvidenceError(f"{path}: {value} is not a finite number")
-    return float(value)
+    return number
 
 
 def _bounded(low: float | None, high: float | None, what: str) -> Callable[[Any, str], float]:
@@ -535,6 +564,21 @@ def _optional(obj: Mapping[str, Any], key: str, path: str, check: Callable[[Any,
 
 def _refuse_constant(token: str) -> Any:
     raise EvidenceError(f"document: the JSON token {token} is not a number the registry accepts")
+
+
+def _integer_token(token: str) -> int:
+    if too_many_digits(token):
+        raise EvidenceError(integer_refusal(token, "document"))
+    return int(token)
+
+
+def _object_without_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    obj: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in obj:
+            raise EvidenceError(f"document: duplicate key {key!r} in one object (a reader would keep only one)")
+        obj[key] = value
+    return obj
 
 
 def _range(low: float | None, high: float | None) -> str:
