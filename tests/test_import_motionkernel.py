@@ -243,7 +243,7 @@ def test_a_fifo_is_refused_without_blocking(registry_cli, tree):
     os.mkfifo(tree / "pipe.json")
     _, summary = run_import(registry_cli, tree)
     [refused] = [d for d in summary["documents"] if d["path"] == "pipe.json"]
-    assert refused["status"] == "unreadable" and refused["reason"] == "not a regular file"
+    assert refused["status"] == "unreadable" and "a FIFO (named pipe), not a regular file" in refused["reason"]
 
 
 def test_an_artifact_registered_as_something_else_refuses_that_document_only(registry_cli, tree):
@@ -350,3 +350,16 @@ def test_a_report_carries_the_chain_head_it_speaks_for(registry_cli, tree):
     earlier = json.loads(registry_cli("report", "--format", "json", "--as-of", "1").stdout)["head"]
     assert earlier["position"] == 1 and earlier["hash"] != head["hash"]
     assert expect in "".join(registry_cli("report").output.split())  # a long title wraps
+
+
+@pytest.mark.parametrize("text, reason", [
+    ('{"schema": "motionkernel.support-run", "n": ' + "9" * 1001 + "}", "an integer of 1001 digits"),
+    ('{"schema": "motionkernel.support-run", "x": ' + "[" * 40 + "]" * 40 + "}", "nested more than 32 levels"),
+    ('{"schema": "motionkernel.support-run", "family": "\\ud800"}', "lone surrogate"),
+])
+def test_hostile_documents_are_one_line_refusals(registry_cli, tree, text, reason):
+    (tree / "hostile.json").write_text(text)
+    _, summary = run_import(registry_cli, tree)
+    [refused] = [d for d in summary["documents"] if d["path"] == "hostile.json"]
+    assert refused["status"] == "unreadable" and reason in refused["reason"] and "\n" not in refused["reason"]
+    assert summary["imported"] == 8

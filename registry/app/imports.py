@@ -15,13 +15,14 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import stat
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
+from registry.documents import (
+    MAX_DEPTH, DocumentError, check_tree, integer_refusal, read_document, too_many_digits,
+)
 from registry.events.errors import IdempotencyConflict
 from registry.events.store import NewEvent
 from registry.events.types import ExternalOutcome
@@ -132,13 +133,15 @@ def _import_one(registry: Registry | None, root: Path, path: Path, workload: str
                 check_only: bool) -> DocumentResult:
     shown = path.relative_to(root).as_posix()
     try:
-        data = _read_regular_file(path)
-    except _Refused as exc:
-        return DocumentResult(shown, "unreadable", reason=exc.reason)
-    digest = hashlib.sha256(data).hexdigest()
+        text = read_document(path, "campaign document", MAX_DOCUMENT_BYTES)
+    except DocumentError as exc:
+        # The summary names the file already; the reason is what is wrong with it.
+        return DocumentResult(shown, "unreadable", reason=str(exc).removeprefix(f"{path}: "))
+    # The text is the file's bytes decoded as UTF-8 (no byte-order mark), so this is the file's digest.
+    digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
     result = DocumentResult(shown, "unreadable", sha256=digest)
     try:
-        doc = _parse_json(data)
+        doc = _parse_json(text)
         result.kind = classify(doc)
         if result.kind is None and not claims_motionkernel(doc):
             result.status, result.reason = "unrecognized", "not a MotionKernel document this import reads"
@@ -197,35 +200,24 @@ def _ensure_artifact(registry: Registry, plan, origin: dict[str, Any]) -> None:
         )
 
 
-def _read_regular_file(path: Path) -> bytes:
-    """The file's bytes, refusing what is not a regular file or too large to be a document (checked first)."""
+def _parse_json(text: str) -> Any:
+    """Strict JSON: no NaN/Infinity tokens, no duplicate keys, no huge integers, bounded nesting, no lone surrogates."""
     try:
-        info = os.stat(path)
-    except OSError as exc:
-        raise _Refused(f"cannot read: {exc.strerror}") from None
-    if not stat.S_ISREG(info.st_mode):
-        raise _Refused("not a regular file")
-    if info.st_size > MAX_DOCUMENT_BYTES:
-        raise _Refused(f"{info.st_size} bytes; a campaign document is at most {MAX_DOCUMENT_BYTES} bytes")
-    try:
-        with open(path, "rb") as handle:
-            return handle.read(MAX_DOCUMENT_BYTES + 1)
-    except OSError as exc:
-        raise _Refused(f"cannot read: {exc.strerror}") from None
-
-
-def _parse_json(data: bytes) -> Any:
-    """Strict JSON: UTF-8, no NaN/Infinity tokens, no duplicate keys, bounded nesting."""
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError:
-        raise _Refused("not UTF-8 text") from None
-    try:
-        return json.loads(text, parse_constant=_refuse_constant, object_pairs_hook=_no_duplicates)
+        doc = json.loads(text, parse_constant=_refuse_constant, parse_int=_integer, object_pairs_hook=_no_duplicates)
+        check_tree(doc, "document")
+        return doc
     except json.JSONDecodeError as exc:
         raise _Refused(f"invalid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}") from None
     except RecursionError:
-        raise _Refused("nested too deeply to be a campaign document") from None
+        raise _Refused(f"nested more than {MAX_DEPTH} levels deep") from None
+    except DocumentError as exc:
+        raise _Refused(str(exc)) from None
+
+
+def _integer(token: str) -> int:
+    if too_many_digits(token):
+        raise _Refused(integer_refusal(token, "document"))
+    return int(token)
 
 
 def _refuse_constant(token: str) -> Any:
