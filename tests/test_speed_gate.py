@@ -52,8 +52,8 @@ def test_within_the_cap_promotes_and_states_the_count():
     verdict = decide(contract(max_benchmark_attempts=3), passing_evidence(attempts=3), MODULE)
     assert (verdict.decision, verdict.rule) == ("promoted", "speed.passed")
     assert verdict.reasons == [
-        "3 benchmark attempts for this identity, of at most 3 (speed.max_benchmark_attempts)",
         "speedup 1.50x meets the gate 1.30x (min_speedup)",
+        "3 benchmark attempts for this identity, of at most 3 (speed.max_benchmark_attempts)",
     ]
 
 
@@ -81,7 +81,7 @@ def test_a_declared_cap_without_a_usable_count_holds(attempts, why):
 def test_no_cap_is_stated_with_the_count():
     verdict = decide(contract(), passing_evidence(attempts=1), MODULE)
     assert verdict.decision == "promoted"
-    assert verdict.reasons[0] == (
+    assert verdict.reasons[-1] == (  # notes come after every reason that decided
         "1 benchmark attempt for this identity; speed.max_benchmark_attempts is not declared, "
         "so attempts are not capped"
     )
@@ -92,13 +92,14 @@ def test_the_count_is_stated_whatever_the_decision():
     verdict = decide(contract(max_benchmark_attempts=5), passing_evidence(2, paired(slow, slow)), MODULE)
     assert verdict.decision == "rejected"
     assert verdict.reasons == [
-        "2 benchmark attempts for this identity, of at most 5 (speed.max_benchmark_attempts)",
         "speedup 1.00x is below the gate 1.30x (min_speedup)",
+        "2 benchmark attempts for this identity, of at most 5 (speed.max_benchmark_attempts)",
     ]
     no_speed = Contract.from_mapping({"workload": "w"})
     verdict = decide(no_speed, passing_evidence(attempts=2), MODULE)
     assert verdict.decision == "held"
-    assert verdict.reasons[0].startswith("2 benchmark attempts for this identity; speed.max_benchmark_attempts")
+    assert verdict.reasons[-1].startswith("2 benchmark attempts for this identity; speed.max_benchmark_attempts")
+    assert not verdict.reasons[0].startswith("2 benchmark attempts")
 
 
 @settings(max_examples=60, deadline=None)

@@ -79,7 +79,6 @@ class Ledger:
         raise AssertionError("the speed rule always leaves a finding")
 
     def reasons(self, include_passes: bool) -> list[str]:
-        return [
-            finding.reason for finding in self.findings
-            if include_passes or finding.decision != "promoted"
-        ]
+        """The findings' reasons in gate order, notes last: the first reason is always one that decided."""
+        shown = [finding for finding in self.findings if include_passes or finding.decision != "promoted"]
+        return [f.reason for f in shown if f.decision != NOTED] + [f.reason for f in shown if f.decision == NOTED]
