@@ -22,6 +22,7 @@ Pure: no database, no torch.
 from __future__ import annotations
 
 import codecs
+import json
 import os
 import stat
 from pathlib import Path
@@ -82,6 +83,40 @@ def read_document(path: str | Path, what: str, max_bytes: int) -> str:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise DocumentError(f"{path}: not UTF-8 text (byte {exc.start}); save the {what} as UTF-8") from None
+
+
+def load_json(text: str, what: str) -> Any:
+    """Strict JSON for a user document, refused in one line naming `what`.
+
+    Refused while parsing: the NaN/Infinity tokens, a key repeated in one
+    object (JSON readers keep the last silently), integers past
+    MAX_INTEGER_DIGITS; then (check_tree) nesting past MAX_DEPTH and strings
+    holding a lone surrogate.
+    """
+    def refuse_constant(token: str) -> Any:
+        raise DocumentError(f"{what}: the JSON token {token} is not a number the registry accepts")
+
+    def integer(token: str) -> int:
+        if too_many_digits(token):
+            raise DocumentError(integer_refusal(token, what))
+        return int(token)
+
+    def without_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        obj: dict[str, Any] = {}
+        for key, value in pairs:
+            if key in obj:
+                raise DocumentError(f"{what}: duplicate key {key!r} in one object (a reader would keep only one)")
+            obj[key] = value
+        return obj
+
+    try:
+        value = json.loads(text, parse_constant=refuse_constant, parse_int=integer, object_pairs_hook=without_duplicates)
+    except json.JSONDecodeError as exc:
+        raise DocumentError(f"{what}: invalid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}") from None
+    except RecursionError:
+        raise DocumentError(f"{what}: nested more than {MAX_DEPTH} levels deep") from None
+    check_tree(value, what)
+    return value
 
 
 def check_tree(value: Any, what: str) -> None:

@@ -14,15 +14,12 @@ See docs/import.md.
 from __future__ import annotations
 
 import hashlib
-import json
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
-from registry.documents import (
-    MAX_DEPTH, DocumentError, check_tree, integer_refusal, read_document, too_many_digits,
-)
+from registry.documents import DocumentError, load_json, read_document
 from registry.events.errors import IdempotencyConflict
 from registry.events.store import NewEvent
 from registry.events.types import ExternalOutcome
@@ -201,34 +198,9 @@ def _ensure_artifact(registry: Registry, plan, origin: dict[str, Any]) -> None:
 
 
 def _parse_json(text: str) -> Any:
-    """Strict JSON: no NaN/Infinity tokens, no duplicate keys, no huge integers, bounded nesting, no lone surrogates."""
+    """Strict JSON through the shared reader (registry.documents.load_json)."""
     try:
-        doc = json.loads(text, parse_constant=_refuse_constant, parse_int=_integer, object_pairs_hook=_no_duplicates)
-        check_tree(doc, "document")
-        return doc
-    except json.JSONDecodeError as exc:
-        raise _Refused(f"invalid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}") from None
-    except RecursionError:
-        raise _Refused(f"nested more than {MAX_DEPTH} levels deep") from None
+        return load_json(text, "document")
     except DocumentError as exc:
         raise _Refused(str(exc)) from None
-
-
-def _integer(token: str) -> int:
-    if too_many_digits(token):
-        raise _Refused(integer_refusal(token, "document"))
-    return int(token)
-
-
-def _refuse_constant(token: str) -> Any:
-    raise _Refused(f"{token} is not a number (a failed measurement must be recorded as a failure)")
-
-
-def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    seen: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in seen:
-            raise _Refused(f"duplicate key {key!r}")
-        seen[key] = value
-    return seen
 

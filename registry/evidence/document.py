@@ -8,7 +8,6 @@ reads, so a payload stored by any other path meets the same checks.
 """
 from __future__ import annotations
 
-import json
 import math
 import re
 from collections.abc import Callable, Mapping
@@ -20,15 +19,7 @@ import numpy as np
 
 from registry.contracts.names import name_refusal
 from registry.contracts.parity import is_known_dtype, normalize_dtype
-from registry.documents import (
-    MAX_DEPTH,
-    MAX_EVIDENCE_BYTES,
-    DocumentError,
-    check_tree,
-    integer_refusal,
-    read_document,
-    too_many_digits,
-)
+from registry.documents import MAX_EVIDENCE_BYTES, DocumentError, load_json, read_document
 from registry.evidence.ranks import MAX_RUNS_PER_ARM
 from registry.evidence.stats import summarize_benchmark
 
@@ -80,13 +71,7 @@ def parse_document_text(text: str) -> EvidenceDocument:
     MAX_DEPTH and strings holding a lone surrogate.
     """
     try:
-        obj = json.loads(text, parse_constant=_refuse_constant, parse_int=_integer_token,
-                         object_pairs_hook=_object_without_duplicates)
-        check_tree(obj, "document")
-    except json.JSONDecodeError as exc:
-        raise EvidenceError(f"document: invalid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}") from None
-    except RecursionError:
-        raise EvidenceError(f"document: nested more than {MAX_DEPTH} levels deep") from None
+        obj = load_json(text, "document")
     except DocumentError as exc:
         raise EvidenceError(str(exc)) from None
     return parse_document(obj)
@@ -560,25 +545,6 @@ def _required(obj: Mapping[str, Any], key: str, path: str) -> Any:
 def _optional(obj: Mapping[str, Any], key: str, path: str, check: Callable[[Any, str], Any]) -> Any:
     where = f"{path}.{key}" if path else key
     return None if obj.get(key) is None else check(obj[key], where)
-
-
-def _refuse_constant(token: str) -> Any:
-    raise EvidenceError(f"document: the JSON token {token} is not a number the registry accepts")
-
-
-def _integer_token(token: str) -> int:
-    if too_many_digits(token):
-        raise EvidenceError(integer_refusal(token, "document"))
-    return int(token)
-
-
-def _object_without_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    obj: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in obj:
-            raise EvidenceError(f"document: duplicate key {key!r} in one object (a reader would keep only one)")
-        obj[key] = value
-    return obj
 
 
 def _range(low: float | None, high: float | None) -> str:
