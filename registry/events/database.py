@@ -138,7 +138,7 @@ def _postgres_engine(url: URL) -> Engine:
     @event.listens_for(engine, "checkin")
     def _on_checkin(dbapi_connection, _record):
         # An append connection runs in autocommit and sends its own BEGIN
-        # (registry/events/store.py); whoever checks it out next gets the
+        # (registry/events/postgres.py); whoever checks it out next gets the
         # driver's ordinary transactions back.
         if dbapi_connection is not None and not dbapi_connection.closed and dbapi_connection.autocommit:
             dbapi_connection.autocommit = False

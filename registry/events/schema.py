@@ -24,7 +24,7 @@ EVENTS = Table(
     "events", METADATA,
     # On SQLite an INTEGER primary key is the rowid itself: one B-tree fewer to write per append.
     Column("position", POSITION_TYPE, primary_key=True, autoincrement=False),
-    # Unique by construction: an event id carries its position (see store.positional_event_id).
+    # Unique by construction: an event id carries its position (see ids.positional_event_id).
     Column("event_id", String(36), nullable=False),
     Column("stream", String(200), nullable=False),
     Column("version", Integer, nullable=False),

@@ -32,7 +32,7 @@ from registry.events.catalogue import EVIDENCE_KIND_BY_TYPE
 from registry.events.catalogue import SCHEMA_VERSIONS as CURRENT_SCHEMA
 from registry.events.chain import timestamp_text
 from registry.events.errors import StoreError
-from registry.events.store import StoredEvent
+from registry.events.store import EventStore, StoredEvent
 
 PAGE = 20_000
 
@@ -131,17 +131,6 @@ def identity_of(text: str) -> str | None:
     return strict_json_loads(text).get("identity")
 
 
-def _select(dialect: str, by_stream: bool) -> str:
-    mark = "%s" if dialect == "postgresql" else "?"
-    where = f"position > {mark} AND position <= {mark}"
-    if by_stream:
-        where += f" AND stream = {mark}"
-    return (
-        "SELECT position, event_id, stream, type, schema_version, payload, recorded_at"
-        f" FROM events WHERE {where} ORDER BY position LIMIT {mark}"
-    )
-
-
 def _upcast(row: tuple) -> LogEvent:
     """An event stored under an older (or unknown) schema: upcast and validate it."""
     from registry.events.types import read_payload  # pydantic only for the rare event that needs it
@@ -154,41 +143,23 @@ def _upcast(row: tuple) -> LogEvent:
     return _decoded(position, event_id, stream, type_, recorded_at, payload)
 
 
-def read_log(engine: Engine, *, after: int, up_to: int, stream: str | None = None,
+def read_log(source: EventStore | Engine, *, after: int, up_to: int, stream: str | None = None,
              page: int = PAGE) -> Iterator[LogEvent]:
     """Events with after < position <= up_to (of one stream if given), in position order.
 
-    Pages by position so memory stays flat however long the log is; the
-    fixed upper bound makes the pages one consistent slice, since the store
-    commits positions in order.
+    Read through the store (`source`, or a store opened on the engine given)
+    in pages by position, so memory stays flat however long the log is.
     """
-    sql = _select(engine.dialect.name, stream is not None)
+    store = source if isinstance(source, EventStore) else EventStore(source)
     current = CURRENT_SCHEMA
     evidence = EVIDENCE_KIND_BY_TYPE
-    cursor_at = after
-    raw = engine.raw_connection()
-    try:
-        cursor = raw.cursor()
-        while cursor_at < up_to:
-            params = (cursor_at, up_to, stream, page) if stream is not None else (cursor_at, up_to, page)
-            try:
-                cursor.execute(sql, params)
-                rows = cursor.fetchall()
-            except engine.dialect.loaded_dbapi.Error as exc:  # e.g. Postgres refusing a NUL in a stream name
-                first_line = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-                raise StoreError(f"could not read the log: {first_line}") from None
-            raw.rollback()  # end the read; the next page starts a fresh one
-            for row in rows:
-                type_ = row[3]
-                if current.get(type_) != row[4]:
-                    yield _upcast(row)
-                elif type_ in evidence:
-                    yield LogEvent(row[0], row[1], row[2], type_, scope_of(row[5]), identity_of(row[5]),
-                                   row[6], row[5], None)
-                else:
-                    yield LogEvent(row[0], row[1], row[2], type_, None, None, row[6], row[5], None)
-            if len(rows) < page:
-                return
-            cursor_at = rows[-1][0]
-    finally:
-        raw.close()
+    for rows in store.log_pages(after=after, up_to=up_to, stream=stream, page=page):
+        for row in rows:
+            type_ = row[3]
+            if current.get(type_) != row[4]:
+                yield _upcast(row)
+            elif type_ in evidence:
+                yield LogEvent(row[0], row[1], row[2], type_, scope_of(row[5]), identity_of(row[5]),
+                               row[6], row[5], None)
+            else:
+                yield LogEvent(row[0], row[1], row[2], type_, None, None, row[6], row[5], None)

@@ -1,0 +1,93 @@
+"""The SQLite recorder: appends under `BEGIN IMMEDIATE`, SQLite's one writer lock.
+
+The transaction takes the lock before its first read, so the keyed-batch
+lookup, the head read and the insert all happen under it: positions commit in
+order. The writer's clock stamps the append, never earlier than the head's
+time. Statements run at driver level (Python's sqlite3) on the connection the
+thread keeps.
+"""
+from __future__ import annotations
+
+import sqlite3
+from datetime import datetime
+
+from .chain import timestamp_text
+from .errors import StoreError
+from .recorder import AppendBatch, BeforeCommit, Recorder
+
+_IDEMPOTENCY = "SELECT digest, first_position, count FROM idempotency_keys WHERE key = ?"
+# The stream's version, and the head's position, hash and time. The head is read
+# as one row (a primary-key descent); an empty log gives no row.
+_STATE = (
+    "SELECT (SELECT max(version) FROM events WHERE stream = ?), position, hash, recorded_at"
+    " FROM events ORDER BY position DESC LIMIT 1"
+)
+_INSERT = (
+    "INSERT INTO events (position, event_id, stream, version, type, schema_version, payload,"
+    " recorded_at, actor, idempotency_key, prev_hash, hash) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+_REMEMBER = "INSERT INTO idempotency_keys (key, stream, first_position, count, digest) VALUES (?, ?, ?, ?, ?)"
+_LOG_COLUMNS = "SELECT position, event_id, stream, type, schema_version, payload, recorded_at FROM events"
+_LOG_PAGE = f"{_LOG_COLUMNS} WHERE position > ? AND position <= ? ORDER BY position LIMIT ?"
+_LOG_STREAM_PAGE = f"{_LOG_COLUMNS} WHERE position > ? AND position <= ? AND stream = ? ORDER BY position LIMIT ?"
+
+
+def stored_time_text(recorded: str) -> str:
+    """A chain time text as SQLite stores times: SQLAlchemy's layout, its digits with a space for the T, no zone."""
+    return f"{recorded[:10]} {recorded[11:26]}"
+
+
+class SqliteRecorder(Recorder):
+    integrity_errors = (sqlite3.IntegrityError,)
+    database_errors = (sqlite3.Error,)
+
+    def _log_page_sql(self, by_stream: bool) -> str:
+        return _LOG_STREAM_PAGE if by_stream else _LOG_PAGE
+
+    def _insert(self, batch: AppendBatch, before_commit: BeforeCommit) -> list[int]:
+        writer = self.writer()
+        cursor = writer.cursor
+        try:
+            cursor.execute("BEGIN IMMEDIATE")
+            earlier = None
+            if batch.idempotency_key is not None:
+                cursor.execute(_IDEMPOTENCY, (batch.idempotency_key,))
+                earlier = batch.earlier_positions(cursor.fetchone())
+            if earlier is not None:
+                writer.connection.rollback()
+                return earlier
+            cursor.execute(_STATE, (batch.stream,))
+            current, position, prev_hash, previous_time = cursor.fetchone() or (None, None, None, None)
+            rows = batch.chained_rows(current, position, prev_hash, *self._time(previous_time))
+            if len(rows) == 1:
+                cursor.execute(_INSERT, rows[0])
+            else:
+                cursor.executemany(_INSERT, rows)
+            if batch.idempotency_key is not None:
+                cursor.execute(_REMEMBER, batch.remembered(rows))
+            before_commit()
+        except BaseException:
+            writer.connection.rollback()
+            raise
+        writer.connection.commit()
+        return [row[0] for row in rows]
+
+    def _time(self, previous: str | None) -> tuple[str, str]:
+        """This append's time as chain text and as stored: the clock's, or the head's (`previous`) when later.
+
+        SQLite stores times as text in SQLAlchemy's layout (the chain text's
+        digits, a space for the T, no zone), so two such texts compare as
+        their times do; a head in any other layout is parsed first.
+        """
+        recorded = timestamp_text(self.clock())
+        stamp = stored_time_text(recorded)
+        if previous is None:
+            return recorded, stamp
+        if len(previous) != len(stamp) or previous[10] != " ":
+            try:
+                previous = stored_time_text(timestamp_text(datetime.fromisoformat(previous)))
+            except (TypeError, ValueError):
+                raise StoreError(f"the log's last event has an unreadable time {previous!r}; run `registry verify`") from None
+        if previous <= stamp:
+            return recorded, stamp
+        return f"{previous[:10]}T{previous[11:]}+00:00", previous
