@@ -1,0 +1,92 @@
+"""The store's conformance suite on Postgres, and what only Postgres's side of it can show: the append
+connection each thread keeps, and what happens when the server drops it."""
+from __future__ import annotations
+
+import gc
+import threading
+import time
+
+import psycopg
+import pytest
+from sqlalchemy.engine import make_url
+
+from registry.events.database import make_engine, upgrade
+from registry.events.errors import StoreError
+from registry.events.store import EventStore
+
+from limits import HANG_GUARD_S
+from store_conformance import StoreConformance
+from store_helpers import frame_event
+
+pytestmark = pytest.mark.postgres
+
+
+def _libpq(url: str) -> str:
+    return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+
+
+class _DroppedAtCommit(EventStore):
+    """Its server connection is terminated just before the commit is sent."""
+
+    def _before_commit(self):
+        pid = self.recorder.writer().connection.info.backend_pid
+        with psycopg.connect(_libpq(self.engine.url.render_as_string(hide_password=False)), autocommit=True) as admin:
+            admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+            deadline = time.monotonic() + HANG_GUARD_S
+            while admin.execute("SELECT 1 FROM pg_stat_activity WHERE pid = %s", (pid,)).fetchone():
+                assert time.monotonic() < deadline, "the backend outlived pg_terminate_backend"
+                time.sleep(0.01)
+
+
+class TestPostgresStore(StoreConformance):
+    @pytest.fixture
+    def url(self, postgres_url):
+        return postgres_url
+
+    # -- the kept append connection ---------------------------------------------------
+
+    def test_an_append_outlives_the_server_dropping_its_kept_connection(self, url):
+        engine = make_engine(url)
+        upgrade(engine)
+        store = EventStore(engine)
+        store.append("s:a", [frame_event("a")], actor="t")
+        with psycopg.connect(_libpq(url), autocommit=True) as admin:
+            dropped = admin.execute(
+                "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity"
+                " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            ).fetchone()[0]
+        assert dropped >= 1
+        # The kept connection fails in its first round trip, before anything is sent to be written; it is replaced once.
+        assert store.append("s:a", [frame_event("b"), frame_event("c")], actor="t") == [2, 3]
+        assert [e.version for e in store.read_stream("s:a")] == [1, 2, 3]
+        assert store.verify().intact
+        engine.dispose()
+
+    def test_append_connections_return_to_the_pool_with_ordinary_transactions(self, url):
+        """Appends run their connection in autocommit; a reader that gets it next must not."""
+        engine = make_engine(url)
+        upgrade(engine)
+        store = EventStore(engine)
+        workers = [threading.Thread(target=store.append, args=(f"s:{i}", [frame_event(str(i))]), kwargs={"actor": "t"})
+                   for i in range(3)]
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join(30)
+        gc.collect()  # the finished threads' append connections go back to the pool
+        for _ in range(engine.pool.size() + 1):
+            with engine.connect() as conn:
+                assert conn.connection.driver_connection.autocommit is False
+        assert store.verify().count == 3  # reads through a server-side cursor, which needs a transaction
+        engine.dispose()
+
+    def test_a_connection_lost_at_commit_is_reported_as_unknown_and_a_resend_lands_once(self, url):
+        engine = make_engine(url)
+        upgrade(engine)
+        with pytest.raises(StoreError, match="lost while committing, so the batch may or may not be in the log"):
+            _DroppedAtCommit(engine).append("s:a", [frame_event("a")], idempotency_key="run-1", actor="t")
+        store = EventStore(engine)
+        assert store.append("s:a", [frame_event("a")], idempotency_key="run-1", actor="t") == [1]
+        assert store.append("s:a", [frame_event("a")], idempotency_key="run-1", actor="t") == [1]
+        assert store.verify().count == 1
+        engine.dispose()
