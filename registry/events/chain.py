@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from hashlib import sha256
 from json.encoder import encode_basestring as _quote  # the encoder's own string quoting
-from typing import Any, Iterable
+from typing import Any, Iterable, Sequence
 
 GENESIS_HASH = "0" * 64
 HASHED_FIELDS = ("position", "event_id", "stream", "version", "type", "schema_version", "payload",
@@ -75,11 +75,23 @@ def unplaced_body(*, actor: str, stream: str, type: str, schema_version: int, pa
     An append computes this for each event before it takes the lock, so the
     lock holder only fills in position, id, version, time and key.
     """
-    return (
-        f'{{"actor":{_quote(actor)},"event_id":',
-        f',"payload":{_quote(payload)},"position":',
-        f',"schema_version":{int(schema_version)},"stream":{_quote(stream)},"type":{_quote(type)},"version":',
-    )
+    return unplaced_bodies(actor, stream, [(type, schema_version, payload)])[0]
+
+
+def unplaced_bodies(actor: str, stream: str, events: Iterable[tuple[str, int, str]]) -> list[tuple[str, str, str]]:
+    """`unplaced_body` for each (type, schema version, payload) of one batch, which shares its actor and
+    stream: those are quoted once, and each type once."""
+    head = f'{{"actor":{_quote(actor)},"event_id":'
+    stream_text = f',"stream":{_quote(stream)},"type":'
+    quoted_types: dict[str, str] = {}
+    bodies = []
+    for type, schema_version, payload in events:
+        quoted_type = quoted_types.get(type)
+        if quoted_type is None:
+            quoted_type = quoted_types[type] = _quote(type)
+        bodies.append((head, f',"payload":{_quote(payload)},"position":',
+                       f',"schema_version":{int(schema_version)}{stream_text}{quoted_type},"version":'))
+    return bodies
 
 
 def placed_body(unplaced: tuple[str, str, str], *, position: int, event_id: str, version: int, recorded_at: str,
@@ -89,6 +101,27 @@ def placed_body(unplaced: tuple[str, str, str], *, position: int, event_id: str,
     key = "null" if idempotency_key is None else _quote(idempotency_key)
     return (f'{head}{_quote(event_id)},"idempotency_key":{key}{middle}{int(position)},'
             f'"recorded_at":{_quote(recorded_at)}{tail}{int(version)}}}')
+
+
+def link_batch(prev_hash: str, unplaced: Sequence[tuple[str, str, str]], *, first_position: int, first_version: int,
+               event_ids: Sequence[str], recorded_at: str, idempotency_key: str | None) -> list[str]:
+    """The hashes of a batch placed at `first_position` (and its stream's `first_version`), each linked to
+    the one before, the first to `prev_hash`.
+
+    Exactly `link(previous, placed_body(...))` event by event, with the
+    idempotency key on the first event only; the batch's one time is quoted
+    once. It runs inside the append lock, once per event.
+    """
+    time_text = f',"recorded_at":{_quote(recorded_at)}'
+    first_key = "null" if idempotency_key is None else _quote(idempotency_key)
+    hashes = []
+    for index, ((head, middle, tail), event_id) in enumerate(zip(unplaced, event_ids)):
+        key = first_key if index == 0 else "null"
+        body = (f'{head}{_quote(event_id)},"idempotency_key":{key}{middle}{int(first_position + index)}'
+                f'{time_text}{tail}{int(first_version + index)}}}')
+        prev_hash = sha256(f"{prev_hash}{body}".encode()).hexdigest()
+        hashes.append(prev_hash)
+    return hashes
 
 
 @dataclass(frozen=True)

