@@ -31,7 +31,7 @@ from sqlalchemy.exc import DBAPIError
 from .canonical import strict_json_loads
 from .chain import GENESIS_HASH, link_batch, unplaced_bodies
 from .errors import ConcurrencyError, IdempotencyConflict, StoreError
-from .ids import positional_event_id
+from .ids import positional_event_ids
 from .schema import EVENTS
 
 if TYPE_CHECKING:
@@ -133,7 +133,7 @@ class AppendBatch:
         if self.expected_version is not None and self.expected_version != current:
             raise ConcurrencyError(f"stream {self.stream} is at version {current}, not the expected {self.expected_version}")
         positions = range(position + 1, position + 1 + len(self.prepared))
-        event_ids = [positional_event_id(placed) for placed in positions]
+        event_ids = positional_event_ids(positions[0], len(positions))
         hashes = link_batch(prev_hash, self.unplaced, first_position=positions[0], first_version=current + 1,
                             event_ids=event_ids, recorded_at=recorded, idempotency_key=self.idempotency_key)
         stream, actor, key = self.stream, self.actor, self.idempotency_key

