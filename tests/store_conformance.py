@@ -395,3 +395,26 @@ class StoreConformance:
         with pytest.raises(DBAPIError, match="immutable"):
             raw(store.engine, "UPDATE idempotency_keys SET count = 5")
         assert store.append("s:a", [frame_event()], idempotency_key="k", actor="t") == [1]
+
+    def test_a_batch_larger_than_one_insert_statement_lands_whole_and_chained(self, store):
+        events = [frame_event(str(index)) for index in range(203)]
+        assert store.append("s:big", events, expected_version=0, actor="t") == list(range(1, 204))
+        assert store.append("s:big", [frame_event("after")], expected_version=203, actor="t") == [204]
+        stored = store.read_stream("s:big")
+        assert [e.version for e in stored] == list(range(1, 205))
+        assert [e.payload["name"] for e in stored[:3]] == ["0", "1", "2"]
+        assert store.verify().count == 204
+
+    def test_a_batch_that_fails_before_its_commit_leaves_nothing(self, store):
+        class FailsBeforeCommit(EventStore):
+            def _before_commit(self):
+                raise RuntimeError("stopped inside the append lock")
+
+        store.append("s:a", [frame_event("first")], actor="t")
+        failing = FailsBeforeCommit(store.engine)
+        with pytest.raises(RuntimeError, match="inside the append lock"):
+            failing.append("s:a", [frame_event(str(index)) for index in range(170)], idempotency_key="k", actor="t")
+        failing.close()
+        assert store.head_position() == 1 and store.stream_version("s:a") == 1
+        assert store.append("s:a", [frame_event("next")], expected_version=1, idempotency_key="k", actor="t") == [2]
+        assert store.verify().intact
