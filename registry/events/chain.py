@@ -117,9 +117,10 @@ def link_batch(prev_hash: str, unplaced: Sequence[tuple[str, str, str]], *, firs
     hashes = []
     for index, ((head, middle, tail), event_id) in enumerate(zip(unplaced, event_ids)):
         key = first_key if index == 0 else "null"
-        body = (f'{head}{_quote(event_id)},"idempotency_key":{key}{middle}{int(first_position + index)}'
-                f'{time_text}{tail}{int(first_version + index)}}}')
-        prev_hash = sha256(f"{prev_hash}{body}".encode()).hexdigest()
+        # prev_hash and the body in one string, built once: this loop is the lock holder's main work.
+        prev_hash = sha256((f'{prev_hash}{head}{_quote(event_id)},"idempotency_key":{key}{middle}'
+                            f'{int(first_position + index)}{time_text}{tail}{int(first_version + index)}}}')
+                           .encode()).hexdigest()
         hashes.append(prev_hash)
     return hashes
 

@@ -13,8 +13,7 @@ from random import getrandbits
 from .errors import StoreError
 
 _POSITION_LIMIT = 1 << 48
-_LOW_62 = (1 << 62) - 1
-_MARKS = (0x8 << 76) | (0b10 << 62)  # the version, 8, and the RFC 9562 variant, 0b10
+_LOW_48 = (1 << 48) - 1
 
 
 def positional_event_id(position: int) -> str:
@@ -37,8 +36,10 @@ def positional_event_ids(first_position: int, count: int) -> list[str]:
     ids = []
     for position in range(first_position, last + 1):
         noise = getrandbits(74)
-        digits = "%032x" % ((position << 80) | _MARKS | ((noise >> 62) << 64) | (noise & _LOW_62))
-        ids.append(f"{digits[:8]}-{digits[8:12]}-{digits[12:16]}-{digits[16:20]}-{digits[20:]}")
+        # The five groups: position (32 and 16 bits); 8 and 12 noise bits; the variant 0b10 and 14 noise
+        # bits; 48 noise bits.
+        ids.append("%08x-%04x-8%03x-%04x-%012x" % (position >> 16, position & 0xFFFF, noise >> 62,
+                                                  0x8000 | (noise >> 48) & 0x3FFF, noise & _LOW_48))
     return ids
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import sqlite3
 from datetime import datetime
 from functools import cache
+import itertools
 
 from .chain import timestamp_text
 from .errors import StoreError
@@ -74,7 +75,7 @@ class SqliteRecorder(Recorder):
             else:
                 for start in range(0, len(rows), _ROWS_PER_INSERT):
                     chunk = rows[start:start + _ROWS_PER_INSERT]
-                    cursor.execute(_insert_rows(len(chunk)), [value for row in chunk for value in row])
+                    cursor.execute(_insert_rows(len(chunk)), list(itertools.chain.from_iterable(chunk)))
             if batch.idempotency_key is not None:
                 cursor.execute(_REMEMBER, batch.remembered(rows))
             before_commit()
