@@ -9,11 +9,12 @@ from __future__ import annotations
 import re
 from typing import Any
 
-# The pattern as a string, for schemas that take one (pydantic's `pattern=`).
+# The pattern as a string, for schemas that take one (pydantic's `pattern=`, whose `$` ends the text).
 SHA256_PATTERN = r"^[0-9a-f]{64}$"
-_SHA256 = re.compile(SHA256_PATTERN)
+# Python's `$` also matches before a final newline, so the check here matches the whole string.
+_SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
 def is_sha256(value: Any) -> bool:
     """Whether `value` is a str of exactly 64 lowercase hex digits."""
-    return isinstance(value, str) and len(value) == 64 and _SHA256.match(value) is not None
+    return isinstance(value, str) and _SHA256.fullmatch(value) is not None
