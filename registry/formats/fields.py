@@ -27,8 +27,9 @@ from registry.formats.names import name_refusal
 Check = Callable[[Any, str], Any]
 # A device architecture: `sm` and the CUDA compute capability (sm90, sm100a), or `cpu`.
 ARCH = re.compile(r"sm[0-9]{2,3}[a-z]?|cpu")
-# How much of a refused value a message quotes.
+# How much of a refused value a message quotes; a string past _LONG_TEXT is described by its length.
 _QUOTED = 40
+_LONG_TEXT = 80
 
 
 def join(path: str, key: str) -> str:
@@ -43,9 +44,11 @@ def quoted(value: Any) -> str:
 
 
 def describe(value: Any) -> str:
-    """A value as a refusal shows it: its type, and for a scalar its (shortened) repr."""
+    """A value as a refusal shows it: its type, and for a scalar its (shortened) repr; a long string by its length."""
     if value is None:
         return "null"
+    if isinstance(value, str) and len(value) > _LONG_TEXT:
+        return f"a string of {len(value)} characters"
     if isinstance(value, (str, bool, int, float)):
         return f"{type(value).__name__} {quoted(value)}"
     return type(value).__name__
