@@ -33,7 +33,7 @@ from pathlib import Path
 
 from registry.events.database import make_engine, upgrade
 from registry.events.store import EventStore, NewEvent
-from registry.evidence.document import parse_item
+from registry.formats.evidence.items import parse_item
 from registry.projections import Projections, rebuild, verify_projections
 from registry.projections.report import build_report
 

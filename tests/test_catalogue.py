@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from typing import get_args
 
-from registry.events.catalogue import ARTIFACT_KINDS, EVIDENCE_TYPE_BY_KIND, SCHEMA_VERSIONS
+from registry.events.catalogue import EVIDENCE_TYPE_BY_KIND, SCHEMA_VERSIONS
 from registry.events.types import EVIDENCE_EVENT_BY_KIND, PAYLOAD_TYPES, ArtifactRegistered
+from registry.formats.kinds import ARTIFACT_KINDS
 
 
 def test_every_payload_type_at_its_schema_version():

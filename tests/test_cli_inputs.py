@@ -124,8 +124,9 @@ def test_an_id_over_the_limit_is_refused_in_the_users_terms(cli):
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 def test_every_entry_point_applies_the_same_naming_rule(cli, name):
     """An artifact id is accepted or refused alike by the CLI, an evidence document and the app layer."""
-    from registry.contracts.names import name_problem
-    from registry.evidence.document import EvidenceError, parse_document
+    from registry.formats.evidence.document import parse_document
+    from registry.formats.evidence.errors import EvidenceError
+    from registry.formats.names import name_problem
 
     valid = name_problem(name) is None
     registered = cli("artifact", "register", "--workload", "clip", "--kind", "module", "--", name)

@@ -19,7 +19,7 @@ from registry.contracts import (
     Tolerance,
     load_manifest,
 )
-from registry.documents import MAX_MANIFEST_BYTES
+from registry.formats.documents import MAX_MANIFEST_BYTES
 
 FULL = """
 workload: wan-t2v-1.3b-480p

@@ -10,15 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from registry.evidence.document import (
-    FORMAT,
-    EvidenceError,
-    parse_document,
-    parse_document_text,
-    parse_item,
-    read_document_file,
-)
-from registry.documents import MAX_EVIDENCE_BYTES, DocumentError
+from registry.formats.documents import MAX_EVIDENCE_BYTES, DocumentError
+from registry.formats.evidence.document import FORMAT, parse_document, parse_document_text, read_document_file
+from registry.formats.evidence.errors import EvidenceError
+from registry.formats.evidence.items import parse_item
 
 EXECUTION = {"kind": "execution", "candidate_calls": 30, "fallbacks": 0,
              "requested_backend": "sage", "effective_backend": "sage"}

@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from registry.contracts import Contract
-from registry.evidence.document import parse_item
+from registry.formats.evidence.items import parse_item
 from registry.gate import GATE_VERSION, ArtifactFacts, GateEvidence, Margin, Recorded, Verdict, decide
 
 from limits import HANG_GUARD_S

@@ -9,7 +9,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from registry.contracts import Contract
-from registry.evidence.document import EvidenceError, parse_item
+from registry.formats.evidence.errors import EvidenceError
+from registry.formats.evidence.items import parse_item
 from registry.gate import RULES, ArtifactFacts, GateEvidence, Recorded, Verdict, decide
 
 ARTIFACT = ArtifactFacts("kernel-v1", "fused_kernel")

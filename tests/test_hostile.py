@@ -30,7 +30,7 @@ from hypothesis import strategies as st
 from registry.app import open_registry
 from registry.cli.main import main
 from registry.contracts import load_manifest
-from registry.documents import MAX_DEPTH, MAX_EVIDENCE_BYTES, MAX_INTEGER_DIGITS, MAX_MANIFEST_BYTES
+from registry.formats.documents import MAX_DEPTH, MAX_EVIDENCE_BYTES, MAX_INTEGER_DIGITS, MAX_MANIFEST_BYTES
 
 FORMAT = "registry.evidence/1"
 REGISTERED = ("k1", "κ漢😀-1")  # artifacts the registry under test knows

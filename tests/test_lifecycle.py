@@ -14,8 +14,9 @@ import numpy as np
 import pytest
 
 from registry.app import open_registry
-from registry.app.workloads import artifact_stream, register_artifact
-from registry.evidence.document import parse_item
+from registry.app.workloads import register_artifact
+from registry.formats.evidence.items import parse_item
+from registry.formats.names import artifact_stream
 
 MANIFEST = """
 workload: wan

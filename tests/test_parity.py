@@ -10,10 +10,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from registry.contracts import Contract
-from registry.evidence.document import parse_item
 from registry.evidence.parity import compare_leaf, compare_outputs, validate_tolerance
-from registry.gate import ArtifactFacts, GateEvidence, Recorded, decide
 from registry.evidence.source_screen import screen_source
+from registry.formats.evidence.items import parse_item
+from registry.gate import ArtifactFacts, GateEvidence, Recorded, decide
 
 TOL = {"atol": 0.02, "rtol": 0.02, "max_abs": 1.0}
 INF, NAN = float("inf"), float("nan")

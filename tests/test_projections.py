@@ -20,7 +20,7 @@ from registry.events.canonical import canonical_json
 from registry.events.database import make_engine, upgrade
 from registry.events.errors import StoreError
 from registry.events.store import EVENTS, EventStore, NewEvent
-from registry.evidence.document import parse_item
+from registry.formats.evidence.items import parse_item
 from registry.gate.model import Margin, Verdict
 from registry.projections import (
     ProjectionError,

@@ -12,9 +12,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from registry.contracts import Contract, ContractError
-from registry.evidence.document import EvidenceError, parse_item
-from registry.evidence.ranks import MAX_RUNS_PER_ARM
-from registry.evidence.stats import speedup_interval
+from registry.formats.evidence.errors import EvidenceError
+from registry.formats.evidence.items import parse_item
+from registry.formats.ranks import MAX_RUNS_PER_ARM
+from registry.formats.stats import speedup_interval
 from registry.gate import RULES, ArtifactFacts, GateEvidence, Recorded, decide
 
 MODULE = ArtifactFacts("fused-rmsnorm-v1", "module")

@@ -7,8 +7,8 @@ import scipy.stats
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from registry.evidence.ranks import CI_LEVEL, min_conclusive_runs
-from registry.evidence.stats import (
+from registry.formats.ranks import CI_LEVEL, min_conclusive_runs
+from registry.formats.stats import (
     EXACT_MAX_N,
     is_interleaved,
     median_interval,

@@ -173,7 +173,7 @@ def run_campaign(registry: Registry, out_dir: Path, *, runs: int, warmup: int, l
 
 def _campaign(registry: Registry, out_dir: Path, *, runs: int, warmup: int, lpips_backbone: str | None,
               progress_factory: Callable[[str], Any], log: Callable[[str], None]) -> list[Row]:
-    from registry.evidence.document import parse_document
+    from registry.formats.evidence.document import parse_document
     from registry.workloads import all_candidates, reference_generate, reference_latent
 
     from .strips import write_strip

@@ -8,13 +8,13 @@ from dataclasses import dataclass
 
 from sqlalchemy import Engine
 
-from registry.contracts.names import check_name
 from registry.events.database import make_engine, open_existing, resolve_url, upgrade
 from registry.events.store import EventStore
+from registry.formats.names import check_name
 
 
 def default_actor(explicit: str | None = None) -> str:
-    """--actor, else REGISTRY_ACTOR, else user@host; whichever it is must be a name (registry.contracts.names)."""
+    """--actor, else REGISTRY_ACTOR, else user@host; whichever it is must be a name (registry.formats.names)."""
     if explicit is not None:
         return check_name(explicit, "--actor")
     if os.environ.get("REGISTRY_ACTOR"):

@@ -23,12 +23,13 @@ from registry.contracts import Contract
 from registry.events.errors import ConcurrencyError
 from registry.events.store import NewEvent
 from registry.events.types import HumanDecision, VerdictRendered
+from registry.formats.names import artifact_stream
 from registry.gate import ArtifactFacts, GateEvidence, Recorded, decide
 from registry.projections import Projections
 from registry.projections.state import FINAL, contract_note
 
 from .context import Registry
-from .workloads import artifact_stream, current_contract, find_contract
+from .workloads import current_contract, find_contract
 
 # How many times promote decides again when evidence keeps landing while it decides.
 PROMOTE_TRIES = 5

@@ -13,13 +13,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from registry.contracts.names import check_name
 from registry.events.identity import IDENTITY_FIELDS, artifact_identity
 from registry.events.store import NewEvent
 from registry.events.types import EVIDENCE_EVENT_BY_KIND, EvaluationFailed
+from registry.formats.names import artifact_stream, check_name
 
 from .context import Registry
-from .workloads import artifact_stream, registration
+from .workloads import registration
 
 
 @dataclass(frozen=True)
@@ -108,7 +108,7 @@ def record_evidence(registry: Registry, subject: Subject, items: list[dict[str, 
 
 def import_document(registry: Registry, text: str) -> tuple[str, Recorded]:
     """Validate a `registry.evidence/1` document completely, then append it for the payload it names."""
-    from registry.evidence.document import parse_document_text
+    from registry.formats.evidence.document import parse_document_text
 
     document = parse_document_text(text)
     subject = capture_subject(registry, document.artifact)

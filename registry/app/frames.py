@@ -12,16 +12,12 @@ from typing import Any, Callable
 
 import numpy as np
 
-from registry.contracts.names import check_name, check_seed
 from registry.events.store import NewEvent
 from registry.events.types import FrameSetRegistered
+from registry.formats.names import check_name, check_seed, frameset_stream
 
 from .context import Registry
 from .evidence import Recorded, capture_subject, record_evidence
-
-
-def frameset_stream(name: str) -> str:
-    return f"frameset:{name}"
 
 
 def register_frames(registry: Registry, name: str, frames: np.ndarray, seed: int, source: str | None = None) -> tuple[dict, bool]:
@@ -121,8 +117,8 @@ def measure_frames(
     progress: Callable[[int, int], None] | None = None,
 ) -> FramesEvidence:
     """Measure ARTIFACT's frames against a registered frame set and record the perceptual item."""
-    from registry.evidence.document import parse_item
     from registry.evidence.frames import load_frames
+    from registry.formats.evidence.items import parse_item
 
     subject = capture_subject(registry, artifact)
     registered = registered_frames(registry, frame_set)

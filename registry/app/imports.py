@@ -19,16 +19,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
-from registry.documents import DocumentError, load_json, read_document
 from registry.events.errors import IdempotencyConflict
 from registry.events.store import NewEvent
 from registry.events.types import ExternalOutcome
-from registry.evidence.document import EvidenceError, parse_document
 from registry.evidence.motionkernel import SYSTEM, MotionKernelError, claims_motionkernel, classify, plan_import
+from registry.formats.documents import DocumentError, load_json, read_document
+from registry.formats.evidence.document import parse_document
+from registry.formats.evidence.errors import EvidenceError
+from registry.formats.names import artifact_stream
 
 from .context import Registry
 from .evidence import capture_subject, evidence_events
-from .workloads import artifact_stream, register_artifact, registration
+from .workloads import register_artifact, registration
 
 # A campaign document is metadata and raw timings: kilobytes. Anything far larger is not one.
 MAX_DOCUMENT_BYTES = 8 * 1024 * 1024
@@ -198,7 +200,7 @@ def _ensure_artifact(registry: Registry, plan, origin: dict[str, Any]) -> None:
 
 
 def _parse_json(text: str) -> Any:
-    """Strict JSON through the shared reader (registry.documents.load_json)."""
+    """Strict JSON through the shared reader (registry.formats.documents.load_json)."""
     try:
         return load_json(text, "document")
     except DocumentError as exc:

@@ -71,7 +71,7 @@ def evaluate_artifact(
     With record=False nothing is appended: the document, which names the
     payload it measured, is for `registry evidence import` later.
     """
-    from registry.evidence.document import parse_document
+    from registry.formats.evidence.document import parse_document
 
     subject = capture_subject(registry, artifact)
     registered = subject.registration

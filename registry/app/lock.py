@@ -15,11 +15,11 @@ from typing import Any
 from registry.bundles import CallSite, Candidate, Lock, LockProblem, Profile, resolve
 from registry.bundles.lock import LOCK_FORMAT, locked_entry
 from registry.bundles.resolution import SELECTED
+from registry.formats.names import artifact_stream
 from registry.projections import Projections
 
 from .context import Registry
 from .resolve import workload_candidates
-from .workloads import artifact_stream
 
 
 def chain_hash_at(registry: Registry, position: int) -> str:

@@ -64,8 +64,8 @@ def compare_recorded_verdicts(registry: Registry, state) -> list[dict[str, Any]]
     decision. A workload with no declared contract holds: no contract is invented.
     """
     from registry.contracts import Contract
+    from registry.formats.names import ARTIFACT_PREFIX
     from registry.gate import ArtifactFacts, GateEvidence, Recorded, decide
-    from registry.projections.fold import ARTIFACT_PREFIX
     from registry.projections.log import EVIDENCE_KIND_BY_TYPE
 
     rows = []

@@ -7,20 +7,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from registry.contracts import Contract
-from registry.contracts.names import check_name
-from registry.events.store import NewEvent
 from registry.events.identity import artifact_identity
-from registry.events.types import ARTIFACT_KINDS, ArtifactRegistered, WorkloadDeclared
+from registry.events.store import NewEvent
+from registry.events.types import ArtifactRegistered, WorkloadDeclared
+from registry.formats.digests import is_sha256
+from registry.formats.kinds import ARTIFACT_KINDS
+from registry.formats.names import artifact_stream, check_name, workload_stream
 
 from .context import Registry
-
-
-def workload_stream(workload: str) -> str:
-    return f"workload:{workload}"
-
-
-def artifact_stream(artifact: str) -> str:
-    return f"artifact:{artifact}"
 
 
 @dataclass(frozen=True)
@@ -127,7 +121,7 @@ def register_artifact(
     if require_contract:
         current_contract(registry, workload)
     if payload_sha256 is not None:
-        if payload is not None or len(payload_sha256) != 64 or set(payload_sha256) - set("0123456789abcdef"):
+        if payload is not None or not is_sha256(payload_sha256):
             raise ValueError("payload_sha256 must be 64 lowercase hex digits, given instead of a payload file")
         digest = payload_sha256
     elif payload is not None:

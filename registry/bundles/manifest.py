@@ -22,6 +22,7 @@ from packaging.version import InvalidVersion, Version
 from registry.contracts import fields as f
 from registry.contracts.errors import ContractError
 from registry.events.canonical import canonical_json, sha256_hex
+from registry.formats.fields import ARCH
 
 FORMAT = "registry.bundle/1"
 MANIFEST_NAME = "bundle.json"
@@ -43,8 +44,6 @@ DTYPES = ("bool", "uint8", "int8", "int16", "int32", "int64", "float16", "bfloat
           "float8_e4m3fn", "float8_e5m2")
 DEVICE_TYPES = ("cpu", "cuda")
 ANY = "*"
-_HEX64 = re.compile(r"[0-9a-f]{64}")
-_ARCH = re.compile(r"cpu|sm[0-9]{2,3}[a-z]?")
 _MODE = re.compile(r"[a-z][a-z0-9_]*")
 
 
@@ -171,7 +170,7 @@ class BundleManifest:
 
 def check_token(value: Any, kind: str) -> str:
     """A GPU architecture (`kind="architecture"`) or mode name given by a runtime, refused in one line if malformed."""
-    pattern, what = (_ARCH, "a GPU architecture (sm90, sm100, ... or cpu)") if kind == "architecture" \
+    pattern, what = (ARCH, "a GPU architecture (sm90, sm100, ... or cpu)") if kind == "architecture" \
         else (_MODE, "a mode name (lowercase letters, digits, _)")
     if not isinstance(value, str) or not pattern.fullmatch(value):
         raise BundleError(f"{kind} {value!r} is not {what}")
@@ -254,9 +253,7 @@ def _files(value: Any) -> tuple[BundleFile, ...]:
             raise ContractError(f"{where}.path: the manifest {MANIFEST_NAME} does not list itself")
         if any(x.path == path for x in found):
             raise ContractError(f"{where}.path: {path!r} is declared twice")
-        digest = f.text(f.required(entry, "sha256", where), f"{where}.sha256")
-        if not _HEX64.fullmatch(digest):
-            raise ContractError(f"{where}.sha256: expected 64 lowercase hex digits")
+        digest = f.sha256(f.required(entry, "sha256", where), f"{where}.sha256")
         found.append(BundleFile(path, digest, f.integer(f.required(entry, "size", where), f"{where}.size", 0)))
     paths = {x.path for x in found}
     for x in found:
@@ -329,7 +326,7 @@ def _window(value: Any) -> Window:
         model_id=f.text(f.required(model, "id", "compatibility.model"), "compatibility.model.id"),
         model_revision=f.text(f.required(model, "revision", "compatibility.model"), "compatibility.model.revision"),
         gpu_architectures=_tokens(f.required(spec, "gpu_architectures", "compatibility"),
-                                  "compatibility.gpu_architectures", _ARCH, "a GPU architecture (sm90, sm100, ... or cpu)"),
+                                  "compatibility.gpu_architectures", ARCH, "a GPU architecture (sm90, sm100, ... or cpu)"),
         versions={name: _range(f.required(spec, name, "compatibility"), f"compatibility.{name}") for name in VERSIONED},
         execution_modes=_tokens(f.required(spec, "execution_modes", "compatibility"), "compatibility.execution_modes",
                                 _MODE, "a mode name (lowercase letters, digits, _)"),

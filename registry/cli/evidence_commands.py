@@ -31,7 +31,7 @@ def evidence() -> None:
 def evidence_import(session: Session, document: str, as_json: bool) -> None:
     """Record a registry.evidence/1 DOCUMENT (all of it, or nothing)."""
     from registry.app.evidence import import_document
-    from registry.evidence.document import read_document_file
+    from registry.formats.evidence.document import read_document_file
 
     artifact, recorded = import_document(session.open(), read_document_file(document))
     if as_json:

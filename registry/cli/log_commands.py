@@ -5,6 +5,8 @@ import click
 
 from registry.app import Registry, open_registry
 from registry.events.database import current_revision, head_revision
+from registry.formats.digests import is_sha256
+from registry.formats.names import artifact_stream
 
 from .session import Session, pass_session
 from .output import emit_json, exit_status_ahead, say, short, table
@@ -31,7 +33,7 @@ def open_for_reading(session: Session) -> Registry:
 
 def stream_name(name: str) -> str:
     """An artifact id, or any full stream name such as `workload:ID`."""
-    return name if ":" in name else f"artifact:{name}"
+    return name if ":" in name else artifact_stream(name)
 
 
 def _why(event) -> str:
@@ -87,7 +89,7 @@ def history(session: Session, stream: str, as_of: str | None, as_json: bool) -> 
 def parse_head(text: str) -> tuple[int, str]:
     """--expect-head POSITION:HASH, as `verify` prints a head."""
     position, _, digest = text.strip().partition(":")
-    if not (position.isascii() and position.isdigit()) or len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
+    if not (position.isascii() and position.isdigit()) or not is_sha256(digest):
         raise ValueError(f"--expect-head {text!r} is not POSITION:HASH (a log position, a colon and the 64 lowercase "
                          "hex digits of its chain hash, as `registry verify` prints the head)")
     return int(position), digest

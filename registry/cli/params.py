@@ -14,13 +14,13 @@ def _option(param: click.Parameter) -> str:
 
 def name_value(_ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
     """An id given on the command line follows the naming rule (docs/names.md)."""
-    from registry.contracts.names import check_name
+    from registry.formats.names import check_name
 
     return None if value is None else check_name(value, _option(param))
 
 
 def seed_value(_ctx: click.Context, param: click.Parameter, value: int | None) -> int | None:
     """A seed on the command line is an integer in [0, 2**64 - 1]."""
-    from registry.contracts.names import check_seed
+    from registry.formats.names import check_seed
 
     return None if value is None else check_seed(value, _option(param))

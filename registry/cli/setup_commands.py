@@ -5,7 +5,7 @@ from pathlib import Path
 
 import click
 
-from registry.events.catalogue import ARTIFACT_KINDS
+from registry.formats.kinds import ARTIFACT_KINDS
 
 from .session import Session, pass_session
 from .output import emit_json, say

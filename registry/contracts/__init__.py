@@ -2,7 +2,7 @@
 from registry.contracts.errors import ContractError
 from registry.contracts.fidelity import FidelityBudget
 from registry.contracts.manifest import Contract, ModelRef, Sampling, load_manifest
-from registry.contracts.parity import ParityPolicy, Tolerance, is_floating_dtype, normalize_dtype
+from registry.contracts.parity import ParityPolicy, Tolerance
 from registry.contracts.speed import SpeedGate
 
 __all__ = [
@@ -14,7 +14,5 @@ __all__ = [
     "Sampling",
     "SpeedGate",
     "Tolerance",
-    "is_floating_dtype",
     "load_manifest",
-    "normalize_dtype",
 ]

@@ -16,9 +16,10 @@ from typing import Any
 from registry.contracts import fields as f
 from registry.contracts.errors import ContractError
 from registry.contracts.fidelity import FidelityBudget
-from registry.contracts.parity import ParityPolicy, Tolerance, is_floating_dtype, is_known_dtype, normalize_dtype
+from registry.contracts.parity import ParityPolicy, Tolerance
 from registry.contracts.speed import SpeedGate
-from registry.documents import MAX_MANIFEST_BYTES, DocumentError, read_document
+from registry.formats.documents import MAX_MANIFEST_BYTES, DocumentError, read_document
+from registry.formats.dtypes import is_floating_dtype, is_known_dtype, normalize_dtype
 
 _TOP = ("workload", "model", "sampling", "parity", "fidelity", "speed", "tags")
 _SAMPLING_SIZES = ("height", "width", "frames", "steps")
@@ -158,7 +159,7 @@ def load_manifest(path: str | Path) -> Contract:
     """Read and build a manifest; every failure is one ContractError line naming the file.
 
     The file must be a regular UTF-8 file of at most MAX_MANIFEST_BYTES
-    (registry.documents, shared with evidence documents).
+    (registry.formats.documents, shared with evidence documents).
     """
     try:
         text = read_document(path, "manifest", MAX_MANIFEST_BYTES)

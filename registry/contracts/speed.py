@@ -13,7 +13,7 @@ artifact may have: re-benchmarking until a run happens to pass is optional
 stopping, and the cap bounds it. Absent means no cap (the gate says so).
 
 `require_conclusive: true` asks that the speedup's 95% distribution-free
-interval exclude 1.0 (registry/evidence/stats.py). No such interval exists
+interval exclude 1.0 (registry/formats/stats.py). No such interval exists
 below 6 pairs (paired) or 7 runs per arm (sequential): with 5 pairs all
 ratios on one side of 1.0 happens by chance 2/32 = 6.25% of the time. A
 contract asking for it with fewer runs is refused.
@@ -25,7 +25,7 @@ from typing import Any
 
 from registry.contracts import fields as f
 from registry.contracts.errors import ContractError
-from registry.evidence.ranks import CI_LEVEL, MAX_RUNS_PER_ARM, min_conclusive_runs
+from registry.formats.ranks import CI_LEVEL, MAX_RUNS_PER_ARM, min_conclusive_runs
 
 PROTOCOLS = ("paired", "sequential")
 MIN_DERIVED_GATE = 1.10

@@ -11,7 +11,7 @@ from typing import Any
 import yaml
 
 from registry.contracts.errors import ContractError
-from registry.documents import MAX_DEPTH, DocumentError, check_tree, integer_refusal, too_many_digits
+from registry.formats.documents import MAX_DEPTH, DocumentError, check_tree, integer_refusal, too_many_digits
 
 
 class _StrictLoader(yaml.SafeLoader):
@@ -45,7 +45,7 @@ def load_yaml(text: str) -> Any:
 
     Besides YAML's own errors and duplicate keys: integers past
     MAX_INTEGER_DIGITS, nesting past MAX_DEPTH and strings holding a lone
-    surrogate (registry.documents, shared with evidence documents).
+    surrogate (registry.formats.documents, shared with evidence documents).
     """
     if not isinstance(text, str):
         raise ContractError(f"manifest: expected YAML text, got {type(text).__name__}")

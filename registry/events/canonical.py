@@ -13,26 +13,11 @@ import math
 from json.encoder import c_make_encoder, encode_basestring
 from typing import Any
 
+from registry.formats.text import is_unicode_text, printable_path
+
 
 class CanonicalError(ValueError):
     """A value cannot be represented in canonical JSON."""
-
-
-def printable_path(text: str) -> str:
-    """A key path safe to print on one line: a character that is not printable (a lone surrogate, a newline)
-    becomes its Python escape."""
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
-
-
-def is_unicode_text(text: str) -> bool:
-    """True when `text` encodes to UTF-8, i.e. holds no lone surrogate (ASCII is checked first, it is cheaper)."""
-    if text.isascii():
-        return True
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 def _check_value(value: Any, path: str) -> None:

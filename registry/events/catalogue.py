@@ -7,8 +7,6 @@ its models on them, and a test holds the two to the same types and versions.
 """
 from __future__ import annotations
 
-ARTIFACT_KINDS = ("fused_kernel", "attention_backend", "step_cache", "module")
-
 # Evidence kind (as in an evidence document's items) -> the event type that records it.
 EVIDENCE_TYPE_BY_KIND = {
     "parity": "ParityMeasured",

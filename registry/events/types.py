@@ -13,7 +13,9 @@ from typing import Any, Callable, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from .catalogue import ARTIFACT_KINDS
+from registry.formats.digests import SHA256_PATTERN
+from registry.formats.kinds import ARTIFACT_KINDS
+
 from .errors import PayloadError, UnknownEventType
 
 
@@ -55,7 +57,7 @@ class ArtifactRegistered(EventPayload):
 
     type: ClassVar[str] = "ArtifactRegistered"
     artifact: str = Field(min_length=1)
-    kind: Literal["fused_kernel", "attention_backend", "step_cache", "module"]
+    kind: Literal[ARTIFACT_KINDS]  # type: ignore[valid-type]  # the tuple spelled as its members
     workload: str = Field(min_length=1)
     payload_sha256: str | None = None
     backend: str | None = None
@@ -69,7 +71,7 @@ class ArtifactRegistered(EventPayload):
 # The identity (identity.artifact_identity) an event was measured or decided
 # under. Events written before identities were recorded have none and are
 # scoped by payload hash alone.
-Identity = Field(default=None, pattern=r"^[0-9a-f]{64}$")
+Identity = Field(default=None, pattern=SHA256_PATTERN)
 
 
 class _Evidence(EventPayload):

@@ -35,7 +35,6 @@ import hashlib
 import importlib.metadata
 import importlib.util
 import os
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -43,6 +42,7 @@ from typing import Any
 import numpy as np
 
 from registry.evidence.frames import check_frames, check_pair, unit_float
+from registry.formats.digests import is_sha256
 
 BACKBONE_ENV = "REGISTRY_LPIPS_BACKBONE"
 BACKBONE_FILE = "alexnet-owt-7be5be79.pth"
@@ -228,7 +228,7 @@ def get_lpips_backend(
     without it only torchvision's ImageNet AlexNet file (SHA-256 prefix
     ``7be5be79``) is accepted.
     """
-    if expected_sha256 is not None and not re.fullmatch(r"[0-9a-fA-F]{64}", expected_sha256):
+    if expected_sha256 is not None and not is_sha256(expected_sha256.lower()):  # either case, as tools print it
         raise ValueError(f"--lpips-sha256 must be 64 hex digits, got {expected_sha256!r}")
     if importlib.util.find_spec("torch") is None:
         return Absent("torch is not installed")

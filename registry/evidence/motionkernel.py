@@ -27,7 +27,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from registry.evidence.document import ARCH, FORMAT as EVIDENCE_FORMAT
+from registry.formats.evidence.document import FORMAT as EVIDENCE_FORMAT
+from registry.formats.fields import FieldKit, is_count, is_finite_number
 
 SYSTEM = "motionkernel"
 SCHEMA_PREFIX = "motionkernel."
@@ -49,6 +50,9 @@ KINDS = ("dispatch_measurement", "artifact_manifest", "support_run", "attention_
 
 class MotionKernelError(ValueError):
     """A MotionKernel document the import refuses: one line naming where and why."""
+
+
+_KIT = FieldKit(MotionKernelError)
 
 
 @dataclass(frozen=True)
@@ -216,7 +220,7 @@ def _frame_parity(parity: Any) -> dict[str, Any] | None:
 
 
 def _is_shape(value: Any) -> bool:
-    return isinstance(value, list) and all(_is_count(v) for v in value)
+    return isinstance(value, list) and all(is_count(v) for v in value)
 
 
 def _row_major_strides(shape: list[int]) -> list[int]:
@@ -232,7 +236,7 @@ def _recorded_dispatch_verdict(doc: Mapping[str, Any]) -> dict[str, Any] | None:
     """What the document concluded for itself: its speedup against its own gate, parity, gating validity."""
     e2e = doc.get("e2e") if isinstance(doc.get("e2e"), Mapping) else {}
     speedup, gate = e2e.get("speedup_median"), doc.get("gate")
-    if not (_is_number(speedup) and _is_number(gate)):
+    if not (is_finite_number(speedup) and is_finite_number(gate)):
         return None
     parity = doc.get("parity") if isinstance(doc.get("parity"), Mapping) else {}
     variance = doc.get("variance") if isinstance(doc.get("variance"), Mapping) else {}
@@ -297,7 +301,7 @@ def _attention_campaign(doc: Mapping[str, Any], workload: str | None) -> ImportP
     fidelity = doc.get("fidelity") if isinstance(doc.get("fidelity"), Mapping) else {}
     quality = fidelity.get("verdict") if isinstance(fidelity.get("verdict"), Mapping) else {}
     speedup, gate = doc.get("speedup_median"), doc.get("min_end_to_end_speedup")
-    passed = _is_number(speedup) and _is_number(gate) and speedup >= gate and quality.get("passed") is True
+    passed = is_finite_number(speedup) and is_finite_number(gate) and speedup >= gate and quality.get("passed") is True
     backend = _optional_text(doc.get("backend") or doc.get("candidate_backend"), "backend")
     label = backend or "attention"
     artifact = _derived_id("mk", f"{name}-{label}", f"{name}/{label}", arch)
@@ -361,36 +365,19 @@ def _workload_name(value: Any, fallback: str | None, where: str) -> str:
     return _text(value if value is not None else fallback, where)
 
 
-def _text(value: Any, where: str) -> str:
-    if not isinstance(value, str) or not value.strip():
-        raise MotionKernelError(f"{where}: expected a non-empty string, got {value!r}"[:200])
-    return value
-
-
-def _optional_text(value: Any, where: str) -> str | None:
-    return None if value is None else _text(value, where)
+_text = _KIT.text
+_optional_text = _KIT.nullable(_KIT.text)
 
 
 def _arch(value: Any, where: str) -> str:
-    text = _text(value, where)
-    if not ARCH.fullmatch(text) or text == "cpu":
-        raise MotionKernelError(f"{where}: {text!r} is not a GPU architecture such as sm90 or sm100")
-    return text
+    return _KIT.arch(value, where, allow_cpu=False)
 
 
 def _count(doc: Mapping[str, Any], key: str) -> int:
     value = doc.get(key)
-    if not _is_count(value):
+    if not is_count(value):
         raise MotionKernelError(f"{key}: expected a whole number >= 0, got {value!r}")
     return value
-
-
-def _is_count(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def _family(doc: Mapping[str, Any]) -> str | None:

@@ -16,11 +16,12 @@ widened until 131072.0 absolute error passed. So:
 """
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
+
+from registry.formats.fields import is_finite_number
 
 POLICIES = ("byte_equal", "tolerance")
 _TOLERANCE_KEYS = {"atol", "rtol", "max_abs"}
@@ -43,7 +44,7 @@ def validate_tolerance(tolerance: Any) -> dict[str, float]:
         raise ValueError(f"tolerance lacks {sorted(missing)}; a tolerance is never filled in by default")
     clean: dict[str, float] = {}
     for key, value in tolerance.items():
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        if not is_finite_number(value):
             raise ValueError(f"tolerance {key} must be a finite number, got {value!r}")
         if value < 0 or (key == "max_abs" and value == 0):
             raise ValueError(f"tolerance {key} must be {'> 0' if key == 'max_abs' else '>= 0'}, got {value!r}")

@@ -18,6 +18,7 @@ from registry.evidence.frames import check_frames, check_pair
 from registry.evidence.lpips_backend import Absent
 from registry.evidence.ssim import BACKEND as SSIM_BACKEND
 from registry.evidence.ssim import iter_ssim
+from registry.formats.fields import is_finite_number
 
 
 class LpipsScorer(Protocol):
@@ -49,7 +50,7 @@ def _score_one(scorer: LpipsScorer, ref: Any, cand: Any, index: int) -> float | 
         message = lines[0] if lines else "no message"
         return Absent(f"LPIPS scorer failed at frame {index}: {type(exc).__name__}: {message}")
     value = values[0] if isinstance(values, list) and len(values) == 1 else None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0.0:
+    if not is_finite_number(value) or value < 0.0:
         return Absent(f"LPIPS scorer returned {values!r} for frame {index}; expected one finite distance >= 0")
     return float(value)
 

@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from registry.evidence.ranks import MAX_RUNS_PER_ARM
+from registry.formats.ranks import MAX_RUNS_PER_ARM
 
 FLUSH_BYTES = 256 * 1024 * 1024
 

@@ -1,7 +1,6 @@
 """The one promotion decision: a pure function of contract, evidence and artifact facts."""
 from registry.gate.decide import decide
 from registry.gate.model import (
-    ARTIFACT_KINDS,
     DECISIONS,
     GATE_VERSION,
     RULES,
@@ -13,7 +12,6 @@ from registry.gate.model import (
 )
 
 __all__ = [
-    "ARTIFACT_KINDS",
     "DECISIONS",
     "GATE_VERSION",
     "RULES",

@@ -10,7 +10,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from registry.evidence.document import EvidenceError, parse_item
+from registry.formats.evidence.errors import EvidenceError
+from registry.formats.evidence.items import parse_item
 from registry.gate.model import RULES, Margin, Recorded
 
 PRECEDENCE = ("quarantined", "held", "rejected", "promoted")

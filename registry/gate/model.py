@@ -1,13 +1,14 @@
 """What the gate takes (recorded evidence, artifact facts) and what it returns (a verdict)."""
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from registry.formats.fields import is_finite_number
+from registry.formats.kinds import ARTIFACT_KINDS
+
 GATE_VERSION = "gate/1"
-ARTIFACT_KINDS = ("fused_kernel", "attention_backend", "step_cache", "module")
 DECISIONS = ("promoted", "rejected", "quarantined", "held", "recorded")
 # Every rule id a verdict can carry, in the order the gate applies them (docs/gate.md).
 RULES = (
@@ -116,7 +117,7 @@ class Verdict:
             if not isinstance(raw, Mapping) or set(raw) != {"metric", "value", "threshold", "margin", "passed"}:
                 raise ValueError(f"verdict.margins[{i}]: expected metric, value, threshold, margin, passed")
             for key in ("value", "threshold", "margin"):
-                if not _finite(raw[key]):
+                if not is_finite_number(raw[key]):
                     raise ValueError(f"verdict.margins[{i}].{key}: expected a finite number")
             margins.append(Margin(
                 metric=str(raw["metric"]), value=float(raw["value"]), threshold=float(raw["threshold"]),
@@ -134,7 +135,3 @@ class Verdict:
             evidence_ids=[str(event_id) for event_id in obj["evidence_ids"]],
             gate_version=obj["gate_version"],
         )
-
-
-def _finite(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)

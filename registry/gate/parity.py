@@ -34,8 +34,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from registry.contracts import ContractError, ParityPolicy, Tolerance, is_floating_dtype
-from registry.evidence.document import is_two_sided, layout_differences
+from registry.contracts import ContractError, ParityPolicy, Tolerance
+from registry.formats.dtypes import is_floating_dtype
+from registry.formats.evidence.leaves import is_two_sided, layout_differences
 from registry.gate.ledger import Ledger
 from registry.gate.model import Recorded
 from registry.gate.text import num

@@ -4,7 +4,7 @@ A speedup counts only when it was measured with the declared runs per arm
 and protocol, a paired schedule interleaved ABBA-style, noise under the
 declared CV ceiling, real timers on a real device (an interpreter or emulator
 time says nothing about the GPU) and, when the contract requires it, a
-distribution-free interval that excludes 1.0 (registry/evidence/stats.py:
+distribution-free interval that excludes 1.0 (registry/formats/stats.py:
 under equal arms it does so at most 5% of the time, for every accepted run
 count). Otherwise the artifact is held; a
 speedup that then meets the gate promotes, one below it rejects.

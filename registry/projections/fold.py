@@ -33,12 +33,12 @@ from typing import Any, Callable, Iterable
 
 from registry.events.identity import artifact_identity
 from registry.events.store import StoredEvent
+from registry.formats.names import ARTIFACT_PREFIX, frameset_stream, workload_stream
 
 from .log import EVIDENCE_KIND_BY_TYPE, LogEvent
 from .state import ProjectionError, RegistryState, identity_changes, new_artifact, restart_evidence, start_identity, tightest
 
 Pending = dict[tuple[str, str], LogEvent]
-ARTIFACT_PREFIX = "artifact:"
 
 # Which evidence kind shows a failed stage has since succeeded. `load` (the
 # entry could not be imported) is shown good only by the artifact running.
@@ -232,7 +232,7 @@ def _human(state: RegistryState, event: LogEvent, pending: Pending) -> None:
 def _workload(state: RegistryState, event: LogEvent, pending: Pending) -> None:
     payload = event.payload
     workload_id = payload["workload"]
-    _same_subject(event, f"workload:{workload_id}", event.stream)
+    _same_subject(event, workload_stream(workload_id), event.stream)
     current = state.workloads.setdefault(workload_id, {"workload": workload_id, "versions": []})
     current.update(
         contract_version=payload["contract_version"], contract_hash=payload["contract_hash"],
@@ -245,7 +245,7 @@ def _workload(state: RegistryState, event: LogEvent, pending: Pending) -> None:
 
 def _frameset(state: RegistryState, event: LogEvent, pending: Pending) -> None:
     payload = event.payload
-    _same_subject(event, f"frameset:{payload['name']}", event.stream)
+    _same_subject(event, frameset_stream(payload["name"]), event.stream)
     state.framesets[payload["name"]] = {**payload, "position": event.position}
 
 

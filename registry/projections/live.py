@@ -27,7 +27,9 @@ from registry.events.errors import StoreError
 from registry.events.schema import EVENTS
 from registry.events.store import EventStore
 
-from .fold import ARTIFACT_PREFIX, OUTCOMES_PREFIX, fold
+from registry.formats.names import ARTIFACT_PREFIX, FRAMESET_PREFIX, WORKLOAD_PREFIX
+
+from .fold import OUTCOMES_PREFIX, fold
 
 from .log import PAGE, read_log
 from .rows import MODELS, load_state
@@ -63,7 +65,7 @@ class _LostRace(Exception):
     """The checkpoint moved under a catch-up: roll its writes back and fold again."""
 
 
-STREAM_MODEL = {ARTIFACT_PREFIX: "artifacts", "workload:": "workloads", "frameset:": "framesets",
+STREAM_MODEL = {ARTIFACT_PREFIX: "artifacts", WORKLOAD_PREFIX: "workloads", FRAMESET_PREFIX: "framesets",
                 OUTCOMES_PREFIX: "outcomes"}
 
 
@@ -288,10 +290,10 @@ class Projections:
         return self._one("artifacts", ARTIFACT_PREFIX, artifact_id, as_of)
 
     def workload(self, workload_id: str, as_of: int | None = None) -> dict[str, Any] | None:
-        return self._one("workloads", "workload:", workload_id, as_of)
+        return self._one("workloads", WORKLOAD_PREFIX, workload_id, as_of)
 
     def frameset(self, name: str, as_of: int | None = None) -> dict[str, Any] | None:
-        return self._one("framesets", "frameset:", name, as_of)
+        return self._one("framesets", FRAMESET_PREFIX, name, as_of)
 
     def artifacts(self, workload: str | None = None, as_of: int | None = None) -> list[dict[str, Any]]:
         """Artifacts (of one workload if given), sorted by artifact id."""

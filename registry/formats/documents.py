@@ -28,7 +28,7 @@ import stat
 from pathlib import Path
 from typing import Any
 
-from registry.events.canonical import is_unicode_text, printable_path
+from registry.formats.text import is_unicode_text, printable_path
 
 MAX_EVIDENCE_BYTES = 16 * 1024 * 1024
 MAX_MANIFEST_BYTES = 4 * 1024 * 1024

@@ -21,6 +21,10 @@ Everything else is allowed, brackets and dollars included: names are
 printed literally everywhere (registry.cli.output). The rule is pure and
 imports nothing from the registry, so the CLI, the application layer, the
 manifest and the evidence-document parsers all apply the same one.
+
+Stream names are built here too, from a kind's prefix and a name: every
+event is about one artifact (`artifact:<id>`), one workload
+(`workload:<id>`) or one frame set (`frameset:<name>`).
 """
 from __future__ import annotations
 
@@ -92,3 +96,20 @@ def check_seed(value: Any, what: str) -> int:
     if not 0 <= value <= MAX_SEED:
         raise ValueError(f"{what} {value} is outside [0, 2**64 - 1], the range of a generator's seed")
     return value
+
+
+# The subject of every stream: its prefix, and the name after it (docs/architecture.md, "Events").
+ARTIFACT_PREFIX, WORKLOAD_PREFIX, FRAMESET_PREFIX = "artifact:", "workload:", "frameset:"
+STREAM_PREFIXES = (ARTIFACT_PREFIX, WORKLOAD_PREFIX, FRAMESET_PREFIX)
+
+
+def artifact_stream(artifact: str) -> str:
+    return f"{ARTIFACT_PREFIX}{artifact}"
+
+
+def workload_stream(workload: str) -> str:
+    return f"{WORKLOAD_PREFIX}{workload}"
+
+
+def frameset_stream(name: str) -> str:
+    return f"{FRAMESET_PREFIX}{name}"

@@ -25,7 +25,7 @@ functions turn per-run wall times into the numbers the gate reads.
   no resampling: one partial sort, memory and time linear in the runs. Too
   few runs for CI_LEVEL (fewer than `min_conclusive_runs`) give the widest
   interval, [min, max], and its own lower coverage in `ci_level`. The ranks
-  come from registry/evidence/ranks.py.
+  come from registry/formats/ranks.py.
 - Wilcoxon signed-rank test (Wilcoxon 1945), two-sided, on per-pair log
   ratios. Zero differences are dropped (Wilcoxon's own treatment). With at
   most EXACT_MAX_N nonzero pairs and no tied magnitudes the p-value is exact,
@@ -43,7 +43,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from registry.evidence.ranks import ARM_TAIL, PAIRED_TAIL, median_rank
+from registry.formats.ranks import ARM_TAIL, PAIRED_TAIL, median_rank
 
 EXACT_MAX_N = 25
 

@@ -4,7 +4,7 @@ The contract refuses a `require_conclusive` run count no interval can serve
 and a runs-per-arm count beyond what evidence may carry; it needs these
 numbers without importing numpy (a runtime that only reads a lock file
 imports the contracts package), so they live here and
-`registry/evidence/stats.py` builds the interval from them.
+`registry/formats/stats.py` builds the interval from them.
 """
 from __future__ import annotations
 

@@ -1,0 +1,69 @@
+"""Evidence documents (format `registry.evidence/1`): the file, its text, and the document around the items.
+
+Evidence is raw measurement (docs/architecture.md, "Events"). A document
+names the artifact it measured, optionally the run and the payload digest it
+measured, and carries at least one item (registry.formats.evidence.items),
+each checked and given the statistics the registry derives itself.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from registry.formats.documents import MAX_EVIDENCE_BYTES, DocumentError, load_json, read_document
+from registry.formats.evidence.errors import KIT, EvidenceError, only_known
+from registry.formats.evidence.items import parse_item
+from registry.formats.fields import describe, quoted
+
+FORMAT = "registry.evidence/1"
+
+
+@dataclass(frozen=True)
+class EvidenceDocument:
+    artifact: str
+    run: str | None
+    items: list[dict[str, Any]]
+    # The payload the items were measured on; the registry refuses it for any other.
+    payload_sha256: str | None = None
+
+
+def read_document_file(path: str | Path) -> str:
+    """The text of an evidence document file: a regular UTF-8 file of at most MAX_EVIDENCE_BYTES."""
+    return read_document(path, "evidence document", MAX_EVIDENCE_BYTES)
+
+
+def parse_document_text(text: str) -> EvidenceDocument:
+    """Strict JSON, then `parse_document`.
+
+    Refused while parsing: the NaN/Infinity tokens, a key repeated in one
+    object (JSON readers keep the last silently), integers past
+    MAX_INTEGER_DIGITS, and (registry.formats.documents.check_tree) nesting past
+    MAX_DEPTH and strings holding a lone surrogate.
+    """
+    try:
+        obj = load_json(text, "document")
+    except DocumentError as exc:
+        raise EvidenceError(str(exc)) from None
+    return parse_document(obj)
+
+
+def parse_document(obj: Any) -> EvidenceDocument:
+    doc = KIT.mapping(obj, "document")
+    only_known(doc, ("format", "artifact", "run", "payload_sha256", "evidence"), "document")
+    if doc.get("format") != FORMAT:
+        raise EvidenceError(f"format: expected {FORMAT!r}, got {quoted(doc.get('format'))}")
+    artifact = KIT.name(KIT.required(doc, "artifact", ""), "artifact")
+    run = KIT.optional(doc, "run", "", KIT.name)
+    payload_sha256 = KIT.optional(doc, "payload_sha256", "", KIT.sha256)
+    items = KIT.required(doc, "evidence", "")
+    if not isinstance(items, list):
+        raise EvidenceError(f"evidence: expected a list, got {describe(items)}")
+    if not items:
+        raise EvidenceError("evidence: empty list; a document must carry at least one item")
+    return EvidenceDocument(
+        artifact=artifact,
+        run=run,
+        items=[parse_item(item, f"evidence[{i}]") for i, item in enumerate(items)],
+        payload_sha256=payload_sha256,
+    )

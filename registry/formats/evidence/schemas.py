@@ -1,0 +1,90 @@
+"""The fields of each evidence item kind: {field: (required, checker)}, one table a kind.
+
+Raw measurement only: every timing, every per-frame score, every parity leaf;
+what the registry derives from them is computed in `derived`, never taken
+from the client (docs/evidence-format.md has each field and its rules).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from registry.formats.evidence.errors import KIT, EvidenceError
+from registry.formats.evidence.leaves import leaf
+from registry.formats.ranks import MAX_RUNS_PER_ARM
+
+KINDS = ("execution", "benchmark", "parity", "perceptual", "failure")
+TIMERS = ("cuda_event", "perf_counter", "interpreter", "emulator")
+ORDERS = ("BC", "CB")
+METRICS = ("ssim", "lpips", "vbench")
+
+
+def _positive_time(value: Any, path: str) -> float:
+    number = KIT.number(value, path)
+    if number <= 0:
+        raise EvidenceError(f"{path}: {number} is not a positive time")
+    return number
+
+
+def _runs(value: Any, path: str) -> list[float]:
+    """One arm's run times; over MAX_RUNS_PER_ARM is refused before any element is read."""
+    if isinstance(value, list) and len(value) > MAX_RUNS_PER_ARM:
+        raise EvidenceError(f"{path}: {len(value)} runs; a benchmark arm carries at most {MAX_RUNS_PER_ARM}")
+    return KIT.list_of(_positive_time)(value, path)
+
+
+def _frame_count(value: Any, path: str) -> int:
+    if KIT.count(value, path) == 0:
+        raise EvidenceError(f"{path}: 0 frames")
+    return value
+
+
+def _metric_map(value: Any, path: str) -> dict[str, str]:
+    """{metric: text}, as the perceptual harness names each metric's backend or why it is absent."""
+    mapping = KIT.mapping(value, path)
+    for metric, text in mapping.items():
+        KIT.choice(metric, METRICS, f"{path}.{metric}")
+        KIT.text(text, f"{path}.{metric}")
+    return mapping
+
+
+_nullable_count = KIT.nullable(KIT.count)
+SPECS: dict[str, dict[str, tuple[bool, Any]]] = {
+    "execution": {
+        "candidate_calls": (True, KIT.count),
+        "fallbacks": (True, KIT.count),
+        "requested_backend": (False, KIT.nullable(KIT.text)),
+        "effective_backend": (False, KIT.nullable(KIT.text)),
+    },
+    "benchmark": {
+        "protocol": (True, KIT.one_of(("paired", "sequential"))),
+        "device": (True, KIT.text),
+        "timer": (True, KIT.one_of(TIMERS)),
+        "baseline_s": (True, _runs),
+        "candidate_s": (True, _runs),
+        "schedule": (False, KIT.nullable(KIT.list_of(KIT.one_of(ORDERS)))),
+        "warmup": (False, _nullable_count),
+        "bandwidth_share": (False, KIT.nullable(KIT.bounded(0.0, None, "bandwidth share"))),
+        "notes": (False, KIT.nullable(KIT.note)),
+        "arch": (False, KIT.nullable(KIT.arch)),
+    },
+    "parity": {
+        "policy": (False, KIT.nullable(KIT.one_of(("byte_equal", "tolerance")))),
+        "leaves": (True, KIT.list_of(leaf)),
+        "approx_math": (False, KIT.nullable(KIT.list_of(KIT.text, allow_empty=True))),
+    },
+    "perceptual": {
+        "frame_set": (True, KIT.name),
+        "seed": (True, KIT.integer),
+        "frames": (False, KIT.nullable(_frame_count)),
+        "ssim": (False, KIT.nullable(KIT.list_of(KIT.bounded(-1.0, 1.0, "SSIM")))),
+        "lpips": (False, KIT.nullable(KIT.list_of(KIT.bounded(0.0, None, "LPIPS")))),
+        "vbench": (False, KIT.nullable(KIT.bounded(0.0, 1.0, "VBench"))),
+        "stage_status": (True, KIT.text),
+        "backends": (False, KIT.nullable(_metric_map)),
+        "absent": (False, KIT.nullable(_metric_map)),
+    },
+    "failure": {
+        "stage": (True, KIT.text),
+        "error": (True, KIT.text),
+    },
+}
