@@ -89,17 +89,34 @@ def verdict_for(index: int, round_index: int, perceptual: bool, evidence_ids: li
 
 
 def artifact_events(index: int, count: int, pool: dict[str, list[dict]]) -> list[NewEvent]:
-    artifact = f"cand-{index:06d}"
+    """Candidate `index`'s stream of `count` events: its registration, then `count - 1` steps."""
+    return [registration_event(index), *step_events(index, range(1, count), pool)]
+
+
+def artifact_name(index: int) -> str:
+    return f"cand-{index:06d}"
+
+
+def _facts(index: int) -> tuple[str, str, bool, str]:
+    """(artifact, workload, perceptual tier, payload digest) of candidate `index`."""
     workload = "wan-t2v" if index % 2 == 0 else "ltx-video"
-    perceptual = workload == "wan-t2v"
-    sha = f"{index:064x}"
-    events = [NewEvent("ArtifactRegistered", {
+    return artifact_name(index), workload, workload == "wan-t2v", f"{index:064x}"
+
+
+def registration_event(index: int) -> NewEvent:
+    artifact, workload, perceptual, sha = _facts(index)
+    return NewEvent("ArtifactRegistered", {
         "artifact": artifact, "kind": "attention_backend" if perceptual else "fused_kernel", "workload": workload,
         "payload_sha256": sha, "backend": "SAGE_ATTN" if perceptual else None, "op": "attention",
-        "entry": f"kernels.{artifact}:run"})]
-    step = 0
-    while len(events) < count:
-        step += 1
+        "entry": f"kernels.{artifact}:run"})
+
+
+def step_events(index: int, steps: range, pool: dict[str, list[dict]]) -> list[NewEvent]:
+    """One event per step: rounds of execution, benchmark and fidelity evidence, a verdict every tenth step,
+    failures, and revocations on every tenth candidate."""
+    artifact, workload, perceptual, sha = _facts(index)
+    events = []
+    for step in steps:
         kind = ROUND[step % 3]
         if step % 10 == 0:
             payload = {"artifact": artifact, "payload_sha256": sha, "workload": workload, "contract_version": 1,
