@@ -9,6 +9,11 @@ as its own process, the way a person or a serving process runs it:
   the log (a verdict every tenth event, so about 10% of its events are
   verdicts: its history grows with the log).
 
+The measured artifact (TARGET) is the large one in `one` and a 10-event one
+in `many`; it is the only artifact of its workload, so `resolve` and `lock`
+ask about one artifact however much else the log holds (`report` lists
+every artifact, and grows with them).
+
 The log is built fast, in batches through the store (not the CLI), from the
 same event generator as benchmarks/replay.py, with the workloads declared
 through the application layer (real contracts, so `promote` decides). The
@@ -22,8 +27,9 @@ Each command then runs once as a child process, in this order: `show`,
 `evidence import` (one execution item), `promote`, `resolve`, `lock`,
 `history --json`, `report --json`, `verify`, `replay --verify`. Its wall
 time is measured around the process and its peak RSS is the child's own
-`ru_maxrss` from wait4(2) (so one command's peak never hides another's).
-Output goes to /dev/null. The table gives each command at each size and the
+`ru_maxrss` from wait4(2), started from a small launcher process (see
+LAUNCHER). The one-artifact commands run three times and keep the median
+time. Output goes to /dev/null. The table gives each command at each size and the
 growth factor from the smallest size to the largest.
 
     .venv/bin/python benchmarks/scale.py [--max-events 1000000] [--shapes many,one] [--json OUT]
@@ -39,6 +45,7 @@ import argparse
 import json
 import os
 import random
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -64,41 +71,51 @@ COMMANDS = ("show", "evidence import", "promote", "resolve", "lock", "history", 
 # promote records a verdict other than promoted, resolve and lock find no bundle: exit 3 is their answer, not a failure.
 ANSWER_CODES = {"promote": (0, 3), "resolve": (0, 3), "lock": (0, 3)}
 MIB = 1024 * 1024
+# The measured artifact: 10 events in the `many` shape, most of the log in the `one` shape. It is the only
+# artifact of its workload, so `resolve` and `lock` ask about one artifact whatever the log holds besides.
+TARGET = "cand-000000"
+SOLO = "solo"
 
 
-def build(url: str, shape: str, total: int) -> tuple[str, str, float]:
-    """Build a registry of `total` events; return (the measured artifact, its workload, seconds)."""
+def build(url: str, shape: str, total: int) -> float:
+    """Build a registry of `total` events; return the seconds it took."""
     started = time.perf_counter()
     registry = open_registry(url, actor="bench", create=True)
     store = registry.store
     store.append("frameset:wan-fs8", [NewEvent("FrameSetRegistered", {
         "name": "wan-fs8", "seed": 1024, "frames": 8, "height": 480, "width": 832, "channels": 3, "dtype": "uint8",
         "sha256": "f" * 64})], actor="bench")
-    for contract in WORKLOADS.values():
+    for contract in [*WORKLOADS.values(), {**WORKLOADS["wan-t2v"], "workload": SOLO}]:
         declare_workload(registry, Contract.from_mapping(contract))
     pool = item_pool(random.Random(20240611))
     remaining = total - store.head_position()
     if shape == "many":
-        count = max(1, remaining // SMALL_ARTIFACT_EVENTS)
-        for index in range(count):
+        count = max(2, remaining // SMALL_ARTIFACT_EVENTS)
+        for index in range(1, count):
             size = SMALL_ARTIFACT_EVENTS if index < count - 1 else remaining - SMALL_ARTIFACT_EVENTS * (count - 1)
             store.append(f"artifact:cand-{index:06d}",
                          [registration_event(index), *step_events(index, range(1, size), pool)], actor="bench")
-        target = count // 2
+        large = SMALL_ARTIFACT_EVENTS
     else:
         for index in range(1, NEIGHBOURS + 1):
             store.append(f"artifact:cand-{index:06d}",
                          [registration_event(index), *step_events(index, range(1, SMALL_ARTIFACT_EVENTS), pool)],
                          actor="bench")
         large = total - store.head_position()
-        store.append("artifact:cand-000000", [registration_event(0)], actor="bench")
-        for first in range(1, large, BATCH):
-            store.append("artifact:cand-000000", step_events(0, range(first, min(first + BATCH, large)), pool),
-                         actor="bench")
-        target = 0
-    artifact = f"cand-{target:06d}"
+    store.append(f"artifact:{TARGET}", solo([registration_event(0)]), actor="bench")
+    for first in range(1, large, BATCH):
+        store.append(f"artifact:{TARGET}", solo(step_events(0, range(first, min(first + BATCH, large)), pool)),
+                     actor="bench")
     registry.engine.dispose()
-    return artifact, "wan-t2v" if target % 2 == 0 else "ltx-video", time.perf_counter() - started
+    return time.perf_counter() - started
+
+
+def solo(events: list[NewEvent]) -> list[NewEvent]:
+    """The measured artifact's events, moved to its own workload (so resolve and lock ask about one artifact)."""
+    for event in events:
+        if "workload" in event.payload:
+            event.payload["workload"] = SOLO
+    return events
 
 
 def prepare(url: str, artifact: str) -> dict:
@@ -137,8 +154,8 @@ def command_lines(artifact: str, workload: str, document: Path) -> dict[str, lis
         "show": ["show", artifact],
         "evidence import": ["evidence", "import", str(document)],
         "promote": ["promote", artifact],
-        "resolve": ["resolve", "--workload", workload, "--arch", "sm_90", "--torch", "2.4.0"],
-        "lock": ["lock", "--workload", workload, "--json"],
+        "resolve": ["resolve", "--workload", workload, "--arch", "sm90", "--torch", "2.4.0"],
+        "lock": ["lock", "--workload", workload, "--out", str(document.parent / "registry.lock")],
         "history": ["history", artifact, "--json"],
         "report": ["report", "--json"],
         "verify": ["verify"],
@@ -146,34 +163,70 @@ def command_lines(artifact: str, workload: str, document: Path) -> dict[str, lis
     }
 
 
-def run_command(url: str, name: str, arguments: list[str]) -> dict:
-    """One command as a child process: wall seconds, its own peak RSS (wait4), exit code."""
-    executable = Path(sys.executable).parent / "registry"
-    env = {**os.environ, "REGISTRY_ACTOR": "bench"}
+# Runs each command and reports its wall time and its own peak RSS. It is a separate, small process because
+# Linux carries a parent's resident size into a child it forks (exec keeps the high-water mark of the memory
+# it replaces), so a child forked from this process, which holds the whole build, would report at least that.
+LAUNCHER = r"""
+import json, os, subprocess, sys, time
+for line in sys.stdin:
+    argv = json.loads(line)
     started = time.perf_counter()
-    child = subprocess.Popen([str(executable), "--db", url, *arguments], stdout=subprocess.DEVNULL,
-                             stderr=subprocess.PIPE, env=env)
+    child = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     stderr = child.stderr.read()
     _, status, usage = os.wait4(child.pid, 0)
     seconds = time.perf_counter() - started
-    child.returncode = os.waitstatus_to_exitcode(status)
+    child.returncode = code = os.waitstatus_to_exitcode(status)
     child.stderr.close()
-    code = child.returncode
-    if code not in ANSWER_CODES.get(name, (0,)):
-        raise SystemExit(f"registry {' '.join(arguments)} exited {code}: {stderr.decode(errors='replace').strip()}")
-    return {"seconds": seconds, "peak_rss_mib": usage.ru_maxrss * 1024 / MIB, "exit": code}
+    print(json.dumps({"seconds": seconds, "maxrss_kib": usage.ru_maxrss, "exit": code,
+                      "stderr": stderr.decode(errors="replace")[-2000:]}), flush=True)
+"""
+# The one-artifact commands run this many times (the median is kept): they take about as long as a
+# process start, which the shared machine's load moves by tens of percent from one run to the next.
+REPEATS = {"show": 3, "evidence import": 3, "promote": 3, "resolve": 3, "lock": 1}
 
 
-def measure(shape: str, total: int) -> dict:
+class Launcher:
+    """The small process that starts every measured command (see LAUNCHER)."""
+
+    def __init__(self) -> None:
+        self.process = subprocess.Popen([sys.executable, "-c", LAUNCHER], stdin=subprocess.PIPE,
+                                        stdout=subprocess.PIPE, text=True,
+                                        env={**os.environ, "REGISTRY_ACTOR": "bench"})
+
+    def run(self, argv: list[str]) -> dict:
+        self.process.stdin.write(json.dumps(argv) + "\n")
+        self.process.stdin.flush()
+        return json.loads(self.process.stdout.readline())
+
+    def close(self) -> None:
+        self.process.stdin.close()
+        self.process.wait()
+
+
+def run_command(launcher: Launcher, url: str, name: str, arguments: list[str]) -> dict:
+    """One command as a child process, REPEATS times: median wall seconds, largest peak RSS, exit code."""
+    executable = Path(sys.executable).parent / "registry"
+    runs = []
+    for _ in range(REPEATS.get(name, 1)):
+        done = launcher.run([str(executable), "--db", url, *arguments])
+        if done["exit"] not in ANSWER_CODES.get(name, (0,)):
+            raise SystemExit(f"registry {' '.join(arguments)} exited {done['exit']}: {done['stderr'].strip()}")
+        runs.append(done)
+    return {"seconds": statistics.median(run["seconds"] for run in runs),
+            "peak_rss_mib": max(run["maxrss_kib"] for run in runs) * 1024 / MIB, "exit": runs[-1]["exit"],
+            "runs": len(runs)}
+
+
+def measure(launcher: Launcher, shape: str, total: int) -> dict:
     with tempfile.TemporaryDirectory(prefix="registry-scale-") as folder:
         url = f"sqlite:///{folder}/registry.db"
         print(f"[{shape} {total:,}] building", file=sys.stderr, flush=True)
-        artifact, workload, build_s = build(url, shape, total)
-        figures = {"shape": shape, "size": total, "artifact": artifact, "build_s": build_s, **prepare(url, artifact)}
-        lines = command_lines(artifact, workload, evidence_document(Path(folder), artifact))
+        build_s = build(url, shape, total)
+        figures = {"shape": shape, "size": total, "artifact": TARGET, "build_s": build_s, **prepare(url, TARGET)}
+        lines = command_lines(TARGET, SOLO, evidence_document(Path(folder), TARGET))
         figures["commands"] = {}
         for name in COMMANDS:
-            figures["commands"][name] = run_command(url, name, lines[name])
+            figures["commands"][name] = run_command(launcher, url, name, lines[name])
             done = figures["commands"][name]
             print(f"[{shape} {total:,}] {name}: {done['seconds']:.2f} s, {done['peak_rss_mib']:.0f} MiB",
                   file=sys.stderr, flush=True)
@@ -207,7 +260,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--max-events", type=int, default=SIZES[-1], help="largest log to build (default 10^6)")
     parser.add_argument("--shapes", default="many,one", help="comma-separated: many, one")
-    parser.add_argument("--json", dest="json_out", help="also write every figure to this JSON file")
+    parser.add_argument("--json", dest="json_out", help="also write every figure to this JSON file (after each size)")
     args = parser.parse_args()
     sizes = [size for size in SIZES if size <= args.max_events]
     if not sizes:
@@ -216,10 +269,17 @@ def main() -> None:
     unknown = set(shapes) - {"many", "one"}
     if unknown:
         parser.error(f"unknown shape(s): {', '.join(sorted(unknown))}")
-    results = [measure(shape, size) for shape in shapes for size in sizes]
+    launcher = Launcher()  # first, while this process is small
+    results = []
+    try:
+        for shape in shapes:
+            for size in sizes:
+                results.append(measure(launcher, shape, size))
+                if args.json_out:  # after each size, so a long run that is stopped keeps what it measured
+                    Path(args.json_out).write_text(json.dumps(results, indent=2))
+    finally:
+        launcher.close()
     print(table(results))
-    if args.json_out:
-        Path(args.json_out).write_text(json.dumps(results, indent=2))
 
 
 if __name__ == "__main__":
