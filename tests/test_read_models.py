@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 
-import pytest
 from click.testing import CliRunner
 from sqlalchemy import func, select
 
@@ -21,19 +20,8 @@ from registry.events.store import EventStore, NewEvent
 from registry.projections import Projections, rebuild, verify_projections
 from registry.projections.schema import ARTIFACTS, VERDICTS
 from store_helpers import raw
-from test_projections import SHA_SAGE, build_history, open_store
-
-
-@pytest.fixture
-def store(backend_url):
-    store = open_store(backend_url)
-    yield store
-    store.engine.dispose()
-
-
-@pytest.fixture
-def history(store):
-    return build_history(store)
+# The scripted history of test_projections.py, with its fixtures (a store on each backend, the history in it).
+from test_projections import SHA_SAGE, history, open_store, store  # noqa: F401
 
 
 def verdict_rows(store: EventStore) -> list[tuple[str, int, str]]:

@@ -6,9 +6,9 @@ append) and `identity`. Its verdict history moves out of the row into
 `projection_verdicts`, one bounded row per verdict, so a promote rewrites a
 small row instead of every verdict the artifact ever had.
 
-The read models are derived: this revision recreates `projection_artifacts`
-empty, adds the history table and empties every other read model and the
-checkpoint, so the next read folds the whole log again. The events are not
+The read models are derived: this revision empties every read model and the
+checkpoint, adds the two columns and the history table, and the next read
+folds the whole log again. The events are not
 touched.
 
 Revision ID: 0006
@@ -25,40 +25,21 @@ down_revision: Union[str, None] = '0005'
 branch_labels: Union[str, Sequence[str], None] = None
 depends_on: Union[str, Sequence[str], None] = None
 
-OTHER_READ_MODELS = ("projection_checkpoint", "projection_workloads", "projection_framesets", "projection_outcomes")
+READ_MODELS = ("projection_checkpoint", "projection_artifacts", "projection_workloads", "projection_framesets",
+               "projection_outcomes")
 
 
-def _artifacts_table(*extra: sa.Column) -> None:
-    op.create_table('projection_artifacts',
-    sa.Column('artifact', sa.String(length=200), nullable=False),
-    sa.Column('workload', sa.String(length=200), nullable=False),
-    sa.Column('decision', sa.String(length=32), nullable=False),
-    sa.Column('tier', sa.String(length=32), nullable=True),
-    sa.Column('speedup', sa.Float(), nullable=True),
-    sa.Column('last_position', sa.BigInteger(), nullable=False),
-    *extra,
-    sa.Column('state', sa.Text(), nullable=False),
-    sa.Column('row_hash', sa.String(length=64), nullable=False),
-    sa.PrimaryKeyConstraint('artifact')
-    )
-    with op.batch_alter_table('projection_artifacts', schema=None) as batch_op:
-        batch_op.create_index(batch_op.f('ix_projection_artifacts_decision'), ['decision'], unique=False)
-        batch_op.create_index(batch_op.f('ix_projection_artifacts_workload'), ['workload'], unique=False)
-
-
-def _drop_artifacts_table() -> None:
-    with op.batch_alter_table('projection_artifacts', schema=None) as batch_op:
-        batch_op.drop_index(batch_op.f('ix_projection_artifacts_workload'))
-        batch_op.drop_index(batch_op.f('ix_projection_artifacts_decision'))
-    op.drop_table('projection_artifacts')
+def _empty_read_models() -> None:
+    for table in READ_MODELS:
+        op.execute(f"DELETE FROM {table}")
 
 
 def upgrade() -> None:
-    for table in OTHER_READ_MODELS:
-        op.execute(f"DELETE FROM {table}")
-    _drop_artifacts_table()
-    _artifacts_table(sa.Column('stream_version', sa.BigInteger(), nullable=False),
-                     sa.Column('identity', sa.String(length=64), nullable=False))
+    _empty_read_models()
+    # recreate: SQLite cannot add a NOT NULL column without a default in place (the table is empty by now)
+    with op.batch_alter_table('projection_artifacts', recreate='always') as batch_op:
+        batch_op.add_column(sa.Column('stream_version', sa.BigInteger(), nullable=False))
+        batch_op.add_column(sa.Column('identity', sa.String(length=64), nullable=False))
     op.create_table('projection_verdicts',
     sa.Column('artifact', sa.String(length=200), nullable=False),
     sa.Column('position', sa.BigInteger(), nullable=False),
@@ -73,7 +54,7 @@ def upgrade() -> None:
 def downgrade() -> None:
     # An earlier fold keeps the history inside the artifact row: empty everything, so it rebuilds.
     op.drop_table('projection_verdicts')
-    for table in OTHER_READ_MODELS:
-        op.execute(f"DELETE FROM {table}")
-    _drop_artifacts_table()
-    _artifacts_table()
+    _empty_read_models()
+    with op.batch_alter_table('projection_artifacts', recreate='always') as batch_op:
+        batch_op.drop_column('identity')
+        batch_op.drop_column('stream_version')
