@@ -26,9 +26,11 @@ returning the standing verdict.
 Each command then runs once as a child process, in this order: `show`,
 `evidence import` (one execution item), `promote`, `resolve`, `lock`,
 `history --json`, `report --json`, `verify`, `replay --verify`. Its wall
-time is measured around the process and its peak RSS is the child's own
-`ru_maxrss` from wait4(2), started from a small launcher process (see
-LAUNCHER). The one-artifact commands run three times and keep the median
+time is measured around the process; its CPU time (user + system) and its
+peak RSS are the child's own `ru_utime`, `ru_stime` and `ru_maxrss` from
+wait4(2), started from a small launcher process (see LAUNCHER). On a shared
+machine the wall time moves with the load; the CPU time hardly does, so the
+growth factors are given for both. The one-artifact commands run three times and keep the median
 time. Output goes to /dev/null. The table gives each command at each size and the
 growth factor from the smallest size to the largest.
 
@@ -177,7 +179,8 @@ for line in sys.stdin:
     seconds = time.perf_counter() - started
     child.returncode = code = os.waitstatus_to_exitcode(status)
     child.stderr.close()
-    print(json.dumps({"seconds": seconds, "maxrss_kib": usage.ru_maxrss, "exit": code,
+    print(json.dumps({"seconds": seconds, "cpu_s": usage.ru_utime + usage.ru_stime,
+                      "maxrss_kib": usage.ru_maxrss, "exit": code,
                       "stderr": stderr.decode(errors="replace")[-2000:]}), flush=True)
 """
 # The one-artifact commands run this many times (the median is kept): they take about as long as a
@@ -213,6 +216,7 @@ def run_command(launcher: Launcher, url: str, name: str, arguments: list[str]) -
             raise SystemExit(f"registry {' '.join(arguments)} exited {done['exit']}: {done['stderr'].strip()}")
         runs.append(done)
     return {"seconds": statistics.median(run["seconds"] for run in runs),
+            "cpu_s": statistics.median(run["cpu_s"] for run in runs),
             "peak_rss_mib": max(run["maxrss_kib"] for run in runs) * 1024 / MIB, "exit": runs[-1]["exit"],
             "runs": len(runs)}
 
@@ -228,7 +232,8 @@ def measure(launcher: Launcher, shape: str, total: int) -> dict:
         for name in COMMANDS:
             figures["commands"][name] = run_command(launcher, url, name, lines[name])
             done = figures["commands"][name]
-            print(f"[{shape} {total:,}] {name}: {done['seconds']:.2f} s, {done['peak_rss_mib']:.0f} MiB",
+            print(f"[{shape} {total:,}] {name}: {done['seconds']:.2f} s wall, {done['cpu_s']:.2f} s CPU, "
+                  f"{done['peak_rss_mib']:.0f} MiB",
                   file=sys.stderr, flush=True)
     return figures
 
@@ -239,13 +244,14 @@ def table(results: list[dict]) -> str:
     for shape in sorted({r["shape"] for r in results}):
         rows = sorted((r for r in results if r["shape"] == shape), key=lambda r: r["size"])
         sizes = [f"{r['size']:,}" for r in rows]
-        out.append(f"\nshape {shape}: seconds / peak MiB per command")
-        out.append("| command | " + " | ".join(sizes) + f" | growth {sizes[0]} -> {sizes[-1]} (time, memory) |")
+        out.append(f"\nshape {shape}: wall seconds / CPU seconds / peak MiB per command")
+        out.append("| command | " + " | ".join(sizes) + f" | growth {sizes[0]} -> {sizes[-1]} (wall, CPU, memory) |")
         out.append("|---|" + "---|" * (len(rows) + 1))
         for name in COMMANDS:
-            cells = [f"{r['commands'][name]['seconds']:.2f} s / {r['commands'][name]['peak_rss_mib']:.0f}" for r in rows]
+            cells = [f"{r['commands'][name]['seconds']:.2f} / {r['commands'][name]['cpu_s']:.2f} / "
+                     f"{r['commands'][name]['peak_rss_mib']:.0f}" for r in rows]
             first, last = rows[0]["commands"][name], rows[-1]["commands"][name]
-            growth = (f"{last['seconds'] / first['seconds']:.2f}x, "
+            growth = (f"{last['seconds'] / first['seconds']:.2f}x, {last['cpu_s'] / first['cpu_s']:.2f}x, "
                       f"{last['peak_rss_mib'] / first['peak_rss_mib']:.2f}x")
             out.append(f"| {name} | " + " | ".join(cells) + f" | {growth} |")
         out.append("| fold (in memory), events/s | "
