@@ -280,8 +280,8 @@ def main() -> None:
     launcher = Launcher()  # first, while this process is small
     results = []
     try:
-        for shape in shapes:
-            for size in sizes:
+        for size in sizes:  # every shape at one size before the next size, so a stopped run has both shapes
+            for shape in shapes:
                 results.append(measure(launcher, shape, size))
                 if args.json_out:  # after each size, so a long run that is stopped keeps what it measured
                     Path(args.json_out).write_text(json.dumps(results, indent=2))
