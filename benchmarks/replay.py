@@ -5,6 +5,9 @@ Builds a registry of N events (default 1,000,000: 10,000 artifacts of about
 perceptual evidence, failures, verdicts and a few revocations), appended in
 one batch per artifact, then measures:
 - rebuild: `rebuild(store)` from nothing, events/s (median of --repeat runs);
+- rebuild with the collector running: the same fold without pausing Python's
+  cyclic garbage collector (registry/projections/collector.py), so the two
+  figures of one run show what the pause is worth;
 - live rebuild: `Projections.reset()`, the same fold plus writing every read-model
   row in one transaction (what a first catch-up onto empty tables does), events/s;
 - show (API): median of --calls `Projections.artifact(id)` on random ids, each
@@ -22,6 +25,7 @@ skipped and that log is measured.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import random
 import statistics
@@ -34,7 +38,8 @@ from pathlib import Path
 from registry.events.database import make_engine, upgrade
 from registry.events.store import EventStore, NewEvent
 from registry.formats.evidence.items import parse_item
-from registry.projections import Projections, rebuild, verify_projections
+from registry.projections import Projections, RegistryState, fold, rebuild, verify_projections
+from registry.projections.log import read_log
 from registry.projections.report import build_report
 
 EVENTS_PER_ARTIFACT = 100
@@ -89,17 +94,34 @@ def verdict_for(index: int, round_index: int, perceptual: bool, evidence_ids: li
 
 
 def artifact_events(index: int, count: int, pool: dict[str, list[dict]]) -> list[NewEvent]:
-    artifact = f"cand-{index:06d}"
+    """Candidate `index`'s stream of `count` events: its registration, then `count - 1` steps."""
+    return [registration_event(index), *step_events(index, range(1, count), pool)]
+
+
+def artifact_name(index: int) -> str:
+    return f"cand-{index:06d}"
+
+
+def _facts(index: int) -> tuple[str, str, bool, str]:
+    """(artifact, workload, perceptual tier, payload digest) of candidate `index`."""
     workload = "wan-t2v" if index % 2 == 0 else "ltx-video"
-    perceptual = workload == "wan-t2v"
-    sha = f"{index:064x}"
-    events = [NewEvent("ArtifactRegistered", {
+    return artifact_name(index), workload, workload == "wan-t2v", f"{index:064x}"
+
+
+def registration_event(index: int) -> NewEvent:
+    artifact, workload, perceptual, sha = _facts(index)
+    return NewEvent("ArtifactRegistered", {
         "artifact": artifact, "kind": "attention_backend" if perceptual else "fused_kernel", "workload": workload,
         "payload_sha256": sha, "backend": "SAGE_ATTN" if perceptual else None, "op": "attention",
-        "entry": f"kernels.{artifact}:run"})]
-    step = 0
-    while len(events) < count:
-        step += 1
+        "entry": f"kernels.{artifact}:run"})
+
+
+def step_events(index: int, steps: range, pool: dict[str, list[dict]]) -> list[NewEvent]:
+    """One event per step: rounds of execution, benchmark and fidelity evidence, a verdict every tenth step,
+    failures, and revocations on every tenth candidate."""
+    artifact, workload, perceptual, sha = _facts(index)
+    events = []
+    for step in steps:
         kind = ROUND[step % 3]
         if step % 10 == 0:
             payload = {"artifact": artifact, "payload_sha256": sha, "workload": workload, "contract_version": 1,
@@ -144,6 +166,12 @@ def build(store: EventStore, total: int) -> float:
     return time.perf_counter() - started
 
 
+def fold_with_collector_running(store: EventStore) -> RegistryState:
+    """`rebuild(store)` as it was before folds paused the cyclic collector."""
+    gc.enable()
+    return fold(RegistryState(), read_log(store.engine, after=0, up_to=store.head_position()))
+
+
 def timed(fn, *args):
     started = time.perf_counter()
     result = fn(*args)
@@ -160,6 +188,9 @@ def measure(url: str, store: EventStore, args) -> dict:
     rebuilds = [timed(rebuild, store)[1] for _ in range(args.repeat)]
     figures["rebuild_s"] = statistics.median(rebuilds)
     figures["rebuild_events_per_s"] = head / figures["rebuild_s"]
+    running = [timed(fold_with_collector_running, store)[1] for _ in range(args.repeat)]
+    figures["rebuild_collector_running_s"] = statistics.median(running)
+    figures["rebuild_collector_running_events_per_s"] = head / figures["rebuild_collector_running_s"]
     projections = Projections(store)
     _, seconds = timed(projections.reset)
     figures["live_rebuild_s"] = seconds

@@ -336,3 +336,120 @@ def test_the_same_key_from_two_processes_at_once_appends_once(backend_url):
     assert [p for positions in got[0] for p in positions] == [e.position for e in log]
     assert Counter(e.payload["source"] for e in log) == Counter({f"run-{k}": 3 for k in range(keys)})
     assert store.verify().intact
+
+
+# -- readers of the read models while writers keep appending ----------------------------------
+
+IMPORTERS = 8
+IMPORT_ROUNDS = 40
+SHARED_ARTIFACTS = ("k0", "k1")  # every importer writes to and reads both, so their catch-ups collide
+
+
+def importing_reader(url: str, index: int, rounds: int, start, results) -> None:
+    """Import evidence, read the artifact back through the read models, promote now and then.
+
+    A read that raises is recorded (the test requires none). A promote that
+    keeps losing its race to imports is refused by design ("run promote
+    again"), which is a correct answer, not a failed read.
+    """
+    from registry.app import open_registry
+    from registry.app.decisions import promote
+    from registry.app.evidence import capture_subject, record_evidence
+    from registry.formats.evidence.items import parse_item
+    from registry.projections import Projections
+
+    registry = open_registry(url, actor=f"importer-{index}")
+    item = parse_item({"kind": "execution", "candidate_calls": index + 1, "fallbacks": 0})
+    failed_reads: list[str] = []
+    reads = refused_promotes = 0
+    start.wait()
+    for round_ in range(rounds):
+        artifact = SHARED_ARTIFACTS[(index + round_) % len(SHARED_ARTIFACTS)]
+        record_evidence(registry, capture_subject(registry, artifact), [item])
+        try:
+            state = Projections(registry.store).artifact(artifact)
+            assert state is not None and state["evidence_counts"]["execution"] >= 1
+            reads += 1
+        except Exception as exc:  # the point of the test: no read may fail
+            failed_reads.append(f"{type(exc).__name__}: {exc}")
+        if round_ % 5 == index % 5:
+            try:
+                promote(registry, artifact)
+            except ValueError as exc:
+                if "run promote again" not in str(exc):
+                    raise
+                refused_promotes += 1
+    results.put((index, reads, failed_reads, refused_promotes))
+
+
+def test_reads_through_the_read_models_never_fail_while_writers_append(backend_url):
+    """8 processes import, read and promote on two shared artifacts at once: every read answers.
+
+    Catch-up folds up to the head it saw when it started and serves that,
+    however many events writers append meanwhile (docs/projections.md). Every
+    verdict appended under that concurrency rests on exactly the stream it
+    was decided on: its expected version came from the read model, so the
+    event before it in its stream is the latest execution evidence it names.
+    """
+    from registry.app import open_registry
+    from registry.app.workloads import declare_workload, register_artifact
+    from registry.contracts import Contract
+    from registry.projections import verify_projections
+
+    registry = open_registry(backend_url, actor="setup", create=True)
+    declare_workload(registry, Contract.from_mapping({"workload": "w"}))
+    for artifact in SHARED_ARTIFACTS:
+        register_artifact(registry, artifact, workload="w", kind="fused_kernel")
+    start = SPAWN.Barrier(IMPORTERS)
+    results = SPAWN.Queue()
+    processes = [SPAWN.Process(target=importing_reader, args=(backend_url, i, IMPORT_ROUNDS, start, results))
+                 for i in range(IMPORTERS)]
+    reports = run_processes(processes, results, IMPORTERS)
+    assert [failed for _, _, failed, _ in reports] == [[]] * IMPORTERS
+    assert sorted(reads for _, reads, _, _ in reports) == [IMPORT_ROUNDS] * IMPORTERS
+    store = registry.store
+    log = store.read_all()
+    assert sum(e.type == "ExecutionObserved" for e in log) == IMPORTERS * IMPORT_ROUNDS
+    for artifact in SHARED_ARTIFACTS:
+        stream = store.read_stream(f"artifact:{artifact}")
+        assert [e.version for e in stream] == list(range(1, len(stream) + 1))
+        latest_execution = None
+        for event in stream:
+            if event.type == "ExecutionObserved":
+                latest_execution = event.event_id
+            elif event.type == "VerdictRendered":
+                assert latest_execution in event.payload["verdict"]["evidence_ids"], event.position
+    assert verify_projections(store).ok
+    assert store.verify().intact
+
+
+def test_a_catch_up_overtaken_every_time_still_answers(backend_url):
+    """Each time this catch-up has folded, a writer appends, another reader catches up past it, and the
+    writer appends again, so the checkpoint has moved and the log has grown again before it can commit.
+
+    A catch-up that chased the moving head lost this race on every attempt and
+    failed the read; one that fixed its head at the start sees that the
+    checkpoint already passed it and answers at once.
+    """
+    from registry.projections import Projections
+
+    store = open_store(backend_url)
+    store.append("frameset:a", [frameset("a", 0, "setup")], actor="t")
+    other = Projections(EventStore(make_engine(backend_url)))
+    appended = iter(range(1, 1000))
+
+    class Overtaken(Projections):
+        overtaken = 0
+
+        def _advance(self, checkpoint, head):
+            store.append("frameset:a", [frameset("a", next(appended), "writer")], actor="t")
+            other.catch_up()
+            store.append("frameset:a", [frameset("a", next(appended), "writer")], actor="t")
+            self.overtaken += 1
+            return super()._advance(checkpoint, head)
+
+    reader = Overtaken(store)
+    head_at_start = store.head_position()
+    served = reader.catch_up()
+    assert reader.overtaken == 1 and head_at_start < served < store.head_position()
+    assert reader.frameset("a") is not None  # the next read catches up to the new head

@@ -29,7 +29,7 @@ from registry.projections import Projections
 from registry.projections.state import FINAL, contract_note
 
 from .context import Registry
-from .workloads import current_contract, find_contract
+from .workloads import DeclaredContract, current_contract
 
 # How many times promote decides again when evidence keeps landing while it decides.
 PROMOTE_TRIES = 5
@@ -53,16 +53,32 @@ def gate_inputs(state: dict[str, Any]) -> tuple[GateEvidence, ArtifactFacts]:
 
 
 def _artifact_state(registry: Registry, artifact: str) -> dict[str, Any]:
-    state = Projections(registry.store).artifact(artifact)
+    """The artifact's current state from the caught-up read model (one row; no stream, no verdict history)."""
+    state = Projections(registry.store).current_artifact(artifact)
     if state is None:
         raise ValueError(f"unknown artifact {artifact!r} (register it with `registry artifact register`)")
     return state
 
 
 def _seen_version(registry: Registry, state: dict[str, Any]) -> int:
-    """The artifact stream's version at the last event the projected state includes."""
-    stream = artifact_stream(state["artifact"])
-    return registry.store.read_stream(stream, up_to_position=state["last_position"])[-1].version
+    """The artifact stream's version at the last event the projected state includes.
+
+    The read model counts the stream's events as it folds them, so this is
+    exact for the position the state was read at; an append expecting it
+    fails with ConcurrencyError if anything reached the stream since. No
+    read of the stream (`registry` is the seam tests use to land an event
+    between this read and the append).
+    """
+    return state["stream_version"]
+
+
+def _declared_contract(registry: Registry, workload: str) -> DeclaredContract | None:
+    """The workload's current contract from its read model (rebuilt and re-validated), or None if undeclared."""
+    declared = Projections(registry.store).workload(workload)
+    if declared is None:
+        return None
+    return DeclaredContract(Contract.from_mapping(declared["contract"]), declared["contract_version"],
+                            declared["contract_hash"], False)
 
 
 # An artifact imported against a workload nobody declared: the gate has no contract to run.
@@ -115,7 +131,7 @@ def _promote_once(registry: Registry, artifact: str) -> PromoteOutcome:
     if state["decision"] in FINAL and state["verdict"] is not None:
         return PromoteOutcome(state["verdict"], False, state["contract_version"], state.get("contract_hash") or "",
                               None, attempts)
-    declared = find_contract(registry, state["workload"])
+    declared = _declared_contract(registry, state["workload"])
     if declared is None:
         return PromoteOutcome(undeclared_contract_verdict(state["workload"]), False, None, "", None, attempts)
     evidence, facts = gate_inputs(state)

@@ -17,9 +17,12 @@ from registry.events.identity import IDENTITY_FIELDS, artifact_identity
 from registry.events.store import NewEvent
 from registry.events.types import EVIDENCE_EVENT_BY_KIND, EvaluationFailed
 from registry.formats.names import artifact_stream, check_name
+from registry.projections import Projections
 
 from .context import Registry
-from .workloads import registration
+
+# The registration facts an artifact's read model keeps (projections/state.py, `describe`).
+REGISTRATION_FIELDS = ("artifact", "workload", "kind", "backend", "op", "entry", "payload_sha256", "bundle")
 
 
 @dataclass(frozen=True)
@@ -39,8 +42,15 @@ class Subject:
 
 
 def capture_subject(registry: Registry, artifact: str) -> Subject:
-    """The artifact's current registration (a one-line error for an unknown artifact)."""
-    return Subject(artifact, registration(registry, artifact))
+    """The artifact's current registration, from its caught-up read model (a one-line error for an unknown one).
+
+    One indexed row, however long the artifact's stream: the read model keeps
+    the latest registration's facts, which are what its identity is made of.
+    """
+    state = Projections(registry.store).current_artifact(artifact)
+    if state is None:
+        raise ValueError(f"unknown artifact {artifact!r} (register it with `registry artifact register`)")
+    return Subject(artifact, {key: state.get(key) for key in REGISTRATION_FIELDS})
 
 
 def _short(digest: str | None) -> str:

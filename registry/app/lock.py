@@ -19,7 +19,7 @@ from registry.formats.names import artifact_stream
 from registry.projections import Projections
 
 from .context import Registry
-from .resolve import workload_candidates
+from .resolve import candidates_at
 
 
 def chain_hash_at(registry: Registry, position: int) -> str:
@@ -32,10 +32,9 @@ def chain_hash_at(registry: Registry, position: int) -> str:
 def export_lock(registry: Registry, workload: str, profile: Profile | None = None, site: CallSite = CallSite(),
                 as_of: int | None = None) -> dict[str, Any]:
     """The lock document; its `artifacts` list is empty when nothing promoted (and matching) has a bundle."""
-    position = registry.store.head_position() if as_of is None else as_of
-    if position == 0:
+    if as_of == 0 or registry.store.head_position() == 0:
         raise ValueError("the log is empty: there is nothing to lock")
-    found = workload_candidates(registry, workload, position)
+    position, found = candidates_at(registry, workload, as_of)
     states = {candidate.artifact: state for state, candidate in found}
     candidates = [candidate for _, candidate in found]
     if profile is None:
@@ -83,7 +82,7 @@ def _artifact_problems(registry: Registry, projections: Projections, lock: Lock,
         first = revocations[0]
         return [LockProblem(name, "revoked", f"{name} was revoked at position {first.position} by "
                                              f"{first.payload['person']}: {first.payload['reason']}")]
-    state = projections.artifact(name) or {}
+    state = projections.current_artifact(name) or {}
     changed = sorted(key for key, value in locked.identity.items() if state.get(key) != value)
     if changed:
         return [LockProblem(name, "identity_changed", f"{name} now claims another {', '.join(changed)} than the "

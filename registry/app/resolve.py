@@ -56,23 +56,46 @@ class WorkloadResolution:
                 "call_site": self.site.to_dict(), **self.resolution.to_dict()}
 
 
+def _candidates(workload: str, position: int, declared: dict[str, Any] | None,
+                states: list[dict[str, Any]]) -> list[tuple[dict[str, Any], Candidate]]:
+    if declared is None:
+        raise ValueError(f"unknown workload {workload!r} as of position {position} "
+                         "(declare it with `registry workload declare`)")
+    return [(state, candidate_from_state(state, declared["contract_version"])) for state in states]
+
+
 def workload_candidates(registry: Registry, workload: str, position: int) -> list[tuple[dict[str, Any], Candidate]]:
-    """Every artifact of `workload` as of `position`: its projected state and itself as a candidate.
+    """Every artifact of `workload` as of an earlier `position` (folded from the log): its state and candidate.
 
     An unknown workload is refused.
     """
     projections = Projections(registry.store)
-    declared = projections.workload(workload, as_of=position)
-    if declared is None:
-        raise ValueError(f"unknown workload {workload!r} as of position {position} "
-                         "(declare it with `registry workload declare`)")
-    return [(state, candidate_from_state(state, declared["contract_version"]))
-            for state in projections.artifacts(workload=workload, as_of=position)]
+    return _candidates(workload, position, projections.workload(workload, as_of=position),
+                       projections.artifacts(workload=workload, as_of=position))
+
+
+def current_candidates(registry: Registry, workload: str) -> tuple[int, list[tuple[dict[str, Any], Candidate]]]:
+    """The position now and every artifact of `workload` at it, from the caught-up read models.
+
+    One indexed lookup by workload, whatever the log's length; the position is
+    the one the read models were read at (their checkpoint), so the answer and
+    the position it names always agree.
+    """
+    position, declared, states = Projections(registry.store).workload_artifacts(workload)
+    return position, _candidates(workload, position, declared, states)
+
+
+def candidates_at(registry: Registry, workload: str,
+                  as_of: int | None) -> tuple[int, list[tuple[dict[str, Any], Candidate]]]:
+    """(position, candidates): now from the read models, or as of an earlier position from the log."""
+    if as_of is None:
+        return current_candidates(registry, workload)
+    return as_of, workload_candidates(registry, workload, as_of)
 
 
 def resolve_workload(registry: Registry, workload: str, profile: Profile, site: CallSite = CallSite(),
                      as_of: int | None = None) -> WorkloadResolution:
     """The best promoted bundle of `workload` for `profile` at `site`, and why every other artifact is not it."""
-    position = registry.store.head_position() if as_of is None else as_of
-    candidates = [candidate for _, candidate in workload_candidates(registry, workload, position)]
+    position, found = candidates_at(registry, workload, as_of)
+    candidates = [candidate for _, candidate in found]
     return WorkloadResolution(workload, position, profile, site, resolve(candidates, profile, site))

@@ -49,13 +49,6 @@ def current_contract(registry: Registry, workload: str, up_to_position: int | No
     return DeclaredContract(contract, latest["contract_version"], latest["contract_hash"], False)
 
 
-def find_contract(registry: Registry, workload: str) -> DeclaredContract | None:
-    """The workload's latest contract, or None when nobody declared one (an imported workload)."""
-    if registry.store.stream_version(workload_stream(workload)) == 0:
-        return None
-    return current_contract(registry, workload)
-
-
 def file_sha256(path: str | Path) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as handle:

@@ -1,6 +1,9 @@
 """Commands over the log itself: init, history, verify, db."""
 from __future__ import annotations
 
+import itertools
+from typing import Iterable, Iterator
+
 import click
 
 from registry.app import Registry, open_registry
@@ -9,7 +12,7 @@ from registry.formats.digests import is_sha256
 from registry.formats.names import artifact_stream
 
 from .session import Session, pass_session
-from .output import emit_json, exit_status_ahead, say, short, table
+from .output import emit_json, exit_status_ahead, json_text, say, short, table
 
 
 @click.command()
@@ -49,6 +52,10 @@ def _why(event) -> str:
     return short(payload.get("item", payload))
 
 
+# Events per page: `history` holds one page at a time, so its memory stays flat on any stream.
+HISTORY_PAGE = 1000
+
+
 @click.command()
 @click.argument("stream")
 @click.option("--as-of", "as_of", help="Only events up to this position or ISO-8601 time (UTC when no zone).")
@@ -58,20 +65,52 @@ def history(session: Session, stream: str, as_of: str | None, as_json: bool) -> 
     """Show every event of STREAM in order: who, when, why, and what each verdict rested on.
 
     STREAM is an artifact id, or any stream name such as `workload:ID`.
+    Events are read and printed a page at a time, so a stream of any length
+    prints in bounded memory (the table is drawn once per page of events).
     """
     from registry.projections import resolve_as_of
 
     registry = open_for_reading(session)
     position = resolve_as_of(registry.store, as_of)
-    events = registry.store.read_stream(stream_name(stream), up_to_position=position)
-    if not events:
-        raise ValueError(f"no events in stream {stream_name(stream)}" + (f" up to position {position}" if position is not None else ""))
+    name = stream_name(stream)
+    # A fixed end, so that the pages, each read on its own, show one prefix of the log.
+    up_to = registry.store.head_position() if position is None else position
+    events = registry.store.iter_stream(name, up_to_position=up_to, page=HISTORY_PAGE)
+    first = next(events, None)
+    if first is None:
+        raise ValueError(f"no events in stream {name}" + (f" up to position {position}" if position is not None else ""))
+    pages = _pages(itertools.chain([first], events), HISTORY_PAGE)
     if as_json:
-        emit_json([event.to_dict() for event in events])
+        _emit_json_array(event.to_dict() for page in pages for event in page)
         return
+    for page in pages:
+        _history_page(registry, name, page)
+
+
+def _pages(events: Iterator, size: int) -> Iterator[list]:
+    while page := list(itertools.islice(events, size)):
+        yield page
+
+
+def _emit_json_array(items: Iterable[dict]) -> None:
+    """A JSON array written one element at a time: the same text `emit_json` gives for the whole list."""
+    click.echo("[")
+    previous = None
+    for item in items:
+        if previous is not None:
+            click.echo(previous + ",")
+        # JSON text holds a newline only between tokens (inside strings it is escaped), so indenting lines is exact.
+        previous = "\n".join("  " + line for line in json_text(item).split("\n"))
+    if previous is not None:
+        click.echo(previous)
+    click.echo("]")
+
+
+def _history_page(registry: Registry, name: str, events: list) -> None:
+    """One page of the history table, then what each verdict on it rested on."""
     by_id = {event.event_id: event for event in events}
     table(
-        stream_name(stream),
+        name,
         ["pos", "ver", "type", "time (UTC)", "actor", "why / what"],
         (
             (e.position, e.version, e.type, e.recorded_at.strftime("%Y-%m-%d %H:%M:%S"), e.actor, _why(e))

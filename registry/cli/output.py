@@ -15,8 +15,13 @@ import click
 TableSpec = tuple[str | None, Sequence[str], Iterable[Sequence[Any]]]
 
 
+def json_text(value: Any) -> str:
+    """The JSON every command prints: indented, sorted keys, no NaN."""
+    return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, allow_nan=False, default=str)
+
+
 def emit_json(value: Any) -> None:
-    click.echo(json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, allow_nan=False, default=str))
+    click.echo(json_text(value))
 
 
 def table(title: str | None, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:

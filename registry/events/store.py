@@ -145,6 +145,24 @@ class EventStore:
     def read_stream(self, stream: str, *, up_to_position: int | None = None) -> list[StoredEvent]:
         return self.recorder.select_stream(stream, up_to_position=up_to_position)
 
+    def iter_stream(self, stream: str, *, up_to_position: int | None = None, page: int = 1000) -> Iterator[StoredEvent]:
+        """A stream's events in version order, read in pages along the (stream, version) index.
+
+        Memory stays flat however long the stream is. Give `up_to_position`
+        for one consistent answer: each page is its own read, and the stream
+        may grow between them.
+        """
+        after = 0
+        while True:
+            statement = select(EVENTS).where(EVENTS.c.stream == stream, EVENTS.c.version > after)
+            if up_to_position is not None:
+                statement = statement.where(EVENTS.c.position <= up_to_position)
+            batch = list(self._rows(statement.order_by(EVENTS.c.version).limit(page)))
+            yield from batch
+            if len(batch) < page:
+                return
+            after = batch[-1].version
+
     def read_all(
         self, *, after_position: int = 0, up_to_position: int | None = None, limit: int | None = None
     ) -> list[StoredEvent]:

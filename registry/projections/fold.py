@@ -128,6 +128,7 @@ def _artifact(state: RegistryState, event: LogEvent) -> dict[str, Any]:
             f"{stream[len(ARTIFACT_PREFIX):]!r}, which was never registered"
         )
     found["last_position"] = event.position
+    found["stream_version"] += 1
     return found
 
 
@@ -140,6 +141,7 @@ def _registered(state: RegistryState, event: LogEvent, pending: Pending) -> None
         state.artifacts[artifact_id] = new_artifact(payload, event.position)
         return
     current["last_position"] = event.position
+    current["stream_version"] += 1
     if artifact_identity(payload) != current["identity"]:
         changed = {"position": event.position, "previous_identity": current["identity"],
                    "changes": identity_changes(current, payload)}

@@ -29,12 +29,13 @@ from registry.events.store import EventStore
 
 from registry.formats.names import ARTIFACT_PREFIX, FRAMESET_PREFIX, WORKLOAD_PREFIX
 
+from .collector import collector_paused
 from .fold import OUTCOMES_PREFIX, fold
-
 from .log import PAGE, read_log
 from .rows import MODELS, load_state
-from .schema import CHECKPOINT
+from .schema import ARTIFACTS, CHECKPOINT, VERDICTS
 from .state import ProjectionError, RegistryState
+from .verdict_history import HISTORY_KEY, VerdictRecord, records_of, with_history
 
 # SQLSTATE 42501: insufficient_privilege (a role that may only read).
 _PRIVILEGE_SQLSTATE = "42501"
@@ -59,8 +60,12 @@ def _write_refused(exc: DBAPIError) -> bool:
 
 
 CHECKPOINT_NAME = "log"
+# How many times a catch-up may lose its race without the checkpoint moving at all (which
+# no correct competitor causes); losing to a checkpoint that moved forward is progress, not a failure.
 MAX_ATTEMPTS = 8
 LOAD_CHUNK = 500
+
+
 class _LostRace(Exception):
     """The checkpoint moved under a catch-up: roll its writes back and fold again."""
 
@@ -85,9 +90,9 @@ def snapshot(engine) -> Iterator[Connection]:
 
 @contextmanager
 def reading(engine) -> Iterator[Connection]:
-    """A connection for a lookup by a caller's key; a driver refusal (Postgres and a NUL) is one line."""
+    """One snapshot for a lookup by a caller's key; a driver refusal (Postgres and a NUL) is one line."""
     try:
-        with engine.connect() as conn:
+        with snapshot(engine) as conn:
             yield conn
     except DBAPIError as exc:
         first_line = str(exc.orig).splitlines()[0] if str(exc.orig) else type(exc.orig).__name__
@@ -105,7 +110,18 @@ def read_live(conn: Connection) -> RegistryState:
         target = getattr(state, model)
         for row in conn.execute(select(table.c[key], table.c.state)):
             target[row[0]] = load_state(row[1])
+    history: dict[str, list[VerdictRecord]] = {name: [] for name in state.artifacts}
+    for row in conn.execute(select(VERDICTS)):
+        history.setdefault(row.artifact, []).append(VerdictRecord.from_row(row))
+    for name, artifact in state.artifacts.items():
+        with_history(artifact, history[name])
     return state
+
+
+def read_history(conn: Connection, artifact_id: str) -> list[VerdictRecord]:
+    """One artifact's verdict history rows, in position order (an indexed range of the primary key)."""
+    rows = conn.execute(select(VERDICTS).where(VERDICTS.c.artifact == artifact_id).order_by(VERDICTS.c.position))
+    return [VerdictRecord.from_row(row) for row in rows]
 
 
 def check_position(store: EventStore, as_of: Any) -> int:
@@ -120,7 +136,8 @@ def check_position(store: EventStore, as_of: Any) -> int:
 
 def fold_log(store: EventStore, up_to: int, stream: str | None = None) -> RegistryState:
     """A fresh fold of the log (or one stream of it) up to and including `up_to`, in memory."""
-    state = fold(RegistryState(), read_log(store.engine, after=0, up_to=up_to, stream=stream))
+    with collector_paused():
+        state = fold(RegistryState(), read_log(store.engine, after=0, up_to=up_to, stream=stream))
     state.position = up_to
     return state
 
@@ -131,26 +148,43 @@ class Projections:
     def __init__(self, store: EventStore):
         self.store = store
         self.engine = store.engine
+        # The log position the last live answer was read at (None before one, or after an as-of answer).
+        self.served_position: int | None = None
 
     # -- keeping the read models current -----------------------------------------
 
     def catch_up(self) -> int:
-        """Fold events after the checkpoint into the read models; return the new checkpoint (the head)."""
-        for _ in range(MAX_ATTEMPTS):
-            with self.engine.connect() as conn:
-                checkpoint = read_checkpoint(conn)
-                head = conn.execute(select(func.max(EVENTS.c.position))).scalar() or 0
-            start = checkpoint or 0
-            if start == head:
-                return head
-            if start > head:
-                raise ProjectionError(
-                    f"projection checkpoint {start} is ahead of the log's head {head}: "
-                    "the read models belong to another log (rebuild them with Projections.reset)"
-                )
+        """Fold events up to the head seen at the start into the read models; return where they now stand.
+
+        The head is fixed once, at the start: events appended while this
+        catch-up works are left to the next read, so writers that keep
+        appending can never keep a read from finishing. When another catch-up
+        moves the checkpoint first, this one folds again from there, still
+        only up to its fixed head, and stops as soon as the checkpoint has
+        reached it. The answer is the log as of at least that head; the
+        position returned may be later, when another catch-up went further.
+        """
+        with self.engine.connect() as conn:
+            checkpoint = read_checkpoint(conn)
+            head = conn.execute(select(func.max(EVENTS.c.position))).scalar() or 0
+        if (checkpoint or 0) > head:
+            raise ProjectionError(
+                f"projection checkpoint {checkpoint} is ahead of the log's head {head}: "
+                "the read models belong to another log (rebuild them with Projections.reset)"
+            )
+        stalls = 0
+        while (checkpoint or 0) < head:
             if self._advance(checkpoint, head):
                 return head
-        raise ProjectionError(f"could not catch up after {MAX_ATTEMPTS} attempts: other catch-ups kept moving the checkpoint")
+            with self.engine.connect() as conn:
+                moved = read_checkpoint(conn)
+            if moved == checkpoint:
+                stalls += 1
+                if stalls >= MAX_ATTEMPTS:
+                    raise ProjectionError(f"could not catch up to position {head}: the checkpoint refused "
+                                          f"{MAX_ATTEMPTS} updates without moving")
+            checkpoint = moved
+        return checkpoint or 0
 
     def reset(self) -> int:
         """Replace every read-model row with a fresh fold of the whole log; return its position.
@@ -167,11 +201,15 @@ class Projections:
                     conn.execute(CHECKPOINT.delete())
                     for table, _, _ in MODELS.values():
                         conn.execute(table.delete())
+                    conn.execute(VERDICTS.delete())
                     conn.execute(insert(CHECKPOINT).values(name=CHECKPOINT_NAME, position=head))
                     for model, (table, _, to_row) in MODELS.items():
                         rows = [to_row(value) for value in getattr(state, model).values()]
                         if rows:
                             conn.execute(insert(table), rows)
+                    history = [record.to_row() for value in state.artifacts.values() for record in records_of(value)]
+                    if history:
+                        conn.execute(insert(VERDICTS), history)
             except IntegrityError:
                 continue  # a concurrent catch-up inserted a row first: fold again
             return head
@@ -199,12 +237,13 @@ class Projections:
         existing: dict[str, set[str]] = {model: set() for model in MODELS}
         touched: dict[str, set[str]] = {model: set() for model in MODELS}
         batch = []
-        for event in read_log(self.engine, after=start, up_to=head):
-            batch.append(event)
-            if len(batch) == PAGE:
-                self._fold_batch(work, batch, existing, touched)
-                batch = []
-        self._fold_batch(work, batch, existing, touched)
+        with collector_paused():
+            for event in read_log(self.engine, after=start, up_to=head):
+                batch.append(event)
+                if len(batch) == PAGE:
+                    self._fold_batch(work, batch, existing, touched)
+                    batch = []
+            self._fold_batch(work, batch, existing, touched)
         try:
             with self._writer() as conn:
                 if checkpoint is None:
@@ -245,7 +284,10 @@ class Projections:
                 for index in range(0, len(missing), LOAD_CHUNK):
                     chunk = missing[index:index + LOAD_CHUNK]
                     for row in conn.execute(select(table.c[key], table.c.state).where(table.c[key].in_(chunk))):
-                        getattr(work, model)[row[0]] = load_state(row[1])
+                        state = load_state(row[1])
+                        if model == "artifacts":
+                            state[HISTORY_KEY] = []  # the stored history stays; verdicts folded now are added to it
+                        getattr(work, model)[row[0]] = state
                         existing[model].add(row[0])
 
     @staticmethod
@@ -260,6 +302,11 @@ class Projections:
                 conn.execute(insert(table), fresh)
             if changed:
                 conn.execute(update(table).where(table.c[key] == bindparam("key_")), changed)
+        # Loaded rows start with an empty history, so every verdict in it was folded by this catch-up.
+        history = [record.to_row() for name in sorted(touched["artifacts"])
+                   for record in records_of(work.artifacts[name])]
+        if history:
+            conn.execute(insert(VERDICTS), history)
 
     # -- reading ----------------------------------------------------------------------
 
@@ -270,6 +317,7 @@ class Projections:
         `registry_reader` role, a read-only SQLite registry) cannot catch them
         up, so it answers from the log itself: slower, never stale.
         """
+        self.served_position = None
         if as_of is not None:
             return as_of
         try:
@@ -284,10 +332,22 @@ class Projections:
         if as_of is not None:
             return fold_log(self.store, check_position(self.store, as_of))
         with snapshot(self.engine) as conn:
-            return read_live(conn)
+            state = read_live(conn)
+        self.served_position = state.position
+        return state
 
     def artifact(self, artifact_id: str, as_of: int | None = None) -> dict[str, Any] | None:
-        return self._one("artifacts", ARTIFACT_PREFIX, artifact_id, as_of)
+        """The artifact's state with its whole verdict history (`verdicts`)."""
+        return self._one("artifacts", ARTIFACT_PREFIX, artifact_id, as_of, history=True)
+
+    def current_artifact(self, artifact_id: str) -> dict[str, Any] | None:
+        """The artifact's state now, without reading its verdict history: what an append or a promote needs.
+
+        Its `stream_version` is the version of the stream's event at
+        `last_position`, so an append that expects it fails (ConcurrencyError)
+        when anything reached the stream after this state was read.
+        """
+        return self._one("artifacts", ARTIFACT_PREFIX, artifact_id, None, history=False)
 
     def workload(self, workload_id: str, as_of: int | None = None) -> dict[str, Any] | None:
         return self._one("workloads", WORKLOAD_PREFIX, workload_id, as_of)
@@ -301,14 +361,44 @@ class Projections:
         if as_of is not None:
             found = self.state(as_of).artifacts.values()
         else:
-            table = MODELS["artifacts"][0]
-            statement = select(table.c.state)
+            statement = select(ARTIFACTS.c.artifact, ARTIFACTS.c.state)
+            verdicts = select(VERDICTS)
             if workload is not None:
-                statement = statement.where(table.c.workload == workload)
+                statement = statement.where(ARTIFACTS.c.workload == workload)
+                verdicts = verdicts.where(VERDICTS.c.artifact.in_(
+                    select(ARTIFACTS.c.artifact).where(ARTIFACTS.c.workload == workload)))
             with reading(self.engine) as conn:
-                found = [load_state(text) for text in conn.execute(statement).scalars()]
+                self.served_position = read_checkpoint(conn) or 0
+                rows = conn.execute(statement).all()
+                history: dict[str, list[VerdictRecord]] = {name: [] for name, _ in rows}
+                for row in conn.execute(verdicts):
+                    history.setdefault(row.artifact, []).append(VerdictRecord.from_row(row))
+            found = [with_history(load_state(text), history[name]) for name, text in rows]
         chosen = [a for a in found if workload is None or a["workload"] == workload]
         return sorted(chosen, key=lambda a: a["artifact"])
+
+    def workload_artifacts(self, workload: str) -> tuple[int, dict[str, Any] | None, list[dict[str, Any]]]:
+        """(position, the workload, its artifacts without verdict history) now, read at one position.
+
+        Read in one snapshot of the live tables (an indexed lookup by
+        workload), so the position names exactly the log prefix the answer
+        reflects; a connection that may not write the read models folds the
+        log to its head instead.
+        """
+        as_of = self._fold_to(None)
+        if as_of is not None:
+            state = fold_log(self.store, as_of)
+            chosen = [state.artifacts[key] for key in sorted(state.artifacts)
+                      if state.artifacts[key]["workload"] == workload]
+            return as_of, state.workloads.get(workload), chosen
+        workloads = MODELS["workloads"][0]
+        with reading(self.engine) as conn:
+            position = read_checkpoint(conn) or 0
+            declared = conn.execute(select(workloads.c.state).where(workloads.c.workload == workload)).scalar()
+            texts = conn.execute(select(ARTIFACTS.c.state).where(ARTIFACTS.c.workload == workload)
+                                 .order_by(ARTIFACTS.c.artifact)).scalars().all()
+        self.served_position = position
+        return position, None if declared is None else load_state(declared), [load_state(text) for text in texts]
 
     def workloads(self, as_of: int | None = None) -> list[dict[str, Any]]:
         """Workloads sorted by id."""
@@ -316,11 +406,13 @@ class Projections:
         if as_of is not None:
             found = list(self.state(as_of).workloads.values())
         else:
-            with self.engine.connect() as conn:
+            with snapshot(self.engine) as conn:
+                self.served_position = read_checkpoint(conn) or 0
                 found = [load_state(text) for text in conn.execute(select(MODELS["workloads"][0].c.state)).scalars()]
         return sorted(found, key=lambda w: w["workload"])
 
-    def _one(self, model: str, prefix: str, key: str, as_of: int | None) -> dict[str, Any] | None:
+    def _one(self, model: str, prefix: str, key: str, as_of: int | None,
+             history: bool = True) -> dict[str, Any] | None:
         as_of = self._fold_to(as_of)
         if as_of is not None:
             # A subject's state depends on its own stream only, so fold just that stream.
@@ -328,5 +420,10 @@ class Projections:
             return getattr(state, model).get(key)
         table, column, _ = MODELS[model]
         with reading(self.engine) as conn:
+            self.served_position = read_checkpoint(conn) or 0
             text = conn.execute(select(table.c.state).where(table.c[column] == key)).scalar()
-        return None if text is None else load_state(text)
+            records = read_history(conn, key) if text is not None and model == "artifacts" and history else None
+        if text is None:
+            return None
+        state = load_state(text)
+        return state if records is None else with_history(state, records)

@@ -6,6 +6,7 @@ from typing import Any
 from registry.events.canonical import canonical_json, sha256_hex, strict_json_loads
 
 from .schema import ARTIFACTS, FRAMESETS, OUTCOMES, WORKLOADS
+from .verdict_history import without_history
 
 
 def state_text(state: dict[str, Any]) -> str:
@@ -19,10 +20,12 @@ def _content(state: dict[str, Any]) -> dict[str, Any]:
 
 
 def artifact_row(state: dict[str, Any]) -> dict[str, Any]:
+    """The artifact's row: its verdict history lives in its own table (verdict_history.py)."""
     return {
         "artifact": state["artifact"], "workload": state["workload"], "decision": state["decision"],
         "tier": state["tier"], "speedup": state["speedup"], "last_position": state["last_position"],
-        **_content(state),
+        "stream_version": state["stream_version"], "identity": state["identity"],
+        **_content(without_history(state)),
     }
 
 

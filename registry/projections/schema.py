@@ -33,6 +33,10 @@ ARTIFACTS = _read_model(
     Column("tier", String(32), nullable=True),
     Column("speedup", Float, nullable=True),
     Column("last_position", BigInteger, nullable=False),
+    # What an append and a promotion need without decoding the state: the stream's
+    # version at last_position (the expected version of the next append) and the identity.
+    Column("stream_version", BigInteger, nullable=False),
+    Column("identity", String(64), nullable=False),
 )
 WORKLOADS = _read_model(
     "projection_workloads", "workload",
@@ -42,6 +46,18 @@ WORKLOADS = _read_model(
 FRAMESETS = _read_model("projection_framesets", "name", Column("position", BigInteger, nullable=False))
 # Imported outcome records about a workload as a whole (support runs, fidelity verdicts).
 OUTCOMES = _read_model("projection_outcomes", "workload", Column("last_position", BigInteger, nullable=False))
+
+# Verdict history, one bounded row per verdict (an artifact row keeps only the current verdict),
+# so a promote rewrites one small artifact row and appends one history row, however many came before.
+VERDICTS = Table(
+    "projection_verdicts", METADATA,
+    Column("artifact", String(200), primary_key=True),
+    Column("position", BigInteger, primary_key=True),
+    Column("event_id", String(36), nullable=False),
+    Column("decision", String(32), nullable=False),
+    Column("identity", String(64), nullable=True),
+    Column("entry", Text, nullable=False),
+)
 
 # The log position the read models are folded up to; the row concurrent catch-ups race on.
 CHECKPOINT = Table(

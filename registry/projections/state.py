@@ -67,6 +67,7 @@ def new_artifact(payload: dict[str, Any], position: int) -> dict[str, Any]:
         "artifact": payload["artifact"],
         "registered_position": position,
         "last_position": position,
+        "stream_version": 1,  # every event of the stream is folded into it: the count is its version
         "verdicts": [],
         "identity_changed": None,
     }

@@ -15,9 +15,13 @@ from typing import Any
 
 from registry.events.store import EventStore
 
+from sqlalchemy import select
+
 from .live import Projections, ReadModelsNotWritable, fold_log, read_checkpoint, snapshot
 from .rows import MODELS, load_state
+from .schema import VERDICTS
 from .state import RegistryState
+from .verdict_history import records_of
 
 
 def rebuild(store: EventStore) -> RegistryState:
@@ -27,7 +31,7 @@ def rebuild(store: EventStore) -> RegistryState:
 
 @dataclass(frozen=True)
 class Difference:
-    model: str  # artifacts | workloads | framesets | outcomes
+    model: str  # artifacts | verdicts | workloads | framesets | outcomes (a verdict's key: ARTIFACT@POSITION)
     key: str
     problem: str  # "differs" | "missing from the live table" | "not in the replay"
     fields: tuple[str, ...] = ()
@@ -46,6 +50,7 @@ class ReplayReport:
     checked: dict[str, int]
     differences: list[Difference] = field(default_factory=list)
     replay_seconds: float = 0.0
+    verdicts_checked: int = 0  # rows of the verdict history table compared (projection_verdicts)
 
     @property
     def ok(self) -> bool:
@@ -57,7 +62,8 @@ class ReplayReport:
 
     def summary(self) -> str:
         """One line: what was compared at which position, and every difference."""
-        checked = ", ".join(f"{count} {model}" for model, count in self.checked.items())
+        checked = ", ".join(f"{count} {model}" for model, count in
+                            [*self.checked.items(), ("history verdicts", self.verdicts_checked)])
         head = f"position {self.position}: {checked} compared"
         if self.ok:
             return f"{head}; all equal to the replay"
@@ -66,6 +72,7 @@ class ReplayReport:
     def to_dict(self) -> dict[str, Any]:
         return {
             "ok": self.ok, "position": self.position, "checked": dict(self.checked),
+            "verdicts_checked": self.verdicts_checked,
             "differences": [d.to_dict() for d in self.differences],
             "differing_artifacts": self.differing_artifacts, "replay_seconds": self.replay_seconds,
         }
@@ -87,6 +94,7 @@ def verify_projections(store: EventStore) -> ReplayReport:
             model: {row[key]: dict(row) for row in conn.execute(table.select()).mappings()}
             for model, (table, key, _) in MODELS.items()
         }
+        live["verdicts"] = {_verdict_key(row): dict(row) for row in conn.execute(select(VERDICTS)).mappings()}
     started = time.perf_counter()
     replay = fold_log(store, position)
     seconds = time.perf_counter() - started
@@ -94,15 +102,23 @@ def verify_projections(store: EventStore) -> ReplayReport:
     for model, (_, _, to_row) in MODELS.items():
         expected = {key: to_row(value) for key, value in getattr(replay, model).items()}
         differences += _compare(model, expected, live[model])
+    history = {_verdict_key(row): row for state in replay.artifacts.values()
+               for row in (record.to_row() for record in records_of(state))}
+    differences += _compare("verdicts", history, live["verdicts"], document="entry")
     return ReplayReport(
         position=position,
         checked={model: len(getattr(replay, model)) for model in MODELS},
+        verdicts_checked=len(history),
         differences=differences,
         replay_seconds=seconds,
     )
 
 
-def _compare(model: str, expected: dict[str, dict], live: dict[str, dict]) -> list[Difference]:
+def _verdict_key(row) -> str:
+    return f"{row['artifact']}@{row['position']}"
+
+
+def _compare(model: str, expected: dict[str, dict], live: dict[str, dict], document: str = "state") -> list[Difference]:
     found = []
     for key in sorted(expected.keys() | live.keys()):
         if key not in live:
@@ -110,23 +126,23 @@ def _compare(model: str, expected: dict[str, dict], live: dict[str, dict]) -> li
         elif key not in expected:
             found.append(Difference(model, key, "not in the replay"))
         else:
-            fields = _differing_fields(expected[key], live[key])
+            fields = _differing_fields(expected[key], live[key], document)
             if fields:
                 found.append(Difference(model, key, "differs", tuple(fields)))
     return found
 
 
-def _differing_fields(expected: dict[str, Any], live: dict[str, Any]) -> list[str]:
-    """Column names that differ; for the state JSON, the top-level keys that differ inside it."""
-    fields = [column for column in expected if column != "state" and expected[column] != live.get(column)]
-    if expected["state"] != live["state"]:
+def _differing_fields(expected: dict[str, Any], live: dict[str, Any], document: str = "state") -> list[str]:
+    """Column names that differ; for the JSON column (`document`), the top-level keys that differ inside it."""
+    fields = [column for column in expected if column != document and expected[column] != live.get(column)]
+    if expected[document] != live[document]:
         try:
-            live_state = load_state(live["state"])
+            live_state = load_state(live[document])
         except ValueError:
-            return [*fields, "state (not JSON)"]
+            return [*fields, f"{document} (not JSON)"]
         if not isinstance(live_state, dict):
-            return [*fields, "state (not an object)"]
-        wanted = load_state(expected["state"])
+            return [*fields, f"{document} (not an object)"]
+        wanted = load_state(expected[document])
         inner = sorted(k for k in wanted.keys() | live_state.keys() if wanted.get(k) != live_state.get(k))
-        fields += [f"state.{k}" for k in inner] or ["state (formatting)"]
+        fields += [f"{document}.{k}" for k in inner] or [f"{document} (formatting)"]
     return fields
