@@ -25,7 +25,7 @@ from registry.events.store import NewEvent
 from registry.events.types import HumanDecision, VerdictRendered
 from registry.gate import ArtifactFacts, GateEvidence, Recorded, decide
 from registry.projections import Projections
-from registry.projections.state import FINAL, contract_note
+from registry.projections.state import FINAL, attempts_on, contract_note
 
 from .context import Registry
 from .workloads import artifact_stream, current_contract, find_contract
@@ -34,8 +34,8 @@ from .workloads import artifact_stream, current_contract, find_contract
 PROMOTE_TRIES = 5
 
 
-def gate_inputs(state: dict[str, Any]) -> tuple[GateEvidence, ArtifactFacts]:
-    """The gate's view of an artifact's projected state."""
+def gate_inputs(state: dict[str, Any], attempts: int | None = None) -> tuple[GateEvidence, ArtifactFacts]:
+    """The gate's view of an artifact's projected state; `attempts` the payload's count (payload_attempts)."""
     latest = state["evidence"]
 
     def recorded(kind: str) -> Recorded | None:
@@ -46,7 +46,7 @@ def gate_inputs(state: dict[str, Any]) -> tuple[GateEvidence, ArtifactFacts]:
                 for f in state["open_failures"]]
     evidence = GateEvidence(execution=recorded("execution"), benchmark=recorded("benchmark"),
                             parity=recorded("parity"), perceptual=recorded("perceptual"), failures=failures,
-                            benchmark_attempts=state["benchmark_attempts"])
+                            benchmark_attempts=state["benchmark_attempts"] if attempts is None else attempts)
     facts = ArtifactFacts(artifact_id=state["artifact"], kind=state["kind"], claimed_backend=state["backend"])
     return evidence, facts
 
@@ -56,6 +56,22 @@ def _artifact_state(registry: Registry, artifact: str) -> dict[str, Any]:
     if state is None:
         raise ValueError(f"unknown artifact {artifact!r} (register it with `registry artifact register`)")
     return state
+
+
+def payload_attempts(projections: Projections, state: dict[str, Any]) -> int:
+    """Benchmark attempts of the artifact's bytes within its workload (docs/gate.md, "Attempts").
+
+    The same payload registered under another artifact id, or under other
+    claims of this one, does not start a fresh count: every benchmark item of
+    those bytes in the workload counts. An artifact without a payload hash
+    has nothing to match by, so its own identity's count stands.
+    """
+    payload = state["payload_sha256"]
+    if payload is None:
+        return state["benchmark_attempts"]
+    others = [other for other in projections.artifacts(workload=state["workload"])
+              if other["artifact"] != state["artifact"]]
+    return sum(attempts_on(artifact, payload) for artifact in (state, *others))
 
 
 def _seen_version(registry: Registry, state: dict[str, Any]) -> int:
@@ -110,14 +126,14 @@ def promote(registry: Registry, artifact: str) -> PromoteOutcome:
 
 def _promote_once(registry: Registry, artifact: str) -> PromoteOutcome:
     state = _artifact_state(registry, artifact)
-    attempts = state["benchmark_attempts"]
+    attempts = payload_attempts(Projections(registry.store), state)
     if state["decision"] in FINAL and state["verdict"] is not None:
         return PromoteOutcome(state["verdict"], False, state["contract_version"], state.get("contract_hash") or "",
                               None, attempts)
     declared = find_contract(registry, state["workload"])
     if declared is None:
         return PromoteOutcome(undeclared_contract_verdict(state["workload"]), False, None, "", None, attempts)
-    evidence, facts = gate_inputs(state)
+    evidence, facts = gate_inputs(state, attempts)
     verdict = decide(declared.contract, evidence, facts).to_dict()
     event = VerdictRendered(
         artifact=artifact, identity=state["identity"], payload_sha256=state["payload_sha256"],
@@ -147,6 +163,7 @@ def human_decision(registry: Registry, artifact: str, action: str, reason: str,
                 f"approve applies to advisory-tier artifacts whose verdict is recorded; {artifact} is "
                 f"{state['decision']} (tier {state['tier'] or 'none'})"
             )
+        _check_approvable(registry, artifact, state)
     elif action == "revoke":
         if state["decision"] not in FINAL:
             raise ValueError(f"revoke ends a promotion or rejection; {artifact} is {state['decision']}")
@@ -168,6 +185,36 @@ def human_decision(registry: Registry, artifact: str, action: str, reason: str,
             f"{artifact} changed while the {action} was being recorded (verdict {latest} may no longer be the "
             f"latest); nothing recorded: read it again with `registry show {artifact}`"
         ) from None
+
+
+def _check_approvable(registry: Registry, artifact: str, state: dict[str, Any]) -> None:
+    """An approval answers a verdict that still stands: under the current contract, on the current evidence.
+
+    A person may promote only what the workload's current contract leaves to
+    a person (the advisory tier), on the verdict that contract gave; and the
+    verdict must have seen everything recorded for the identity since: no
+    evidence or failure after it, no revoke after it.
+    """
+    verdict_id, verdict_position = state["verdict_event_id"], state["verdict_position"]
+    declared = find_contract(registry, state["workload"])
+    if declared is None or declared.version != state["contract_version"] or declared.contract.tier != "advisory":
+        now = "has no declared contract" if declared is None else \
+            f"is now at contract v{declared.version} (tier {declared.contract.tier})"
+        raise ValueError(
+            f"verdict {verdict_id} of {artifact} was decided under contract v{state['contract_version']} and "
+            f"workload {state['workload']} {now}; nothing recorded: run `registry promote {artifact}` to decide "
+            "under the current contract first"
+        )
+    later = [entry["position"] for entry in (*state["evidence"].values(), *state["open_failures"])
+             if entry["position"] > verdict_position]
+    human = state["human"]
+    if human is not None and human["action"] == "revoke" and human["position"] > verdict_position:
+        later.append(human["position"])
+    if later:
+        raise ValueError(
+            f"verdict {verdict_id} of {artifact} is older than what was recorded for it at position {max(later)}; "
+            f"nothing recorded: run `registry promote {artifact}` to decide on it first"
+        )
 
 
 @dataclass(frozen=True)
@@ -204,7 +251,7 @@ def what_if(registry: Registry, contract: Contract) -> list[WhatIf]:
     workload = projections.workload(contract.workload)
     outcomes = []
     for state in projections.artifacts(workload=contract.workload):
-        evidence, facts = gate_inputs(state)
+        evidence, facts = gate_inputs(state, payload_attempts(projections, state))
         new = decide(contract, evidence, facts)
         old = _margins_by_metric(state["verdict"])
         moved = []

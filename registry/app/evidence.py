@@ -117,4 +117,25 @@ def import_document(registry: Registry, text: str) -> tuple[str, Recorded]:
             f"payload_sha256: the document measured payload {_short(document.payload_sha256)}, but artifact "
             f"{document.artifact} is registered with payload {_short(subject.payload_sha256)}; nothing recorded"
         )
+    if document.payload_sha256 is None:
+        _check_unambiguous(registry, subject)
     return document.artifact, record_evidence(registry, subject, document.items, document.run)
+
+
+def _check_unambiguous(registry: Registry, subject: Subject) -> None:
+    """A document that names no payload binds only where no other bytes were ever registered under its artifact.
+
+    Once an artifact has been registered with more than one payload, nothing
+    shows which of them an unnamed measurement ran on, so the document must
+    name the payload it measured (docs/gate.md, "Evidence is bound to what
+    was measured").
+    """
+    from registry.projections import Projections
+
+    state = Projections(registry.store).artifact(subject.artifact) or {}
+    payloads = state.get("registered_payloads") or [subject.payload_sha256]
+    if len(payloads) > 1:
+        raise ValueError(
+            f"payload_sha256: artifact {subject.artifact} has been registered with {len(payloads)} payloads, so a "
+            "document that names none cannot show which one it measured; nothing recorded: add payload_sha256"
+        )

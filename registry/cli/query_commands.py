@@ -55,8 +55,12 @@ def show(session: Session, artifact_id: str, as_of: str | None, as_json: bool) -
     changed = state["identity_changed"]
     if changed:
         fields = ", ".join(f"{key} {old} -> {new}" for key, (old, new) in changed["changes"].items())
-        say(f"  identity changed at position {changed['position']} ({fields}): "
-            "earlier evidence and verdicts stay in history and no longer count")
+        if changed.get("returned"):
+            say(f"  identity changed at position {changed['position']} ({fields}): these claims were registered "
+                "before, so their own evidence, failures, attempts and verdict count again")
+        else:
+            say(f"  identity changed at position {changed['position']} ({fields}): "
+                "earlier evidence and verdicts stay in history and no longer count")
     if note:
         say(f"  {note} (see `registry what-if`)")
     if state["decided_by"] == "human" and state["human"]:
