@@ -111,19 +111,7 @@ def register_artifact(
     workload nobody has declared yet, and no contract is invented for it, so
     its artifacts hold until one is declared. `origin` names that document.
     """
-    check_name(artifact, "artifact id")
-    check_name(workload, "workload")
-    if kind not in ARTIFACT_KINDS:
-        raise ValueError(f"kind {kind!r} is not one of {', '.join(ARTIFACT_KINDS)}")
-    if kind == "attention_backend" and not backend:
-        raise ValueError("an attention_backend artifact must name its backend (--backend)")
-    if (op is None) != (entry is None):
-        raise ValueError("--op and --entry go together: the operation and the kernel entry that implements it")
-    if op is not None:
-        from registry.kernels.ops import get_operation, resolve_entry
-
-        get_operation(op)
-        resolve_entry(entry)
+    check_claims(artifact, workload=workload, kind=kind, backend=backend, op=op, entry=entry)
     if require_contract:
         current_contract(registry, workload)
     if payload_sha256 is not None:
@@ -152,6 +140,24 @@ def register_artifact(
     registry.store.append(stream, [NewEvent(event.type, event)], expected_version=registry.store.stream_version(stream),
                           actor=registry.actor)
     return Registration(artifact, digest, True)
+
+
+def check_claims(artifact: str, *, workload: str, kind: str, backend: str | None = None, op: str | None = None,
+                 entry: str | None = None) -> None:
+    """What a registration claims, checked before anything is read or appended (one line for the first problem)."""
+    check_name(artifact, "artifact id")
+    check_name(workload, "workload")
+    if kind not in ARTIFACT_KINDS:
+        raise ValueError(f"kind {kind!r} is not one of {', '.join(ARTIFACT_KINDS)}")
+    if kind == "attention_backend" and not backend:
+        raise ValueError("an attention_backend artifact must name its backend (--backend)")
+    if (op is None) != (entry is None):
+        raise ValueError("--op and --entry go together: the operation and the kernel entry that implements it")
+    if op is not None:
+        from registry.kernels.ops import get_operation, resolve_entry
+
+        get_operation(op)
+        resolve_entry(entry)
 
 
 def registration(registry: Registry, artifact: str) -> dict:
