@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from registry.contracts import Contract
+from registry.errors import UserError
 from registry.events.errors import ConcurrencyError
 from registry.events.store import NewEvent
 from registry.events.types import HumanDecision, VerdictRendered
@@ -54,7 +55,7 @@ def gate_inputs(state: dict[str, Any], attempts: int | None = None) -> tuple[Gat
 def _artifact_state(registry: Registry, artifact: str) -> dict[str, Any]:
     state = Projections(registry.store).artifact(artifact)
     if state is None:
-        raise ValueError(f"unknown artifact {artifact!r} (register it with `registry artifact register`)")
+        raise UserError(f"unknown artifact {artifact!r} (register it with `registry artifact register`)")
     return state
 
 
@@ -118,7 +119,7 @@ def promote(registry: Registry, artifact: str) -> PromoteOutcome:
             return _promote_once(registry, artifact)
         except ConcurrencyError:
             continue
-    raise ValueError(
+    raise UserError(
         f"artifact {artifact} received new events each of the {PROMOTE_TRIES} times its verdict was decided; "
         "nothing recorded: run promote again once its evidence imports have finished"
     )
@@ -155,23 +156,23 @@ def human_decision(registry: Registry, artifact: str, action: str, reason: str,
     verdict), which must still be the latest when the decision is appended.
     """
     if not reason or not reason.strip():
-        raise ValueError(f"{action} needs a non-empty --reason")
+        raise UserError(f"{action} needs a non-empty --reason")
     state = _artifact_state(registry, artifact)
     if action == "approve":
         if state["tier"] != "advisory" or state["decision"] != "recorded":
-            raise ValueError(
+            raise UserError(
                 f"approve applies to advisory-tier artifacts whose verdict is recorded; {artifact} is "
                 f"{state['decision']} (tier {state['tier'] or 'none'})"
             )
         _check_approvable(registry, artifact, state)
     elif action == "revoke":
         if state["decision"] not in FINAL:
-            raise ValueError(f"revoke ends a promotion or rejection; {artifact} is {state['decision']}")
+            raise UserError(f"revoke ends a promotion or rejection; {artifact} is {state['decision']}")
     else:
-        raise ValueError(f"unknown human action {action!r}")
+        raise UserError(f"unknown human action {action!r}")
     latest = state["verdict_event_id"]
     if verdict_event_id is not None and verdict_event_id != latest:
-        raise ValueError(
+        raise UserError(
             f"--verdict {verdict_event_id} is not the latest verdict of {artifact} ({latest}); "
             f"read it with `registry show {artifact}` and {action} that one"
         )
@@ -181,7 +182,7 @@ def human_decision(registry: Registry, artifact: str, action: str, reason: str,
         return registry.store.append(artifact_stream(artifact), [NewEvent(event.type, event)],
                                      expected_version=_seen_version(registry, state), actor=registry.actor)[0]
     except ConcurrencyError:
-        raise ValueError(
+        raise UserError(
             f"{artifact} changed while the {action} was being recorded (verdict {latest} may no longer be the "
             f"latest); nothing recorded: read it again with `registry show {artifact}`"
         ) from None
@@ -200,7 +201,7 @@ def _check_approvable(registry: Registry, artifact: str, state: dict[str, Any]) 
     if declared is None or declared.version != state["contract_version"] or declared.contract.tier != "advisory":
         now = "has no declared contract" if declared is None else \
             f"is now at contract v{declared.version} (tier {declared.contract.tier})"
-        raise ValueError(
+        raise UserError(
             f"verdict {verdict_id} of {artifact} was decided under contract v{state['contract_version']} and "
             f"workload {state['workload']} {now}; nothing recorded: run `registry promote {artifact}` to decide "
             "under the current contract first"
@@ -211,7 +212,7 @@ def _check_approvable(registry: Registry, artifact: str, state: dict[str, Any]) 
     if human is not None and human["action"] == "revoke" and human["position"] > verdict_position:
         later.append(human["position"])
     if later:
-        raise ValueError(
+        raise UserError(
             f"verdict {verdict_id} of {artifact} is older than what was recorded for it at position {max(later)}; "
             f"nothing recorded: run `registry promote {artifact}` to decide on it first"
         )

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from registry.contracts.names import check_name
+from registry.errors import UserError
 from registry.events.identity import IDENTITY_FIELDS, artifact_identity
 from registry.events.store import NewEvent
 from registry.events.types import EVIDENCE_EVENT_BY_KIND, EvaluationFailed
@@ -92,10 +93,10 @@ def record_evidence(registry: Registry, subject: Subject, items: list[dict[str, 
     if run is not None:
         check_name(run, "run id")
     if not items:
-        raise ValueError("an evidence document needs at least one item")
+        raise UserError("an evidence document needs at least one item")
     now = capture_subject(registry, subject.artifact)
     if now.identity != subject.identity:
-        raise ValueError(
+        raise UserError(
             f"artifact {subject.artifact} was re-registered while its evidence was measured "
             f"({_changed_fields(subject.registration, now.registration)} changed); nothing recorded: measure it again"
         )
@@ -113,7 +114,7 @@ def import_document(registry: Registry, text: str) -> tuple[str, Recorded]:
     document = parse_document_text(text)
     subject = capture_subject(registry, document.artifact)
     if document.payload_sha256 is not None and document.payload_sha256 != subject.payload_sha256:
-        raise ValueError(
+        raise UserError(
             f"payload_sha256: the document measured payload {_short(document.payload_sha256)}, but artifact "
             f"{document.artifact} is registered with payload {_short(subject.payload_sha256)}; nothing recorded"
         )
@@ -135,7 +136,7 @@ def _check_unambiguous(registry: Registry, subject: Subject) -> None:
     state = Projections(registry.store).artifact(subject.artifact) or {}
     payloads = state.get("registered_payloads") or [subject.payload_sha256]
     if len(payloads) > 1:
-        raise ValueError(
+        raise UserError(
             f"payload_sha256: artifact {subject.artifact} has been registered with {len(payloads)} payloads, so a "
             "document that names none cannot show which one it measured; nothing recorded: add payload_sha256"
         )

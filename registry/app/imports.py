@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
 from registry.documents import DocumentError, load_json, read_document
+from registry.errors import UserError
 from registry.events.errors import ConcurrencyError, IdempotencyConflict, StoreError
 from registry.events.store import NewEvent
 from registry.events.types import ArtifactRegistered, ExternalOutcome
@@ -102,7 +103,7 @@ def import_motionkernel(
     for documents that name none (fidelity verdicts).
     """
     if registry is None and not check_only:
-        raise ValueError("an import needs a registry; only --check runs without one")
+        raise UserError("an import needs a registry; only --check runs without one")
     summary = ImportSummary(checked_only=check_only)
     for root, path in _documents(paths):
         result = _import_one(registry, root, path, workload, check_only)
@@ -117,7 +118,7 @@ def _documents(paths: Iterable[str | Path]) -> Iterator[tuple[Path, Path]]:
     for given in paths:
         path = Path(given)
         if not path.exists():
-            raise ValueError(f"{given}: no such file or folder")
+            raise UserError(f"{given}: no such file or folder")
         if path.is_dir():
             for found in sorted(path.rglob("*.json")):
                 if not found.is_symlink():
@@ -195,7 +196,7 @@ def _record(registry: Registry, plan, items: list[dict[str, Any]], origin: dict[
             return _append(registry, stream, events, key, 0 if registered else None)
         except ConcurrencyError:
             continue
-    raise ValueError(f"artifact {plan.artifact} kept changing while this document was imported "
+    raise UserError(f"artifact {plan.artifact} kept changing while this document was imported "
                      f"({IMPORT_TRIES} tries); nothing recorded: import it again")
 
 
@@ -217,7 +218,7 @@ def _registration(registry: Registry, plan, origin: dict[str, Any], version: int
     if version:
         current = registration(registry, plan.artifact)
         if current["workload"] != plan.workload or current["kind"] != plan.artifact_kind:
-            raise ValueError(
+            raise UserError(
                 f"artifact {plan.artifact} is registered as a {current['kind']} of workload {current['workload']}, "
                 f"but this document describes a {plan.artifact_kind} of workload {plan.workload}"
             )

@@ -15,6 +15,7 @@ from typing import Any
 from registry.bundles import CallSite, Candidate, Lock, LockProblem, Profile, resolve
 from registry.bundles.lock import LOCK_FORMAT, locked_entry
 from registry.bundles.resolution import SELECTED
+from registry.errors import UserError
 from registry.projections import Projections
 
 from .context import Registry
@@ -25,7 +26,7 @@ from .workloads import artifact_stream
 def chain_hash_at(registry: Registry, position: int) -> str:
     found = registry.store.read_all(after_position=position - 1, up_to_position=position)
     if not found:
-        raise ValueError(f"the log has no event at position {position}")
+        raise UserError(f"the log has no event at position {position}")
     return found[0].hash
 
 
@@ -34,7 +35,7 @@ def export_lock(registry: Registry, workload: str, profile: Profile | None = Non
     """The lock document; its `artifacts` list is empty when nothing promoted (and matching) has a bundle."""
     position = registry.store.head_position() if as_of is None else as_of
     if position == 0:
-        raise ValueError("the log is empty: there is nothing to lock")
+        raise UserError("the log is empty: there is nothing to lock")
     found = workload_candidates(registry, workload, position)
     states = {candidate.artifact: state for state, candidate in found}
     candidates = [candidate for _, candidate in found]

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from registry.bundles import CallSite, Candidate, Profile, Resolution, parse_manifest, resolve
+from registry.errors import UserError
 from registry.projections import Projections
 
 from .context import Registry
@@ -64,7 +65,7 @@ def workload_candidates(registry: Registry, workload: str, position: int) -> lis
     projections = Projections(registry.store)
     declared = projections.workload(workload, as_of=position)
     if declared is None:
-        raise ValueError(f"unknown workload {workload!r} as of position {position} "
+        raise UserError(f"unknown workload {workload!r} as of position {position} "
                          "(declare it with `registry workload declare`)")
     return [(state, candidate_from_state(state, declared["contract_version"]))
             for state in projections.artifacts(workload=workload, as_of=position)]

@@ -4,6 +4,7 @@ from __future__ import annotations
 import click
 
 from registry.app import Registry, open_registry
+from registry.errors import UserError
 from registry.events.database import current_revision, head_revision
 
 from .session import Session, pass_session
@@ -63,7 +64,7 @@ def history(session: Session, stream: str, as_of: str | None, as_json: bool) -> 
     position = resolve_as_of(registry.store, as_of)
     events = registry.store.read_stream(stream_name(stream), up_to_position=position)
     if not events:
-        raise ValueError(f"no events in stream {stream_name(stream)}" + (f" up to position {position}" if position is not None else ""))
+        raise UserError(f"no events in stream {stream_name(stream)}" + (f" up to position {position}" if position is not None else ""))
     if as_json:
         emit_json([event.to_dict() for event in events])
         return
@@ -88,7 +89,7 @@ def parse_head(text: str) -> tuple[int, str]:
     """--expect-head POSITION:HASH, as `verify` prints a head."""
     position, _, digest = text.strip().partition(":")
     if not (position.isascii() and position.isdigit()) or len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
-        raise ValueError(f"--expect-head {text!r} is not POSITION:HASH (a log position, a colon and the 64 lowercase "
+        raise UserError(f"--expect-head {text!r} is not POSITION:HASH (a log position, a colon and the 64 lowercase "
                          "hex digits of its chain hash, as `registry verify` prints the head)")
     return int(position), digest
 

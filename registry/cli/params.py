@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import click
 
+from registry.errors import UserError
+
 
 def _option(param: click.Parameter) -> str:
     return param.opts[0] if isinstance(param, click.Option) else param.human_readable_name

@@ -19,13 +19,16 @@ Why each part:
 
 Everything else is allowed, brackets and dollars included: names are
 printed literally everywhere (registry.cli.output). The rule is pure and
-imports nothing from the registry, so the CLI, the application layer, the
-manifest and the evidence-document parsers all apply the same one.
+imports nothing from the registry but the refusal root (registry.errors),
+so the CLI, the application layer, the manifest and the evidence-document
+parsers all apply the same one.
 """
 from __future__ import annotations
 
 import unicodedata
 from typing import Any
+
+from registry.errors import UserError
 
 MAX_NAME_LENGTH = 128
 NAME_RULE = (f"1 to {MAX_NAME_LENGTH} characters, starting with a letter or digit, "
@@ -77,7 +80,7 @@ def check_name(value: Any, what: str) -> str:
     """Return `value` when it is a valid name; else raise ValueError naming `what` (e.g. "--run", "artifact id")."""
     refusal = name_refusal(value)
     if refusal is not None:
-        raise ValueError(f"{what} {refusal}")
+        raise UserError(f"{what} {refusal}")
     return value
 
 
@@ -88,7 +91,7 @@ MAX_SEED = 2**64 - 1
 def check_seed(value: Any, what: str) -> int:
     """Return `value` when it is a seed (an integer in [0, 2**64 - 1]); else raise ValueError naming `what`."""
     if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"{what} must be an integer seed, not {type(value).__name__}")
+        raise UserError(f"{what} must be an integer seed, not {type(value).__name__}")
     if not 0 <= value <= MAX_SEED:
-        raise ValueError(f"{what} {value} is outside [0, 2**64 - 1], the range of a generator's seed")
+        raise UserError(f"{what} {value} is outside [0, 2**64 - 1], the range of a generator's seed")
     return value

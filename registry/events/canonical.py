@@ -12,8 +12,10 @@ import json
 import math
 from typing import Any
 
+from registry.errors import UserError
 
-class CanonicalError(ValueError):
+
+class CanonicalError(UserError):
     """A value cannot be represented in canonical JSON."""
 
 

@@ -20,6 +20,7 @@ import numpy as np
 from registry.contracts.names import name_refusal
 from registry.contracts.parity import is_known_dtype, normalize_dtype
 from registry.documents import MAX_EVIDENCE_BYTES, DocumentError, load_json, read_document
+from registry.errors import UserError
 from registry.evidence.ranks import MAX_RUNS_PER_ARM
 from registry.evidence.stats import summarize_benchmark
 
@@ -40,7 +41,7 @@ SUMMARY_FIELDS = frozenset({
 })
 
 
-class EvidenceError(ValueError):
+class EvidenceError(UserError):
     """An evidence document or item the registry refuses; one line naming where and why."""
 
 

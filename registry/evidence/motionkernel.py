@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from registry.contracts.names import name_refusal
+from registry.errors import UserError
 from registry.evidence.document import ARCH, FORMAT as EVIDENCE_FORMAT
 
 SYSTEM = "motionkernel"
@@ -51,7 +52,7 @@ _ID_PART = re.compile(r"[^A-Za-z0-9._-]+")
 KINDS = ("dispatch_measurement", "artifact_manifest", "support_run", "attention_campaign", "fidelity_verdict")
 
 
-class MotionKernelError(ValueError):
+class MotionKernelError(UserError):
     """A MotionKernel document the import refuses: one line naming where and why."""
 
 

@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from registry.errors import UserError
 from registry.evidence.document import EvidenceError, parse_item
 from registry.gate.model import RULES, Margin, Recorded
 
@@ -34,7 +35,7 @@ class Ledger:
 
     def add(self, rule: str, decision: str, reason: str) -> None:
         if rule not in RULES:
-            raise ValueError(f"unknown gate rule {rule!r}")
+            raise UserError(f"unknown gate rule {rule!r}")
         self.findings.append(Finding(rule, decision, reason))
 
     def note(self, rule: str, reason: str) -> None:

@@ -21,6 +21,7 @@ import io
 from datetime import datetime, timedelta, timezone
 from typing import Any, Iterable
 
+from registry.errors import UserError
 from .state import RegistryState
 
 OUTCOMES = ("promoted", "candidates_found", "no_worthwhile_candidate", "quarantined", "held", "not_attempted")
@@ -41,7 +42,7 @@ def support_matrix(state: RegistryState, *, at: datetime, stale_days: int = DEFA
                    archs: Iterable[str] = ()) -> dict[str, Any]:
     """The matrix as a JSON-able dict: `archs`, `rows` (family, workload, cells), `unplaced` artifacts."""
     if isinstance(stale_days, bool) or not isinstance(stale_days, int) or stale_days < 0:
-        raise ValueError(f"--stale-days must be a whole number of days >= 0, got {stale_days!r}")
+        raise UserError(f"--stale-days must be a whole number of days >= 0, got {stale_days!r}")
     contributions: list[dict[str, Any]] = []
     families: dict[str, str] = {}
     unplaced: list[str] = []

@@ -9,6 +9,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from registry.errors import UserError
 from registry.events.identity import IDENTITY_FIELDS, artifact_identity
 
 EVIDENCE_KINDS = ("parity", "benchmark", "execution", "perceptual")
@@ -16,7 +17,7 @@ EVIDENCE_KINDS = ("parity", "benchmark", "execution", "perceptual")
 FINAL = ("promoted", "rejected")
 
 
-class ProjectionError(ValueError):
+class ProjectionError(UserError):
     """The log holds something the fold cannot place, or the read models cannot be trusted."""
 
 
