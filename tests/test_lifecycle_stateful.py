@@ -119,19 +119,18 @@ def completed(event) -> bool:
     return event.type != "PerceptualMeasured" or event.payload["item"]["stage_status"] == "ok"
 
 
-def decided_on(stream: list, verdict_position: int) -> list:
+def decided_on(stream: list, verdict_position: int, identity: str) -> list:
     """The events a verdict at `verdict_position` could rest on, read from the log (not from the fold).
 
-    Those after the registration that started the identity (every appended
-    registration changes it) and, for evidence, after the identity's last revoke
-    (failures survive a revoke).
+    Those of the verdict's identity, whenever it was registered (its history
+    belongs to it, however often it is registered) and, for evidence, after
+    the identity's last revoke (failures survive a revoke).
     """
-    before = [e for e in stream if e.position < verdict_position]
-    start = max(e.position for e in before if e.type == "ArtifactRegistered")
+    before = [e for e in stream if e.position < verdict_position and e.payload.get("identity") == identity]
     revoked = max((e.position for e in before if e.type == "HumanDecision" and e.payload["action"] == "revoke"),
                   default=0)
-    return [e for e in before if e.position > start
-            and (e.type == "EvaluationFailed" or (e.type in EVIDENCE_TYPES.values() and e.position > revoked))]
+    return [e for e in before
+            if e.type == "EvaluationFailed" or (e.type in EVIDENCE_TYPES.values() and e.position > revoked)]
 
 
 class Lifecycle(RuleBasedStateMachine):
@@ -146,6 +145,8 @@ class Lifecycle(RuleBasedStateMachine):
         for workload in self.min_ssim:
             self.declare(workload, MIN_SSIM[0])
         self.payload_digests = {}
+        self.artifacts = dict(ARTIFACTS)  # the fixed three, and any the `rename` rule adds
+        self.renamed = 0
         for name in PAYLOADS:
             (self.folder / name).write_text(f"payload {name}")
             self.payload_digests[name] = hashlib.sha256(f"payload {name}".encode()).hexdigest()
@@ -184,6 +185,7 @@ class Lifecycle(RuleBasedStateMachine):
         result = json.loads(self.run_ok("workload", "declare", self.write(f"{workload}.yaml", manifest(workload, min_ssim)),
                                         "--json").output)
         self.min_ssim[workload][result["contract_version"]] = min_ssim
+        return result["contract_version"]
 
     def register(self, artifact: str, payload: str, backend: str):
         workload, kind = ARTIFACTS[artifact]
@@ -242,6 +244,9 @@ class Lifecycle(RuleBasedStateMachine):
     def fail_a_stage(self, artifact, stage):
         document = {"format": "registry.evidence/1", "artifact": artifact,
                     "evidence": [{"kind": "failure", "stage": stage, "error": "it crashed"}]}
+        payload = self.state(artifact)["payload_sha256"]
+        if payload:  # once other bytes were registered, a document must name the ones it measured
+            document["payload_sha256"] = payload
         self.run_ok("evidence", "import", self.write("failure.json", json.dumps(document)))
 
     @rule(artifact=st.sampled_from(sorted(ARTIFACTS)))
@@ -267,6 +272,48 @@ class Lifecycle(RuleBasedStateMachine):
     def redeclare(self, workload, min_ssim):
         self.declare(workload, min_ssim)
 
+    @rule(artifact=st.sampled_from(sorted(ARTIFACTS)), back=st.integers(0, 5))
+    def return_to_earlier_bytes(self, artifact, back):
+        """Register claims this artifact had before: their own history counts again, nothing else's."""
+        registry = open_registry(self.url)
+        try:
+            earlier = [e.payload for e in registry.store.read_stream(f"artifact:{artifact}")
+                       if e.type == "ArtifactRegistered"]
+        finally:
+            registry.engine.dispose()
+        chosen = earlier[-1 - back % len(earlier)]
+        payload = next(name for name, digest in self.payload_digests.items() if digest == chosen["payload_sha256"])
+        self.register(artifact, payload, chosen["backend"])
+
+    @rule(artifact=st.sampled_from(["cache", "sage"]), min_ssim=st.sampled_from(MIN_SSIM),
+          action=st.sampled_from(["approve", "revoke"]))
+    def redeclare_then_decide(self, artifact, min_ssim, action):
+        """A person acting on a verdict given under the contract before a re-declaration."""
+        workload = ARTIFACTS[artifact][0]
+        before = self.state(artifact)
+        version = self.declare(workload, min_ssim)
+        result = self.run(action, artifact, "--reason", "after the contract moved")
+        if action == "approve" and before["verdict_event_id"] is not None and before["contract_version"] != version:
+            assert result.exit_code == 1, result.output  # the verdict was not given under the current contract
+
+    @rule(artifact=st.sampled_from(sorted(ARTIFACTS)))
+    def rename(self, artifact):
+        """The same bytes under a new artifact id: a passing set and the gate, with the payload's attempts."""
+        state = self.state(artifact)
+        self.renamed += 1
+        new_id = f"{artifact}-renamed-{self.renamed}"
+        self.artifacts[new_id] = ARTIFACTS[artifact]
+        payload = next(name for name, digest in self.payload_digests.items() if digest == state["payload_sha256"])
+        workload, kind = ARTIFACTS[artifact]
+        self.run_ok("artifact", "register", new_id, "--workload", workload, "--kind", kind,
+                    "--backend", state["backend"], "--payload", str(self.folder / payload))
+        self.import_a_passing_set(new_id)
+        self.promote(new_id)
+
+    # -- shipping ----------------------------------------------------------------------------------
+    # Lock export and verification after each step belong here (the invariant that every lock field
+    # equals the registry's, and that whatever ships is promoted under the current contract).
+
     # -- invariants --------------------------------------------------------------------------------
 
     @invariant()
@@ -278,7 +325,8 @@ class Lifecycle(RuleBasedStateMachine):
         try:
             store = registry.store
             by_id = {event.event_id: event for event in store.read_all()}
-            for artifact, (workload, _) in ARTIFACTS.items():
+            registrations = {e.stream: e.payload for e in by_id.values() if e.type == "ArtifactRegistered"}
+            for artifact, (workload, _) in self.artifacts.items():
                 state = self.state(artifact)
                 registration = [e.payload for e in store.read_stream(f"artifact:{artifact}")
                                 if e.type == "ArtifactRegistered"][-1]
@@ -291,8 +339,14 @@ class Lifecycle(RuleBasedStateMachine):
                 if state["decision"] != "promoted":
                     continue
                 verdict_event = by_id[state["verdict_event_id"]]
-                assert verdict_event.payload["identity"] == identity and verdict_event.position > max(
-                    e.position for e in store.read_stream(f"artifact:{artifact}") if e.type == "ArtifactRegistered")
+                assert verdict_event.payload["identity"] == identity and verdict_event.position > min(
+                    e.position for e in store.read_stream(f"artifact:{artifact}")
+                    if e.type == "ArtifactRegistered" and artifact_identity(e.payload) == identity)
+                # attempts count per payload within the workload, under every artifact id and identity
+                payload = verdict_event.payload["payload_sha256"]
+                assert verdict_event.payload["benchmark_attempts"] == sum(
+                    1 for e in by_id.values() if e.type == "BenchmarkMeasured" and e.position < verdict_event.position
+                    and e.payload["payload_sha256"] == payload and registrations[e.stream]["workload"] == workload)
                 if state["decided_by"] == "human":
                     assert state["human"]["action"] == "approve"
                     assert state["human"]["verdict_event_id"] == state["verdict_event_id"]
@@ -300,7 +354,7 @@ class Lifecycle(RuleBasedStateMachine):
                     continue
                 min_ssim = self.min_ssim[workload][verdict_event.payload["contract_version"]]
                 used = set(verdict_event.payload["verdict"]["evidence_ids"])
-                seen = decided_on(store.read_stream(f"artifact:{artifact}"), verdict_event.position)
+                seen = decided_on(store.read_stream(f"artifact:{artifact}"), verdict_event.position, identity)
                 assert all(event.payload["identity"] == identity for event in seen)
                 for failed in (e for e in seen if e.type == "EvaluationFailed"):
                     assert any(e.type == CLEARED_BY.get(failed.payload["stage"]) and e.position > failed.position

@@ -20,13 +20,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from registry.contracts import Contract
+from registry.formats.errors import UserError
 from registry.events.errors import ConcurrencyError
 from registry.events.store import NewEvent
 from registry.events.types import HumanDecision, VerdictRendered
 from registry.formats.names import artifact_stream
 from registry.gate import ArtifactFacts, GateEvidence, Recorded, decide
 from registry.projections import Projections
-from registry.projections.state import FINAL, contract_note
+from registry.projections.state import FINAL, attempts_on, contract_note
 
 from .context import Registry
 from .workloads import DeclaredContract, current_contract
@@ -35,8 +36,8 @@ from .workloads import DeclaredContract, current_contract
 PROMOTE_TRIES = 5
 
 
-def gate_inputs(state: dict[str, Any]) -> tuple[GateEvidence, ArtifactFacts]:
-    """The gate's view of an artifact's projected state."""
+def gate_inputs(state: dict[str, Any], attempts: int | None = None) -> tuple[GateEvidence, ArtifactFacts]:
+    """The gate's view of an artifact's projected state; `attempts` the payload's count (payload_attempts)."""
     latest = state["evidence"]
 
     def recorded(kind: str) -> Recorded | None:
@@ -47,7 +48,7 @@ def gate_inputs(state: dict[str, Any]) -> tuple[GateEvidence, ArtifactFacts]:
                 for f in state["open_failures"]]
     evidence = GateEvidence(execution=recorded("execution"), benchmark=recorded("benchmark"),
                             parity=recorded("parity"), perceptual=recorded("perceptual"), failures=failures,
-                            benchmark_attempts=state["benchmark_attempts"])
+                            benchmark_attempts=state["benchmark_attempts"] if attempts is None else attempts)
     facts = ArtifactFacts(artifact_id=state["artifact"], kind=state["kind"], claimed_backend=state["backend"])
     return evidence, facts
 
@@ -56,8 +57,24 @@ def _artifact_state(registry: Registry, artifact: str) -> dict[str, Any]:
     """The artifact's current state from the caught-up read model (one row; no stream, no verdict history)."""
     state = Projections(registry.store).current_artifact(artifact)
     if state is None:
-        raise ValueError(f"unknown artifact {artifact!r} (register it with `registry artifact register`)")
+        raise UserError(f"unknown artifact {artifact!r} (register it with `registry artifact register`)")
     return state
+
+
+def payload_attempts(projections: Projections, state: dict[str, Any]) -> int:
+    """Benchmark attempts of the artifact's bytes within its workload (docs/gate.md, "Attempts").
+
+    The same payload registered under another artifact id, or under other
+    claims of this one, does not start a fresh count: every benchmark item of
+    those bytes in the workload counts. An artifact without a payload hash
+    has nothing to match by, so its own identity's count stands.
+    """
+    payload = state["payload_sha256"]
+    if payload is None:
+        return state["benchmark_attempts"]
+    others = [other for other in projections.artifacts(workload=state["workload"])
+              if other["artifact"] != state["artifact"]]
+    return sum(attempts_on(artifact, payload) for artifact in (state, *others))
 
 
 def _seen_version(registry: Registry, state: dict[str, Any]) -> int:
@@ -119,7 +136,7 @@ def promote(registry: Registry, artifact: str) -> PromoteOutcome:
             return _promote_once(registry, artifact)
         except ConcurrencyError:
             continue
-    raise ValueError(
+    raise UserError(
         f"artifact {artifact} received new events each of the {PROMOTE_TRIES} times its verdict was decided; "
         "nothing recorded: run promote again once its evidence imports have finished"
     )
@@ -127,14 +144,14 @@ def promote(registry: Registry, artifact: str) -> PromoteOutcome:
 
 def _promote_once(registry: Registry, artifact: str) -> PromoteOutcome:
     state = _artifact_state(registry, artifact)
-    attempts = state["benchmark_attempts"]
+    attempts = payload_attempts(Projections(registry.store), state)
     if state["decision"] in FINAL and state["verdict"] is not None:
         return PromoteOutcome(state["verdict"], False, state["contract_version"], state.get("contract_hash") or "",
                               None, attempts)
     declared = _declared_contract(registry, state["workload"])
     if declared is None:
         return PromoteOutcome(undeclared_contract_verdict(state["workload"]), False, None, "", None, attempts)
-    evidence, facts = gate_inputs(state)
+    evidence, facts = gate_inputs(state, attempts)
     verdict = decide(declared.contract, evidence, facts).to_dict()
     event = VerdictRendered(
         artifact=artifact, identity=state["identity"], payload_sha256=state["payload_sha256"],
@@ -156,22 +173,23 @@ def human_decision(registry: Registry, artifact: str, action: str, reason: str,
     verdict), which must still be the latest when the decision is appended.
     """
     if not reason or not reason.strip():
-        raise ValueError(f"{action} needs a non-empty --reason")
+        raise UserError(f"{action} needs a non-empty --reason")
     state = _artifact_state(registry, artifact)
     if action == "approve":
         if state["tier"] != "advisory" or state["decision"] != "recorded":
-            raise ValueError(
+            raise UserError(
                 f"approve applies to advisory-tier artifacts whose verdict is recorded; {artifact} is "
                 f"{state['decision']} (tier {state['tier'] or 'none'})"
             )
+        _check_approvable(registry, artifact, state)
     elif action == "revoke":
         if state["decision"] not in FINAL:
-            raise ValueError(f"revoke ends a promotion or rejection; {artifact} is {state['decision']}")
+            raise UserError(f"revoke ends a promotion or rejection; {artifact} is {state['decision']}")
     else:
-        raise ValueError(f"unknown human action {action!r}")
+        raise UserError(f"unknown human action {action!r}")
     latest = state["verdict_event_id"]
     if verdict_event_id is not None and verdict_event_id != latest:
-        raise ValueError(
+        raise UserError(
             f"--verdict {verdict_event_id} is not the latest verdict of {artifact} ({latest}); "
             f"read it with `registry show {artifact}` and {action} that one"
         )
@@ -181,10 +199,40 @@ def human_decision(registry: Registry, artifact: str, action: str, reason: str,
         return registry.store.append(artifact_stream(artifact), [NewEvent(event.type, event)],
                                      expected_version=_seen_version(registry, state), actor=registry.actor)[0]
     except ConcurrencyError:
-        raise ValueError(
+        raise UserError(
             f"{artifact} changed while the {action} was being recorded (verdict {latest} may no longer be the "
             f"latest); nothing recorded: read it again with `registry show {artifact}`"
         ) from None
+
+
+def _check_approvable(registry: Registry, artifact: str, state: dict[str, Any]) -> None:
+    """An approval answers a verdict that still stands: under the current contract, on the current evidence.
+
+    A person may promote only what the workload's current contract leaves to
+    a person (the advisory tier), on the verdict that contract gave; and the
+    verdict must have seen everything recorded for the identity since: no
+    evidence or failure after it, no revoke after it.
+    """
+    verdict_id, verdict_position = state["verdict_event_id"], state["verdict_position"]
+    declared = _declared_contract(registry, state["workload"])
+    if declared is None or declared.version != state["contract_version"] or declared.contract.tier != "advisory":
+        now = "has no declared contract" if declared is None else \
+            f"is now at contract v{declared.version} (tier {declared.contract.tier})"
+        raise UserError(
+            f"verdict {verdict_id} of {artifact} was decided under contract v{state['contract_version']} and "
+            f"workload {state['workload']} {now}; nothing recorded: run `registry promote {artifact}` to decide "
+            "under the current contract first"
+        )
+    later = [entry["position"] for entry in (*state["evidence"].values(), *state["open_failures"])
+             if entry["position"] > verdict_position]
+    human = state["human"]
+    if human is not None and human["action"] == "revoke" and human["position"] > verdict_position:
+        later.append(human["position"])
+    if later:
+        raise UserError(
+            f"verdict {verdict_id} of {artifact} is older than what was recorded for it at position {max(later)}; "
+            f"nothing recorded: run `registry promote {artifact}` to decide on it first"
+        )
 
 
 @dataclass(frozen=True)
@@ -221,7 +269,7 @@ def what_if(registry: Registry, contract: Contract) -> list[WhatIf]:
     workload = projections.workload(contract.workload)
     outcomes = []
     for state in projections.artifacts(workload=contract.workload):
-        evidence, facts = gate_inputs(state)
+        evidence, facts = gate_inputs(state, payload_attempts(projections, state))
         new = decide(contract, evidence, facts)
         old = _margins_by_metric(state["verdict"])
         moved = []

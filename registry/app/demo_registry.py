@@ -26,6 +26,7 @@ from pathlib import Path
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
+from registry.formats.errors import UserError
 from .context import Registry, open_registry
 
 DEMO_FILE = "demo.db"
@@ -45,9 +46,9 @@ def demo_database_path(url: str | None) -> Path:
     try:
         parsed = make_url(url)
     except ArgumentError:
-        raise ValueError(f"--db {url!r} is not a database URL") from None
+        raise UserError(f"--db {url!r} is not a database URL") from None
     if parsed.get_backend_name() != "sqlite" or not parsed.database or parsed.database == ":memory:":
-        raise ValueError(
+        raise UserError(
             f"--db {parsed.render_as_string(hide_password=True)}: the demo runs only on an SQLite file of its own "
             "(--db sqlite:///PATH, default demo.db); it never writes to another database")
     return Path(parsed.database)
@@ -73,7 +74,7 @@ def open_demo_registry(url: str | None, *, actor: str | None, fresh: bool) -> tu
     path = demo_database_path(url)
     if path.exists() or path.is_symlink():
         if not is_demo_database(path):
-            raise ValueError(
+            raise UserError(
                 f"{path} was not created by `registry demo` (it lacks the demo's mark); the demo never writes to "
                 "or deletes it: move it away or pass --db sqlite:///NEW_FILE")
         if fresh:

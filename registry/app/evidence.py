@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from registry.formats.errors import UserError
 from registry.events.identity import IDENTITY_FIELDS, artifact_identity
 from registry.events.store import NewEvent
 from registry.events.types import EVIDENCE_EVENT_BY_KIND, EvaluationFailed
@@ -102,10 +103,10 @@ def record_evidence(registry: Registry, subject: Subject, items: list[dict[str, 
     if run is not None:
         check_name(run, "run id")
     if not items:
-        raise ValueError("an evidence document needs at least one item")
+        raise UserError("an evidence document needs at least one item")
     now = capture_subject(registry, subject.artifact)
     if now.identity != subject.identity:
-        raise ValueError(
+        raise UserError(
             f"artifact {subject.artifact} was re-registered while its evidence was measured "
             f"({_changed_fields(subject.registration, now.registration)} changed); nothing recorded: measure it again"
         )
@@ -123,8 +124,29 @@ def import_document(registry: Registry, text: str) -> tuple[str, Recorded]:
     document = parse_document_text(text)
     subject = capture_subject(registry, document.artifact)
     if document.payload_sha256 is not None and document.payload_sha256 != subject.payload_sha256:
-        raise ValueError(
+        raise UserError(
             f"payload_sha256: the document measured payload {_short(document.payload_sha256)}, but artifact "
             f"{document.artifact} is registered with payload {_short(subject.payload_sha256)}; nothing recorded"
         )
+    if document.payload_sha256 is None:
+        _check_unambiguous(registry, subject)
     return document.artifact, record_evidence(registry, subject, document.items, document.run)
+
+
+def _check_unambiguous(registry: Registry, subject: Subject) -> None:
+    """A document that names no payload binds only where no other bytes were ever registered under its artifact.
+
+    Once an artifact has been registered with more than one payload, nothing
+    shows which of them an unnamed measurement ran on, so the document must
+    name the payload it measured (docs/gate.md, "Evidence is bound to what
+    was measured").
+    """
+    from registry.projections import Projections
+
+    state = Projections(registry.store).artifact(subject.artifact) or {}
+    payloads = state.get("registered_payloads") or [subject.payload_sha256]
+    if len(payloads) > 1:
+        raise UserError(
+            f"payload_sha256: artifact {subject.artifact} has been registered with {len(payloads)} payloads, so a "
+            "document that names none cannot show which one it measured; nothing recorded: add payload_sha256"
+        )

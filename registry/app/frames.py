@@ -12,6 +12,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from registry.formats.errors import UserError
 from registry.events.store import NewEvent
 from registry.events.types import FrameSetRegistered
 from registry.formats.names import check_name, check_seed, frameset_stream
@@ -30,7 +31,7 @@ def register_frames(registry: Registry, name: str, frames: np.ndarray, seed: int
     if existing:
         payload = existing[-1].payload
         if payload["sha256"] != digest or payload["seed"] != seed:
-            raise ValueError(
+            raise UserError(
                 f"frame set {name} is already registered with other content "
                 f"(sha256 {payload['sha256'][:12]}, seed {payload['seed']}); choose a new name"
             )
@@ -52,7 +53,7 @@ def pixel_digest(frames: np.ndarray) -> str:
 def registered_frames(registry: Registry, name: str) -> dict:
     events = registry.store.read_stream(frameset_stream(name))
     if not events:
-        raise ValueError(f"unknown frame set {name!r} (register it with `registry frames register`)")
+        raise UserError(f"unknown frame set {name!r} (register it with `registry frames register`)")
     return events[-1].payload
 
 
@@ -64,7 +65,7 @@ def load_reference(registry: Registry, name: str, path: str | Path) -> tuple[dic
     frames = load_frames(path)
     digest = pixel_digest(frames)
     if digest != registered["sha256"]:
-        raise ValueError(
+        raise UserError(
             f"reference frames at {path} do not match frame set {name} "
             f"(sha256 {digest[:12]} != registered {registered['sha256'][:12]})"
         )
@@ -88,7 +89,7 @@ def measure_against_reference(
     from registry.evidence.perceptual import measure_perceptual
 
     if seed != registered["seed"]:
-        raise ValueError(f"candidate seed {seed} differs from frame set {registered['name']}'s seed {registered['seed']}")
+        raise UserError(f"candidate seed {seed} differs from frame set {registered['name']}'s seed {registered['seed']}")
     check_pair(reference, candidate)
     backend = get_lpips_backend(backbone_path=lpips_backbone, expected_sha256=lpips_sha256)
     return measure_perceptual(reference, candidate, frame_set=registered["name"], seed=seed, vbench=vbench,
@@ -124,7 +125,7 @@ def measure_frames(
     registered = registered_frames(registry, frame_set)
     source = reference_path or registered["source"]
     if not source:
-        raise ValueError(f"frame set {frame_set} records no source path; give --reference-path")
+        raise UserError(f"frame set {frame_set} records no source path; give --reference-path")
     registered, reference = load_reference(registry, frame_set, source)
     candidate = load_frames(candidate_path)
     item = measure_against_reference(registered, reference, candidate,

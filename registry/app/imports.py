@@ -19,18 +19,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
-from registry.events.errors import IdempotencyConflict
+from registry.events.errors import ConcurrencyError, IdempotencyConflict, StoreError
 from registry.events.store import NewEvent
-from registry.events.types import ExternalOutcome
+from registry.events.types import ArtifactRegistered, ExternalOutcome
 from registry.evidence.motionkernel import SYSTEM, MotionKernelError, claims_motionkernel, classify, plan_import
 from registry.formats.documents import DocumentError, load_json, read_document
+from registry.formats.errors import UserError
 from registry.formats.evidence.document import parse_document
 from registry.formats.evidence.errors import EvidenceError
 from registry.formats.names import artifact_stream
 
 from .context import Registry
-from .evidence import capture_subject, evidence_events
-from .workloads import register_artifact, registration
+from .evidence import Subject, evidence_events
+from .workloads import check_claims, registration
 
 # A campaign document is metadata and raw timings: kilobytes. Anything far larger is not one.
 MAX_DOCUMENT_BYTES = 8 * 1024 * 1024
@@ -104,7 +105,7 @@ def import_motionkernel(
     for documents that name none (fidelity verdicts).
     """
     if registry is None and not check_only:
-        raise ValueError("an import needs a registry; only --check runs without one")
+        raise UserError("an import needs a registry; only --check runs without one")
     summary = ImportSummary(checked_only=check_only)
     for root, path in _documents(paths):
         result = _import_one(registry, root, path, workload, check_only)
@@ -119,7 +120,7 @@ def _documents(paths: Iterable[str | Path]) -> Iterator[tuple[Path, Path]]:
     for given in paths:
         path = Path(given)
         if not path.exists():
-            raise ValueError(f"{given}: no such file or folder")
+            raise UserError(f"{given}: no such file or folder")
         if path.is_dir():
             for found in sorted(path.rglob("*.json")):
                 if not found.is_symlink():
@@ -162,41 +163,72 @@ def _import_one(registry: Registry | None, root: Path, path: Path, workload: str
         # The same bytes were imported from another path: the key is the content's digest.
         result.status = "already_present"
         return result
-    except ValueError as exc:
+    except (ValueError, StoreError) as exc:
         result.reason = str(exc).splitlines()[0]
         return result
     result.status = "imported" if appended else "already_present"
     return result
 
 
+# How many times a document's batch is planned again when another writer moved its stream meanwhile.
+IMPORT_TRIES = 8
+
+
 def _record(registry: Registry, plan, items: list[dict[str, Any]], origin: dict[str, Any]) -> tuple[list[int], bool]:
-    """Register the artifact when new, then append the document's events as one keyed batch."""
+    """Append the document as one keyed batch: its artifact's registration when new, its evidence, its outcomes.
+
+    All or nothing: an interrupted import leaves no registration without the
+    rest of its document. Another import may register the same artifact or
+    append to its stream meanwhile (concurrent imports of one tree): the
+    batch is then planned again on the new state, so every document lands
+    exactly once (the key is its digest).
+    """
     key = f"{SYSTEM}:{origin['sha256']}"
     outcomes = [NewEvent(ExternalOutcome.type, ExternalOutcome(**record, origin=origin)) for record in plan.outcomes]
-    if plan.artifact is not None:
-        _ensure_artifact(registry, plan, origin)
-        events = [*evidence_events(capture_subject(registry, plan.artifact), None, items, origin=origin), *outcomes]
-        stream = artifact_stream(plan.artifact)
-    else:
-        events, stream = outcomes, OUTCOMES_STREAM_PREFIX + plan.workload
+    if plan.artifact is None:
+        stream = OUTCOMES_STREAM_PREFIX + plan.workload
+        return _append(registry, stream, outcomes, key, None)
+    stream = artifact_stream(plan.artifact)
+    for _ in range(IMPORT_TRIES):
+        version = registry.store.stream_version(stream)
+        registered, subject = _registration(registry, plan, origin, version)
+        events = [*registered, *evidence_events(subject, None, items, origin=origin), *outcomes]
+        try:
+            # A stream this import registers must still be new when the batch lands.
+            return _append(registry, stream, events, key, 0 if registered else None)
+        except ConcurrencyError:
+            continue
+    raise UserError(f"artifact {plan.artifact} kept changing while this document was imported "
+                     f"({IMPORT_TRIES} tries); nothing recorded: import it again")
+
+
+def _append(registry: Registry, stream: str, events: list[NewEvent], key: str,
+            expected_version: int | None) -> tuple[list[int], bool]:
     head = registry.store.head_position()
-    positions = registry.store.append(stream, events, idempotency_key=key, actor=registry.actor)
+    positions = registry.store.append(stream, events, expected_version=expected_version, idempotency_key=key,
+                                      actor=registry.actor)
     return positions, positions[0] > head
 
 
-def _ensure_artifact(registry: Registry, plan, origin: dict[str, Any]) -> None:
-    """Register an artifact the document names, against its workload, declared or not (no contract is invented)."""
-    try:
+def _registration(registry: Registry, plan, origin: dict[str, Any], version: int) -> tuple[list[NewEvent], Subject]:
+    """The registration event a new artifact needs (none for a known one), and what its evidence is about.
+
+    An artifact the document names is registered against its workload,
+    declared or not (no contract is invented); one registered as something
+    else refuses the document.
+    """
+    if version:
         current = registration(registry, plan.artifact)
-    except ValueError:
-        register_artifact(registry, plan.artifact, workload=plan.workload, kind=plan.artifact_kind,
-                          backend=plan.backend, require_contract=False, origin=origin)
-        return
-    if current["workload"] != plan.workload or current["kind"] != plan.artifact_kind:
-        raise ValueError(
-            f"artifact {plan.artifact} is registered as a {current['kind']} of workload {current['workload']}, "
-            f"but this document describes a {plan.artifact_kind} of workload {plan.workload}"
-        )
+        if current["workload"] != plan.workload or current["kind"] != plan.artifact_kind:
+            raise UserError(
+                f"artifact {plan.artifact} is registered as a {current['kind']} of workload {current['workload']}, "
+                f"but this document describes a {plan.artifact_kind} of workload {plan.workload}"
+            )
+        return [], Subject(plan.artifact, current)
+    check_claims(plan.artifact, workload=plan.workload, kind=plan.artifact_kind, backend=plan.backend)
+    event = ArtifactRegistered(artifact=plan.artifact, workload=plan.workload, kind=plan.artifact_kind,
+                               backend=plan.backend, payload_sha256=None, origin=origin)
+    return [NewEvent(event.type, event)], Subject(plan.artifact, event.model_dump())
 
 
 def _parse_json(text: str) -> Any:

@@ -11,6 +11,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
+from registry.formats.errors import UserError
 from .context import Registry
 from .evidence import Recorded, capture_subject, record_evidence
 from .workloads import current_contract
@@ -76,12 +77,12 @@ def evaluate_artifact(
     subject = capture_subject(registry, artifact)
     registered = subject.registration
     if registered["kind"] != "fused_kernel" or not registered["entry"]:
-        raise ValueError(f"artifact {artifact} has no kernel entry to evaluate (register it with --op and --entry)")
+        raise UserError(f"artifact {artifact} has no kernel entry to evaluate (register it with --op and --entry)")
     contract = current_contract(registry, registered["workload"]).contract
     canonical = contract.canonical()
     if runs is None:
         if contract.speed is None:
-            raise ValueError(f"no --runs given and workload {registered['workload']} declares no speed.runs_per_arm")
+            raise UserError(f"no --runs given and workload {registered['workload']} declares no speed.runs_per_arm")
         runs = canonical["speed"]["runs_per_arm"]
     with triton_runtime() as device:
         from registry.kernels.evaluate import evaluate_kernel, evidence_document

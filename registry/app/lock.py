@@ -16,6 +16,7 @@ from registry.bundles import CallSite, Candidate, Lock, LockProblem, Profile, re
 from registry.bundles.lock import LOCK_FORMAT, locked_entry
 from registry.bundles.resolution import SELECTED
 from registry.formats.names import artifact_stream
+from registry.formats.errors import UserError
 from registry.projections import Projections
 
 from .context import Registry
@@ -25,7 +26,7 @@ from .resolve import candidates_at
 def chain_hash_at(registry: Registry, position: int) -> str:
     found = registry.store.read_all(after_position=position - 1, up_to_position=position)
     if not found:
-        raise ValueError(f"the log has no event at position {position}")
+        raise UserError(f"the log has no event at position {position}")
     return found[0].hash
 
 
@@ -33,7 +34,7 @@ def export_lock(registry: Registry, workload: str, profile: Profile | None = Non
                 as_of: int | None = None) -> dict[str, Any]:
     """The lock document; its `artifacts` list is empty when nothing promoted (and matching) has a bundle."""
     if as_of == 0 or registry.store.head_position() == 0:
-        raise ValueError("the log is empty: there is nothing to lock")
+        raise UserError("the log is empty: there is nothing to lock")
     position, found = candidates_at(registry, workload, as_of)
     states = {candidate.artifact: state for state, candidate in found}
     candidates = [candidate for _, candidate in found]

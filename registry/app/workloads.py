@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from registry.contracts import Contract
+from registry.formats.errors import UserError
 from registry.events.identity import artifact_identity
 from registry.events.store import NewEvent
 from registry.events.types import ArtifactRegistered, WorkloadDeclared
@@ -43,7 +44,7 @@ def current_contract(registry: Registry, workload: str, up_to_position: int | No
     """The workload's latest contract (as of a position), rebuilt and re-validated."""
     events = registry.store.read_stream(workload_stream(workload), up_to_position=up_to_position)
     if not events:
-        raise ValueError(f"unknown workload {workload!r} (declare it with `registry workload declare`)")
+        raise UserError(f"unknown workload {workload!r} (declare it with `registry workload declare`)")
     latest = events[-1].payload
     contract = Contract.from_mapping(latest["contract"])
     return DeclaredContract(contract, latest["contract_version"], latest["contract_hash"], False)
@@ -98,24 +99,12 @@ def register_artifact(
     workload nobody has declared yet, and no contract is invented for it, so
     its artifacts hold until one is declared. `origin` names that document.
     """
-    check_name(artifact, "artifact id")
-    check_name(workload, "workload")
-    if kind not in ARTIFACT_KINDS:
-        raise ValueError(f"kind {kind!r} is not one of {', '.join(ARTIFACT_KINDS)}")
-    if kind == "attention_backend" and not backend:
-        raise ValueError("an attention_backend artifact must name its backend (--backend)")
-    if (op is None) != (entry is None):
-        raise ValueError("--op and --entry go together: the operation and the kernel entry that implements it")
-    if op is not None:
-        from registry.kernels.ops import get_operation, resolve_entry
-
-        get_operation(op)
-        resolve_entry(entry)
+    check_claims(artifact, workload=workload, kind=kind, backend=backend, op=op, entry=entry)
     if require_contract:
         current_contract(registry, workload)
     if payload_sha256 is not None:
         if payload is not None or not is_sha256(payload_sha256):
-            raise ValueError("payload_sha256 must be 64 lowercase hex digits, given instead of a payload file")
+            raise UserError("payload_sha256 must be 64 lowercase hex digits, given instead of a payload file")
         digest = payload_sha256
     elif payload is not None:
         digest = file_sha256(payload)
@@ -128,7 +117,7 @@ def register_artifact(
     if existing:
         first = existing[0].payload
         if first["workload"] != workload or first["kind"] != kind:
-            raise ValueError(
+            raise UserError(
                 f"artifact {artifact} is registered as a {first['kind']} of workload {first['workload']}; "
                 "register a new id instead"
             )
@@ -141,9 +130,27 @@ def register_artifact(
     return Registration(artifact, digest, True)
 
 
+def check_claims(artifact: str, *, workload: str, kind: str, backend: str | None = None, op: str | None = None,
+                 entry: str | None = None) -> None:
+    """What a registration claims, checked before anything is read or appended (one line for the first problem)."""
+    check_name(artifact, "artifact id")
+    check_name(workload, "workload")
+    if kind not in ARTIFACT_KINDS:
+        raise UserError(f"kind {kind!r} is not one of {', '.join(ARTIFACT_KINDS)}")
+    if kind == "attention_backend" and not backend:
+        raise UserError("an attention_backend artifact must name its backend (--backend)")
+    if (op is None) != (entry is None):
+        raise UserError("--op and --entry go together: the operation and the kernel entry that implements it")
+    if op is not None:
+        from registry.kernels.ops import get_operation, resolve_entry
+
+        get_operation(op)
+        resolve_entry(entry)
+
+
 def registration(registry: Registry, artifact: str) -> dict:
     """The artifact's latest registration payload, or a one-line error."""
     found = [e for e in registry.store.read_stream(artifact_stream(artifact)) if e.type == "ArtifactRegistered"]
     if not found:
-        raise ValueError(f"unknown artifact {artifact!r} (register it with `registry artifact register`)")
+        raise UserError(f"unknown artifact {artifact!r} (register it with `registry artifact register`)")
     return found[-1].payload

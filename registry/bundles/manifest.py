@@ -21,6 +21,7 @@ from packaging.version import InvalidVersion, Version
 
 from registry.contracts import fields as f
 from registry.contracts.errors import ContractError
+from registry.formats.errors import UserError
 from registry.events.canonical import canonical_json, sha256_hex
 from registry.formats.fields import ARCH
 
@@ -51,7 +52,7 @@ _MODE = re.compile(r"[a-z][a-z0-9_]*")
 _LINE_BREAKS = {ord(c): repr(c)[1:-1] for c in "\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029"}
 
 
-class BundleError(ValueError):
+class BundleError(UserError):
     """A bundle or its manifest that cannot be accepted; the message is one line naming the problem."""
 
     def __init__(self, message: str):

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from registry.formats.errors import UserError
 from .session import Session, pass_session
 from .output import emit_json, exit_status_ahead, say, table
 from .progress import progress_bar
@@ -37,7 +38,7 @@ def demo(session: Session, fresh: bool, runs: int, warmup: int, out_dir: str, lp
     carries the mark: any other database is refused and left untouched.
     """
     if runs % 2:
-        raise ValueError(f"--runs {runs} must be even: the paired protocol interleaves BC and CB pairs")
+        raise UserError(f"--runs {runs} must be even: the paired protocol interleaves BC and CB pairs")
     from registry.app.demo_registry import open_demo_registry
 
     registry, url = open_demo_registry(session.url, actor=session.actor, fresh=fresh)

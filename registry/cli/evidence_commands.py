@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 import click
 
 from .session import Session, pass_session
-from .output import emit_json, exit_status_ahead, say, table
+from .output import emit_json, exit_status_ahead, output_path, say, table
 from .params import name_value, seed_value
 from .progress import progress_bar
 
@@ -99,12 +99,13 @@ def evidence_frames(session: Session, artifact_id: str, frame_set: str, candidat
 @click.option("--warmup", type=click.IntRange(min=0), default=2, show_default=True, help="Untimed warm-up calls per arm.")
 @click.option("--corpus", type=click.Choice(["cpu", "gpu"]), help="Shape corpus (default: gpu with CUDA, else cpu).")
 @click.option("--emit", type=click.Path(dir_okay=False), help="Write an evidence-import file instead of appending.")
+@click.option("--force", is_flag=True, help="Replace an existing --emit file (never a registry).")
 @click.option("--run", "run_id", callback=name_value,
               help="Run id (idempotency key for the appended evidence; a name as in docs/names.md).")
 @click.option("--json", "as_json", is_flag=True, help="Print the evidence items as JSON.")
 @pass_session
 def evaluate(session: Session, artifact_id: str, runs: int | None, warmup: int, corpus: str | None,
-             emit: str | None, run_id: str | None, as_json: bool) -> None:
+             emit: str | None, force: bool, run_id: str | None, as_json: bool) -> None:
     """Run ARTIFACT_ID's kernel against its reference and record parity, timing and execution.
 
     The evidence is recorded for the registration captured before the kernel
@@ -115,6 +116,8 @@ def evaluate(session: Session, artifact_id: str, runs: int | None, warmup: int, 
     """
     from registry.app.kernels import evaluate_artifact
 
+    if emit:
+        output_path(emit, force, "--emit")
     with progress_bar(f"evaluating {artifact_id}") as update:
         evaluation = evaluate_artifact(session.open(), artifact_id, corpus=corpus, runs=runs, warmup=warmup,
                                        run=run_id, record=emit is None, progress=update)

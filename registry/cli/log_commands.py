@@ -7,6 +7,7 @@ from typing import Iterable, Iterator
 import click
 
 from registry.app import Registry, open_registry
+from registry.formats.errors import UserError
 from registry.events.database import current_revision, head_revision
 from registry.formats.digests import is_sha256
 from registry.formats.names import artifact_stream
@@ -78,7 +79,7 @@ def history(session: Session, stream: str, as_of: str | None, as_json: bool) -> 
     events = registry.store.iter_stream(name, up_to_position=up_to, page=HISTORY_PAGE)
     first = next(events, None)
     if first is None:
-        raise ValueError(f"no events in stream {name}" + (f" up to position {position}" if position is not None else ""))
+        raise UserError(f"no events in stream {name}" + (f" up to position {position}" if position is not None else ""))
     pages = _pages(itertools.chain([first], events), HISTORY_PAGE)
     if as_json:
         _emit_json_array(event.to_dict() for page in pages for event in page)
@@ -129,7 +130,7 @@ def parse_head(text: str) -> tuple[int, str]:
     """--expect-head POSITION:HASH, as `verify` prints a head."""
     position, _, digest = text.strip().partition(":")
     if not (position.isascii() and position.isdigit()) or not is_sha256(digest):
-        raise ValueError(f"--expect-head {text!r} is not POSITION:HASH (a log position, a colon and the 64 lowercase "
+        raise UserError(f"--expect-head {text!r} is not POSITION:HASH (a log position, a colon and the 64 lowercase "
                          "hex digits of its chain hash, as `registry verify` prints the head)")
     return int(position), digest
 

@@ -1,7 +1,8 @@
 """The `registry` command: a click group whose subcommands stay thin.
 
 Exit status: 0 success; 1 refused or invalid input (one line on stderr,
-nothing written); 2 usage error; 3 a promote whose verdict is not `promoted`.
+nothing written); 2 usage error; 3 a promote whose verdict is not `promoted`;
+70 a defect in the registry (a crash report asking for a bug report).
 """
 from __future__ import annotations
 
@@ -11,16 +12,27 @@ import sys
 import click
 
 from registry import __version__
+from registry.formats.errors import UserError
 from registry.events.errors import StoreError
 
-from .output import EXIT_STATUS_KEY, fail
+from .output import EXIT_STATUS_KEY, crash_report, fail
 from .session import Session
 
-REFUSALS = (StoreError, ValueError, OSError)
+# A refusal: the input or the request is not acceptable (one line, exit 1). Anything else is a defect.
+REFUSALS = (UserError, StoreError, OSError)
+# What click raises to end a command on purpose (usage errors, --help, an abort): its own to handle.
+_CLICK_ENDINGS = (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort)
+# A defect in the registry (EX_SOFTWARE, sysexits.h): never 1, which says the input was refused.
+EXIT_BUG = 70
 
 
 class RegistryGroup(click.Group):
-    """Turns every refusal raised below into one line on stderr and exit 1.
+    """Turns every refusal raised below into one line on stderr and exit 1, and anything else into a crash report.
+
+    A refusal is a registry.formats.errors.UserError (every refusal error subclasses
+    it), a StoreError or an OSError (a file the user named). Any other
+    exception is a bug, even a ValueError: it must not pass for a refusal,
+    so it gets a crash report asking for a bug report, exit EXIT_BUG.
 
     A reader that stops early (`registry history X | head`) closes the pipe:
     that ends the command quietly, as other command-line tools do, with exit
@@ -38,6 +50,14 @@ class RegistryGroup(click.Group):
                 if isinstance(exc, BrokenPipeError):
                     raise
                 fail(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+            except _CLICK_ENDINGS:
+                raise
+            except Exception as exc:  # noqa: BLE001 - a defect, reported as one
+                damage = database_damage(exc)
+                if damage is not None:
+                    fail(damage)
+                crash_report(exc)
+                sys.exit(EXIT_BUG)
             finally:
                 _flush_stdout()
         except BrokenPipeError:
@@ -45,10 +65,29 @@ class RegistryGroup(click.Group):
             sys.exit(ctx.meta.get(EXIT_STATUS_KEY, 0))
 
 
+def database_damage(exc: Exception) -> str | None:
+    """One line for a database the registry cannot read as one (a damaged read model, a file that is no registry).
+
+    SQLite and Postgres say so with an OperationalError (no such table, text
+    that is not UTF-8) or a DatabaseError (not a database at all): the state
+    of the file, not a defect of the code. The read models are derived, so
+    `registry replay` rebuilds them from the log.
+    """
+    from sqlalchemy.exc import DatabaseError, IntegrityError, ProgrammingError
+
+    if not isinstance(exc, DatabaseError) or isinstance(exc, (IntegrityError, ProgrammingError)):
+        return None
+    cause = str(exc.orig).splitlines()[0] if str(exc.orig) else type(exc.orig).__name__
+    return (f"the database cannot be read as a registry ({cause}); if only the read models are damaged, "
+            "`registry replay` rebuilds them from the log")
+
+
 def _flush_stdout() -> None:
+    if sys.stdout is None:  # started with standard output closed: nothing to flush, nothing lost
+        return
     try:
         sys.stdout.flush()
-    except BrokenPipeError:
+    except (OSError, ValueError):  # a closed pipe, a closed descriptor or stream: the output is gone
         _discard_stdout()
 
 
@@ -57,7 +96,7 @@ def _discard_stdout() -> None:
     devnull = os.open(os.devnull, os.O_WRONLY)
     try:
         os.dup2(devnull, sys.stdout.fileno())
-    except (OSError, ValueError):  # no file descriptor behind sys.stdout (an in-memory stream)
+    except (OSError, ValueError, AttributeError):  # no file descriptor behind sys.stdout (in memory, or none)
         pass
     finally:
         os.close(devnull)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import click
 
 
+
 def _option(param: click.Parameter) -> str:
     return param.opts[0] if isinstance(param, click.Option) else param.human_readable_name
 

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import click
 
-from .output import emit_json, exit_status_ahead, newline_terminated, say, table, tables_text
+from registry.formats.errors import UserError
+from .output import emit_json, exit_status_ahead, newline_terminated, output_path, say, table, tables_text
 from .session import Session, pass_session
 
 REPORT_FORMATS = ("table", "json", "csv", "html")
@@ -39,7 +40,7 @@ def show(session: Session, artifact_id: str, as_of: str | None, as_json: bool) -
     projections = Projections(registry.store)
     state = projections.artifact(artifact_id, as_of=position)
     if state is None:
-        raise ValueError(f"unknown artifact {artifact_id!r}" + as_of_text(position))
+        raise UserError(f"unknown artifact {artifact_id!r}" + as_of_text(position))
     workload = projections.workload(state["workload"], as_of=position)
     declared = workload is not None
     note = contract_note(state, workload)
@@ -55,8 +56,12 @@ def show(session: Session, artifact_id: str, as_of: str | None, as_json: bool) -
     changed = state["identity_changed"]
     if changed:
         fields = ", ".join(f"{key} {old} -> {new}" for key, (old, new) in changed["changes"].items())
-        say(f"  identity changed at position {changed['position']} ({fields}): "
-            "earlier evidence and verdicts stay in history and no longer count")
+        if changed.get("returned"):
+            say(f"  identity changed at position {changed['position']} ({fields}): these claims were registered "
+                "before, so their own evidence, failures, attempts and verdict count again")
+        else:
+            say(f"  identity changed at position {changed['position']} ({fields}): "
+                "earlier evidence and verdicts stay in history and no longer count")
     if note:
         say(f"  {note} (see `registry what-if`)")
     if state["decided_by"] == "human" and state["human"]:
@@ -84,6 +89,7 @@ def show(session: Session, artifact_id: str, as_of: str | None, as_json: bool) -
 @click.option("--format", "fmt", type=click.Choice(REPORT_FORMATS), help="Output format (default: table).")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON (the same as --format json).")
 @click.option("--out", type=click.Path(dir_okay=False), help="Write to this file (any format) instead of standard output.")
+@click.option("--force", is_flag=True, help="Replace an existing --out file (never a registry).")
 @click.option("--matrix", "matrix_only", is_flag=True,
               help="Only the support matrix: workloads (by model family) against GPU architectures.")
 @click.option("--stale-days", type=click.IntRange(min=0), default=30, show_default=True,
@@ -91,7 +97,7 @@ def show(session: Session, artifact_id: str, as_of: str | None, as_json: bool) -
 @click.option("--arch", "archs", multiple=True, help="Support matrix: always show this architecture's column.")
 @pass_session
 def report(session: Session, workload_id: str | None, as_of: str | None, fmt: str | None, as_json: bool,
-           out: str | None, matrix_only: bool, stale_days: int, archs: tuple[str, ...]) -> None:
+           out: str | None, force: bool, matrix_only: bool, stale_days: int, archs: tuple[str, ...]) -> None:
     """Leaderboard, what the gate caught, near misses, what waits for a person, imported verdicts
     beside the registry's, and the support matrix (--matrix for the matrix alone)."""
     from registry.app.reports import build
@@ -101,6 +107,8 @@ def report(session: Session, workload_id: str | None, as_of: str | None, fmt: st
     if as_json and fmt not in (None, "json"):
         raise click.UsageError(f"--json asks for JSON but --format asks for {fmt}; give one of them")
     fmt = "json" if as_json else fmt or "table"
+    if out:
+        output_path(out, force)
     registry = session.open()
     position = resolve_as_of(registry.store, as_of)
     built, state = build(registry, workload=workload_id, position=position, stale_days=stale_days, archs=archs)
@@ -149,12 +157,13 @@ def _matrix_page(matrix: dict) -> str:
 @pass_session
 def replay(session: Session, check: bool, as_json: bool) -> None:
     """Rebuild every projection from the log; with --verify, exit 1 on any difference."""
-    from registry.projections import Projections, rebuild, verify_projections
+    from registry.projections import Projections, verify_projections
 
     registry = session.open()
     if not check:
-        state = rebuild(registry.store)
-        Projections(registry.store).catch_up()
+        # Every row replaced by a fresh fold: a damaged or stale read model is rebuilt, not caught up.
+        position = Projections(registry.store).reset()
+        state = Projections(registry.store).state(as_of=position)
         result = {"events": state.position, "artifacts": len(state.artifacts)}
         emit_json(result) if as_json else say(f"rebuilt from {result['events']} events: {result['artifacts']} artifacts")
         return

@@ -6,6 +6,7 @@ from pathlib import Path
 import click
 
 from registry.formats.kinds import ARTIFACT_KINDS
+from registry.formats.errors import UserError
 
 from .session import Session, pass_session
 from .output import emit_json, say
@@ -68,7 +69,7 @@ def artifact_register(session: Session, artifact_id: str, workload_id: str, kind
     from registry.app.workloads import register_artifact
 
     if bundle_dir is not None and payload is not None:
-        raise ValueError("--bundle and --payload both name the content; give one")
+        raise UserError("--bundle and --payload both name the content; give one")
     if bundle_dir is not None:
         done = register_bundle(session.open(), artifact_id, bundle_dir, workload=workload_id, kind=kind,
                                backend=backend, op=op, entry=entry)

@@ -14,8 +14,9 @@ from pathlib import Path
 
 import click
 
+from registry.formats.errors import UserError
 from .session import Session, pass_session
-from .output import emit_json, exit_status_ahead, say, table
+from .output import emit_json, exit_status_ahead, output_path, say, table
 from .query_commands import AS_OF_HELP
 
 EXIT_NO_MATCH = 3
@@ -49,16 +50,16 @@ def _query(arch, torch_version, cuda, triton, model, revision, fingerprint, inpu
     from registry.bundles import CallSite, Profile, parse_input_spec
 
     if revision is not None and model is None:
-        raise ValueError("--revision needs --model: a revision of which model?")
+        raise UserError("--revision needs --model: a revision of which model?")
     if detect:
         if any(value is not None for value in (arch, torch_version, cuda, triton)):
-            raise ValueError("--detect reads the architecture and versions from this process; "
+            raise UserError("--detect reads the architecture and versions from this process; "
                              "drop --arch/--torch/--cuda/--triton or --detect")
         from registry.runtime import RuntimeProfile
 
         profile = RuntimeProfile.detect(execution_mode=execution_mode, distributed_mode=distributed_mode)
     elif arch is None and any(value is not None for value in (torch_version, cuda, triton)):
-        raise ValueError("versions describe a runtime: give --arch with them (or --detect)")
+        raise UserError("versions describe a runtime: give --arch with them (or --detect)")
     else:
         profile = None if arch is None else Profile(arch, torch_version, cuda, triton, execution_mode,
                                                     distributed_mode)
@@ -120,7 +121,7 @@ def resolve(session: Session, workload_id: str, profile, site, as_of: str | None
     from registry.projections import resolve_as_of
 
     if profile is None:
-        raise ValueError("resolve needs the runtime: --arch and --torch, or --detect")
+        raise UserError("resolve needs the runtime: --arch and --torch, or --detect")
     registry = session.open()
     found = resolve_workload(registry, workload_id, profile, site, resolve_as_of(registry.store, as_of))
     exit_status_ahead(EXIT_NO_MATCH if found.resolution.chosen is None else 0)
@@ -136,13 +137,14 @@ def resolve(session: Session, workload_id: str, profile, site, as_of: str | None
 @click.option("--workload", "workload_id", help="The workload to lock.")
 @_profile_options
 @click.option("--out", type=click.Path(dir_okay=False), help="Where to write the lock file.")
+@click.option("--force", is_flag=True, help="Replace an existing --out file (never a registry).")
 @click.option("--as-of", "as_of", help=AS_OF_HELP)
 @click.option("--json", "as_json", is_flag=True, help="Print the lock document instead of a summary.")
 @pass_session
 @_with_query
 @click.pass_context
 def lock(ctx: click.Context, session: Session, workload_id: str | None, profile, site, out: str | None,
-         as_of: str | None, as_json: bool) -> None:
+         force: bool, as_of: str | None, as_json: bool) -> None:
     """Export a workload's promoted, compatible bundles to a lock file: `registry lock --workload W --out FILE`.
 
     Without --arch (or --detect) every promoted bundle is locked; with it,
@@ -157,6 +159,7 @@ def lock(ctx: click.Context, session: Session, workload_id: str | None, profile,
     from registry.app.lock import export_lock
     from registry.projections import resolve_as_of
 
+    output_path(out, force)
     registry = session.open()
     document = export_lock(registry, workload_id, profile, site, resolve_as_of(registry.store, as_of))
     if not document["artifacts"]:

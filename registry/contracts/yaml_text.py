@@ -15,7 +15,22 @@ from registry.formats.documents import MAX_DEPTH, DocumentError, check_tree, int
 
 
 class _StrictLoader(yaml.SafeLoader):
-    """SafeLoader that refuses duplicate keys instead of keeping the last one silently."""
+    """SafeLoader that refuses duplicate keys instead of keeping the last one silently, and aliases.
+
+    An alias (`*name`) repeats a node by reference, so a few hundred bytes of
+    nested aliases stand for billions of values: every later walk of the tree
+    (the depth check, the contract's own checks, canonical JSON) would spend
+    minutes on them. A manifest is short enough to write out, so aliases (and
+    merge keys, which use them) are refused where they appear, before any
+    expansion.
+    """
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()
+            raise ContractError(f"manifest line {event.start_mark.line + 1}: an alias (*{event.anchor}) repeats "
+                                "another value; aliases are not accepted in a manifest, write the value out")
+        return super().compose_node(parent, index)
 
 
 def _integer_within_limit(loader: _StrictLoader, node: yaml.ScalarNode) -> int:
@@ -43,7 +58,7 @@ _StrictLoader.add_constructor("tag:yaml.org,2002:int", _integer_within_limit)
 def load_yaml(text: str) -> Any:
     """The mapping a manifest's YAML text holds; every failure is one ContractError line.
 
-    Besides YAML's own errors and duplicate keys: integers past
+    Besides YAML's own errors, duplicate keys and aliases: integers past
     MAX_INTEGER_DIGITS, nesting past MAX_DEPTH and strings holding a lone
     surrogate (registry.formats.documents, shared with evidence documents).
     """

@@ -14,9 +14,11 @@ from json.encoder import c_make_encoder, encode_basestring
 from typing import Any
 
 from registry.formats.text import is_unicode_text, printable_path
+from registry.formats.errors import UserError
 
 
-class CanonicalError(ValueError):
+
+class CanonicalError(UserError):
     """A value cannot be represented in canonical JSON."""
 
 

@@ -268,12 +268,19 @@ class Recorder(ABC):
         with self._reading() as conn:
             return [_stored(row) for row in conn.execute(statement).mappings()]
 
-    def select_stream(self, stream: str, *, up_to_position: int | None = None) -> list[StoredEvent]:
-        """A stream's events in version order (its unique index's order), up to a position if given."""
+    def select_stream(self, stream: str, *, up_to_position: int | None = None, after_version: int = 0,
+                      limit: int | None = None) -> list[StoredEvent]:
+        """A stream's events in version order (its unique index's order), up to a position if given;
+        a page of them with `after_version` and `limit`."""
         statement = select(EVENTS).where(EVENTS.c.stream == stream)
+        if after_version:
+            statement = statement.where(EVENTS.c.version > after_version)
         if up_to_position is not None:
             statement = statement.where(EVENTS.c.position <= up_to_position)
-        return self._select(statement.order_by(EVENTS.c.version))
+        statement = statement.order_by(EVENTS.c.version)
+        if limit is not None:
+            statement = statement.limit(limit)
+        return self._select(statement)
 
     def select_events(self, *, after_position: int = 0, up_to_position: int | None = None,
                       limit: int | None = None) -> list[StoredEvent]:

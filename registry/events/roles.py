@@ -19,6 +19,8 @@ from __future__ import annotations
 
 from sqlalchemy import Engine
 
+from registry.formats.errors import UserError
+
 WRITER = "registry_writer"
 READER = "registry_reader"
 ROLES = (WRITER, READER)
@@ -83,7 +85,7 @@ def role_script() -> str:
 def apply_roles(engine: Engine) -> list[tuple[str, str, str]]:
     """Run the statements in one transaction; return the resulting (role, table, privileges) grants."""
     if engine.dialect.name != "postgresql":
-        raise ValueError("roles are a Postgres feature; an SQLite registry is protected by its file's permissions")
+        raise UserError("roles are a Postgres feature; an SQLite registry is protected by its file's permissions")
     with engine.begin() as conn:
         for statement in role_statements():
             conn.exec_driver_sql(statement.replace("%", "%%"))

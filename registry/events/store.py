@@ -154,10 +154,7 @@ class EventStore:
         """
         after = 0
         while True:
-            statement = select(EVENTS).where(EVENTS.c.stream == stream, EVENTS.c.version > after)
-            if up_to_position is not None:
-                statement = statement.where(EVENTS.c.position <= up_to_position)
-            batch = list(self._rows(statement.order_by(EVENTS.c.version).limit(page)))
+            batch = self.recorder.select_stream(stream, up_to_position=up_to_position, after_version=after, limit=page)
             yield from batch
             if len(batch) < page:
                 return

@@ -18,6 +18,8 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
+from registry.formats.errors import UserError
+
 # Wang et al. (2004) use an 11x11 Gaussian window; a frame smaller than the
 # window has no valid region to average SSIM over.
 WINDOW = 11
@@ -35,7 +37,7 @@ MAX_FRAME_PIXELS = MAX_FRAME_SIDE * MAX_FRAME_SIDE
 _DIGEST_TAG = b"registry.frames-digest/1"
 
 
-class FrameError(ValueError):
+class FrameError(UserError):
     """Frames that cannot be measured; the message names the problem in one line."""
 
 

@@ -41,6 +41,7 @@ from typing import Any
 
 import numpy as np
 
+from registry.formats.errors import UserError
 from registry.evidence.frames import check_frames, check_pair, unit_float
 from registry.formats.digests import is_sha256
 
@@ -229,7 +230,7 @@ def get_lpips_backend(
     ``7be5be79``) is accepted.
     """
     if expected_sha256 is not None and not is_sha256(expected_sha256.lower()):  # either case, as tools print it
-        raise ValueError(f"--lpips-sha256 must be 64 hex digits, got {expected_sha256!r}")
+        raise UserError(f"--lpips-sha256 must be 64 hex digits, got {expected_sha256!r}")
     if importlib.util.find_spec("torch") is None:
         return Absent("torch is not installed")
     heads_path = _heads_file()

@@ -21,14 +21,18 @@ line naming the field.
 from __future__ import annotations
 
 import hashlib
-import math
 import re
+import sys
+import unicodedata
+from datetime import datetime
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from registry.formats.evidence.document import FORMAT as EVIDENCE_FORMAT
 from registry.formats.fields import FieldKit, is_count, is_finite_number
+from registry.formats.names import name_refusal
+from registry.formats.errors import UserError
 
 SYSTEM = "motionkernel"
 SCHEMA_PREFIX = "motionkernel."
@@ -48,7 +52,7 @@ _ID_PART = re.compile(r"[^A-Za-z0-9._-]+")
 KINDS = ("dispatch_measurement", "artifact_manifest", "support_run", "attention_campaign", "fidelity_verdict")
 
 
-class MotionKernelError(ValueError):
+class MotionKernelError(UserError):
     """A MotionKernel document the import refuses: one line naming where and why."""
 
 
@@ -140,8 +144,8 @@ def _dispatch(doc: Mapping[str, Any], workload: str | None) -> ImportPlan:
     recorded = _recorded_dispatch_verdict(doc)
     outcome = {
         "workload": name, "artifact": artifact, "arch": arch, "outcome": None,
-        "recorded_verdict": recorded, "recorded_utc": _optional_text(doc.get("created_utc"), "created_utc"),
-        "model_id": _optional_text(doc.get("model_id"), "model_id"), "family": _family(doc),
+        "recorded_verdict": recorded, "recorded_utc": _time(doc.get("created_utc"), "created_utc"),
+        "model_id": _optional_name(doc.get("model_id"), "model_id"), "family": _family(doc),
         "summary": {"schema_version": version, "artifact_root": root, "gate": doc.get("gate"),
                     "e2e": doc.get("e2e"), "variance": doc.get("variance")},
     }
@@ -161,8 +165,8 @@ def _arm(doc: Mapping[str, Any], arm: str) -> list[float]:
     if not isinstance(runs, list) or not runs:
         raise MotionKernelError(f"{arm}.runs: expected a non-empty list of wall times in seconds")
     for i, value in enumerate(runs):
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-            raise MotionKernelError(f"{arm}.runs[{i}]: {value!r} is not a positive finite time in seconds")
+        if not is_finite_number(value) or value <= 0:
+            raise MotionKernelError(f"{arm}.runs[{i}]: {_shown(value)} is not a positive finite time in seconds")
     return [float(value) for value in runs]
 
 
@@ -267,8 +271,8 @@ def _artifact_manifest(doc: Mapping[str, Any], workload: str | None) -> ImportPl
     outcome = {
         "workload": name, "artifact": artifact, "arch": arch, "outcome": PROMOTION_OUTCOME[decision],
         "recorded_verdict": {"decision": decision, "basis": _optional_text(promotion.get("reason"), "promotion.reason")},
-        "recorded_utc": _optional_text(promotion.get("decided_at"), "promotion.decided_at"),
-        "model_id": _optional_text(compatibility.get("model_id"), "compatibility.model_id"),
+        "recorded_utc": _time(promotion.get("decided_at"), "promotion.decided_at"),
+        "model_id": _optional_name(compatibility.get("model_id"), "compatibility.model_id"),
         "family": _family(doc),
         "summary": {"operation": dict(operation), "compatibility": dict(compatibility),
                     "evidence": dict(evidence), "promotion": dict(promotion)},
@@ -286,8 +290,8 @@ def _support_run(doc: Mapping[str, Any], workload: str | None) -> ImportPlan:
     source = doc.get("source") if isinstance(doc.get("source"), Mapping) else {}
     record = {
         "workload": name, "artifact": None, "arch": _arch(doc.get("arch"), "arch"), "outcome": outcome,
-        "recorded_verdict": None, "recorded_utc": _optional_text(doc.get("recorded_utc"), "recorded_utc"),
-        "model_id": _optional_text(doc.get("model_id"), "model_id"), "family": _family(doc),
+        "recorded_verdict": None, "recorded_utc": _time(doc.get("recorded_utc"), "recorded_utc"),
+        "model_id": _optional_name(doc.get("model_id"), "model_id"), "family": _family(doc),
         "summary": {"source": dict(source), "evidence": doc.get("evidence"), "reason": doc.get("reason")},
     }
     return ImportPlan(kind="support_run", schema=SUPPORT_RUN_SCHEMA, schema_version=version, workload=name,
@@ -302,7 +306,7 @@ def _attention_campaign(doc: Mapping[str, Any], workload: str | None) -> ImportP
     quality = fidelity.get("verdict") if isinstance(fidelity.get("verdict"), Mapping) else {}
     speedup, gate = doc.get("speedup_median"), doc.get("min_end_to_end_speedup")
     passed = is_finite_number(speedup) and is_finite_number(gate) and speedup >= gate and quality.get("passed") is True
-    backend = _optional_text(doc.get("backend") or doc.get("candidate_backend"), "backend")
+    backend = _optional_name(doc.get("backend") or doc.get("candidate_backend"), "backend")
     label = backend or "attention"
     artifact = _derived_id("mk", f"{name}-{label}", f"{name}/{label}", arch)
     record = {
@@ -310,8 +314,8 @@ def _attention_campaign(doc: Mapping[str, Any], workload: str | None) -> ImportP
         "outcome": "promoted" if passed else "no_worthwhile_candidate",
         "recorded_verdict": {"decision": "pass" if passed else "fail",
                              "basis": f"speedup_median {speedup}x against {gate}x, fidelity passed: {quality.get('passed')}"},
-        "recorded_utc": _optional_text(doc.get("created_utc"), "created_utc"),
-        "model_id": _optional_text(doc.get("model_id"), "model_id"), "family": _family(doc),
+        "recorded_utc": _time(doc.get("created_utc"), "created_utc"),
+        "model_id": _optional_name(doc.get("model_id"), "model_id"), "family": _family(doc),
         "summary": {"speedup_median": speedup, "min_end_to_end_speedup": gate, "fidelity": dict(fidelity),
                     "budget": doc.get("budget")},
     }
@@ -356,17 +360,60 @@ def _version(doc: Mapping[str, Any], known: tuple[int, ...]) -> int:
 
 
 def _name(doc: Mapping[str, Any], key: str) -> str:
-    return _text(doc.get(key), key)
+    return _named(doc.get(key), key)
+
+
+def _named(value: Any, where: str) -> str:
+    """A value the registry records as a name (a workload, a backend, a model): the naming rule (docs/names.md)."""
+    if not isinstance(value, str) or not value.strip():
+        return _text(value, where)  # refuses it as no text at all
+    refusal = name_refusal(value)
+    if refusal is not None:
+        raise MotionKernelError(f"{where}: {refusal}")
+    return value
+
+
+def _optional_name(value: Any, where: str) -> str | None:
+    return None if value is None else _named(value, where)
 
 
 def _workload_name(value: Any, fallback: str | None, where: str) -> str:
     if value is None and fallback is None:
         raise MotionKernelError(f"{where}: the document names no workload; give one with --workload")
-    return _text(value if value is not None else fallback, where)
+    return _named(value if value is not None else fallback, where)
 
 
-_text = _KIT.text
-_optional_text = _KIT.nullable(_KIT.text)
+def _time(value: Any, where: str) -> str | None:
+    """A document's time: ISO 8601 with a UTC offset, as MotionKernel writes it; anything else is refused.
+
+    Reports compare and age these times (the support matrix's staleness), so
+    a time that cannot be read would be a time nobody can show.
+    """
+    if value is None:
+        return None
+    text = _text(value, where)
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise MotionKernelError(f"{where}: {_shown(text)} is not an ISO 8601 time such as "
+                                "2026-08-02T19:00:00+00:00") from None
+    if moment.tzinfo is None:
+        raise MotionKernelError(f"{where}: {_shown(text)} names no UTC offset, so the moment it means is unknown")
+    return text
+
+
+def _text(value: Any, where: str) -> str:
+    """A non-empty string without control characters (a newline would forge a row, an escape drive a terminal)."""
+    if not isinstance(value, str) or not value.strip():
+        raise MotionKernelError(f"{where}: expected a non-empty string, got {_shown(value)}")
+    control = next((char for char in value if unicodedata.category(char) == "Cc"), None)
+    if control is not None:
+        raise MotionKernelError(f"{where}: {_shown(value)} contains the control character U+{ord(control):04X}")
+    return value
+
+
+def _optional_text(value: Any, where: str) -> str | None:
+    return None if value is None else _text(value, where)
 
 
 def _arch(value: Any, where: str) -> str:
@@ -380,9 +427,22 @@ def _count(doc: Mapping[str, Any], key: str) -> int:
     return value
 
 
+_LARGEST_FLOAT = int(sys.float_info.max)
+# How much of a refused value a message quotes.
+_QUOTED = 40
+
+
+def _shown(value: Any) -> str:
+    """A refused value as a message quotes it: repr, shortened (a 401-digit integer is named by its length)."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > _LARGEST_FLOAT:
+        return f"an integer of {len(str(abs(value)))} digits"
+    text = repr(value)
+    return text if len(text) <= _QUOTED else text[:_QUOTED] + "…"
+
+
 def _family(doc: Mapping[str, Any]) -> str | None:
     """The model family the document names, if any (the support matrix derives one otherwise)."""
-    return _optional_text(doc.get("family"), "family")
+    return _optional_name(doc.get("family"), "family")
 
 
 def _derived_id(prefix: str, label: str, identity: str, arch: str | None) -> str:

@@ -14,6 +14,7 @@ import math
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from registry.formats.errors import UserError
 from registry.evidence.frames import check_frames, check_pair
 from registry.evidence.lpips_backend import Absent
 from registry.evidence.ssim import BACKEND as SSIM_BACKEND
@@ -34,10 +35,10 @@ def _checked_vbench(vbench: float | None) -> float | None:
     if vbench is None:
         return None
     if isinstance(vbench, bool) or not isinstance(vbench, (int, float)):
-        raise ValueError(f"vbench must be a number in [0, 1] or None, got {type(vbench).__name__}")
+        raise UserError(f"vbench must be a number in [0, 1] or None, got {type(vbench).__name__}")
     value = float(vbench)
     if not math.isfinite(value) or not 0.0 <= value <= 1.0:
-        raise ValueError(f"vbench must be a finite score in [0, 1], got {value!r}")
+        raise UserError(f"vbench must be a finite score in [0, 1], got {value!r}")
     return value
 
 
@@ -57,9 +58,9 @@ def _score_one(scorer: LpipsScorer, ref: Any, cand: Any, index: int) -> float | 
 
 def _checked_labels(frame_set: str, seed: int) -> None:
     if not isinstance(frame_set, str) or not frame_set.strip():
-        raise ValueError(f"frame_set must be a non-empty name, got {frame_set!r}")
+        raise UserError(f"frame_set must be a non-empty name, got {frame_set!r}")
     if isinstance(seed, bool) or not isinstance(seed, int):
-        raise ValueError(f"seed must be an integer, got {seed!r}")
+        raise UserError(f"seed must be an integer, got {seed!r}")
 
 
 def measure_perceptual(

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from registry.formats.text import is_unicode_text, printable_path
+from registry.formats.errors import UserError
 
 MAX_EVIDENCE_BYTES = 16 * 1024 * 1024
 MAX_MANIFEST_BYTES = 4 * 1024 * 1024
@@ -48,7 +49,7 @@ _FILE_KINDS = (
 _SURROGATE = "text holds a lone surrogate (U+D800 to U+DFFF), which is not valid Unicode"
 
 
-class DocumentError(ValueError):
+class DocumentError(UserError):
     """A user document the registry will not read; one line naming the file (or the document) and why."""
 
 

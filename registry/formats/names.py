@@ -19,8 +19,9 @@ Why each part:
 
 Everything else is allowed, brackets and dollars included: names are
 printed literally everywhere (registry.cli.output). The rule is pure and
-imports nothing from the registry, so the CLI, the application layer, the
-manifest and the evidence-document parsers all apply the same one.
+imports nothing from the registry but the refusal root (registry.formats.errors),
+so the CLI, the application layer, the manifest and the evidence-document
+parsers all apply the same one.
 
 Stream names are built here too, from a kind's prefix and a name: every
 event is about one artifact (`artifact:<id>`), one workload
@@ -30,6 +31,8 @@ from __future__ import annotations
 
 import unicodedata
 from typing import Any
+
+from registry.formats.errors import UserError
 
 MAX_NAME_LENGTH = 128
 NAME_RULE = (f"1 to {MAX_NAME_LENGTH} characters, starting with a letter or digit, "
@@ -81,7 +84,7 @@ def check_name(value: Any, what: str) -> str:
     """Return `value` when it is a valid name; else raise ValueError naming `what` (e.g. "--run", "artifact id")."""
     refusal = name_refusal(value)
     if refusal is not None:
-        raise ValueError(f"{what} {refusal}")
+        raise UserError(f"{what} {refusal}")
     return value
 
 
@@ -92,9 +95,9 @@ MAX_SEED = 2**64 - 1
 def check_seed(value: Any, what: str) -> int:
     """Return `value` when it is a seed (an integer in [0, 2**64 - 1]); else raise ValueError naming `what`."""
     if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"{what} must be an integer seed, not {type(value).__name__}")
+        raise UserError(f"{what} must be an integer seed, not {type(value).__name__}")
     if not 0 <= value <= MAX_SEED:
-        raise ValueError(f"{what} {value} is outside [0, 2**64 - 1], the range of a generator's seed")
+        raise UserError(f"{what} {value} is outside [0, 2**64 - 1], the range of a generator's seed")
     return value
 
 

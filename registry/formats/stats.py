@@ -44,6 +44,7 @@ from functools import lru_cache
 import numpy as np
 
 from registry.formats.ranks import ARM_TAIL, PAIRED_TAIL, median_rank
+from registry.formats.errors import UserError
 
 EXACT_MAX_N = 25
 
@@ -64,7 +65,7 @@ def speedup(protocol: str, baseline: Sequence[float], candidate: Sequence[float]
         return float(np.median(paired_ratios(baseline, candidate)))
     if protocol == "sequential":
         return float(np.median(baseline) / np.median(candidate))
-    raise ValueError(f"unknown protocol {protocol!r}")
+    raise UserError(f"unknown protocol {protocol!r}")
 
 
 def median_interval(values: np.ndarray, tail: float) -> tuple[np.ndarray, np.ndarray, float]:
@@ -93,7 +94,7 @@ def speedup_interval(
         b_low, b_high, b_coverage = median_interval(baseline, ARM_TAIL)
         c_low, c_high, c_coverage = median_interval(candidate, ARM_TAIL)
         return b_low / c_high, b_high / c_low, b_coverage * c_coverage
-    raise ValueError(f"unknown protocol {protocol!r}")
+    raise UserError(f"unknown protocol {protocol!r}")
 
 
 def wilcoxon_signed_rank(differences: Sequence[float]) -> float:

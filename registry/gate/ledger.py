@@ -12,6 +12,7 @@ from typing import Any
 
 from registry.formats.evidence.errors import EvidenceError
 from registry.formats.evidence.items import parse_item
+from registry.formats.errors import UserError
 from registry.gate.model import RULES, Margin, Recorded
 
 PRECEDENCE = ("quarantined", "held", "rejected", "promoted")
@@ -35,7 +36,7 @@ class Ledger:
 
     def add(self, rule: str, decision: str, reason: str) -> None:
         if rule not in RULES:
-            raise ValueError(f"unknown gate rule {rule!r}")
+            raise UserError(f"unknown gate rule {rule!r}")
         self.findings.append(Finding(rule, decision, reason))
 
     def note(self, rule: str, reason: str) -> None:

@@ -7,6 +7,7 @@ from typing import Any
 
 from registry.formats.fields import is_finite_number
 from registry.formats.kinds import ARTIFACT_KINDS
+from registry.formats.errors import UserError
 
 GATE_VERSION = "gate/1"
 DECISIONS = ("promoted", "rejected", "quarantined", "held", "recorded")
@@ -53,7 +54,7 @@ class ArtifactFacts:
 
     def __post_init__(self) -> None:
         if self.kind not in ARTIFACT_KINDS:
-            raise ValueError(f"artifact kind {self.kind!r} is not one of {', '.join(ARTIFACT_KINDS)}")
+            raise UserError(f"artifact kind {self.kind!r} is not one of {', '.join(ARTIFACT_KINDS)}")
 
 
 @dataclass(frozen=True)
@@ -109,16 +110,16 @@ class Verdict:
         """Rebuild a stored verdict; a dict that is not exactly a verdict is refused."""
         if not isinstance(obj, Mapping) or set(obj) != set(_VERDICT_KEYS):
             got = sorted(obj) if isinstance(obj, Mapping) else type(obj).__name__
-            raise ValueError(f"verdict: expected keys {sorted(_VERDICT_KEYS)}, got {got}")
+            raise UserError(f"verdict: expected keys {sorted(_VERDICT_KEYS)}, got {got}")
         if obj["decision"] not in DECISIONS:
-            raise ValueError(f"verdict.decision: {obj['decision']!r} is not one of {', '.join(DECISIONS)}")
+            raise UserError(f"verdict.decision: {obj['decision']!r} is not one of {', '.join(DECISIONS)}")
         margins = []
         for i, raw in enumerate(obj["margins"]):
             if not isinstance(raw, Mapping) or set(raw) != {"metric", "value", "threshold", "margin", "passed"}:
-                raise ValueError(f"verdict.margins[{i}]: expected metric, value, threshold, margin, passed")
+                raise UserError(f"verdict.margins[{i}]: expected metric, value, threshold, margin, passed")
             for key in ("value", "threshold", "margin"):
                 if not is_finite_number(raw[key]):
-                    raise ValueError(f"verdict.margins[{i}].{key}: expected a finite number")
+                    raise UserError(f"verdict.margins[{i}].{key}: expected a finite number")
             margins.append(Margin(
                 metric=str(raw["metric"]), value=float(raw["value"]), threshold=float(raw["threshold"]),
                 margin=float(raw["margin"]), passed=bool(raw["passed"]),

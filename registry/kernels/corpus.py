@@ -14,6 +14,8 @@ from dataclasses import dataclass
 
 import torch
 
+from registry.formats.errors import UserError
+
 CORPORA = ("cpu", "gpu")
 
 _GPU_SHAPES = (
@@ -61,7 +63,7 @@ class Case:
 def corpus_cases(kind: str) -> tuple[Case, ...]:
     """The cases of corpus ``kind`` ("cpu" or "gpu"), labelled shape0, shape1, ..."""
     if kind not in CORPORA:
-        raise ValueError(f"unknown corpus {kind!r}; expected one of {list(CORPORA)}")
+        raise UserError(f"unknown corpus {kind!r}; expected one of {list(CORPORA)}")
     shapes = _CPU_SHAPES if kind == "cpu" else _GPU_SHAPES
     return tuple(Case(f"shape{i}", b, s, d, dt, _SEED_BASE[kind] + i) for i, (b, s, d, dt) in enumerate(shapes))
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
+from registry.formats.errors import UserError
 from registry.kernels.corpus import Case, Sampler, corpus_cases
 
 
@@ -21,7 +22,7 @@ from registry.kernels.corpus import Case, Sampler, corpus_cases
 _DOTTED = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*")
 
 
-class EntryError(ValueError):
+class EntryError(UserError):
     """An entry string that does not name an importable callable."""
 
 
@@ -131,7 +132,7 @@ def get_operation(name: str) -> OperationSpec:
     for spec in _OPERATIONS:
         if spec.name == name:
             return spec
-    raise ValueError(f"unknown operation {name!r}; known: {[s.name for s in _OPERATIONS]}")
+    raise UserError(f"unknown operation {name!r}; known: {[s.name for s in _OPERATIONS]}")
 
 
 def resolve_entry(entry: str) -> Callable:

@@ -4,6 +4,7 @@ from __future__ import annotations
 import re
 from datetime import datetime, timezone
 
+from registry.formats.errors import UserError
 from registry.events.store import EventStore
 
 from .live import check_position
@@ -25,7 +26,7 @@ def resolve_as_of(store: EventStore, text: str | None) -> int | None:
     try:
         moment = datetime.fromisoformat(value)
     except ValueError:
-        raise ValueError(
+        raise UserError(
             f"as-of {text!r} is neither a log position (a non-negative integer) nor an ISO-8601 time"
         ) from None
     if moment.tzinfo is None:

@@ -5,12 +5,17 @@ Rules (docs/architecture.md, "Events" and "Decisions and lifecycle"; docs/gate.m
   (`artifact_identity`: workload, kind, payload hash, backend, op, entry).
   Evidence, failures, verdicts and human decisions are scoped to the identity
   they name (events recorded before identities were: to their payload hash).
-  An event for another identity than the artifact's current one (a late
-  result for a replaced registration) changes no current field; a verdict
-  still enters the artifact's verdict history, marked with its identity.
-- A re-registration that changes the identity starts over: evidence,
-  failures, attempts, verdict fields and the human decision are reset,
-  decision `registered`, and `identity_changed` says what changed where.
+  An event for an identity set aside (a late result for a replaced
+  registration) updates that identity's kept fields, never the current one's;
+  a verdict still enters the artifact's verdict history, marked with its
+  identity.
+- A re-registration that changes the identity sets the old identity's
+  evidence, failures, attempts, verdict fields and human decision aside
+  (`earlier_identities`) and takes up the new identity's: its own, when those
+  claims were registered before (its history belongs to it, however often it
+  is registered), else a fresh start with decision `registered`.
+  `identity_changed` says what changed where, and whether the identity
+  `returned`.
 - The latest of (verdict, human decision) sets `decision`: approve ->
   `promoted`, revoke -> `held` and the evidence scope restarts, so the
   artifact stays held until new evidence and a new verdict.
@@ -36,9 +41,12 @@ from registry.events.store import StoredEvent
 from registry.formats.names import ARTIFACT_PREFIX, frameset_stream, workload_stream
 
 from .log import EVIDENCE_KIND_BY_TYPE, LogEvent
-from .state import ProjectionError, RegistryState, identity_changes, new_artifact, restart_evidence, start_identity, tightest
+from .state import (
+    ProjectionError, RegistryState, identity_changes, new_artifact, restart_evidence, scope_of, set_aside, take_up,
+    tightest,
+)
 
-Pending = dict[tuple[str, str], LogEvent]
+Pending = dict[tuple[str, str, str], LogEvent]  # (artifact, identity, evidence kind) -> its latest event
 
 # Which evidence kind shows a failed stage has since succeeded. `load` (the
 # entry could not be imported) is shown good only by the artifact running.
@@ -83,8 +91,9 @@ def fold(state: RegistryState, events: Iterable[StoredEvent | LogEvent]) -> Regi
 
 
 def _attach_items(state: RegistryState, pending: Pending) -> None:
-    for (artifact_id, kind), event in pending.items():
-        entry = state.artifacts[artifact_id]["evidence"].get(kind)
+    for (artifact_id, identity, kind), event in pending.items():
+        fields = scope_of(state.artifacts[artifact_id], identity)
+        entry = None if fields is None else fields["evidence"].get(kind)
         if entry is None or entry["position"] != event.position:
             continue  # superseded by a revoke or a new payload after it
         try:
@@ -145,32 +154,42 @@ def _registered(state: RegistryState, event: LogEvent, pending: Pending) -> None
     if artifact_identity(payload) != current["identity"]:
         changed = {"position": event.position, "previous_identity": current["identity"],
                    "changes": identity_changes(current, payload)}
-        start_identity(current, payload, event.position)
+        set_aside(current)
+        changed["returned"] = take_up(current, payload, event.position)
         current["identity_changed"] = changed
 
 
-def _current(artifact: dict[str, Any], identity: str | None, payload_sha256: str | None) -> bool:
-    """Whether an event is about the artifact's current identity (an event without one: its payload)."""
-    if identity is not None:
-        return identity == artifact["identity"]
-    return payload_sha256 == artifact["payload_sha256"]
+def _scope(artifact: dict[str, Any], identity: str | None, payload_sha256: str | None) -> tuple[str, dict] | None:
+    """The identity an event is about and the fields it updates, or None when it is about none registered here.
+
+    An event naming an identity updates that identity, current or set aside
+    (a late result for a replaced registration counts when those claims are
+    registered again). An event without one (recorded before identities
+    were) counts for the current identity only, when its payload matches.
+    """
+    if identity is None:
+        return (artifact["identity"], artifact) if payload_sha256 == artifact["payload_sha256"] else None
+    fields = scope_of(artifact, identity)
+    return None if fields is None else (identity, fields)
 
 
 def _evidence(state: RegistryState, event: LogEvent, pending: Pending) -> None:
     artifact = _artifact(state, event)
-    if not _current(artifact, event.identity, event.scope):
+    scoped = _scope(artifact, event.identity, event.scope)
+    if scoped is None:
         return
+    identity, fields = scoped
     kind = EVIDENCE_KIND_BY_TYPE[event.type]
-    artifact["evidence"][kind] = {
+    fields["evidence"][kind] = {
         "event_id": event.event_id, "position": event.position, "item": None, "measured_at": event.recorded_at,
     }
-    artifact["evidence_counts"][kind] += 1
+    fields["evidence_counts"][kind] += 1
     if kind == "benchmark":
-        artifact["benchmark_attempts"] += 1
-    open_failures = artifact["open_failures"]
+        fields["benchmark_attempts"] += 1
+    open_failures = fields["open_failures"]
     if any(STAGE_EVIDENCE.get(f["stage"]) == kind for f in open_failures) and _succeeded(event, kind):
-        artifact["open_failures"] = [f for f in open_failures if STAGE_EVIDENCE.get(f["stage"]) != kind]
-    pending[(artifact["artifact"], kind)] = event
+        fields["open_failures"] = [f for f in open_failures if STAGE_EVIDENCE.get(f["stage"]) != kind]
+    pending[(artifact["artifact"], identity, kind)] = event
 
 
 def _succeeded(event: LogEvent, kind: str) -> bool:
@@ -182,9 +201,10 @@ def _succeeded(event: LogEvent, kind: str) -> bool:
 
 def _failed(state: RegistryState, event: LogEvent, pending: Pending) -> None:
     artifact, payload = _named_artifact(state, event)
-    if not _current(artifact, payload.get("identity"), payload["payload_sha256"]):
+    scoped = _scope(artifact, payload.get("identity"), payload["payload_sha256"])
+    if scoped is None:
         return
-    artifact["open_failures"].append(
+    scoped[1]["open_failures"].append(
         {"event_id": event.event_id, "position": event.position, "stage": payload["stage"], "error": payload["error"]}
     )
 
@@ -198,10 +218,11 @@ def _verdict(state: RegistryState, event: LogEvent, pending: Pending) -> None:
         "payload_sha256": payload["payload_sha256"], "identity": payload.get("identity"),
         "contract_version": payload["contract_version"], "benchmark_attempts": payload.get("benchmark_attempts"),
     })
-    if not _current(artifact, payload.get("identity"), payload["payload_sha256"]):
+    scoped = _scope(artifact, payload.get("identity"), payload["payload_sha256"])
+    if scoped is None:
         return
     margins = verdict["margins"]
-    artifact.update(
+    scoped[1].update(
         decision=verdict["decision"], decided_by="gate", tier=verdict["tier"], rule=verdict["rule"],
         reasons=verdict["reasons"], margins=margins, tightest_margin=tightest(margins),
         speedup=verdict["speedup"], speedup_ci=verdict["speedup_ci"], verdict=verdict,
@@ -215,20 +236,22 @@ HUMAN_DECISION = {"approve": "promoted", "revoke": "held"}
 
 def _human(state: RegistryState, event: LogEvent, pending: Pending) -> None:
     artifact, payload = _named_artifact(state, event)
-    if not _current(artifact, payload.get("identity"), payload["payload_sha256"]):
+    scoped = _scope(artifact, payload.get("identity"), payload["payload_sha256"])
+    if scoped is None:
         return
+    fields = scoped[1]
     action = payload["action"]
     if action not in HUMAN_DECISION:
         raise ProjectionError(f"event at position {event.position}: unknown human action {action!r}")
-    artifact["human"] = {
+    fields["human"] = {
         "action": action, "person": payload["person"], "reason": payload["reason"],
         "event_id": event.event_id, "position": event.position,
         "verdict_event_id": payload.get("verdict_event_id"),
     }
-    artifact["decision"] = HUMAN_DECISION[action]
-    artifact["decided_by"] = "human"
+    fields["decision"] = HUMAN_DECISION[action]
+    fields["decided_by"] = "human"
     if action == "revoke":
-        restart_evidence(artifact)
+        restart_evidence(fields)
 
 
 def _workload(state: RegistryState, event: LogEvent, pending: Pending) -> None:

@@ -23,6 +23,7 @@ from typing import Any, Iterator
 from sqlalchemy import Connection, bindparam, func, insert, select, update
 from sqlalchemy.exc import DBAPIError, IntegrityError
 
+from registry.formats.errors import UserError
 from registry.events.errors import StoreError
 from registry.events.schema import EVENTS
 from registry.events.store import EventStore
@@ -127,10 +128,10 @@ def read_history(conn: Connection, artifact_id: str) -> list[VerdictRecord]:
 def check_position(store: EventStore, as_of: Any) -> int:
     """An as-of position must be a position the log has reached."""
     if isinstance(as_of, bool) or not isinstance(as_of, int) or as_of < 0:
-        raise ValueError(f"as-of position must be a non-negative integer, got {as_of!r}")
+        raise UserError(f"as-of position must be a non-negative integer, got {as_of!r}")
     head = store.head_position()
     if as_of > head:
-        raise ValueError(f"as-of position {as_of} is beyond the log's head {head}")
+        raise UserError(f"as-of position {as_of} is beyond the log's head {head}")
     return as_of
 
 

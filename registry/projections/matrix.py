@@ -21,6 +21,7 @@ import io
 from datetime import datetime, timedelta, timezone
 from typing import Any, Iterable
 
+from registry.formats.errors import UserError
 from .state import RegistryState
 
 OUTCOMES = ("promoted", "candidates_found", "no_worthwhile_candidate", "quarantined", "held", "not_attempted")
@@ -41,7 +42,7 @@ def support_matrix(state: RegistryState, *, at: datetime, stale_days: int = DEFA
                    archs: Iterable[str] = ()) -> dict[str, Any]:
     """The matrix as a JSON-able dict: `archs`, `rows` (family, workload, cells), `unplaced` artifacts."""
     if isinstance(stale_days, bool) or not isinstance(stale_days, int) or stale_days < 0:
-        raise ValueError(f"--stale-days must be a whole number of days >= 0, got {stale_days!r}")
+        raise UserError(f"--stale-days must be a whole number of days >= 0, got {stale_days!r}")
     contributions: list[dict[str, Any]] = []
     families: dict[str, str] = {}
     unplaced: list[str] = []
@@ -66,12 +67,16 @@ def support_matrix(state: RegistryState, *, at: datetime, stale_days: int = DEFA
         if found["arch"] is None or found["outcome"] is None:
             continue
         key = (found["workload"], found["arch"])
-        cell = cells.setdefault(key, {"outcome": "not_attempted", "latest": None, "sources": []})
-        if RANK[found["outcome"]] < RANK[cell["outcome"]]:
+        cell = cells.setdefault(key, {"outcome": "not_attempted", "latest": None, "sources": [],
+                                      "unreadable_dates": []})
+        if RANK.get(found["outcome"], len(RANK)) < RANK[cell["outcome"]]:
             cell["outcome"] = found["outcome"]
-        if found["date"] is not None and (cell["latest"] is None or found["date"] > cell["latest"]):
-            cell["latest"] = found["date"]
-        cell["sources"].append({k: found[k] for k in ("source", "outcome", "date", "subject")})
+        date, moment = _readable(found["date"])
+        if date is None and found["date"] is not None:
+            cell["unreadable_dates"].append(str(found["date"]))
+        elif date is not None and (cell["latest"] is None or moment > _moment(cell["latest"])):
+            cell["latest"] = date
+        cell["sources"].append({**{k: found[k] for k in ("source", "outcome", "subject")}, "date": date})
     cutoff = at - timedelta(days=stale_days)
     rows = []
     for workload in sorted(workloads, key=lambda w: (families.get(w) or model_family(w), w)):
@@ -87,6 +92,8 @@ def support_matrix(state: RegistryState, *, at: datetime, stale_days: int = DEFA
                 "stale": latest is not None and _moment(latest) < cutoff,
                 "sources": sorted(cell["sources"], key=lambda s: (s["date"] or "", s["subject"] or "")),
             }
+            if cell["unreadable_dates"]:
+                row_cells[arch]["unreadable_dates"] = cell["unreadable_dates"]
         rows.append({"family": families.get(workload) or model_family(workload), "workload": workload,
                      "cells": row_cells})
     return {"at": at.isoformat(), "stale_days": stale_days, "archs": columns, "rows": rows,
@@ -100,8 +107,10 @@ def _native_contribution(artifact: dict[str, Any]) -> dict[str, Any] | None:
     if arch is None:
         return None
     known = [entry["measured_at"] for entry in artifact["evidence"].values() if entry.get("measured_at")]
+    readable = [text for text in known if _readable(text)[0] is not None]
+    latest = max(readable, key=_moment) if readable else (known[0] if known else None)
     return {"workload": artifact["workload"], "arch": arch, "outcome": DECISION_OUTCOME.get(artifact["decision"]),
-            "date": max(known) if known else None, "source": "registry", "subject": artifact["artifact"]}
+            "date": latest, "source": "registry", "subject": artifact["artifact"]}
 
 
 def _imported_contribution(record: dict[str, Any]) -> dict[str, Any]:
@@ -117,6 +126,21 @@ def _moment(text: str) -> datetime:
     return moment if moment.tzinfo is not None else moment.replace(tzinfo=timezone.utc)
 
 
+def _readable(value: Any) -> tuple[str | None, datetime | None]:
+    """A stored date and its moment, or (None, None) when it is not one.
+
+    The log is immutable, so a date an earlier import let through (`yesterday`)
+    stays in it forever: the matrix shows such a value marked as unreadable
+    (a cell's `unreadable_dates`, present only then) and never lets it decide freshness, or stop a report.
+    """
+    if not isinstance(value, str):
+        return None, None
+    try:
+        return value, _moment(value)
+    except ValueError:
+        return None, None
+
+
 def _arch_key(arch: str) -> tuple[int, int, str]:
     """sm80 < sm90 < sm100 < ... by number, then anything else (cpu) by name."""
     digits = "".join(ch for ch in arch[2:] if ch.isdigit()) if arch.startswith("sm") else ""
@@ -125,9 +149,10 @@ def _arch_key(arch: str) -> tuple[int, int, str]:
 
 def cell_text(cell: dict[str, Any]) -> str:
     """A cell for a table: the outcome, its date and a stale mark."""
+    unreadable = "".join(f", unreadable date {text[:40]!r}" for text in cell.get("unreadable_dates", ()))
     if cell["latest"] is None:
-        return cell["outcome"]
-    return f"{cell['outcome']} ({cell['latest'][:10]}{', stale' if cell['stale'] else ''})"
+        return f"{cell['outcome']} ({unreadable[2:]})" if unreadable else cell["outcome"]
+    return f"{cell['outcome']} ({cell['latest'][:10]}{', stale' if cell['stale'] else ''}{unreadable})"
 
 
 def matrix_csv(matrix: dict[str, Any]) -> str:

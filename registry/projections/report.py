@@ -28,6 +28,7 @@ import math
 from typing import Any
 
 from registry.contracts.speed import derived_gate
+from registry.formats.errors import UserError
 
 from .state import RegistryState, contract_note, relative_margin
 
@@ -69,7 +70,7 @@ def build_report(state: RegistryState, workload: str | None = None, *,
     """
     known = set(state.workloads) | {a["workload"] for a in state.artifacts.values()}
     if workload is not None and workload not in known:
-        raise ValueError(f"no workload {workload!r} as of position {state.position}")
+        raise UserError(f"no workload {workload!r} as of position {state.position}")
     scope = sorted(known if workload is None else {workload})
     artifacts = [state.artifacts[key] for key in sorted(state.artifacts)
                  if workload is None or state.artifacts[key]["workload"] == workload]

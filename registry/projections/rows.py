@@ -7,6 +7,7 @@ from registry.events.canonical import canonical_json, sha256_hex, strict_json_lo
 
 from .schema import ARTIFACTS, FRAMESETS, OUTCOMES, WORKLOADS
 from .verdict_history import without_history
+from .state import ProjectionError
 
 
 def state_text(state: dict[str, Any]) -> str:
@@ -45,7 +46,16 @@ def outcomes_row(state: dict[str, Any]) -> dict[str, Any]:
 
 
 def load_state(text: str) -> dict[str, Any]:
-    return strict_json_loads(text)
+    """A row's state; a row that is not a JSON object is refused in one line (the read models are derived)."""
+    try:
+        state = strict_json_loads(text)
+    except ValueError as exc:
+        raise ProjectionError(f"a read-model row is not JSON ({str(exc).splitlines()[0]}); "
+                              "`registry replay` rebuilds the read models from the log") from None
+    if not isinstance(state, dict):
+        raise ProjectionError("a read-model row is not a JSON object; `registry replay` rebuilds the read models "
+                              "from the log")
+    return state
 
 
 # (table, key column, state -> row) for each kind of read model, in one place.

@@ -9,6 +9,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from registry.formats.errors import UserError
 from registry.events.identity import IDENTITY_FIELDS, artifact_identity
 
 EVIDENCE_KINDS = ("parity", "benchmark", "execution", "perceptual")
@@ -16,7 +17,7 @@ EVIDENCE_KINDS = ("parity", "benchmark", "execution", "perceptual")
 FINAL = ("promoted", "rejected")
 
 
-class ProjectionError(ValueError):
+class ProjectionError(UserError):
     """The log holds something the fold cannot place, or the read models cannot be trusted."""
 
 
@@ -62,6 +63,15 @@ def tightest(margins: list[dict[str, Any]]) -> dict[str, Any] | None:
     return min(margins, key=relative_margin) if margins else None
 
 
+# What belongs to one identity (its decision, evidence, failures, attempts): set aside while another
+# identity is registered, and taken up again when the same claims are registered again.
+IDENTITY_SCOPED = (
+    "decision", "decided_by", "tier", "rule", "reasons", "margins", "tightest_margin", "speedup", "speedup_ci",
+    "verdict", "verdict_event_id", "verdict_position", "contract_version", "contract_hash", "human",
+    "benchmark_attempts", "open_failures", "evidence", "evidence_counts",
+)
+
+
 def new_artifact(payload: dict[str, Any], position: int) -> dict[str, Any]:
     state = {
         "artifact": payload["artifact"],
@@ -70,9 +80,46 @@ def new_artifact(payload: dict[str, Any], position: int) -> dict[str, Any]:
         "stream_version": 1,  # every event of the stream is folded into it: the count is its version
         "verdicts": [],
         "identity_changed": None,
+        "earlier_identities": {},
+        "registered_payloads": [],
     }
     start_identity(state, payload, position)
     return state
+
+
+def set_aside(state: dict[str, Any]) -> None:
+    """Keep the current identity's decision, evidence, failures and attempts for when it is registered again."""
+    kept = {key: state[key] for key in IDENTITY_SCOPED}
+    kept["payload_sha256"] = state["payload_sha256"]
+    state.setdefault("earlier_identities", {})[state["identity"]] = kept
+
+
+def take_up(state: dict[str, Any], payload: dict[str, Any], position: int) -> bool:
+    """Register `payload`'s identity: its own history again if it had one (True), else a fresh start (False)."""
+    identity = artifact_identity(payload)
+    kept = state.setdefault("earlier_identities", {}).pop(identity, None)
+    if kept is None:
+        start_identity(state, payload, position)
+        return False
+    describe(state, payload)
+    _note_payload(state, payload)
+    state["identity"] = identity
+    state["registered_position"] = position
+    state.update({key: kept[key] for key in IDENTITY_SCOPED})
+    return True
+
+
+def scope_of(state: dict[str, Any], identity: str) -> dict[str, Any] | None:
+    """The fields of `identity` in an artifact's state: the artifact itself when current, else its kept history."""
+    if identity == state["identity"]:
+        return state
+    return state.get("earlier_identities", {}).get(identity)
+
+
+def _note_payload(state: dict[str, Any], payload: dict[str, Any]) -> None:
+    payloads = state.setdefault("registered_payloads", [])
+    if payload.get("payload_sha256") not in payloads:
+        payloads.append(payload.get("payload_sha256"))
 
 
 def describe(state: dict[str, Any], payload: dict[str, Any]) -> None:
@@ -87,8 +134,9 @@ def describe(state: dict[str, Any], payload: dict[str, Any]) -> None:
 
 
 def start_identity(state: dict[str, Any], payload: dict[str, Any], position: int) -> None:
-    """A new identity: nothing measured or decided about the old one carries over (it stays in history)."""
+    """An identity registered for the first time: nothing measured or decided about another one carries over."""
     describe(state, payload)
+    _note_payload(state, payload)
     state["identity"] = artifact_identity(payload)
     state["registered_position"] = position
     state.update(
@@ -109,6 +157,13 @@ def restart_evidence(state: dict[str, Any]) -> None:
     """
     state["evidence"] = {}
     state["evidence_counts"] = {kind: 0 for kind in EVIDENCE_KINDS}
+
+
+def attempts_on(artifact: dict[str, Any], payload_sha256: str) -> int:
+    """Benchmark items an artifact has recorded for one payload, under every identity it registered."""
+    count = artifact["benchmark_attempts"] if artifact["payload_sha256"] == payload_sha256 else 0
+    return count + sum(kept["benchmark_attempts"] for kept in artifact.get("earlier_identities", {}).values()
+                       if kept.get("payload_sha256") == payload_sha256)
 
 
 def identity_changes(before: dict[str, Any], after: dict[str, Any]) -> dict[str, list[Any]]:

@@ -5,6 +5,7 @@ from dataclasses import dataclass
 from importlib import metadata
 
 from registry.bundles import Profile
+from registry.formats.errors import UserError
 
 
 @dataclass(frozen=True)
@@ -34,7 +35,7 @@ class RuntimeProfile(Profile):
         if distributed_mode is None:
             dist = torch.distributed
             if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
-                raise ValueError(f"this process is one of {dist.get_world_size()} ranks: pass distributed_mode "
+                raise UserError(f"this process is one of {dist.get_world_size()} ranks: pass distributed_mode "
                                  "(the mode the bundles declare, e.g. tensor_parallel)")
             distributed_mode = "single"
         return cls(architecture, torch.__version__, torch.version.cuda, triton, execution_mode, distributed_mode)

@@ -7,6 +7,7 @@ from typing import Any, Iterable
 
 from registry.bundles import BundleManifest, CallSite, Profile, Resolution, TensorSignature, read_lock
 from registry.bundles import resolve as resolve_candidates
+from registry.formats.errors import UserError
 
 
 @dataclass(frozen=True)
@@ -52,14 +53,14 @@ def resolve(workload: str, profile: Profile, *, database: str | None = None, loc
     projections, optionally as of a log position.
     """
     if (database is None) == (lock is None):
-        raise ValueError("resolve needs exactly one source: database=URL or lock=PATH")
+        raise UserError("resolve needs exactly one source: database=URL or lock=PATH")
     site = CallSite(model, revision, fingerprint, None if inputs is None else tuple(signature_of(t) for t in inputs))
     if lock is not None:
         if as_of is not None:
-            raise ValueError("as_of applies to a database; a lock file is already fixed at its export position")
+            raise UserError("as_of applies to a database; a lock file is already fixed at its export position")
         parsed = read_lock(lock)
         if parsed.workload != workload:
-            raise ValueError(f"{lock}: the lock is for workload {parsed.workload!r}, not {workload!r}")
+            raise UserError(f"{lock}: the lock is for workload {parsed.workload!r}, not {workload!r}")
         resolution = resolve_candidates([a.candidate() for a in parsed.artifacts], profile, site)
         source = f"lock {lock} (log position {parsed.log_position})"
         verdicts = {a.artifact: a.verdict_event_id for a in parsed.artifacts}

@@ -9,10 +9,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from registry.formats.errors import UserError
 from registry.formats.fields import FieldKit
 
 
-class EvidenceError(ValueError):
+class EvidenceError(UserError):
     """An evidence document or item the registry refuses; one line naming where and why."""
 
 
