@@ -8,6 +8,7 @@ from pathlib import Path
 
 from registry.contracts import Contract
 from registry.contracts.names import check_name
+from registry.documents import sha256_file
 from registry.events.store import NewEvent
 from registry.events.identity import artifact_identity
 from registry.events.types import ARTIFACT_KINDS, ArtifactRegistered, WorkloadDeclared
@@ -62,12 +63,13 @@ def find_contract(registry: Registry, workload: str) -> DeclaredContract | None:
     return current_contract(registry, workload)
 
 
+# The largest payload file `artifact register --payload` hashes (a compiled kernel, never a model's weights).
+MAX_PAYLOAD_BYTES = 1 << 30
+
+
 def file_sha256(path: str | Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+    """The SHA-256 of a payload file, read under the shared reader's rules (a regular file, at most MAX_PAYLOAD_BYTES)."""
+    return sha256_file(path, "payload", MAX_PAYLOAD_BYTES)[0]
 
 
 def entry_sha256(entry: str) -> str:

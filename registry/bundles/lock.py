@@ -11,21 +11,23 @@ Reading a lock file imports no torch and no database driver.
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from registry.contracts import fields as f
 from registry.contracts.errors import ContractError
+from registry.documents import DocumentError, load_json, read_document
 
+from .dsse import SignatureRefused, is_envelope, parse_envelope
 from .files import verify_directory
 from .manifest import BundleError, BundleManifest, parse_manifest
 from .resolution import Candidate
 
 LOCK_FORMAT = "registry.lock/1"
 MAX_LOCK_BYTES = 64 << 20
-_TOP = ("format", "workload", "exported_at", "log_position", "chain_hash", "profile", "call_site", "artifacts")
+_TOP = ("format", "workload", "exported_at", "expires_at", "log_position", "chain_hash", "profile", "call_site",
+        "artifacts")
 _ENTRY = ("artifact", "identity", "bundle_sha256", "manifest", "verdict_event_id", "verdict_position",
           "contract_version", "speedup", "speedup_ci")
 
@@ -56,6 +58,7 @@ class Lock:
     exported_at: str
     artifacts: tuple[LockedArtifact, ...]
     document: dict[str, Any]
+    expires_at: str | None = None  # set on a signed lock (signed_lock.py)
 
 
 def locked_entry(state: dict[str, Any], manifest: BundleManifest) -> dict[str, Any]:
@@ -92,6 +95,7 @@ def parse_lock(data: Any, source: str = "lock file") -> Lock:
             chain_hash=f.text(f.required(top, "chain_hash", ""), "chain_hash"),
             exported_at=f.text(f.required(top, "exported_at", ""), "exported_at"),
             artifacts=entries, document=top,
+            expires_at=None if top.get("expires_at") is None else f.text(top["expires_at"], "expires_at"),
         )
     except ContractError as exc:
         raise BundleError(f"{source}: {exc}") from None
@@ -127,26 +131,39 @@ def _entry(item: Any, where: str, source: str) -> LockedArtifact:
     )
 
 
-def read_lock(path: str | Path) -> Lock:
-    """Read and validate a lock file."""
-    path = Path(path)
+def read_lock_json(path: str | Path) -> Any:
+    """The parsed JSON of a lock file, read under the shared reader's rules (a regular file, at most MAX_LOCK_BYTES)."""
     try:
-        with path.open("rb") as handle:
-            raw = handle.read(MAX_LOCK_BYTES + 1)
-        if len(raw) > MAX_LOCK_BYTES:
-            raise BundleError(f"{path}: larger than {MAX_LOCK_BYTES} bytes; not a lock file")
-        data = json.loads(raw.decode("utf-8"), parse_constant=_refuse_constant)
-    except FileNotFoundError:
-        raise BundleError(f"{path}: no such lock file") from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise BundleError(f"{path}: not valid JSON ({str(exc).splitlines()[0]})") from None
-    except RecursionError:
-        raise BundleError(f"{path}: nested too deeply") from None
-    return parse_lock(data, str(path))
+        return load_json(read_document(path, "lock file", MAX_LOCK_BYTES), str(path))
+    except DocumentError as exc:
+        raise BundleError(str(exc)) from None
 
 
-def _refuse_constant(token: str) -> None:
-    raise BundleError(f"{token} is not a JSON number")
+def lock_from_json(data: Any, source: str) -> tuple[Lock, Any]:
+    """The lock a parsed lock file holds, unsigned or inside a DSSE envelope (whose signature is NOT checked here),
+    and the envelope (None when unsigned)."""
+    if not is_envelope(data):
+        return parse_lock(data, source), None
+    try:
+        envelope = parse_envelope(data)
+    except SignatureRefused as exc:
+        raise BundleError(f"{source}: {exc.detail}") from None
+    return parse_lock(payload_json(envelope.payload, source), source), envelope
+
+
+def payload_json(payload: bytes, source: str) -> Any:
+    """An envelope's payload as a strict JSON document."""
+    try:
+        return load_json(payload.decode("utf-8"), f"{source}: payload")
+    except UnicodeDecodeError:
+        raise BundleError(f"{source}: payload: not UTF-8 text") from None
+    except DocumentError as exc:
+        raise BundleError(str(exc)) from None
+
+
+def read_lock(path: str | Path) -> Lock:
+    """Read and validate a lock file, signed or not, WITHOUT checking a signature (signed_lock.open_lock does)."""
+    return lock_from_json(read_lock_json(path), str(path))[0]
 
 
 @dataclass(frozen=True)
