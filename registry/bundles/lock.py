@@ -26,8 +26,9 @@ from .resolution import Candidate
 
 LOCK_FORMAT = "registry.lock/1"
 MAX_LOCK_BYTES = 64 << 20
-_TOP = ("format", "workload", "exported_at", "expires_at", "log_position", "chain_hash", "profile", "call_site",
-        "artifacts")
+_TOP = ("format", "workload", "exported_at", "expires_at", "log_origin", "log_position", "chain_hash", "profile",
+        "call_site", "artifacts")
+IDENTITY_KEYS = ("artifact", "identity", "workload", "kind", "backend", "op", "entry", "payload_sha256")
 _ENTRY = ("artifact", "identity", "bundle_sha256", "manifest", "verdict_event_id", "verdict_position",
           "contract_version", "speedup", "speedup_ci")
 
@@ -59,14 +60,14 @@ class Lock:
     artifacts: tuple[LockedArtifact, ...]
     document: dict[str, Any]
     expires_at: str | None = None  # set on a signed lock (signed_lock.py)
+    log_origin: str | None = None  # the chain hash at position 1: which log (absent in older lock files)
 
 
 def locked_entry(state: dict[str, Any], manifest: BundleManifest) -> dict[str, Any]:
     """The lock entry for a promoted artifact's projected state."""
     return {
         "artifact": state["artifact"],
-        "identity": {key: state.get(key) for key in ("artifact", "identity", "workload", "kind", "backend", "op",
-                                                     "entry", "payload_sha256")},
+        "identity": {key: state.get(key) for key in IDENTITY_KEYS},
         "bundle_sha256": manifest.digest,
         "manifest": manifest.canonical(),
         "verdict_event_id": state["verdict_event_id"],
@@ -86,22 +87,29 @@ def parse_lock(data: Any, source: str = "lock file") -> Lock:
             raise ContractError(f"format: {top['format']!r} is not {LOCK_FORMAT!r}")
         if not isinstance(top.get("artifacts"), list):
             raise ContractError("artifacts: expected a list")
-        entries = tuple(_entry(item, f"artifacts[{i}]", source) for i, item in enumerate(top["artifacts"]))
+        workload = f.text(f.required(top, "workload", ""), "workload")
+        entries = tuple(_entry(item, f"artifacts[{i}]", source, workload) for i, item in enumerate(top["artifacts"]))
         if len({e.artifact for e in entries}) != len(entries):
             raise ContractError("artifacts: an artifact is locked twice")
+        log_position = f.integer(f.required(top, "log_position", ""), "log_position", 0)
+        late = next((e for e in entries if e.verdict_position > log_position), None)
+        if late is not None:
+            raise ContractError(f"artifacts: {late.artifact}'s verdict_position {late.verdict_position} is after the "
+                                f"lock's log_position {log_position} (an entry from another lock)")
         return Lock(
-            workload=f.text(f.required(top, "workload", ""), "workload"),
-            log_position=f.integer(f.required(top, "log_position", ""), "log_position", 0),
+            workload=workload,
+            log_position=log_position,
             chain_hash=f.text(f.required(top, "chain_hash", ""), "chain_hash"),
             exported_at=f.text(f.required(top, "exported_at", ""), "exported_at"),
             artifacts=entries, document=top,
             expires_at=None if top.get("expires_at") is None else f.text(top["expires_at"], "expires_at"),
+            log_origin=None if top.get("log_origin") is None else f.text(top["log_origin"], "log_origin"),
         )
     except ContractError as exc:
         raise BundleError(f"{source}: {exc}") from None
 
 
-def _entry(item: Any, where: str, source: str) -> LockedArtifact:
+def _entry(item: Any, where: str, source: str, workload: str) -> LockedArtifact:
     entry = f.block(item, where)
     f.only_known(entry, _ENTRY, where)
     for key in _ENTRY:
@@ -114,8 +122,15 @@ def _entry(item: Any, where: str, source: str) -> LockedArtifact:
         raise ContractError(f"{where}.manifest: hashes to {manifest.digest[:12]}, not the recorded bundle_sha256 "
                             f"{digest[:12]} (the lock file was edited)")
     identity = f.block(entry["identity"], f"{where}.identity")
+    f.only_known(identity, IDENTITY_KEYS, f"{where}.identity")
+    missing = [key for key in IDENTITY_KEYS if key not in identity]
+    if missing:
+        raise ContractError(f"{where}.identity.{missing[0]}: required")
     if identity.get("artifact") != artifact or identity.get("payload_sha256") != digest:
         raise ContractError(f"{where}.identity: does not name {artifact} with payload {digest[:12]}")
+    if identity.get("workload") != workload:
+        raise ContractError(f"{where}.identity.workload: {identity.get('workload')!r} is not the lock's workload "
+                            f"{workload!r} (an entry of another workload's lock)")
     ci = entry["speedup_ci"]
     if ci is not None and (not isinstance(ci, list) or len(ci) != 2):
         raise ContractError(f"{where}.speedup_ci: expected [low, high] or null")

@@ -65,6 +65,17 @@ def parse_time(text: str, field: str) -> datetime:
     return moment
 
 
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_duration(text: str) -> timedelta:
+    """`7d`, `12h`, `30m`, `3600s`: a whole number and one unit; refused in one line otherwise."""
+    number, unit = text[:-1], text[-1:]
+    if unit not in _UNITS or not number.isascii() or not number.isdigit() or len(number) > 9:
+        raise BundleError(f"validity {text!r} is not a whole number of s, m, h or d (e.g. 7d, 12h)")
+    return timedelta(seconds=int(number) * _UNITS[unit])
+
+
 def sign_lock(document: dict[str, Any], key: SigningKey, *, valid_for: timedelta = DEFAULT_VALID_FOR,
               now: datetime | None = None) -> dict[str, Any]:
     """The DSSE envelope of `document` issued `now` and expiring `valid_for` later, signed by `key`."""
