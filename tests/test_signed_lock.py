@@ -20,6 +20,8 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 from cryptography.hazmat.primitives import serialization
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from registry.bundles import Profile, read_lock
 from registry.bundles.keys import create_key, load_signing_key
@@ -295,3 +297,47 @@ def test_only_what_ships_is_attested(signed):
     result = signed("attest", "fast", "--key", str(signed.key), "--out", str(signed.tmp / "fast.json"))
     assert result.exit_code == 1 and "only a promoted artifact is attested" in result.stderr
     assert not (signed.tmp / "fast.json").exists()
+
+
+def _paths(node, prefix=()):
+    """Every path to a value in a JSON tree."""
+    yield prefix
+    if isinstance(node, dict):
+        for key, child in node.items():
+            yield from _paths(child, (*prefix, key))
+    elif isinstance(node, list):
+        for index, child in enumerate(node):
+            yield from _paths(child, (*prefix, index))
+
+
+JSON_SCALARS = st.one_of(st.none(), st.booleans(), st.integers(-2**63, 2**63), st.text(max_size=20),
+                         st.floats(allow_nan=False, allow_infinity=False))
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_any_change_to_a_signed_payload_is_refused(signed, data):
+    """Property: whatever is changed in a signed lock's payload (any value anywhere, or its bytes), it is refused."""
+    from registry.bundles.keys import TrustedKeys
+    from registry.bundles.signed_lock import authenticate
+
+    envelope = envelope_of(signed.lock)
+    trusted = TrustedKeys.from_files([signed.public])
+    document = payload_of(envelope)
+    if data.draw(st.booleans(), label="edit a value (else a byte)"):
+        path = data.draw(st.sampled_from([p for p in _paths(document) if p]), label="path")
+        parent = document
+        for step in path[:-1]:
+            parent = parent[step]
+        replacement = data.draw(JSON_SCALARS.filter(lambda v: v != parent[path[-1]] or type(v) is not
+                                                    type(parent[path[-1]])), label="value")
+        parent[path[-1]] = replacement
+        changed = with_payload(envelope, document)
+    else:
+        body = bytearray(base64.b64decode(envelope["payload"]))
+        index = data.draw(st.integers(0, len(body) - 1), label="byte")
+        body[index] ^= data.draw(st.integers(1, 255), label="xor")
+        changed = {**envelope, "payload": base64.b64encode(bytes(body)).decode()}
+    with pytest.raises(LockRefused) as refused:
+        authenticate(changed, trusted, "mutated")
+    assert refused.value.code == "bad_signature"
