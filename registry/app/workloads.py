@@ -68,7 +68,7 @@ MAX_PAYLOAD_BYTES = 1 << 30
 
 
 def file_sha256(path: str | Path) -> str:
-    """The SHA-256 of a payload file, read under the shared reader's rules (a regular file, at most MAX_PAYLOAD_BYTES)."""
+    """The SHA-256 of a payload file, read under the shared reader's rules (regular, at most MAX_PAYLOAD_BYTES)."""
     return sha256_file(path, "payload", MAX_PAYLOAD_BYTES)[0]
 
 

@@ -154,16 +154,15 @@ def read_lock_json(path: str | Path) -> Any:
         raise BundleError(str(exc)) from None
 
 
-def lock_from_json(data: Any, source: str) -> tuple[Lock, Any]:
-    """The lock a parsed lock file holds, unsigned or inside a DSSE envelope (whose signature is NOT checked here),
-    and the envelope (None when unsigned)."""
+def lock_from_json(data: Any, source: str) -> Lock:
+    """The lock a parsed lock file holds, unsigned or inside a DSSE envelope whose signature is NOT checked here."""
     if not is_envelope(data):
-        return parse_lock(data, source), None
+        return parse_lock(data, source)
     try:
         envelope = parse_envelope(data)
     except SignatureRefused as exc:
         raise BundleError(f"{source}: {exc.detail}") from None
-    return parse_lock(payload_json(envelope.payload, source), source), envelope
+    return parse_lock(payload_json(envelope.payload, source), source)
 
 
 def payload_json(payload: bytes, source: str) -> Any:
@@ -178,7 +177,7 @@ def payload_json(payload: bytes, source: str) -> Any:
 
 def read_lock(path: str | Path) -> Lock:
     """Read and validate a lock file, signed or not, WITHOUT checking a signature (signed_lock.open_lock does)."""
-    return lock_from_json(read_lock_json(path), str(path))[0]
+    return lock_from_json(read_lock_json(path), str(path))
 
 
 @dataclass(frozen=True)

@@ -228,7 +228,7 @@ def _write_atomically(path: Path, text: str) -> None:
 @pass_session
 def lock_verify(session: Session, lock_file: str, bundles_dir: str | None, public_keys: tuple[str, ...],
                 seen_file: str | None, as_json: bool) -> None:
-    """Check LOCK_FILE: its signature (--key), itself, the bundles on disk (--bundles) and, given a database, the registry.
+    """Check LOCK_FILE: its signature (--key), itself, the bundles (--bundles) and, given a database, the registry.
 
     Offline (no --db and no REGISTRY_DATABASE_URL) nothing but the files is
     read. With --key the lock must be signed by a trusted key and not

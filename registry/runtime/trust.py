@@ -74,7 +74,7 @@ def open_trusted_lock(path: str | Path, workload: str, keys: TrustedKeySource, *
         lock = authenticate(data, trusted, source, now=now)
     elif insecure_allow_unsigned_lock:
         try:
-            lock = lock_from_json(data, source)[0]
+            lock = lock_from_json(data, source)
         except BundleError as exc:
             raise LockRefused("malformed", str(exc)) from None
         log.warning("INSECURE: %s is an unsigned lock, loaded only because insecure_allow_unsigned_lock=True: "
