@@ -341,3 +341,38 @@ def test_any_change_to_a_signed_payload_is_refused(signed, data):
     with pytest.raises(LockRefused) as refused:
         authenticate(changed, trusted, "mutated")
     assert refused.value.code == "bad_signature"
+
+
+@pytest.mark.parametrize("valid_for, fragment", [
+    ("0d", "must be positive"), ("367d", "at most 366 days"), ("7x", "not a whole number"), ("d", "not a whole"),
+    ("-1h", "not a whole number"), ("1.5h", "not a whole number"), ("١h", "not a whole number"),
+])
+def test_a_validity_nobody_could_mean_is_refused_in_one_line(signed, valid_for, fragment):
+    out = signed.tmp / "odd.json"
+    result = signed("lock", "--workload", "wan", "--key", str(signed.key), "--valid-for", valid_for, "--out", str(out))
+    assert result.exit_code == 1 and fragment in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    assert not out.exists()
+
+
+def test_valid_for_sets_the_expiry(signed):
+    out = signed.tmp / "short.json"
+    assert signed("lock", "--workload", "wan", "--key", str(signed.key), "--valid-for", "12h",
+                  "--out", str(out)).exit_code == 0
+    document = payload_of(envelope_of(out))
+    issued, expires = (datetime.fromisoformat(document[k]) for k in ("exported_at", "expires_at"))
+    assert expires - issued == timedelta(hours=12)
+
+
+def test_a_lock_of_another_registry_is_not_refreshed(signed, tmp_path_factory):
+    from click.testing import CliRunner
+
+    from registry.cli.main import main
+
+    other = f"sqlite:///{tmp_path_factory.mktemp('other') / 'other.db'}"
+    runner = CliRunner()
+    assert runner.invoke(main, ["--db", other, "init"]).exit_code == 0
+    assert runner.invoke(main, ["--db", other, "workload", "declare", str(signed.tmp / "wan.yaml")]).exit_code == 0
+    out = signed.tmp / "elsewhere.json"
+    result = runner.invoke(main, ["--db", other, "lock", "--refresh", str(signed.lock), "--key", str(signed.key),
+                                  "--out", str(out)])
+    assert result.exit_code == 1 and "cannot be refreshed here" in result.stderr and not out.exists()
