@@ -30,8 +30,17 @@ def codes(document: dict) -> dict[str, str]:
     return {o["artifact"]: o["code"] for o in document["others"]}
 
 
+def redeclare(cli, min_ssim: str) -> None:
+    """Declare the workload again with another SSIM threshold: a new contract version."""
+    newer = cli.tmp / f"wan-{min_ssim}.yaml"
+    newer.write_text((cli.tmp / "wan.yaml").read_text().replace("min_ssim: 0.98", f"min_ssim: {min_ssim}"))
+    assert cli("workload", "declare", str(newer)).exit_code == 0
+
+
 def test_every_reason_code_is_produced(cli):
     root = cli.tmp / "bundles"
+    ship(cli, root, "stale", 2.0)  # promoted under contract v1, then the workload is declared again
+    redeclare(cli, "0.981")
     ship(cli, root, "best", 1.8)
     ship(cli, root, "second", 1.5)
     ship(cli, root, "quarantined", 2.0, worst_ssim=0.9)
@@ -62,7 +71,7 @@ def test_every_reason_code_is_produced(cli):
         "bf16": "input_signature_mismatch", "blackwell": "gpu_architecture_mismatch",
         "torch3": "torch_version_unsupported", "cuda13": "cuda_version_unsupported",
         "triton-bound": "triton_version_unsupported", "training": "execution_mode_mismatch",
-        "tensor-parallel": "distributed_mode_mismatch",
+        "tensor-parallel": "distributed_mode_mismatch", "stale": "stale_contract",
     }
     assert set(codes(document).values()) == set(REASON_CODES)  # every documented code, and no other
     details = {o["artifact"]: o["detail"] for o in document["others"]}
@@ -191,10 +200,40 @@ def test_detect_resolves_for_this_process(cli):
     assert bare.exit_code == 1 and "--arch and --torch, or --detect" in bare.stderr
 
 
-def test_a_promotion_under_an_older_contract_is_flagged(cli):
-    ship(cli, cli.tmp / "bundles", "veteran", 1.5)
+def test_a_promotion_under_an_older_contract_does_not_ship_until_judged_again(cli):
+    """Issue 20: only what was promoted under the workload's current contract ships (resolve and lock)."""
+    ship(cli, cli.tmp / "bundles", "veteran", 1.5, worst_ssim=0.999)
+    ship(cli, cli.tmp / "bundles", "marginal", 1.5, worst_ssim=0.992)
     newer = cli.tmp / "wan-v2.yaml"
     newer.write_text((cli.tmp / "wan.yaml").read_text().replace("min_ssim: 0.98", "min_ssim: 0.995"))
-    assert cli("workload", "declare", str(newer)).exit_code == 0
+    declared = cli("workload", "declare", str(newer))
+    assert declared.exit_code == 0
+    assert "registry rejudge wan" in declared.output and "veteran (promoted under v1)" in declared.output
     status, document = resolved(cli, "--workload", "wan", "--arch", "sm90", "--torch", "2.13.0", "--cuda", "12.8")
-    assert status == 0 and document["match"]["note"] == "promoted under contract v1; current v2"
+    assert status == 3 and document["match"] is None
+    outcome = {o["artifact"]: o for o in document["others"]}["veteran"]
+    assert outcome["code"] == "stale_contract" and outcome["note"] == "promoted under contract v1; current v2"
+    lock = cli("lock", "--workload", "wan", "--unsigned", "--out", str(cli.tmp / "stale.lock.json"))
+    assert lock.exit_code == 3 and not (cli.tmp / "stale.lock.json").exists()
+
+    judged = cli("rejudge", "wan", "--json")
+    assert judged.exit_code == 0, judged.output
+    verdicts = {v["artifact"]: v for v in json.loads(judged.output)}
+    assert {name: v["decision"] for name, v in verdicts.items()} == {"veteran": "promoted", "marginal": "quarantined"}
+    assert all(v["contract_version"] == 2 for v in verdicts.values())
+    status, document = resolved(cli, "--workload", "wan", "--arch", "sm90", "--torch", "2.13.0", "--cuda", "12.8")
+    assert status == 0 and document["match"]["artifact"] == "veteran" and "note" not in document["match"]
+    assert codes(document) == {"marginal": "not_promoted"}
+    again = cli("rejudge", "wan", "--json")
+    assert again.exit_code == 0 and json.loads(again.output) == []  # nothing left to judge: nothing appended
+
+
+def test_rejudge_decides_from_recorded_evidence_without_measuring(cli):
+    ship(cli, cli.tmp / "bundles", "veteran", 1.5)
+    before = json.loads(cli("show", "veteran", "--json").output)
+    redeclare(cli, "0.985")
+    head = open_registry(cli.url).store.head_position()
+    assert json.loads(cli("rejudge", "wan", "--json").output)[0]["position"] == head + 1  # one verdict, nothing else
+    after = json.loads(cli("show", "veteran", "--json").output)
+    assert after["verdict"]["evidence_ids"] == before["verdict"]["evidence_ids"]
+    assert after["contract_version"] == 2 and after["decision"] == "promoted"

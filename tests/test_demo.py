@@ -78,6 +78,19 @@ def test_reduced_demo_decides_as_promised(tmp_path):
     if decisions["modln-triton"][0] != "promoted":
         assert kernel == {"modln-triton": "not_promoted"} and shipped["tiny-dit-modln-op"]["match"] is None
 
+    # The demo signs its lock with a key it created in its out directory, and the runtime loads from that lock.
+    signed = outcome["signed_lock"]
+    if promoted - {KERNEL_ARTIFACT}:
+        assert signed["loaded"] == shipped["tiny-dit-t2v"]["match"]["artifact"]
+        assert signed["lock"] == str(out / "registry.lock.json")
+        assert oct(os.stat(out / "signing.key").st_mode)[-3:] == "600"
+        held = CliRunner().invoke(main, ["--db", url, "lock", "verify", signed["lock"], "--key", signed["public_key"],
+                                         "--bundles", str(out / "bundles")])
+        assert held.exit_code == 0, held.output
+        assert "checked lock file, signature and expiry, bundles, registry" in held.output
+    else:
+        assert signed is None
+
 def verdict_row(artifact: str, decision: str, rule: str, *, speedup: float | None = None,
                 ci: tuple[float, float] | None = None, reasons: tuple[str, ...] = ()) -> Row:
     margins = [] if speedup is None else [{"metric": "speedup", "value": speedup, "threshold": 1.2,

@@ -27,8 +27,9 @@ def shipped(registry_cli):
 
 
 def export(cli, *args):
+    """An unsigned lock (these tests check its content and the registry; tests/test_signed_lock.py signs)."""
     out = cli.tmp / "registry.lock.json"
-    result = cli("lock", "--workload", "wan", *args, "--out", str(out))
+    result = cli("lock", "--workload", "wan", *args, "--unsigned", "--out", str(out))
     return result, out
 
 

@@ -28,25 +28,33 @@ def locked(registry_cli):
     root = registry_cli.tmp / "bundles"
     ship(registry_cli, root, "fast", 1.5)
     ship(registry_cli, root, "faster", 1.8, source="def replacement(x):\n    return ('faster', x)\n")
-    lock = registry_cli.tmp / "registry.lock.json"
-    assert registry_cli("lock", "--workload", "wan", "--out", str(lock)).exit_code == 0
+    lock = sign_lock_file(registry_cli)
     registry_cli.bundles, registry_cli.lock = root, lock
     return registry_cli
 
 
+def sign_lock_file(cli) -> Path:
+    """Export the workload's lock signed by a key made for the test; `cli.trusted` names its public key."""
+    key, lock = cli.tmp / "signing.key", cli.tmp / "registry.lock.json"
+    assert cli("keys", "init", str(key)).exit_code == 0
+    assert cli("lock", "--workload", "wan", "--key", str(key), "--out", str(lock)).exit_code == 0
+    cli.trusted = [str(key) + ".pub"]
+    return lock
+
+
 def test_a_lock_file_and_the_database_give_the_same_answer(locked):
-    from_lock = resolve("wan", PROFILE, lock=locked.lock)
+    from_lock = resolve("wan", PROFILE, lock=locked.lock, trusted_keys=locked.trusted)
     from_db = resolve("wan", PROFILE, database=locked.url)
     assert from_lock.match == from_db.match and from_lock.match.artifact == "faster"
     assert from_lock.reason_codes() == from_db.reason_codes() == {"fast": "not_selected"}
     with pytest.raises(ValueError, match="exactly one source"):
         resolve("wan", PROFILE)
     with pytest.raises(ValueError, match="not 'other'"):
-        resolve("other", PROFILE, lock=locked.lock)
+        resolve("other", PROFILE, lock=locked.lock, trusted_keys=locked.trusted)
 
 
 def test_load_returns_the_entry_point_without_touching_sys_path(locked):
-    match = resolve("wan", PROFILE, lock=locked.lock).match
+    match = resolve("wan", PROFILE, lock=locked.lock, trusted_keys=locked.trusted).match
     path_before, modules_before = list(sys.path), set(sys.modules)
     replacement = load(match, trusted_root=locked.bundles)
     assert replacement(3) == ("faster", 3)
@@ -56,7 +64,7 @@ def test_load_returns_the_entry_point_without_touching_sys_path(locked):
 
 
 def test_load_refuses_a_file_changed_after_resolve(locked):
-    match = resolve("wan", PROFILE, lock=locked.lock).match
+    match = resolve("wan", PROFILE, lock=locked.lock, trusted_keys=locked.trusted).match
     entry = locked.bundles / "faster" / "op.py"
     entry.write_text(entry.read_text().replace("faster", "FASTER"))  # same size, other bytes
     with pytest.raises(LoadError, match="faster: refused: .*op.py has sha256"):
@@ -64,14 +72,14 @@ def test_load_refuses_a_file_changed_after_resolve(locked):
 
 
 def test_load_refuses_a_file_added_after_resolve(locked):
-    match = resolve("wan", PROFILE, lock=locked.lock).match
+    match = resolve("wan", PROFILE, lock=locked.lock, trusted_keys=locked.trusted).match
     (locked.bundles / "faster" / "sitecustomize.py").write_text("import os\n")
     with pytest.raises(LoadError, match="sitecustomize.py is not declared"):
         load(match, trusted_root=locked.bundles)
 
 
 def test_load_refuses_a_bundle_resolving_outside_the_trusted_root(locked, tmp_path_factory):
-    match = resolve("wan", PROFILE, lock=locked.lock).match
+    match = resolve("wan", PROFILE, lock=locked.lock, trusted_keys=locked.trusted).match
     elsewhere = tmp_path_factory.mktemp("elsewhere") / "faster"
     shutil.copytree(locked.bundles / "faster", elsewhere)
     trusted = tmp_path_factory.mktemp("trusted")
@@ -87,7 +95,7 @@ def test_load_refuses_a_bundle_resolving_outside_the_trusted_root(locked, tmp_pa
 
 
 def test_load_refuses_an_artifact_id_that_is_a_path(locked):
-    match = resolve("wan", PROFILE, lock=locked.lock).match
+    match = resolve("wan", PROFILE, lock=locked.lock, trusted_keys=locked.trusted).match
     forged = Match("../faster", match.bundle_sha256, match.manifest, match.verdict_event_id)
     with pytest.raises(LoadError, match="cannot name a bundle directory"):
         load(forged, trusted_root=locked.bundles / "fast")
@@ -98,7 +106,8 @@ def test_reading_a_lock_file_imports_no_torch_until_detect(locked):
         "import sys\n"
         "from registry.bundles import Profile\n"
         "from registry.runtime import RuntimeProfile, load, resolve\n"
-        f"answer = resolve('wan', Profile('sm90', '2.13.0', '12.8'), lock={str(locked.lock)!r})\n"
+        f"answer = resolve('wan', Profile('sm90', '2.13.0', '12.8'), lock={str(locked.lock)!r}, "
+        f"trusted_keys={locked.trusted!r})\n"
         f"load(answer.match, trusted_root={str(locked.bundles)!r})\n"
         "heavy = sorted(m for m in ('torch', 'sqlalchemy', 'psycopg', 'numpy') if m in sys.modules)\n"
         "print(answer.match.artifact, heavy)\n"
@@ -131,9 +140,7 @@ def _kernel_bundle_lock(cli, gpu_architectures: list[str]) -> Path:
     ship(cli, cli.tmp / "bundles", "modln-triton", 1.6, source=inspect.getsource(modln),
          fingerprint=reference_fingerprint(modulated_layernorm), inputs=[activation, per_batch, per_batch],
          gpu_architectures=gpu_architectures, cuda={}, entry_symbol="modulated_layernorm_triton")
-    lock = cli.tmp / "registry.lock.json"
-    assert cli("lock", "--workload", "wan", "--out", str(lock)).exit_code == 0
-    return lock
+    return sign_lock_file(cli)
 
 
 def _run_example(*args: str) -> str:
@@ -144,7 +151,8 @@ def _run_example(*args: str) -> str:
 def test_the_worked_example_ships_the_promoted_kernel(registry_cli, capsys):
     here = RuntimeProfile.detect().gpu_architecture
     lock = _kernel_bundle_lock(registry_cli, [here])
-    assert _run_example("--lock", str(lock), "--bundles", str(registry_cli.tmp / "bundles"), "--workload", "wan") \
+    assert _run_example("--lock", str(lock), "--trusted-key", registry_cli.trusted[0],
+                        "--bundles", str(registry_cli.tmp / "bundles"), "--workload", "wan") \
         == "modln-triton"
     assert "ran as modln-triton; equal to the reference bit for bit: True" in capsys.readouterr().out
 

@@ -129,11 +129,16 @@ def undeclared_contract_verdict(workload: str) -> dict[str, Any]:
     }
 
 
-def promote(registry: Registry, artifact: str) -> PromoteOutcome:
-    """Decide and record; decide again on the new state when evidence lands meanwhile (PROMOTE_TRIES times)."""
+def promote(registry: Registry, artifact: str, *, rejudge: bool = False) -> PromoteOutcome:
+    """Decide and record; decide again on the new state when evidence lands meanwhile (PROMOTE_TRIES times).
+
+    With `rejudge`, a final verdict decided under an older contract than the
+    workload's current one does not stand: it is decided again under the
+    current contract (app/rejudge.py).
+    """
     for _ in range(PROMOTE_TRIES):
         try:
-            return _promote_once(registry, artifact)
+            return _promote_once(registry, artifact, rejudge)
         except ConcurrencyError:
             continue
     raise UserError(
@@ -142,13 +147,14 @@ def promote(registry: Registry, artifact: str) -> PromoteOutcome:
     )
 
 
-def _promote_once(registry: Registry, artifact: str) -> PromoteOutcome:
+def _promote_once(registry: Registry, artifact: str, rejudge: bool = False) -> PromoteOutcome:
     state = _artifact_state(registry, artifact)
     attempts = payload_attempts(Projections(registry.store), state)
-    if state["decision"] in FINAL and state["verdict"] is not None:
+    declared = _declared_contract(registry, state["workload"])
+    stale = declared is not None and state["contract_version"] != declared.version
+    if state["decision"] in FINAL and state["verdict"] is not None and not (rejudge and stale):
         return PromoteOutcome(state["verdict"], False, state["contract_version"], state.get("contract_hash") or "",
                               None, attempts)
-    declared = _declared_contract(registry, state["workload"])
     if declared is None:
         return PromoteOutcome(undeclared_contract_verdict(state["workload"]), False, None, "", None, attempts)
     evidence, facts = gate_inputs(state, attempts)

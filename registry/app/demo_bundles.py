@@ -19,12 +19,17 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from registry.bundles import CallSite, Profile, reference_fingerprint, write_manifest
+from registry.bundles import CallSite, Profile, read_lock, reference_fingerprint, write_manifest
+from registry.bundles.keys import create_key, load_signing_key
+from registry.bundles.signed_lock import DEFAULT_VALID_FOR
 
 from .context import Registry
+from .lock import export_lock, signed_lock
 from .resolve import WorkloadResolution, resolve_workload
 
 BUNDLES = "bundles"
+SIGNING_KEY = "signing.key"
+SIGNED_LOCK = "registry.lock.json"
 SINGLE_PROCESS = {"execution_modes": ["inference"], "distributed_modes": ["single"]}
 TORCH_RANGE = {"min": "2.4", "max_exclusive": "3.0"}
 
@@ -106,6 +111,44 @@ def write_kernel_bundle(out_dir: Path, artifact: str) -> Path:
 def demo_resolutions(registry: Registry, profile: Profile, video_workload: str, video_model: dict,
                      kernel_workload: str) -> list[WorkloadResolution]:
     """What would ship on the machine described by `profile`, for both demo workloads."""
-    video = CallSite(video_model["id"], video_model["revision"], video_fingerprint())
-    return [resolve_workload(registry, video_workload, profile, video),
+    return [resolve_workload(registry, video_workload, profile, video_call_site(video_model)),
             resolve_workload(registry, kernel_workload, profile, CallSite(fingerprint=kernel_fingerprint()))]
+
+
+def video_call_site(video_model: dict) -> CallSite:
+    return CallSite(video_model["id"], video_model["revision"], video_fingerprint())
+
+
+def ship_through_signed_lock(registry: Registry, out_dir: Path, profile: Profile, video_workload: str,
+                             video_model: dict) -> dict[str, Any] | None:
+    """Sign the video workload's lock for this machine with the demo's key, then load from it as a runtime would.
+
+    The key is created once in `out_dir` (owner-only) and reused by later
+    runs. The serving side is the public runtime API: resolve from the signed
+    lock trusting only the demo's public key, then the trusted loader imports
+    the bundle's entry and builds the candidate. None when nothing ships here.
+    """
+    import json
+    import os
+
+    from registry.runtime import load, resolve
+
+    key_path = out_dir / SIGNING_KEY
+    key = load_signing_key(key_path) if key_path.exists() else create_key(key_path)
+    site = video_call_site(video_model)
+    document = export_lock(registry, video_workload, profile, site)
+    if not document["artifacts"]:
+        return None
+    lock_path, partial = out_dir / SIGNED_LOCK, out_dir / (SIGNED_LOCK + ".partial")
+    partial.write_text(json.dumps(signed_lock(document, key, DEFAULT_VALID_FOR), indent=2, sort_keys=True) + "\n",
+                       encoding="utf-8")
+    os.replace(partial, lock_path)
+    public = f"{key_path}.pub"
+    answer = resolve(video_workload, profile, lock=lock_path, trusted_keys=[public], model=site.model_id,
+                     revision=site.model_revision, fingerprint=site.fingerprint)
+    loaded = None
+    if answer.match is not None:
+        load(answer.match, trusted_root=out_dir / BUNDLES)()  # imports the verified entry and builds the candidate
+        loaded = answer.match.artifact
+    return {"lock": str(lock_path), "public_key": public, "key_id": key.key_id,
+            "expires_at": read_lock(lock_path).expires_at, "loaded": loaded, "others": answer.reason_codes()}

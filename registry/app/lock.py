@@ -1,19 +1,29 @@
 """Lock files: export what a deployment will use, and check later that it still holds.
 
-`export_lock` takes the workload's promoted, unrevoked bundles (those matching
-a profile when one is given) as of one log position, best first, and records
-that position and the chain hash there, so the lock names exactly which log
-it was read from. `registry_problems` checks a lock against a registry: the
-chain still has that hash at that position, and every locked artifact still
-has the locked identity and verdict, with no revocation recorded since.
+`export_lock` takes the workload's promoted, unrevoked bundles promoted under
+its current contract (those matching a profile when one is given) as of one
+log position, best first, and records that position and the chain hash
+there, so the lock names exactly which log it was read from. `signed_lock`
+signs it (docs/bundles.md, "Signed locks"); `refresh_lock` re-issues a lock
+at the log's head with the artifacts of it that still ship.
+
+`registry_problems` checks a lock against a registry: the chain still has
+that hash at that position, and every field of every entry that a runtime
+reads equals the registry's: the workload, the identity, the verdict (it
+must be the artifact's current, promoting verdict, at the locked position,
+under the workload's current contract) and the speedup and its bounds, with
+no revocation recorded since. A mismatch is named by its field.
 """
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from dataclasses import replace
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from registry.bundles import CallSite, Candidate, Lock, LockProblem, Profile, resolve
+from registry.bundles import CallSite, Candidate, Lock, LockProblem, Profile, TensorSignature, resolve
+from registry.bundles.keys import SigningKey
 from registry.bundles.lock import LOCK_FORMAT, locked_entry
+from registry.bundles.signed_lock import sign_lock
 from registry.bundles.resolution import SELECTED
 from registry.formats.names import artifact_stream
 from registry.formats.errors import UserError
@@ -39,7 +49,8 @@ def export_lock(registry: Registry, workload: str, profile: Profile | None = Non
     states = {candidate.artifact: state for state, candidate in found}
     candidates = [candidate for _, candidate in found]
     if profile is None:
-        shippable = [c for c in candidates if c.decision == "promoted" and c.manifest is not None]
+        shippable = [c for c in candidates
+                     if c.decision == "promoted" and c.manifest is not None and c.stale_contract is None]
     else:
         outcomes = resolve(candidates, profile, site).outcomes
         shippable = [o.candidate for o in outcomes if o.code in (SELECTED, "not_selected")]
@@ -47,6 +58,7 @@ def export_lock(registry: Registry, workload: str, profile: Profile | None = Non
     return {
         "format": LOCK_FORMAT, "workload": workload,
         "exported_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "log_origin": chain_hash_at(registry, 1),
         "log_position": position, "chain_hash": chain_hash_at(registry, position),
         "profile": None if profile is None else profile.to_dict(), "call_site": site.to_dict(),
         "artifacts": [locked_entry(states[c.artifact], c.manifest) for c in chosen],
@@ -59,7 +71,8 @@ def registry_problems(registry: Registry, lock: Lock) -> list[LockProblem]:
     if lock.log_position > head:
         return [LockProblem(None, "chain_mismatch", f"the lock was taken at position {lock.log_position}; "
                                                      f"this registry's log ends at {head}")]
-    if chain_hash_at(registry, lock.log_position) != lock.chain_hash:
+    if chain_hash_at(registry, lock.log_position) != lock.chain_hash or \
+            lock.log_origin not in (None, chain_hash_at(registry, 1)):
         return [LockProblem(None, "chain_mismatch", f"the chain hash at position {lock.log_position} differs from "
                                                      "the lock's: another registry, or a rewritten log")]
     problems = []
@@ -84,10 +97,75 @@ def _artifact_problems(registry: Registry, projections: Projections, lock: Lock,
         return [LockProblem(name, "revoked", f"{name} was revoked at position {first.position} by "
                                              f"{first.payload['person']}: {first.payload['reason']}")]
     state = projections.current_artifact(name) or {}
+    if state.get("workload") != lock.workload:
+        return [LockProblem(name, "field_mismatch", f"workload: the lock is for {lock.workload!r}; the registry has "
+                                                    f"{name} in workload {state.get('workload')!r} (an entry of "
+                                                    "another workload's lock)")]
     changed = sorted(key for key, value in locked.identity.items() if state.get(key) != value)
     if changed:
         return [LockProblem(name, "identity_changed", f"{name} now claims another {', '.join(changed)} than the "
                                                       f"locked identity (a new candidate, not the one promoted)")]
     if state["decision"] != "promoted":
         return [LockProblem(name, "not_promoted", f"{name} is now {state['decision']}")]
-    return []
+    decided = verdict.payload["verdict"]["decision"]
+    problems = [LockProblem(name, "field_mismatch", f"{field}: the lock says {said!r}; the registry says {truth!r}"
+                            + (f" (the locked verdict decided {decided}; only the current verdict counts)"
+                               if field == "verdict_event_id" else ""))
+                for field, said, truth in _entry_fields(lock, locked, state, verdict) if said != truth]
+    current = (projections.workload(state["workload"]) or {}).get("contract_version")
+    if not problems and state.get("contract_version") != current:
+        problems.append(LockProblem(name, "stale_contract", f"{name} was promoted under contract "
+                                                            f"v{state.get('contract_version')}; the workload's "
+                                                            f"current contract is v{current}: judge it again"))
+    return problems
+
+
+def _entry_fields(lock: Lock, locked, state: dict[str, Any], verdict) -> list[tuple[str, Any, Any]]:
+    """(field, the lock's value, the registry's) for every field of an entry that a runtime reads.
+
+    The verdict must be the artifact's current one (an earlier verdict, held
+    or promoted, no longer decides anything), and the speedup and its bounds
+    are compared with what that verdict recorded, since a runtime ranks by them.
+    """
+    judged = verdict.payload["verdict"]
+    return [
+        ("verdict_event_id", locked.verdict_event_id, state.get("verdict_event_id")),
+        ("verdict_position", locked.verdict_position, verdict.position),
+        ("verdict workload", lock.workload, verdict.payload.get("workload")),
+        ("contract_version", locked.contract_version, verdict.payload.get("contract_version")),
+        ("speedup", locked.speedup, judged.get("speedup")),
+        ("speedup_ci", None if locked.speedup_ci is None else list(locked.speedup_ci), judged.get("speedup_ci")),
+    ]
+
+
+def signed_lock(document: dict[str, Any], key: SigningKey, valid_for: timedelta) -> dict[str, Any]:
+    """The lock document signed by `key`, expiring `valid_for` from now (a DSSE envelope)."""
+    return sign_lock(document, key, valid_for=valid_for)
+
+
+def refresh_lock(registry: Registry, previous: Lock) -> dict[str, Any]:
+    """A lock at the log's head holding those artifacts of `previous` that still ship with the same bundle.
+
+    Same workload, profile and call site; a revoked, re-registered or no
+    longer promoted artifact drops out, and nothing is added (a new
+    promotion ships through a new `registry lock`). Refused for a lock read
+    from another registry.
+    """
+    if registry_problems(registry, replace(previous, artifacts=())):
+        raise ValueError(f"the lock was read at position {previous.log_position} of another registry (or of a "
+                         "rewritten log): it cannot be refreshed here")
+    profile = None if previous.document.get("profile") is None else Profile(**previous.document["profile"])
+    document = export_lock(registry, previous.workload, profile, _call_site(previous.document.get("call_site")))
+    still = {(a.artifact, a.bundle_sha256) for a in previous.artifacts}
+    document["artifacts"] = [e for e in document["artifacts"] if (e["artifact"], e["bundle_sha256"]) in still]
+    return document
+
+
+def _call_site(recorded: dict[str, Any] | None) -> CallSite:
+    if not recorded:
+        return CallSite()
+    inputs = recorded.get("inputs")
+    return CallSite(recorded.get("model_id"), recorded.get("model_revision"), recorded.get("fingerprint"),
+                    None if inputs is None else tuple(
+                        TensorSignature(shape=tuple(i["shape"]), stride=tuple(i["stride"]), dtype=i["dtype"],
+                                        device=i["device"], name=i.get("name")) for i in inputs))

@@ -3,6 +3,11 @@
 The candidates are the workload's artifacts as the projections hold them (as
 of a log position for audit questions); the matching and the choice are the
 pure registry.bundles.resolution, shared with runtimes that read a lock file.
+
+Only what was promoted under the workload's current contract ships: a
+promotion judged under an older contract version (the workload was declared
+again since) gets `stale_contract` until it is judged again under the
+current one (`registry rejudge`, app/rejudge.py; docs/gate.md).
 """
 from __future__ import annotations
 
@@ -36,11 +41,13 @@ def candidate_from_state(state: dict[str, Any], current_contract: int | None) ->
         "contract_version": state.get("contract_version"), "entry_point": None if manifest is None else
         {"file": manifest.entry_file, "symbol": manifest.entry_symbol},
     }
-    decided_under = state.get("contract_version")
-    if state["decision"] == "promoted" and decided_under and current_contract and decided_under != current_contract:
-        record["note"] = f"promoted under contract v{decided_under}; current v{current_contract}"
+    stale = None
+    if state["decision"] == "promoted" and state.get("contract_version") != current_contract:
+        record["note"] = f"promoted under contract v{state.get('contract_version')}; current v{current_contract}"
+        stale = f"{record['note']}: only what was promoted under the current contract ships; judge it again " \
+                f"(`registry rejudge {state['workload']}`)"
     return Candidate(state["artifact"], state["decision"], manifest, state.get("speedup"),
-                     tuple(ci) if ci else None, standing_revocation(state), record)
+                     tuple(ci) if ci else None, standing_revocation(state), record, stale)
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from registry.contracts import Contract
 from registry.formats.errors import UserError
+from registry.formats.documents import sha256_file
 from registry.events.identity import artifact_identity
 from registry.events.store import NewEvent
 from registry.events.types import ArtifactRegistered, WorkloadDeclared
@@ -50,12 +51,13 @@ def current_contract(registry: Registry, workload: str, up_to_position: int | No
     return DeclaredContract(contract, latest["contract_version"], latest["contract_hash"], False)
 
 
+# The largest payload file `artifact register --payload` hashes (a compiled kernel, never a model's weights).
+MAX_PAYLOAD_BYTES = 1 << 30
+
+
 def file_sha256(path: str | Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
+    """The SHA-256 of a payload file, read under the shared reader's rules (regular, at most MAX_PAYLOAD_BYTES)."""
+    return sha256_file(path, "payload", MAX_PAYLOAD_BYTES)[0]
 
 
 def entry_sha256(entry: str) -> str:

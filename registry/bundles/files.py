@@ -8,12 +8,12 @@ check. Each refusal is one BundleError line naming the bundle and the path.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
-import stat
 from dataclasses import dataclass
 from pathlib import Path
+
+from registry.documents import DocumentError, open_regular, sha256_file
 
 from .manifest import FORMAT, MANIFEST_NAME, MAX_MANIFEST_BYTES, BundleError, BundleManifest, parse_manifest
 
@@ -32,26 +32,27 @@ class VerifiedBundle:
         return self.manifest.digest
 
 
-def sha256_of(path: Path) -> tuple[str, int]:
-    """SHA-256 and size of a regular file, opened without following a symlink."""
-    digest = hashlib.sha256()
-    size = 0
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
-    with os.fdopen(fd, "rb") as handle:
-        for block in iter(lambda: handle.read(_BLOCK), b""):
-            digest.update(block)
-            size += len(block)
-    return digest.hexdigest(), size
+# The largest file a bundle may hold (a compiled kernel or a small table, never a model's weights).
+MAX_BUNDLE_FILE_BYTES = 1 << 30
 
 
-def read_regular(path: Path, limit: int | None = None) -> bytes:
-    """The bytes of a regular file (never through a symlink), refusing one larger than `limit`."""
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+def sha256_of(path: Path, max_bytes: int = MAX_BUNDLE_FILE_BYTES) -> tuple[str, int]:
+    """SHA-256 and size of a regular file, never through a symlink, refused past `max_bytes` before reading."""
+    try:
+        return sha256_file(path, "bundle file", max_bytes, follow_symlinks=False)
+    except DocumentError as exc:
+        raise BundleError(str(exc)) from None
+
+
+def read_regular(path: Path, limit: int = MAX_BUNDLE_FILE_BYTES, what: str = "bundle file") -> bytes:
+    """The bytes of a regular file (never through a symlink, never a FIFO), refusing one larger than `limit`."""
+    try:
+        fd = open_regular(path, what, limit, follow_symlinks=False)
+    except DocumentError as exc:
+        raise BundleError(str(exc)) from None
     with os.fdopen(fd, "rb") as handle:
-        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
-            raise BundleError(f"{path}: not a regular file")
-        data = handle.read() if limit is None else handle.read(limit + 1)
-    if limit is not None and len(data) > limit:
+        data = handle.read(limit + 1)
+    if len(data) > limit:
         raise BundleError(f"{path}: larger than {limit} bytes")
     return data
 
@@ -71,7 +72,7 @@ def read_manifest(directory: Path) -> BundleManifest:
         raise BundleError(f"{directory}: no {MANIFEST_NAME} (a bundle is a directory with a manifest)")
     if path.is_symlink():
         raise BundleError(f"{path}: the manifest is a symlink; a bundle holds regular files only")
-    data = read_regular(path, MAX_MANIFEST_BYTES)
+    data = read_regular(path, MAX_MANIFEST_BYTES, "bundle manifest")
     try:
         parsed = json.loads(data.decode("utf-8"), object_pairs_hook=_no_duplicate_keys,
                             parse_constant=_refuse_constant)
@@ -139,10 +140,12 @@ def verify_directory(directory: str | Path, manifest: BundleManifest | None = No
     if missing:
         raise BundleError(f"{directory}: {missing[0]} is declared in {MANIFEST_NAME} but missing")
     for declared_file in on_disk.files:
-        digest, size = sha256_of(directory / declared_file.path)
+        path = directory / declared_file.path
+        size = os.lstat(path).st_size
         if size != declared_file.size:
             raise BundleError(f"{directory}: {declared_file.path} is {size} bytes; the manifest declares "
                               f"{declared_file.size}")
+        digest, size = sha256_of(path, declared_file.size)  # the declared size bounds what is read
         if digest != declared_file.sha256:
             raise BundleError(f"{directory}: {declared_file.path} has sha256 {digest[:12]}; the manifest declares "
                               f"{declared_file.sha256[:12]}")

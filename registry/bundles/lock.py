@@ -11,21 +11,24 @@ Reading a lock file imports no torch and no database driver.
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from registry.contracts import fields as f
 from registry.contracts.errors import ContractError
+from registry.documents import DocumentError, load_json, read_document
 
+from .dsse import SignatureRefused, is_envelope, parse_envelope
 from .files import verify_directory
 from .manifest import BundleError, BundleManifest, parse_manifest
 from .resolution import Candidate
 
 LOCK_FORMAT = "registry.lock/1"
 MAX_LOCK_BYTES = 64 << 20
-_TOP = ("format", "workload", "exported_at", "log_position", "chain_hash", "profile", "call_site", "artifacts")
+_TOP = ("format", "workload", "exported_at", "expires_at", "log_origin", "log_position", "chain_hash", "profile",
+        "call_site", "artifacts")
+IDENTITY_KEYS = ("artifact", "identity", "workload", "kind", "backend", "op", "entry", "payload_sha256")
 _ENTRY = ("artifact", "identity", "bundle_sha256", "manifest", "verdict_event_id", "verdict_position",
           "contract_version", "speedup", "speedup_ci")
 
@@ -56,14 +59,15 @@ class Lock:
     exported_at: str
     artifacts: tuple[LockedArtifact, ...]
     document: dict[str, Any]
+    expires_at: str | None = None  # set on a signed lock (signed_lock.py)
+    log_origin: str | None = None  # the chain hash at position 1: which log (absent in older lock files)
 
 
 def locked_entry(state: dict[str, Any], manifest: BundleManifest) -> dict[str, Any]:
     """The lock entry for a promoted artifact's projected state."""
     return {
         "artifact": state["artifact"],
-        "identity": {key: state.get(key) for key in ("artifact", "identity", "workload", "kind", "backend", "op",
-                                                     "entry", "payload_sha256")},
+        "identity": {key: state.get(key) for key in IDENTITY_KEYS},
         "bundle_sha256": manifest.digest,
         "manifest": manifest.canonical(),
         "verdict_event_id": state["verdict_event_id"],
@@ -83,21 +87,29 @@ def parse_lock(data: Any, source: str = "lock file") -> Lock:
             raise ContractError(f"format: {top['format']!r} is not {LOCK_FORMAT!r}")
         if not isinstance(top.get("artifacts"), list):
             raise ContractError("artifacts: expected a list")
-        entries = tuple(_entry(item, f"artifacts[{i}]", source) for i, item in enumerate(top["artifacts"]))
+        workload = f.text(f.required(top, "workload", ""), "workload")
+        entries = tuple(_entry(item, f"artifacts[{i}]", source, workload) for i, item in enumerate(top["artifacts"]))
         if len({e.artifact for e in entries}) != len(entries):
             raise ContractError("artifacts: an artifact is locked twice")
+        log_position = f.integer(f.required(top, "log_position", ""), "log_position", 0)
+        late = next((e for e in entries if e.verdict_position > log_position), None)
+        if late is not None:
+            raise ContractError(f"artifacts: {late.artifact}'s verdict_position {late.verdict_position} is after the "
+                                f"lock's log_position {log_position} (an entry from another lock)")
         return Lock(
-            workload=f.text(f.required(top, "workload", ""), "workload"),
-            log_position=f.integer(f.required(top, "log_position", ""), "log_position", 0),
+            workload=workload,
+            log_position=log_position,
             chain_hash=f.text(f.required(top, "chain_hash", ""), "chain_hash"),
             exported_at=f.text(f.required(top, "exported_at", ""), "exported_at"),
             artifacts=entries, document=top,
+            expires_at=None if top.get("expires_at") is None else f.text(top["expires_at"], "expires_at"),
+            log_origin=None if top.get("log_origin") is None else f.text(top["log_origin"], "log_origin"),
         )
     except ContractError as exc:
         raise BundleError(f"{source}: {exc}") from None
 
 
-def _entry(item: Any, where: str, source: str) -> LockedArtifact:
+def _entry(item: Any, where: str, source: str, workload: str) -> LockedArtifact:
     entry = f.block(item, where)
     f.only_known(entry, _ENTRY, where)
     for key in _ENTRY:
@@ -110,8 +122,15 @@ def _entry(item: Any, where: str, source: str) -> LockedArtifact:
         raise ContractError(f"{where}.manifest: hashes to {manifest.digest[:12]}, not the recorded bundle_sha256 "
                             f"{digest[:12]} (the lock file was edited)")
     identity = f.block(entry["identity"], f"{where}.identity")
+    f.only_known(identity, IDENTITY_KEYS, f"{where}.identity")
+    missing = [key for key in IDENTITY_KEYS if key not in identity]
+    if missing:
+        raise ContractError(f"{where}.identity.{missing[0]}: required")
     if identity.get("artifact") != artifact or identity.get("payload_sha256") != digest:
         raise ContractError(f"{where}.identity: does not name {artifact} with payload {digest[:12]}")
+    if identity.get("workload") != workload:
+        raise ContractError(f"{where}.identity.workload: {identity.get('workload')!r} is not the lock's workload "
+                            f"{workload!r} (an entry of another workload's lock)")
     ci = entry["speedup_ci"]
     if ci is not None and (not isinstance(ci, list) or len(ci) != 2):
         raise ContractError(f"{where}.speedup_ci: expected [low, high] or null")
@@ -127,26 +146,38 @@ def _entry(item: Any, where: str, source: str) -> LockedArtifact:
     )
 
 
-def read_lock(path: str | Path) -> Lock:
-    """Read and validate a lock file."""
-    path = Path(path)
+def read_lock_json(path: str | Path) -> Any:
+    """The parsed JSON of a lock file, read under the shared reader's rules (a regular file, at most MAX_LOCK_BYTES)."""
     try:
-        with path.open("rb") as handle:
-            raw = handle.read(MAX_LOCK_BYTES + 1)
-        if len(raw) > MAX_LOCK_BYTES:
-            raise BundleError(f"{path}: larger than {MAX_LOCK_BYTES} bytes; not a lock file")
-        data = json.loads(raw.decode("utf-8"), parse_constant=_refuse_constant)
-    except FileNotFoundError:
-        raise BundleError(f"{path}: no such lock file") from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise BundleError(f"{path}: not valid JSON ({str(exc).splitlines()[0]})") from None
-    except RecursionError:
-        raise BundleError(f"{path}: nested too deeply") from None
-    return parse_lock(data, str(path))
+        return load_json(read_document(path, "lock file", MAX_LOCK_BYTES), str(path))
+    except DocumentError as exc:
+        raise BundleError(str(exc)) from None
 
 
-def _refuse_constant(token: str) -> None:
-    raise BundleError(f"{token} is not a JSON number")
+def lock_from_json(data: Any, source: str) -> Lock:
+    """The lock a parsed lock file holds, unsigned or inside a DSSE envelope whose signature is NOT checked here."""
+    if not is_envelope(data):
+        return parse_lock(data, source)
+    try:
+        envelope = parse_envelope(data)
+    except SignatureRefused as exc:
+        raise BundleError(f"{source}: {exc.detail}") from None
+    return parse_lock(payload_json(envelope.payload, source), source)
+
+
+def payload_json(payload: bytes, source: str) -> Any:
+    """An envelope's payload as a strict JSON document."""
+    try:
+        return load_json(payload.decode("utf-8"), f"{source}: payload")
+    except UnicodeDecodeError:
+        raise BundleError(f"{source}: payload: not UTF-8 text") from None
+    except DocumentError as exc:
+        raise BundleError(str(exc)) from None
+
+
+def read_lock(path: str | Path) -> Lock:
+    """Read and validate a lock file, signed or not, WITHOUT checking a signature (signed_lock.open_lock does)."""
+    return lock_from_json(read_lock_json(path), str(path))
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from registry.contracts import fields as f
@@ -97,16 +98,22 @@ class VersionRange:
     def bounded(self) -> bool:
         return self.min is not None or self.max_exclusive is not None
 
+    def specifier(self) -> SpecifierSet:
+        """The range as a PEP 440 specifier set: `>=min,<max_exclusive`."""
+        return SpecifierSet(self.describe() if self.bounded else "")
+
     def contains(self, version: str | None) -> bool:
-        """Whether `version` lies in the range; a missing or unparseable version never meets a bound."""
+        """Whether `version` lies in the range; a missing or unparseable version never meets a bound.
+
+        PEP 440's specifier semantics, as `packaging` implements them: `<3.0`
+        excludes 3.0's own pre-releases and dev releases (3.0.0rc1, 3.0.0a1,
+        3.0.0.dev1) although they sort below 3.0, and a local version of a
+        release inside the range (2.13.0+cu128) is inside it.
+        """
         if not self.bounded:
             return True
         parsed = parse_version(version)
-        if parsed is None:
-            return False
-        if self.min is not None and parsed < Version(self.min):
-            return False
-        return self.max_exclusive is None or parsed < Version(self.max_exclusive)
+        return parsed is not None and self.specifier().contains(parsed)
 
     def describe(self) -> str:
         if not self.bounded:
@@ -312,6 +319,11 @@ def _range(value: Any, path: str) -> VersionRange:
                 raise ContractError(f"{path}.{key}: {text!r} is not a version (PEP 440)")
             bounds[key] = text
     result = VersionRange(**bounds)
+    try:
+        result.specifier()
+    except InvalidSpecifier:
+        raise ContractError(f"{path}: {result.describe()!r} is not a PEP 440 version range "
+                            "(a bound cannot carry a local version such as +cu128)") from None
     if result.min and result.max_exclusive and Version(result.min) >= Version(result.max_exclusive):
         raise ContractError(f"{path}: min {result.min} is not below max_exclusive {result.max_exclusive}; "
                             "the range is empty")

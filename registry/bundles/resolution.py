@@ -30,6 +30,8 @@ from .manifest import (ANY, DEVICE_TYPES, DTYPES, BundleError, BundleManifest, T
 REASON_CODES: dict[str, str] = {
     "revoked": "a person revoked its promotion (the detail names who and why)",
     "not_promoted": "its current decision is not promoted (held, rejected, quarantined, recorded or registered)",
+    "stale_contract": "it was promoted under an older contract than the workload's current one: judge it again "
+                      "(`registry rejudge WORKLOAD`)",
     "no_bundle": "it was registered without a bundle, so there is nothing to ship",
     "model_mismatch": "the bundle's window names another model id or revision",
     "fingerprint_mismatch": "the bundle replaces an operation with another graph fingerprint",
@@ -96,6 +98,7 @@ class Candidate:
     speedup_ci: tuple[float, float] | None = None
     revoked_by: dict[str, Any] | None = None  # {"person", "reason", "event_id"} of a standing revocation
     record: dict[str, Any] = field(default_factory=dict)  # what callers report beside the code
+    stale_contract: str | None = None  # set when promoted under an older contract than the current one: why
 
     def rank(self) -> tuple[float, float, str]:
         """Sort key, best first: speedup, CI lower bound (both descending; unknown last), id."""
@@ -200,6 +203,8 @@ def _why_not(candidate: Candidate, profile: Profile, site: CallSite) -> tuple[st
             return "revoked", f"revoked by {by['person']}: {by['reason']}"
         rule = candidate.record.get("rule")
         return "not_promoted", f"decision is {candidate.decision}" + (f" ({rule})" if rule else "")
+    if candidate.stale_contract is not None:
+        return "stale_contract", candidate.stale_contract
     if candidate.manifest is None:
         return "no_bundle", "registered without a bundle; nothing to ship"
     found = mismatches(candidate.manifest, profile, site)

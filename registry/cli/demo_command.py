@@ -42,7 +42,8 @@ def demo(session: Session, fresh: bool, runs: int, warmup: int, out_dir: str, lp
     from registry.app.demo_registry import open_demo_registry
 
     registry, url = open_demo_registry(session.url, actor=session.actor, fresh=fresh)
-    from registry.app.campaign import check_expectations, near_gate_notes, run_campaign, what_would_ship
+    from registry.app.campaign import (check_expectations, near_gate_notes, run_campaign, ship_from_signed_lock,
+                                       what_would_ship)
     from registry.app.reports import build
     from registry.projections.matrix import DEFAULT_STALE_DAYS
     from registry.projections.report import report_html
@@ -58,12 +59,16 @@ def demo(session: Session, fresh: bool, runs: int, warmup: int, out_dir: str, lp
 
     problems = check_expectations(rows, on_gpu=torch.cuda.is_available())
     notes = near_gate_notes(rows)
-    shipping = what_would_ship(registry, RuntimeProfile.detect())
+    profile = RuntimeProfile.detect()
+    shipping = what_would_ship(registry, profile)
+    signed = ship_from_signed_lock(registry, out, profile)
+    if signed is not None and signed["loaded"] is None:
+        problems.append(f"signed lock {signed['lock']}: the runtime loaded nothing from it")
     exit_status_ahead(1 if check and problems else 0)
     if as_json:
         emit_json({"database": url, "rows": [row.to_dict() for row in rows], "problems": problems,
                    "near_gate": notes, "report": str(out / "report.html"),
-                   "resolve": [found.to_dict() for found in shipping]})
+                   "resolve": [found.to_dict() for found in shipping], "signed_lock": signed})
     else:
         table("demo campaign", ["artifact", "kind", "decision", "speedup (95% CI)", "worst SSIM (margin)", "deciding reason"],
               (_cells(row) for row in rows))
@@ -78,6 +83,12 @@ def demo(session: Session, fresh: bool, runs: int, warmup: int, out_dir: str, lp
         say(f"\nwhat would ship on this machine (bundles in {out / 'bundles'}):")
         for found in shipping:
             print_resolution(found)
+        if signed is None:
+            say("\nno signed lock: nothing ships on this machine")
+        else:
+            say(f"\nsigned lock {signed['lock']} (key {signed['key_id'][:16]}, public key {signed['public_key']}, "
+                f"expires {signed['expires_at']}): the runtime loaded {signed['loaded']} from it through the "
+                "trusted loader")
     if check and problems:
         for problem in problems:
             click.echo(f"unexpected: {problem}", err=True)

@@ -27,15 +27,24 @@ def workload_declare(session: Session, manifest: str, as_json: bool) -> None:
     from registry.app.workloads import declare_workload
     from registry.contracts import load_manifest
 
+    from registry.app.rejudge import must_rejudge
+
     contract = load_manifest(manifest)
-    declared = declare_workload(session.open(), contract)
+    registry = session.open()
+    declared = declare_workload(registry, contract)
+    stale = must_rejudge(registry, contract.workload)
     result = {"workload": contract.workload, "contract_version": declared.version,
-              "contract_hash": declared.content_hash, "appended": declared.appended}
+              "contract_hash": declared.content_hash, "appended": declared.appended,
+              "must_rejudge": [entry["artifact"] for entry in stale]}
     if as_json:
         emit_json(result)
     else:
         state = "declared" if declared.appended else "unchanged"
         say(f"workload {contract.workload} {state}: contract version {declared.version} ({declared.content_hash[:12]})")
+        if stale:
+            say(f"  decided under an older contract, so they do not ship until judged again "
+                f"(`registry rejudge {contract.workload}`): "
+                + ", ".join(f"{e['artifact']} ({e['decision']} under v{e['contract_version']})" for e in stale))
 
 
 @click.group()

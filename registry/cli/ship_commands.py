@@ -1,4 +1,4 @@
-"""Commands that ship what was promoted: resolve, lock, lock verify.
+"""Commands that ship what was promoted: resolve, lock, lock verify, keys, attest, rejudge.
 
 Thin: they parse a runtime profile and call site, call app/ and print.
 Exit status: `resolve` 0 with a match, 3 with none; `lock` 0 when it wrote a
@@ -133,45 +133,75 @@ def resolve(session: Session, workload_id: str, profile, site, as_of: str | None
         sys.exit(EXIT_NO_MATCH)
 
 
+KEY_HELP = ("Private signing key file (`registry keys init`); default: the PEM text in $REGISTRY_SIGNING_KEY.")
+
+
 @click.group(invoke_without_command=True)
 @click.option("--workload", "workload_id", help="The workload to lock.")
 @_profile_options
 @click.option("--out", type=click.Path(dir_okay=False), help="Where to write the lock file.")
 @click.option("--force", is_flag=True, help="Replace an existing --out file (never a registry).")
 @click.option("--as-of", "as_of", help=AS_OF_HELP)
+@click.option("--key", "key_file", type=click.Path(dir_okay=False), help=KEY_HELP)
+@click.option("--valid-for", "valid_for", default="7d", show_default=True,
+              help="How long the signed lock is valid (s, m, h or d, e.g. 12h): the revocation window.")
+@click.option("--unsigned", is_flag=True, help="Write an unsigned lock, which runtimes refuse unless they opt in "
+                                               "to unsigned locks explicitly.")
+@click.option("--refresh", "refresh_file", type=click.Path(dir_okay=False),
+              help="Re-issue this lock at the log's head: same workload, profile and call site; artifacts that "
+                   "no longer ship drop out, none is added.")
 @click.option("--json", "as_json", is_flag=True, help="Print the lock document instead of a summary.")
 @pass_session
 @_with_query
 @click.pass_context
 def lock(ctx: click.Context, session: Session, workload_id: str | None, profile, site, out: str | None,
-         force: bool, as_of: str | None, as_json: bool) -> None:
-    """Export a workload's promoted, compatible bundles to a lock file: `registry lock --workload W --out FILE`.
+         force: bool, as_of: str | None, key_file: str | None, valid_for: str, unsigned: bool,
+         refresh_file: str | None, as_json: bool) -> None:
+    """Export a workload's promoted, compatible bundles to a signed lock file: `registry lock --workload W --out FILE`.
 
     Without --arch (or --detect) every promoted bundle is locked; with it,
-    those matching the profile. Best first. Exit 3 (no file written) when none qualifies.
+    those matching the profile. Best first. The lock is signed (--key or
+    $REGISTRY_SIGNING_KEY) and expires after --valid-for (default 7 days);
+    --unsigned writes one unsigned. Exit 3 (no file written) when none
+    qualifies; a --refresh writes its lock even when nothing remains in it.
     """
     if ctx.invoked_subcommand is not None:
         if workload_id or out:
             raise click.UsageError("--workload and --out export a lock; `lock verify` takes only its own options")
         return
-    if not workload_id or not out:
+    if refresh_file is not None and (workload_id or profile is not None or as_of):
+        raise click.UsageError("--refresh takes the workload, profile and call site from the lock it refreshes")
+    if not (workload_id or refresh_file) or not out:
         raise click.UsageError("exporting a lock needs --workload and --out (or use `registry lock verify FILE`)")
-    from registry.app.lock import export_lock
+    if unsigned and key_file:
+        raise click.UsageError("--unsigned and --key contradict each other: give one")
+    from registry.app.lock import export_lock, refresh_lock, signed_lock
+    from registry.bundles import read_lock
+    from registry.bundles.keys import load_signing_key
+    from registry.bundles.signed_lock import parse_duration
     from registry.projections import resolve_as_of
 
     output_path(out, force)
+    key = None if unsigned else load_signing_key(key_file)
+    validity = parse_duration(valid_for)
     registry = session.open()
-    document = export_lock(registry, workload_id, profile, site, resolve_as_of(registry.store, as_of))
-    if not document["artifacts"]:
+    if refresh_file is not None:
+        document = refresh_lock(registry, read_lock(refresh_file))
+        workload_id = document["workload"]
+    else:
+        document = export_lock(registry, workload_id, profile, site, resolve_as_of(registry.store, as_of))
+    if not document["artifacts"] and refresh_file is None:
         click.echo(f"nothing to lock: no promoted bundle of {workload_id} "
                    f"{'matches the profile' if profile else 'exists'} (no file written)", err=True)
         sys.exit(EXIT_NO_MATCH)
-    _write_atomically(Path(out), _lock_text(document))
+    content = document if key is None else signed_lock(document, key, validity)
+    _write_atomically(Path(out), _lock_text(content))
     if as_json:
-        emit_json(document)
+        emit_json(content)
     else:
+        signature = "unsigned" if key is None else f"signed by key {key.key_id[:16]}, valid for {valid_for}"
         say(f"locked {len(document['artifacts'])} artifact(s) of {workload_id} at log position "
-            f"{document['log_position']} (chain {document['chain_hash'][:12]}) to {out}")
+            f"{document['log_position']} (chain {document['chain_hash'][:12]}) to {out}; {signature}")
         for entry in document["artifacts"]:
             say(f"  {entry['artifact']}: bundle {entry['bundle_sha256'][:12]}, verdict {entry['verdict_event_id']}")
 
@@ -192,41 +222,154 @@ def _write_atomically(path: Path, text: str) -> None:
 @click.argument("lock_file", type=click.Path(dir_okay=False))
 @click.option("--bundles", "bundles_dir", type=click.Path(file_okay=False),
               help="Directory holding one bundle directory per locked artifact, named by its id.")
+@click.option("--key", "public_keys", multiple=True, type=click.Path(dir_okay=False),
+              help="A trusted public key (repeat during a key rotation): the lock must be signed by one of them "
+                   "and unexpired.")
+@click.option("--seen", "seen_file", type=click.Path(dir_okay=False),
+              help="The newest lock this deployment already accepted: an older one is refused (rollback).")
 @click.option("--json", "as_json", is_flag=True, help="Print the checks and problems as JSON.")
 @pass_session
-def lock_verify(session: Session, lock_file: str, bundles_dir: str | None, as_json: bool) -> None:
-    """Check LOCK_FILE: itself, the bundles on disk (--bundles) and, given a database, the registry.
+def lock_verify(session: Session, lock_file: str, bundles_dir: str | None, public_keys: tuple[str, ...],
+                seen_file: str | None, as_json: bool) -> None:
+    """Check LOCK_FILE: its signature (--key), itself, the bundles (--bundles) and, given a database, the registry.
 
     Offline (no --db and no REGISTRY_DATABASE_URL) nothing but the files is
-    read. With a database, every locked artifact must still hold its
-    identity and verdict, with no revocation since the export. Exit 0 when
-    all hold, 1 otherwise (each problem named with its code).
+    read. With --key the lock must be signed by a trusted key and not
+    expired. With a database, every field of every locked artifact must equal
+    the registry's, with no revocation since the export. Exit 0 when all
+    hold, 1 otherwise (each problem named with its code).
     """
-    from registry.bundles import check_bundles, read_lock
+    from registry.bundles import LockProblem, check_bundles, read_lock
+    from registry.bundles.keys import TrustedKeys
+    from registry.bundles.signed_lock import LockRefused, older_than, open_lock
 
-    parsed = read_lock(lock_file)
-    checked = ["lock file"]
-    problems = []
-    if bundles_dir is not None:
-        problems += check_bundles(parsed, bundles_dir)
-        checked.append("bundles")
-    url = session.url or os.environ.get("REGISTRY_DATABASE_URL")
-    if url:
-        from registry.app.lock import registry_problems
+    checked, problems = [], []
+    if public_keys:
+        if seen_file is not None:
+            seen = read_lock(seen_file)
+        try:
+            parsed = open_lock(lock_file, TrustedKeys.from_files(public_keys))
+            checked.append("signature and expiry")
+        except LockRefused as refused:
+            parsed = None
+            problems.append(LockProblem(None, refused.code, refused.detail))
+        if parsed is not None and seen_file is not None:
+            why = older_than(parsed, seen)
+            if why:
+                problems.append(LockProblem(None, "rollback", f"older than {seen_file}: {why}"))
+    elif seen_file is not None:
+        raise click.UsageError("--seen compares signed locks: give the trusted --key too")
+    else:
+        parsed = read_lock(lock_file)
+    if parsed is not None:
+        checked.insert(0, "lock file")
+        if bundles_dir is not None:
+            problems += check_bundles(parsed, bundles_dir)
+            checked.append("bundles")
+        url = session.url or os.environ.get("REGISTRY_DATABASE_URL")
+        if url:
+            from registry.app.lock import registry_problems
 
-        problems += registry_problems(session.open(), parsed)
-        checked.append("registry")
+            problems += registry_problems(session.open(), parsed)
+            checked.append("registry")
     exit_status_ahead(1 if problems else 0)
     if as_json:
-        emit_json({"lock": lock_file, "workload": parsed.workload, "artifacts": [a.artifact for a in parsed.artifacts],
+        emit_json({"lock": lock_file, "workload": parsed and parsed.workload,
+                   "artifacts": [a.artifact for a in parsed.artifacts] if parsed else [],
                    "checked": checked, "ok": not problems, "problems": [p.to_dict() for p in problems]})
     elif problems:
         for problem in problems:
             click.echo(f"{problem.code}: {problem.artifact or 'lock'}: {problem.detail}", err=True)
     else:
         say(f"lock holds: {len(parsed.artifacts)} artifact(s) of {parsed.workload}; checked {', '.join(checked)}")
+        if not public_keys:
+            say("  not authenticated: its signature was not checked (give --key PUB)")
     if problems:
         sys.exit(1)
 
 
-COMMANDS = [resolve, lock]
+@click.group()
+def keys() -> None:
+    """Signing keys for locks and attestations (Ed25519)."""
+
+
+@keys.command("init")
+@click.argument("key_file", type=click.Path(dir_okay=False))
+@click.option("--json", "as_json", is_flag=True, help="Print the paths and key id as JSON.")
+def keys_init(key_file: str, as_json: bool) -> None:
+    """Create a signing key in KEY_FILE (owner-only, never overwriting) and its public key in KEY_FILE.pub."""
+    from registry.bundles.keys import create_key
+
+    key = create_key(key_file)
+    result = {"private_key": key_file, "public_key": key_file + ".pub", "key_id": key.key_id}
+    if as_json:
+        emit_json(result)
+    else:
+        say(f"created signing key {key_file} (mode 0600) and public key {key_file}.pub; key id {key.key_id}")
+
+
+@keys.command("show")
+@click.option("--key", "key_file", type=click.Path(dir_okay=False), help=KEY_HELP)
+@click.option("--json", "as_json", is_flag=True, help="Print the public key and key id as JSON.")
+def keys_show(key_file: str | None, as_json: bool) -> None:
+    """Print the public key (PEM) and key id of the signing key, for verifiers to trust."""
+    from registry.bundles.keys import load_signing_key
+
+    key = load_signing_key(key_file)
+    if as_json:
+        emit_json({"key_id": key.key_id, "public_key": key.public.pem()})
+    else:
+        say(f"key id {key.key_id}")
+        click.echo(key.public.pem(), nl=False)
+
+
+@click.command()
+@click.argument("artifact_id")
+@click.option("--out", required=True, type=click.Path(dir_okay=False), help="Where to write the signed attestation.")
+@click.option("--key", "key_file", type=click.Path(dir_okay=False), help=KEY_HELP)
+@click.option("--json", "as_json", is_flag=True, help="Print the statement as JSON.")
+@pass_session
+def attest(session: Session, artifact_id: str, out: str, key_file: str | None, as_json: bool) -> None:
+    """Write a signed in-toto attestation of ARTIFACT_ID's promotion (a DSSE envelope) to --out.
+
+    Only a promoted, unrevoked bundle promoted under its workload's current
+    contract is attested. The predicate schema is in docs/bundles.md.
+    """
+    from registry.app.attest import attestation, signed_attestation
+    from registry.bundles.keys import load_signing_key
+
+    key = load_signing_key(key_file)
+    statement = attestation(session.open(), artifact_id)
+    _write_atomically(Path(out), _lock_text(signed_attestation(statement, key)))
+    if as_json:
+        emit_json(statement)
+    else:
+        say(f"attested {artifact_id} (bundle {statement['subject'][0]['digest']['sha256'][:12]}, verdict "
+            f"{statement['predicate']['verdict']['event_id']}) to {out}; signed by key {key.key_id[:16]}")
+
+
+@click.command()
+@click.argument("workload_id")
+@click.option("--json", "as_json", is_flag=True, help="Print each new verdict as JSON.")
+@pass_session
+def rejudge(session: Session, workload_id: str, as_json: bool) -> None:
+    """Judge again, from their recorded evidence, the artifacts of WORKLOAD_ID decided under an older contract.
+
+    Each gets a new verdict under the current contract through the ordinary
+    promote path; nothing is measured. Exit 0 (also when none needed it).
+    """
+    from registry.app.rejudge import rejudge_workload
+
+    outcomes = rejudge_workload(session.open(), workload_id)
+    if as_json:
+        emit_json([{"artifact": name, "decision": o.verdict["decision"], "rule": o.verdict["rule"],
+                    "contract_version": o.contract_version, "position": o.position} for name, o in outcomes])
+    elif not outcomes:
+        say(f"nothing to judge again: every final decision of {workload_id} was made under its current contract")
+    else:
+        table(f"{workload_id}: judged again under contract v{outcomes[0][1].contract_version}",
+              ["artifact", "decision", "rule", "position"],
+              ((name, o.verdict["decision"], o.verdict["rule"], o.position) for name, o in outcomes))
+
+
+COMMANDS = [resolve, lock, keys, attest, rejudge]

@@ -6,7 +6,9 @@ file:
 
 - only a regular file is read, and its size is checked before a byte is
   read: a FIFO would block, `/dev/zero` never ends, and a file past the
-  documented maximum is refused rather than loaded into memory;
+  documented maximum is refused rather than loaded into memory (files that
+  are hashed rather than parsed, a payload or a bundle's files, go through
+  the same check: `sha256_file`);
 - the text must be UTF-8 without a byte-order mark (a UTF-16 file is named
   as such instead of failing with a decoder's message);
 - once parsed, the tree is checked for what a parser lets through but the
@@ -22,6 +24,7 @@ Pure: no database, no torch.
 from __future__ import annotations
 
 import codecs
+import hashlib
 import json
 import os
 import stat
@@ -35,6 +38,7 @@ MAX_EVIDENCE_BYTES = 16 * 1024 * 1024
 MAX_MANIFEST_BYTES = 4 * 1024 * 1024
 MAX_DEPTH = 32
 MAX_INTEGER_DIGITS = 1000
+_BLOCK = 1 << 20
 
 _BYTE_ORDER_MARKS = (
     (codecs.BOM_UTF32_LE, "UTF-32"), (codecs.BOM_UTF32_BE, "UTF-32"),
@@ -53,24 +57,13 @@ class DocumentError(UserError):
     """A user document the registry will not read; one line naming the file (or the document) and why."""
 
 
-def read_document(path: str | Path, what: str, max_bytes: int) -> str:
+def read_document(path: str | Path, what: str, max_bytes: int, *, follow_symlinks: bool = True) -> str:
     """The UTF-8 text of the regular file at `path`, refused before reading when it cannot be one.
 
     `what` names the document in messages ("evidence document", "manifest").
     """
+    fd = open_regular(path, what, max_bytes, follow_symlinks=follow_symlinks)
     try:
-        # O_NONBLOCK: opening a FIFO must not wait for a writer; it is refused below.
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
-    except OSError as exc:
-        raise DocumentError(f"{path}: cannot read {what}: {exc.strerror}") from None
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            kind = next((label for test, label in _FILE_KINDS if test(info.st_mode)), "not a regular file")
-            raise DocumentError(f"{path}: {kind}, not a regular file; give the {what} as a file")
-        if info.st_size > max_bytes:
-            raise DocumentError(f"{path}: {_mib(info.st_size)}, over the {_mib(max_bytes)} {_article(what)} {what} "
-                                "may have")
         with os.fdopen(fd, "rb", closefd=False) as handle:
             data = handle.read(max_bytes + 1)
     finally:
@@ -84,6 +77,52 @@ def read_document(path: str | Path, what: str, max_bytes: int) -> str:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise DocumentError(f"{path}: not UTF-8 text (byte {exc.start}); save the {what} as UTF-8") from None
+
+
+def open_regular(path: str | Path, what: str, max_bytes: int, *, follow_symlinks: bool = True) -> int:
+    """A file descriptor open for reading on the regular file at `path`, checked before a byte is read.
+
+    Refused in one line: anything but a regular file (a FIFO is opened without
+    blocking, then refused by kind), a file larger than `max_bytes`, and with
+    `follow_symlinks=False` a symlink. The caller closes the descriptor.
+    """
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0)  # opening a FIFO must not wait for a writer
+    if not follow_symlinks:
+        flags |= getattr(os, "O_NOFOLLOW", 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError as exc:
+        raise DocumentError(f"{path}: cannot read {what}: {exc.strerror}") from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            kind = next((label for test, label in _FILE_KINDS if test(info.st_mode)), "not a regular file")
+            raise DocumentError(f"{path}: {kind}, not a regular file; give the {what} as a file")
+        if info.st_size > max_bytes:
+            raise DocumentError(f"{path}: {_mib(info.st_size)}, over the {_mib(max_bytes)} {_article(what)} {what} "
+                                "may have")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def sha256_file(path: str | Path, what: str, max_bytes: int, *, follow_symlinks: bool = True) -> tuple[str, int]:
+    """SHA-256 (hex) and size of the regular file at `path`, read in blocks under open_regular's rules.
+
+    For files whose content is hashed rather than parsed (a payload, a bundle's
+    files); a file that grows past `max_bytes` while it is read is refused too.
+    """
+    digest = hashlib.sha256()
+    size = 0
+    fd = open_regular(path, what, max_bytes, follow_symlinks=follow_symlinks)
+    with os.fdopen(fd, "rb") as handle:
+        for block in iter(lambda: handle.read(_BLOCK), b""):
+            size += len(block)
+            if size > max_bytes:
+                raise DocumentError(f"{path}: over the {_mib(max_bytes)} {_article(what)} {what} may have")
+            digest.update(block)
+    return digest.hexdigest(), size
 
 
 def load_json(text: str, what: str) -> Any:

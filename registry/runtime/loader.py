@@ -59,10 +59,10 @@ def load(match: Match, *, trusted_root: str | os.PathLike) -> object:
     try:
         verify_directory(directory, match.manifest)
         entry_path = directory / match.manifest.entry_file
-        source = read_regular(entry_path)
+        declared = match.manifest.file(match.manifest.entry_file)
+        source = read_regular(entry_path, declared.size)
     except (BundleError, OSError) as exc:
         raise LoadError(f"{name}: refused: {str(exc).splitlines()[0]}") from None
-    declared = match.manifest.file(match.manifest.entry_file)
     if hashlib.sha256(source).hexdigest() != declared.sha256 or len(source) != declared.size:
         raise LoadError(f"{name}: refused: {match.manifest.entry_file} changed while it was being loaded")
     return _execute(match, entry_path, source)

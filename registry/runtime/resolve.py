@@ -5,9 +5,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
-from registry.bundles import BundleManifest, CallSite, Profile, Resolution, TensorSignature, read_lock
+from registry.bundles import BundleManifest, CallSite, Profile, Resolution, TensorSignature
 from registry.bundles import resolve as resolve_candidates
 from registry.formats.errors import UserError
+
+from .trust import TrustedKeySource, open_trusted_lock
 
 
 @dataclass(frozen=True)
@@ -44,13 +46,17 @@ def signature_of(tensor: Any) -> TensorSignature:
 
 
 def resolve(workload: str, profile: Profile, *, database: str | None = None, lock: str | Path | None = None,
+            trusted_keys: TrustedKeySource = None, insecure_allow_unsigned_lock: bool = False,
             model: str | None = None, revision: str | None = None, fingerprint: str | None = None,
             inputs: Iterable[Any] | None = None, as_of: int | None = None) -> RuntimeResolution:
     """Which bundle of `workload` this runtime may load, from exactly one of a database URL or a lock file.
 
     `inputs` are the call's tensors (or TensorSignatures), in order. A lock
-    file is checked against itself when read; a database answers from its
-    projections, optionally as of a log position.
+    file must be signed by one of `trusted_keys` (public key files or
+    PublicKeys), unexpired and not older than one this process already
+    accepted (trust.py); otherwise LockRefused names the reason code and
+    nothing is resolved. A database answers from its projections, optionally
+    as of a log position.
     """
     if (database is None) == (lock is None):
         raise UserError("resolve needs exactly one source: database=URL or lock=PATH")
@@ -58,9 +64,8 @@ def resolve(workload: str, profile: Profile, *, database: str | None = None, loc
     if lock is not None:
         if as_of is not None:
             raise UserError("as_of applies to a database; a lock file is already fixed at its export position")
-        parsed = read_lock(lock)
-        if parsed.workload != workload:
-            raise UserError(f"{lock}: the lock is for workload {parsed.workload!r}, not {workload!r}")
+        parsed = open_trusted_lock(lock, workload, trusted_keys,
+                                   insecure_allow_unsigned_lock=insecure_allow_unsigned_lock)
         resolution = resolve_candidates([a.candidate() for a in parsed.artifacts], profile, site)
         source = f"lock {lock} (log position {parsed.log_position})"
         verdicts = {a.artifact: a.verdict_event_id for a in parsed.artifacts}
