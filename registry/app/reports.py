@@ -87,7 +87,7 @@ def compare_recorded_verdicts(registry: Registry, state) -> list[dict[str, Any]]
                 ours = {"decision": "held", "rule": "contract.missing",
                         "reason": f"workload {artifact['workload']} has no declared contract"}
             elif evidence:
-                verdict = decide(Contract.from_mapping(declared["contract"]), GateEvidence(**evidence),
+                verdict = decide(Contract.from_stored(declared["contract"]), GateEvidence(**evidence),
                                  ArtifactFacts(artifact_id, artifact["kind"], artifact["backend"]))
                 ours = {"decision": verdict.decision, "rule": verdict.rule, "reason": verdict.reasons[0]}
             else:

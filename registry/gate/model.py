@@ -19,7 +19,7 @@ RULES = (
     "speed.attempts", "speed.attempts_unknown", "speed.attempts_exceeded",
     "speed.no_gate", "speed.missing", "speed.runs_per_arm", "speed.protocol", "speed.interleave",
     "speed.max_cv", "speed.interpreter", "speed.memory_unmeasured", "speed.inconclusive",
-    "speed.below_gate", "speed.passed",
+    "speed.undecided", "speed.below_gate", "speed.passed",
     "advisory",
 )
 
