@@ -271,6 +271,30 @@ def _external(state: RegistryState, event: LogEvent, pending: Pending) -> None:
     entry["last_position"] = event.position
 
 
+BENCH_PREFIX = "bench:"
+
+
+def _bench_session(state: RegistryState, event: LogEvent, pending: Pending) -> None:
+    """A benchmark session or batch: in its identity's record stream, for a registered artifact.
+
+    An opened session is a benchmark attempt of the artifact that opened it
+    (when still its current identity), reported or not; the record itself
+    (the pairs, the sequential decision) is read from its stream by
+    registry/app/bench.py.
+    """
+    payload = event.payload
+    _same_subject(event, BENCH_PREFIX + payload["identity"], event.stream)
+    artifact = state.artifacts.get(payload["artifact"])
+    if artifact is None:
+        raise ProjectionError(
+            f"event at position {event.position} ({event.type}) is for artifact "
+            f"{payload['artifact']!r}, which was never registered"
+        )
+    if event.type == "BenchmarkSessionOpened" and payload["identity"] == artifact["identity"]:
+        artifact["benchmark_attempts"] += 1
+        artifact["last_position"] = event.position
+
+
 Handler = Callable[[RegistryState, LogEvent, Pending], None]
 HANDLERS: dict[str, Handler] = {
     "ArtifactRegistered": _registered,
@@ -280,5 +304,7 @@ HANDLERS: dict[str, Handler] = {
     "WorkloadDeclared": _workload,
     "FrameSetRegistered": _frameset,
     "ExternalOutcome": _external,
+    "BenchmarkSessionOpened": _bench_session,
+    "BenchmarkPairsRecorded": _bench_session,
     **{name: _evidence for name in EVIDENCE_KIND_BY_TYPE},
 }

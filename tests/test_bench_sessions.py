@@ -1,0 +1,169 @@
+"""Benchmark sessions (registry/app/bench.py, `registry bench ...`): batches of pairs decided as soon as the
+confident rule can, on real SQLite files and a real Postgres server; bad input refused with nothing written."""
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from registry.app import open_registry
+from registry.app.bench import open_session, read_record, record_pairs
+from registry.app.workloads import register_artifact
+
+MANIFEST = "workload: wan\nspeed: {min_speedup: 1.2, runs_per_arm: 16, protocol: paired, max_pairs: 20}\n"
+EXAMPLE = Path(__file__).parent.parent / "examples" / "bench_session.py"
+
+
+def declare_and_register(cli, tmp_path, name="fast", payload=b"step cache build 1"):
+    (tmp_path / "wan.yaml").write_text(MANIFEST)
+    assert cli("workload", "declare", str(tmp_path / "wan.yaml")).exit_code == 0
+    (tmp_path / f"{name}.bin").write_bytes(payload)
+    result = cli("artifact", "register", name, "--workload", "wan", "--kind", "step_cache",
+                 "--payload", str(tmp_path / f"{name}.bin"))
+    assert result.exit_code == 0, result.output
+
+
+def events_count(cli) -> int:
+    with sqlite3.connect(cli.url.removeprefix("sqlite:///")) as conn:
+        return conn.execute("SELECT count(*) FROM events").fetchone()[0]
+
+
+def run_json(cli, *args):
+    result = cli(*args, "--json")
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+def test_a_clear_speedup_is_decided_after_five_pairs_and_the_record_closes(registry_cli, tmp_path):
+    declare_and_register(registry_cli, tmp_path)
+    session = run_json(registry_cli, "bench", "open", "fast", "--device", "NVIDIA H200", "--timer", "cuda_event")
+    name = session["session"]
+    assert session["pairs"] == 0 and session["decision"] == "held"
+    first = run_json(registry_cli, "bench", "record", "fast", name, "--batch", "b1",
+                     "--baseline", "2.0,2.0,2.0", "--candidate", "1.0,1.0,1.0")
+    assert (first["decision"], first["pairs"], first["stop"]) == ("held", 3, "measuring")
+    second = run_json(registry_cli, "bench", "record", "fast", name, "--batch", "b2",
+                      "--baseline", "2.0,2.0", "--candidate", "1.0,1.0")
+    assert (second["decision"], second["decided_at"], second["stop"]) == ("promoted", 5, "decided")
+    assert second["lower"] == 2.0 and second["pairs_saved"] == 15 and second["alpha"] == 0.05
+    before = events_count(registry_cli)
+    closed = registry_cli("bench", "record", "fast", name, "--batch", "b3", "--baseline", "2.0", "--candidate", "1.0")
+    assert closed.exit_code == 1 and "closed (promoted after 5 pairs)" in closed.stderr
+    assert events_count(registry_cli) == before
+    status = registry_cli("bench", "status", "fast")
+    assert status.exit_code == 0 and "promoted after 5 pairs (decided)" in status.stdout
+
+
+def test_all_sessions_of_an_identity_count_in_order_even_under_another_name(registry_cli, tmp_path):
+    declare_and_register(registry_cli, tmp_path)
+    first = run_json(registry_cli, "bench", "open", "fast", "--device", "d", "--timer", "t")["session"]
+    run_json(registry_cli, "bench", "record", "fast", first, "--batch", "a", "--baseline", "1.0,1.0,1.0",
+             "--candidate", "1.0,1.0,1.0")
+    # A second session that never reports stays in the record and counts as an attempt.
+    run_json(registry_cli, "bench", "open", "fast", "--device", "d", "--timer", "t")
+    declare_and_register(registry_cli, tmp_path, name="renamed")  # the same bytes under another id
+    third = run_json(registry_cli, "bench", "open", "renamed", "--device", "d", "--timer", "t")
+    assert third["pairs"] == 3 and len(third["sessions"]) == 3
+    status = run_json(registry_cli, "bench", "record", "renamed", third["session"], "--batch", "a",
+                      "--baseline", "1.0,1.0", "--candidate", "1.0,1.0")
+    assert status["pairs"] == 5 and status["decision"] == "rejected" and status["decided_at"] == 5
+    assert [s["pairs"] for s in status["sessions"]] == [3, 0, 2]
+    shown = run_json(registry_cli, "show", "fast")
+    assert shown["benchmark_attempts"] == 2
+
+
+def test_max_pairs_ends_the_record_held(registry_cli, tmp_path):
+    declare_and_register(registry_cli, tmp_path)
+    name = run_json(registry_cli, "bench", "open", "fast", "--device", "d", "--timer", "t")["session"]
+    at_gate = ",".join(["1.2"] * 20)
+    record = run_json(registry_cli, "bench", "record", "fast", name, "--batch", "all", "--baseline", at_gate,
+                      "--candidate", ",".join(["1.0"] * 20))
+    assert (record["decision"], record["stop"], record["closed"], record["pairs_saved"]) == ("held", "max_pairs",
+                                                                                             True, 0)
+    again = registry_cli("bench", "open", "fast", "--device", "d", "--timer", "t")
+    assert again.exit_code == 1 and "held at speed.max_pairs 20" in again.stderr
+
+
+@pytest.mark.parametrize("args, message", [
+    (("--baseline", "1.0,0", "--candidate", "1.0,1.0"), "baseline[1]: 0.0 is not a positive finite time"),
+    (("--baseline", "1.0,-2", "--candidate", "1.0,1.0"), "baseline[1]: -2.0 is not a positive finite time"),
+    (("--baseline", "1.0", "--candidate", "nan"), "candidate[0]: nan is not a positive finite time"),
+    (("--baseline", "1.0", "--candidate", "inf"), "candidate[0]: inf is not a positive finite time"),
+    (("--baseline", "1.0,1.0", "--candidate", "1.0"), "as many candidate as baseline times"),
+    (("--baseline", ",".join(["2.0"] * 21), "--candidate", ",".join(["1.0"] * 21)),
+     "21 pairs would take the record of fast past speed.max_pairs 20"),
+])
+def test_bad_batches_are_one_line_refusals_that_write_nothing(registry_cli, tmp_path, args, message):
+    declare_and_register(registry_cli, tmp_path)
+    name = run_json(registry_cli, "bench", "open", "fast", "--device", "d", "--timer", "t")["session"]
+    before = events_count(registry_cli)
+    result = registry_cli("bench", "record", "fast", name, "--batch", "b", *args)
+    assert result.exit_code == 1 and message in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    assert events_count(registry_cli) == before
+
+
+def test_unknown_sessions_other_identities_and_repeated_batches_write_nothing(registry_cli, tmp_path):
+    declare_and_register(registry_cli, tmp_path)
+    declare_and_register(registry_cli, tmp_path, name="other", payload=b"another build")
+    name = run_json(registry_cli, "bench", "open", "fast", "--device", "d", "--timer", "t")["session"]
+    run_json(registry_cli, "bench", "record", "fast", name, "--batch", "b", "--baseline", "2.0", "--candidate", "1.0")
+    before = events_count(registry_cli)
+    cases = [
+        (("bench", "record", "other", name, "--batch", "c"), "is not open for the current identity of other"),
+        (("bench", "record", "fast", "bs-nope", "--batch", "c"), "session bs-nope is not open"),
+        (("bench", "record", "fast", name, "--batch", "b"), "batch b of session " + name + " is already recorded"),
+    ]
+    for args, message in cases:
+        result = registry_cli(*args, "--baseline", "2.0", "--candidate", "1.0")
+        assert result.exit_code == 1 and message in result.stderr, result.output
+    different = registry_cli("bench", "record", "fast", name, "--batch", "b", "--baseline", "3.0", "--candidate", "1.0")
+    assert different.exit_code == 1
+    assert events_count(registry_cli) == before
+
+
+def test_a_re_registered_artifact_starts_a_new_record_and_its_old_session_is_refused(registry_cli, tmp_path):
+    declare_and_register(registry_cli, tmp_path)
+    old = run_json(registry_cli, "bench", "open", "fast", "--device", "d", "--timer", "t")["session"]
+    (tmp_path / "fast.bin").write_bytes(b"step cache build 2")
+    assert registry_cli("artifact", "register", "fast", "--workload", "wan", "--kind", "step_cache",
+                        "--payload", str(tmp_path / "fast.bin")).exit_code == 0
+    stale = registry_cli("bench", "record", "fast", old, "--batch", "b", "--baseline", "2.0", "--candidate", "1.0")
+    assert stale.exit_code == 1 and "is not open for the current identity" in stale.stderr
+    assert run_json(registry_cli, "bench", "status", "fast")["pairs"] == 0
+
+
+def test_a_point_contract_has_no_sessions(registry_cli, tmp_path):
+    declare_and_register(registry_cli, tmp_path)
+    (tmp_path / "wan.yaml").write_text(MANIFEST.replace("max_pairs: 20", "decision: point"))
+    assert registry_cli("workload", "declare", str(tmp_path / "wan.yaml")).exit_code == 0
+    result = registry_cli("bench", "open", "fast", "--device", "d", "--timer", "t")
+    assert result.exit_code == 1 and "speed.decision point" in result.stderr
+
+
+def test_the_python_api_decides_on_sqlite_and_postgres(backend_url, tmp_path):
+    registry = open_registry(backend_url, actor="gpu-worker-1", create=True)
+    from registry.app.workloads import declare_workload
+    from registry.contracts import Contract
+
+    declare_workload(registry, Contract.from_yaml(MANIFEST))
+    (tmp_path / "k.bin").write_bytes(b"kernel")
+    register_artifact(registry, "k", workload="wan", kind="fused_kernel", payload=str(tmp_path / "k.bin"))
+    session, record = open_session(registry, "k", "NVIDIA H200", "cuda_event")
+    for batch in range(4):
+        appended, record = record_pairs(registry, "k", session, [1.0, 1.0], [1.0, 1.0], f"b{batch}")
+        assert appended
+        if record.result.decision != "held":
+            break
+    assert (record.result.decision, record.result.decided_at) == ("rejected", 5)
+    appended, again = record_pairs(registry, "k", session, [1.0, 1.0], [1.0, 1.0], "b0")
+    assert not appended and len(again.ratios) == len(record.ratios)
+    assert read_record(registry, "k").to_dict()["decision"] == "rejected"
+
+
+def test_the_worked_example_runs(tmp_path):
+    namespace: dict = {}
+    exec(compile(EXAMPLE.read_text(), str(EXAMPLE), "exec"), namespace)
+    outcome = namespace["main"](f"sqlite:///{tmp_path / 'example.db'}", str(tmp_path))
+    assert (outcome["decision"], outcome["decided_at"], outcome["pairs"], outcome["pairs_saved"]) == ("promoted", 5, 6, 58)
