@@ -167,3 +167,41 @@ def test_the_worked_example_runs(tmp_path):
     exec(compile(EXAMPLE.read_text(), str(EXAMPLE), "exec"), namespace)
     outcome = namespace["main"](f"sqlite:///{tmp_path / 'example.db'}", str(tmp_path))
     assert (outcome["decision"], outcome["decided_at"], outcome["pairs"], outcome["pairs_saved"]) == ("promoted", 5, 6, 58)
+
+
+PASSING_LEAF = {"name": "out", "reference_dtype": "bfloat16", "candidate_dtype": "bfloat16", "reference_shape": [4],
+                "candidate_shape": [4], "reference_strides": [1], "candidate_strides": [1], "byte_equal": True,
+                "max_abs_error": 0.0, "max_rel_error": 0.0, "has_nan": False, "has_inf": False}
+
+
+def test_promote_decides_on_the_sessions_and_names_their_batches(registry_cli, tmp_path):
+    declare_and_register(registry_cli, tmp_path)
+    document = tmp_path / "evidence.json"
+    document.write_text(json.dumps({"format": "registry.evidence/1", "artifact": "fast", "evidence": [
+        {"kind": "execution", "candidate_calls": 4, "fallbacks": 0}, {"kind": "parity", "leaves": [PASSING_LEAF]}]}))
+    assert registry_cli("evidence", "import", str(document)).exit_code == 0
+    name = run_json(registry_cli, "bench", "open", "fast", "--device", "NVIDIA H200", "--timer", "cuda_event")["session"]
+    run_json(registry_cli, "bench", "record", "fast", name, "--batch", "a", "--baseline", "2,2,2",
+             "--candidate", "1,1,1")
+    held = registry_cli("promote", "fast", "--json")
+    assert held.exit_code == 3
+    verdict = json.loads(held.stdout)
+    assert (verdict["decision"], verdict["rule"]) == ("held", "speed.undecided")
+    assert "do not yet decide" in verdict["reasons"][0]
+    run_json(registry_cli, "bench", "record", "fast", name, "--batch", "b", "--baseline", "2,2", "--candidate", "1,1")
+    promoted = registry_cli("promote", "fast", "--json")
+    assert promoted.exit_code == 0, promoted.output
+    verdict = json.loads(promoted.stdout)
+    assert (verdict["decision"], verdict["rule"]) == ("promoted", "speed.passed")
+    assert verdict["reasons"][0].startswith("speedup 2.00x after 5 of 5 recorded pairs: running bounds [2.0, 2.0]")
+    assert verdict["speedup_ci"] == [2.0, 2.0] and len(verdict["evidence_ids"]) == 4
+
+
+def test_a_session_timed_under_the_interpreter_holds(registry_cli, tmp_path):
+    declare_and_register(registry_cli, tmp_path)
+    name = run_json(registry_cli, "bench", "open", "fast", "--device", "cpu", "--timer", "interpreter")["session"]
+    run_json(registry_cli, "bench", "record", "fast", name, "--batch", "a", "--baseline", "2,2,2,2,2",
+             "--candidate", "1,1,1,1,1")
+    verdict = json.loads(registry_cli("promote", "fast", "--json").stdout)
+    assert verdict["decision"] == "held" and "speed.passed" not in json.dumps(verdict)
+    assert "timings came from Triton's interpreter and are not speed evidence" in verdict["reasons"]

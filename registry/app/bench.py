@@ -26,6 +26,7 @@ from registry.contracts.names import check_name
 from registry.events.store import NewEvent
 from registry.events.types import BenchmarkPairsRecorded, BenchmarkSessionOpened
 from registry.evidence.sequential import SequentialResult, decide_stream, running_bounds
+from registry.gate.model import PairRecord
 
 from .context import Registry
 from .evidence import capture_subject
@@ -201,3 +202,23 @@ def _read(registry: Registry, identity: str, workload: str, speed) -> BenchRecor
         ratios=ratios, batch_ids=batch_ids, result=result, version=events[-1].version if events else 0,
         bounds=running_bounds(ratios[: result.pairs], speed.alpha),
     )
+
+
+def pair_record(registry: Registry, identity: str) -> PairRecord | None:
+    """The gate's view of an identity's sessions: every pair in recorded order; None when it has none."""
+    sources: dict[str, str] = {}
+    used: list[str] = []
+    ratios: list[float] = []
+    event_ids: list[str] = []
+    for event in registry.store.read_stream(record_stream(identity)):
+        payload = event.payload
+        if event.type == "BenchmarkSessionOpened":
+            sources[payload["session"]] = f"{payload['timer']} {payload['device']}"
+        elif event.type == "BenchmarkPairsRecorded":
+            if sources[payload["session"]] not in used:
+                used.append(sources[payload["session"]])
+            ratios.extend(b / c for b, c in zip(payload["baseline_s"], payload["candidate_s"]))
+            event_ids.append(event.event_id)
+    if not ratios:
+        return None
+    return PairRecord(event_ids=event_ids, ratios=ratios, sources=used, sessions=len(sources))

@@ -27,6 +27,7 @@ from registry.gate import ArtifactFacts, GateEvidence, Recorded, decide
 from registry.projections import Projections
 from registry.projections.state import FINAL, contract_note
 
+from .bench import pair_record
 from .context import Registry
 from .workloads import artifact_stream, current_contract, find_contract
 
@@ -34,8 +35,8 @@ from .workloads import artifact_stream, current_contract, find_contract
 PROMOTE_TRIES = 5
 
 
-def gate_inputs(state: dict[str, Any]) -> tuple[GateEvidence, ArtifactFacts]:
-    """The gate's view of an artifact's projected state."""
+def gate_inputs(state: dict[str, Any], registry: Registry | None = None) -> tuple[GateEvidence, ArtifactFacts]:
+    """The gate's view of an artifact's projected state (and, given the registry, its benchmark sessions)."""
     latest = state["evidence"]
 
     def recorded(kind: str) -> Recorded | None:
@@ -46,7 +47,8 @@ def gate_inputs(state: dict[str, Any]) -> tuple[GateEvidence, ArtifactFacts]:
                 for f in state["open_failures"]]
     evidence = GateEvidence(execution=recorded("execution"), benchmark=recorded("benchmark"),
                             parity=recorded("parity"), perceptual=recorded("perceptual"), failures=failures,
-                            benchmark_attempts=state["benchmark_attempts"])
+                            benchmark_attempts=state["benchmark_attempts"],
+                            pairs=pair_record(registry, state["identity"]) if registry is not None else None)
     facts = ArtifactFacts(artifact_id=state["artifact"], kind=state["kind"], claimed_backend=state["backend"])
     return evidence, facts
 
@@ -117,7 +119,7 @@ def _promote_once(registry: Registry, artifact: str) -> PromoteOutcome:
     declared = find_contract(registry, state["workload"])
     if declared is None:
         return PromoteOutcome(undeclared_contract_verdict(state["workload"]), False, None, "", None, attempts)
-    evidence, facts = gate_inputs(state)
+    evidence, facts = gate_inputs(state, registry)
     verdict = decide(declared.contract, evidence, facts).to_dict()
     event = VerdictRendered(
         artifact=artifact, identity=state["identity"], payload_sha256=state["payload_sha256"],
@@ -204,7 +206,7 @@ def what_if(registry: Registry, contract: Contract) -> list[WhatIf]:
     workload = projections.workload(contract.workload)
     outcomes = []
     for state in projections.artifacts(workload=contract.workload):
-        evidence, facts = gate_inputs(state)
+        evidence, facts = gate_inputs(state, registry)
         new = decide(contract, evidence, facts)
         old = _margins_by_metric(state["verdict"])
         moved = []

@@ -35,7 +35,8 @@ import numpy as np
 from registry.contracts import SpeedGate
 from registry.evidence.stats import speedup_bounds
 from registry.gate.ledger import Ledger
-from registry.gate.model import Recorded
+from registry.evidence.sequential import decide_stream
+from registry.gate.model import PairRecord, Recorded
 from registry.gate.text import num, times_pair
 
 SpeedResult = tuple[float | None, tuple[float, float] | None]
@@ -43,7 +44,10 @@ SpeedResult = tuple[float | None, tuple[float, float] | None]
 
 def check_speed(
     speed: SpeedGate | None, recorded: Recorded | None, attempts: int | None, ledger: Ledger,
+    pairs: PairRecord | None = None,
 ) -> SpeedResult:
+    if speed is not None and speed.decision == "confident" and pairs is not None and pairs.ratios:
+        return _judge_record(speed, pairs, attempts, ledger)
     _check_attempts(speed, recorded, attempts, ledger)
     if speed is None:
         ledger.add(
@@ -201,3 +205,45 @@ def _check_timer(item: dict[str, Any], ledger: Ledger) -> None:
         ledger.add("speed.interpreter", "held", "timings came from Triton's interpreter and are not speed evidence")
     elif "emulator" in source:
         ledger.add("speed.interpreter", "held", "timings came from an emulator and are not speed evidence")
+
+
+def _judge_record(speed: SpeedGate, pairs: PairRecord, attempts: int | None, ledger: Ledger) -> SpeedResult:
+    """The confident rule on the identity's benchmark sessions: every pair, in recorded order, read after each.
+
+    The sessions are one record however many there are (stopping and
+    resuming is allowed by the rule's time-uniform bound), so the attempt
+    count is stated and no cap applies to it. A session timed under an
+    interpreter or emulator holds, as a benchmark item would.
+    """
+    ledger.evidence_ids.extend(event_id for event_id in pairs.event_ids if event_id not in ledger.evidence_ids)
+    if attempts is not None:
+        ledger.note("speed.attempts", f"{_attempts_text(attempts)} for this identity, in one benchmark record of "
+                                      f"{pairs.sessions} session{'' if pairs.sessions == 1 else 's'}")
+    result = decide_stream(list(pairs.ratios), speed.gate, speed.alpha, speed.max_pairs)
+    counted = sorted(pairs.ratios[: result.pairs])
+    middle = len(counted) // 2
+    value = counted[middle] if len(counted) % 2 else (counted[middle - 1] + counted[middle]) / 2.0
+    held_before = len(ledger.findings)
+    for source in pairs.sources:
+        _check_timer({"timer": source, "device": ""}, ledger)
+    if len(ledger.findings) > held_before:
+        return value, None
+    ledger.margin("speedup", value, speed.gate, higher_is_better=True)
+    shown, gate = times_pair(value, speed.gate)
+    low = "none yet" if result.lower is None else num(result.lower)
+    high = "none yet" if result.upper is None else num(result.upper)
+    where = (f"after {result.decided_at} of {len(pairs.ratios)} recorded pairs" if result.decided_at
+             else f"after {result.pairs} pairs")
+    text = f"speedup {shown} {where}: running bounds [{low}, {high}] (alpha {num(speed.alpha)} per side)"
+    if result.decision == "promoted":
+        ledger.add("speed.passed", "promoted", f"{text} lie above the gate {gate}")
+    elif result.decision == "rejected":
+        ledger.add("speed.below_gate", "rejected", f"{text} lie below the gate {gate}")
+    elif result.stop == "max_pairs":
+        ledger.add("speed.undecided", "held", f"{text} reach both sides of the gate {gate} at speed.max_pairs "
+                                              f"{speed.max_pairs}: the record ends held")
+    else:
+        ledger.add("speed.undecided", "held", f"{text} do not yet decide against the gate {gate}; measuring "
+                                              f"may continue up to speed.max_pairs {speed.max_pairs}")
+    bounds = None if result.lower is None else (result.lower, result.upper)
+    return value, bounds
