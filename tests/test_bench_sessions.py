@@ -205,3 +205,27 @@ def test_a_session_timed_under_the_interpreter_holds(registry_cli, tmp_path):
     verdict = json.loads(registry_cli("promote", "fast", "--json").stdout)
     assert verdict["decision"] == "held" and "speed.passed" not in json.dumps(verdict)
     assert "timings came from Triton's interpreter and are not speed evidence" in verdict["reasons"]
+
+
+def test_show_and_report_give_the_running_bounds_pairs_stop_and_alpha(registry_cli, tmp_path):
+    declare_and_register(registry_cli, tmp_path)
+    name = run_json(registry_cli, "bench", "open", "fast", "--device", "d", "--timer", "t")["session"]
+    run_json(registry_cli, "bench", "open", "fast", "--device", "d", "--timer", "t")  # never reported
+    run_json(registry_cli, "bench", "record", "fast", name, "--batch", "a", "--baseline", "2,2,2,2,2,2",
+             "--candidate", "1,1,1,1,1,1")
+    shown = registry_cli("show", "fast")
+    assert ("benchmark record: 6 pairs in 2 sessions; promoted (decided at pair 5, 14 of max_pairs 20 saved); "
+            "running bounds 2x to 2x against the gate 1.2x at alpha 0.05") in shown.stdout
+    bench = run_json(registry_cli, "show", "fast")["bench"]
+    assert (bench["decided_at"], bench["alpha"], bench["stop"]) == (5, 0.05, "decided")
+    assert bench["running_bounds"][:5] == [[None, None]] * 4 + [[2.0, 2.0]]
+    report = json.loads(registry_cli("report", "--format", "json").stdout)
+    [record] = report["benchmark_records"]
+    assert (record["artifact"], record["decision"], record["pairs"], len(record["sessions"])) == ("fast", "promoted",
+                                                                                                   6, 2)
+    table = registry_cli("report").stdout
+    assert "benchmark records (sessions, confident rule)" in table
+    html = registry_cli("report", "--format", "html").stdout
+    assert "Running bounds against the gate" in html and 'alt="running bounds of fast"' in html
+    early = run_json(registry_cli, "show", "fast", "--as-of", "4")["bench"]
+    assert early is None or early["pairs"] == 0

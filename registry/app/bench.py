@@ -23,14 +23,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from registry.contracts.names import check_name
-from registry.events.store import NewEvent
-from registry.events.types import BenchmarkPairsRecorded, BenchmarkSessionOpened
+from registry.events.identity import artifact_identity
 from registry.evidence.sequential import SequentialResult, decide_stream, running_bounds
-from registry.gate.model import PairRecord
 
 from .context import Registry
-from .evidence import capture_subject
-from .workloads import current_contract
+
+# The event models (pydantic), the gate and the app's write paths load only
+# where they are used: `show` and `report` read records without them
+# (tests/test_cli_startup.py).
 
 BENCH_PREFIX = "bench:"
 
@@ -92,13 +92,21 @@ def _stop(record: BenchRecord) -> str:
 
 def read_record(registry: Registry, artifact: str) -> BenchRecord:
     """The benchmark record of the artifact's current identity, decided under its workload's contract."""
-    subject = capture_subject(registry, artifact)
-    speed = _confident_speed(registry, subject.registration["workload"])
-    return _read(registry, subject.identity, subject.registration["workload"], speed)
+    from .workloads import registration
+
+    current = registration(registry, artifact)
+    identity = artifact_identity(current)
+    speed = _confident_speed(registry, current["workload"])
+    return _read(registry, identity, current["workload"], speed)
 
 
 def open_session(registry: Registry, artifact: str, device: str, timer: str) -> tuple[str, BenchRecord]:
     """Open a session for the artifact's current identity; refused when its record is already closed."""
+    from registry.events.store import NewEvent
+    from registry.events.types import BenchmarkSessionOpened
+
+    from .evidence import capture_subject
+
     subject = capture_subject(registry, artifact)
     workload = subject.registration["workload"]
     speed = _confident_speed(registry, workload)
@@ -127,6 +135,11 @@ def record_pairs(registry: Registry, artifact: str, session: str, baseline: list
     a closed record, a time that is not a positive finite number, arms of
     unequal length, or a batch that would pass max_pairs.
     """
+    from registry.events.store import NewEvent
+    from registry.events.types import BenchmarkPairsRecorded
+
+    from .evidence import capture_subject
+
     check_name(batch, "batch key")
     check_name(session, "session")
     _check_times(baseline, candidate)
@@ -173,6 +186,8 @@ def _check_times(baseline: list[float], candidate: list[float]) -> None:
 
 
 def _confident_speed(registry: Registry, workload: str):
+    from .workloads import current_contract
+
     speed = current_contract(registry, workload).contract.speed
     if speed is None:
         raise ValueError(f"workload {workload} declares no speed block: there is no gate to benchmark against")
@@ -182,8 +197,33 @@ def _confident_speed(registry: Registry, workload: str):
     return speed
 
 
-def _read(registry: Registry, identity: str, workload: str, speed) -> BenchRecord:
-    events = registry.store.read_stream(record_stream(identity))
+def record_summary(registry: Registry, state: dict[str, Any], contract: dict[str, Any],
+                   up_to_position: int | None = None) -> dict | None:
+    """What `show` and `report` print of an artifact's benchmark record (as of a position); None without one.
+
+    Read under `contract`, the workload's stored contract as of the same
+    position; a record under a contract that does not declare the confident
+    rule is shown with its pairs and sessions only (no decision is read from it).
+    """
+    from registry.contracts import Contract
+
+    stream = record_stream(state["identity"])
+    if not registry.store.read_stream(stream, up_to_position=up_to_position):
+        return None
+    speed = Contract.from_stored(contract).speed
+    if speed is None or speed.decision != "confident":
+        events = registry.store.read_stream(stream, up_to_position=up_to_position)
+        return {"decision": None, "stop": f"speed.decision is {speed.decision if speed else 'undeclared'}",
+                "sessions": sum(e.type == "BenchmarkSessionOpened" for e in events),
+                "pairs": sum(len(e.payload["baseline_s"]) for e in events if e.type == "BenchmarkPairsRecorded")}
+    record = _read(registry, state["identity"], state["workload"], speed, up_to_position)
+    summary = record.to_dict()
+    summary["running_bounds"] = [list(bound) for bound in record.bounds]
+    return summary
+
+
+def _read(registry: Registry, identity: str, workload: str, speed, up_to_position: int | None = None) -> BenchRecord:
+    events = registry.store.read_stream(record_stream(identity), up_to_position=up_to_position)
     sessions: dict[str, dict[str, Any]] = {}
     ratios: list[float] = []
     batch_ids: list[str] = []
@@ -204,8 +244,10 @@ def _read(registry: Registry, identity: str, workload: str, speed) -> BenchRecor
     )
 
 
-def pair_record(registry: Registry, identity: str) -> PairRecord | None:
+def pair_record(registry: Registry, identity: str):
     """The gate's view of an identity's sessions: every pair in recorded order; None when it has none."""
+    from registry.gate.model import PairRecord
+
     sources: dict[str, str] = {}
     used: list[str] = []
     ratios: list[float] = []
