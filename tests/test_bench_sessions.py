@@ -54,6 +54,8 @@ def test_a_clear_speedup_is_decided_after_five_pairs_and_the_record_closes(regis
     assert events_count(registry_cli) == before
     status = registry_cli("bench", "status", "fast")
     assert status.exit_code == 0 and "promoted after 5 pairs (decided)" in status.stdout
+    assert registry_cli("verify").exit_code == 0
+    assert registry_cli("replay", "--verify").exit_code == 0
 
 
 def test_all_sessions_of_an_identity_count_in_order_even_under_another_name(registry_cli, tmp_path):
@@ -70,8 +72,8 @@ def test_all_sessions_of_an_identity_count_in_order_even_under_another_name(regi
                       "--baseline", "1.0,1.0", "--candidate", "1.0,1.0")
     assert status["pairs"] == 5 and status["decision"] == "rejected" and status["decided_at"] == 5
     assert [s["pairs"] for s in status["sessions"]] == [3, 0, 2]
-    shown = run_json(registry_cli, "show", "fast")
-    assert shown["benchmark_attempts"] == 2
+    shown = run_json(registry_cli, "show", "fast")["bench"]
+    assert shown["pairs"] == 5 and len(shown["sessions"]) == 3  # the silent session is listed too
 
 
 def test_max_pairs_ends_the_record_held(registry_cli, tmp_path):

@@ -211,14 +211,16 @@ def _judge_record(speed: SpeedGate, pairs: PairRecord, attempts: int | None, led
     """The confident rule on the identity's benchmark sessions: every pair, in recorded order, read after each.
 
     The sessions are one record however many there are (stopping and
-    resuming is allowed by the rule's time-uniform bound), so the attempt
-    count is stated and no cap applies to it. A session timed under an
+    resuming is allowed by the rule's time-uniform bound), so their count is
+    stated and no attempt cap applies to it; complete benchmark items of the
+    identity are set aside while it has session pairs. A session timed under an
     interpreter or emulator holds, as a benchmark item would.
     """
     ledger.evidence_ids.extend(event_id for event_id in pairs.event_ids if event_id not in ledger.evidence_ids)
-    if attempts is not None:
-        ledger.note("speed.attempts", f"{_attempts_text(attempts)} for this identity, in one benchmark record of "
-                                      f"{pairs.sessions} session{'' if pairs.sessions == 1 else 's'}")
+    sessions = f"{pairs.sessions} benchmark session{'' if pairs.sessions == 1 else 's'}"
+    items = "" if attempts is None else f"; {attempts} complete benchmark item{'' if attempts == 1 else 's'} set aside"
+    ledger.note("speed.attempts", f"{sessions} for this identity, every pair read in recorded order as one "
+                                  f"record{items}")
     result = decide_stream(list(pairs.ratios), speed.gate, speed.alpha, speed.max_pairs)
     counted = sorted(pairs.ratios[: result.pairs])
     middle = len(counted) // 2

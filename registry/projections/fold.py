@@ -275,24 +275,13 @@ BENCH_PREFIX = "bench:"
 
 
 def _bench_session(state: RegistryState, event: LogEvent, pending: Pending) -> None:
-    """A benchmark session or batch: in its identity's record stream, for a registered artifact.
+    """A benchmark session or batch: it must sit in its identity's record stream, and changes no read model.
 
-    An opened session is a benchmark attempt of the artifact that opened it
-    (when still its current identity), reported or not; the record itself
-    (the pairs, the sequential decision) is read from its stream by
-    registry/app/bench.py.
+    The record (sessions, pairs, the sequential reading) is read from that
+    one stream by registry/app/bench.py; an artifact's projected state depends
+    on its own stream only, which the incremental projection relies on.
     """
-    payload = event.payload
-    _same_subject(event, BENCH_PREFIX + payload["identity"], event.stream)
-    artifact = state.artifacts.get(payload["artifact"])
-    if artifact is None:
-        raise ProjectionError(
-            f"event at position {event.position} ({event.type}) is for artifact "
-            f"{payload['artifact']!r}, which was never registered"
-        )
-    if event.type == "BenchmarkSessionOpened" and payload["identity"] == artifact["identity"]:
-        artifact["benchmark_attempts"] += 1
-        artifact["last_position"] = event.position
+    _same_subject(event, BENCH_PREFIX + event.payload["identity"], event.stream)
 
 
 Handler = Callable[[RegistryState, LogEvent, Pending], None]
