@@ -7,6 +7,8 @@ import sqlite3
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from registry.app import open_registry
 from registry.app.bench import open_session, read_record, record_pairs
@@ -94,6 +96,8 @@ def test_max_pairs_ends_the_record_held(registry_cli, tmp_path):
     (("--baseline", "1.0", "--candidate", "nan"), "candidate[0]: nan is not a positive finite time"),
     (("--baseline", "1.0", "--candidate", "inf"), "candidate[0]: inf is not a positive finite time"),
     (("--baseline", "1.0,1.0", "--candidate", "1.0"), "as many candidate as baseline times"),
+    (("--baseline", "1e308", "--candidate", "1e-300"), "pair 0: baseline 1e+308 / candidate 1e-300 is not a finite"),
+    (("--baseline", "1e-320", "--candidate", "1e300"), "is not a finite positive ratio"),
     (("--baseline", ",".join(["2.0"] * 21), "--candidate", ",".join(["1.0"] * 21)),
      "21 pairs would take the record of fast past speed.max_pairs 20"),
 ])
@@ -231,3 +235,52 @@ def test_show_and_report_give_the_running_bounds_pairs_stop_and_alpha(registry_c
     assert "Running bounds against the gate" in html and 'alt="running bounds of fast"' in html
     early = run_json(registry_cli, "show", "fast", "--as-of", "4")["bench"]
     assert early is None or early["pairs"] == 0
+
+
+times = st.one_of(st.floats(1e-3, 10.0), st.sampled_from([0.0, -1.0, float("nan"), float("inf"), 1e308, 1e-320]))
+operations = st.lists(st.one_of(
+    st.tuples(st.just("open"), st.sampled_from(["fast", "renamed", "ghost"])),
+    st.tuples(st.just("record"), st.sampled_from(["fast", "renamed"]), st.integers(0, 3), st.sampled_from("abc"),
+              st.lists(st.tuples(times, times), min_size=0, max_size=7)),
+), min_size=1, max_size=12)
+
+
+@settings(max_examples=20, deadline=None)
+@given(operations)
+def test_any_sequence_of_opens_and_batches_keeps_one_ordered_record(tmp_path_factory, ops):
+    """Whatever is tried, the record holds exactly the accepted batches in order, refusals write nothing,
+    and its decision is the rule's reading of those pairs."""
+    tmp = tmp_path_factory.mktemp("ops")
+    registry = open_registry(f"sqlite:///{tmp / 'r.db'}", actor="w", create=True)
+    from registry.app.workloads import declare_workload
+    from registry.contracts import Contract
+    from registry.evidence.sequential import decide_stream
+
+    declare_workload(registry, Contract.from_yaml(MANIFEST))
+    (tmp / "p.bin").write_bytes(b"same bytes")
+    for name in ("fast", "renamed"):
+        register_artifact(registry, name, workload="wan", kind="step_cache", payload=str(tmp / "p.bin"))
+    sessions: list[str] = []
+    accepted: list[float] = []
+    batches: dict[tuple[str, str], list] = {}
+    for op in ops:
+        head = registry.store.head_position()
+        try:
+            if op[0] == "open":
+                name, _ = open_session(registry, op[1], "d", "t")
+                sessions.append(name)
+                continue
+            _, artifact, index, key, pairs = op
+            session = sessions[index] if index < len(sessions) else "bs-unknown"
+            appended, _ = record_pairs(registry, artifact, session, [b for b, _ in pairs], [c for _, c in pairs], key)
+            if appended:
+                batches[(session, key)] = pairs
+                accepted.extend(b / c for b, c in pairs)
+            else:
+                assert batches[(session, key)] == pairs and registry.store.head_position() == head
+        except Exception as exc:  # every refusal is a one-line ValueError (or the store's own) with nothing written
+            assert type(exc).__name__ in ("ValueError", "IdempotencyConflict"), repr(exc)
+            assert "\n" not in str(exc) and registry.store.head_position() == head
+    record = read_record(registry, "renamed")
+    assert record.ratios == accepted and len(record.ratios) <= record.max_pairs
+    assert record.result == decide_stream(accepted, 1.2, 0.05, 20)

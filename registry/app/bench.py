@@ -183,6 +183,11 @@ def _check_times(baseline: list[float], candidate: list[float]) -> None:
         for i, value in enumerate(times):
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
                 raise ValueError(f"{arm}[{i}]: {value!r} is not a positive finite time in seconds; nothing recorded")
+    for i, (b, c) in enumerate(zip(baseline, candidate)):
+        ratio = b / c
+        if not math.isfinite(ratio) or ratio <= 0:
+            raise ValueError(f"pair {i}: baseline {b!r} / candidate {c!r} is not a finite positive ratio; "
+                             "nothing recorded")
 
 
 def _confident_speed(registry: Registry, workload: str):
