@@ -162,3 +162,36 @@ def test_the_ltx_measurements_under_a_confident_gate_promote_neither(registry_cl
     point = imported_ltx_verdicts(registry_cli, LTX_POINT)
     assert point["sm100-1040.measurement.json"]["decision"] == "promoted"
     assert point["sm100-1030.measurement.json"]["decision"] == "rejected"
+
+
+def test_a_log_declared_before_the_rule_decides_as_it_did(registry_cli, tmp_path):
+    """A contract stored without `decision` (every contract declared before the rule existed, and every
+    point contract since) is judged by the point rule; the same manifest without a rule is a new version."""
+    import sqlite3
+
+    manifest = tmp_path / "w.yaml"
+    manifest.write_text("workload: w\nparity: {policy: byte_equal}\n"
+                        "speed: {min_speedup: 1.2, runs_per_arm: 16, protocol: paired, decision: point}\n")
+    assert registry_cli("workload", "declare", str(manifest)).exit_code == 0
+    with sqlite3.connect(registry_cli.url.removeprefix("sqlite:///")) as conn:
+        [stored] = [json.loads(p) for (p,) in conn.execute("SELECT payload FROM events WHERE type='WorkloadDeclared'")]
+    assert "decision" not in stored["contract"]["speed"] and "alpha" not in stored["contract"]["speed"]
+    (tmp_path / "k.bin").write_bytes(b"kernel")
+    assert registry_cli("artifact", "register", "k", "--workload", "w", "--kind", "module",
+                        "--payload", str(tmp_path / "k.bin")).exit_code == 0
+    ratios = [1.25, 1.3, 1.1, 1.12, 1.35, 1.05, 1.28, 1.24, 1.31, 1.0, 1.26, 1.13, 1.4, 1.15, 1.27, 1.21]
+    evidence_items = evidence(ratios)
+    document = tmp_path / "e.json"
+    document.write_text(json.dumps({"format": "registry.evidence/1", "artifact": "k", "evidence": [
+        {key: value for key, value in item.payload.items() if key != "derived"}
+        for item in (evidence_items.execution, evidence_items.parity, evidence_items.benchmark)]}))
+    assert registry_cli("evidence", "import", str(document)).exit_code == 0, "import"
+    what_if = tmp_path / "confident.yaml"
+    what_if.write_text(manifest.read_text().replace(", decision: point", ""))
+    proposed = registry_cli("what-if", str(what_if), "--json")
+    assert proposed.exit_code == 0 and '"held"' in proposed.stdout
+    promoted = json.loads(registry_cli("promote", "k", "--json").stdout)
+    assert (promoted["decision"], promoted["rule"]) == ("promoted", "speed.passed")
+    assert promoted["reasons"][0].startswith("speedup 1.25x meets the gate 1.20x")
+    declared = json.loads(registry_cli("workload", "declare", str(what_if), "--json").stdout)
+    assert declared["appended"] is True and declared["contract_version"] == 2
