@@ -10,7 +10,7 @@ WORKLOAD = "wan"
 MANIFEST = """
 workload: wan
 fidelity: {tier: perceptual, min_ssim: 0.98, frame_set: wan-8, seed: 1024}
-speed: {min_speedup: 1.1, runs_per_arm: 2, protocol: paired}
+speed: {min_speedup: 1.1, runs_per_arm: 2, protocol: paired, decision: point}
 """
 FINGERPRINT = "sha256:modln-b-s-d"
 SOURCE = "def replacement(x):\n    return ('replaced', x)\n"

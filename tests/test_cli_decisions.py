@@ -10,12 +10,12 @@ from registry.app import open_registry
 MANIFEST = """
 workload: wan
 fidelity: {tier: perceptual, min_ssim: 0.98, frame_set: wan-8, seed: 1024}
-speed: {min_speedup: 1.1, runs_per_arm: 2, protocol: paired}
+speed: {min_speedup: 1.1, runs_per_arm: 2, protocol: paired, decision: point}
 """
 ADVISORY = """
 workload: ltx-cache
 fidelity: {tier: advisory, min_ssim: 0.95, frame_set: ltx-8}
-speed: {min_speedup: 1.1, runs_per_arm: 2, protocol: paired}
+speed: {min_speedup: 1.1, runs_per_arm: 2, protocol: paired, decision: point}
 """
 
 

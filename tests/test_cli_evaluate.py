@@ -10,7 +10,7 @@ from registry.app import open_registry
 MANIFEST = """
 workload: wan-modln-op
 parity: {policy: byte_equal}
-speed: {min_speedup: 1.1, runs_per_arm: 2, protocol: paired}
+speed: {min_speedup: 1.1, runs_per_arm: 2, protocol: paired, decision: point}
 """
 
 

@@ -12,7 +12,7 @@ from registry.app import open_registry
 MANIFEST = """
 workload: clip
 fidelity: {tier: perceptual, min_ssim: 0.98, max_lpips: 0.05, frame_set: moving-disc, seed: 7, frames: 4}
-speed: {min_speedup: 1.1, runs_per_arm: 2, protocol: paired}
+speed: {min_speedup: 1.1, runs_per_arm: 2, protocol: paired, decision: point}
 """
 
 

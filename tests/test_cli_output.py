@@ -27,6 +27,7 @@ speed:
   min_speedup: 1.1
   runs_per_arm: 4
   protocol: paired
+  decision: point
 """
 
 

@@ -47,7 +47,7 @@ NOT_ON_THE_READ_PATH = ("torch", "triton", "numpy", "matplotlib", "PIL", "pydant
 MANIFEST = """
 workload: wan
 fidelity: {tier: perceptual, min_ssim: 0.98, frame_set: wan-8, seed: 1024}
-speed: {min_speedup: 1.1, runs_per_arm: 2, protocol: paired}
+speed: {min_speedup: 1.1, runs_per_arm: 2, protocol: paired, decision: point}
 """
 EVIDENCE = {"format": "registry.evidence/1", "artifact": "sage", "evidence": [
     {"kind": "execution", "candidate_calls": 40, "fallbacks": 0,

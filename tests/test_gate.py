@@ -60,7 +60,7 @@ def failure(stage: str = "perceptual", error: str = "LPIPS weights are not insta
     return rec("ev-fail", {"kind": "failure", "stage": stage, "error": error})
 
 
-SPEED = {"min_speedup": 1.3, "runs_per_arm": 16, "protocol": "paired"}
+SPEED = {"min_speedup": 1.3, "runs_per_arm": 16, "protocol": "paired", "decision": "point"}
 
 
 def contract(tier: str = "exact", speed: dict | None = SPEED, parity_block: dict | None = None,
@@ -92,7 +92,7 @@ def margin(verdict: Verdict, metric: str) -> Margin:
 
 def test_exit_lossy_control_is_quarantined_on_its_two_failing_metrics_alone():
     verdict = decide(
-        contract("perceptual", speed={"min_speedup": 1.1, "runs_per_arm": 16, "protocol": "paired"},
+        contract("perceptual", speed={"min_speedup": 1.1, "runs_per_arm": 16, "protocol": "paired", "decision": "point"},
                  min_ssim=0.98, max_lpips=0.02),
         evidence(benchmark=benchmark(1.21), perceptual=perceptual([0.93, 0.71, 0.88], [0.05, 0.24, 0.11])),
         MODULE,
@@ -108,7 +108,7 @@ def test_exit_lossy_control_is_quarantined_on_its_two_failing_metrics_alone():
 
 def test_exit_bit_inexact_but_perceptually_clean_artifact_is_promoted_with_margins():
     verdict = decide(
-        contract("perceptual", speed={"min_speedup": 1.1, "runs_per_arm": 16, "protocol": "paired"},
+        contract("perceptual", speed={"min_speedup": 1.1, "runs_per_arm": 16, "protocol": "paired", "decision": "point"},
                  min_ssim=0.98, max_lpips=0.02),
         evidence(benchmark=benchmark(1.21), perceptual=perceptual([0.995, 0.9912], [0.0071, 0.003]),
                  parity=parity(leaf(byte_equal=False, max_abs_error=0.03125, max_rel_error=0.01))),
@@ -548,7 +548,7 @@ def test_near_misses_are_printed_with_enough_digits_to_differ():
 
 
 def test_derived_gate_names_its_basis():
-    verdict = decide(contract(speed={"ceiling_share": 0.2717, "runs_per_arm": 16, "protocol": "paired"}),
+    verdict = decide(contract(speed={"ceiling_share": 0.2717, "runs_per_arm": 16, "protocol": "paired", "decision": "point"}),
                      evidence(benchmark=benchmark(1.15)), MODULE)
     assert verdict.reasons == ["speedup 1.15x is below the gate 1.19x (ceiling_share 0.2717, ceiling 1.37x)"]
 

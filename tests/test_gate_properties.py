@@ -230,7 +230,7 @@ def parity_verdict(leaf: dict, policy: str) -> tuple[Verdict, bool]:
     except EvidenceError:
         payload, valid = raw, False
     clean = {kind: Recorded(f"ev-{kind}", parse_item(item)) for kind, item in CLEAN.items()}
-    manifest = {"workload": "w", "speed": {"min_speedup": 1.1, "runs_per_arm": 4, "protocol": "paired"}}
+    manifest = {"workload": "w", "speed": {"min_speedup": 1.1, "runs_per_arm": 4, "protocol": "paired", "decision": "point"}}
     if PARITY_POLICIES[policy]:
         manifest["parity"] = PARITY_POLICIES[policy]
     evidence = GateEvidence(execution=clean["execution"], benchmark=clean["benchmark"],

@@ -466,6 +466,6 @@ def test_huge_integers_surrogates_and_deep_nesting_are_one_line_refusals(registr
         document = copy.deepcopy(base)
         document["evidence"][0]["baseline_s"][1] = Token(token)
         assert registry.run(to_json_text(document, ensure_ascii=True).encode(), "evidence", "import") is None, token
-        manifest = {"workload": "w", "speed": {"min_speedup": Token(token), "runs_per_arm": 4, "protocol": "paired"}}
+        manifest = {"workload": "w", "speed": {"min_speedup": Token(token), "runs_per_arm": 4, "protocol": "paired", "decision": "point"}}
         assert registry.run(to_yaml_text(manifest).encode(), "workload", "declare") is None, token
     assert registry.outcomes["stored"] == 0

@@ -20,7 +20,7 @@ LTX_CONTRACT = """\
 workload: ltx-t2v-480p
 parity: {policy: byte_equal}
 fidelity: {tier: exact}
-speed: {min_speedup: 1.01, runs_per_arm: 15, protocol: sequential, max_cv: 0.03}
+speed: {min_speedup: 1.01, runs_per_arm: 15, protocol: sequential, decision: point, max_cv: 0.03}
 """
 LTX_1030 = "dispatch/sm100-1030.measurement.json"
 

@@ -21,12 +21,12 @@ from registry.formats.names import artifact_stream
 MANIFEST = """
 workload: wan
 fidelity: {tier: perceptual, min_ssim: 0.98, frame_set: wan-8, seed: 1024}
-speed: {min_speedup: 1.1, runs_per_arm: 2, protocol: paired}
+speed: {min_speedup: 1.1, runs_per_arm: 2, protocol: paired, decision: point}
 """
 ADVISORY = """
 workload: ltx
 fidelity: {tier: advisory, min_ssim: 0.95, frame_set: wan-8}
-speed: {min_speedup: 1.1, runs_per_arm: 2, protocol: paired}
+speed: {min_speedup: 1.1, runs_per_arm: 2, protocol: paired, decision: point}
 """
 
 
@@ -380,7 +380,7 @@ def test_a_registry_upgraded_from_before_identities_folds_its_read_models_again(
 KERNEL_MANIFEST = """
 workload: op
 parity: {policy: byte_equal}
-speed: {min_speedup: 1.1, runs_per_arm: 2, protocol: paired}
+speed: {min_speedup: 1.1, runs_per_arm: 2, protocol: paired, decision: point}
 """
 MODLN = ("--op", "modulated_layernorm", "--entry", "registry.kernels.modln:modulated_layernorm_triton")
 

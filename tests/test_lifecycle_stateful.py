@@ -43,11 +43,11 @@ MIN_SPEEDUP = 1.1
 def manifest(workload: str, min_ssim: float) -> str:
     if workload == "exact":
         return (f"workload: exact\nfidelity: {{tier: exact}}\n"
-                f"speed: {{min_speedup: {MIN_SPEEDUP}, runs_per_arm: 2, protocol: paired}}\n")
+                f"speed: {{min_speedup: {MIN_SPEEDUP}, runs_per_arm: 2, protocol: paired, decision: point}}\n")
     tier = "perceptual" if workload == "wan" else "advisory"
     return (f"workload: {workload}\n"
             f"fidelity: {{tier: {tier}, min_ssim: {min_ssim}, frame_set: fs-8, seed: 1024}}\n"
-            f"speed: {{min_speedup: {MIN_SPEEDUP}, runs_per_arm: 2, protocol: paired}}\n")
+            f"speed: {{min_speedup: {MIN_SPEEDUP}, runs_per_arm: 2, protocol: paired, decision: point}}\n")
 
 
 def execution_item(ok: bool, backend: str | None) -> dict:

@@ -208,7 +208,7 @@ def _verdict_on(reference: torch.Tensor, candidate: torch.Tensor, tolerance: dic
     """The gate's verdict on one compared leaf, all other evidence passing (32 pairs at 2x)."""
     policy = "tolerance" if tolerance else "byte_equal"
     item = compare_outputs(reference, candidate, ["y"], policy, {dtype_of(reference): tolerance} if tolerance else None)
-    manifest = {"workload": "w", "speed": {"min_speedup": 1.1, "runs_per_arm": 4, "protocol": "paired"}}
+    manifest = {"workload": "w", "speed": {"min_speedup": 1.1, "runs_per_arm": 4, "protocol": "paired", "decision": "point"}}
     if tolerance:
         manifest["parity"] = {"policy": "tolerance", "tolerances": {dtype_of(reference): tolerance}}
     benchmark = {"kind": "benchmark", "protocol": "paired", "device": "H100", "timer": "cuda_event",

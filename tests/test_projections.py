@@ -46,18 +46,18 @@ SHA_FA3 = "d5" * 32
 WAN_V1 = {
     "workload": "wan-t2v",
     "fidelity": {"tier": "perceptual", "min_ssim": 0.97, "max_lpips": 0.05, "frame_set": "wan-fs8", "seed": 1024, "frames": 4},
-    "speed": {"min_speedup": 1.3, "ceiling_share": None, "runs_per_arm": 8, "protocol": "paired", "max_cv": 0.05},
+    "speed": {"min_speedup": 1.3, "ceiling_share": None, "runs_per_arm": 8, "protocol": "paired", "decision": "point", "max_cv": 0.05},
 }
 WAN_V2 = {**WAN_V1, "fidelity": {**WAN_V1["fidelity"], "min_ssim": 0.98}}
 LTX = {
     "workload": "ltx-video",
     "fidelity": {"tier": "exact"},
-    "speed": {"min_speedup": None, "ceiling_share": 0.2717, "runs_per_arm": 8, "protocol": "paired", "max_cv": 0.05},
+    "speed": {"min_speedup": None, "ceiling_share": 0.2717, "runs_per_arm": 8, "protocol": "paired", "decision": "point", "max_cv": 0.05},
 }
 COSMOS = {
     "workload": "cosmos",
     "fidelity": {"tier": "advisory", "min_ssim": 0.9, "frame_set": "wan-fs8"},
-    "speed": {"min_speedup": 1.1, "ceiling_share": None, "runs_per_arm": 8, "protocol": "paired", "max_cv": None},
+    "speed": {"min_speedup": 1.1, "ceiling_share": None, "runs_per_arm": 8, "protocol": "paired", "decision": "point", "max_cv": None},
 }
 
 

@@ -19,7 +19,7 @@ from registry.formats.stats import speedup_interval
 from registry.gate import RULES, ArtifactFacts, GateEvidence, Recorded, decide
 
 MODULE = ArtifactFacts("fused-rmsnorm-v1", "module")
-SPEED = {"min_speedup": 1.3, "runs_per_arm": 16, "protocol": "paired"}
+SPEED = {"min_speedup": 1.3, "runs_per_arm": 16, "protocol": "paired", "decision": "point"}
 PASSING_LEAF = {"name": "out", "reference_dtype": "bfloat16", "candidate_dtype": "bfloat16", "reference_shape": [4],
                 "candidate_shape": [4], "reference_strides": [1], "candidate_strides": [1], "byte_equal": True,
                 "max_abs_error": 0.0, "max_rel_error": 0.0, "has_nan": False, "has_inf": False}

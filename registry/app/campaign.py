@@ -80,7 +80,8 @@ def video_contract(runs_per_arm: int, lpips: bool) -> Contract:
         "model": VIDEO_MODEL,
         "sampling": {"height": 128, "width": 128, "frames": 8, "steps": 10, "seed": SEED, "dtype": "float32"},
         "fidelity": fidelity,
-        "speed": {"min_speedup": 1.2, "runs_per_arm": runs_per_arm, "protocol": "paired"},
+        "speed": {"min_speedup": 1.2, "runs_per_arm": runs_per_arm, "protocol": "paired",
+                  "decision": "point"},
         "tags": ["demo"],
     })
 
@@ -90,7 +91,8 @@ def kernel_contract(runs_per_arm: int) -> Contract:
     return Contract.from_mapping({
         "workload": KERNEL_WORKLOAD,
         "parity": {"policy": "byte_equal"},
-        "speed": {"min_speedup": 1.1, "runs_per_arm": runs_per_arm, "protocol": "paired"},
+        "speed": {"min_speedup": 1.1, "runs_per_arm": runs_per_arm, "protocol": "paired",
+                  "decision": "point"},
         "tags": ["demo", "operation-level"],
     })
 

@@ -29,6 +29,7 @@ from registry.gate import ArtifactFacts, GateEvidence, Recorded, decide
 from registry.projections import Projections
 from registry.projections.state import FINAL, attempts_on, contract_note
 
+from .bench import pair_record
 from .context import Registry
 from .workloads import DeclaredContract, current_contract
 
@@ -36,8 +37,10 @@ from .workloads import DeclaredContract, current_contract
 PROMOTE_TRIES = 5
 
 
-def gate_inputs(state: dict[str, Any], attempts: int | None = None) -> tuple[GateEvidence, ArtifactFacts]:
-    """The gate's view of an artifact's projected state; `attempts` the payload's count (payload_attempts)."""
+def gate_inputs(state: dict[str, Any], attempts: int | None = None,
+                registry: Registry | None = None) -> tuple[GateEvidence, ArtifactFacts]:
+    """The gate's view of an artifact's projected state; `attempts` the payload's count (payload_attempts);
+    given the registry, the identity's benchmark sessions too."""
     latest = state["evidence"]
 
     def recorded(kind: str) -> Recorded | None:
@@ -48,7 +51,8 @@ def gate_inputs(state: dict[str, Any], attempts: int | None = None) -> tuple[Gat
                 for f in state["open_failures"]]
     evidence = GateEvidence(execution=recorded("execution"), benchmark=recorded("benchmark"),
                             parity=recorded("parity"), perceptual=recorded("perceptual"), failures=failures,
-                            benchmark_attempts=state["benchmark_attempts"] if attempts is None else attempts)
+                            benchmark_attempts=state["benchmark_attempts"] if attempts is None else attempts,
+                            pairs=pair_record(registry, state["identity"]) if registry is not None else None)
     facts = ArtifactFacts(artifact_id=state["artifact"], kind=state["kind"], claimed_backend=state["backend"])
     return evidence, facts
 
@@ -157,7 +161,7 @@ def _promote_once(registry: Registry, artifact: str, rejudge: bool = False) -> P
                               None, attempts)
     if declared is None:
         return PromoteOutcome(undeclared_contract_verdict(state["workload"]), False, None, "", None, attempts)
-    evidence, facts = gate_inputs(state, attempts)
+    evidence, facts = gate_inputs(state, attempts, registry)
     verdict = decide(declared.contract, evidence, facts).to_dict()
     event = VerdictRendered(
         artifact=artifact, identity=state["identity"], payload_sha256=state["payload_sha256"],
@@ -275,7 +279,7 @@ def what_if(registry: Registry, contract: Contract) -> list[WhatIf]:
     workload = projections.workload(contract.workload)
     outcomes = []
     for state in projections.artifacts(workload=contract.workload):
-        evidence, facts = gate_inputs(state, payload_attempts(projections, state))
+        evidence, facts = gate_inputs(state, payload_attempts(projections, state), registry)
         new = decide(contract, evidence, facts)
         old = _margins_by_metric(state["verdict"])
         moved = []

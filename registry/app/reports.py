@@ -42,7 +42,24 @@ def build(registry: Registry, *, workload: str | None, position: int | None, sta
     report = build_report(state, workload=workload, imported=compare_recorded_verdicts(registry, state),
                           matrix=matrix)
     report["head"] = chain_head(registry, state.position)
+    report["benchmark_records"] = benchmark_records(registry, state, report["workloads"], position)
     return report, state
+
+
+def benchmark_records(registry: Registry, state, workloads: dict[str, Any], position: int | None) -> list[dict]:
+    """Each in-scope artifact's benchmark-session record (registry/app/bench.py) as of the report's position."""
+    from .bench import record_summary
+
+    records = []
+    for artifact_id in sorted(state.artifacts):
+        artifact = state.artifacts[artifact_id]
+        declared = state.workloads.get(artifact["workload"])
+        if artifact["workload"] not in workloads or declared is None:
+            continue
+        summary = record_summary(registry, artifact, declared["contract"], position)
+        if summary is not None:
+            records.append({"artifact": artifact_id, "workload": artifact["workload"], **summary})
+    return records
 
 
 def chain_head(registry: Registry, position: int) -> dict[str, Any] | None:
@@ -87,7 +104,7 @@ def compare_recorded_verdicts(registry: Registry, state) -> list[dict[str, Any]]
                 ours = {"decision": "held", "rule": "contract.missing",
                         "reason": f"workload {artifact['workload']} has no declared contract"}
             elif evidence:
-                verdict = decide(Contract.from_mapping(declared["contract"]), GateEvidence(**evidence),
+                verdict = decide(Contract.from_stored(declared["contract"]), GateEvidence(**evidence),
                                  ArtifactFacts(artifact_id, artifact["kind"], artifact["backend"]))
                 ours = {"decision": verdict.decision, "rule": verdict.rule, "reason": verdict.reasons[0]}
             else:

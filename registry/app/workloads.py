@@ -47,7 +47,7 @@ def current_contract(registry: Registry, workload: str, up_to_position: int | No
     if not events:
         raise UserError(f"unknown workload {workload!r} (declare it with `registry workload declare`)")
     latest = events[-1].payload
-    contract = Contract.from_mapping(latest["contract"])
+    contract = Contract.from_stored(latest["contract"])
     return DeclaredContract(contract, latest["contract_version"], latest["contract_hash"], False)
 
 

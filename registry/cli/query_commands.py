@@ -25,6 +25,23 @@ def _state_summary(state: dict, note: str | None) -> dict:
     return {"artifact": state["artifact"], "decision": state["decision"], "contract_note": note, **state}
 
 
+def bench_text(bench: dict) -> str:
+    """One line on a benchmark record: pairs, sessions, and (under the confident rule) its reading."""
+    sessions = bench["sessions"] if isinstance(bench["sessions"], int) else len(bench["sessions"])
+    head = f"benchmark record: {bench['pairs']} pairs in {sessions} session{'s' if sessions != 1 else ''}"
+    if bench["decision"] is None:
+        return f"{head}; not read ({bench['stop']})"
+
+    def bound(value: float | None) -> str:
+        return "-" if value is None else f"{value:.4g}x"
+
+    return (f"{head}; {bench['decision']} ({bench['stop']}"
+            + (f" at pair {bench['decided_at']}, {bench['pairs_saved']} of max_pairs {bench['max_pairs']} saved"
+               if bench["decided_at"] else f", max_pairs {bench['max_pairs']}")
+            + f"); running bounds {bound(bench['lower'])} to {bound(bench['upper'])} against the gate "
+              f"{bench['gate']:.4g}x at alpha {bench['alpha']:g}")
+
+
 @click.command()
 @click.argument("artifact_id")
 @click.option("--as-of", "as_of", help=AS_OF_HELP)
@@ -32,6 +49,7 @@ def _state_summary(state: dict, note: str | None) -> dict:
 @pass_session
 def show(session: Session, artifact_id: str, as_of: str | None, as_json: bool) -> None:
     """Show ARTIFACT_ID's state, latest verdict, margins, speedup and evidence."""
+    from registry.app.bench import record_summary
     from registry.projections import Projections, resolve_as_of
     from registry.projections.state import contract_note
 
@@ -44,8 +62,9 @@ def show(session: Session, artifact_id: str, as_of: str | None, as_json: bool) -
     workload = projections.workload(state["workload"], as_of=position)
     declared = workload is not None
     note = contract_note(state, workload)
+    bench = record_summary(registry, state, workload["contract"], position) if declared else None
     if as_json:
-        emit_json({**_state_summary(state, note), "workload_declared": declared})
+        emit_json({**_state_summary(state, note), "workload_declared": declared, "bench": bench})
         return
     say(f"{artifact_id}: {state['decision'].upper()}  ({state['kind']} for workload {state['workload']}, "
         f"tier {state['tier'] or '-'}, payload {str(state['payload_sha256'])[:12]})")
@@ -76,6 +95,8 @@ def show(session: Session, artifact_id: str, as_of: str | None, as_json: bool) -
     if state["speedup"] is not None:
         ci = state["speedup_ci"]
         say(f"  speedup {state['speedup']:.3f}x" + (f" (95% CI {ci[0]:.3f}-{ci[1]:.3f})" if ci else ""))
+    if bench is not None:
+        say("  " + bench_text(bench))
     if state["evidence"]:
         table("evidence (latest of each kind, current payload)", ["kind", "event", "position"],
               ((kind, found["event_id"], found["position"]) for kind, found in sorted(state["evidence"].items())))

@@ -135,7 +135,12 @@ class Contract:
         return hashlib.sha256(payload.encode("utf-8")).hexdigest()
 
     @classmethod
-    def from_mapping(cls, obj: Any) -> Contract:
+    def from_stored(cls, obj: Any) -> Contract:
+        """Rebuild a contract stored in a WorkloadDeclared event (a speed block without a rule means point)."""
+        return cls.from_mapping(obj, stored=True)
+
+    @classmethod
+    def from_mapping(cls, obj: Any, stored: bool = False) -> Contract:
         raw = f.block(obj, "manifest")
         f.only_known(raw, _TOP, "")
         return cls(
@@ -144,7 +149,7 @@ class Contract:
             sampling=_sampling(raw.get("sampling")),
             parity=ParityPolicy.from_mapping(raw.get("parity")),
             fidelity=FidelityBudget.from_mapping(raw.get("fidelity")),
-            speed=SpeedGate.from_mapping(raw["speed"]) if raw.get("speed") is not None else None,
+            speed=SpeedGate.from_mapping(raw["speed"], stored) if raw.get("speed") is not None else None,
             tags=_tags(raw.get("tags")),
         )
 

@@ -17,6 +17,20 @@ interval exclude 1.0 (registry/formats/stats.py). No such interval exists
 below 6 pairs (paired) or 7 runs per arm (sequential): with 5 pairs all
 ratios on one side of 1.0 happens by chance 2/32 = 6.25% of the time. A
 contract asking for it with fewer runs is refused.
+
+`decision` names the rule that turns the measurements into a verdict
+(docs/gate.md, "Confident speed decisions"):
+- `confident`: promote only what is shown at or above the gate and reject only
+  what is shown below it, each wrong outcome at most `alpha` (in (0, 0.5]),
+  under any number of looks (registry/evidence/sequential.py); otherwise held.
+  A benchmark session stops at `max_pairs` pairs, held if nothing was decided.
+- `point`: the seed project's rule, the point median against the gate.
+A manifest that declares no rule gets `confident`, with `alpha` 0.05 and
+`max_pairs` 128 unless declared (the defaults are part of the documented
+contract format, docs/workloads.md). A contract stored before the rule
+existed carries no `decision` and means `point`: `Contract.from_stored` reads
+it so, and `canonical()` leaves the three fields out of a point contract, so
+its content hash, and every verdict recorded under it, stay as they were.
 """
 from __future__ import annotations
 
@@ -26,17 +40,24 @@ from typing import Any
 from registry.contracts import fields as f
 from registry.contracts.errors import ContractError
 from registry.formats.ranks import CI_LEVEL, MAX_RUNS_PER_ARM, min_conclusive_runs
+from registry.evidence.sequential import MAX_SEQUENTIAL_PAIRS, fewest_pairs_to_decide
 
 PROTOCOLS = ("paired", "sequential")
+DECISIONS = ("confident", "point")
+DEFAULT_ALPHA = 0.05
+DEFAULT_MAX_PAIRS = 128
 MIN_DERIVED_GATE = 1.10
 HEADROOM_SHARE = 0.5
 _FIELDS = (
     "min_speedup", "ceiling_share", "runs_per_arm", "protocol", "max_cv",
     "require_conclusive", "max_peak_memory_regression", "max_benchmark_attempts",
+    "decision", "alpha", "max_pairs",
 )
 # Fields added after the first contract format: canonical() lists them only when
 # declared, so a manifest that does not use them keeps its content hash.
 _OPTIONAL_LATER_FIELDS = ("max_benchmark_attempts",)
+# The confident rule's fields: listed only under it, so a point contract hashes as before.
+_CONFIDENT_FIELDS = ("decision", "alpha", "max_pairs")
 
 
 def derived_gate(ceiling_share: float) -> tuple[float, float]:
@@ -55,6 +76,9 @@ class SpeedGate:
     require_conclusive: bool = False
     max_peak_memory_regression: float | None = None
     max_benchmark_attempts: int | None = None
+    decision: str = "point"
+    alpha: float | None = None
+    max_pairs: int | None = None
     gate: float = field(init=False)
     ceiling: float | None = field(init=False)
 
@@ -87,7 +111,25 @@ class SpeedGate:
             self._set("max_peak_memory_regression", value)
         if self.max_benchmark_attempts is not None:
             f.integer(self.max_benchmark_attempts, "speed.max_benchmark_attempts", minimum=1)
+        self._check_rule()
         self._set_gate()
+
+    def _check_rule(self) -> None:
+        f.choice(self.decision, DECISIONS, "speed.decision")
+        if self.decision == "point":
+            for name in ("alpha", "max_pairs"):
+                if getattr(self, name) is not None:
+                    raise ContractError(f"speed.{name}: applies only to decision: confident, not point")
+            return
+        alpha = f.number(self.alpha, "speed.alpha")
+        if not 0.0 < alpha <= 0.5:
+            raise ContractError(f"speed.alpha: {alpha} is outside (0, 0.5]")
+        self._set("alpha", alpha)
+        fewest = fewest_pairs_to_decide(alpha)
+        f.integer(self.max_pairs, "speed.max_pairs", minimum=fewest)
+        if self.max_pairs > MAX_SEQUENTIAL_PAIRS:
+            raise ContractError(f"speed.max_pairs: {self.max_pairs} is above the {MAX_SEQUENTIAL_PAIRS} pairs "
+                                "a benchmark record may hold")
 
     def _set_gate(self) -> None:
         if (self.min_speedup is None) == (self.ceiling_share is None):
@@ -119,16 +161,27 @@ class SpeedGate:
     def canonical(self) -> dict[str, Any]:
         return {
             name: getattr(self, name) for name in sorted(_FIELDS)
-            if name not in _OPTIONAL_LATER_FIELDS or getattr(self, name) is not None
+            if (name not in _OPTIONAL_LATER_FIELDS or getattr(self, name) is not None)
+            and (name not in _CONFIDENT_FIELDS or self.decision == "confident")
         }
 
     @classmethod
-    def from_mapping(cls, obj: Any) -> SpeedGate:
+    def from_mapping(cls, obj: Any, stored: bool = False) -> SpeedGate:
+        """Build from a manifest's speed block, or (stored=True) from a contract stored in the log.
+
+        A manifest without `decision` gets the confident rule and its
+        defaults; a stored block without it was declared before the rule
+        existed (or as point, which is stored without the field) and means point.
+        """
         raw = f.block(obj, "speed")
         f.only_known(raw, _FIELDS, "speed")
         present = {key: value for key, value in raw.items() if value is not None}
         f.required(present, "runs_per_arm", "speed")
         f.required(present, "protocol", "speed")
+        present.setdefault("decision", "point" if stored else "confident")
+        if present["decision"] == "confident":
+            present.setdefault("alpha", DEFAULT_ALPHA)
+            present.setdefault("max_pairs", DEFAULT_MAX_PAIRS)
         return cls(**present)
 
 

@@ -29,4 +29,6 @@ SCHEMA_VERSIONS = {
     "VerdictRendered": 1,
     "HumanDecision": 1,
     "ExternalOutcome": 1,
+    "BenchmarkSessionOpened": 1,
+    "BenchmarkPairsRecorded": 1,
 }

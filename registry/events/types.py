@@ -167,6 +167,37 @@ class ExternalOutcome(EventPayload):
     origin: dict[str, Any]
 
 
+class BenchmarkSessionOpened(EventPayload):
+    """A benchmark session opened for an artifact's identity, before anything is measured.
+
+    Stored in the stream `bench:<identity>`, the benchmark record that every
+    session of that identity (under any artifact id of the workload) continues,
+    so its pairs count in recorded order and no session can be left out
+    (docs/evidence-format.md, "Benchmark sessions").
+    """
+
+    type: ClassVar[str] = "BenchmarkSessionOpened"
+    session: str = Field(min_length=1)
+    artifact: str = Field(min_length=1)
+    identity: str = Field(pattern=r"^[0-9a-f]{64}$")
+    payload_sha256: str | None
+    workload: str = Field(min_length=1)
+    device: str = Field(min_length=1)
+    timer: str = Field(min_length=1)
+
+
+class BenchmarkPairsRecorded(EventPayload):
+    """One batch of paired timings (seconds) of an open session, appended under its idempotency key."""
+
+    type: ClassVar[str] = "BenchmarkPairsRecorded"
+    session: str = Field(min_length=1)
+    artifact: str = Field(min_length=1)
+    identity: str = Field(pattern=r"^[0-9a-f]{64}$")
+    batch: str = Field(min_length=1)
+    baseline_s: list[float] = Field(min_length=1)
+    candidate_s: list[float] = Field(min_length=1)
+
+
 EVIDENCE_EVENT_BY_KIND: dict[str, type[_Evidence]] = {
     "parity": ParityMeasured,
     "benchmark": BenchmarkMeasured,
@@ -188,6 +219,8 @@ PAYLOAD_TYPES: dict[str, type[EventPayload]] = {
         VerdictRendered,
         HumanDecision,
         ExternalOutcome,
+        BenchmarkSessionOpened,
+        BenchmarkPairsRecorded,
     )
 }
 

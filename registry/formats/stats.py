@@ -97,6 +97,34 @@ def speedup_interval(
     raise UserError(f"unknown protocol {protocol!r}")
 
 
+def speedup_bounds(
+    protocol: str, baseline: np.ndarray, candidate: np.ndarray, alpha: float,
+) -> tuple[float, float] | None:
+    """Bounds of the true speedup, each wrong (beyond it) with probability at most `alpha`; None if too few runs.
+
+    The confident rule's reading of a complete benchmark (docs/gate.md,
+    "Confident speed decisions"): the order-statistic interval above with
+    `alpha` in each tail (paired), or each arm's median interval with alpha / 2
+    in each tail, divided crosswise (sequential: a bound is wrong only if one
+    of the two arms' bounds is, probability at most alpha / 2 + alpha / 2).
+    When no rank reaches that level the runs cannot show anything at alpha.
+    """
+    if protocol == "paired":
+        tails = [(paired_ratios(baseline, candidate), alpha)]
+    elif protocol == "sequential":
+        tails = [(np.asarray(baseline, dtype=np.float64), alpha / 2.0),
+                 (np.asarray(candidate, dtype=np.float64), alpha / 2.0)]
+    else:
+        raise ValueError(f"unknown protocol {protocol!r}")
+    if any(median_rank(values.shape[-1], tail)[0] == 0 for values, tail in tails):
+        return None
+    intervals = [median_interval(values, tail) for values, tail in tails]
+    if protocol == "paired":
+        return float(intervals[0][0]), float(intervals[0][1])
+    (b_low, b_high, _), (c_low, c_high, _) = intervals
+    return float(b_low / c_high), float(b_high / c_low)
+
+
 def wilcoxon_signed_rank(differences: Sequence[float]) -> float:
     """Two-sided p-value of the signed-rank test that the differences centre on zero."""
     d = np.asarray(differences, dtype=np.float64)

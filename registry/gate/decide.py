@@ -30,7 +30,8 @@ def decide(contract: Contract, evidence: GateEvidence, artifact: ArtifactFacts) 
         check_parity(contract.parity, evidence.parity, ledger)
     else:
         check_perceptual(contract.fidelity, evidence.perceptual, ledger)
-    speedup, speedup_ci = check_speed(contract.speed, evidence.benchmark, evidence.benchmark_attempts, ledger)
+    speedup, speedup_ci = check_speed(contract.speed, evidence.benchmark, evidence.benchmark_attempts, ledger,
+                                       evidence.pairs)
     if contract.tier == "advisory":
         decision, rule = "recorded", "advisory"
         reasons = [*ledger.reasons(include_passes=True), ADVISORY_REASON]

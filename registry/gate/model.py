@@ -21,7 +21,7 @@ RULES = (
     "speed.attempts", "speed.attempts_unknown", "speed.attempts_exceeded",
     "speed.no_gate", "speed.missing", "speed.runs_per_arm", "speed.protocol", "speed.interleave",
     "speed.max_cv", "speed.interpreter", "speed.memory_unmeasured", "speed.inconclusive",
-    "speed.below_gate", "speed.passed",
+    "speed.undecided", "speed.below_gate", "speed.passed",
     "advisory",
 )
 
@@ -35,6 +35,20 @@ class Recorded:
 
 
 @dataclass(frozen=True)
+class PairRecord:
+    """An identity's benchmark record of sessions (registry/app/bench.py): every pair, in recorded order.
+
+    ratios: baseline / candidate per pair; sources: "timer device" of each
+    session that contributed pairs; event_ids: the batch events.
+    """
+
+    event_ids: Sequence[str]
+    ratios: Sequence[float]
+    sources: Sequence[str]
+    sessions: int
+
+
+@dataclass(frozen=True)
 class GateEvidence:
     execution: Recorded | None = None
     benchmark: Recorded | None = None
@@ -44,6 +58,8 @@ class GateEvidence:
     # How many benchmark items the artifact's current identity has had, this one
     # included; None when the caller did not count them (speed.max_benchmark_attempts).
     benchmark_attempts: int | None = None
+    # The identity's benchmark sessions, when it has any; under the confident rule they decide speed.
+    pairs: PairRecord | None = None
 
 
 @dataclass(frozen=True)

@@ -16,14 +16,27 @@ caps them. Over the cap the artifact is held, not quarantined: nothing shows
 the artifact is broken, only that its speed can no longer be shown by
 another benchmark of this identity; a new identity or a re-declared contract
 decides again. A declared cap with no count holds (it cannot be checked).
+
+Which comparison decides is the contract's `speed.decision`. Under `point`
+(the seed project's rule, and what every contract declared before the rule
+existed means) the point speedup against the gate. Under `confident` the
+speedup's distribution-free bounds at `speed.alpha` per side
+(registry/evidence/stats.py, `speedup_bounds`): a lower bound above the gate
+promotes, an upper bound below it rejects, anything else holds, naming the
+bounds; the verdict's `speedup_ci` is then those bounds. A bound equal to the
+gate shows nothing (a run exactly at the gate counts against both).
 """
 from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from registry.contracts import SpeedGate
+from registry.evidence.stats import speedup_bounds
 from registry.gate.ledger import Ledger
-from registry.gate.model import Recorded
+from registry.evidence.sequential import decide_stream
+from registry.gate.model import PairRecord, Recorded
 from registry.gate.text import num, times_pair
 
 SpeedResult = tuple[float | None, tuple[float, float] | None]
@@ -31,7 +44,10 @@ SpeedResult = tuple[float | None, tuple[float, float] | None]
 
 def check_speed(
     speed: SpeedGate | None, recorded: Recorded | None, attempts: int | None, ledger: Ledger,
+    pairs: PairRecord | None = None,
 ) -> SpeedResult:
+    if speed is not None and speed.decision == "confident" and pairs is not None and pairs.ratios:
+        return _judge_record(speed, pairs, attempts, ledger)
     _check_attempts(speed, recorded, attempts, ledger)
     if speed is None:
         ledger.add(
@@ -48,7 +64,9 @@ def check_speed(
     derived = item["derived"]
     value, ci = derived["speedup"], (derived["speedup_ci"][0], derived["speedup_ci"][1])
     if speed is not None:
-        _judge(speed, item, ledger)
+        bounds = _judge(speed, item, ledger)
+        if bounds is not None:
+            ci = bounds
     return value, ci
 
 
@@ -96,7 +114,8 @@ def _attempts_text(count: int) -> str:
     return f"{count} benchmark attempt{'' if count == 1 else 's'}"
 
 
-def _judge(speed: SpeedGate, item: dict[str, Any], ledger: Ledger) -> None:
+def _judge(speed: SpeedGate, item: dict[str, Any], ledger: Ledger) -> tuple[float, float] | None:
+    """Apply the speed rules; under the confident rule return the bounds it compared with the gate."""
     derived = item["derived"]
     held_before = len(ledger.findings)
     ledger.margin("speedup", derived["speedup"], speed.gate, higher_is_better=True)
@@ -130,7 +149,7 @@ def _judge(speed: SpeedGate, item: dict[str, Any], ledger: Ledger) -> None:
             "but benchmark evidence records no peak memory",
         )
     if len(ledger.findings) > held_before:
-        return
+        return None
     low, high = derived["speedup_ci"]
     if speed.require_conclusive and low <= 1.0 <= high:
         ledger.add(
@@ -138,15 +157,46 @@ def _judge(speed: SpeedGate, item: dict[str, Any], ledger: Ledger) -> None:
             f"the {derived['ci_level']:.1%} order-statistic CI [{num(low)}, {num(high)}] of the speedup "
             "includes 1.0 and require_conclusive is set",
         )
-        return
+        return None
     shown, gate = times_pair(derived["speedup"], speed.gate)
     basis = "min_speedup" if speed.ceiling is None else (
         f"ceiling_share {num(speed.ceiling_share)}, ceiling {speed.ceiling:.2f}x"
     )
+    if speed.decision == "confident":
+        return _judge_bounds(speed, item, shown, gate, basis, ledger)
     if derived["speedup"] >= speed.gate:
         ledger.add("speed.passed", "promoted", f"speedup {shown} meets the gate {gate} ({basis})")
     else:
         ledger.add("speed.below_gate", "rejected", f"speedup {shown} is below the gate {gate} ({basis})")
+    return None
+
+
+def _judge_bounds(speed: SpeedGate, item: dict[str, Any], shown: str, gate: str, basis: str,
+                  ledger: Ledger) -> tuple[float, float] | None:
+    """The confident rule on a complete benchmark: its bounds at alpha per side against the gate."""
+    bounds = speedup_bounds(item["protocol"], np.asarray(item["baseline_s"], dtype=np.float64),
+                            np.asarray(item["candidate_s"], dtype=np.float64), speed.alpha)
+    level = f"alpha {num(speed.alpha)} per side"
+    if bounds is None:
+        ledger.add(
+            "speed.undecided", "held",
+            f"speedup {shown}: {item['derived']['runs_per_arm']} runs per arm are too few for distribution-free "
+            f"bounds at {level}, so nothing about the gate {gate} is shown",
+        )
+        return None
+    low, high = bounds
+    interval = f"[{num(low)}, {num(high)}] ({level})"
+    if low > speed.gate:
+        ledger.add("speed.passed", "promoted",
+                   f"speedup {shown}: its bounds {interval} lie above the gate {gate} ({basis})")
+    elif high < speed.gate:
+        ledger.add("speed.below_gate", "rejected",
+                   f"speedup {shown}: its bounds {interval} lie below the gate {gate} ({basis})")
+    else:
+        ledger.add("speed.undecided", "held",
+                   f"speedup {shown}: its bounds {interval} reach both sides of the gate {gate} ({basis}), "
+                   "so neither meeting nor missing it is shown")
+    return bounds
 
 
 def _check_timer(item: dict[str, Any], ledger: Ledger) -> None:
@@ -155,3 +205,47 @@ def _check_timer(item: dict[str, Any], ledger: Ledger) -> None:
         ledger.add("speed.interpreter", "held", "timings came from Triton's interpreter and are not speed evidence")
     elif "emulator" in source:
         ledger.add("speed.interpreter", "held", "timings came from an emulator and are not speed evidence")
+
+
+def _judge_record(speed: SpeedGate, pairs: PairRecord, attempts: int | None, ledger: Ledger) -> SpeedResult:
+    """The confident rule on the identity's benchmark sessions: every pair, in recorded order, read after each.
+
+    The sessions are one record however many there are (stopping and
+    resuming is allowed by the rule's time-uniform bound), so their count is
+    stated and no attempt cap applies to it; complete benchmark items of the
+    identity are set aside while it has session pairs. A session timed under an
+    interpreter or emulator holds, as a benchmark item would.
+    """
+    ledger.evidence_ids.extend(event_id for event_id in pairs.event_ids if event_id not in ledger.evidence_ids)
+    sessions = f"{pairs.sessions} benchmark session{'' if pairs.sessions == 1 else 's'}"
+    items = "" if attempts is None else f"; {attempts} complete benchmark item{'' if attempts == 1 else 's'} set aside"
+    ledger.note("speed.attempts", f"{sessions} for this identity, every pair read in recorded order as one "
+                                  f"record{items}")
+    result = decide_stream(list(pairs.ratios), speed.gate, speed.alpha, speed.max_pairs)
+    counted = sorted(pairs.ratios[: result.pairs])
+    middle = len(counted) // 2
+    value = counted[middle] if len(counted) % 2 else (counted[middle - 1] + counted[middle]) / 2.0
+    held_before = len(ledger.findings)
+    for source in pairs.sources:
+        _check_timer({"timer": source, "device": ""}, ledger)
+    if len(ledger.findings) > held_before:
+        return value, None
+    ledger.margin("speedup", value, speed.gate, higher_is_better=True)
+    shown, gate = times_pair(value, speed.gate)
+    low = "none yet" if result.lower is None else num(result.lower)
+    high = "none yet" if result.upper is None else num(result.upper)
+    where = (f"after {result.decided_at} of {len(pairs.ratios)} recorded pairs" if result.decided_at
+             else f"after {result.pairs} pairs")
+    text = f"speedup {shown} {where}: running bounds [{low}, {high}] (alpha {num(speed.alpha)} per side)"
+    if result.decision == "promoted":
+        ledger.add("speed.passed", "promoted", f"{text} lie above the gate {gate}")
+    elif result.decision == "rejected":
+        ledger.add("speed.below_gate", "rejected", f"{text} lie below the gate {gate}")
+    elif result.stop == "max_pairs":
+        ledger.add("speed.undecided", "held", f"{text} reach both sides of the gate {gate} at speed.max_pairs "
+                                              f"{speed.max_pairs}: the record ends held")
+    else:
+        ledger.add("speed.undecided", "held", f"{text} do not yet decide against the gate {gate}; measuring "
+                                              f"may continue up to speed.max_pairs {speed.max_pairs}")
+    bounds = None if result.lower is None else (result.lower, result.upper)
+    return value, bounds

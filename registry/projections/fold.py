@@ -296,6 +296,19 @@ def _external(state: RegistryState, event: LogEvent, pending: Pending) -> None:
     entry["last_position"] = event.position
 
 
+BENCH_PREFIX = "bench:"
+
+
+def _bench_session(state: RegistryState, event: LogEvent, pending: Pending) -> None:
+    """A benchmark session or batch: it must sit in its identity's record stream, and changes no read model.
+
+    The record (sessions, pairs, the sequential reading) is read from that
+    one stream by registry/app/bench.py; an artifact's projected state depends
+    on its own stream only, which the incremental projection relies on.
+    """
+    _same_subject(event, BENCH_PREFIX + event.payload["identity"], event.stream)
+
+
 Handler = Callable[[RegistryState, LogEvent, Pending], None]
 HANDLERS: dict[str, Handler] = {
     "ArtifactRegistered": _registered,
@@ -305,5 +318,7 @@ HANDLERS: dict[str, Handler] = {
     "WorkloadDeclared": _workload,
     "FrameSetRegistered": _frameset,
     "ExternalOutcome": _external,
+    "BenchmarkSessionOpened": _bench_session,
+    "BenchmarkPairsRecorded": _bench_session,
     **{name: _evidence for name in EVIDENCE_KIND_BY_TYPE},
 }

@@ -6,7 +6,7 @@ import re
 from html import escape
 from typing import Any, Sequence
 
-from .plots import Plot, frame_plot, speed_fidelity_plot
+from .plots import Plot, frame_plot, running_bounds_plot, speed_fidelity_plot
 from .matrix import cell_text
 from .report import head_text, matrix_table, report_tables
 from .state import RegistryState
@@ -69,9 +69,23 @@ def render(report: dict[str, Any], state: RegistryState, *, max_frame_plots: int
                 "speedup against tightest fidelity margin"),
         *(_table(*table) for table in tables if table[0] != matrix_title),
         *([matrix_grid(report["matrix"])] if report["matrix"] is not None else []),
+        *_bounds_section(report.get("benchmark_records") or [], max_frame_plots),
         *_frame_section(artifacts, state, max_frame_plots),
     ]
     return page(f"Registry report as of position {report['as_of']}", parts)
+
+
+def _bounds_section(records: list[dict[str, Any]], limit: int) -> list[str]:
+    """One running-bounds figure per benchmark record read by the confident rule (at most `limit`)."""
+    readable = [record for record in records if record.get("decision") is not None]
+    if not readable:
+        return []
+    parts = ["<h2>Running bounds against the gate (benchmark sessions)</h2>"]
+    parts += [_figure(running_bounds_plot(record), f"running bounds of {record['artifact']}")
+              for record in readable[:limit]]
+    if len(readable) > limit:
+        parts.append(f'<p class="none">{len(readable) - limit} more not drawn</p>')
+    return parts
 
 
 def page(title: str, parts: Sequence[str]) -> str:

@@ -9,6 +9,9 @@
    when measured) from its latest perceptual evidence, the worst frame
    marked (the gate judges the worst frame: min SSIM, max LPIPS) and the
    contract's threshold drawn.
+3. Running bounds: for an artifact's benchmark sessions, the confident
+   rule's running lower and upper bounds of the median ratio after each
+   pair, against the gate; the pair that decided is marked.
 """
 from __future__ import annotations
 
@@ -138,3 +141,33 @@ def frame_plot(artifact: dict[str, Any], fidelity: dict[str, Any]) -> Plot:
     if notes:
         caption += "; " + ", ".join(notes)
     return Plot(_png(figure), caption + ".")
+
+
+def running_bounds_plot(record: dict[str, Any]) -> Plot:
+    """The running confidence bounds of one benchmark record against its gate (docs/gate.md)."""
+    figure = Figure(figsize=(8, 3.6))
+    axes = figure.add_subplot()
+    bounds = record["running_bounds"]
+    pairs = [i + 1 for i, (low, _) in enumerate(bounds) if low is not None]
+    lows = [bounds[i - 1][0] for i in pairs]
+    highs = [bounds[i - 1][1] for i in pairs]
+    if pairs:
+        axes.fill_between(pairs, lows, highs, step="post", color="#1565c0", alpha=0.15)
+        axes.step(pairs, lows, where="post", color="#1565c0", label="lower bound")
+        axes.step(pairs, highs, where="post", color="#1565c0", linestyle="--", label="upper bound")
+    axes.axhline(record["gate"], color="#6a1b9a", linewidth=1.2, label=f"gate {record['gate']:.3g}x")
+    if record.get("decided_at"):
+        axes.axvline(record["decided_at"], color=DECISION_COLOURS.get(record["decision"], "black"), linewidth=1.0,
+                     label=f"{record['decision']} at pair {record['decided_at']}")
+    axes.set_xlim(0, max(len(bounds), 1) + 1)
+    axes.xaxis.set_major_locator(MaxNLocator(integer=True))
+    axes.set_xlabel("pairs")
+    axes.set_ylabel("median ratio bounds")
+    axes.set_title(f"{literal(record['artifact'])}: running bounds against the gate (alpha {record['alpha']:g})")
+    axes.grid(True, alpha=0.3)
+    axes.legend(loc="best", fontsize=8)
+    figure.tight_layout()
+    caption = (f"{record['artifact']}: {record['pairs']} pairs in {len(record['sessions'])} session(s), "
+               f"{record['decision']} ({record['stop']}). No bound exists before the fewest pairs that can "
+               "decide at alpha.")
+    return Plot(_png(figure), caption)

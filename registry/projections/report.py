@@ -280,11 +280,26 @@ def report_tables(report: dict[str, Any]) -> list[Table]:
         "benchmark attempts (current identity)", ["artifact", "decision", "attempts"],
         [(e["artifact"], e["decision"], e["benchmark_attempts"]) for e in report["attempts"]],
     ))
+    if report.get("benchmark_records"):
+        tables.append(benchmark_records_table(report["benchmark_records"]))
     if report["imported"]:
         tables.append(imported_table(report["imported"]))
     if report["matrix"] is not None:
         tables.append(matrix_table(report["matrix"]))
     return tables
+
+
+def benchmark_records_table(records: list[dict[str, Any]]) -> Table:
+    """Benchmark sessions read by the confident rule: pairs spent, running bounds, why measuring stopped."""
+    return (
+        "benchmark records (sessions, confident rule)",
+        ["artifact", "decision", "pairs", "decided at", "stop", "lower", "upper", "gate", "alpha", "sessions",
+         "pairs saved"],
+        [(r["artifact"], r["decision"] or "-", r["pairs"], r.get("decided_at"), r["stop"], number(r.get("lower")),
+          number(r.get("upper")), number(r.get("gate")), r.get("alpha"),
+          r["sessions"] if isinstance(r["sessions"], int) else len(r["sessions"]), r.get("pairs_saved"))
+         for r in records],
+    )
 
 
 def head_text(head: dict[str, Any]) -> str:

@@ -1,0 +1,91 @@
+"""`registry bench open | record | status`: benchmark sessions from an external harness's own loop."""
+from __future__ import annotations
+
+import click
+
+from .output import emit_json, fail, say
+from .session import Session, pass_session
+
+
+@click.group()
+def bench() -> None:
+    """Benchmark sessions: paired timings recorded in batches, decided as soon as they can be."""
+
+
+@bench.command("open")
+@click.argument("artifact_id")
+@click.option("--device", required=True, help="The device the pairs are timed on (e.g. 'NVIDIA H200').")
+@click.option("--timer", required=True, help="The timer used (e.g. cuda_event).")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@pass_session
+def bench_open(session: Session, artifact_id: str, device: str, timer: str, as_json: bool) -> None:
+    """Open a session for ARTIFACT_ID's current identity, before anything is measured."""
+    from registry.app.bench import open_session
+
+    name, record = open_session(session.open(), artifact_id, device, timer)
+    if as_json:
+        emit_json({"session": name, "artifact": artifact_id, **record.to_dict()})
+    else:
+        say(f"session {name} opened for {artifact_id} ({len(record.ratios)} pairs already in its record)")
+
+
+def _times(text: str, option: str) -> list[float]:
+    try:
+        return [float(part) for part in text.split(",")]
+    except ValueError:
+        raise click.BadParameter(f"expected comma-separated seconds, got {text!r}", param_hint=option) from None
+
+
+@bench.command("record")
+@click.argument("artifact_id")
+@click.argument("session_id")
+@click.option("--batch", "batch", required=True, help="The batch's key: a retry under the same key appends nothing.")
+@click.option("--baseline", required=True, help="Baseline times in seconds, comma-separated, one per pair.")
+@click.option("--candidate", required=True, help="Candidate times in seconds, comma-separated, one per pair.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@pass_session
+def bench_record(session: Session, artifact_id: str, session_id: str, batch: str, baseline: str, candidate: str,
+                 as_json: bool) -> None:
+    """Append one batch of pairs to SESSION_ID of ARTIFACT_ID; a repeated batch key appends nothing (exit 1)."""
+    from registry.app.bench import record_pairs
+
+    appended, record = record_pairs(session.open(), artifact_id, session_id, _times(baseline, "--baseline"),
+                                    _times(candidate, "--candidate"), batch)
+    if not appended:
+        fail(f"batch {batch} of session {session_id} is already recorded; nothing appended")
+    if as_json:
+        emit_json({"artifact": artifact_id, "session": session_id, "batch": batch, **record.to_dict()})
+    else:
+        say(status_text(artifact_id, record))
+
+
+@bench.command("status")
+@click.argument("artifact_id")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@pass_session
+def bench_status(session: Session, artifact_id: str, as_json: bool) -> None:
+    """Whether ARTIFACT_ID's benchmark record is decided, with its running bounds and the pairs spent."""
+    from registry.app.bench import read_record
+
+    record = read_record(session.open(create=False), artifact_id)
+    if as_json:
+        emit_json({"artifact": artifact_id, **record.to_dict()})
+    else:
+        say(status_text(artifact_id, record))
+
+
+def status_text(artifact: str, record) -> str:
+    info = record.to_dict()
+
+    def bound(value: float | None) -> str:
+        return "none yet" if value is None else f"{value:.4g}x"
+
+    head = (f"{artifact}: {info['decision']} after {info['pairs']} pairs ({info['stop']}); bounds "
+            f"{bound(info['lower'])} to {bound(info['upper'])} against the gate {info['gate']:.4g}x at alpha "
+            f"{info['alpha']:g}; {len(info['sessions'])} session{'s' if len(info['sessions']) != 1 else ''}")
+    if info["decision"] != "held":
+        head += f"; {info['pairs_saved']} of max_pairs {info['max_pairs']} saved"
+    return head
+
+
+COMMANDS = [bench]

@@ -1,0 +1,286 @@
+"""Benchmark sessions (registry/app/bench.py, `registry bench ...`): batches of pairs decided as soon as the
+confident rule can, on real SQLite files and a real Postgres server; bad input refused with nothing written."""
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from registry.app import open_registry
+from registry.app.bench import open_session, read_record, record_pairs
+from registry.app.workloads import register_artifact
+
+MANIFEST = "workload: wan\nspeed: {min_speedup: 1.2, runs_per_arm: 16, protocol: paired, max_pairs: 20}\n"
+EXAMPLE = Path(__file__).parent.parent / "examples" / "bench_session.py"
+
+
+def declare_and_register(cli, tmp_path, name="fast", payload=b"step cache build 1"):
+    (tmp_path / "wan.yaml").write_text(MANIFEST)
+    assert cli("workload", "declare", str(tmp_path / "wan.yaml")).exit_code == 0
+    (tmp_path / f"{name}.bin").write_bytes(payload)
+    result = cli("artifact", "register", name, "--workload", "wan", "--kind", "step_cache",
+                 "--payload", str(tmp_path / f"{name}.bin"))
+    assert result.exit_code == 0, result.output
+
+
+def events_count(cli) -> int:
+    with sqlite3.connect(cli.url.removeprefix("sqlite:///")) as conn:
+        return conn.execute("SELECT count(*) FROM events").fetchone()[0]
+
+
+def run_json(cli, *args):
+    result = cli(*args, "--json")
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+def test_a_clear_speedup_is_decided_after_five_pairs_and_the_record_closes(registry_cli, tmp_path):
+    declare_and_register(registry_cli, tmp_path)
+    session = run_json(registry_cli, "bench", "open", "fast", "--device", "NVIDIA H200", "--timer", "cuda_event")
+    name = session["session"]
+    assert session["pairs"] == 0 and session["decision"] == "held"
+    first = run_json(registry_cli, "bench", "record", "fast", name, "--batch", "b1",
+                     "--baseline", "2.0,2.0,2.0", "--candidate", "1.0,1.0,1.0")
+    assert (first["decision"], first["pairs"], first["stop"]) == ("held", 3, "measuring")
+    second = run_json(registry_cli, "bench", "record", "fast", name, "--batch", "b2",
+                      "--baseline", "2.0,2.0", "--candidate", "1.0,1.0")
+    assert (second["decision"], second["decided_at"], second["stop"]) == ("promoted", 5, "decided")
+    assert second["lower"] == 2.0 and second["pairs_saved"] == 15 and second["alpha"] == 0.05
+    before = events_count(registry_cli)
+    closed = registry_cli("bench", "record", "fast", name, "--batch", "b3", "--baseline", "2.0", "--candidate", "1.0")
+    assert closed.exit_code == 1 and "closed (promoted after 5 pairs)" in closed.stderr
+    assert events_count(registry_cli) == before
+    status = registry_cli("bench", "status", "fast")
+    assert status.exit_code == 0 and "promoted after 5 pairs (decided)" in status.stdout
+    assert registry_cli("verify").exit_code == 0
+    assert registry_cli("replay", "--verify").exit_code == 0
+
+
+def test_all_sessions_of_an_identity_count_in_order_even_under_another_name(registry_cli, tmp_path):
+    declare_and_register(registry_cli, tmp_path)
+    first = run_json(registry_cli, "bench", "open", "fast", "--device", "d", "--timer", "t")["session"]
+    run_json(registry_cli, "bench", "record", "fast", first, "--batch", "a", "--baseline", "1.0,1.0,1.0",
+             "--candidate", "1.0,1.0,1.0")
+    # A second session that never reports stays in the record and counts as an attempt.
+    run_json(registry_cli, "bench", "open", "fast", "--device", "d", "--timer", "t")
+    declare_and_register(registry_cli, tmp_path, name="renamed")  # the same bytes under another id
+    third = run_json(registry_cli, "bench", "open", "renamed", "--device", "d", "--timer", "t")
+    assert third["pairs"] == 3 and len(third["sessions"]) == 3
+    status = run_json(registry_cli, "bench", "record", "renamed", third["session"], "--batch", "a",
+                      "--baseline", "1.0,1.0", "--candidate", "1.0,1.0")
+    assert status["pairs"] == 5 and status["decision"] == "rejected" and status["decided_at"] == 5
+    assert [s["pairs"] for s in status["sessions"]] == [3, 0, 2]
+    shown = run_json(registry_cli, "show", "fast")["bench"]
+    assert shown["pairs"] == 5 and len(shown["sessions"]) == 3  # the silent session is listed too
+
+
+def test_max_pairs_ends_the_record_held(registry_cli, tmp_path):
+    declare_and_register(registry_cli, tmp_path)
+    name = run_json(registry_cli, "bench", "open", "fast", "--device", "d", "--timer", "t")["session"]
+    at_gate = ",".join(["1.2"] * 20)
+    record = run_json(registry_cli, "bench", "record", "fast", name, "--batch", "all", "--baseline", at_gate,
+                      "--candidate", ",".join(["1.0"] * 20))
+    assert (record["decision"], record["stop"], record["closed"], record["pairs_saved"]) == ("held", "max_pairs",
+                                                                                             True, 0)
+    again = registry_cli("bench", "open", "fast", "--device", "d", "--timer", "t")
+    assert again.exit_code == 1 and "held at speed.max_pairs 20" in again.stderr
+
+
+@pytest.mark.parametrize("args, message", [
+    (("--baseline", "1.0,0", "--candidate", "1.0,1.0"), "baseline[1]: 0.0 is not a positive finite time"),
+    (("--baseline", "1.0,-2", "--candidate", "1.0,1.0"), "baseline[1]: -2.0 is not a positive finite time"),
+    (("--baseline", "1.0", "--candidate", "nan"), "candidate[0]: nan is not a positive finite time"),
+    (("--baseline", "1.0", "--candidate", "inf"), "candidate[0]: inf is not a positive finite time"),
+    (("--baseline", "1.0,1.0", "--candidate", "1.0"), "as many candidate as baseline times"),
+    (("--baseline", "1e308", "--candidate", "1e-300"), "pair 0: baseline 1e+308 / candidate 1e-300 is not a finite"),
+    (("--baseline", "1e-320", "--candidate", "1e300"), "is not a finite positive ratio"),
+    (("--baseline", ",".join(["2.0"] * 21), "--candidate", ",".join(["1.0"] * 21)),
+     "21 pairs would take the record of fast past speed.max_pairs 20"),
+])
+def test_bad_batches_are_one_line_refusals_that_write_nothing(registry_cli, tmp_path, args, message):
+    declare_and_register(registry_cli, tmp_path)
+    name = run_json(registry_cli, "bench", "open", "fast", "--device", "d", "--timer", "t")["session"]
+    before = events_count(registry_cli)
+    result = registry_cli("bench", "record", "fast", name, "--batch", "b", *args)
+    assert result.exit_code == 1 and message in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    assert events_count(registry_cli) == before
+
+
+def test_unknown_sessions_other_identities_and_repeated_batches_write_nothing(registry_cli, tmp_path):
+    declare_and_register(registry_cli, tmp_path)
+    declare_and_register(registry_cli, tmp_path, name="other", payload=b"another build")
+    name = run_json(registry_cli, "bench", "open", "fast", "--device", "d", "--timer", "t")["session"]
+    run_json(registry_cli, "bench", "record", "fast", name, "--batch", "b", "--baseline", "2.0", "--candidate", "1.0")
+    before = events_count(registry_cli)
+    cases = [
+        (("bench", "record", "other", name, "--batch", "c"), "is not open for the current identity of other"),
+        (("bench", "record", "fast", "bs-nope", "--batch", "c"), "session bs-nope is not open"),
+        (("bench", "record", "fast", name, "--batch", "b"), "batch b of session " + name + " is already recorded"),
+    ]
+    for args, message in cases:
+        result = registry_cli(*args, "--baseline", "2.0", "--candidate", "1.0")
+        assert result.exit_code == 1 and message in result.stderr, result.output
+    different = registry_cli("bench", "record", "fast", name, "--batch", "b", "--baseline", "3.0", "--candidate", "1.0")
+    assert different.exit_code == 1
+    assert events_count(registry_cli) == before
+
+
+def test_a_re_registered_artifact_starts_a_new_record_and_its_old_session_is_refused(registry_cli, tmp_path):
+    declare_and_register(registry_cli, tmp_path)
+    old = run_json(registry_cli, "bench", "open", "fast", "--device", "d", "--timer", "t")["session"]
+    (tmp_path / "fast.bin").write_bytes(b"step cache build 2")
+    assert registry_cli("artifact", "register", "fast", "--workload", "wan", "--kind", "step_cache",
+                        "--payload", str(tmp_path / "fast.bin")).exit_code == 0
+    stale = registry_cli("bench", "record", "fast", old, "--batch", "b", "--baseline", "2.0", "--candidate", "1.0")
+    assert stale.exit_code == 1 and "is not open for the current identity" in stale.stderr
+    assert run_json(registry_cli, "bench", "status", "fast")["pairs"] == 0
+
+
+def test_a_point_contract_has_no_sessions(registry_cli, tmp_path):
+    declare_and_register(registry_cli, tmp_path)
+    (tmp_path / "wan.yaml").write_text(MANIFEST.replace("max_pairs: 20", "decision: point"))
+    assert registry_cli("workload", "declare", str(tmp_path / "wan.yaml")).exit_code == 0
+    result = registry_cli("bench", "open", "fast", "--device", "d", "--timer", "t")
+    assert result.exit_code == 1 and "speed.decision point" in result.stderr
+
+
+def test_the_python_api_decides_on_sqlite_and_postgres(backend_url, tmp_path):
+    registry = open_registry(backend_url, actor="gpu-worker-1", create=True)
+    from registry.app.workloads import declare_workload
+    from registry.contracts import Contract
+
+    declare_workload(registry, Contract.from_yaml(MANIFEST))
+    (tmp_path / "k.bin").write_bytes(b"kernel")
+    register_artifact(registry, "k", workload="wan", kind="fused_kernel", payload=str(tmp_path / "k.bin"))
+    session, record = open_session(registry, "k", "NVIDIA H200", "cuda_event")
+    for batch in range(4):
+        appended, record = record_pairs(registry, "k", session, [1.0, 1.0], [1.0, 1.0], f"b{batch}")
+        assert appended
+        if record.result.decision != "held":
+            break
+    assert (record.result.decision, record.result.decided_at) == ("rejected", 5)
+    appended, again = record_pairs(registry, "k", session, [1.0, 1.0], [1.0, 1.0], "b0")
+    assert not appended and len(again.ratios) == len(record.ratios)
+    assert read_record(registry, "k").to_dict()["decision"] == "rejected"
+
+
+def test_the_worked_example_runs(tmp_path):
+    namespace: dict = {}
+    exec(compile(EXAMPLE.read_text(), str(EXAMPLE), "exec"), namespace)
+    outcome = namespace["main"](f"sqlite:///{tmp_path / 'example.db'}", str(tmp_path))
+    assert (outcome["decision"], outcome["decided_at"], outcome["pairs"], outcome["pairs_saved"]) == ("promoted", 5, 6, 58)
+
+
+PASSING_LEAF = {"name": "out", "reference_dtype": "bfloat16", "candidate_dtype": "bfloat16", "reference_shape": [4],
+                "candidate_shape": [4], "reference_strides": [1], "candidate_strides": [1], "byte_equal": True,
+                "max_abs_error": 0.0, "max_rel_error": 0.0, "has_nan": False, "has_inf": False}
+
+
+def test_promote_decides_on_the_sessions_and_names_their_batches(registry_cli, tmp_path):
+    declare_and_register(registry_cli, tmp_path)
+    document = tmp_path / "evidence.json"
+    document.write_text(json.dumps({"format": "registry.evidence/1", "artifact": "fast", "evidence": [
+        {"kind": "execution", "candidate_calls": 4, "fallbacks": 0}, {"kind": "parity", "leaves": [PASSING_LEAF]}]}))
+    assert registry_cli("evidence", "import", str(document)).exit_code == 0
+    name = run_json(registry_cli, "bench", "open", "fast", "--device", "NVIDIA H200", "--timer", "cuda_event")["session"]
+    run_json(registry_cli, "bench", "record", "fast", name, "--batch", "a", "--baseline", "2,2,2",
+             "--candidate", "1,1,1")
+    held = registry_cli("promote", "fast", "--json")
+    assert held.exit_code == 3
+    verdict = json.loads(held.stdout)
+    assert (verdict["decision"], verdict["rule"]) == ("held", "speed.undecided")
+    assert "do not yet decide" in verdict["reasons"][0]
+    run_json(registry_cli, "bench", "record", "fast", name, "--batch", "b", "--baseline", "2,2", "--candidate", "1,1")
+    promoted = registry_cli("promote", "fast", "--json")
+    assert promoted.exit_code == 0, promoted.output
+    verdict = json.loads(promoted.stdout)
+    assert (verdict["decision"], verdict["rule"]) == ("promoted", "speed.passed")
+    assert verdict["reasons"][0].startswith("speedup 2.00x after 5 of 5 recorded pairs: running bounds [2.0, 2.0]")
+    assert verdict["speedup_ci"] == [2.0, 2.0] and len(verdict["evidence_ids"]) == 4
+
+
+def test_a_session_timed_under_the_interpreter_holds(registry_cli, tmp_path):
+    declare_and_register(registry_cli, tmp_path)
+    name = run_json(registry_cli, "bench", "open", "fast", "--device", "cpu", "--timer", "interpreter")["session"]
+    run_json(registry_cli, "bench", "record", "fast", name, "--batch", "a", "--baseline", "2,2,2,2,2",
+             "--candidate", "1,1,1,1,1")
+    verdict = json.loads(registry_cli("promote", "fast", "--json").stdout)
+    assert verdict["decision"] == "held" and "speed.passed" not in json.dumps(verdict)
+    assert "timings came from Triton's interpreter and are not speed evidence" in verdict["reasons"]
+
+
+def test_show_and_report_give_the_running_bounds_pairs_stop_and_alpha(registry_cli, tmp_path):
+    declare_and_register(registry_cli, tmp_path)
+    name = run_json(registry_cli, "bench", "open", "fast", "--device", "d", "--timer", "t")["session"]
+    run_json(registry_cli, "bench", "open", "fast", "--device", "d", "--timer", "t")  # never reported
+    run_json(registry_cli, "bench", "record", "fast", name, "--batch", "a", "--baseline", "2,2,2,2,2,2",
+             "--candidate", "1,1,1,1,1,1")
+    shown = registry_cli("show", "fast")
+    assert ("benchmark record: 6 pairs in 2 sessions; promoted (decided at pair 5, 14 of max_pairs 20 saved); "
+            "running bounds 2x to 2x against the gate 1.2x at alpha 0.05") in shown.stdout
+    bench = run_json(registry_cli, "show", "fast")["bench"]
+    assert (bench["decided_at"], bench["alpha"], bench["stop"]) == (5, 0.05, "decided")
+    assert bench["running_bounds"][:5] == [[None, None]] * 4 + [[2.0, 2.0]]
+    report = json.loads(registry_cli("report", "--format", "json").stdout)
+    [record] = report["benchmark_records"]
+    assert (record["artifact"], record["decision"], record["pairs"], len(record["sessions"])) == ("fast", "promoted",
+                                                                                                   6, 2)
+    table = registry_cli("report").stdout
+    assert "benchmark records (sessions, confident rule)" in table
+    html = registry_cli("report", "--format", "html").stdout
+    assert "Running bounds against the gate" in html and 'alt="running bounds of fast"' in html
+    early = run_json(registry_cli, "show", "fast", "--as-of", "4")["bench"]
+    assert early is None or early["pairs"] == 0
+
+
+times = st.one_of(st.floats(1e-3, 10.0), st.sampled_from([0.0, -1.0, float("nan"), float("inf"), 1e308, 1e-320]))
+operations = st.lists(st.one_of(
+    st.tuples(st.just("open"), st.sampled_from(["fast", "renamed", "ghost"])),
+    st.tuples(st.just("record"), st.sampled_from(["fast", "renamed"]), st.integers(0, 3), st.sampled_from("abc"),
+              st.lists(st.tuples(times, times), min_size=0, max_size=7)),
+), min_size=1, max_size=12)
+
+
+@settings(max_examples=20, deadline=None)
+@given(operations)
+def test_any_sequence_of_opens_and_batches_keeps_one_ordered_record(tmp_path_factory, ops):
+    """Whatever is tried, the record holds exactly the accepted batches in order, refusals write nothing,
+    and its decision is the rule's reading of those pairs."""
+    tmp = tmp_path_factory.mktemp("ops")
+    registry = open_registry(f"sqlite:///{tmp / 'r.db'}", actor="w", create=True)
+    from registry.app.workloads import declare_workload
+    from registry.contracts import Contract
+    from registry.evidence.sequential import decide_stream
+
+    declare_workload(registry, Contract.from_yaml(MANIFEST))
+    (tmp / "p.bin").write_bytes(b"same bytes")
+    for name in ("fast", "renamed"):
+        register_artifact(registry, name, workload="wan", kind="step_cache", payload=str(tmp / "p.bin"))
+    sessions: list[str] = []
+    accepted: list[float] = []
+    batches: dict[tuple[str, str], list] = {}
+    for op in ops:
+        head = registry.store.head_position()
+        try:
+            if op[0] == "open":
+                name, _ = open_session(registry, op[1], "d", "t")
+                sessions.append(name)
+                continue
+            _, artifact, index, key, pairs = op
+            session = sessions[index] if index < len(sessions) else "bs-unknown"
+            appended, _ = record_pairs(registry, artifact, session, [b for b, _ in pairs], [c for _, c in pairs], key)
+            if appended:
+                batches[(session, key)] = pairs
+                accepted.extend(b / c for b, c in pairs)
+            else:
+                assert batches[(session, key)] == pairs and registry.store.head_position() == head
+        except Exception as exc:  # every refusal is a one-line ValueError (or the store's own) with nothing written
+            assert type(exc).__name__ in ("ValueError", "IdempotencyConflict"), repr(exc)
+            assert "\n" not in str(exc) and registry.store.head_position() == head
+    record = read_record(registry, "renamed")
+    assert record.ratios == accepted and len(record.ratios) <= record.max_pairs
+    assert record.result == decide_stream(accepted, 1.2, 0.05, 20)
