@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import hashlib
-import inspect
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -70,12 +69,8 @@ def file_sha256(path: str | Path) -> str:
     return digest.hexdigest()
 
 
-def entry_sha256(entry: str) -> str:
+def entry_sha256(entry: str, source: str) -> str:
     """The content hash of a kernel entry: the source of the module that defines it."""
-    from registry.kernels.ops import resolve_entry
-
-    module = inspect.getmodule(resolve_entry(entry))
-    source = inspect.getsource(module) if module is not None else ""
     return hashlib.sha256(f"{entry}\n{source}".encode()).hexdigest()
 
 
@@ -119,11 +114,13 @@ def register_artifact(
         raise ValueError("an attention_backend artifact must name its backend (--backend)")
     if (op is None) != (entry is None):
         raise ValueError("--op and --entry go together: the operation and the kernel entry that implements it")
+    entry_source = None
     if op is not None:
-        from registry.kernels.ops import get_operation, resolve_entry
+        from registry.kernels.isolation import inspect_entry
+        from registry.kernels.ops import get_operation
 
         get_operation(op)
-        resolve_entry(entry)
+        entry_source = inspect_entry(entry)  # the candidate's module is imported in a worker, never here
     if require_contract:
         current_contract(registry, workload)
     if payload_sha256 is not None:
@@ -133,7 +130,7 @@ def register_artifact(
     elif payload is not None:
         digest = file_sha256(payload)
     elif entry is not None:
-        digest = entry_sha256(entry)
+        digest = entry_sha256(entry, entry_source)
     else:
         digest = None
     stream = artifact_stream(artifact)

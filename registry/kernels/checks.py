@@ -120,14 +120,18 @@ def refuse_mutated_inputs(sent: Sequence[Sequence[torch.Tensor]], after: Sequenc
                 raise ValueError(f"candidate wrote to its input {k} on {label}")
 
 
-def refuse_worker_report(call: Any, where: str, *, kernel_seen: bool) -> None:
-    """Refuse tampering, background work, and calls that did not launch while others did."""
+def refuse_worker_report(call: Any, where: str) -> None:
+    """Refuse tampering and background work the worker shows after a call."""
     if call.replaced:
         raise CandidateRefused(TAMPERING, f"{where}: replaced {', '.join(call.replaced[:5])} in the worker")
     if call.extra_tasks or call.extra_children:
         parts = [f"{call.extra_tasks} thread(s)"] if call.extra_tasks else []
         parts += [f"child process(es) {call.extra_children[:5]}"] if call.extra_children else []
         raise CandidateRefused(BACKGROUND, f"{where}: the call returned leaving {' and '.join(parts)} running")
+
+
+def refuse_idle(call: Any, where: str, *, kernel_seen: bool) -> None:
+    """Refuse a call in which some case launched no kernel while the candidate launches kernels elsewhere."""
     if kernel_seen and not all(call.launches):
         idle = call.launches.index(0)
         raise CandidateRefused(NOT_FROM_KERNEL, f"{where}: case {idle} returned without launching a kernel")

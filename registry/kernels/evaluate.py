@@ -37,8 +37,8 @@ from registry.evidence.parity import POLICIES, compare_outputs, dtype_name, vali
 from registry.evidence.source_screen import screen_source
 from registry.evidence.timing import abba_schedule, peak_bandwidth, triton_interpreter_active
 from registry.kernels.checks import (HELD_OUT, IMPOSSIBLE_SPEED, NON_FINITE, NONDETERMINISTIC, NOT_FROM_KERNEL,
-                                     STALE, CandidateRefused, as_outputs, refuse_bad_outputs, refuse_mutated_inputs,
-                                     refuse_worker_report, spot_check)
+                                     STALE, CandidateRefused, as_outputs, refuse_bad_outputs, refuse_idle,
+                                     refuse_mutated_inputs, refuse_worker_report, spot_check)
 from registry.kernels.isolation import CallResult, CandidateError, CandidateWorker
 from registry.kernels.ops import get_operation, resolve_entry
 
@@ -112,7 +112,7 @@ class _Session:
         call = self.worker.call(arm, inputs, output_bytes, ablate=ablate)
         if arm != "C":
             return call
-        refuse_worker_report(call, where, kernel_seen=self.launches > 0 or any(call.launches))
+        refuse_worker_report(call, where)
         if count:
             self.launches += sum(call.launches)
             self.fallbacks += call.fallbacks
@@ -121,6 +121,10 @@ class _Session:
         refuse_bad_outputs(call.outputs, labels, self.spec.outputs)
         refuse_mutated_inputs(inputs, call.inputs_after, labels)
         return call
+
+    def require_launches(self, call: CallResult, where: str) -> None:
+        """After its outputs were checked: a call that launched nothing while others did is refused."""
+        refuse_idle(call, where, kernel_seen=self.launches > 0 or any(call.launches))
 
     def tolerance(self, dtype: torch.dtype) -> Mapping[str, float] | None:
         return self.tolerances[dtype_name(dtype)] if self.policy == "tolerance" else None
@@ -149,11 +153,13 @@ def _parity(session: _Session, cases: Sequence[Any], inputs: Sequence[tuple[torc
     leaves: list[dict[str, Any]] = []
     for case, args in zip(cases, inputs):
         expected = reference(*args)
-        got = session.run("C", [case.label], [args], f"parity call on {case.label}").outputs[0]
+        call = session.run("C", [case.label], [args], f"parity call on {case.label}")
+        got = call.outputs[0]
         names = [f"{case.label}.{out}" for out in session.spec.outputs]
         declared = session.tolerances if session.policy == "tolerance" else None
         leaves += compare_outputs(expected, tuple(got) if len(got) != 1 else got[0], names, session.policy,
                                   declared)["leaves"]
+        session.require_launches(call, f"parity call on {case.label}")
         tick()
     item: dict[str, Any] = {"kind": "parity", "policy": session.policy, "leaves": leaves}
     if approx_math is not None:
@@ -196,6 +202,7 @@ def time_pairs(session: _Session, cases: Sequence[Any], pairs: int, warmup: int,
             call = session.run(arm, labels, inputs, where)
             if arm == "C":
                 session.spot_check(STALE, where, labels, inputs, call)
+                session.require_launches(call, where)
                 if floor is not None and call.seconds < floor:
                     raise CandidateRefused(IMPOSSIBLE_SPEED, (
                         f"{where} took {call.seconds:.3g} s, below the {floor:.3g} s that moving "
@@ -249,7 +256,9 @@ def integrity(session: _Session, cases: Sequence[Any]) -> None:
     labels = [case.label for case in held]
     first = session.run("C", labels, inputs, "held-out call", count=False)
     session.spot_check(HELD_OUT, "held-out call", labels, inputs, first)
+    session.require_launches(first, "held-out call")
     second = session.run("C", labels, inputs, "held-out call (repeat)", count=False)
+    session.require_launches(second, "held-out call (repeat)")
     for label, a_row, b_row in zip(labels, first.outputs, second.outputs):
         for out_name, a, b in zip(session.spec.outputs, a_row, b_row):
             if not (a.shape == b.shape and a.stride() == b.stride() and torch.equal(

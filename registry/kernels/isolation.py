@@ -112,13 +112,16 @@ class CandidateWorker:
         self.process: subprocess.Popen | None = None
         self.stderr = tempfile.TemporaryFile()
 
-    def __enter__(self) -> "CandidateWorker":
+    def start(self) -> None:
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
         self.process = subprocess.Popen(
             [sys.executable, "-m", "registry.kernels.worker"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
             stderr=self.stderr, env=env, start_new_session=True, bufsize=0)
         self.to_worker = io.BufferedWriter(self.process.stdin)  # writes whole frames; stdout stays raw
+
+    def __enter__(self) -> "CandidateWorker":
+        self.start()
         reply = self._request({"op": "hello", "entry": self.entry, "reference": self.reference,
                                "device": str(self.device), "flush_bytes": FLUSH_BYTES, "screen": self.screen},
                               timeout=START_TIMEOUT_S)
@@ -128,6 +131,17 @@ class CandidateWorker:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+    def module_source(self) -> str:
+        """Import the entry in the worker; the source of its module (what registration hashes)."""
+        self.start()
+        try:
+            source = self._request({"op": "inspect", "entry": self.entry}, timeout=START_TIMEOUT_S).get("module_source")
+        finally:
+            self.close()
+        if not isinstance(source, str):
+            raise WorkerDied("the candidate's worker process sent no module source")
+        return source
 
     def close(self) -> None:
         process, self.process = self.process, None
@@ -249,3 +263,22 @@ class CandidateWorker:
         return CallResult(seconds, outputs, inputs_after, [count(n) for n in launches], count(header.get("fallbacks")),
                           count(header.get("interpreted")), {str(k): count(v) for k, v in kernels.items()},
                           [str(name) for name in replaced], extra_tasks, extra_children)
+
+
+def inspect_entry(entry: str) -> str:
+    """Check ``entry`` names a Python function and return its module's source, importing it only in a worker.
+
+    Registration needs both (the check, and the source it hashes); importing
+    a candidate's module runs its top-level code, which must never happen in
+    the registry's own process. Any failure is an EntryError naming it.
+    """
+    from registry.kernels.ops import EntryError
+
+    try:
+        return CandidateWorker(entry, "", torch.device("cpu"), screen=False).module_source()
+    except CandidateError as exc:
+        if exc.type_name == "EntryError":
+            raise EntryError(str(exc)) from None
+        raise EntryError(f"entry {entry!r}: inspecting it failed: {exc.type_name}: {exc}") from None
+    except WorkerDied as exc:
+        raise EntryError(f"entry {entry!r}: {exc}") from None

@@ -18,6 +18,7 @@ Protocol (frames of :mod:`registry.kernels.wire`, on stdin and the original
 stdout; the candidate's prints go to stderr):
 
 - ``hello {entry, reference, device}`` -> ``{ok, source}`` or ``{error}``
+- ``inspect {entry}`` -> ``{ok, module_source}`` or ``{error}`` (registration: check and hash an entry)
 - ``stage {arm, counts}`` + tensors -> ``{ok}`` (arm "C" candidate, "B" reference)
 - ``run {ablate}`` -> ``{done}`` or ``{error}``, then ``{outputs, launches, ...}`` + tensors
 - ``exit`` -> the process ends
@@ -190,6 +191,14 @@ class Worker:
         source = candidate_source(self.candidate) if header.get("screen") else ""
         return {"ok": True, "source": source}
 
+    def inspect(self, header: dict[str, Any]) -> dict[str, Any]:
+        import inspect
+
+        from registry.kernels.ops import resolve_entry
+
+        module = inspect.getmodule(resolve_entry(header["entry"]))
+        return {"ok": True, "module_source": inspect.getsource(module) if module is not None else ""}
+
     def stage(self, header: dict[str, Any], tensors: list[torch.Tensor]) -> dict[str, Any]:
         self.arm = header["arm"]
         self.staged, at = [], 0
@@ -245,7 +254,8 @@ class Worker:
                 self.run(header)
                 continue
             try:
-                reply = self.hello(header) if op == "hello" else self.stage(header, tensors)
+                handler = {"hello": self.hello, "inspect": self.inspect}.get(op)
+                reply = handler(header) if handler else self.stage(header, tensors)
             except BaseException as exc:  # noqa: BLE001
                 reply = {"error": _error(exc)}
             wire.write_frame(_PROTOCOL_OUT, reply)
