@@ -110,29 +110,36 @@ def _in_process_seconds(kernel, inputs) -> float:
     return (time.perf_counter_ns() - start) / 1e9
 
 
-def harness_overhead(name: str, corpus: str, device: torch.device, calls: int) -> dict:
-    """Median per-call times over the corpus, kernel and eager reference: in this process, and as the
-    isolated harness's clock sees it; and the kernel's whole isolated call (staging, checks). Prints
-    one line of the overhead table. The eager columns show the fixed cost of the round trip, which
-    interpreter times on CPU drown."""
-    spec = get_operation(name)
-    cases = spec.corpus(corpus)
+def _measure_overhead(spec, cases, device: torch.device, calls: int, seen: dict[str, list[float]]) -> None:
     arms = {"C": resolve_entry(spec.kernels[0]), "B": resolve_entry(spec.reference)}
-    output_bytes = 1 << 40
-    seen: dict[str, list[float]] = {key: [] for key in ("C_in", "C_clock", "C_whole", "B_in", "B_clock")}
     with CandidateWorker(spec.kernels[0], spec.reference, device, screen=False) as worker:
         for i in range(calls + 1):  # the first call of each path compiles or warms up; dropped
             for arm, fn in arms.items():
                 inputs = fresh_inputs(spec, cases, device)
                 direct = _in_process_seconds(fn, inputs)
                 start = time.perf_counter_ns()
-                call = worker.call(arm, inputs, output_bytes)
+                call = worker.call(arm, inputs, output_bytes=1 << 40)
                 total = (time.perf_counter_ns() - start) / 1e9
                 if i:
                     seen[f"{arm}_in"].append(direct)
                     seen[f"{arm}_clock"].append(call.seconds)
                     if arm == "C":
                         seen["C_whole"].append(total)
+
+
+def harness_overhead(name: str, corpus: str, device: torch.device, calls: int) -> dict:
+    """Median per-call times over the corpus, kernel and eager reference: in this process, and as the
+    isolated harness's clock sees it; and the kernel's whole isolated call (staging, checks). Prints
+    one line of the overhead table. The eager columns show the fixed cost of the round trip, which
+    interpreter times on CPU drown. Both paths run on one torch thread, as the worker does."""
+    spec = get_operation(name)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    seen: dict[str, list[float]] = {key: [] for key in ("C_in", "C_clock", "C_whole", "B_in", "B_clock")}
+    try:
+        _measure_overhead(spec, spec.corpus(corpus), device, calls, seen)
+    finally:
+        torch.set_num_threads(threads)
     median = {key: statistics.median(values) for key, values in seen.items()}
     row = {"op": name, "corpus": corpus, "calls": calls, "in_process_s": median["C_in"],
            "isolated_clock_s": median["C_clock"], "isolated_whole_call_s": median["C_whole"],
