@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# Kernel benchmark and evidence run for one NVIDIA GPU (written for an H200; about 5 minutes).
+# Kernel benchmark, evidence run and the GPU cheat gallery for one NVIDIA GPU (written for an H200;
+# about 10 minutes: the isolated harness moves every call's inputs and outputs through a pipe).
 #
 #   OUT=/some/folder bash benchmarks/gpu_kernels.sh
 #
-# Writes into "$OUT" (7 files):
+# Writes into "$OUT" (8 files):
 #   kernels_bench.txt / kernels_bench.json   benchmarks/kernels.py on the gpu corpus
 #   evidence_<op>.json                        registry.evidence/1 documents from evaluate_kernel
 #                                             (byte_equal policy, 15 ABBA pairs, 3 warm-up pairs)
+#   gallery_gpu.txt                           pytest on tests/test_cheat_gallery_gpu.py (needs pytest)
 #   summary.txt                               environment, then one line per op from the evidence
 # Needs python3 with a CUDA build of torch and Triton 3.6 or 3.7; run from anywhere inside the repo.
 set -euo pipefail
@@ -41,9 +43,13 @@ with open(path, "w") as fh:
 print(op, [item["kind"] for item in items])
 '
 for op in modulated_layernorm gated_residual gated_residual_layernorm rms_norm; do
-    timeout 90 "$PY" -c "$EVALUATE" "$op" gpu "$OUT/evidence_$op.json" \
+    timeout 240 "$PY" -c "$EVALUATE" "$op" gpu "$OUT/evidence_$op.json" \
         || echo "evaluate_kernel $op failed (exit $?)" | tee -a "$OUT/summary.txt"
 done
+
+# The device-marked cheat gallery: side streams, L2 persistence, times below the byte floor.
+timeout 300 "$PY" -m pytest -q -p no:cacheprovider tests/test_cheat_gallery_gpu.py 2>&1 | tee "$OUT/gallery_gpu.txt" \
+    || echo "GPU cheat gallery failed or could not run (exit $?)" | tee -a "$OUT/summary.txt"
 
 SUMMARY='
 import glob, json, os, statistics, sys

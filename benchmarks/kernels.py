@@ -7,6 +7,14 @@ interpreter on the small cpu corpus: the times then measure the interpreter,
 not the kernels, and are printed only to show the harness works.
 
     python benchmarks/kernels.py [--corpus cpu|gpu] [--runs N] [--warmup N] [--ops a,b] [--json FILE]
+                                 [--overhead-calls N]
+
+It then reports the isolated harness's overhead per call (registry evaluate
+runs the candidate in a worker process, docs/kernels.md "Threat model"): for
+each op, the median time the harness's clock sees for one call over the
+corpus, against the same kernel called over the same inputs in this process
+(the unisolated path the harness used before), and the whole per-call cost
+(staging fresh inputs, the run, copying outputs and inputs back, the checks).
 """
 from __future__ import annotations
 
@@ -15,6 +23,7 @@ import json
 import os
 import statistics
 import sys
+import time
 
 import torch
 
@@ -22,7 +31,8 @@ if not torch.cuda.is_available():  # must precede the kernel imports: Triton rea
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 from registry.evidence.timing import time_paired  # noqa: E402
-from registry.kernels.evaluate import execution_device  # noqa: E402
+from registry.kernels.evaluate import execution_device, fresh_inputs  # noqa: E402
+from registry.kernels.isolation import CandidateWorker  # noqa: E402
 from registry.kernels.ops import get_operation, list_operations, resolve_entry  # noqa: E402
 
 
@@ -34,6 +44,8 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--warmup", type=int, default=5 if gpu else 1, help="untimed pairs per shape")
     parser.add_argument("--ops", default=",".join(s.name for s in list_operations()), help="comma-separated")
     parser.add_argument("--json", help="also write one row per op and shape to this file")
+    parser.add_argument("--overhead-calls", type=int, default=20 if gpu else 10,
+                        help="calls per op for the isolation overhead table (0 skips it)")
     return parser.parse_args(argv)
 
 
@@ -73,10 +85,72 @@ def main(argv: list[str] | None = None) -> int:
                 line += f" {row['kernel_gb_s']:8.0f} {'' if share is None else f'{100 * share:6.1f}%':>7}"
             print(line, flush=True)
             del inputs
+    overhead = []
+    if args.overhead_calls > 0:
+        print(f"\nisolation overhead per call over the {args.corpus} corpus ({args.overhead_calls} calls, medians; "
+              "in-process = the unisolated path)")
+        print(f"{'op':26} {'in-process ms':>14} {'isolated clock ms':>18} {'overhead ms':>12} {'whole call ms':>14} "
+              f"{'eager ms':>10} {'eager iso ms':>12} {'eager ovh ms':>12}")
+        overhead = [harness_overhead(name, args.corpus, device, args.overhead_calls) for name in args.ops.split(",")]
     if args.json:
         with open(args.json, "w") as fh:
-            json.dump({"corpus": args.corpus, "runs": args.runs, "warmup": args.warmup, "rows": rows}, fh, indent=1)
+            json.dump({"corpus": args.corpus, "runs": args.runs, "warmup": args.warmup, "rows": rows,
+                       "isolation_overhead": overhead}, fh, indent=1)
     return 0
+
+
+def _in_process_seconds(kernel, inputs) -> float:
+    if inputs[0][0].device.type == "cuda":
+        torch.cuda.synchronize()
+    start = time.perf_counter_ns()
+    for case_inputs in inputs:
+        kernel(*case_inputs)
+    if inputs[0][0].device.type == "cuda":
+        torch.cuda.synchronize()
+    return (time.perf_counter_ns() - start) / 1e9
+
+
+def _measure_overhead(spec, cases, device: torch.device, calls: int, seen: dict[str, list[float]]) -> None:
+    arms = {"C": resolve_entry(spec.kernels[0]), "B": resolve_entry(spec.reference)}
+    with CandidateWorker(spec.kernels[0], spec.reference, device, screen=False) as worker:
+        for i in range(calls + 1):  # the first call of each path compiles or warms up; dropped
+            for arm, fn in arms.items():
+                inputs = fresh_inputs(spec, cases, device)
+                direct = _in_process_seconds(fn, inputs)
+                start = time.perf_counter_ns()
+                call = worker.call(arm, inputs, output_bytes=1 << 40)
+                total = (time.perf_counter_ns() - start) / 1e9
+                if i:
+                    seen[f"{arm}_in"].append(direct)
+                    seen[f"{arm}_clock"].append(call.seconds)
+                    if arm == "C":
+                        seen["C_whole"].append(total)
+
+
+def harness_overhead(name: str, corpus: str, device: torch.device, calls: int) -> dict:
+    """Median per-call times over the corpus, kernel and eager reference: in this process, and as the
+    isolated harness's clock sees it; and the kernel's whole isolated call (staging, checks). Prints
+    one line of the overhead table. The eager columns show the fixed cost of the round trip, which
+    interpreter times on CPU drown. Both paths run on one torch thread, as the worker does."""
+    spec = get_operation(name)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    seen: dict[str, list[float]] = {key: [] for key in ("C_in", "C_clock", "C_whole", "B_in", "B_clock")}
+    try:
+        _measure_overhead(spec, spec.corpus(corpus), device, calls, seen)
+    finally:
+        torch.set_num_threads(threads)
+    median = {key: statistics.median(values) for key, values in seen.items()}
+    row = {"op": name, "corpus": corpus, "calls": calls, "in_process_s": median["C_in"],
+           "isolated_clock_s": median["C_clock"], "isolated_whole_call_s": median["C_whole"],
+           "clock_overhead_s": median["C_clock"] - median["C_in"],
+           "eager_in_process_s": median["B_in"], "eager_isolated_clock_s": median["B_clock"],
+           "eager_clock_overhead_s": median["B_clock"] - median["B_in"]}
+    print(f"{name:26} {row['in_process_s'] * 1e3:14.3f} {row['isolated_clock_s'] * 1e3:18.3f} "
+          f"{row['clock_overhead_s'] * 1e3:12.3f} {row['isolated_whole_call_s'] * 1e3:14.3f} "
+          f"{row['eager_in_process_s'] * 1e3:10.3f} {row['eager_isolated_clock_s'] * 1e3:12.3f} "
+          f"{row['eager_clock_overhead_s'] * 1e3:12.3f}", flush=True)
+    return row
 
 
 if __name__ == "__main__":

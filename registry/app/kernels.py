@@ -42,6 +42,13 @@ def triton_runtime() -> Iterator[str]:
             os.environ["TRITON_INTERPRET"] = before
 
 
+def _declared(tolerances: dict[str, dict[str, float | None]] | None) -> dict[str, dict[str, float]] | None:
+    """The contract's tolerances as the comparator takes them: an undeclared ``max_abs`` (null) left out."""
+    if not tolerances:
+        return None
+    return {dtype: {key: value for key, value in tol.items() if value is not None} for dtype, tol in tolerances.items()}
+
+
 @dataclass(frozen=True)
 class Evaluation:
     """One evaluation: its evidence document (naming the payload measured), parsed items, where they were recorded."""
@@ -89,7 +96,7 @@ def evaluate_artifact(
 
         items = evaluate_kernel(
             registered["op"], registered["entry"], corpus=corpus or device, runs=runs, warmup=warmup,
-            policy=canonical["parity"]["policy"], tolerances_by_dtype=canonical["parity"]["tolerances"] or None,
+            policy=canonical["parity"]["policy"], tolerances_by_dtype=_declared(canonical["parity"]["tolerances"]),
             progress=progress,
         )
     document = evidence_document(artifact, items, run=run)

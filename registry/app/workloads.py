@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import hashlib
-import inspect
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -60,12 +59,8 @@ def file_sha256(path: str | Path) -> str:
     return sha256_file(path, "payload", MAX_PAYLOAD_BYTES)[0]
 
 
-def entry_sha256(entry: str) -> str:
+def entry_sha256(entry: str, source: str) -> str:
     """The content hash of a kernel entry: the source of the module that defines it."""
-    from registry.kernels.ops import resolve_entry
-
-    module = inspect.getmodule(resolve_entry(entry))
-    source = inspect.getsource(module) if module is not None else ""
     return hashlib.sha256(f"{entry}\n{source}".encode()).hexdigest()
 
 
@@ -101,7 +96,7 @@ def register_artifact(
     workload nobody has declared yet, and no contract is invented for it, so
     its artifacts hold until one is declared. `origin` names that document.
     """
-    check_claims(artifact, workload=workload, kind=kind, backend=backend, op=op, entry=entry)
+    entry_source = check_claims(artifact, workload=workload, kind=kind, backend=backend, op=op, entry=entry)
     if require_contract:
         current_contract(registry, workload)
     if payload_sha256 is not None:
@@ -111,7 +106,7 @@ def register_artifact(
     elif payload is not None:
         digest = file_sha256(payload)
     elif entry is not None:
-        digest = entry_sha256(entry)
+        digest = entry_sha256(entry, entry_source)
     else:
         digest = None
     stream = artifact_stream(artifact)
@@ -133,8 +128,12 @@ def register_artifact(
 
 
 def check_claims(artifact: str, *, workload: str, kind: str, backend: str | None = None, op: str | None = None,
-                 entry: str | None = None) -> None:
-    """What a registration claims, checked before anything is read or appended (one line for the first problem)."""
+                 entry: str | None = None) -> str | None:
+    """What a registration claims, checked before anything is read or appended (one line for the first problem).
+
+    Returns the kernel entry's source as a worker process read it (its module
+    is never imported here), or None when the artifact names no entry.
+    """
     check_name(artifact, "artifact id")
     check_name(workload, "workload")
     if kind not in ARTIFACT_KINDS:
@@ -143,11 +142,13 @@ def check_claims(artifact: str, *, workload: str, kind: str, backend: str | None
         raise UserError("an attention_backend artifact must name its backend (--backend)")
     if (op is None) != (entry is None):
         raise UserError("--op and --entry go together: the operation and the kernel entry that implements it")
-    if op is not None:
-        from registry.kernels.ops import get_operation, resolve_entry
+    if op is None:
+        return None
+    from registry.kernels.isolation import inspect_entry
+    from registry.kernels.ops import get_operation
 
-        get_operation(op)
-        resolve_entry(entry)
+    get_operation(op)
+    return inspect_entry(entry)
 
 
 def registration(registry: Registry, artifact: str) -> dict:

@@ -1,33 +1,52 @@
 """Evaluation runner: a candidate kernel against its torch reference, as evidence items.
 
-Stages, in order: ``load`` (resolve the entry, screen its source, build the
-seeded corpus), ``parity`` (reference vs candidate on every corpus case),
-``benchmark`` (paired ABBA timing; each timed call runs every case). The
-launch counter watches parity and benchmark to produce the execution item.
+The candidate is hostile code until shown otherwise (docs/kernels.md, "Threat
+model"). It runs in a worker process of its own (registry/kernels/worker.py,
+driven by registry/kernels/isolation.py) that never holds an expected output,
+the comparator or the clock; this process keeps all three.
 
-If a stage raises, the result is a single ``failure`` item naming that stage:
-evidence from the stages before it is dropped, so a half-finished evaluation
-can never be read as a finished one (docs/architecture.md, gate step 1). A caller's own
-mistake (unknown op, bad run count, a tolerance policy missing a tolerance)
-is raised instead, because it says nothing about the candidate.
+Stages, in order: ``load`` (start the worker, import the entry there, screen
+its source, build the seeded corpus), ``parity`` (reference vs candidate on
+every corpus case), ``benchmark`` (paired ABBA timing; each call runs every
+case on inputs drawn fresh from a secret seed, and every candidate call is
+checked), ``integrity`` (held-out shapes and value scales, run twice;
+launch ablation). Launches are counted by hooks inside Triton, whoever makes
+them; the execution item counts those of parity and benchmark.
+
+If a stage raises, or a check refuses the candidate (a CandidateRefused naming
+the technique class, registry/kernels/checks.py), the result is a single
+``failure`` item naming that stage: evidence from the stages before it is
+dropped, so a half-finished evaluation can never be read as a finished one
+(docs/architecture.md, gate step 1). A caller's own mistake (unknown op, bad
+run count, a tolerance policy missing a tolerance) is raised instead, because
+it says nothing about the candidate.
 """
 from __future__ import annotations
 
 import inspect
+import secrets
+import statistics
 import sys
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
 
 from registry.formats.errors import UserError
 from registry.evidence.parity import POLICIES, compare_outputs, validate_tolerance
+from registry.evidence.parity import POLICIES, compare_outputs, dtype_name, validate_tolerance
 from registry.evidence.source_screen import screen_source
-from registry.evidence.timing import abba_schedule, time_paired, triton_interpreter_active
-from registry.kernels.launches import counting
+from registry.evidence.timing import abba_schedule, peak_bandwidth, triton_interpreter_active
+from registry.kernels.checks import (HELD_OUT, IMPOSSIBLE_SPEED, NON_FINITE, NONDETERMINISTIC, NOT_FROM_KERNEL,
+                                     STALE, CandidateRefused, as_outputs, refuse_bad_outputs, refuse_idle,
+                                     refuse_mutated_inputs, refuse_worker_report, spot_check)
+from registry.kernels.isolation import CallResult, CandidateError, CandidateWorker
 from registry.kernels.ops import get_operation, resolve_entry
 
 EVIDENCE_FORMAT = "registry.evidence/1"
+ISOLATED_TIMING_NOTE = ("timed by the harness process around the worker's run, which synchronises the whole "
+                        "device before it answers; inputs staged and L2 flushed (256 MB write) before each call")
 
 
 def failure_item(stage: str, exc: BaseException) -> dict[str, str]:
@@ -74,38 +93,203 @@ def _check_request(cases: Sequence[Any], runs: int, warmup: int, policy: str,
             validate_tolerance(tolerances_by_dtype[dtype])
 
 
-def _run_all(fn: Callable, inputs: Sequence[tuple[torch.Tensor, ...]]) -> None:
-    for args in inputs:
-        fn(*args)
+@dataclass
+class _Session:
+    """One evaluation's worker and what the harness has seen of it so far."""
+
+    worker: CandidateWorker
+    spec: Any
+    policy: str
+    tolerances: Mapping[str, Mapping[str, float]] | None
+    device: torch.device
+    launches: int = 0
+    fallbacks: int = 0
+    interpreted: int = 0
+    idle_calls: list[str] = field(default_factory=list)
+
+    def run(self, arm: str, labels: Sequence[str], inputs: Sequence[tuple[torch.Tensor, ...]], where: str, *,
+            ablate: bool = False, count: bool = True) -> CallResult:
+        """One call of ``arm`` on ``inputs``; the candidate's calls are checked before anything is returned."""
+        output_bytes = sum(2 * t.numel() * t.element_size() * len(self.spec.outputs) for args in inputs for t in args)
+        call = self.worker.call(arm, inputs, output_bytes, ablate=ablate)
+        if arm != "C":
+            return call
+        refuse_worker_report(call, where)
+        if count:
+            self.launches += sum(call.launches)
+            self.fallbacks += call.fallbacks
+            self.interpreted += call.interpreted
+        self.idle_calls += [f"{where} {label}" for label, n in zip(labels, call.launches) if n == 0]
+        refuse_bad_outputs(call.outputs, labels, self.spec.outputs)
+        refuse_mutated_inputs(inputs, call.inputs_after, labels)
+        return call
+
+    def require_launches(self, call: CallResult, where: str) -> None:
+        """After its outputs were checked: a call that launched nothing while others did is refused."""
+        refuse_idle(call, where, kernel_seen=self.launches > 0 or any(call.launches))
+
+    def tolerance(self, dtype: torch.dtype) -> Mapping[str, float] | None:
+        return self.tolerances[dtype_name(dtype)] if self.policy == "tolerance" else None
+
+    def spot_check(self, technique: str, where: str, labels: Sequence[str],
+                   inputs: Sequence[tuple[torch.Tensor, ...]], call: CallResult) -> list[tuple[torch.Tensor, ...]]:
+        """Refuse the call if any output is not the reference's for these inputs; return the references."""
+        reference = resolve_entry(self.spec.reference)
+        expected_all = []
+        for label, args, got in zip(labels, inputs, call.outputs):
+            expected = as_outputs(reference(*args))
+            expected_all.append(expected)
+            if len(got) != len(expected):
+                raise CandidateRefused(technique, f"{where} {label}: {len(got)} outputs, expected {len(expected)}")
+            for out_name, ref, cand in zip(self.spec.outputs, expected, got):
+                why = spot_check(f"{label}.{out_name}", ref.cpu(), cand, self.policy, self.tolerance(ref.dtype))
+                if why is not None:
+                    nonfinite = technique == STALE and "NaN or inf" in why
+                    raise CandidateRefused(NON_FINITE if nonfinite else technique, f"{where}: {why}")
+        return expected_all
 
 
-def _parity(spec: Any, cases: Sequence[Any], inputs: Sequence[tuple[torch.Tensor, ...]], reference: Callable,
-            candidate: Callable, policy: str, tolerances: Mapping[str, Mapping[str, float]] | None,
+def _parity(session: _Session, cases: Sequence[Any], inputs: Sequence[tuple[torch.Tensor, ...]],
             approx_math: list[str] | None, tick: Callable[[], None]) -> dict[str, Any]:
+    reference = resolve_entry(session.spec.reference)
     leaves: list[dict[str, Any]] = []
     for case, args in zip(cases, inputs):
         expected = reference(*args)
-        own = tuple(a.clone() for a in args)
-        got = candidate(*own)
-        for k, (a, b) in enumerate(zip(args, own)):
-            if not torch.equal(a, b):
-                raise UserError(f"candidate wrote to its input {k} on {case.label}")
-        names = [f"{case.label}.{out}" for out in spec.outputs]
-        declared = tolerances if policy == "tolerance" else None
-        leaves += compare_outputs(expected, got, names, policy, declared)["leaves"]
+        call = session.run("C", [case.label], [args], f"parity call on {case.label}")
+        got = call.outputs[0]
+        names = [f"{case.label}.{out}" for out in session.spec.outputs]
+        declared = session.tolerances if session.policy == "tolerance" else None
+        leaves += compare_outputs(expected, tuple(got) if len(got) != 1 else got[0], names, session.policy,
+                                  declared)["leaves"]
+        session.require_launches(call, f"parity call on {case.label}")
         tick()
-    item: dict[str, Any] = {"kind": "parity", "policy": policy, "leaves": leaves}
+    item: dict[str, Any] = {"kind": "parity", "policy": session.policy, "leaves": leaves}
     if approx_math is not None:
         item["approx_math"] = approx_math
     return item
+
+
+def fresh_inputs(spec: Any, cases: Sequence[Any], device: torch.device) -> list[tuple[torch.Tensor, ...]]:
+    """Every case's inputs drawn again from a seed only this process knows, in storage of their own."""
+    return [spec.make_inputs(replace(case, seed=secrets.randbits(62)), device) for case in cases]
+
+
+def _floor_seconds(bytes_moved: int, device_name: str | None) -> float | None:
+    peak = peak_bandwidth(device_name) if device_name else None
+    return None if peak is None else bytes_moved / peak
+
+
+def time_pairs(session: _Session, cases: Sequence[Any], pairs: int, warmup: int, *, bytes_moved: int,
+               tick: Callable[[], None], notes: str) -> dict[str, Any]:
+    """``warmup`` untimed then ``pairs`` timed ABBA pairs; a paired benchmark item.
+
+    Every call, warm-up or timed, baseline or candidate, gets fresh inputs
+    drawn from its own secret seed, so warm-up calls look exactly like timed
+    ones and nothing a call leaves behind is the answer to the next. Every
+    candidate call's outputs are checked against the reference on its inputs,
+    and its inputs checked unchanged. The clock is this process's, around the
+    worker's run-and-synchronise; a candidate time below the op's byte floor
+    over the device's peak bandwidth is refused.
+    """
+    schedule = abba_schedule(pairs)
+    labels = [case.label for case in cases]
+    floor = _floor_seconds(bytes_moved, session.worker.device_name)
+    times: dict[str, list[float]] = {"B": [], "C": []}
+    orders = [(order, False) for order in (abba_schedule(warmup) if warmup else [])]
+    orders += [(order, True) for order in schedule]
+    for index, (order, timed) in enumerate(orders):
+        for arm in order:
+            inputs = fresh_inputs(session.spec, cases, session.device)
+            where = f"{'timed' if timed else 'warm-up'} call {index + 1}"
+            call = session.run(arm, labels, inputs, where)
+            if arm == "C":
+                session.spot_check(STALE, where, labels, inputs, call)
+                session.require_launches(call, where)
+                if floor is not None and call.seconds < floor:
+                    raise CandidateRefused(IMPOSSIBLE_SPEED, (
+                        f"{where} took {call.seconds:.3g} s, below the {floor:.3g} s that moving "
+                        f"{bytes_moved} bytes takes at {session.worker.device_name}'s peak bandwidth"))
+            if timed:
+                times[arm].append(call.seconds)
+            tick()
+    interpreted = session.interpreted > 0 or triton_interpreter_active()
+    item: dict[str, Any] = {
+        "kind": "benchmark", "protocol": "paired",
+        "device": "cpu (triton interpreter)" if interpreted else session.worker.device_name or "cpu",
+        "timer": "interpreter" if interpreted else "perf_counter",
+        "baseline_s": times["B"], "candidate_s": times["C"], "schedule": schedule, "warmup": warmup,
+        "arch": session.worker.arch,
+    }
+    if floor is not None and not interpreted:
+        item["bandwidth_share"] = floor / statistics.median(times["C"])
+    item["notes"] = notes + ("" if interpreted else "; " + ISOLATED_TIMING_NOTE)
+    return item
+
+
+def _held_out_cases(cases: Sequence[Any]) -> list[Any]:
+    """Two shapes outside the corpus, drawn at random from the first and last cases, with secret seeds."""
+    rng = secrets.SystemRandom()
+    held = []
+    for i, case in enumerate((cases[0], cases[-1])):
+        held.append(replace(case, label=f"held-out{i}", batch=case.batch + rng.randint(0, 1),
+                            seq=rng.randint(1, case.seq + 3), dim=case.dim + rng.randint(1, 16),
+                            seed=secrets.randbits(62)))
+    return held
+
+
+def _rescaled(inputs: tuple[torch.Tensor, ...], exponent: int) -> tuple[torch.Tensor, ...]:
+    """Activations (16-bit inputs) times 2**exponent: exact, and outside the corpus's value range."""
+    return tuple(t * 2.0 ** exponent if t.dtype in (torch.bfloat16, torch.float16) else t for t in inputs)
+
+
+def integrity(session: _Session, cases: Sequence[Any]) -> None:
+    """The checks that run after the benchmark, outside the counted calls.
+
+    Held-out shapes with values rescaled up and down (a power of two), each
+    run twice in fresh storage: both runs must agree bit for bit, and with
+    the reference. Then, if any kernel launched, one call on fresh inputs
+    with every launch made a no-op: an output that still matches the
+    reference did not come from the kernels.
+    """
+    rng = secrets.SystemRandom()
+    held = _held_out_cases(cases)
+    exponents = [rng.randint(5, 7), -rng.randint(3, 6)]
+    inputs = [_rescaled(session.spec.make_inputs(case, session.device), e) for case, e in zip(held, exponents)]
+    labels = [case.label for case in held]
+    first = session.run("C", labels, inputs, "held-out call", count=False)
+    session.spot_check(HELD_OUT, "held-out call", labels, inputs, first)
+    session.require_launches(first, "held-out call")
+    second = session.run("C", labels, inputs, "held-out call (repeat)", count=False)
+    session.require_launches(second, "held-out call (repeat)")
+    for label, a_row, b_row in zip(labels, first.outputs, second.outputs):
+        for out_name, a, b in zip(session.spec.outputs, a_row, b_row):
+            if not (a.shape == b.shape and a.stride() == b.stride() and torch.equal(
+                    a.contiguous().view(torch.uint8), b.contiguous().view(torch.uint8))):
+                raise CandidateRefused(NONDETERMINISTIC, f"{label}.{out_name}: two runs on the same values differ")
+    if session.idle_calls and session.launches:
+        raise CandidateRefused(NOT_FROM_KERNEL, f"{session.idle_calls[0]} returned without launching a kernel")
+    if not session.launches:
+        return
+    labels = [case.label for case in cases]
+    inputs = fresh_inputs(session.spec, cases, session.device)
+    ablated = session.run("C", labels, inputs, "ablated call", ablate=True, count=False)
+    reference = resolve_entry(session.spec.reference)
+    for label, args, got in zip(labels, inputs, ablated.outputs):
+        expected = as_outputs(reference(*args))
+        for out_name, ref, cand in zip(session.spec.outputs, expected, got):
+            if spot_check(f"{label}.{out_name}", ref.cpu(), cand, session.policy, session.tolerance(ref.dtype)) is None:
+                raise CandidateRefused(NOT_FROM_KERNEL, (
+                    f"{label}.{out_name} is still the reference's with every kernel launch made a no-op"))
 
 
 def evaluate_kernel(op_name: str, entry: str, *, corpus: str, runs: int, warmup: int, policy: str,
                     tolerances_by_dtype: Mapping[str, Mapping[str, float]] | None,
                     progress: Callable[[int, int], None] | None = None) -> list[dict[str, Any]]:
     """Evidence items [parity, benchmark, execution] for ``entry`` as an ``op_name`` kernel,
-    or [failure] naming the stage that raised.
+    or [failure] naming the stage that raised or the check that refused the candidate.
 
+    The candidate runs in its own process (:mod:`registry.kernels.isolation`);
+    this one keeps the inputs, the references, the comparator and the clock.
     ``progress(done, total)`` counts corpus cases compared, then timed and
     warm-up calls.
     """
@@ -121,30 +305,26 @@ def evaluate_kernel(op_name: str, entry: str, *, corpus: str, runs: int, warmup:
         if progress is not None:
             progress(done, total)
 
+    stage = "load"
     try:
-        candidate = resolve_entry(entry)
-        reference = resolve_entry(spec.reference)
-        approx_math = screen_source(candidate_source(candidate)) if policy == "byte_equal" else None
-        inputs = [spec.make_inputs(case, device) for case in cases]
-    except Exception as exc:  # noqa: BLE001 - any load error becomes evidence of failure
-        return [failure_item("load", exc)]
-    with counting() as tally:
-        try:
-            parity = _parity(spec, cases, inputs, reference, candidate, policy, tolerances_by_dtype,
-                             approx_math, tick)
-        except Exception as exc:  # noqa: BLE001
-            return [failure_item("parity", exc)]
-        try:
-            benchmark = time_paired(
-                lambda: _run_all(reference, inputs), lambda: _run_all(candidate, inputs), runs, warmup, device,
-                bytes_moved=sum(spec.cost(case).bytes for case in cases), triton_candidate=True,
-                interpreted=tally.interpreted_launches > 0,
-                progress=lambda _d, _t: tick(),
+        with CandidateWorker(entry, spec.reference, device, screen=policy == "byte_equal") as worker:
+            approx_math = screen_source(worker.source) if policy == "byte_equal" else None
+            inputs = [spec.make_inputs(case, device) for case in cases]
+            session = _Session(worker, spec, policy, tolerances_by_dtype, device)
+            stage = "parity"
+            parity = _parity(session, cases, inputs, approx_math, tick)
+            stage = "benchmark"
+            benchmark = time_pairs(
+                session, cases, runs, warmup, bytes_moved=sum(spec.cost(case).bytes for case in cases), tick=tick,
                 notes=(f"{op_name} on the {corpus} corpus: each timed call runs all {len(cases)} cases; "
                        f"baseline {spec.reference}, candidate {entry}"))
-        except Exception as exc:  # noqa: BLE001
-            return [failure_item("benchmark", exc)]
-    execution = {"kind": "execution", "candidate_calls": tally.launches, "fallbacks": tally.fallbacks}
+            stage = "integrity"
+            integrity(session, cases)
+    except CandidateError as exc:
+        return [{"kind": "failure", "stage": stage, "error": f"{exc.type_name}: {exc}"}]
+    except Exception as exc:  # noqa: BLE001 - any failure of the candidate becomes evidence of failure
+        return [failure_item(stage, exc)]
+    execution = {"kind": "execution", "candidate_calls": session.launches, "fallbacks": session.fallbacks}
     return [parity, benchmark, execution]
 
 

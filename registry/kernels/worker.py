@@ -1,0 +1,267 @@
+"""The candidate's own process: runs a kernel entry on inputs the harness sends, and nothing else.
+
+Started by :mod:`registry.kernels.isolation` as ``python -m
+registry.kernels.worker``. It never sees an expected output, a comparator
+verdict or the clock that decides: it receives input bytes, copies them into
+fresh storage on its device, runs the requested arm when told to, waits for
+the whole device, answers "done", then sends back copies of the outputs and of
+the inputs as the call left them. The harness compares.
+
+What this process measures itself (kernel launches, harness functions
+replaced, the candidate's source) is reported, not trusted blindly: the
+candidate shares the process and could lie about it, so every decision that
+matters also rests on something the harness checks from outside (outputs on
+inputs the worker could not predict, launch ablation, threads seen in
+/proc, the harness's own clock).
+
+Protocol (frames of :mod:`registry.kernels.wire`, on stdin and the original
+stdout; the candidate's prints go to stderr):
+
+- ``hello {entry, reference, device}`` -> ``{ok, source}`` or ``{error}``
+- ``inspect {entry}`` -> ``{ok, module_source}`` or ``{error}`` (registration: check and hash an entry)
+- ``stage {arm, counts}`` + tensors -> ``{ok}`` (arm "C" candidate, "B" reference)
+- ``run {ablate}`` -> ``{done}`` or ``{error}``, then ``{outputs, launches, ...}`` + tensors
+- ``exit`` -> the process ends
+"""
+from __future__ import annotations
+
+import os
+import sys
+import threading
+from typing import Any, BinaryIO
+
+_PROTOCOL_OUT: BinaryIO = os.fdopen(os.dup(1), "wb")
+os.dup2(2, 1)  # a candidate's print() must not corrupt the protocol stream
+_PROTOCOL_IN: BinaryIO = os.fdopen(os.dup(0), "rb")
+_null = os.open(os.devnull, os.O_RDONLY)
+os.dup2(_null, 0)  # nor read it
+os.close(_null)
+
+import time  # noqa: E402
+
+import torch  # noqa: E402
+
+from registry.kernels import wire  # noqa: E402
+from registry.kernels.launches import counting  # noqa: E402
+
+ERROR_TEXT_LIMIT = 2000
+
+
+class LaunchWatch:
+    """Triton launches seen by hooks installed before the candidate is imported.
+
+    Under the interpreter every launch goes through ``GridExecutor.__call__``;
+    compiled kernels go through ``JITFunction.run``. Both are wrapped here so
+    a launch is counted whoever makes it (the candidate need not use
+    ``registry.kernels.launches``), and so that an *ablated* call can turn
+    every launch into a no-op: a result that survives ablation did not come
+    from the kernels.
+    """
+
+    def __init__(self) -> None:
+        self.launches = 0
+        self.interpreted = 0
+        self.kernels: dict[str, int] = {}
+        self.ablate = False
+        self._lock = threading.Lock()
+        from triton.runtime import interpreter, jit
+
+        self.wrapped = {}
+        for owner, attr, interpreted in ((interpreter.GridExecutor, "__call__", True), (jit.JITFunction, "run", False)):
+            original = getattr(owner, attr)
+            wrapper = self._wrap(original, interpreted)
+            setattr(owner, attr, wrapper)
+            self.wrapped[f"{owner.__module__}.{owner.__name__}.{attr}"] = (owner, attr, wrapper)
+
+    def _wrap(self, original: Any, interpreted: bool) -> Any:
+        watch = self
+
+        def launch(this: Any, *args: Any, **kwargs: Any) -> Any:
+            if not interpreted and kwargs.get("warmup"):
+                return original(this, *args, **kwargs)
+            name = getattr(getattr(this, "fn", None), "__name__", type(this).__name__)
+            with watch._lock:
+                watch.launches += 1
+                watch.interpreted += int(interpreted)
+                watch.kernels[name] = watch.kernels.get(name, 0) + 1
+            if watch.ablate:
+                return None
+            return original(this, *args, **kwargs)
+
+        return launch
+
+    def reset(self) -> None:
+        with self._lock:
+            self.launches, self.interpreted, self.kernels = 0, 0, {}
+
+
+def _protected() -> dict[str, Any]:
+    """Functions a cheat would replace to fool an in-process harness, by name."""
+    import registry.evidence.parity as parity
+    import registry.evidence.timing as timing
+    import registry.kernels.launches as launches
+
+    found: dict[str, Any] = {f"time.{name}": getattr(time, name) for name in
+                             ("perf_counter", "perf_counter_ns", "monotonic", "monotonic_ns", "time", "time_ns",
+                              "process_time", "thread_time")}
+    found.update({"torch.cuda.synchronize": torch.cuda.synchronize,
+                  "torch.cuda.Event.elapsed_time": torch.cuda.Event.elapsed_time,
+                  "torch.cuda.Event.record": torch.cuda.Event.record,
+                  "torch.cuda.Event.synchronize": torch.cuda.Event.synchronize,
+                  "registry.evidence.parity.compare_outputs": parity.compare_outputs,
+                  "registry.evidence.parity.compare_leaf": parity.compare_leaf,
+                  "registry.evidence.timing.time_paired": timing.time_paired,
+                  "registry.kernels.launches.launch": launches.launch,
+                  "registry.kernels.launches.record_fallback": launches.record_fallback,
+                  "registry.kernels.launches.LaunchCounter._add": launches.LaunchCounter._add})
+    if hasattr(torch._C, "_cuda_synchronize"):
+        found["torch._C._cuda_synchronize"] = torch._C._cuda_synchronize
+    return found
+
+
+def _current(name: str) -> Any:
+    module_name, _, attr = name.rpartition(".")
+    parts = module_name.split(".")
+    target: Any = sys.modules.get(parts[0])
+    for part in parts[1:]:
+        target = getattr(target, part, None)
+    return getattr(target, attr, None)
+
+
+def _error(exc: BaseException) -> dict[str, str]:
+    try:
+        message = str(exc)
+    except Exception:  # noqa: BLE001 - a hostile __str__ is still an error to report
+        message = "<the exception's message could not be read>"
+    return {"type": type(exc).__name__, "message": message[:ERROR_TEXT_LIMIT]}
+
+
+def _outputs(result: Any) -> list[Any]:
+    return list(result) if isinstance(result, (tuple, list)) else [result]
+
+
+def _snapshot(t: torch.Tensor) -> torch.Tensor:
+    """A CPU copy with the same layout, made from the tensor's own storage only."""
+    copy = torch.empty_strided(tuple(t.shape), t.stride(), dtype=t.dtype, device="cpu")
+    copy.copy_(t.detach())
+    return copy
+
+
+def _describe(out: Any) -> tuple[dict[str, Any], torch.Tensor | None]:
+    """Whether ``out`` is a plain tensor holding its own storage, and a copy of it if so."""
+    if type(out) is not torch.Tensor:
+        return {"plain": False, "why": f"a {type(out).__module__}.{type(out).__qualname__}, not a plain torch.Tensor"}, None
+    numel_bytes = out.numel() * out.element_size()
+    if out.storage_offset() != 0 or out.untyped_storage().nbytes() != numel_bytes:
+        return {"plain": False, "why": (f"a view: {numel_bytes} bytes of elements at offset {out.storage_offset()} "
+                                        f"in a storage of {out.untyped_storage().nbytes()} bytes")}, None
+    if not wire._dense(list(out.shape), list(out.stride())):
+        return {"plain": False, "why": f"strides {list(out.stride())} do not address each element once"}, None
+    return {"plain": True}, _snapshot(out)
+
+
+class Worker:
+    def __init__(self) -> None:
+        torch.set_num_threads(1)
+        self.watch = LaunchWatch()
+        self.protected = _protected()
+        self.device = torch.device("cpu")
+        self.candidate: Any = None
+        self.reference: Any = None
+        self.staged: list[tuple[torch.Tensor, ...]] = []
+        self.arm = "C"
+        self.flush: torch.Tensor | None = None
+
+    def replaced(self) -> list[str]:
+        names = [name for name, fn in self.protected.items() if _current(name) is not fn]
+        names += [name for name, (owner, attr, wrapper) in self.watch.wrapped.items()
+                  if getattr(owner, attr) is not wrapper]
+        return sorted(names)
+
+    def hello(self, header: dict[str, Any]) -> dict[str, Any]:
+        from registry.kernels.evaluate import candidate_source
+        from registry.kernels.ops import resolve_entry
+
+        self.device = torch.device(header["device"])
+        if self.device.type == "cuda":
+            torch.cuda.set_device(self.device)
+            self.flush = torch.empty(header["flush_bytes"] // 4, dtype=torch.int32, device=self.device)
+        self.reference = resolve_entry(header["reference"])
+        self.candidate = resolve_entry(header["entry"])
+        source = candidate_source(self.candidate) if header.get("screen") else ""
+        return {"ok": True, "source": source}
+
+    def inspect(self, header: dict[str, Any]) -> dict[str, Any]:
+        import inspect
+
+        from registry.kernels.ops import resolve_entry
+
+        module = inspect.getmodule(resolve_entry(header["entry"]))
+        return {"ok": True, "module_source": inspect.getsource(module) if module is not None else ""}
+
+    def stage(self, header: dict[str, Any], tensors: list[torch.Tensor]) -> dict[str, Any]:
+        self.arm = header["arm"]
+        self.staged, at = [], 0
+        for count in header["counts"]:
+            self.staged.append(tuple(t.to(self.device, copy=True) for t in tensors[at:at + count]))
+            at += count
+        if self.flush is not None:
+            self.flush.zero_()  # evict L2 so no call reads inputs a previous one left cached
+            torch.cuda.synchronize(self.device)
+        return {"ok": True}
+
+    def run(self, header: dict[str, Any]) -> None:
+        fn = self.candidate if self.arm == "C" else self.reference
+        self.watch.reset()
+        self.watch.ablate = bool(header.get("ablate"))
+        results, per_call, error = [], [], None
+        with counting() as tally:
+            try:
+                for args in self.staged:
+                    before = self.watch.launches
+                    results.append(_outputs(fn(*args)))
+                    per_call.append(self.watch.launches - before)
+                if self.device.type == "cuda":
+                    torch._C._cuda_synchronize()  # the whole device: side streams included
+            except BaseException as exc:  # noqa: BLE001 - the candidate's failure is the answer
+                error = _error(exc)
+        self.watch.ablate = False
+        wire.write_frame(_PROTOCOL_OUT, {"error": error} if error else {"done": True})
+        if error:
+            return
+        described, copies = [], []
+        for outputs in results:
+            row = []
+            for out in outputs:
+                meta, copy = _describe(out)
+                row.append(meta)
+                if copy is not None:
+                    copies.append(copy)
+            described.append(row)
+        inputs_after = [_snapshot(t) for args in self.staged for t in args] if self.arm == "C" else []
+        wire.write_frame(_PROTOCOL_OUT, {
+            "outputs": described, "launches": per_call, "interpreted": self.watch.interpreted,
+            "kernels": self.watch.kernels, "fallbacks": tally.fallbacks, "replaced": self.replaced(),
+            "inputs_after": len(inputs_after)}, copies + inputs_after)
+
+    def serve(self) -> None:
+        while True:
+            header, tensors = wire.read_frame(_PROTOCOL_IN, byte_budget=1 << 62)
+            op = header.get("op")
+            if op == "exit":
+                return
+            if op == "run":
+                self.run(header)
+                continue
+            try:
+                handler = {"hello": self.hello, "inspect": self.inspect}.get(op)
+                reply = handler(header) if handler else self.stage(header, tensors)
+            except BaseException as exc:  # noqa: BLE001
+                reply = {"error": _error(exc)}
+            wire.write_frame(_PROTOCOL_OUT, reply)
+
+
+if __name__ == "__main__":
+    Worker().serve()
+    _PROTOCOL_OUT.flush()
+    os._exit(0)  # no candidate atexit hook or lingering thread decides how this process ends

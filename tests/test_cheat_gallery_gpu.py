@@ -1,0 +1,57 @@
+"""The GPU-only part of the cheat gallery (technique 15, and technique 1 where it is deterministic).
+
+These need compiled Triton kernels on a CUDA device; they skip elsewhere and
+are marked `device`. benchmarks/gpu_kernels.sh runs them when a GPU is lent.
+The small cpu corpus is used except where the byte floor needs real sizes.
+"""
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+from registry.kernels.evaluate import evaluate_kernel
+
+pytestmark = [pytest.mark.device, pytest.mark.skipif(
+    not torch.cuda.is_available() or os.environ.get("TRITON_INTERPRET") == "1",
+    reason="needs a CUDA GPU with compiled Triton kernels")]
+
+
+def _evaluate(module: str, corpus: str = "cpu") -> list[dict]:
+    return evaluate_kernel("modulated_layernorm", f"gallery.{module}:modulated_layernorm", corpus=corpus, runs=2,
+                           warmup=1, policy="byte_equal", tolerances_by_dtype=None)
+
+
+def test_1_freed_reference_memory_on_the_caching_allocator():
+    """Passes the harness before the isolation change on a GPU: the caching allocator hands the
+    candidate's torch.empty_like the block the reference's output just freed. Now no reference runs
+    in the worker on the candidate's inputs; what the block holds is not the answer."""
+    items = _evaluate("freed_memory")
+    assert items[0]["kind"] == "failure"
+    assert "stale result" in items[0]["error"] or "non-finite output" in items[0]["error"]
+
+
+def test_15a_side_stream_work_is_waited_for():
+    """Passes the harness before the isolation change with a time that leaves the side stream's work
+    out (its CUDA events were recorded on the current stream). Now the worker synchronises the whole
+    device before it answers, and outputs are copied after that: the evidence is an honest run's."""
+    parity, benchmark, execution = _evaluate("side_stream")
+    assert all(leaf["byte_equal"] for leaf in parity["leaves"])
+    assert "synchronises the whole device" in benchmark["notes"] and execution["candidate_calls"] > 0
+
+
+def test_15b_l2_persistence_gains_nothing():
+    """Passes the harness before the isolation change reading inputs from L2 on every timed call (the
+    same tensors each time). Now every call's inputs are new storage, written before a 256 MB L2
+    eviction: a window over last call's inputs covers nothing this call reads."""
+    parity, benchmark, _ = _evaluate("l2_persistence")
+    assert all(leaf["byte_equal"] for leaf in parity["leaves"])
+    assert "L2 flushed" in benchmark["notes"]
+
+
+def test_15c_time_below_the_byte_floor_is_refused():
+    """Passes the harness before the isolation change as a large speedup would (it had no floor). Now a
+    time below the op's bytes over the device's peak bandwidth is refused as impossible."""
+    items = _evaluate("forged_done", corpus="gpu")
+    assert items[0]["kind"] == "failure" and "impossible speed" in items[0]["error"], items
