@@ -34,7 +34,6 @@ from typing import Any
 import torch
 
 from registry.formats.errors import UserError
-from registry.evidence.parity import POLICIES, compare_outputs, validate_tolerance
 from registry.evidence.parity import POLICIES, compare_outputs, dtype_name, validate_tolerance
 from registry.evidence.source_screen import screen_source
 from registry.evidence.timing import abba_schedule, peak_bandwidth, triton_interpreter_active
