@@ -2,7 +2,7 @@
 
 For true speedups of 0.9x, 1.05x, 1.25x and 2x the gate, with per-run CVs of
 2% and 5% (log-normal timings), it draws paired streams, reads the confident
-rule (registry/evidence/sequential.py) after every pair up to --max-pairs, and
+rule (registry/formats/sequential.py) after every pair up to --max-pairs, and
 prints its mean and 90th-percentile pairs to a decision, its false-promotion
 rate (below the gate) or false-rejection rate (at or above it), and the share
 it left held at max_pairs; beside it the fixed designs spend 16 or 32 pairs

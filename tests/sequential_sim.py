@@ -1,7 +1,7 @@
 """Vectorised paired-timing streams and the rules read on them, shared by the simulation test and
 benchmarks/sequential.py (numpy only: one array of streams x pairs per case).
 
-The count rule of registry/evidence/sequential.py depends only on how many
+The count rule of registry/formats/sequential.py depends only on how many
 pairs lie above and below the gate, so a whole stack of streams is decided at
 once from cumulative counts and the table `needed_count(n, alpha)`.
 """
@@ -11,8 +11,8 @@ import math
 
 import numpy as np
 
-from registry.evidence.ranks import median_rank
-from registry.evidence.sequential import needed_count
+from registry.formats.ranks import median_rank
+from registry.formats.sequential import needed_count
 
 TIMING_DISTRIBUTIONS = ("lognormal", "student_t3", "preemption", "coarse_timer")
 
@@ -78,7 +78,7 @@ def fixed_rules(ratios: np.ndarray, gate: float, pairs: int, tail: float) -> dic
 
     point: median >= gate promotes, else rejects (the seed project's rule).
     order-statistic: the distribution-free interval at `tail` per side
-    (registry/evidence/stats.py): lower above the gate promotes, upper below rejects.
+    (registry/formats/stats.py): lower above the gate promotes, upper below rejects.
     """
     head = np.sort(ratios[:, :pairs], axis=1)
     point = np.where(np.median(head, axis=1) >= gate, 1, -1)

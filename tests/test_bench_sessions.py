@@ -254,7 +254,7 @@ def test_any_sequence_of_opens_and_batches_keeps_one_ordered_record(tmp_path_fac
     registry = open_registry(f"sqlite:///{tmp / 'r.db'}", actor="w", create=True)
     from registry.app.workloads import declare_workload
     from registry.contracts import Contract
-    from registry.evidence.sequential import decide_stream
+    from registry.formats.sequential import decide_stream
 
     declare_workload(registry, Contract.from_yaml(MANIFEST))
     (tmp / "p.bin").write_bytes(b"same bytes")

@@ -185,9 +185,9 @@ def test_a_defect_raising_valueerror_is_a_crash_report_not_a_refusal(cli, monkey
 def test_every_refusal_error_is_a_user_error():
     from registry.bundles.manifest import BundleError
     from registry.contracts.errors import ContractError
-    from registry.documents import DocumentError
+    from registry.formats.documents import DocumentError
     from registry.formats.errors import UserError
-    from registry.evidence.document import EvidenceError
+    from registry.formats.evidence.errors import EvidenceError
     from registry.evidence.frames import FrameError
     from registry.evidence.motionkernel import MotionKernelError
     from registry.kernels.ops import EntryError

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from registry.contracts import Contract, ContractError
-from registry.evidence.document import parse_item
+from registry.formats.evidence.items import parse_item
 from registry.gate import ArtifactFacts, GateEvidence, Recorded, decide
 
 MODULE = ArtifactFacts("fused-rmsnorm-v1", "module")

@@ -15,7 +15,7 @@ import pytest
 
 from registry.app import open_registry
 from registry.app.workloads import artifact_stream, register_artifact
-from registry.evidence.document import parse_item
+from registry.formats.evidence.items import parse_item
 
 CAPPED = """
 workload: wan

@@ -1,4 +1,4 @@
-"""The anytime-valid speed rule (registry/evidence/sequential.py): its error bound under every look, by
+"""The anytime-valid speed rule (registry/formats/sequential.py): its error bound under every look, by
 simulation, and its count table and running bounds on small streams worked by hand."""
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from sequential_sim import (
     TIMING_DISTRIBUTIONS, binomial_upper_bound, confident_rule, point_rule_promotes_at_some_look, ratio_streams,
 )
 
-from registry.evidence.sequential import (
+from registry.formats.sequential import (
     decide_stream, fewest_pairs_to_decide, log_wealth, needed_count, running_bounds,
 )
 

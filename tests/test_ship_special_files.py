@@ -1,6 +1,6 @@
 """Issue 20, "Nothing hangs": special files named as a lock file, a bundle manifest, a bundle file or a payload.
 
-Each is refused in one line by the shared reader (registry.documents: a
+Each is refused in one line by the shared reader (registry.formats.documents: a
 regular file only, its size checked before a byte is read), never read. Each
 command runs in its own process under a hang guard (a timeout far above what
 a refusal takes), so a reader that blocks on a FIFO or reads /dev/zero

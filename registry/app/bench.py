@@ -8,7 +8,7 @@ sessions"). Every session of one identity, under any artifact id of its
 workload, continues one record, the stream `bench:<identity>`: its pairs
 count in recorded order, so neither a new session nor a new name starts
 afresh, and no session can be dropped. The record is read with the rule of
-registry/evidence/sequential.py under the workload's current contract, which
+registry/formats/sequential.py under the workload's current contract, which
 must declare `speed.decision: confident`; `speed.max_pairs` ends it held.
 
 Appends name the record's version they read, so two workers racing on one
@@ -22,9 +22,9 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from registry.contracts.names import check_name
+from registry.formats.names import check_name
 from registry.events.identity import artifact_identity
-from registry.evidence.sequential import SequentialResult, decide_stream, running_bounds
+from registry.formats.sequential import SequentialResult, decide_stream, running_bounds
 
 from .context import Registry
 

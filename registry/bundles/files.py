@@ -13,7 +13,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from registry.documents import DocumentError, open_regular, sha256_file
+from registry.formats.documents import DocumentError, open_regular, sha256_file
 
 from .manifest import FORMAT, MANIFEST_NAME, MAX_MANIFEST_BYTES, BundleError, BundleManifest, parse_manifest
 

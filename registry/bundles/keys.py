@@ -26,7 +26,7 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from registry.documents import DocumentError, read_document
+from registry.formats.documents import DocumentError, read_document
 
 SIGNING_KEY_ENV = "REGISTRY_SIGNING_KEY"
 MAX_KEY_BYTES = 16 * 1024

@@ -17,7 +17,7 @@ from typing import Any
 
 from registry.contracts import fields as f
 from registry.contracts.errors import ContractError
-from registry.documents import DocumentError, load_json, read_document
+from registry.formats.documents import DocumentError, load_json, read_document
 
 from .dsse import SignatureRefused, is_envelope, parse_envelope
 from .files import verify_directory

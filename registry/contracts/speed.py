@@ -22,7 +22,7 @@ contract asking for it with fewer runs is refused.
 (docs/gate.md, "Confident speed decisions"):
 - `confident`: promote only what is shown at or above the gate and reject only
   what is shown below it, each wrong outcome at most `alpha` (in (0, 0.5]),
-  under any number of looks (registry/evidence/sequential.py); otherwise held.
+  under any number of looks (registry/formats/sequential.py); otherwise held.
   A benchmark session stops at `max_pairs` pairs, held if nothing was decided.
 - `point`: the seed project's rule, the point median against the gate.
 A manifest that declares no rule gets `confident`, with `alpha` 0.05 and
@@ -40,7 +40,7 @@ from typing import Any
 from registry.contracts import fields as f
 from registry.contracts.errors import ContractError
 from registry.formats.ranks import CI_LEVEL, MAX_RUNS_PER_ARM, min_conclusive_runs
-from registry.evidence.sequential import MAX_SEQUENTIAL_PAIRS, fewest_pairs_to_decide
+from registry.formats.sequential import MAX_SEQUENTIAL_PAIRS, fewest_pairs_to_decide
 
 PROTOCOLS = ("paired", "sequential")
 DECISIONS = ("confident", "point")

@@ -21,7 +21,7 @@ Which comparison decides is the contract's `speed.decision`. Under `point`
 (the seed project's rule, and what every contract declared before the rule
 existed means) the point speedup against the gate. Under `confident` the
 speedup's distribution-free bounds at `speed.alpha` per side
-(registry/evidence/stats.py, `speedup_bounds`): a lower bound above the gate
+(registry/formats/stats.py, `speedup_bounds`): a lower bound above the gate
 promotes, an upper bound below it rejects, anything else holds, naming the
 bounds; the verdict's `speedup_ci` is then those bounds. A bound equal to the
 gate shows nothing (a run exactly at the gate counts against both).
@@ -33,9 +33,9 @@ from typing import Any
 import numpy as np
 
 from registry.contracts import SpeedGate
-from registry.evidence.stats import speedup_bounds
+from registry.formats.stats import speedup_bounds
 from registry.gate.ledger import Ledger
-from registry.evidence.sequential import decide_stream
+from registry.formats.sequential import decide_stream
 from registry.gate.model import PairRecord, Recorded
 from registry.gate.text import num, times_pair
 
