@@ -23,6 +23,7 @@ from typing import Any
 from registry.bundles import parse_manifest
 from registry.bundles.dsse import sign
 from registry.bundles.keys import SigningKey
+from registry.formats.errors import UserError
 from registry.projections import Projections
 
 from .context import Registry
@@ -38,14 +39,14 @@ def attestation(registry: Registry, artifact: str) -> dict[str, Any]:
     projections = Projections(registry.store)
     state = projections.artifact(artifact)
     if state is None:
-        raise ValueError(f"unknown artifact {artifact!r} (register it with `registry artifact register`)")
+        raise UserError(f"unknown artifact {artifact!r} (register it with `registry artifact register`)")
     if state["decision"] != "promoted":
-        raise ValueError(f"{artifact} is {state['decision']}: only a promoted artifact is attested")
+        raise UserError(f"{artifact} is {state['decision']}: only a promoted artifact is attested")
     if state.get("bundle") is None:
-        raise ValueError(f"{artifact} was registered without a bundle: there is nothing to attest")
+        raise UserError(f"{artifact} was registered without a bundle: there is nothing to attest")
     workload = projections.workload(state["workload"]) or {}
     if state["contract_version"] != workload.get("contract_version"):
-        raise ValueError(f"{artifact} was promoted under contract v{state['contract_version']}; the current is "
+        raise UserError(f"{artifact} was promoted under contract v{state['contract_version']}; the current is "
                          f"v{workload.get('contract_version')}: judge it again (`registry rejudge "
                          f"{state['workload']}`) before attesting it")
     manifest = parse_manifest(state["bundle"], f"artifact {artifact}: stored bundle")

@@ -22,6 +22,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from registry.formats.errors import UserError
 from registry.formats.names import check_name
 from registry.events.identity import artifact_identity
 from registry.formats.sequential import SequentialResult, decide_stream, running_bounds
@@ -112,10 +113,10 @@ def open_session(registry: Registry, artifact: str, device: str, timer: str) -> 
     speed = _confident_speed(registry, workload)
     for value, what in ((device, "device"), (timer, "timer")):
         if not isinstance(value, str) or not value.strip() or len(value) > 200:
-            raise ValueError(f"{what}: expected 1 to 200 characters naming the {what}")
+            raise UserError(f"{what}: expected 1 to 200 characters naming the {what}")
     record = _read(registry, subject.identity, workload, speed)
     if record.closed:
-        raise ValueError(f"the benchmark record of {artifact} is closed ({_closed_text(record)}); no session opened")
+        raise UserError(f"the benchmark record of {artifact} is closed ({_closed_text(record)}); no session opened")
     session = f"bs-{uuid.uuid4().hex[:16]}"
     payload = BenchmarkSessionOpened(session=session, artifact=artifact, identity=subject.identity,
                                      payload_sha256=subject.payload_sha256, workload=workload, device=device,
@@ -149,7 +150,7 @@ def record_pairs(registry: Registry, artifact: str, session: str, baseline: list
     record = _read(registry, subject.identity, workload, speed)
     key = f"bench:{subject.identity}:{session}:{batch}"
     if session not in {s.session for s in record.sessions}:
-        raise ValueError(f"session {session} is not open for the current identity of {artifact} "
+        raise UserError(f"session {session} is not open for the current identity of {artifact} "
                          "(unknown, or opened for another identity); nothing recorded")
     payload = BenchmarkPairsRecorded(session=session, artifact=artifact, identity=subject.identity, batch=batch,
                                      baseline_s=[float(t) for t in baseline], candidate_s=[float(t) for t in candidate])
@@ -159,9 +160,9 @@ def record_pairs(registry: Registry, artifact: str, session: str, baseline: list
                                           idempotency_key=key, actor=registry.actor)
         return positions[0] > head, record
     if record.closed:
-        raise ValueError(f"the benchmark record of {artifact} is closed ({_closed_text(record)}); nothing recorded")
+        raise UserError(f"the benchmark record of {artifact} is closed ({_closed_text(record)}); nothing recorded")
     if len(record.ratios) + len(baseline) > record.max_pairs:
-        raise ValueError(f"{len(baseline)} pairs would take the record of {artifact} past speed.max_pairs "
+        raise UserError(f"{len(baseline)} pairs would take the record of {artifact} past speed.max_pairs "
                          f"{record.max_pairs} ({len(record.ratios)} recorded); nothing recorded")
     registry.store.append(record_stream(subject.identity), [NewEvent(payload.type, payload)],
                           expected_version=record.version, idempotency_key=key, actor=registry.actor)
@@ -177,16 +178,16 @@ def _closed_text(record: BenchRecord) -> str:
 
 def _check_times(baseline: list[float], candidate: list[float]) -> None:
     if not baseline or len(baseline) != len(candidate):
-        raise ValueError(f"a batch needs as many candidate as baseline times, at least one each "
+        raise UserError(f"a batch needs as many candidate as baseline times, at least one each "
                          f"(got {len(baseline)} and {len(candidate)}); nothing recorded")
     for arm, times in (("baseline", baseline), ("candidate", candidate)):
         for i, value in enumerate(times):
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-                raise ValueError(f"{arm}[{i}]: {value!r} is not a positive finite time in seconds; nothing recorded")
+                raise UserError(f"{arm}[{i}]: {value!r} is not a positive finite time in seconds; nothing recorded")
     for i, (b, c) in enumerate(zip(baseline, candidate)):
         ratio = b / c
         if not math.isfinite(ratio) or ratio <= 0:
-            raise ValueError(f"pair {i}: baseline {b!r} / candidate {c!r} is not a finite positive ratio; "
+            raise UserError(f"pair {i}: baseline {b!r} / candidate {c!r} is not a finite positive ratio; "
                              "nothing recorded")
 
 
@@ -195,9 +196,9 @@ def _confident_speed(registry: Registry, workload: str):
 
     speed = current_contract(registry, workload).contract.speed
     if speed is None:
-        raise ValueError(f"workload {workload} declares no speed block: there is no gate to benchmark against")
+        raise UserError(f"workload {workload} declares no speed block: there is no gate to benchmark against")
     if speed.decision != "confident":
-        raise ValueError(f"workload {workload} declares speed.decision {speed.decision}: benchmark sessions are "
+        raise UserError(f"workload {workload} declares speed.decision {speed.decision}: benchmark sessions are "
                          "read by the confident rule only")
     return speed
 

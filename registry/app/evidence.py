@@ -50,7 +50,7 @@ def capture_subject(registry: Registry, artifact: str) -> Subject:
     """
     state = Projections(registry.store).current_artifact(artifact)
     if state is None:
-        raise ValueError(f"unknown artifact {artifact!r} (register it with `registry artifact register`)")
+        raise UserError(f"unknown artifact {artifact!r} (register it with `registry artifact register`)")
     return Subject(artifact, {key: state.get(key) for key in REGISTRATION_FIELDS})
 
 

@@ -152,7 +152,7 @@ def refresh_lock(registry: Registry, previous: Lock) -> dict[str, Any]:
     from another registry.
     """
     if registry_problems(registry, replace(previous, artifacts=())):
-        raise ValueError(f"the lock was read at position {previous.log_position} of another registry (or of a "
+        raise UserError(f"the lock was read at position {previous.log_position} of another registry (or of a "
                          "rewritten log): it cannot be refreshed here")
     profile = None if previous.document.get("profile") is None else Profile(**previous.document["profile"])
     document = export_lock(registry, previous.workload, profile, _call_site(previous.document.get("call_site")))

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from registry.bundles import CallSite, Candidate, Profile, Resolution, parse_manifest, resolve
+from registry.formats.errors import UserError
 from registry.projections import Projections
 
 from .context import Registry
@@ -66,7 +67,7 @@ class WorkloadResolution:
 def _candidates(workload: str, position: int, declared: dict[str, Any] | None,
                 states: list[dict[str, Any]]) -> list[tuple[dict[str, Any], Candidate]]:
     if declared is None:
-        raise ValueError(f"unknown workload {workload!r} as of position {position} "
+        raise UserError(f"unknown workload {workload!r} as of position {position} "
                          "(declare it with `registry workload declare`)")
     return [(state, candidate_from_state(state, declared["contract_version"])) for state in states]
 

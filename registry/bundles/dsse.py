@@ -24,12 +24,13 @@ import binascii
 from dataclasses import dataclass
 from typing import Any
 
+from registry.formats.errors import UserError
 from .keys import SigningKey, TrustedKeys
 
 ED25519_SIGNATURE_BYTES = 64
 
 
-class SignatureRefused(ValueError):
+class SignatureRefused(UserError):
     """A signed document that is not accepted; `code` is stable, `detail` says why in one line."""
 
     def __init__(self, code: str, detail: str):

@@ -27,12 +27,13 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from registry.formats.documents import DocumentError, read_document
+from registry.formats.errors import UserError
 
 SIGNING_KEY_ENV = "REGISTRY_SIGNING_KEY"
 MAX_KEY_BYTES = 16 * 1024
 
 
-class SigningKeyError(ValueError):
+class SigningKeyError(UserError):
     """A key that cannot be created, read or used; one line naming it and why."""
 
 

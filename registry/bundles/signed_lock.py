@@ -21,6 +21,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
+from registry.formats.errors import UserError
 from .dsse import SignatureRefused, is_envelope, parse_envelope, sign, verify
 from .keys import SigningKey, TrustedKeys
 from .lock import Lock, parse_lock, payload_json, read_lock_json
@@ -43,7 +44,7 @@ LOCK_REFUSALS: dict[str, str] = {
 }
 
 
-class LockRefused(ValueError):
+class LockRefused(UserError):
     """A lock a verifier does not accept; `code` is one of LOCK_REFUSALS, `detail` one line."""
 
     def __init__(self, code: str, detail: str):

@@ -65,6 +65,8 @@ import math
 from dataclasses import dataclass
 from functools import lru_cache
 
+from registry.formats.errors import UserError
+
 # (q, weight): a near-certain effect, then an even spread of smaller ones.
 PRIOR: tuple[tuple[float, float], ...] = ((0.98, 0.75),) + tuple(
     (round(0.55 + 0.05 * j, 2), 0.25 / 9) for j in range(9)
@@ -90,7 +92,7 @@ def log_wealth(above: int, below: int) -> float:
 
 def check_alpha(alpha: float) -> None:
     if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0.0 < alpha <= 0.5:
-        raise ValueError(f"alpha {alpha!r} is outside (0, 0.5]")
+        raise UserError(f"alpha {alpha!r} is outside (0, 0.5]")
 
 
 @lru_cache(maxsize=4096)

@@ -115,7 +115,7 @@ def speedup_bounds(
         tails = [(np.asarray(baseline, dtype=np.float64), alpha / 2.0),
                  (np.asarray(candidate, dtype=np.float64), alpha / 2.0)]
     else:
-        raise ValueError(f"unknown protocol {protocol!r}")
+        raise UserError(f"unknown protocol {protocol!r}")
     if any(median_rank(values.shape[-1], tail)[0] == 0 for values, tail in tails):
         return None
     intervals = [median_interval(values, tail) for values, tail in tails]
