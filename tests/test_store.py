@@ -69,3 +69,18 @@ def test_positional_ids_are_rfc9562_version_8(position):
     assert parsed.version == 8 and parsed.variant == uuid.RFC_4122
     assert position_of_event_id(event_id) == position
     assert positional_event_id(position) != event_id  # the free bits are random
+
+
+def test_a_payload_that_holds_itself_is_refused_in_one_line(sqlite_url):
+    engine = make_engine(sqlite_url)
+    upgrade(engine)
+    store = EventStore(engine)
+    looped: list = []
+    looped.append(looped)
+    event = NewEvent("WorkloadDeclared", {"workload": "w", "contract_version": 1, "contract_hash": "a" * 64,
+                                          "contract": {"steps": looped}})
+    with pytest.raises(StoreError, match="nested too deeply") as refused:
+        store.append("s:w", [event], actor="t")
+    assert "\n" not in str(refused.value)
+    assert store.head_position() == 0
+    engine.dispose()

@@ -47,19 +47,15 @@ def _not_json(value: Any) -> Any:
     raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
 
 
-# One encoder for the process, called directly: `JSONEncoder.encode` builds a new C encoder and a closure
-# on every call, a fifth of an encoding. Without a table of the containers it is inside (`markers`) it keeps
-# no state between calls, so threads share it; a container that holds itself recurses until Python's
-# recursion limit, refused below like any value nested too deeply. Where Python has no C encoder, the
-# standard one is used, with the same options.
-if c_make_encoder is not None:
-    _C_ENCODER = c_make_encoder(None, _not_json, encode_basestring, None, ":", ",", True, False, False)
+# One encoder for the process, CPython's C encoder called directly: `JSONEncoder.encode` builds a new one
+# and a closure on every call, a fifth of an encoding. Without a table of the containers it is inside
+# (`markers`) it keeps no state between calls, so threads share it; a container that holds itself recurses
+# until Python's recursion limit, refused below like any value nested too deeply.
+_C_ENCODER = c_make_encoder(None, _not_json, encode_basestring, None, ":", ",", True, False, False)
 
-    def _encode(value: Any) -> str:
-        return "".join(_C_ENCODER(value, 0))
-else:  # pragma: no cover - CPython always has the C encoder
-    _encode = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False,
-                               check_circular=False, default=_not_json).encode
+
+def _encode(value: Any) -> str:
+    return "".join(_C_ENCODER(value, 0))
 
 
 def canonical_json(value: Any) -> str:

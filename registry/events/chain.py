@@ -80,17 +80,16 @@ def unplaced_body(*, actor: str, stream: str, type: str, schema_version: int, pa
 
 def unplaced_bodies(actor: str, stream: str, events: Iterable[tuple[str, int, str]]) -> list[tuple[str, str, str]]:
     """`unplaced_body` for each (type, schema version, payload) of one batch, which shares its actor and
-    stream: those are quoted once, and each type once."""
+    stream: those are quoted once, and the text after the payload once for each type and schema version."""
     head = f'{{"actor":{_quote(actor)},"event_id":'
-    stream_text = f',"stream":{_quote(stream)},"type":'
-    quoted_types: dict[str, str] = {}
+    tails: dict[tuple[str, int], str] = {}
     bodies = []
     for type, schema_version, payload in events:
-        quoted_type = quoted_types.get(type)
-        if quoted_type is None:
-            quoted_type = quoted_types[type] = _quote(type)
-        bodies.append((head, f',"payload":{_quote(payload)},"position":',
-                       f',"schema_version":{int(schema_version)}{stream_text}{quoted_type},"version":'))
+        tail = tails.get((type, schema_version))
+        if tail is None:
+            tail = tails[type, schema_version] = (f',"schema_version":{int(schema_version)},"stream":{_quote(stream)},'
+                                                  f'"type":{_quote(type)},"version":')
+        bodies.append((head, f',"payload":{_quote(payload)},"position":', tail))
     return bodies
 
 
