@@ -137,3 +137,33 @@ def test_a_lock_promoted_under_an_older_contract_is_stale_online(cli):
     assert status == 1 and field_problems(problems)[0] == ("field_mismatch", "verdict_event_id")
     fresh, _ = export(cli, name="fresh.lock.json")
     assert verify(cli, fresh) == (0, [])
+
+
+def test_a_lock_naming_a_field_twice_is_refused(cli):
+    """JSON readers disagree on which of two equal keys counts; a lock that could be read two ways is refused."""
+    ship(cli, cli.tmp / "bundles", "fast", 1.3)
+    out, _ = export(cli)
+    text = out.read_text()
+    out.write_text(text.replace('"speedup": ', '"speedup": 99.0, "speedup": ', 1))
+    refused = cli("lock", "verify", str(out))
+    assert refused.exit_code == 1 and "duplicate key 'speedup'" in refused.stderr
+
+
+def test_an_approval_under_an_older_contract_does_not_ship(cli):
+    """The advisory tier ships only through a person's approval; that approval answered the contract of its day."""
+    path = cli.tmp / "adv.yaml"
+    path.write_text(MANIFEST.replace("workload: wan", "workload: adv").replace("tier: perceptual", "tier: advisory"))
+    assert cli("workload", "declare", str(path)).exit_code == 0
+    directory = make_bundle(cli.tmp / "bundles", "advised")
+    assert cli("artifact", "register", "advised", "--workload", "adv", "--kind", "step_cache",
+               "--bundle", str(directory)).exit_code == 0
+    assert measure_and_promote(cli, "advised", 1.5) == "recorded"
+    assert cli("approve", "advised", "--reason", "looked at the frames", actor="dana").exit_code == 0
+    query = ("resolve", "--workload", "adv", "--arch", "sm90", "--torch", "2.13.0", "--cuda", "12.8", "--json")
+    assert json.loads(cli(*query).output)["match"]["artifact"] == "advised"
+    path.write_text(path.read_text().replace("min_ssim: 0.98", "min_ssim: 0.97"))
+    assert cli("workload", "declare", str(path)).exit_code == 0
+    answer = json.loads(cli(*query).output)
+    assert answer["match"] is None and [o["code"] for o in answer["others"]] == ["stale_contract"]
+    assert cli("rejudge", "adv").exit_code == 0  # judged again: recorded, waiting for a person again
+    assert json.loads(cli("show", "advised", "--json").output)["decision"] == "recorded"

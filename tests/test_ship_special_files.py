@@ -135,3 +135,11 @@ def test_the_runtime_refuses_special_files_without_hanging(registry_cli, fifo):
     first, second = (json.loads(line) for line in done.stdout.splitlines())
     assert first["lock"] == "malformed" and "a FIFO (named pipe), not a regular file" in first["detail"]
     assert "fast: refused:" in second["load"] and "a FIFO (named pipe), not a regular file" in second["load"]
+
+
+def test_a_special_file_as_a_key_is_refused(registry_cli, fifo, tmp_path):
+    lock = tmp_path / "any.json"
+    lock.write_text("{}")
+    refused(run("keys", "show", "--key", str(fifo)), "a FIFO (named pipe), not a regular file")
+    refused(run("lock", "verify", str(lock), "--key", "/dev/zero"), "/dev/zero: a character device")
+    refused(run("lock", "verify", str(lock), "--key", str(fifo)), "a FIFO (named pipe), not a regular file")

@@ -133,7 +133,7 @@ def resolve(session: Session, workload_id: str, profile, site, as_of: str | None
         sys.exit(EXIT_NO_MATCH)
 
 
-KEY_HELP = ("Private signing key file (`registry keys init`); default: the PEM text in $REGISTRY_SIGNING_KEY.")
+KEY_HELP = "Private signing key file (`registry keys init`); default: the PEM text in $REGISTRY_SIGNING_KEY."
 
 
 @click.group(invoke_without_command=True)
@@ -165,11 +165,13 @@ def lock(ctx: click.Context, session: Session, workload_id: str | None, profile,
     --unsigned writes one unsigned. Exit 3 (no file written) when none
     qualifies; a --refresh writes its lock even when nothing remains in it.
     """
+    from registry.bundles import CallSite
+
     if ctx.invoked_subcommand is not None:
         if workload_id or out:
             raise click.UsageError("--workload and --out export a lock; `lock verify` takes only its own options")
         return
-    if refresh_file is not None and (workload_id or profile is not None or as_of):
+    if refresh_file is not None and (workload_id or profile is not None or as_of or site != CallSite()):
         raise click.UsageError("--refresh takes the workload, profile and call site from the lock it refreshes")
     if not (workload_id or refresh_file) or not out:
         raise click.UsageError("exporting a lock needs --workload and --out (or use `registry lock verify FILE`)")
