@@ -328,10 +328,11 @@ def keys_show(key_file: str | None, as_json: bool) -> None:
 @click.command()
 @click.argument("artifact_id")
 @click.option("--out", required=True, type=click.Path(dir_okay=False), help="Where to write the signed attestation.")
+@click.option("--force", is_flag=True, help="Replace an existing --out file (never a registry).")
 @click.option("--key", "key_file", type=click.Path(dir_okay=False), help=KEY_HELP)
 @click.option("--json", "as_json", is_flag=True, help="Print the statement as JSON.")
 @pass_session
-def attest(session: Session, artifact_id: str, out: str, key_file: str | None, as_json: bool) -> None:
+def attest(session: Session, artifact_id: str, out: str, force: bool, key_file: str | None, as_json: bool) -> None:
     """Write a signed in-toto attestation of ARTIFACT_ID's promotion (a DSSE envelope) to --out.
 
     Only a promoted, unrevoked bundle promoted under its workload's current
@@ -340,6 +341,7 @@ def attest(session: Session, artifact_id: str, out: str, key_file: str | None, a
     from registry.app.attest import attestation, signed_attestation
     from registry.bundles.keys import load_signing_key
 
+    output_path(out, force)
     key = load_signing_key(key_file)
     statement = attestation(session.open(), artifact_id)
     _write_atomically(Path(out), _lock_text(signed_attestation(statement, key)))
