@@ -279,7 +279,7 @@ def test_any_sequence_of_opens_and_batches_keeps_one_ordered_record(tmp_path_fac
             else:
                 assert batches[(session, key)] == pairs and registry.store.head_position() == head
         except Exception as exc:  # every refusal is a one-line ValueError (or the store's own) with nothing written
-            assert type(exc).__name__ in ("ValueError", "IdempotencyConflict"), repr(exc)
+            assert type(exc).__name__ in ("UserError", "IdempotencyConflict"), repr(exc)
             assert "\n" not in str(exc) and registry.store.head_position() == head
     record = read_record(registry, "renamed")
     assert record.ratios == accepted and len(record.ratios) <= record.max_pairs

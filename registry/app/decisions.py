@@ -98,7 +98,7 @@ def _declared_contract(registry: Registry, workload: str) -> DeclaredContract | 
     declared = Projections(registry.store).workload(workload)
     if declared is None:
         return None
-    return DeclaredContract(Contract.from_mapping(declared["contract"]), declared["contract_version"],
+    return DeclaredContract(Contract.from_stored(declared["contract"]), declared["contract_version"],
                             declared["contract_hash"], False)
 
 
