@@ -298,3 +298,13 @@ def test_a_record_under_a_contract_redeclared_as_point_is_shown_but_not_read(reg
     report = json.loads(registry_cli("report", "--format", "json").stdout)
     assert report["benchmark_records"][0]["decision"] is None
     assert "Running bounds against the gate" not in registry_cli("report", "--format", "html").stdout
+    verdict = json.loads(registry_cli("promote", "fast", "--json").stdout)
+    assert "1 benchmark session opened for this identity holds 2 pairs, which only speed.decision confident reads" \
+        in verdict["reasons"]
+
+
+def test_a_session_that_never_reports_is_named_in_the_verdict(registry_cli, tmp_path):
+    declare_and_register(registry_cli, tmp_path)
+    run_json(registry_cli, "bench", "open", "fast", "--device", "d", "--timer", "t")
+    verdict = json.loads(registry_cli("promote", "fast", "--json").stdout)
+    assert "1 benchmark session opened for this identity recorded no pairs" in verdict["reasons"]

@@ -256,7 +256,7 @@ def _read(registry: Registry, identity: str, workload: str, speed, up_to_positio
 
 
 def pair_record(registry: Registry, identity: str):
-    """The gate's view of an identity's sessions: every pair in recorded order; None when it has none."""
+    """The gate's view of an identity's sessions: every pair in recorded order; None when it has no session."""
     from registry.gate.model import PairRecord
 
     sources: dict[str, str] = {}
@@ -272,6 +272,6 @@ def pair_record(registry: Registry, identity: str):
                 used.append(sources[payload["session"]])
             ratios.extend(b / c for b, c in zip(payload["baseline_s"], payload["candidate_s"]))
             event_ids.append(event.event_id)
-    if not ratios:
+    if not sources:
         return None
     return PairRecord(event_ids=event_ids, ratios=ratios, sources=used, sessions=len(sources))
