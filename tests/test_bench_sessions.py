@@ -55,7 +55,7 @@ def test_a_clear_speedup_is_decided_after_five_pairs_and_the_record_closes(regis
     assert closed.exit_code == 1 and "closed (promoted after 5 pairs)" in closed.stderr
     assert events_count(registry_cli) == before
     status = registry_cli("bench", "status", "fast")
-    assert status.exit_code == 0 and "promoted after 5 pairs (decided)" in status.stdout
+    assert status.exit_code == 0 and "promoted at pair 5 of 5 recorded (decided)" in status.stdout
     assert registry_cli("verify").exit_code == 0
     assert registry_cli("replay", "--verify").exit_code == 0
 
@@ -284,3 +284,27 @@ def test_any_sequence_of_opens_and_batches_keeps_one_ordered_record(tmp_path_fac
     record = read_record(registry, "renamed")
     assert record.ratios == accepted and len(record.ratios) <= record.max_pairs
     assert record.result == decide_stream(accepted, 1.2, 0.05, 20)
+
+
+def test_a_record_under_a_contract_redeclared_as_point_is_shown_but_not_read(registry_cli, tmp_path):
+    declare_and_register(registry_cli, tmp_path)
+    name = run_json(registry_cli, "bench", "open", "fast", "--device", "d", "--timer", "t")["session"]
+    run_json(registry_cli, "bench", "record", "fast", name, "--batch", "a", "--baseline", "2,2", "--candidate", "1,1")
+    (tmp_path / "wan.yaml").write_text(MANIFEST.replace("max_pairs: 20", "decision: point"))
+    assert registry_cli("workload", "declare", str(tmp_path / "wan.yaml")).exit_code == 0
+    shown = registry_cli("show", "fast")
+    assert "benchmark record: 2 pairs in 1 session; not read (speed.decision is point)" in shown.stdout
+    assert "0 benchmark attempt(s) and 1 benchmark session(s)" in shown.stdout
+    report = json.loads(registry_cli("report", "--format", "json").stdout)
+    assert report["benchmark_records"][0]["decision"] is None
+    assert "Running bounds against the gate" not in registry_cli("report", "--format", "html").stdout
+    verdict = json.loads(registry_cli("promote", "fast", "--json").stdout)
+    assert "1 benchmark session opened for this identity holds 2 pairs, which only speed.decision confident reads" \
+        in verdict["reasons"]
+
+
+def test_a_session_that_never_reports_is_named_in_the_verdict(registry_cli, tmp_path):
+    declare_and_register(registry_cli, tmp_path)
+    run_json(registry_cli, "bench", "open", "fast", "--device", "d", "--timer", "t")
+    verdict = json.loads(registry_cli("promote", "fast", "--json").stdout)
+    assert "1 benchmark session opened for this identity recorded no pairs" in verdict["reasons"]

@@ -217,13 +217,12 @@ def record_summary(registry: Registry, state: dict[str, Any], contract: dict[str
     if not registry.store.read_stream(stream, up_to_position=up_to_position):
         return None
     speed = Contract.from_stored(contract).speed
-    if speed is None or speed.decision != "confident":
-        events = registry.store.read_stream(stream, up_to_position=up_to_position)
-        return {"decision": None, "stop": f"speed.decision is {speed.decision if speed else 'undeclared'}",
-                "sessions": sum(e.type == "BenchmarkSessionOpened" for e in events),
-                "pairs": sum(len(e.payload["baseline_s"]) for e in events if e.type == "BenchmarkPairsRecorded")}
-    record = _read(registry, state["identity"], state["workload"], speed, up_to_position)
+    readable = speed is not None and speed.decision == "confident"
+    record = _read(registry, state["identity"], state["workload"], speed if readable else None, up_to_position)
     summary = record.to_dict()
+    if not readable:
+        return {"decision": None, "stop": f"speed.decision is {speed.decision if speed else 'undeclared'}",
+                "pairs": summary["pairs"], "sessions": summary["sessions"]}
     summary["running_bounds"] = [list(bound) for bound in record.bounds]
     return summary
 
@@ -241,6 +240,13 @@ def _read(registry: Registry, identity: str, workload: str, speed, up_to_positio
             sessions[payload["session"]]["pairs"] += len(payload["baseline_s"])
             batch_ids.append(f"{payload['session']}:{payload['batch']}")
             ratios.extend(b / c for b, c in zip(payload["baseline_s"], payload["candidate_s"]))
+    if speed is None:  # not read by any rule: the sessions and pairs only
+        result = SequentialResult("held", len(ratios), None, None, None, 0.0, "not read")
+        return BenchRecord(identity=identity, workload=workload, gate=0.0, max_pairs=len(ratios),
+                           sessions=[Session(name, s["artifact"], s["position"], s["pairs"])
+                                     for name, s in sessions.items()],
+                           ratios=ratios, batch_ids=batch_ids, result=result,
+                           version=events[-1].version if events else 0)
     result = decide_stream(ratios, speed.gate, speed.alpha, speed.max_pairs)
     return BenchRecord(
         identity=identity, workload=workload, gate=speed.gate, max_pairs=speed.max_pairs,
@@ -251,7 +257,7 @@ def _read(registry: Registry, identity: str, workload: str, speed, up_to_positio
 
 
 def pair_record(registry: Registry, identity: str):
-    """The gate's view of an identity's sessions: every pair in recorded order; None when it has none."""
+    """The gate's view of an identity's sessions: every pair in recorded order; None when it has no session."""
     from registry.gate.model import PairRecord
 
     sources: dict[str, str] = {}
@@ -267,6 +273,6 @@ def pair_record(registry: Registry, identity: str):
                 used.append(sources[payload["session"]])
             ratios.extend(b / c for b, c in zip(payload["baseline_s"], payload["candidate_s"]))
             event_ids.append(event.event_id)
-    if not ratios:
+    if not sources:
         return None
     return PairRecord(event_ids=event_ids, ratios=ratios, sources=used, sessions=len(sources))

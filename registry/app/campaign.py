@@ -61,7 +61,7 @@ KIND_OF = {"sdpa-attention": "attention_backend", "flash-claimed-fallback": "att
            "step-cache": "step_cache", "lossy-skip": "step_cache"}
 
 
-def video_contract(runs_per_arm: int, lpips: bool) -> Contract:
+def video_contract(runs_per_arm: int, lpips: bool, sequential: bool = False) -> Contract:
     """The demo's tier-2 contract. Thresholds are declared here, once, and recorded as an event.
 
     min_ssim 0.98: the honest candidates score above 0.999 and the lossy
@@ -81,9 +81,14 @@ def video_contract(runs_per_arm: int, lpips: bool) -> Contract:
         "sampling": {"height": 128, "width": 128, "frames": 8, "steps": 10, "seed": SEED, "dtype": "float32"},
         "fidelity": fidelity,
         "speed": {"min_speedup": 1.2, "runs_per_arm": runs_per_arm, "protocol": "paired",
-                  "decision": "point"},
+                  **(sequential_rule(runs_per_arm) if sequential else {"decision": "point"})},
         "tags": ["demo"],
     })
+
+
+def sequential_rule(max_pairs: int) -> dict[str, Any]:
+    """`registry demo --sequential`: the confident rule at alpha 0.05, at most --runs pairs per candidate."""
+    return {"decision": "confident", "alpha": 0.05, "max_pairs": max_pairs}
 
 
 def kernel_contract(runs_per_arm: int) -> Contract:
@@ -110,6 +115,9 @@ class Row:
     worst_ssim: float | None
     ssim_margin: float | None
     worst_frame: int | None
+    # With --sequential: pairs measured in the candidate's benchmark session, and pairs of max_pairs not needed.
+    pairs: int | None = None
+    pairs_saved: int | None = None
 
     @property
     def reason(self) -> str:
@@ -119,7 +127,8 @@ class Row:
         return {"artifact": self.artifact, "kind": self.kind, "decision": self.verdict["decision"],
                 "rule": self.verdict["rule"], "speedup": self.verdict["speedup"],
                 "speedup_ci": self.verdict["speedup_ci"], "worst_ssim": self.worst_ssim,
-                "ssim_margin": self.ssim_margin, "reason": self.reason}
+                "ssim_margin": self.ssim_margin, "reason": self.reason, "pairs": self.pairs,
+                "pairs_saved": self.pairs_saved}
 
 
 def _latent_parity(candidate, reference_latent) -> dict[str, Any]:
@@ -129,21 +138,54 @@ def _latent_parity(candidate, reference_latent) -> dict[str, Any]:
 
 
 def measure_candidate(candidate, reference_frames: np.ndarray, reference_latent, registered: dict, runs: int,
-                      warmup: int, lpips_backbone: str | None, progress: Callable[[int, int], None] | None) -> tuple[list[dict], np.ndarray]:
-    """Timing, execution, perceptual and parity items for one whole-generation candidate."""
+                      warmup: int, lpips_backbone: str | None, progress: Callable[[int, int], None] | None,
+                      timed: bool = True) -> tuple[list[dict], np.ndarray]:
+    """Timing (unless `timed` is off: a benchmark session times it), execution, perceptual and parity items
+    for one whole-generation candidate."""
     from registry.evidence.timing import time_paired
     from registry.workloads import make_timed_callable
 
     from .frames import measure_against_reference
 
     candidate.reset_counters()
-    benchmark = time_paired(make_timed_callable(None, SEED), make_timed_callable(candidate, SEED), runs, warmup, "cpu",
-                            progress=progress, notes=f"whole generations of the tiny video DiT, seed {SEED}")
+    benchmark = [time_paired(make_timed_callable(None, SEED), make_timed_callable(candidate, SEED), runs, warmup,
+                             "cpu", progress=progress, notes=f"whole generations of the tiny video DiT, seed {SEED}")
+                 ] if timed else []
     frames = candidate.generate(SEED)
     execution = candidate.execution_evidence()
     perceptual = measure_against_reference(registered, reference_frames, frames, seed=SEED, vbench=None,
                                            lpips_backbone=lpips_backbone)
-    return [execution, benchmark, perceptual, _latent_parity(candidate, reference_latent)], frames
+    return [execution, *benchmark, perceptual, _latent_parity(candidate, reference_latent)], frames
+
+
+SESSION_BATCH = 2  # ABBA pairs timed between two questions to the registry (one BC and one CB)
+
+
+def measure_in_session(registry: Registry, candidate, warmup: int,
+                       progress: Callable[[int, int], None] | None) -> tuple[int, int]:
+    """Time a candidate in a benchmark session, SESSION_BATCH pairs at a time, until its record closes.
+
+    Returns (pairs measured, pairs of max_pairs saved). The session is opened
+    before anything is timed; each batch is recorded as soon as it is timed.
+    """
+    from registry.evidence.timing import time_paired, timer_names
+    from registry.workloads import make_timed_callable
+
+    from .bench import open_session, record_pairs
+
+    timer, device = timer_names("cpu")
+    session, record = open_session(registry, candidate.name, device=device, timer=timer)
+    baseline, timed = make_timed_callable(None, SEED), make_timed_callable(candidate, SEED)
+    measured = 0
+    while not record.closed:
+        size = min(SESSION_BATCH, record.max_pairs - len(record.ratios))
+        item = time_paired(baseline, timed, size, warmup if measured == 0 else 0, "cpu", progress=progress)
+        measured += size
+        _, record = record_pairs(registry, candidate.name, session, item["baseline_s"], item["candidate_s"],
+                                 batch=f"pairs-{measured}")
+        if progress is not None:
+            progress(measured, record.max_pairs)
+    return measured, record.pairs_saved
 
 
 @contextmanager
@@ -161,7 +203,8 @@ def one_torch_thread() -> Iterator[None]:
 
 
 def run_campaign(registry: Registry, out_dir: Path, *, runs: int, warmup: int, lpips_backbone: str | None,
-                 progress_factory: Callable[[str], Any], log: Callable[[str], None]) -> list[Row]:
+                 progress_factory: Callable[[str], Any], log: Callable[[str], None],
+                 sequential: bool = False) -> list[Row]:
     """Declare, register, measure, decide; return one row per candidate.
 
     Runs on one torch thread and, without a GPU, with Triton's interpreter (the
@@ -170,18 +213,18 @@ def run_campaign(registry: Registry, out_dir: Path, *, runs: int, warmup: int, l
     """
     with one_torch_thread(), triton_runtime():
         return _campaign(registry, out_dir, runs=runs, warmup=warmup, lpips_backbone=lpips_backbone,
-                         progress_factory=progress_factory, log=log)
+                         progress_factory=progress_factory, log=log, sequential=sequential)
 
 
 def _campaign(registry: Registry, out_dir: Path, *, runs: int, warmup: int, lpips_backbone: str | None,
-              progress_factory: Callable[[str], Any], log: Callable[[str], None]) -> list[Row]:
+              progress_factory: Callable[[str], Any], log: Callable[[str], None], sequential: bool) -> list[Row]:
     from registry.formats.evidence.document import parse_document
     from registry.workloads import all_candidates, reference_generate, reference_latent
 
     from .strips import write_strip
 
     out_dir.mkdir(parents=True, exist_ok=True)
-    video = declare_workload(registry, video_contract(runs, lpips=lpips_backbone is not None))
+    video = declare_workload(registry, video_contract(runs, lpips=lpips_backbone is not None, sequential=sequential))
     declare_workload(registry, kernel_contract(runs))
     log(f"workloads declared: {VIDEO_WORKLOAD} v{video.version}, {KERNEL_WORKLOAD}")
 
@@ -199,15 +242,19 @@ def _campaign(registry: Registry, out_dir: Path, *, runs: int, warmup: int, lpip
         register_bundle(registry, candidate.name, bundle, workload=VIDEO_WORKLOAD, kind=KIND_OF[candidate.name],
                         backend=BACKEND_OF.get(candidate.name))
         subject = capture_subject(registry, candidate.name)
-        with progress_factory(f"{candidate.name}: {runs} ABBA pairs") as update:
+        pairs = saved = None
+        if sequential:
+            with progress_factory(f"{candidate.name}: ABBA pairs until decided (at most {runs})") as update:
+                pairs, saved = measure_in_session(registry, candidate, warmup, update)
+        with progress_factory(f"{candidate.name}: {'evidence' if sequential else f'{runs} ABBA pairs'}") as update:
             items, frames = measure_candidate(candidate, reference, latent, registered, runs, warmup,
-                                              lpips_backbone, update)
+                                              lpips_backbone, update, timed=not sequential)
         parsed = parse_document({"format": "registry.evidence/1", "artifact": candidate.name, "evidence": items})
         record_evidence(registry, subject, parsed.items)
         perceptual = next(item for item in parsed.items if item["kind"] == "perceptual")
         write_strip(out_dir / f"{candidate.name}.png", reference, frames, perceptual["ssim"],
                     title=f"{candidate.name}: reference (top) vs candidate (bottom)")
-        rows.append(_row(registry, candidate.name, KIND_OF[candidate.name], perceptual))
+        rows.append(_row(registry, candidate.name, KIND_OF[candidate.name], perceptual, pairs, saved))
 
     register_bundle(registry, KERNEL_ARTIFACT, write_kernel_bundle(out_dir, KERNEL_ARTIFACT), workload=KERNEL_WORKLOAD,
                     kind="fused_kernel", op="modulated_layernorm", entry=KERNEL_ENTRY)
@@ -217,22 +264,31 @@ def _campaign(registry: Registry, out_dir: Path, *, runs: int, warmup: int, lpip
     return rows
 
 
-def _row(registry: Registry, artifact: str, kind: str, perceptual: dict | None) -> Row:
+def _row(registry: Registry, artifact: str, kind: str, perceptual: dict | None, pairs: int | None = None,
+         saved: int | None = None) -> Row:
     verdict = promote(registry, artifact).verdict
     ssim = next((m for m in verdict["margins"] if m["metric"] == "ssim"), None)
     worst_frame = perceptual["derived"].get("worst_ssim_frame") if perceptual else None
-    return Row(artifact, kind, verdict, ssim["value"] if ssim else None, ssim["margin"] if ssim else None, worst_frame)
+    return Row(artifact, kind, verdict, ssim["value"] if ssim else None, ssim["margin"] if ssim else None, worst_frame,
+               pairs, saved)
 
 
-def expected_rules(on_gpu: bool) -> dict[str, dict[str, str]]:
-    """For each demo artifact, the rules that may decide it on this kind of machine, and their decisions."""
-    return {**EXPECTED_RULES, KERNEL_ARTIFACT: KERNEL_RULES_GPU if on_gpu else KERNEL_RULES_CPU}
+def expected_rules(on_gpu: bool, sequential: bool = False) -> dict[str, dict[str, str]]:
+    """For each demo artifact, the rules that may decide it on this kind of machine, and their decisions.
+
+    With --sequential the honest candidates may also end held (`speed.undecided`): a speedup this
+    machine cannot place on either side of the gate within --runs pairs is shown as such, not guessed.
+    """
+    rules = {**EXPECTED_RULES, KERNEL_ARTIFACT: KERNEL_RULES_GPU if on_gpu else KERNEL_RULES_CPU}
+    if sequential:
+        rules.update({name: {**SPEED_DECIDED, "speed.undecided": "held"} for name in ("sdpa-attention", "step-cache")})
+    return rules
 
 
-def check_expectations(rows: list[Row], on_gpu: bool) -> list[str]:
+def check_expectations(rows: list[Row], on_gpu: bool, sequential: bool = False) -> list[str]:
     """Every way the decisions differ from what the demo promises; empty when all hold."""
     problems = []
-    expected = expected_rules(on_gpu)
+    expected = expected_rules(on_gpu, sequential)
     for row in rows:
         decision, rule = row.verdict["decision"], row.verdict["rule"]
         wanted = expected.get(row.artifact)

@@ -80,7 +80,9 @@ def status_text(artifact: str, record) -> str:
     def bound(value: float | None) -> str:
         return "none yet" if value is None else f"{value:.4g}x"
 
-    head = (f"{artifact}: {info['decision']} after {info['pairs']} pairs ({info['stop']}); bounds "
+    where = (f"at pair {info['decided_at']} of {info['pairs']} recorded" if info["decided_at"]
+             else f"after {info['pairs']} pairs")
+    head = (f"{artifact}: {info['decision']} {where} ({info['stop']}); bounds "
             f"{bound(info['lower'])} to {bound(info['upper'])} against the gate {info['gate']:.4g}x at alpha "
             f"{info['alpha']:g}; {len(info['sessions'])} session{'s' if len(info['sessions']) != 1 else ''}")
     if info["decision"] != "held":

@@ -25,10 +25,13 @@ from .ship_commands import print_resolution
 @click.option("--check", is_flag=True,
               help="Exit 1 if any verdict is not decided as the demo promises on this kind of machine "
                    "(CPU: the Triton kernel held on interpreter timings; CUDA GPU: judged on real timings).")
+@click.option("--sequential", is_flag=True,
+              help="Time each candidate in a benchmark session, two pairs at a time, and stop as soon as the "
+                   "confident speed rule decides (at most --runs pairs; the contract declares decision: confident).")
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
 @pass_session
 def demo(session: Session, fresh: bool, runs: int, warmup: int, out_dir: str, lpips_backbone: str | None,
-         check: bool, as_json: bool) -> None:
+         check: bool, sequential: bool, as_json: bool) -> None:
     """Run a real campaign: a tiny video DiT, five candidates, every kind of verdict.
 
     The demo uses its own SQLite file: demo.db in the current directory, or
@@ -52,12 +55,12 @@ def demo(session: Session, fresh: bool, runs: int, warmup: int, out_dir: str, lp
     out = Path(out_dir)
     log = (lambda _text: None) if as_json else say
     rows = run_campaign(registry, out, runs=runs, warmup=warmup, lpips_backbone=lpips_backbone,
-                        progress_factory=progress_bar, log=log)
+                        progress_factory=progress_bar, log=log, sequential=sequential)
     report, state = build(registry, workload=None, position=None, stale_days=DEFAULT_STALE_DAYS)
     (out / "report.html").write_text(report_html(report, state), encoding="utf-8")
     import torch
 
-    problems = check_expectations(rows, on_gpu=torch.cuda.is_available())
+    problems = check_expectations(rows, on_gpu=torch.cuda.is_available(), sequential=sequential)
     notes = near_gate_notes(rows)
     profile = RuntimeProfile.detect()
     shipping = what_would_ship(registry, profile)
@@ -74,6 +77,10 @@ def demo(session: Session, fresh: bool, runs: int, warmup: int, out_dir: str, lp
               (_cells(row) for row in rows))
         for note in notes:
             say(f"near the gate: {note}")
+        for row in rows:
+            if row.pairs is not None:
+                say(f"{row.artifact}: {row.verdict['decision']} after {row.pairs} of at most {runs} pairs "
+                    f"({row.pairs_saved} saved)")
         say(f"\nreport: {out / 'report.html'}; frame strips: {out}/*.png")
         say("look further:")
         say(f"  registry --db {url} show step-cache")

@@ -27,7 +27,7 @@ def _state_summary(state: dict, note: str | None) -> dict:
 
 def bench_text(bench: dict) -> str:
     """One line on a benchmark record: pairs, sessions, and (under the confident rule) its reading."""
-    sessions = bench["sessions"] if isinstance(bench["sessions"], int) else len(bench["sessions"])
+    sessions = len(bench["sessions"])
     head = f"benchmark record: {bench['pairs']} pairs in {sessions} session{'s' if sessions != 1 else ''}"
     if bench["decision"] is None:
         return f"{head}; not read ({bench['stop']})"
@@ -70,7 +70,8 @@ def show(session: Session, artifact_id: str, as_of: str | None, as_json: bool) -
         f"tier {state['tier'] or '-'}, payload {str(state['payload_sha256'])[:12]})")
     if not declared:
         say(f"  held: workload {state['workload']} has no declared contract; nothing can be decided until one is")
-    say(f"  identity {state['identity'][:12]}: {state['benchmark_attempts']} benchmark attempt(s)"
+    sessions = "" if bench is None else f" and {len(bench['sessions'])} benchmark session(s)"
+    say(f"  identity {state['identity'][:12]}: {state['benchmark_attempts']} benchmark attempt(s){sessions}"
         + (f", verdict under contract v{state['contract_version']}" if state["contract_version"] else ""))
     changed = state["identity_changed"]
     if changed:

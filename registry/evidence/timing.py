@@ -114,6 +114,12 @@ def _timer_for(device: torch.device | str) -> _CpuTimer | _CudaTimer:
     raise UserError(f"unsupported timing device {dev}; expected cpu or cuda")
 
 
+def timer_names(device: torch.device | str) -> tuple[str, str]:
+    """(timer, device name) that time_paired records for `device`: what a benchmark session is opened with."""
+    timer = _timer_for(device)
+    return timer.timer, timer.device
+
+
 def time_paired(baseline_fn: Callable[[], Any], candidate_fn: Callable[[], Any], runs: int, warmup: int,
                 device: torch.device | str, *, bytes_moved: float | None = None, triton_candidate: bool = False,
                 interpreted: bool = False, progress: Progress | None = None,

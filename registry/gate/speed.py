@@ -49,6 +49,11 @@ def check_speed(
     if speed is not None and speed.decision == "confident" and pairs is not None and pairs.ratios:
         return _judge_record(speed, pairs, attempts, ledger)
     _check_attempts(speed, recorded, attempts, ledger)
+    if pairs is not None:
+        opened = f"{pairs.sessions} benchmark session{'' if pairs.sessions == 1 else 's'} opened for this identity"
+        ledger.note("speed.attempts", f"{opened} recorded no pairs" if not pairs.ratios else
+                    f"{opened} {'holds' if pairs.sessions == 1 else 'hold'} {len(pairs.ratios)} pairs, which only "
+                    "speed.decision confident reads")
     if speed is None:
         ledger.add(
             "speed.no_gate", "held",

@@ -297,7 +297,7 @@ def benchmark_records_table(records: list[dict[str, Any]]) -> Table:
          "pairs saved"],
         [(r["artifact"], r["decision"] or "-", r["pairs"], r.get("decided_at"), r["stop"], number(r.get("lower")),
           number(r.get("upper")), number(r.get("gate")), r.get("alpha"),
-          r["sessions"] if isinstance(r["sessions"], int) else len(r["sessions"]), r.get("pairs_saved"))
+          len(r["sessions"]), r.get("pairs_saved"))
          for r in records],
     )
 
