@@ -102,10 +102,9 @@ def refuse_bad_outputs(outputs: Sequence[Sequence[torch.Tensor | str]], labels: 
                        names: Sequence[str]) -> None:
     """Refuse any output the worker could not hand over as a plain dense tensor of its own."""
     for label, row in zip(labels, outputs):
-        if len(row) != len(names):
-            continue  # a wrong output count is the comparator's error to report
-        for out_name, out in zip(names, row):
+        for k, out in enumerate(row):
             if isinstance(out, str):
+                out_name = names[k] if len(row) == len(names) else f"output {k}"
                 raise CandidateRefused(NOT_PLAIN, f"{label}.{out_name} is {out}")
 
 

@@ -140,7 +140,8 @@ class _Session:
             if len(got) != len(expected):
                 raise CandidateRefused(technique, f"{where} {label}: {len(got)} outputs, expected {len(expected)}")
             for out_name, ref, cand in zip(self.spec.outputs, expected, got):
-                why = spot_check(f"{label}.{out_name}", ref.cpu(), cand, self.policy, self.tolerance(ref.dtype))
+                why = spot_check(f"{label}.{out_name}", ref, cand.to(ref.device), self.policy,
+                                 self.tolerance(ref.dtype))
                 if why is not None:
                     nonfinite = technique == STALE and "NaN or inf" in why
                     raise CandidateRefused(NON_FINITE if nonfinite else technique, f"{where}: {why}")
@@ -154,7 +155,7 @@ def _parity(session: _Session, cases: Sequence[Any], inputs: Sequence[tuple[torc
     for case, args in zip(cases, inputs):
         expected = reference(*args)
         call = session.run("C", [case.label], [args], f"parity call on {case.label}")
-        got = call.outputs[0]
+        got = [out.to(session.device) for out in call.outputs[0]]  # compared where the reference lives
         names = [f"{case.label}.{out}" for out in session.spec.outputs]
         declared = session.tolerances if session.policy == "tolerance" else None
         leaves += compare_outputs(expected, tuple(got) if len(got) != 1 else got[0], names, session.policy,
@@ -275,7 +276,8 @@ def integrity(session: _Session, cases: Sequence[Any]) -> None:
     for label, args, got in zip(labels, inputs, ablated.outputs):
         expected = as_outputs(reference(*args))
         for out_name, ref, cand in zip(session.spec.outputs, expected, got):
-            if spot_check(f"{label}.{out_name}", ref.cpu(), cand, session.policy, session.tolerance(ref.dtype)) is None:
+            if spot_check(f"{label}.{out_name}", ref, cand.to(ref.device), session.policy,
+                          session.tolerance(ref.dtype)) is None:
                 raise CandidateRefused(NOT_FROM_KERNEL, (
                     f"{label}.{out_name} is still the reference's with every kernel launch made a no-op"))
 
