@@ -119,11 +119,17 @@ def refuse_mutated_inputs(sent: Sequence[Sequence[torch.Tensor]], after: Sequenc
                 raise ValueError(f"candidate wrote to its input {k} on {label}")
 
 
-def refuse_worker_report(call: Any, where: str) -> None:
-    """Refuse tampering and background work the worker shows after a call."""
+def refuse_worker_report(call: Any, where: str, *, first_call: bool) -> None:
+    """Refuse tampering and background work the worker shows after a call.
+
+    Threads that appear during the worker's first candidate call are let be:
+    compilers and drivers start their pools on first use. A thread started
+    then and still alive later is in every later call's "before", so it can
+    only race the copy of outputs that follows each "done".
+    """
     if call.replaced:
         raise CandidateRefused(TAMPERING, f"{where}: replaced {', '.join(call.replaced[:5])} in the worker")
-    if call.extra_tasks or call.extra_children:
+    if (call.extra_tasks and not first_call) or call.extra_children:
         parts = [f"{call.extra_tasks} thread(s)"] if call.extra_tasks else []
         parts += [f"child process(es) {call.extra_children[:5]}"] if call.extra_children else []
         raise CandidateRefused(BACKGROUND, f"{where}: the call returned leaving {' and '.join(parts)} running")

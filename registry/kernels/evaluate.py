@@ -104,6 +104,7 @@ class _Session:
     fallbacks: int = 0
     interpreted: int = 0
     idle_calls: list[str] = field(default_factory=list)
+    candidate_calls: int = 0
 
     def run(self, arm: str, labels: Sequence[str], inputs: Sequence[tuple[torch.Tensor, ...]], where: str, *,
             ablate: bool = False, count: bool = True) -> CallResult:
@@ -112,7 +113,8 @@ class _Session:
         call = self.worker.call(arm, inputs, output_bytes, ablate=ablate)
         if arm != "C":
             return call
-        refuse_worker_report(call, where)
+        refuse_worker_report(call, where, first_call=not self.candidate_calls)
+        self.candidate_calls += 1
         if count:
             self.launches += sum(call.launches)
             self.fallbacks += call.fallbacks
