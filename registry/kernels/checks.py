@@ -4,17 +4,23 @@ Each refusal names the technique class it caught, so the failure the registry
 records (and the gate's reason when promote holds the artifact) says which
 kind of cheat was seen, not only that something differed:
 
-| class | what was seen |
-| --- | --- |
-| ``not a plain output`` | an output that is not a plain dense torch.Tensor with a storage of its own (a lazy subclass, a view) |
-| ``stale result`` | a warm-up or timed call, on inputs drawn fresh from a seed the worker never saw, whose output is not the reference's for those inputs (cached, batched, static or freed-memory results; warm-up detection) |
-| ``non-finite output`` | NaN or inf where the reference has none |
-| ``held-out input`` | wrong on a shape and value scale outside the declared corpus (a specialised fast path; precision that holds only on the corpus) |
-| ``nondeterministic output`` | two runs on the same values, in fresh storage, not bitwise identical (uninitialised memory) |
-| ``result not from the kernel`` | a call that launched no kernel while others did, or a result that survives with every launch made a no-op |
-| ``harness tampering`` | a timer, synchroniser, comparator or launch hook replaced inside the worker |
-| ``background work`` | threads or child processes the call left running when it returned |
-| ``impossible speed`` | a time below the op's bytes over the device's peak bandwidth |
+- ``not a plain output``: an output that is not a plain dense torch.Tensor with
+  a storage of its own (a lazy subclass, a view);
+- ``stale result``: a warm-up or timed call, on inputs drawn fresh from a seed
+  the worker never saw, whose output is not the reference's for those inputs
+  (cached, batched, static or freed-memory results; warm-up detection);
+- ``non-finite output``: NaN or inf where the reference has none;
+- ``held-out input``: wrong on a shape and value scale outside the declared
+  corpus (a specialised fast path; precision that holds only on the corpus);
+- ``nondeterministic output``: two runs on the same values, in fresh storage,
+  not bitwise identical (uninitialised memory);
+- ``result not from the kernel``: a call that launched no kernel while others
+  did, or a result that survives with every launch made a no-op;
+- ``harness tampering``: a timer, synchroniser, comparator or launch hook
+  replaced inside the worker;
+- ``background work``: threads or child processes a call left running;
+- ``impossible speed``: a time below the op's bytes over the device's peak
+  bandwidth.
 
 A candidate that writes to its inputs keeps the older refusal, ``candidate
 wrote to its input K on CASE`` (a ValueError), so earlier evidence reads the same.

@@ -150,7 +150,8 @@ def _snapshot(t: torch.Tensor) -> torch.Tensor:
 def _describe(out: Any) -> tuple[dict[str, Any], torch.Tensor | None]:
     """Whether ``out`` is a plain tensor holding its own storage, and a copy of it if so."""
     if type(out) is not torch.Tensor:
-        return {"plain": False, "why": f"a {type(out).__module__}.{type(out).__qualname__}, not a plain torch.Tensor"}, None
+        kind = f"{type(out).__module__}.{type(out).__qualname__}"
+        return {"plain": False, "why": f"a {kind}, not a plain torch.Tensor"}, None
     numel_bytes = out.numel() * out.element_size()
     if out.storage_offset() != 0 or out.untyped_storage().nbytes() != numel_bytes:
         return {"plain": False, "why": (f"a view: {numel_bytes} bytes of elements at offset {out.storage_offset()} "
