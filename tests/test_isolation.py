@@ -13,6 +13,8 @@ import textwrap
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from registry.kernels import wire
 from registry.kernels.checks import SPOT_CHECK_EPS, spot_check
@@ -105,3 +107,32 @@ def test_a_worker_that_exits_is_a_recorded_failure_not_a_crash(candidates):
     assert failure["kind"] == "failure" and failure["stage"] == "parity"
     assert failure["error"].startswith("WorkerDied: the candidate's worker process sent no valid answer")
     assert "(exit status 3)" in failure["error"]
+
+
+_metas = st.fixed_dictionaries({
+    "dtype": st.sampled_from(["float16", "bfloat16", "float32", "uint8", "int64", "os", "", "Tensor"]),
+    "shape": st.lists(st.integers(-2, 6), max_size=3),
+    "strides": st.lists(st.integers(-2, 40), max_size=3),
+    "nbytes": st.one_of(st.integers(-1, 200), st.booleans(), st.floats(allow_nan=False)),
+})
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(_metas, max_size=3), st.binary(max_size=300), st.integers(0, 400))
+def test_any_frame_a_worker_sends_is_read_or_refused_as_a_wire_error(metas, payload, budget):
+    """Whatever a hostile worker writes, the harness gets tensors or a WireError, nothing else."""
+    try:
+        header, tensors = wire.read_frame(_frame({"tensors": metas}, payload), byte_budget=budget)
+    except wire.WireError:
+        return
+    assert len(tensors) == len(metas)
+    assert sum(t.untyped_storage().nbytes() for t in tensors) <= budget
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.binary(max_size=64))
+def test_raw_bytes_never_escape_as_anything_but_a_wire_error(data):
+    try:
+        wire.read_frame(io.BytesIO(data), byte_budget=64)
+    except wire.WireError:
+        pass
