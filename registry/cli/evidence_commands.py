@@ -110,9 +110,12 @@ def evaluate(session: Session, artifact_id: str, runs: int | None, warmup: int, 
 
     The evidence is recorded for the registration captured before the kernel
     ran (with --emit, the file names that payload); if the artifact was
-    re-registered meanwhile, nothing is recorded. Any stage that fails is
-    recorded as an EvaluationFailed event naming the stage and the error, and
-    the command exits 4.
+    re-registered meanwhile, nothing is recorded. The kernel runs in a worker
+    process that never sees the expected outputs or the clock. Any stage that
+    fails, and any check that catches the candidate cheating (the error names
+    the technique class; docs/kernels.md, "Threat model"), is recorded as an
+    EvaluationFailed event naming the stage and the error, and the command
+    exits 4.
     """
     from registry.app.kernels import evaluate_artifact
 

@@ -3,7 +3,10 @@
 Modules: ``reference`` (torch eager arm), ``modln``/``gated``/``rmsnorm``
 (kernels and wrappers), ``rowwise`` (shared layout and rounding), ``corpus``
 (shapes, seeded inputs), ``ops`` (registry, entries, cost models),
-``launches`` (execution signal), ``evaluate`` (evidence items).
+``launches`` (execution signal), ``evaluate`` (evidence items), and the
+isolation the runner evaluates through: ``isolation`` (the harness side of a
+worker process), ``worker`` (the candidate's process), ``wire`` (the frames
+between them), ``checks`` (what every call is checked for, refusal classes).
 
 Nothing is imported here on purpose: Triton decides at decoration time
 whether a kernel is compiled or interpreted, so ``TRITON_INTERPRET`` must be

@@ -4,17 +4,23 @@ Each refusal names the technique class it caught, so the failure the registry
 records (and the gate's reason when promote holds the artifact) says which
 kind of cheat was seen, not only that something differed:
 
-| class | what was seen |
-| --- | --- |
-| ``not a plain output`` | an output that is not a plain dense torch.Tensor with a storage of its own (a lazy subclass, a view) |
-| ``stale result`` | a warm-up or timed call, on inputs drawn fresh from a seed the worker never saw, whose output is not the reference's for those inputs (cached, batched, static or freed-memory results; warm-up detection) |
-| ``non-finite output`` | NaN or inf where the reference has none |
-| ``held-out input`` | wrong on a shape and value scale outside the declared corpus (a specialised fast path; precision that holds only on the corpus) |
-| ``nondeterministic output`` | two runs on the same values, in fresh storage, not bitwise identical (uninitialised memory) |
-| ``result not from the kernel`` | a call that launched no kernel while others did, or a result that survives with every launch made a no-op |
-| ``harness tampering`` | a timer, synchroniser, comparator or launch hook replaced inside the worker |
-| ``background work`` | threads or child processes the call left running when it returned |
-| ``impossible speed`` | a time below the op's bytes over the device's peak bandwidth |
+- ``not a plain output``: an output that is not a plain dense torch.Tensor with
+  a storage of its own (a lazy subclass, a view);
+- ``stale result``: a warm-up or timed call, on inputs drawn fresh from a seed
+  the worker never saw, whose output is not the reference's for those inputs
+  (cached, batched, static or freed-memory results; warm-up detection);
+- ``non-finite output``: NaN or inf where the reference has none;
+- ``held-out input``: wrong on a shape and value scale outside the declared
+  corpus (a specialised fast path; precision that holds only on the corpus);
+- ``nondeterministic output``: two runs on the same values, in fresh storage,
+  not bitwise identical (uninitialised memory);
+- ``result not from the kernel``: a call that launched no kernel while others
+  did, or a result that survives with every launch made a no-op;
+- ``harness tampering``: a timer, synchroniser, comparator or launch hook
+  replaced inside the worker;
+- ``background work``: threads or child processes a call left running;
+- ``impossible speed``: a time below the op's bytes over the device's peak
+  bandwidth.
 
 A candidate that writes to its inputs keeps the older refusal, ``candidate
 wrote to its input K on CASE`` (a ValueError), so earlier evidence reads the same.
@@ -102,10 +108,9 @@ def refuse_bad_outputs(outputs: Sequence[Sequence[torch.Tensor | str]], labels: 
                        names: Sequence[str]) -> None:
     """Refuse any output the worker could not hand over as a plain dense tensor of its own."""
     for label, row in zip(labels, outputs):
-        if len(row) != len(names):
-            continue  # a wrong output count is the comparator's error to report
-        for out_name, out in zip(names, row):
+        for k, out in enumerate(row):
             if isinstance(out, str):
+                out_name = names[k] if len(row) == len(names) else f"output {k}"
                 raise CandidateRefused(NOT_PLAIN, f"{label}.{out_name} is {out}")
 
 
@@ -120,11 +125,17 @@ def refuse_mutated_inputs(sent: Sequence[Sequence[torch.Tensor]], after: Sequenc
                 raise ValueError(f"candidate wrote to its input {k} on {label}")
 
 
-def refuse_worker_report(call: Any, where: str) -> None:
-    """Refuse tampering and background work the worker shows after a call."""
+def refuse_worker_report(call: Any, where: str, *, first_call: bool) -> None:
+    """Refuse tampering and background work the worker shows after a call.
+
+    Threads that appear during the worker's first candidate call are let be:
+    compilers and drivers start their pools on first use. A thread started
+    then and still alive later is in every later call's "before", so it can
+    only race the copy of outputs that follows each "done".
+    """
     if call.replaced:
         raise CandidateRefused(TAMPERING, f"{where}: replaced {', '.join(call.replaced[:5])} in the worker")
-    if call.extra_tasks or call.extra_children:
+    if (call.extra_tasks and not first_call) or call.extra_children:
         parts = [f"{call.extra_tasks} thread(s)"] if call.extra_tasks else []
         parts += [f"child process(es) {call.extra_children[:5]}"] if call.extra_children else []
         raise CandidateRefused(BACKGROUND, f"{where}: the call returned leaving {' and '.join(parts)} running")

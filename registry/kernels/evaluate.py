@@ -105,6 +105,7 @@ class _Session:
     fallbacks: int = 0
     interpreted: int = 0
     idle_calls: list[str] = field(default_factory=list)
+    candidate_calls: int = 0
 
     def run(self, arm: str, labels: Sequence[str], inputs: Sequence[tuple[torch.Tensor, ...]], where: str, *,
             ablate: bool = False, count: bool = True) -> CallResult:
@@ -113,7 +114,8 @@ class _Session:
         call = self.worker.call(arm, inputs, output_bytes, ablate=ablate)
         if arm != "C":
             return call
-        refuse_worker_report(call, where)
+        refuse_worker_report(call, where, first_call=not self.candidate_calls)
+        self.candidate_calls += 1
         if count:
             self.launches += sum(call.launches)
             self.fallbacks += call.fallbacks
@@ -131,21 +133,19 @@ class _Session:
         return self.tolerances[dtype_name(dtype)] if self.policy == "tolerance" else None
 
     def spot_check(self, technique: str, where: str, labels: Sequence[str],
-                   inputs: Sequence[tuple[torch.Tensor, ...]], call: CallResult) -> list[tuple[torch.Tensor, ...]]:
-        """Refuse the call if any output is not the reference's for these inputs; return the references."""
+                   inputs: Sequence[tuple[torch.Tensor, ...]], call: CallResult) -> None:
+        """Refuse the call if any output is not the reference's for these inputs."""
         reference = resolve_entry(self.spec.reference)
-        expected_all = []
         for label, args, got in zip(labels, inputs, call.outputs):
             expected = as_outputs(reference(*args))
-            expected_all.append(expected)
             if len(got) != len(expected):
                 raise CandidateRefused(technique, f"{where} {label}: {len(got)} outputs, expected {len(expected)}")
             for out_name, ref, cand in zip(self.spec.outputs, expected, got):
-                why = spot_check(f"{label}.{out_name}", ref.cpu(), cand, self.policy, self.tolerance(ref.dtype))
+                why = spot_check(f"{label}.{out_name}", ref, cand.to(ref.device), self.policy,
+                                 self.tolerance(ref.dtype))
                 if why is not None:
                     nonfinite = technique == STALE and "NaN or inf" in why
                     raise CandidateRefused(NON_FINITE if nonfinite else technique, f"{where}: {why}")
-        return expected_all
 
 
 def _parity(session: _Session, cases: Sequence[Any], inputs: Sequence[tuple[torch.Tensor, ...]],
@@ -155,7 +155,7 @@ def _parity(session: _Session, cases: Sequence[Any], inputs: Sequence[tuple[torc
     for case, args in zip(cases, inputs):
         expected = reference(*args)
         call = session.run("C", [case.label], [args], f"parity call on {case.label}")
-        got = call.outputs[0]
+        got = [out.to(session.device) for out in call.outputs[0]]  # compared where the reference lives
         names = [f"{case.label}.{out}" for out in session.spec.outputs]
         declared = session.tolerances if session.policy == "tolerance" else None
         leaves += compare_outputs(expected, tuple(got) if len(got) != 1 else got[0], names, session.policy,
@@ -276,7 +276,8 @@ def integrity(session: _Session, cases: Sequence[Any]) -> None:
     for label, args, got in zip(labels, inputs, ablated.outputs):
         expected = as_outputs(reference(*args))
         for out_name, ref, cand in zip(session.spec.outputs, expected, got):
-            if spot_check(f"{label}.{out_name}", ref.cpu(), cand, session.policy, session.tolerance(ref.dtype)) is None:
+            if spot_check(f"{label}.{out_name}", ref, cand.to(ref.device), session.policy,
+                          session.tolerance(ref.dtype)) is None:
                 raise CandidateRefused(NOT_FROM_KERNEL, (
                     f"{label}.{out_name} is still the reference's with every kernel launch made a no-op"))
 

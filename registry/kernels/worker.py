@@ -30,21 +30,28 @@ import sys
 import threading
 from typing import Any, BinaryIO
 
-_PROTOCOL_OUT: BinaryIO = os.fdopen(os.dup(1), "wb")
-os.dup2(2, 1)  # a candidate's print() must not corrupt the protocol stream
-_PROTOCOL_IN: BinaryIO = os.fdopen(os.dup(0), "rb")
-_null = os.open(os.devnull, os.O_RDONLY)
-os.dup2(_null, 0)  # nor read it
-os.close(_null)
+import time
 
-import time  # noqa: E402
+import torch
 
-import torch  # noqa: E402
+from registry.kernels import wire
+from registry.kernels.launches import counting
 
-from registry.kernels import wire  # noqa: E402
-from registry.kernels.launches import counting  # noqa: E402
+_PROTOCOL_OUT: BinaryIO | None = None  # set by _take_protocol_streams() when run as the worker
+_PROTOCOL_IN: BinaryIO | None = None
 
 ERROR_TEXT_LIMIT = 2000
+
+
+def _take_protocol_streams() -> None:
+    """Keep stdin/stdout for the protocol; the candidate gets stderr as stdout and nothing to read."""
+    global _PROTOCOL_OUT, _PROTOCOL_IN
+    _PROTOCOL_OUT = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)  # a candidate's print() must not corrupt the protocol stream
+    _PROTOCOL_IN = os.fdopen(os.dup(0), "rb")
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)  # nor read it
+    os.close(null)
 
 
 class LaunchWatch:
@@ -150,7 +157,8 @@ def _snapshot(t: torch.Tensor) -> torch.Tensor:
 def _describe(out: Any) -> tuple[dict[str, Any], torch.Tensor | None]:
     """Whether ``out`` is a plain tensor holding its own storage, and a copy of it if so."""
     if type(out) is not torch.Tensor:
-        return {"plain": False, "why": f"a {type(out).__module__}.{type(out).__qualname__}, not a plain torch.Tensor"}, None
+        kind = f"{type(out).__module__}.{type(out).__qualname__}"
+        return {"plain": False, "why": f"a {kind}, not a plain torch.Tensor"}, None
     numel_bytes = out.numel() * out.element_size()
     if out.storage_offset() != 0 or out.untyped_storage().nbytes() != numel_bytes:
         return {"plain": False, "why": (f"a view: {numel_bytes} bytes of elements at offset {out.storage_offset()} "
@@ -262,6 +270,7 @@ class Worker:
 
 
 if __name__ == "__main__":
+    _take_protocol_streams()
     Worker().serve()
     _PROTOCOL_OUT.flush()
     os._exit(0)  # no candidate atexit hook or lingering thread decides how this process ends
