@@ -43,7 +43,6 @@ from functools import lru_cache
 
 import numpy as np
 
-from registry.errors import UserError
 from registry.evidence.ranks import ARM_TAIL, PAIRED_TAIL, median_rank
 
 EXACT_MAX_N = 25
@@ -65,7 +64,7 @@ def speedup(protocol: str, baseline: Sequence[float], candidate: Sequence[float]
         return float(np.median(paired_ratios(baseline, candidate)))
     if protocol == "sequential":
         return float(np.median(baseline) / np.median(candidate))
-    raise UserError(f"unknown protocol {protocol!r}")
+    raise ValueError(f"unknown protocol {protocol!r}")
 
 
 def median_interval(values: np.ndarray, tail: float) -> tuple[np.ndarray, np.ndarray, float]:
@@ -94,7 +93,7 @@ def speedup_interval(
         b_low, b_high, b_coverage = median_interval(baseline, ARM_TAIL)
         c_low, c_high, c_coverage = median_interval(candidate, ARM_TAIL)
         return b_low / c_high, b_high / c_low, b_coverage * c_coverage
-    raise UserError(f"unknown protocol {protocol!r}")
+    raise ValueError(f"unknown protocol {protocol!r}")
 
 
 def wilcoxon_signed_rank(differences: Sequence[float]) -> float:
