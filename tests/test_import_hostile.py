@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import sqlite3
 import subprocess
 import sys
@@ -18,6 +17,8 @@ from pathlib import Path
 import pytest
 
 from registry.app import open_registry
+from test_import_motionkernel import run_import as checked_run_import
+from test_import_motionkernel import tree  # noqa: F401 - the fixture: a private copy of the fixture tree
 
 FIXTURES = Path(__file__).parent / "fixtures" / "motionkernel"
 SUPPORT = "support/ltx-t2v-480p--sm100.json"
@@ -25,18 +26,10 @@ DISPATCH = "dispatch/sm100-1030.measurement.json"
 DOCUMENTS = 8  # in the fixture tree
 
 
-@pytest.fixture
-def tree(tmp_path):
-    root = tmp_path / "campaign"
-    shutil.copytree(FIXTURES, root)
-    return root
-
-
 def run_import(cli, *paths, check=False):
-    result = cli("import", "motionkernel", *map(str, paths), "--json", *(["--check"] if check else []))
-    assert result.exception is None or isinstance(result.exception, SystemExit), result.output
+    result, summary = checked_run_import(cli, *paths, check=check)
     assert "Traceback" not in result.output
-    return result, json.loads(result.stdout)
+    return result, summary
 
 
 def rows(url, sql):
