@@ -219,3 +219,23 @@ def test_an_interrupted_import_leaves_no_registration_without_its_document(regis
     monkeypatch.setattr(EventStore, "append", interrupted)
     registry_cli("import", "motionkernel", str(tree / DISPATCH))
     assert rows(registry_cli.url, "SELECT type FROM events WHERE stream LIKE 'artifact:%'") == []
+
+
+def test_odd_values_an_earlier_import_stored_never_stop_a_report(registry_cli, tmp_path):
+    """A variant: the payload schema lets through shapes the import now refuses; every report format still renders."""
+    from registry.events.store import NewEvent
+    from registry.events.types import ExternalOutcome
+
+    registry = open_registry(registry_cli.url)
+    try:
+        outcome = ExternalOutcome(workload="wan\nforged-row", artifact=None, arch="hopper\x1b[31m", outcome="held",
+                                  recorded_verdict={"decision": 7, "basis": ["not", "text"]},
+                                  recorded_utc="2026-13-45", model_id="\x1b]0;x\x07", family="",
+                                  summary={"speedup_median": -int("9" * 401)}, origin={})
+        registry.store.append(f"outcomes:{outcome.workload}", [NewEvent(outcome.type, outcome)], actor="past")
+    finally:
+        registry.engine.dispose()
+    for fmt in ("table", "json", "csv", "html"):
+        result = registry_cli("report", "--format", fmt, "--out", str(tmp_path / f"report.{fmt}"))
+        assert result.exit_code == 0 and "Traceback" not in result.output, (fmt, result.output)
+    assert registry_cli("report", "--matrix").exit_code == 0
