@@ -160,6 +160,14 @@ def test_lock_out_refuses_another_registry(cli, tmp_path):
     assert "SQLite database" in output and other.read_bytes() == before
 
 
+def test_evaluate_emit_refuses_a_registry_before_measuring(cli):
+    """A variant: --emit names a file to write as --out does; the check comes before the kernel runs."""
+    database = cli.url.removeprefix("sqlite:///")
+    before = open(database, "rb").read()
+    assert "SQLite database" in one_line_refusal(cli("evaluate", "cache", "--emit", database, "--force"))
+    assert open(database, "rb").read() == before
+
+
 def test_out_refuses_a_fifo_without_opening_it(cli, tmp_path):
     """A variant: a FIFO named as --out would block the writer; it is no regular file."""
     fifo = tmp_path / "pipe"

@@ -16,6 +16,7 @@ import pytest
 from registry.app import open_registry
 from registry.app.workloads import artifact_stream, register_artifact
 from registry.formats.evidence.items import parse_item
+from test_lifecycle import benchmark, execution, head, one_line_refusal, perceptual, promote, show
 
 CAPPED = """
 workload: wan
@@ -27,23 +28,6 @@ workload: ltx
 fidelity: {tier: advisory, min_ssim: 0.4, frame_set: wan-8}
 speed: {min_speedup: 1.1, runs_per_arm: 2, protocol: paired}
 """
-
-
-def execution(backend="SAGE_ATTN"):
-    item = {"kind": "execution", "candidate_calls": 40, "fallbacks": 0}
-    if backend:
-        item.update(requested_backend=backend, effective_backend=backend)
-    return item
-
-
-def benchmark(ratio=1.4):
-    return {"kind": "benchmark", "protocol": "paired", "device": "NVIDIA H200", "timer": "cuda_event",
-            "baseline_s": [2.0, 2.02], "candidate_s": [2.0 / ratio, 2.02 / ratio], "schedule": ["BC", "CB"]}
-
-
-def perceptual(worst_ssim=0.991):
-    return {"kind": "perceptual", "frame_set": "wan-8", "seed": 1024, "ssim": [0.999, worst_ssim], "lpips": None,
-            "vbench": None, "stage_status": "ok"}
 
 
 @pytest.fixture
@@ -74,31 +58,6 @@ def cli(registry_cli, tmp_path):
         (tmp_path / name).write_bytes(f"build {name}".encode())
     invoke.load, invoke.declare, invoke.register = load, declare, register
     return invoke
-
-
-def show(cli, artifact):
-    result = cli("show", artifact, "--json")
-    assert result.exit_code == 0, result.output
-    return json.loads(result.output)
-
-
-def promote(cli, artifact):
-    result = cli("promote", artifact, "--json")
-    assert result.exit_code in (0, 3), result.output
-    return json.loads(result.output)
-
-
-def head(cli):
-    registry = open_registry(cli.url)
-    try:
-        return registry.store.head_position()
-    finally:
-        registry.engine.dispose()
-
-
-def one_line_refusal(result):
-    assert result.exit_code == 1, result.output
-    assert "Traceback" not in result.output and len(result.output.strip().splitlines()) == 1, result.output
 
 
 def digest(cli, payload):

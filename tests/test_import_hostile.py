@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import sqlite3
 import subprocess
 import sys
@@ -18,6 +17,8 @@ from pathlib import Path
 import pytest
 
 from registry.app import open_registry
+from test_import_motionkernel import run_import as checked_run_import
+from test_import_motionkernel import tree  # noqa: F401 - the fixture: a private copy of the fixture tree
 
 FIXTURES = Path(__file__).parent / "fixtures" / "motionkernel"
 SUPPORT = "support/ltx-t2v-480p--sm100.json"
@@ -25,18 +26,10 @@ DISPATCH = "dispatch/sm100-1030.measurement.json"
 DOCUMENTS = 8  # in the fixture tree
 
 
-@pytest.fixture
-def tree(tmp_path):
-    root = tmp_path / "campaign"
-    shutil.copytree(FIXTURES, root)
-    return root
-
-
 def run_import(cli, *paths, check=False):
-    result = cli("import", "motionkernel", *map(str, paths), "--json", *(["--check"] if check else []))
-    assert result.exception is None or isinstance(result.exception, SystemExit), result.output
+    result, summary = checked_run_import(cli, *paths, check=check)
     assert "Traceback" not in result.output
-    return result, json.loads(result.stdout)
+    return result, summary
 
 
 def rows(url, sql):
@@ -207,8 +200,9 @@ def test_three_concurrent_imports_of_one_tree_all_finish(registry_cli, tree):
     finished = [(run.wait(timeout=300), *run.communicate()) for run in runs]
     for status, out, err in finished:
         assert status == 0 and b"Traceback" not in err, err.decode()
-    imported = sum(json.loads(out)["imported"] for _, out, _ in finished)
-    assert imported == DOCUMENTS
+        summary = json.loads(out)
+        # Every run accounts for every document as recorded (by it or by another run), none refused.
+        assert summary["imported"] + summary["already_present"] == DOCUMENTS, summary["documents"]
     assert_each_document_once(registry_cli.url)
 
 
@@ -226,3 +220,23 @@ def test_an_interrupted_import_leaves_no_registration_without_its_document(regis
     monkeypatch.setattr(EventStore, "append", interrupted)
     registry_cli("import", "motionkernel", str(tree / DISPATCH))
     assert rows(registry_cli.url, "SELECT type FROM events WHERE stream LIKE 'artifact:%'") == []
+
+
+def test_odd_values_an_earlier_import_stored_never_stop_a_report(registry_cli, tmp_path):
+    """A variant: the payload schema lets through shapes the import now refuses; every report format still renders."""
+    from registry.events.store import NewEvent
+    from registry.events.types import ExternalOutcome
+
+    registry = open_registry(registry_cli.url)
+    try:
+        outcome = ExternalOutcome(workload="wan\nforged-row", artifact=None, arch="hopper\x1b[31m", outcome="held",
+                                  recorded_verdict={"decision": 7, "basis": ["not", "text"]},
+                                  recorded_utc="2026-13-45", model_id="\x1b]0;x\x07", family="",
+                                  summary={"speedup_median": -int("9" * 401)}, origin={})
+        registry.store.append(f"outcomes:{outcome.workload}", [NewEvent(outcome.type, outcome)], actor="past")
+    finally:
+        registry.engine.dispose()
+    for fmt in ("table", "json", "csv", "html"):
+        result = registry_cli("report", "--format", fmt, "--out", str(tmp_path / f"report.{fmt}"))
+        assert result.exit_code == 0 and "Traceback" not in result.output, (fmt, result.output)
+    assert registry_cli("report", "--matrix").exit_code == 0

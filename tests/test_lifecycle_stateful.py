@@ -1,21 +1,23 @@
 """Random lifecycles through the CLI on a real SQLite file, checked after every step.
 
 A hypothesis state machine registers and re-registers artifacts of the three
-tiers (perceptual, advisory, exact; payload and backend changes), imports
-evidence of every kind (passing, failing,
-contradictory, for another payload), records failures, promotes, approves,
-revokes and re-declares contracts. After every step:
+tiers (perceptual, advisory, exact; bundle and backend changes, and back to
+earlier claims), registers the same bundle under new ids, imports evidence
+of every kind (passing, failing, contradictory, for another payload),
+records failures, promotes, approves, revokes and re-declares contracts
+(then approves or revokes what was decided before). After every step:
 (a) an artifact shown promoted rests on a verdict for its current identity,
     decided with no open failure on evidence of that identity (bound to its
     payload) that passes, by this test's own reading of the contract it was
     decided under; an approval answers a recorded verdict of that identity;
 (b) a full replay, from stored events and from the lean reader, gives the
     state the live read models hold;
-(c) no command exits with a traceback.
+(c) no command exits with a traceback;
+(d) whatever `resolve` ships is promoted for its current identity;
+(e) every verdict's benchmark attempts are those of its bytes in its workload, counted from the log.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
 import tempfile
@@ -27,10 +29,12 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
 from registry.app import open_registry
+from registry.bundles import verify_directory
 from registry.cli.main import main
 from registry.events.identity import artifact_identity
 from registry.projections import Projections, RegistryState, verify_projections
 from registry.projections.fold import fold
+from ship_helpers import make_bundle
 
 ARTIFACTS = {"sage": ("wan", "attention_backend"), "cache": ("ltx", "step_cache"), "kernel": ("exact", "fused_kernel")}
 PAYLOADS = ("build-1", "build-2", "build-3")
@@ -147,9 +151,9 @@ class Lifecycle(RuleBasedStateMachine):
         self.payload_digests = {}
         self.artifacts = dict(ARTIFACTS)  # the fixed three, and any the `rename` rule adds
         self.renamed = 0
-        for name in PAYLOADS:
-            (self.folder / name).write_text(f"payload {name}")
-            self.payload_digests[name] = hashlib.sha256(f"payload {name}".encode()).hexdigest()
+        for name in PAYLOADS:  # each payload is a bundle, so `resolve` can ship what is promoted
+            directory = make_bundle(self.folder / "bundles", name, source=f"def replacement(x):\n    return ({name!r}, x)\n")
+            self.payload_digests[name] = verify_directory(directory).digest
         for artifact in ARTIFACTS:
             self.register(artifact, PAYLOADS[0], BACKENDS[0])
 
@@ -190,7 +194,7 @@ class Lifecycle(RuleBasedStateMachine):
     def register(self, artifact: str, payload: str, backend: str):
         workload, kind = ARTIFACTS[artifact]
         self.run_ok("artifact", "register", artifact, "--workload", workload, "--kind", kind,
-                    "--backend", backend, "--payload", str(self.folder / payload))
+                    "--backend", backend, "--bundle", str(self.folder / "bundles" / payload))
 
     def state(self, artifact: str) -> dict:
         return json.loads(self.run_ok("show", artifact, "--json").output)
@@ -306,7 +310,7 @@ class Lifecycle(RuleBasedStateMachine):
         payload = next(name for name, digest in self.payload_digests.items() if digest == state["payload_sha256"])
         workload, kind = ARTIFACTS[artifact]
         self.run_ok("artifact", "register", new_id, "--workload", workload, "--kind", kind,
-                    "--backend", state["backend"], "--payload", str(self.folder / payload))
+                    "--backend", state["backend"], "--bundle", str(self.folder / "bundles" / payload))
         self.import_a_passing_set(new_id)
         self.promote(new_id)
 
@@ -363,6 +367,38 @@ class Lifecycle(RuleBasedStateMachine):
                     latest = [e for e in seen if e.type == EVIDENCE_TYPES[kind]][-1]
                     assert latest.event_id in used
                     assert passes(kind, latest.payload["item"], min_ssim), (kind, latest.payload["item"])
+        finally:
+            registry.engine.dispose()
+
+    @invariant()
+    def whatever_ships_is_promoted_for_its_current_identity(self):
+        """`resolve` ships only an artifact promoted for the identity it claims now, on the bundle it registered.
+
+        (That the promotion was judged under the workload's current contract is
+        resolve's contract-version rule; its check belongs beside the lock rules below.)
+        """
+        if not hasattr(self, "folder"):
+            return
+        for workload in ("wan", "ltx", "exact"):
+            result = self.run("resolve", "--workload", workload, "--arch", "sm90", "--torch", "2.5.0", "--cuda", "12.4",
+                              "--json")
+            match = json.loads(result.output)["match"] if result.exit_code == 0 else None
+            if match is None:
+                continue
+            state = self.state(match["artifact"])
+            assert state["decision"] == "promoted", (match, state["decision"])
+            assert state["workload"] == workload
+            registration = self.registration(match["artifact"])
+            assert state["identity"] == artifact_identity(registration)
+            assert state["payload_sha256"] == registration["payload_sha256"]
+            verdict = next(v for v in state["verdicts"] if v["event_id"] == state["verdict_event_id"])
+            assert verdict["identity"] == state["identity"]
+
+    def registration(self, artifact: str) -> dict:
+        registry = open_registry(self.url)
+        try:
+            return [e.payload for e in registry.store.read_stream(f"artifact:{artifact}")
+                    if e.type == "ArtifactRegistered"][-1]
         finally:
             registry.engine.dispose()
 

@@ -65,19 +65,19 @@ def _artifact_state(registry: Registry, artifact: str) -> dict[str, Any]:
     return state
 
 
-def payload_attempts(projections: Projections, state: dict[str, Any]) -> int:
+def payload_attempts(state: dict[str, Any], workload_artifacts: list[dict[str, Any]]) -> int:
     """Benchmark attempts of the artifact's bytes within its workload (docs/gate.md, "Attempts").
 
     The same payload registered under another artifact id, or under other
     claims of this one, does not start a fresh count: every benchmark item of
     those bytes in the workload counts. An artifact without a payload hash
     has nothing to match by, so its own identity's count stands.
+    `workload_artifacts` are the projected artifacts of its workload.
     """
     payload = state["payload_sha256"]
     if payload is None:
         return state["benchmark_attempts"]
-    others = [other for other in projections.artifacts(workload=state["workload"])
-              if other["artifact"] != state["artifact"]]
+    others = [other for other in workload_artifacts if other["artifact"] != state["artifact"]]
     return sum(attempts_on(artifact, payload) for artifact in (state, *others))
 
 
@@ -153,7 +153,7 @@ def promote(registry: Registry, artifact: str, *, rejudge: bool = False) -> Prom
 
 def _promote_once(registry: Registry, artifact: str, rejudge: bool = False) -> PromoteOutcome:
     state = _artifact_state(registry, artifact)
-    attempts = payload_attempts(Projections(registry.store), state)
+    attempts = payload_attempts(state, Projections(registry.store).artifacts(workload=state["workload"]))
     declared = _declared_contract(registry, state["workload"])
     stale = declared is not None and state["contract_version"] != declared.version
     if state["decision"] in FINAL and state["verdict"] is not None and not (rejudge and stale):
@@ -278,8 +278,9 @@ def what_if(registry: Registry, contract: Contract) -> list[WhatIf]:
     projections = Projections(registry.store)
     workload = projections.workload(contract.workload)
     outcomes = []
-    for state in projections.artifacts(workload=contract.workload):
-        evidence, facts = gate_inputs(state, payload_attempts(projections, state), registry)
+    artifacts = projections.artifacts(workload=contract.workload)
+    for state in artifacts:
+        evidence, facts = gate_inputs(state, payload_attempts(state, artifacts), registry)
         new = decide(contract, evidence, facts)
         old = _margins_by_metric(state["verdict"])
         moved = []

@@ -1,6 +1,6 @@
 """Checks on option values that run while the command line is parsed, before anything is read or measured.
 
-They raise ValueError, which the command group turns into one line on stderr
+They raise UserError (registry.formats.errors), which the command group turns into one line on stderr
 and exit 1, like every other refused input (registry.cli.main).
 """
 from __future__ import annotations

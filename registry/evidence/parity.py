@@ -22,7 +22,6 @@ from typing import Any
 import torch
 
 from registry.formats.fields import is_finite_number
-from registry.formats.errors import UserError
 
 POLICIES = ("byte_equal", "tolerance")
 _TOLERANCE_KEYS = {"atol", "rtol", "max_abs"}
@@ -36,19 +35,19 @@ def dtype_name(dtype: torch.dtype) -> str:
 def validate_tolerance(tolerance: Any) -> dict[str, float]:
     """Check a declared tolerance: atol and rtol finite and >= 0, optional max_abs finite and > 0."""
     if not isinstance(tolerance, Mapping):
-        raise UserError(f"a tolerance must be a mapping with atol and rtol, got {tolerance!r}")
+        raise ValueError(f"a tolerance must be a mapping with atol and rtol, got {tolerance!r}")
     unknown = set(tolerance) - _TOLERANCE_KEYS
     if unknown:
-        raise UserError(f"unknown tolerance fields {sorted(unknown)}; allowed: {sorted(_TOLERANCE_KEYS)}")
+        raise ValueError(f"unknown tolerance fields {sorted(unknown)}; allowed: {sorted(_TOLERANCE_KEYS)}")
     missing = {"atol", "rtol"} - set(tolerance)
     if missing:
-        raise UserError(f"tolerance lacks {sorted(missing)}; a tolerance is never filled in by default")
+        raise ValueError(f"tolerance lacks {sorted(missing)}; a tolerance is never filled in by default")
     clean: dict[str, float] = {}
     for key, value in tolerance.items():
         if not is_finite_number(value):
-            raise UserError(f"tolerance {key} must be a finite number, got {value!r}")
+            raise ValueError(f"tolerance {key} must be a finite number, got {value!r}")
         if value < 0 or (key == "max_abs" and value == 0):
-            raise UserError(f"tolerance {key} must be {'> 0' if key == 'max_abs' else '>= 0'}, got {value!r}")
+            raise ValueError(f"tolerance {key} must be {'> 0' if key == 'max_abs' else '>= 0'}, got {value!r}")
         clean[key] = float(value)
     return clean
 
@@ -73,11 +72,11 @@ def compare_leaf(name: str, reference: torch.Tensor, candidate: torch.Tensor, po
     element counts as outside the tolerance.
     """
     if policy not in POLICIES:
-        raise UserError(f"unknown parity policy {policy!r}; expected one of {list(POLICIES)}")
+        raise ValueError(f"unknown parity policy {policy!r}; expected one of {list(POLICIES)}")
     if policy == "tolerance" and tolerance is None:
-        raise UserError(f"leaf {name!r}: the tolerance policy needs a declared tolerance; none was given")
+        raise ValueError(f"leaf {name!r}: the tolerance policy needs a declared tolerance; none was given")
     if policy == "byte_equal" and tolerance is not None:
-        raise UserError(f"leaf {name!r}: the byte_equal policy takes no tolerance")
+        raise ValueError(f"leaf {name!r}: the byte_equal policy takes no tolerance")
     for label, t in (("reference", reference), ("candidate", candidate)):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"leaf {name!r}: {label} is a {type(t).__name__}, not a torch.Tensor")
@@ -149,19 +148,19 @@ def compare_outputs(ref_outputs: Any, cand_outputs: Any, names: Sequence[str], p
     ``approx_math`` (the source-screen findings) is recorded there.
     """
     if policy not in POLICIES:
-        raise UserError(f"unknown parity policy {policy!r}; expected one of {list(POLICIES)}")
+        raise ValueError(f"unknown parity policy {policy!r}; expected one of {list(POLICIES)}")
     refs, cands = _as_tuple(ref_outputs, "reference"), _as_tuple(cand_outputs, "candidate")
     if not (len(refs) == len(cands) == len(names)):
-        raise UserError(f"{len(names)} output names, {len(refs)} reference and {len(cands)} candidate outputs")
+        raise ValueError(f"{len(names)} output names, {len(refs)} reference and {len(cands)} candidate outputs")
     if policy == "tolerance" and tolerances_by_dtype is None:
-        raise UserError("the tolerance policy needs tolerances_by_dtype; none was given")
+        raise ValueError("the tolerance policy needs tolerances_by_dtype; none was given")
     leaves = []
     for name, ref, cand in zip(names, refs, cands):
         tol = None
         if policy == "tolerance":
             key = dtype_name(ref.dtype) if isinstance(ref, torch.Tensor) else None
             if key not in tolerances_by_dtype:
-                raise UserError(f"leaf {name!r}: no tolerance declared for dtype {key}")
+                raise ValueError(f"leaf {name!r}: no tolerance declared for dtype {key}")
             tol = tolerances_by_dtype[key]
         leaves.append(compare_leaf(name, ref, cand, policy, tol))
     item: dict[str, Any] = {"kind": "parity", "policy": policy, "leaves": leaves}

@@ -25,7 +25,6 @@ from typing import Any
 import torch
 
 from registry.formats.ranks import MAX_RUNS_PER_ARM
-from registry.formats.errors import UserError
 
 FLUSH_BYTES = 256 * 1024 * 1024
 
@@ -58,7 +57,7 @@ def triton_interpreter_active() -> bool:
 def abba_schedule(pairs: int) -> list[str]:
     """Order within each pair: "BC" (baseline first) for even pairs, "CB" for odd ones."""
     if isinstance(pairs, bool) or not isinstance(pairs, int) or pairs < 1:
-        raise UserError(f"pairs must be a positive integer, got {pairs!r}")
+        raise ValueError(f"pairs must be a positive integer, got {pairs!r}")
     return ["BC" if i % 2 == 0 else "CB" for i in range(pairs)]
 
 
@@ -109,9 +108,9 @@ def _timer_for(device: torch.device | str) -> _CpuTimer | _CudaTimer:
         return _CpuTimer()
     if dev.type == "cuda":
         if not torch.cuda.is_available():
-            raise UserError(f"device {dev} requested but torch sees no CUDA device")
+            raise ValueError(f"device {dev} requested but torch sees no CUDA device")
         return _CudaTimer(dev)
-    raise UserError(f"unsupported timing device {dev}; expected cpu or cuda")
+    raise ValueError(f"unsupported timing device {dev}; expected cpu or cuda")
 
 
 def timer_names(device: torch.device | str) -> tuple[str, str]:
@@ -140,12 +139,12 @@ def time_paired(baseline_fn: Callable[[], Any], candidate_fn: Callable[[], Any],
     included (whole-generation timing can take minutes per call).
     """
     if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
-        raise UserError(f"warmup must be a non-negative integer, got {warmup!r}")
+        raise ValueError(f"warmup must be a non-negative integer, got {warmup!r}")
     schedule = abba_schedule(runs)
     if runs > MAX_RUNS_PER_ARM:  # refused before timing anything, not after hours of runs
-        raise UserError(f"runs: {runs} is above the {MAX_RUNS_PER_ARM} runs per arm benchmark evidence may carry")
+        raise ValueError(f"runs: {runs} is above the {MAX_RUNS_PER_ARM} runs per arm benchmark evidence may carry")
     if bytes_moved is not None and not (isinstance(bytes_moved, (int, float)) and bytes_moved > 0):
-        raise UserError(f"bytes_moved must be a positive number, got {bytes_moved!r}")
+        raise ValueError(f"bytes_moved must be a positive number, got {bytes_moved!r}")
     timer = _timer_for(device)
     arms = {"B": baseline_fn, "C": candidate_fn}
     total, done = 2 * (warmup + runs), 0

@@ -81,7 +81,7 @@ def name_refusal(value: Any) -> str | None:
 
 
 def check_name(value: Any, what: str) -> str:
-    """Return `value` when it is a valid name; else raise ValueError naming `what` (e.g. "--run", "artifact id")."""
+    """Return `value` when it is a valid name; else raise UserError naming `what` (e.g. "--run", "artifact id")."""
     refusal = name_refusal(value)
     if refusal is not None:
         raise UserError(f"{what} {refusal}")
@@ -93,7 +93,7 @@ MAX_SEED = 2**64 - 1
 
 
 def check_seed(value: Any, what: str) -> int:
-    """Return `value` when it is a seed (an integer in [0, 2**64 - 1]); else raise ValueError naming `what`."""
+    """Return `value` when it is a seed (an integer in [0, 2**64 - 1]); else raise UserError naming `what`."""
     if isinstance(value, bool) or not isinstance(value, int):
         raise UserError(f"{what} must be an integer seed, not {type(value).__name__}")
     if not 0 <= value <= MAX_SEED:

@@ -11,8 +11,6 @@ from __future__ import annotations
 import math
 from functools import lru_cache
 
-from registry.formats.errors import UserError
-
 CI_LEVEL = 0.95
 # Most runs one benchmark arm may carry (docs/evidence-format.md): every
 # statistic is linear in the runs, but each item is stored whole in the log
@@ -47,7 +45,7 @@ def min_conclusive_runs(protocol: str) -> int:
     """Fewest runs per arm whose interval reaches CI_LEVEL (and so can exclude 1.0 at 1 - CI_LEVEL)."""
     tail = {"paired": PAIRED_TAIL, "sequential": ARM_TAIL}.get(protocol)
     if tail is None:
-        raise UserError(f"unknown protocol {protocol!r}")
+        raise ValueError(f"unknown protocol {protocol!r}")
     n = 1
     while median_rank(n, tail)[0] == 0:
         n += 1

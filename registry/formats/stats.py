@@ -44,7 +44,6 @@ from functools import lru_cache
 import numpy as np
 
 from registry.formats.ranks import ARM_TAIL, PAIRED_TAIL, median_rank
-from registry.formats.errors import UserError
 
 EXACT_MAX_N = 25
 
@@ -65,7 +64,7 @@ def speedup(protocol: str, baseline: Sequence[float], candidate: Sequence[float]
         return float(np.median(paired_ratios(baseline, candidate)))
     if protocol == "sequential":
         return float(np.median(baseline) / np.median(candidate))
-    raise UserError(f"unknown protocol {protocol!r}")
+    raise ValueError(f"unknown protocol {protocol!r}")
 
 
 def median_interval(values: np.ndarray, tail: float) -> tuple[np.ndarray, np.ndarray, float]:
@@ -94,7 +93,7 @@ def speedup_interval(
         b_low, b_high, b_coverage = median_interval(baseline, ARM_TAIL)
         c_low, c_high, c_coverage = median_interval(candidate, ARM_TAIL)
         return b_low / c_high, b_high / c_low, b_coverage * c_coverage
-    raise UserError(f"unknown protocol {protocol!r}")
+    raise ValueError(f"unknown protocol {protocol!r}")
 
 
 def speedup_bounds(
@@ -115,7 +114,7 @@ def speedup_bounds(
         tails = [(np.asarray(baseline, dtype=np.float64), alpha / 2.0),
                  (np.asarray(candidate, dtype=np.float64), alpha / 2.0)]
     else:
-        raise UserError(f"unknown protocol {protocol!r}")
+        raise ValueError(f"unknown protocol {protocol!r}")
     if any(median_rank(values.shape[-1], tail)[0] == 0 for values, tail in tails):
         return None
     intervals = [median_interval(values, tail) for values, tail in tails]

@@ -68,7 +68,7 @@ def candidate_source(fn: Callable) -> str:
     """Source of the module defining ``fn`` and of the same-package modules it uses."""
     module = inspect.getmodule(fn)
     if module is None:
-        raise UserError(f"cannot find the module of {fn!r} to screen its source")
+        raise ValueError(f"cannot find the module of {fn!r} to screen its source")
     package = module.__name__.split(".")[0]
     modules = {module.__name__: module}
     for value in vars(module).values():
@@ -82,13 +82,13 @@ def _check_request(cases: Sequence[Any], runs: int, warmup: int, policy: str,
                    tolerances_by_dtype: Mapping[str, Mapping[str, float]] | None) -> None:
     abba_schedule(runs)
     if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
-        raise UserError(f"warmup must be a non-negative integer, got {warmup!r}")
+        raise ValueError(f"warmup must be a non-negative integer, got {warmup!r}")
     if policy not in POLICIES:
-        raise UserError(f"unknown parity policy {policy!r}; expected one of {list(POLICIES)}")
+        raise ValueError(f"unknown parity policy {policy!r}; expected one of {list(POLICIES)}")
     if policy == "tolerance":
         for dtype in sorted({c.dtype for c in cases}):
             if tolerances_by_dtype is None or dtype not in tolerances_by_dtype:
-                raise UserError(f"tolerance policy: no tolerance declared for dtype {dtype}")
+                raise ValueError(f"tolerance policy: no tolerance declared for dtype {dtype}")
             validate_tolerance(tolerances_by_dtype[dtype])
 
 
@@ -331,14 +331,14 @@ def evaluate_kernel(op_name: str, entry: str, *, corpus: str, runs: int, warmup:
 def evidence_document(artifact: str, items: Sequence[Mapping[str, Any]], run: str | None = None) -> dict[str, Any]:
     """Wrap evidence items as a ``registry.evidence/1`` document for ``registry evidence import``."""
     if not isinstance(artifact, str) or not artifact.strip():
-        raise UserError(f"artifact must be a non-empty string, got {artifact!r}")
+        raise ValueError(f"artifact must be a non-empty string, got {artifact!r}")
     if run is not None and (not isinstance(run, str) or not run.strip()):
-        raise UserError(f"run must be a non-empty string when given, got {run!r}")
+        raise ValueError(f"run must be a non-empty string when given, got {run!r}")
     if not items:
-        raise UserError("an evidence document needs at least one item")
+        raise ValueError("an evidence document needs at least one item")
     for i, item in enumerate(items):
         if not isinstance(item, Mapping) or not isinstance(item.get("kind"), str):
-            raise UserError(f"evidence item {i} is not a mapping with a 'kind'")
+            raise ValueError(f"evidence item {i} is not a mapping with a 'kind'")
     doc: dict[str, Any] = {"format": EVIDENCE_FORMAT, "artifact": artifact}
     if run is not None:
         doc["run"] = run

@@ -11,7 +11,6 @@ import torch
 import triton
 import triton.language as tl
 
-from registry.formats.errors import UserError
 from registry.kernels.launches import launch
 from registry.kernels.reference import EPS
 from registry.kernels.rowwise import (bits_view, check_activation, check_device, check_fp32, encode_16bit,
@@ -60,7 +59,7 @@ def _check_pair(residual: torch.Tensor, x: torch.Tensor, gate: torch.Tensor) -> 
     check_activation("residual", residual)
     check_activation("x", x, shape=tuple(residual.shape), dtype=residual.dtype)
     if x.device != residual.device:
-        raise UserError(f"x is on {x.device}, residual on {residual.device}")
+        raise ValueError(f"x is on {x.device}, residual on {residual.device}")
     batch, seq, dim = residual.shape
     check_fp32("gate", gate, (batch, dim), residual.device)
     return batch, seq, dim

@@ -17,8 +17,6 @@ import torch
 import triton
 import triton.language as tl
 
-from registry.formats.errors import UserError
-
 ACTIVATION_DTYPES = (torch.bfloat16, torch.float16)
 
 
@@ -72,13 +70,13 @@ def check_activation(name: str, t: torch.Tensor, shape: tuple[int, ...] | None =
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
     if t.dim() != 3:
-        raise UserError(f"{name} must be [B, S, D], got shape {list(t.shape)}")
+        raise ValueError(f"{name} must be [B, S, D], got shape {list(t.shape)}")
     if t.dtype not in ACTIVATION_DTYPES:
-        raise UserError(f"{name} must be bfloat16 or float16, got {t.dtype}")
+        raise ValueError(f"{name} must be bfloat16 or float16, got {t.dtype}")
     if shape is not None and tuple(t.shape) != shape:
-        raise UserError(f"{name} has shape {list(t.shape)}, expected {list(shape)}")
+        raise ValueError(f"{name} has shape {list(t.shape)}, expected {list(shape)}")
     if dtype is not None and t.dtype != dtype:
-        raise UserError(f"{name} has dtype {t.dtype}, expected {dtype}")
+        raise ValueError(f"{name} has dtype {t.dtype}, expected {dtype}")
 
 
 def check_fp32(name: str, t: torch.Tensor, shape: tuple[int, ...], device: torch.device) -> None:
@@ -86,18 +84,18 @@ def check_fp32(name: str, t: torch.Tensor, shape: tuple[int, ...], device: torch
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
     if t.dtype != torch.float32:
-        raise UserError(f"{name} must be float32, got {t.dtype}")
+        raise ValueError(f"{name} must be float32, got {t.dtype}")
     if tuple(t.shape) != shape:
-        raise UserError(f"{name} has shape {list(t.shape)}, expected {list(shape)}")
+        raise ValueError(f"{name} has shape {list(t.shape)}, expected {list(shape)}")
     if t.device != device:
-        raise UserError(f"{name} is on {t.device}, expected {device}")
+        raise ValueError(f"{name} is on {t.device}, expected {device}")
 
 
 def check_device(kernel: object, t: torch.Tensor) -> None:
     """A compiled kernel needs CUDA tensors; only the interpreter takes CPU ones."""
     interpreted = type(kernel).__name__ == "InterpretedFunction"
     if not interpreted and t.device.type != "cuda":
-        raise UserError(
+        raise ValueError(
             f"tensor on {t.device}: compiled Triton kernels need CUDA tensors "
             "(set TRITON_INTERPRET=1 before import to run them on CPU)"
         )

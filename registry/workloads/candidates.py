@@ -21,7 +21,6 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from registry.formats.errors import UserError
 from .sampler import STEPS, check_seed, reference_generate, sample_clean_latent
 from .tiny_dit import (
     REFERENCE_BACKEND,
@@ -188,7 +187,7 @@ class StepCache(Candidate):
 
     def __init__(self, rel_l1_threshold: float = STEP_CACHE_THRESHOLD) -> None:
         if not math.isfinite(rel_l1_threshold) or rel_l1_threshold <= 0.0:
-            raise UserError(f"rel_l1_threshold must be finite and > 0, got {rel_l1_threshold}")
+            raise ValueError(f"rel_l1_threshold must be finite and > 0, got {rel_l1_threshold}")
         self.rel_l1_threshold = rel_l1_threshold
         super().__init__()
 
@@ -238,7 +237,7 @@ class LossyStepSkip(Candidate):
 
     def __init__(self, steps: int = LOSSY_STEPS) -> None:
         if isinstance(steps, bool) or not isinstance(steps, int) or not 1 <= steps < STEPS:
-            raise UserError(f"lossy steps must be an int in [1, {STEPS}), got {steps!r}")
+            raise ValueError(f"lossy steps must be an int in [1, {STEPS}), got {steps!r}")
         self.steps = steps
         super().__init__()
 
@@ -263,7 +262,7 @@ class ModulatedNormCandidate(Candidate):
 
     def __init__(self, name: str, modulated_norm: ModulatedNormFn) -> None:
         if not name:
-            raise UserError("a module candidate needs a non-empty name")
+            raise ValueError("a module candidate needs a non-empty name")
         self.name = name
         self._modulated_norm = modulated_norm
         super().__init__()
@@ -288,7 +287,7 @@ CANDIDATE_NAMES = tuple(_BUILTIN)
 def make_candidate(name: str) -> Candidate:
     """A fresh built-in candidate by name (fresh counters)."""
     if name not in _BUILTIN:
-        raise UserError(f"unknown candidate {name!r}; known: {', '.join(CANDIDATE_NAMES)}")
+        raise ValueError(f"unknown candidate {name!r}; known: {', '.join(CANDIDATE_NAMES)}")
     return _BUILTIN[name]()
 
 

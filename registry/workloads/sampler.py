@@ -15,7 +15,6 @@ from typing import Callable
 import numpy as np
 import torch
 
-from registry.formats.errors import UserError
 from .tiny_dit import FRAMES, LATENT_CHANNELS, LATENT_SIZE, REFERENCE_OPS, DiTOps, TinyVideoDiT, build_model
 
 STEPS = 10
@@ -27,14 +26,14 @@ BlockRunner = Callable[[TinyVideoDiT, int, int, torch.Tensor, torch.Tensor, DiTO
 def check_seed(seed: int) -> int:
     """A seed is a non-negative int below 2**63; anything else is refused."""
     if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**63:
-        raise UserError(f"seed must be an int in [0, 2**63), got {seed!r}")
+        raise ValueError(f"seed must be an int in [0, 2**63), got {seed!r}")
     return seed
 
 
 def timesteps(steps: int) -> list[float]:
     """Noise levels 1 = t_0 > t_1 > ... > t_steps = 0, equally spaced."""
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
-        raise UserError(f"steps must be an int >= 1, got {steps!r}")
+        raise ValueError(f"steps must be an int >= 1, got {steps!r}")
     return [1.0 - i / steps for i in range(steps + 1)]
 
 

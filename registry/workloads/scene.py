@@ -17,8 +17,6 @@ import math
 
 import torch
 
-from registry.formats.errors import UserError
-
 # Colours in RGB [0, 1]. Logits are clamped to this band so that every colour
 # is reachable by the sigmoid decoder with a finite logit.
 _RGB_FLOOR = 0.03
@@ -38,7 +36,7 @@ def scene_rgb(frames: int, size: int) -> torch.Tensor:
     the picture moves differently.
     """
     if frames < 1 or size < 8:
-        raise UserError(f"scene needs frames >= 1 and size >= 8, got frames={frames}, size={size}")
+        raise ValueError(f"scene needs frames >= 1 and size >= 8, got frames={frames}, size={size}")
     coords = torch.arange(size, dtype=torch.float32) + 0.5
     y = coords.view(1, size, 1)
     x = coords.view(1, 1, size)
@@ -83,7 +81,7 @@ def gaussian_blur(latent: torch.Tensor, sigma: float) -> torch.Tensor:
     sigma is in latent pixels; sigma == 0 returns the input unchanged.
     """
     if not math.isfinite(sigma) or sigma < 0.0:
-        raise UserError(f"blur sigma must be finite and >= 0, got {sigma}")
+        raise ValueError(f"blur sigma must be finite and >= 0, got {sigma}")
     if sigma == 0.0:
         return latent
     radius = max(1, math.ceil(3.0 * sigma))
