@@ -97,8 +97,7 @@ def _attach_items(state: RegistryState, pending: Pending) -> None:
         entry["item"] = item
         # When it was measured: an imported document's own time where it gives one (docs/import.md).
         document_time = (event.payload.get("origin") or {}).get("document_time")
-        if document_time:
-            entry["measured_at"] = document_time
+        entry["measured_at"] = document_time or event.recorded_at
 
 
 def _same_subject(event: LogEvent, named: str, expected: str) -> None:
@@ -161,9 +160,8 @@ def _evidence(state: RegistryState, event: LogEvent, pending: Pending) -> None:
     if not _current(artifact, event.identity, event.scope):
         return
     kind = EVIDENCE_KIND_BY_TYPE[event.type]
-    artifact["evidence"][kind] = {
-        "event_id": event.event_id, "position": event.position, "item": None, "measured_at": event.recorded_at,
-    }
+    # `item` and `measured_at` are filled in by _attach_items, for the latest event of each kind only.
+    artifact["evidence"][kind] = {"event_id": event.event_id, "position": event.position, "item": None}
     artifact["evidence_counts"][kind] += 1
     if kind == "benchmark":
         artifact["benchmark_attempts"] += 1
