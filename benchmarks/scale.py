@@ -227,7 +227,7 @@ def run_command(launcher: Launcher, url: str, name: str, arguments: list[str]) -
             "runs": len(runs)}
 
 
-def measure(launcher: Launcher, shape: str, total: int) -> dict:
+def measure(launcher: Launcher, shape: str, total: int, commands: list[str]) -> dict:
     with tempfile.TemporaryDirectory(prefix="registry-scale-") as folder:
         url = f"sqlite:///{folder}/registry.db"
         print(f"[{shape} {total:,}] building", file=sys.stderr, flush=True)
@@ -235,7 +235,7 @@ def measure(launcher: Launcher, shape: str, total: int) -> dict:
         figures = {"shape": shape, "size": total, "artifact": TARGET, "build_s": build_s, **prepare(url, TARGET)}
         lines = command_lines(TARGET, SOLO, evidence_document(Path(folder), TARGET))
         figures["commands"] = {}
-        for name in COMMANDS:
+        for name in commands:
             figures["commands"][name] = run_command(launcher, url, name, lines[name])
             done = figures["commands"][name]
             print(f"[{shape} {total:,}] {name}: {done['seconds']:.2f} s wall, {done['cpu_s']:.2f} s CPU, "
@@ -253,7 +253,7 @@ def table(results: list[dict]) -> str:
         out.append(f"\nshape {shape}: wall seconds / CPU seconds / peak MiB per command")
         out.append("| command | " + " | ".join(sizes) + f" | growth {sizes[0]} -> {sizes[-1]} (wall, CPU, memory) |")
         out.append("|---|" + "---|" * (len(rows) + 1))
-        for name in COMMANDS:
+        for name in [c for c in COMMANDS if all(c in r["commands"] for r in rows)]:
             cells = [f"{r['commands'][name]['seconds']:.2f} / {r['commands'][name]['cpu_s']:.2f} / "
                      f"{r['commands'][name]['peak_rss_mib']:.0f}" for r in rows]
             first, last = rows[0]["commands"][name], rows[-1]["commands"][name]
@@ -274,12 +274,17 @@ def table(results: list[dict]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--max-events", type=int, default=SIZES[-1], help="largest log to build (default 10^6)")
+    parser.add_argument("--min-events", type=int, default=SIZES[0], help="smallest log to build (default 10^3)")
+    parser.add_argument("--skip", default="", help="comma-separated commands not to run (e.g. history)")
     parser.add_argument("--shapes", default="many,one", help="comma-separated: many, one")
     parser.add_argument("--json", dest="json_out", help="also write every figure to this JSON file (after each size)")
     args = parser.parse_args()
-    sizes = [size for size in SIZES if size <= args.max_events]
+    sizes = [size for size in SIZES if args.min_events <= size <= args.max_events]
     if not sizes:
-        parser.error(f"--max-events must be at least {SIZES[0]}")
+        parser.error(f"no size between --min-events and --max-events (sizes: {', '.join(map(str, SIZES))})")
+    skipped = {name.strip() for name in args.skip.split(",") if name.strip()}
+    if skipped - set(COMMANDS):
+        parser.error(f"unknown command(s) to skip: {', '.join(sorted(skipped - set(COMMANDS)))}")
     shapes = [shape.strip() for shape in args.shapes.split(",")]
     unknown = set(shapes) - {"many", "one"}
     if unknown:
@@ -289,7 +294,7 @@ def main() -> None:
     try:
         for size in sizes:  # every shape at one size before the next size, so a stopped run has both shapes
             for shape in shapes:
-                results.append(measure(launcher, shape, size))
+                results.append(measure(launcher, shape, size, [c for c in COMMANDS if c not in skipped]))
                 if args.json_out:  # after each size, so a long run that is stopped keeps what it measured
                     Path(args.json_out).write_text(json.dumps(results, indent=2))
     finally:
