@@ -245,7 +245,8 @@ def measure(launcher: Launcher, shape: str, total: int, commands: list[str]) -> 
 
 
 def table(results: list[dict]) -> str:
-    """Per shape: each command's seconds and MiB at each size, and the growth from the smallest size to the largest."""
+    """Per shape: each command's seconds and MiB at each size, and the growth from the smallest size it ran at
+    to the largest."""
     out = []
     for shape in sorted({r["shape"] for r in results}):
         rows = sorted((r for r in results if r["shape"] == shape), key=lambda r: r["size"])
@@ -253,10 +254,14 @@ def table(results: list[dict]) -> str:
         out.append(f"\nshape {shape}: wall seconds / CPU seconds / peak MiB per command")
         out.append("| command | " + " | ".join(sizes) + f" | growth {sizes[0]} -> {sizes[-1]} (wall, CPU, memory) |")
         out.append("|---|" + "---|" * (len(rows) + 1))
-        for name in [c for c in COMMANDS if all(c in r["commands"] for r in rows)]:
+        for name in COMMANDS:
+            ran = [r["commands"][name] for r in rows if name in r["commands"]]
+            if not ran:
+                continue
             cells = [f"{r['commands'][name]['seconds']:.2f} / {r['commands'][name]['cpu_s']:.2f} / "
-                     f"{r['commands'][name]['peak_rss_mib']:.0f}" for r in rows]
-            first, last = rows[0]["commands"][name], rows[-1]["commands"][name]
+                     f"{r['commands'][name]['peak_rss_mib']:.0f}" if name in r["commands"] else "not run"
+                     for r in rows]
+            first, last = ran[0], ran[-1]
             growth = (f"{last['seconds'] / first['seconds']:.2f}x, {last['cpu_s'] / first['cpu_s']:.2f}x, "
                       f"{last['peak_rss_mib'] / first['peak_rss_mib']:.2f}x")
             out.append(f"| {name} | " + " | ".join(cells) + f" | {growth} |")
