@@ -3,7 +3,8 @@
 A fold allocates millions of small dicts and lists that hold no reference
 cycles, and every allocation counts toward the collector's thresholds, so the
 collector keeps walking an ever larger heap of live, acyclic state: on a
-10^6-event log it took about 40% of the fold's time (benchmarks/replay.py).
+10^6-event log of 10-event artifacts the fold ran 38% faster with it paused
+(benchmarks/scale.py; docs/benchmarks.md, "Scale").
 Reference counting still frees everything the fold drops; only the cycle
 search waits until the fold is done, and the previous setting is restored
 however the fold ends.
