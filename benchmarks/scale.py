@@ -18,8 +18,9 @@ The log is built fast, in batches through the store (not the CLI), from the
 same event generator as benchmarks/replay.py, with the workloads declared
 through the application layer (real contracts, so `promote` decides). The
 read models are then caught up once in this process (timed: the live fold
-from empty) and the whole log is folded in memory once more (timed: the fold
-rate). The measured artifact is revoked first if its standing decision is
+from empty) and the whole log is folded in memory twice more (timed: the
+fold rate, with Python's cyclic collector paused as `rebuild` does, and
+with it running, as folds ran before). The measured artifact is revoked first if its standing decision is
 final, so that `promote` decides and appends every time rather than
 returning the standing verdict.
 
@@ -56,7 +57,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from replay import WORKLOADS, item_pool, registration_event, step_events  # noqa: E402
+from replay import WORKLOADS, fold_with_collector_running, item_pool, registration_event, step_events  # noqa: E402
 
 from registry.app import open_registry  # noqa: E402
 from registry.app.workloads import declare_workload  # noqa: E402
@@ -131,6 +132,9 @@ def prepare(url: str, artifact: str) -> dict:
     started, cpu_started = time.perf_counter(), time.process_time()
     rebuild(registry.store)
     fold_s, fold_cpu_s = time.perf_counter() - started, time.process_time() - cpu_started
+    cpu_started = time.process_time()
+    fold_with_collector_running(registry.store)
+    running_cpu_s = time.process_time() - cpu_started
     state = projections.current_artifact(artifact)
     if state["decision"] in ("promoted", "rejected"):
         registry.store.append(f"artifact:{artifact}", [NewEvent("HumanDecision", {
@@ -141,7 +145,8 @@ def prepare(url: str, artifact: str) -> dict:
     registry.engine.dispose()
     return {"events": head, "catch_up_from_empty_s": catch_up_s, "fold_s": fold_s,
             "fold_events_per_s": head / fold_s if fold_s else None,
-            "fold_cpu_events_per_s": head / fold_cpu_s if fold_cpu_s else None}
+            "fold_cpu_events_per_s": head / fold_cpu_s if fold_cpu_s else None,
+            "fold_collector_running_cpu_events_per_s": head / running_cpu_s if running_cpu_s else None}
 
 
 def evidence_document(folder: Path, artifact: str) -> Path:
@@ -222,7 +227,7 @@ def run_command(launcher: Launcher, url: str, name: str, arguments: list[str]) -
             "runs": len(runs)}
 
 
-def measure(launcher: Launcher, shape: str, total: int) -> dict:
+def measure(launcher: Launcher, shape: str, total: int, commands: list[str]) -> dict:
     with tempfile.TemporaryDirectory(prefix="registry-scale-") as folder:
         url = f"sqlite:///{folder}/registry.db"
         print(f"[{shape} {total:,}] building", file=sys.stderr, flush=True)
@@ -230,7 +235,7 @@ def measure(launcher: Launcher, shape: str, total: int) -> dict:
         figures = {"shape": shape, "size": total, "artifact": TARGET, "build_s": build_s, **prepare(url, TARGET)}
         lines = command_lines(TARGET, SOLO, evidence_document(Path(folder), TARGET))
         figures["commands"] = {}
-        for name in COMMANDS:
+        for name in commands:
             figures["commands"][name] = run_command(launcher, url, name, lines[name])
             done = figures["commands"][name]
             print(f"[{shape} {total:,}] {name}: {done['seconds']:.2f} s wall, {done['cpu_s']:.2f} s CPU, "
@@ -240,7 +245,8 @@ def measure(launcher: Launcher, shape: str, total: int) -> dict:
 
 
 def table(results: list[dict]) -> str:
-    """Per shape: each command's seconds and MiB at each size, and the growth from the smallest size to the largest."""
+    """Per shape: each command's seconds and MiB at each size, and the growth from the smallest size it ran at
+    to the largest."""
     out = []
     for shape in sorted({r["shape"] for r in results}):
         rows = sorted((r for r in results if r["shape"] == shape), key=lambda r: r["size"])
@@ -249,15 +255,21 @@ def table(results: list[dict]) -> str:
         out.append("| command | " + " | ".join(sizes) + f" | growth {sizes[0]} -> {sizes[-1]} (wall, CPU, memory) |")
         out.append("|---|" + "---|" * (len(rows) + 1))
         for name in COMMANDS:
+            ran = [r["commands"][name] for r in rows if name in r["commands"]]
+            if not ran:
+                continue
             cells = [f"{r['commands'][name]['seconds']:.2f} / {r['commands'][name]['cpu_s']:.2f} / "
-                     f"{r['commands'][name]['peak_rss_mib']:.0f}" for r in rows]
-            first, last = rows[0]["commands"][name], rows[-1]["commands"][name]
+                     f"{r['commands'][name]['peak_rss_mib']:.0f}" if name in r["commands"] else "not run"
+                     for r in rows]
+            first, last = ran[0], ran[-1]
             growth = (f"{last['seconds'] / first['seconds']:.2f}x, {last['cpu_s'] / first['cpu_s']:.2f}x, "
                       f"{last['peak_rss_mib'] / first['peak_rss_mib']:.2f}x")
             out.append(f"| {name} | " + " | ".join(cells) + f" | {growth} |")
         out.append("| fold (in memory), events per wall second / per CPU second | "
                    + " | ".join(f"{r['fold_events_per_s']:,.0f} / {r['fold_cpu_events_per_s']:,.0f}" for r in rows)
                    + " | |")
+        out.append("| the same fold with the collector running, events per CPU second | "
+                   + " | ".join(f"{r['fold_collector_running_cpu_events_per_s']:,.0f}" for r in rows) + " | |")
         out.append("| catch-up from empty, s | " + " | ".join(f"{r['catch_up_from_empty_s']:.2f}" for r in rows)
                    + " | |")
         out.append("| build, s | " + " | ".join(f"{r['build_s']:.1f}" for r in rows) + " | |")
@@ -267,12 +279,17 @@ def table(results: list[dict]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--max-events", type=int, default=SIZES[-1], help="largest log to build (default 10^6)")
+    parser.add_argument("--min-events", type=int, default=SIZES[0], help="smallest log to build (default 10^3)")
+    parser.add_argument("--skip", default="", help="comma-separated commands not to run (e.g. history)")
     parser.add_argument("--shapes", default="many,one", help="comma-separated: many, one")
     parser.add_argument("--json", dest="json_out", help="also write every figure to this JSON file (after each size)")
     args = parser.parse_args()
-    sizes = [size for size in SIZES if size <= args.max_events]
+    sizes = [size for size in SIZES if args.min_events <= size <= args.max_events]
     if not sizes:
-        parser.error(f"--max-events must be at least {SIZES[0]}")
+        parser.error(f"no size between --min-events and --max-events (sizes: {', '.join(map(str, SIZES))})")
+    skipped = {name.strip() for name in args.skip.split(",") if name.strip()}
+    if skipped - set(COMMANDS):
+        parser.error(f"unknown command(s) to skip: {', '.join(sorted(skipped - set(COMMANDS)))}")
     shapes = [shape.strip() for shape in args.shapes.split(",")]
     unknown = set(shapes) - {"many", "one"}
     if unknown:
@@ -282,7 +299,7 @@ def main() -> None:
     try:
         for size in sizes:  # every shape at one size before the next size, so a stopped run has both shapes
             for shape in shapes:
-                results.append(measure(launcher, shape, size))
+                results.append(measure(launcher, shape, size, [c for c in COMMANDS if c not in skipped]))
                 if args.json_out:  # after each size, so a long run that is stopped keeps what it measured
                     Path(args.json_out).write_text(json.dumps(results, indent=2))
     finally:

@@ -37,7 +37,7 @@ def build(registry: Registry, *, workload: str | None, position: int | None, sta
     from registry.projections.matrix import support_matrix
     from registry.projections.report import build_report
 
-    state = Projections(registry.store).state(as_of=position)
+    state = Projections(registry.store).state(as_of=position, history=False)  # a report shows no verdict history
     matrix = support_matrix(state, at=moment_of(registry, position), stale_days=stale_days, archs=archs)
     report = build_report(state, workload=workload, imported=compare_recorded_verdicts(registry, state),
                           matrix=matrix)

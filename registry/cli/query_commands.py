@@ -56,7 +56,9 @@ def show(session: Session, artifact_id: str, as_of: str | None, as_json: bool) -
     registry = session.open()
     position = resolve_as_of(registry.store, as_of)
     projections = Projections(registry.store)
-    state = projections.artifact(artifact_id, as_of=position)
+    # The table shows no verdict history, so it reads none: one row, however many verdicts came before.
+    state = (projections.current_artifact(artifact_id) if position is None and not as_json
+             else projections.artifact(artifact_id, as_of=position))
     if state is None:
         raise UserError(f"unknown artifact {artifact_id!r}" + as_of_text(position))
     workload = projections.workload(state["workload"], as_of=position)

@@ -106,8 +106,7 @@ def _attach_items(state: RegistryState, pending: Pending) -> None:
         entry["item"] = item
         # When it was measured: an imported document's own time where it gives one (docs/import.md).
         document_time = (event.payload.get("origin") or {}).get("document_time")
-        if document_time:
-            entry["measured_at"] = document_time
+        entry["measured_at"] = document_time or event.recorded_at
 
 
 def _same_subject(event: LogEvent, named: str, expected: str) -> None:
@@ -180,9 +179,8 @@ def _evidence(state: RegistryState, event: LogEvent, pending: Pending) -> None:
         return
     identity, fields = scoped
     kind = EVIDENCE_KIND_BY_TYPE[event.type]
-    fields["evidence"][kind] = {
-        "event_id": event.event_id, "position": event.position, "item": None, "measured_at": event.recorded_at,
-    }
+    # `item` and `measured_at` are filled in by _attach_items, for the latest event of each kind only.
+    fields["evidence"][kind] = {"event_id": event.event_id, "position": event.position, "item": None}
     fields["evidence_counts"][kind] += 1
     if kind == "benchmark":
         fields["benchmark_attempts"] += 1

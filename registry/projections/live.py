@@ -104,18 +104,23 @@ def read_checkpoint(conn: Connection) -> int | None:
     return conn.execute(select(CHECKPOINT.c.position).where(CHECKPOINT.c.name == CHECKPOINT_NAME)).scalar()
 
 
-def read_live(conn: Connection) -> RegistryState:
-    """Every live row, as a RegistryState at the checkpoint (call inside `snapshot`)."""
+def read_live(conn: Connection, history: bool = True) -> RegistryState:
+    """Every live row, as a RegistryState at the checkpoint (call inside `snapshot`).
+
+    Without `history` the artifacts carry no `verdicts` and the history table is not read.
+    """
     state = RegistryState(position=read_checkpoint(conn) or 0)
     for model, (table, key, _) in MODELS.items():
         target = getattr(state, model)
         for row in conn.execute(select(table.c[key], table.c.state)):
             target[row[0]] = load_state(row[1])
-    history: dict[str, list[VerdictRecord]] = {name: [] for name in state.artifacts}
+    if not history:
+        return state
+    records: dict[str, list[VerdictRecord]] = {name: [] for name in state.artifacts}
     for row in conn.execute(select(VERDICTS)):
-        history.setdefault(row.artifact, []).append(VerdictRecord.from_row(row))
+        records.setdefault(row.artifact, []).append(VerdictRecord.from_row(row))
     for name, artifact in state.artifacts.items():
-        with_history(artifact, history[name])
+        with_history(artifact, records[name])
     return state
 
 
@@ -327,13 +332,18 @@ class Projections:
             return self.store.head_position()
         return None
 
-    def state(self, as_of: int | None = None) -> RegistryState:
-        """The whole registry: live tables after a catch-up, or the log folded up to `as_of`."""
+    def state(self, as_of: int | None = None, *, history: bool = True) -> RegistryState:
+        """The whole registry: live tables after a catch-up, or the log folded up to `as_of`.
+
+        `history=False` leaves out the artifacts' verdict histories where they
+        are read from the live tables (a report needs none), so reading the
+        registry costs its artifacts, not every verdict they ever had.
+        """
         as_of = self._fold_to(as_of)
         if as_of is not None:
             return fold_log(self.store, check_position(self.store, as_of))
         with snapshot(self.engine) as conn:
-            state = read_live(conn)
+            state = read_live(conn, history)
         self.served_position = state.position
         return state
 
