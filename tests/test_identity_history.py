@@ -21,12 +21,12 @@ from test_lifecycle import benchmark, execution, head, one_line_refusal, percept
 CAPPED = """
 workload: wan
 fidelity: {tier: perceptual, min_ssim: 0.98, frame_set: wan-8, seed: 1024}
-speed: {min_speedup: 1.1, runs_per_arm: 2, protocol: paired, max_benchmark_attempts: 2}
+speed: {min_speedup: 1.1, runs_per_arm: 2, protocol: paired, max_benchmark_attempts: 2, decision: point}
 """
 ADVISORY = """
 workload: ltx
 fidelity: {tier: advisory, min_ssim: 0.4, frame_set: wan-8}
-speed: {min_speedup: 1.1, runs_per_arm: 2, protocol: paired}
+speed: {min_speedup: 1.1, runs_per_arm: 2, protocol: paired, decision: point}
 """
 
 

@@ -22,7 +22,7 @@ from registry.contracts import Contract
 from .bundles import register_bundle
 from .context import Registry
 from .decisions import promote
-from .demo_bundles import demo_resolutions, ship_through_signed_lock, write_candidate_bundle, write_kernel_bundle
+from .demo_bundles import demo_resolutions, sign_video_lock, write_candidate_bundle, write_kernel_bundle
 from .evidence import capture_subject, record_evidence
 from .frames import register_frames
 from .kernels import evaluate_artifact, triton_runtime
@@ -328,6 +328,6 @@ def what_would_ship(registry: Registry, profile) -> list:
     return demo_resolutions(registry, profile, VIDEO_WORKLOAD, VIDEO_MODEL, KERNEL_WORKLOAD)
 
 
-def ship_from_signed_lock(registry: Registry, out_dir: Path, profile) -> dict[str, Any] | None:
-    """The video workload shipped to this machine through a lock signed by the demo's key (demo_bundles.py)."""
-    return ship_through_signed_lock(registry, out_dir, profile, VIDEO_WORKLOAD, VIDEO_MODEL)
+def sign_demo_lock(registry: Registry, out_dir: Path, profile) -> dict[str, Any] | None:
+    """The video workload's lock for this machine, signed by the demo's key (demo_bundles.py)."""
+    return sign_video_lock(registry, out_dir, profile, VIDEO_WORKLOAD, VIDEO_MODEL)

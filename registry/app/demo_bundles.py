@@ -119,19 +119,18 @@ def video_call_site(video_model: dict) -> CallSite:
     return CallSite(video_model["id"], video_model["revision"], video_fingerprint())
 
 
-def ship_through_signed_lock(registry: Registry, out_dir: Path, profile: Profile, video_workload: str,
-                             video_model: dict) -> dict[str, Any] | None:
-    """Sign the video workload's lock for this machine with the demo's key, then load from it as a runtime would.
+def sign_video_lock(registry: Registry, out_dir: Path, profile: Profile, video_workload: str,
+                    video_model: dict) -> dict[str, Any] | None:
+    """Sign the video workload's lock for this machine with the demo's key; None when nothing ships here.
 
     The key is created once in `out_dir` (owner-only) and reused by later
-    runs. The serving side is the public runtime API: resolve from the signed
-    lock trusting only the demo's public key, then the trusted loader imports
-    the bundle's entry and builds the candidate. None when nothing ships here.
+    runs. What a serving process then does with the lock (resolve from it
+    trusting only the demo's public key, load through the trusted loader)
+    is the runtime's part, one layer up (registry.runtime), which the demo
+    command calls with the call site returned here.
     """
     import json
     import os
-
-    from registry.runtime import load, resolve
 
     key_path = out_dir / SIGNING_KEY
     key = load_signing_key(key_path) if key_path.exists() else create_key(key_path)
@@ -143,12 +142,7 @@ def ship_through_signed_lock(registry: Registry, out_dir: Path, profile: Profile
     partial.write_text(json.dumps(signed_lock(document, key, DEFAULT_VALID_FOR), indent=2, sort_keys=True) + "\n",
                        encoding="utf-8")
     os.replace(partial, lock_path)
-    public = f"{key_path}.pub"
-    answer = resolve(video_workload, profile, lock=lock_path, trusted_keys=[public], model=site.model_id,
-                     revision=site.model_revision, fingerprint=site.fingerprint)
-    loaded = None
-    if answer.match is not None:
-        load(answer.match, trusted_root=out_dir / BUNDLES)()  # imports the verified entry and builds the candidate
-        loaded = answer.match.artifact
-    return {"lock": str(lock_path), "public_key": public, "key_id": key.key_id,
-            "expires_at": read_lock(lock_path).expires_at, "loaded": loaded, "others": answer.reason_codes()}
+    return {"lock": str(lock_path), "public_key": f"{key_path}.pub", "key_id": key.key_id,
+            "expires_at": read_lock(lock_path).expires_at, "workload": video_workload,
+            "trusted_root": str(out_dir / BUNDLES), "model": site.model_id, "revision": site.model_revision,
+            "fingerprint": site.fingerprint}

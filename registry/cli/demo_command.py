@@ -45,7 +45,7 @@ def demo(session: Session, fresh: bool, runs: int, warmup: int, out_dir: str, lp
     from registry.app.demo_registry import open_demo_registry
 
     registry, url = open_demo_registry(session.url, actor=session.actor, fresh=fresh)
-    from registry.app.campaign import (check_expectations, near_gate_notes, run_campaign, ship_from_signed_lock,
+    from registry.app.campaign import (check_expectations, near_gate_notes, run_campaign, sign_demo_lock,
                                        what_would_ship)
     from registry.app.reports import build
     from registry.projections.matrix import DEFAULT_STALE_DAYS
@@ -64,7 +64,9 @@ def demo(session: Session, fresh: bool, runs: int, warmup: int, out_dir: str, lp
     notes = near_gate_notes(rows)
     profile = RuntimeProfile.detect()
     shipping = what_would_ship(registry, profile)
-    signed = ship_from_signed_lock(registry, out, profile)
+    signed = sign_demo_lock(registry, out, profile)
+    if signed is not None:
+        signed.update(_load_from_signed_lock(signed, profile))
     if signed is not None and signed["loaded"] is None:
         problems.append(f"signed lock {signed['lock']}: the runtime loaded nothing from it")
     exit_status_ahead(1 if check and problems else 0)
@@ -113,3 +115,17 @@ def _cells(row) -> tuple:
 
 
 COMMANDS = [demo]
+
+
+def _load_from_signed_lock(signed: dict, profile) -> dict:
+    """What a serving process does with the demo's signed lock: resolve from it trusting only the demo's
+    public key, then import the chosen bundle through the trusted loader (docs/runtime.md)."""
+    from registry.runtime import load, resolve
+
+    answer = resolve(signed["workload"], profile, lock=signed["lock"], trusted_keys=[signed["public_key"]],
+                     model=signed["model"], revision=signed["revision"], fingerprint=signed["fingerprint"])
+    loaded = None
+    if answer.match is not None:
+        load(answer.match, trusted_root=signed["trusted_root"])()  # imports the verified entry, builds the candidate
+        loaded = answer.match.artifact
+    return {"loaded": loaded, "others": answer.reason_codes()}
