@@ -136,3 +136,30 @@ def test_raw_bytes_never_escape_as_anything_but_a_wire_error(data):
         wire.read_frame(io.BytesIO(data), byte_budget=64)
     except wire.WireError:
         pass
+
+
+def test_reading_the_worker_works_past_select_s_descriptor_limit():
+    """A process already holding more than 1024 descriptors (a long-lived service, a long test run) still reads
+    its worker: select() refuses such descriptors ("filedescriptor out of range"), poll() does not."""
+    import resource
+    import time
+
+    from registry.kernels.isolation import _DeadlineReader
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 1200:
+        pytest.skip(f"the hard descriptor limit here is {hard}, below what the case needs")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 1200), hard))
+    held = []
+    try:
+        while len(held) < 1100:
+            held.append(os.open(os.devnull, os.O_RDONLY))
+        read_end, write_end = os.pipe()
+        held += [read_end, write_end]
+        assert read_end > 1024
+        os.write(write_end, b"answer")
+        assert _DeadlineReader(read_end, time.monotonic() + 5).read(6) == b"answer"
+    finally:
+        for fd in held:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))

@@ -16,6 +16,7 @@ did work the clock did not see.
 from __future__ import annotations
 
 import io
+import math
 import os
 import select
 import signal
@@ -91,8 +92,14 @@ class _DeadlineReader:
         self.fd, self.deadline = fd, deadline
 
     def read(self, size: int) -> bytes:
+        # poll, not select: select() refuses descriptors past FD_SETSIZE (1024), which a long-lived
+        # process holding many connections reaches, and would turn an honest evaluation into a failure.
         left = self.deadline - time.monotonic()
-        if left <= 0 or not select.select([self.fd], [], [], left)[0]:
+        if left <= 0:
+            raise TimeoutError
+        poller = select.poll()
+        poller.register(self.fd, select.POLLIN | select.POLLHUP | select.POLLERR)
+        if not poller.poll(max(1, math.ceil(left * 1000))):
             raise TimeoutError
         return os.read(self.fd, min(size, 1 << 24))
 
