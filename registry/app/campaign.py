@@ -322,23 +322,18 @@ def check_expectations(rows: list[Row], on_gpu: bool) -> list[str]:
 
 
 def near_gate_notes(rows: list[Row]) -> list[str]:
-    """One line for each speed verdict whose 95% interval reaches across the gate: this machine's
-    timings cannot place it on one side, so another run may decide it the other way."""
+    """One line for each candidate the confident rule held with bounds that reach across the gate:
+    this machine's timings cannot place it on one side within --runs pairs, so it is held, not guessed."""
     notes = []
     for row in rows:
         verdict = row.verdict
         margin = next((m for m in verdict["margins"] if m["metric"] == "speedup"), None)
-        if verdict["rule"] not in SPEED_JUDGED or margin is None or not verdict["speedup_ci"]:
+        if verdict["rule"] != "speed.undecided" or margin is None or not verdict["speedup_ci"]:
             continue
         low, high = verdict["speedup_ci"]
-        if verdict["rule"] == "speed.undecided":
-            notes.append(f"{row.artifact}: held after {row.pairs} pairs, its bounds {low:.3g}-{high:.3g}x reach "
-                         f"across the gate {margin['threshold']:.3g}x: this machine's timings cannot place it "
-                         "within --runs pairs, so it is held, not guessed")
-        elif low < margin["threshold"] <= high:
-            notes.append(f"{row.artifact}: speedup {verdict['speedup']:.3g}x, 95% CI {low:.3g}-{high:.3g}x, "
-                         f"reaches across the gate {margin['threshold']:.3g}x: within this machine's timing "
-                         f"noise, so another run may decide it the other way")
+        notes.append(f"{row.artifact}: speedup {verdict['speedup']:.3g}x held after {row.pairs} pairs, its bounds "
+                     f"{low:.3g}-{high:.3g}x reach across the gate {margin['threshold']:.3g}x: within this "
+                     "machine's timing noise, so it is held, not guessed")
     return notes
 
 
