@@ -3,7 +3,8 @@
 Everything a real campaign does happens here on a CPU in about a minute: the
 workload contracts are declared, the reference generation is registered as a
 named fixed-seed frame set, each candidate is measured (paired ABBA timing of
-whole generations, execution signals, perceptual evidence against the frame
+whole generations in a benchmark session that stops as soon as the confident
+speed rule decides, execution signals, perceptual evidence against the frame
 set, latent parity), the gate decides, and every number is an event.
 """
 from __future__ import annotations
