@@ -204,3 +204,20 @@ def test_the_campaign_scopes_its_process_wide_settings(monkeypatch):
     with triton_runtime():
         assert os.environ["TRITON_INTERPRET"] == "0"
     assert os.environ["TRITON_INTERPRET"] == "0"
+
+
+def test_the_demo_run_again_on_its_registry_times_nothing_already_decided(tmp_path):
+    """A second run without --fresh finds every record closed: no session is opened, nothing timed, --check holds."""
+    url = f"sqlite:///{tmp_path / 'demo.db'}"
+    args = ["--db", url, "demo", "--runs", str(RUNS), "--warmup", "0", "--out", str(tmp_path / "out"), "--check",
+            "--json"]
+    first = CliRunner().invoke(main, args)
+    assert first.exit_code == 0, first.output
+    closed = {row["artifact"] for row in json.loads(first.output)["rows"] if row["stop"] in ("decided", "max_pairs")}
+    opened = len([e for e in open_registry(url).store.read_all() if e.type == "BenchmarkSessionOpened"])
+    again = CliRunner().invoke(main, args)
+    assert again.exit_code == 0, again.output
+    rows = {row["artifact"]: row for row in json.loads(again.output)["rows"]}
+    assert all(rows[name]["pairs"] == 0 for name in closed)
+    assert len([e for e in open_registry(url).store.read_all()
+                if e.type == "BenchmarkSessionOpened"]) == opened + len(set(rows) - closed)

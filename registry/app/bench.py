@@ -210,9 +210,18 @@ class BatchedSession:
         return _stop(self.record) if self.record.closed else "limit"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"session": self.session, "pairs": self.pairs, "batches": self.batches, "stop": self.stop,
-                "decision": self.record.result.decision, "record_pairs": len(self.record.ratios),
-                "max_pairs": self.record.max_pairs, "pairs_saved": self.record.pairs_saved}
+        return _measured(self.record, self.session, self.pairs, self.batches, self.stop)
+
+
+def closed_record_summary(record: BenchRecord) -> dict[str, Any]:
+    """What a caller that found the record already closed measured: nothing (no session opened)."""
+    return _measured(record, None, 0, 0, _stop(record))
+
+
+def _measured(record: BenchRecord, session: str | None, pairs: int, batches: int, stop: str) -> dict[str, Any]:
+    return {"session": session, "pairs": pairs, "batches": batches, "stop": stop,
+            "decision": record.result.decision, "record_pairs": len(record.ratios),
+            "max_pairs": record.max_pairs, "pairs_saved": record.pairs_saved}
 
 
 def _closed_text(record: BenchRecord) -> str:

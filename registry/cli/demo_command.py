@@ -83,7 +83,9 @@ def demo(session: Session, fresh: bool, runs: int, warmup: int, out_dir: str, lp
         for note in notes:
             say(f"near the gate: {note}")
         for row in rows:
-            if row.pairs is not None:
+            if row.pairs == 0:
+                say(f"{row.artifact}: its benchmark record was already closed ({row.stop}): nothing timed")
+            elif row.pairs is not None:
                 how = "decided" if row.stop == "decided" else f"stopped ({row.stop})"
                 say(f"{row.artifact}: session {how} after {row.pairs} of at most {runs} pairs "
                     f"({row.pairs_saved} saved)")
