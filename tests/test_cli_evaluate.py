@@ -76,3 +76,59 @@ def test_evaluate_refuses_an_artifact_without_a_kernel_entry(cli):
     cli("artifact", "register", "cache", "--workload", "wan-modln-op", "--kind", "step_cache")
     result = cli("evaluate", "cache", "--runs", "2")
     assert result.exit_code == 1 and "no kernel entry" in result.output
+
+
+CONFIDENT = """
+workload: wan-modln-confident
+parity: {policy: byte_equal}
+speed: {min_speedup: 1.1, runs_per_arm: 2, protocol: paired, decision: confident, alpha: 0.05, max_pairs: 7}
+"""
+
+
+def batches_of(url, identity_stream, session):
+    return [len(e.payload["baseline_s"]) for e in open_registry(url).store.read_stream(identity_stream)
+            if e.type == "BenchmarkPairsRecorded" and e.payload["session"] == session]
+
+
+def test_evaluate_under_a_confident_contract_times_in_batches_until_the_record_closes(registry_cli):
+    """The batching, not a speed decision: interpreter timings hold whatever the record reads."""
+    cli = registry_cli
+    (cli.tmp / "confident.yaml").write_text(CONFIDENT)
+    assert cli("workload", "declare", str(cli.tmp / "confident.yaml")).exit_code == 0
+    assert cli("artifact", "register", "modln", "--workload", "wan-modln-confident", "--kind", "fused_kernel",
+               "--op", "modulated_layernorm", "--entry", "registry.kernels.modln:modulated_layernorm_triton"
+               ).exit_code == 0
+    stream = "bench:" + json.loads(cli("show", "modln", "--json").output)["identity"]
+
+    # --runs caps this session: 3 pairs are two batches (2, then 1), too few for any decision, so the record stays open.
+    first = cli("evaluate", "modln", "--runs", "3", "--warmup", "0", "--json")
+    assert first.exit_code == 0, first.output
+    outcome = json.loads(first.output)
+    session = outcome["session"]
+    assert (session["pairs"], session["batches"], session["stop"]) == (3, 2, "limit")
+    assert (session["record_pairs"], session["decision"], session["pairs_saved"]) == (3, "held", 0)
+    assert batches_of(cli.url, stream, session["session"]) == [2, 1]
+    assert "benchmark" not in {item["kind"] for item in outcome["evidence"]}  # the session holds the timings
+    assert types(cli.url, "modln")[1:] == ["ParityMeasured", "ExecutionObserved"]
+
+    # A second evaluation continues the same record, two pairs at a time, and stops at the first batch that closes it.
+    second = cli("evaluate", "modln", "--warmup", "0", "--json")
+    assert second.exit_code == 0, second.output
+    session = json.loads(second.output)["session"]
+    recorded = batches_of(cli.url, stream, session["session"])
+    assert recorded == [2] * session["batches"] and sum(recorded) == session["pairs"] == session["record_pairs"] - 3
+    record = json.loads(cli("bench", "status", "modln", "--json").output)
+    if session["stop"] == "decided":
+        assert record["decision"] in ("promoted", "rejected") and record["decided_at"] > session["record_pairs"] - 2
+        assert session["pairs_saved"] == 7 - session["record_pairs"]
+    else:
+        assert session["stop"] == "max_pairs" and session["record_pairs"] == 7 and session["pairs_saved"] == 0
+    assert record["pairs"] == session["record_pairs"] and record["closed"] is True
+
+    # The record is closed: a third evaluation is refused before anything runs, and writes nothing.
+    before = len(open_registry(cli.url).store.read_all())
+    third = cli("evaluate", "modln", "--warmup", "0")
+    assert third.exit_code == 1 and "is closed" in third.output
+    assert len(open_registry(cli.url).store.read_all()) == before
+    verdict = json.loads(cli("promote", "modln", "--json").output)
+    assert verdict["decision"] == "held" and verdict["rule"] == "speed.interpreter"

@@ -158,3 +158,42 @@ def test_evidence_document_wraps_items():
         evidence_document("modln-v1", [])
     with pytest.raises(ValueError, match="item 0 is not a mapping with a 'kind'"):
         evidence_document("modln-v1", [{"candidate_calls": 1}])
+
+
+class ScriptedBatches:
+    """A benchmark session that asks for the batch sizes it is given (the registry's is tested end to end in
+    tests/test_cli_evaluate.py); it keeps what it was handed."""
+
+    def __init__(self, sizes):
+        self.sizes, self.opened, self.batches = list(sizes), None, []
+
+    def __call__(self, timer, device):
+        self.opened = (timer, device)
+        return self
+
+    def next_size(self):
+        return self.sizes.pop(0) if self.sizes else 0
+
+    def add(self, baseline, candidate):
+        self.batches.append((list(baseline), list(candidate)))
+
+
+def test_batches_go_to_the_session_until_it_asks_for_none():
+    session = ScriptedBatches([2, 1])
+    items = _evaluate("registry.kernels.modln:modulated_layernorm_triton", runs=3, open_batches=session)
+    assert [i["kind"] for i in items] == ["parity", "execution"]  # the session holds the timings
+    assert session.opened == ("interpreter", "cpu (triton interpreter)")
+    assert [(len(b), len(c)) for b, c in session.batches] == [(2, 2), (1, 1)]
+    assert all(t > 0 for b, c in session.batches for t in b + c)
+    # parity once, one warm-up pair (first batch only), then three timed pairs
+    assert items[1] == {"kind": "execution", "candidate_calls": len(CASES) * (1 + 1 + 3), "fallbacks": 0}
+
+
+def test_a_refused_session_is_raised_not_recorded_as_a_failure():
+    from registry.formats.errors import UserError
+
+    def refuse(timer, device):
+        raise UserError("the benchmark record of modln is closed")
+
+    with pytest.raises(UserError, match="is closed"):
+        _evaluate("registry.kernels.modln:modulated_layernorm_triton", open_batches=refuse)

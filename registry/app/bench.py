@@ -169,6 +169,61 @@ def record_pairs(registry: Registry, artifact: str, session: str, baseline: list
     return True, _read(registry, subject.identity, workload, speed)
 
 
+# Pairs timed between two questions to the registry: one BC and one CB, so every batch is interleaved ABBA.
+BATCH_PAIRS = 2
+
+
+class BatchedSession:
+    """A benchmark session measured batch by batch until the record closes (decided, or at max_pairs).
+
+    The session is opened on construction, before anything is timed. The
+    caller times `next_size()` pairs (0: stop), hands them to `add`, and asks
+    again: the record is read after every batch, so measuring stops at the
+    first batch after which the confident rule decides. `limit`, when given,
+    caps the pairs this session measures (the record's max_pairs caps all
+    sessions of the identity together).
+    """
+
+    def __init__(self, registry: Registry, artifact: str, *, device: str, timer: str, limit: int | None = None):
+        self.registry, self.artifact, self.limit = registry, artifact, limit
+        self.session, self.record = open_session(registry, artifact, device=device, timer=timer)
+        self.pairs = 0
+        self.batches = 0
+
+    def next_size(self) -> int:
+        if self.record.closed:
+            return 0
+        room = self.record.max_pairs - len(self.record.ratios)
+        if self.limit is not None:
+            room = min(room, self.limit - self.pairs)
+        return max(0, min(BATCH_PAIRS, room))
+
+    def add(self, baseline: list[float], candidate: list[float]) -> None:
+        self.pairs += len(baseline)
+        self.batches += 1
+        _, self.record = record_pairs(self.registry, self.artifact, self.session, baseline, candidate,
+                                      batch=f"pairs-{self.pairs}")
+
+    @property
+    def stop(self) -> str:
+        """Why measuring stopped: decided, max_pairs (the record ends held), or limit (the record stays open)."""
+        return _stop(self.record) if self.record.closed else "limit"
+
+    def to_dict(self) -> dict[str, Any]:
+        return _measured(self.record, self.session, self.pairs, self.batches, self.stop)
+
+
+def closed_record_summary(record: BenchRecord) -> dict[str, Any]:
+    """What a caller that found the record already closed measured: nothing (no session opened)."""
+    return _measured(record, None, 0, 0, _stop(record))
+
+
+def _measured(record: BenchRecord, session: str | None, pairs: int, batches: int, stop: str) -> dict[str, Any]:
+    return {"session": session, "pairs": pairs, "batches": batches, "stop": stop,
+            "decision": record.result.decision, "record_pairs": len(record.ratios),
+            "max_pairs": record.max_pairs, "pairs_saved": record.pairs_saved}
+
+
 def _closed_text(record: BenchRecord) -> str:
     result = record.result
     if result.decision != "held":

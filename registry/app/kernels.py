@@ -57,6 +57,7 @@ class Evaluation:
     document: dict[str, Any]
     items: list[dict[str, Any]]
     recorded: Recorded | None  # None when the evidence was not recorded (written to a file instead)
+    session: dict[str, Any] | None = None  # the benchmark session the pairs went to (confident contracts)
 
     @property
     def failures(self) -> list[dict[str, Any]]:
@@ -78,6 +79,13 @@ def evaluate_artifact(
 
     With record=False nothing is appended: the document, which names the
     payload it measured, is for `registry evidence import` later.
+
+    Under a contract that declares `speed.decision: confident`, a recorded
+    evaluation times in a benchmark session (app/bench.py): batches of
+    BATCH_PAIRS pairs, each recorded as it is timed, until the record is
+    decided or reaches speed.max_pairs (or `runs` pairs, when given, end this
+    session). Under `point`, and for a document (record=False), it times
+    `runs` pairs (default speed.runs_per_arm) as one benchmark item.
     """
     from registry.formats.evidence.document import parse_document
 
@@ -87,7 +95,12 @@ def evaluate_artifact(
         raise UserError(f"artifact {artifact} has no kernel entry to evaluate (register it with --op and --entry)")
     contract = current_contract(registry, registered["workload"]).contract
     canonical = contract.canonical()
-    if runs is None:
+    batched = record and contract.speed is not None and contract.speed.decision == "confident"
+    sessions: list[Any] = []
+    open_batches = None
+    if batched:
+        runs, open_batches = _session_budget(registry, artifact, runs, sessions)
+    elif runs is None:
         if contract.speed is None:
             raise UserError(f"no --runs given and workload {registered['workload']} declares no speed.runs_per_arm")
         runs = canonical["speed"]["runs_per_arm"]
@@ -97,11 +110,30 @@ def evaluate_artifact(
         items = evaluate_kernel(
             registered["op"], registered["entry"], corpus=corpus or device, runs=runs, warmup=warmup,
             policy=canonical["parity"]["policy"], tolerances_by_dtype=_declared(canonical["parity"]["tolerances"]),
-            progress=progress,
+            progress=progress, open_batches=open_batches,
         )
     document = evidence_document(artifact, items, run=run)
     if subject.payload_sha256 is not None:
         document["payload_sha256"] = subject.payload_sha256
     parsed = parse_document(document)
     recorded = record_evidence(registry, subject, parsed.items, run) if record else None
-    return Evaluation(artifact, document, parsed.items, recorded)
+    return Evaluation(artifact, document, parsed.items, recorded, sessions[0].to_dict() if sessions else None)
+
+
+def _session_budget(registry: Registry, artifact: str, limit: int | None, opened: list[Any]):
+    """(most pairs this evaluation may time, how to open its session): refused up front when the
+    identity's record is already closed, so nothing is run for a session that could not be opened."""
+    from .bench import BatchedSession, read_record
+
+    record = read_record(registry, artifact)
+    if record.closed:
+        raise UserError(f"the benchmark record of {artifact} is closed ({record.to_dict()['stop']} after "
+                        f"{len(record.ratios)} pairs): nothing to measure")
+    room = record.max_pairs - len(record.ratios)
+    budget = room if limit is None else min(room, limit)
+
+    def open_batches(timer: str, device: str) -> BatchedSession:
+        opened.append(BatchedSession(registry, artifact, device=device, timer=timer, limit=budget))
+        return opened[-1]
+
+    return budget, open_batches

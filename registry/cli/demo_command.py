@@ -16,7 +16,8 @@ from .ship_commands import print_resolution
 @click.command()
 @click.option("--fresh", is_flag=True, help="Delete the demo's database (only one the demo created) and start over.")
 @click.option("--runs", type=click.IntRange(min=2), default=10, show_default=True,
-              help="Timed ABBA pairs per candidate (also the contract's runs_per_arm; even).")
+              help="Most timed ABBA pairs per candidate: its benchmark session stops as soon as the confident "
+                   "speed rule decides, or here held (the contracts' max_pairs and runs_per_arm; even).")
 @click.option("--warmup", type=click.IntRange(min=0), default=2, show_default=True, help="Untimed warm-up pairs.")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default="demo-out", show_default=True,
               help="Where the HTML report and frame strips go.")
@@ -25,13 +26,10 @@ from .ship_commands import print_resolution
 @click.option("--check", is_flag=True,
               help="Exit 1 if any verdict is not decided as the demo promises on this kind of machine "
                    "(CPU: the Triton kernel held on interpreter timings; CUDA GPU: judged on real timings).")
-@click.option("--sequential", is_flag=True,
-              help="Time each candidate in a benchmark session, two pairs at a time, and stop as soon as the "
-                   "confident speed rule decides (at most --runs pairs; the contract declares decision: confident).")
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
 @pass_session
 def demo(session: Session, fresh: bool, runs: int, warmup: int, out_dir: str, lpips_backbone: str | None,
-         check: bool, sequential: bool, as_json: bool) -> None:
+         check: bool, as_json: bool) -> None:
     """Run a real campaign: a tiny video DiT, five candidates, every kind of verdict.
 
     The demo uses its own SQLite file: demo.db in the current directory, or
@@ -42,11 +40,17 @@ def demo(session: Session, fresh: bool, runs: int, warmup: int, out_dir: str, lp
     """
     if runs % 2:
         raise UserError(f"--runs {runs} must be even: the paired protocol interleaves BC and CB pairs")
+    from registry.app.campaign import DEMO_ALPHA
+    from registry.formats.sequential import fewest_pairs_to_decide
+
+    if runs < fewest_pairs_to_decide(DEMO_ALPHA):
+        raise UserError(f"--runs {runs}: the confident speed rule at alpha {DEMO_ALPHA} decides nothing in fewer "
+                        f"than {fewest_pairs_to_decide(DEMO_ALPHA)} pairs")
     from registry.app.demo_registry import open_demo_registry
 
     registry, url = open_demo_registry(session.url, actor=session.actor, fresh=fresh)
-    from registry.app.campaign import (check_expectations, near_gate_notes, run_campaign, sign_demo_lock,
-                                       what_would_ship)
+    from registry.app.campaign import (check_expectations, near_gate_notes, pairs_spent, run_campaign,
+                                       sign_demo_lock, what_would_ship)
     from registry.app.reports import build
     from registry.projections.matrix import DEFAULT_STALE_DAYS
     from registry.projections.report import report_html
@@ -55,13 +59,14 @@ def demo(session: Session, fresh: bool, runs: int, warmup: int, out_dir: str, lp
     out = Path(out_dir)
     log = (lambda _text: None) if as_json else say
     rows = run_campaign(registry, out, runs=runs, warmup=warmup, lpips_backbone=lpips_backbone,
-                        progress_factory=progress_bar, log=log, sequential=sequential)
+                        progress_factory=progress_bar, log=log)
     report, state = build(registry, workload=None, position=None, stale_days=DEFAULT_STALE_DAYS)
     (out / "report.html").write_text(report_html(report, state), encoding="utf-8")
     import torch
 
-    problems = check_expectations(rows, on_gpu=torch.cuda.is_available(), sequential=sequential)
+    problems = check_expectations(rows, on_gpu=torch.cuda.is_available())
     notes = near_gate_notes(rows)
+    pairs = pairs_spent(rows, runs)
     profile = RuntimeProfile.detect()
     shipping = what_would_ship(registry, profile)
     signed = sign_demo_lock(registry, out, profile)
@@ -72,17 +77,22 @@ def demo(session: Session, fresh: bool, runs: int, warmup: int, out_dir: str, lp
     exit_status_ahead(1 if check and problems else 0)
     if as_json:
         emit_json({"database": url, "rows": [row.to_dict() for row in rows], "problems": problems,
-                   "near_gate": notes, "report": str(out / "report.html"),
+                   "near_gate": notes, "pairs": pairs, "report": str(out / "report.html"),
                    "resolve": [found.to_dict() for found in shipping], "signed_lock": signed})
     else:
-        table("demo campaign", ["artifact", "kind", "decision", "speedup (95% CI)", "worst SSIM (margin)", "deciding reason"],
+        table("demo campaign", ["artifact", "kind", "decision", "speedup (bounds)", "worst SSIM (margin)", "deciding reason"],
               (_cells(row) for row in rows))
         for note in notes:
             say(f"near the gate: {note}")
         for row in rows:
-            if row.pairs is not None:
-                say(f"{row.artifact}: {row.verdict['decision']} after {row.pairs} of at most {runs} pairs "
+            if row.pairs == 0:
+                say(f"{row.artifact}: its benchmark record was already closed ({row.stop}): nothing timed")
+            elif row.pairs is not None:
+                how = "decided" if row.stop == "decided" else f"stopped ({row.stop})"
+                say(f"{row.artifact}: session {how} after {row.pairs} of at most {runs} pairs "
                     f"({row.pairs_saved} saved)")
+        say(f"pairs timed: {pairs['spent']}, where the fixed design times {pairs['fixed_design']} "
+            f"({runs} per candidate): {pairs['saved']} saved")
         say(f"\nreport: {out / 'report.html'}; frame strips: {out}/*.png")
         say("look further:")
         say(f"  registry --db {url} show step-cache")

@@ -95,7 +95,9 @@ def evidence_frames(session: Session, artifact_id: str, frame_set: str, candidat
 
 @click.command()
 @click.argument("artifact_id")
-@click.option("--runs", type=click.IntRange(min=2), help="Timed runs per arm (default: the contract's speed.runs_per_arm).")
+@click.option("--runs", type=click.IntRange(min=2),
+              help="Timed runs per arm (default: the contract's speed.runs_per_arm); under a confident contract, "
+                   "the most pairs this benchmark session times (default: until decided or speed.max_pairs).")
 @click.option("--warmup", type=click.IntRange(min=0), default=2, show_default=True, help="Untimed warm-up calls per arm.")
 @click.option("--corpus", type=click.Choice(["cpu", "gpu"]), help="Shape corpus (default: gpu with CUDA, else cpu).")
 @click.option("--emit", type=click.Path(dir_okay=False), help="Write an evidence-import file instead of appending.")
@@ -111,7 +113,10 @@ def evaluate(session: Session, artifact_id: str, runs: int | None, warmup: int, 
     The evidence is recorded for the registration captured before the kernel
     ran (with --emit, the file names that payload); if the artifact was
     re-registered meanwhile, nothing is recorded. The kernel runs in a worker
-    process that never sees the expected outputs or the clock. Any stage that
+    process that never sees the expected outputs or the clock. Under a
+    contract with speed.decision confident the pairs go to a benchmark session
+    two at a time, and timing stops as soon as the record is decided (or at
+    speed.max_pairs); the pairs saved are printed. Any stage that
     fails, and any check that catches the candidate cheating (the error names
     the technique class; docs/kernels.md, "Threat model"), is recorded as an
     EvaluationFailed event naming the stage and the error, and the command
@@ -133,7 +138,7 @@ def evaluate(session: Session, artifact_id: str, runs: int | None, warmup: int, 
     elif as_json:
         recorded = evaluation.recorded
         emit_json({"artifact": artifact_id, "positions": recorded.positions, "appended": recorded.appended,
-                   "evidence": evaluation.items})
+                   "evidence": evaluation.items, "session": evaluation.session})
     else:
         say(recorded_text(evaluation.recorded, artifact_id))
     for failure in failures:
@@ -145,8 +150,19 @@ def evaluate(session: Session, artifact_id: str, runs: int | None, warmup: int, 
                 say(f"  {item['timer']} on {item['device']}: speedup {d['speedup']:.3f}x over {d['runs_per_arm']} pairs")
             if item["kind"] == "parity":
                 say(f"  parity ({item.get('policy')}): all byte-equal {item['derived']['all_byte_equal']}")
+        if evaluation.session is not None:
+            say(session_text(evaluation.session))
     if failures:
         sys.exit(EXIT_EVALUATION_FAILED)
+
+
+def session_text(session: dict) -> str:
+    """One line on an evaluation's benchmark session: pairs, batches, why it stopped, pairs saved."""
+    stop = {"decided": f"the record is {session['decision']}", "max_pairs": "the record ends held at speed.max_pairs",
+            "limit": "--runs reached; the record stays open"}[session["stop"]]
+    return (f"  benchmark session {session['session']}: {session['pairs']} pairs in {session['batches']} batches, "
+            f"stopped because {stop} ({session['record_pairs']} of at most {session['max_pairs']} pairs recorded, "
+            f"{session['pairs_saved']} saved)")
 
 
 @click.command()

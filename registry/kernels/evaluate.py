@@ -29,7 +29,7 @@ import statistics
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
@@ -211,11 +211,10 @@ def time_pairs(session: _Session, cases: Sequence[Any], pairs: int, warmup: int,
             if timed:
                 times[arm].append(call.seconds)
             tick()
-    interpreted = session.interpreted > 0 or triton_interpreter_active()
+    timer, device = timer_names(session)
+    interpreted = timer == "interpreter"
     item: dict[str, Any] = {
-        "kind": "benchmark", "protocol": "paired",
-        "device": "cpu (triton interpreter)" if interpreted else session.worker.device_name or "cpu",
-        "timer": "interpreter" if interpreted else "perf_counter",
+        "kind": "benchmark", "protocol": "paired", "device": device, "timer": timer,
         "baseline_s": times["B"], "candidate_s": times["C"], "schedule": schedule, "warmup": warmup,
         "arch": session.worker.arch,
     }
@@ -223,6 +222,62 @@ def time_pairs(session: _Session, cases: Sequence[Any], pairs: int, warmup: int,
         item["bandwidth_share"] = floor / statistics.median(times["C"])
     item["notes"] = notes + ("" if interpreted else "; " + ISOLATED_TIMING_NOTE)
     return item
+
+
+def timer_names(session: _Session) -> tuple[str, str]:
+    """(timer, device) a benchmark of this worker records: the interpreter's, once anything ran interpreted."""
+    if session.interpreted > 0 or triton_interpreter_active():
+        return "interpreter", "cpu (triton interpreter)"
+    return "perf_counter", session.worker.device_name or "cpu"
+
+
+class PairBatches(Protocol):
+    """A benchmark session that takes pairs batch by batch (registry/app/bench.py, BatchedSession)."""
+
+    def next_size(self) -> int:
+        """Pairs to time next; 0 when the session is done (decided, or out of pairs)."""
+
+    def add(self, baseline: list[float], candidate: list[float]) -> None:
+        """Record one timed batch."""
+
+
+class SessionRefused(Exception):
+    """The registry refused to open the session or take a batch: the caller's matter, raised past the
+    failure items (it says nothing about the candidate)."""
+
+    def __init__(self, refusal: UserError):
+        super().__init__(str(refusal))
+        self.refusal = refusal
+
+
+def time_batches(session: _Session, cases: Sequence[Any], open_batches: Callable[[str, str], PairBatches],
+                 warmup: int, *, bytes_moved: int, tick: Callable[[], None], notes: str) -> None:
+    """Timed pairs in batches handed to a benchmark session, until it asks for none.
+
+    The session is opened (``open_batches(timer, device)``) after parity and
+    before the first timed call, with the names every batch is then timed
+    under; a batch timed under another timer (the candidate started running
+    interpreted) is a failure, not a batch of that session. Each batch is
+    timed exactly as ``time_pairs`` times a whole benchmark; only the first
+    has warm-up pairs.
+    """
+    opened = timer_names(session)
+    try:
+        batches = open_batches(*opened)
+    except UserError as exc:
+        raise SessionRefused(exc) from exc
+    first = True
+    while size := batches.next_size():
+        item = time_pairs(session, cases, size, warmup if first else 0, bytes_moved=bytes_moved, tick=tick,
+                          notes=notes)
+        first = False
+        if (item["timer"], item["device"]) != opened:
+            raise RuntimeError(f"a batch was timed by {item['timer']} on {item['device']}, but the session was "
+                               f"opened for {opened[0]} on {opened[1]}")
+        try:
+            batches.add(item["baseline_s"], item["candidate_s"])
+        except UserError as exc:
+            raise SessionRefused(exc) from exc
 
 
 def _held_out_cases(cases: Sequence[Any]) -> list[Any]:
@@ -284,14 +339,18 @@ def integrity(session: _Session, cases: Sequence[Any]) -> None:
 
 def evaluate_kernel(op_name: str, entry: str, *, corpus: str, runs: int, warmup: int, policy: str,
                     tolerances_by_dtype: Mapping[str, Mapping[str, float]] | None,
-                    progress: Callable[[int, int], None] | None = None) -> list[dict[str, Any]]:
+                    progress: Callable[[int, int], None] | None = None,
+                    open_batches: Callable[[str, str], PairBatches] | None = None) -> list[dict[str, Any]]:
     """Evidence items [parity, benchmark, execution] for ``entry`` as an ``op_name`` kernel,
     or [failure] naming the stage that raised or the check that refused the candidate.
 
     The candidate runs in its own process (:mod:`registry.kernels.isolation`);
     this one keeps the inputs, the references, the comparator and the clock.
     ``progress(done, total)`` counts corpus cases compared, then timed and
-    warm-up calls.
+    warm-up calls. With ``open_batches`` the pairs go to a benchmark session
+    batch by batch (``time_batches``; at most ``runs`` of them) and the items
+    are [parity, execution]: the session's events are the timing evidence.
+    A refusal of the session is raised (as the UserError it is), not recorded.
     """
     spec = get_operation(op_name)
     cases = spec.corpus(corpus)
@@ -314,18 +373,25 @@ def evaluate_kernel(op_name: str, entry: str, *, corpus: str, runs: int, warmup:
             stage = "parity"
             parity = _parity(session, cases, inputs, approx_math, tick)
             stage = "benchmark"
-            benchmark = time_pairs(
-                session, cases, runs, warmup, bytes_moved=sum(spec.cost(case).bytes for case in cases), tick=tick,
-                notes=(f"{op_name} on the {corpus} corpus: each timed call runs all {len(cases)} cases; "
-                       f"baseline {spec.reference}, candidate {entry}"))
+            bytes_moved = sum(spec.cost(case).bytes for case in cases)
+            notes = (f"{op_name} on the {corpus} corpus: each timed call runs all {len(cases)} cases; "
+                     f"baseline {spec.reference}, candidate {entry}")
+            if open_batches is None:
+                benchmark = [time_pairs(session, cases, runs, warmup, bytes_moved=bytes_moved, tick=tick,
+                                        notes=notes)]
+            else:
+                time_batches(session, cases, open_batches, warmup, bytes_moved=bytes_moved, tick=tick, notes=notes)
+                benchmark = []
             stage = "integrity"
             integrity(session, cases)
+    except SessionRefused as exc:
+        raise exc.refusal from None
     except CandidateError as exc:
         return [{"kind": "failure", "stage": stage, "error": f"{exc.type_name}: {exc}"}]
     except Exception as exc:  # noqa: BLE001 - any failure of the candidate becomes evidence of failure
         return [failure_item(stage, exc)]
     execution = {"kind": "execution", "candidate_calls": session.launches, "fallbacks": session.fallbacks}
-    return [parity, benchmark, execution]
+    return [parity, *benchmark, execution]
 
 
 def evidence_document(artifact: str, items: Sequence[Mapping[str, Any]], run: str | None = None) -> dict[str, Any]:
