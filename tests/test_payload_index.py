@@ -30,6 +30,8 @@ from test_projections import benchmark, open_store
 ARTIFACTS = ("a", "b", "c")
 WORKLOADS = ("w1", "w2")
 PAYLOADS_SHA = ("1" * 64, "2" * 64, "3" * 64, None)
+# What the store takes (a str) but the app never registers: longer than a digest, or a digest's other spelling.
+ODD_PAYLOADS = ("not a digest " * 40, "1" * 63, "A" * 64)
 BACKENDS = ("SAGE", "FA3")
 ITEM = benchmark(1.2)
 
@@ -81,7 +83,7 @@ def assert_indexed_counts_equal_whole_workload_counts(store: EventStore) -> None
 
 operations = st.lists(st.one_of(
     st.tuples(st.just("register"), st.sampled_from(ARTIFACTS), st.sampled_from(WORKLOADS),
-              st.sampled_from(PAYLOADS_SHA), st.sampled_from(BACKENDS)),
+              st.sampled_from((*PAYLOADS_SHA, *ODD_PAYLOADS)), st.sampled_from(BACKENDS)),
     st.tuples(st.just("bench"), st.sampled_from(ARTIFACTS), st.sampled_from(("current", "earlier", "none")),
               st.integers(0, 5)),
     st.tuples(st.just("catch_up")),
@@ -92,7 +94,8 @@ operations = st.lists(st.one_of(
 @given(operations)
 def test_the_indexed_count_equals_the_whole_workload_count_on_sqlite(steps):
     """Any registration, re-registration and benchmark sequence; a registration may even move an artifact to
-    another workload (the app refuses that, a log written by other means may hold it): its rows move with it."""
+    another workload, or register a value that is not a digest (the app refuses both, a log written by other
+    means may hold them): the rows move with the artifact, and equal values still find each other."""
     with tempfile.TemporaryDirectory(prefix="payload-index-") as folder:
         store = open_store(f"sqlite:///{folder}/registry.db")
         try:
@@ -185,3 +188,20 @@ def test_verify_names_a_missing_or_stray_index_row_and_reset_rebuilds_it(store):
     Projections(store).reset()
     assert verify_projections(store).ok
     assert len(index_rows(store)) == 3
+
+
+def test_a_registered_value_that_is_not_a_digest_neither_stops_the_catch_up_nor_hides_an_attempt(store):
+    """Longer than any digest: keyed by a digest of it, so the catch-up writes it on either backend."""
+    odd = ODD_PAYLOADS[0]
+    log = Log(store)
+    log.register("a", "w1", odd, "SAGE")
+    log.bench("a", "current", 0)
+    log.register("b", "w1", odd, "FA3")
+    log.register("c", "w1", "A" * 64, "SAGE")
+    log.bench("c", "current", 0)
+    assert_indexed_counts_equal_whole_workload_counts(store)
+    projections = Projections(store)
+    b = projections.current_artifact("b")
+    assert payload_attempts(b, projections.artifacts_sharing_payload("w1", odd)) == 1
+    assert [s["artifact"] for s in projections.artifacts_sharing_payload("w1", "A" * 64)] == ["c"]
+    assert all(len(row[1]) == 64 for row in index_rows(store))

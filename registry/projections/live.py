@@ -33,7 +33,7 @@ from registry.formats.names import ARTIFACT_PREFIX, FRAMESET_PREFIX, WORKLOAD_PR
 from .collector import collector_paused
 from .fold import OUTCOMES_PREFIX, fold
 from .log import PAGE, read_log
-from .payload_index import IndexRow, all_index_rows, as_mapping, index_rows
+from .payload_index import IndexRow, all_index_rows, as_mapping, index_rows, payload_key
 from .rows import MODELS, load_state
 from .schema import ARTIFACTS, CHECKPOINT, PAYLOADS, VERDICTS
 from .state import ProjectionError, RegistryState
@@ -435,7 +435,8 @@ class Projections:
 
     def artifacts_sharing_payload(self, workload: str, payload_sha256: str) -> list[dict[str, Any]]:
         """The current states (no verdict history) of the artifacts of `workload` that ever registered
-        `payload_sha256`, under any of their identities, sorted by artifact id.
+        `payload_sha256`, under any of their identities, sorted by artifact id (and perhaps a few whose
+        registered value only shares its index key: see payload_index.py; they count nothing for it).
 
         An indexed range of the payload index (payload_index.py) joined to the
         artifact rows, so it costs the artifacts that share the bytes, not
@@ -446,10 +447,10 @@ class Projections:
         if as_of is not None:
             state = fold_log(self.store, as_of)
             return [state.artifacts[key] for key in sorted(state.artifacts)
-                    if (workload, payload_sha256, key) in index_rows(state.artifacts[key])]
+                    if (workload, payload_key(payload_sha256), key) in index_rows(state.artifacts[key])]
         statement = (select(ARTIFACTS.c.state)
                      .join(PAYLOADS, PAYLOADS.c.artifact == ARTIFACTS.c.artifact)
-                     .where(PAYLOADS.c.workload == workload, PAYLOADS.c.payload_sha256 == payload_sha256,
+                     .where(PAYLOADS.c.workload == workload, PAYLOADS.c.payload_sha256 == payload_key(payload_sha256),
                             ARTIFACTS.c.workload == workload)
                      .order_by(ARTIFACTS.c.artifact))
         with reading(self.engine) as conn:
