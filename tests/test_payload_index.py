@@ -111,6 +111,7 @@ def test_the_indexed_count_equals_the_whole_workload_count_on_sqlite(steps):
             Projections(store).reset()
             assert_indexed_counts_equal_whole_workload_counts(store)
         finally:
+            store.close()  # the store's append connection, then the pool's: nothing stays open per example
             store.engine.dispose()
 
 
@@ -129,6 +130,7 @@ def scripted(log: Log) -> None:
 def store(backend_url):
     store = open_store(backend_url)
     yield store
+    store.close()
     store.engine.dispose()
 
 
