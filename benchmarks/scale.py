@@ -7,11 +7,17 @@ as its own process, the way a person or a serving process runs it:
   evidence, failures and revocations), so the log grows by artifacts;
 - `one`: a few small artifacts beside one artifact that holds almost all of
   the log (a verdict every tenth event, so about 10% of its events are
-  verdicts: its history grows with the log).
+  verdicts: its history grows with the log);
+- `shared`: the `many` shape with every artifact in the measured artifact's
+  workload, so a workload holds a tenth as many artifacts as the log holds
+  events. A one-artifact question must still cost the same: `promote` counts
+  the benchmark attempts of the artifact's bytes across its workload through
+  the payload index, not by reading every artifact of it (`resolve`, `lock`
+  and `report` list the whole workload, and grow with it).
 
 The measured artifact (TARGET) is the large one in `one` and a 10-event one
-in `many`; it is the only artifact of its workload, so `resolve` and `lock`
-ask about one artifact however much else the log holds (`report` lists
+in `many` and `shared`; outside `shared` it is the only artifact of its
+workload, so `resolve` and `lock` ask about one artifact however much else the log holds (`report` lists
 every artifact, and grows with them).
 
 The log is built fast, in batches through the store (not the CLI), from the
@@ -35,7 +41,7 @@ growth factors are given for both. The one-artifact commands run three times and
 time. Output goes to /dev/null. The table gives each command at each size and the
 growth factor from the smallest size to the largest.
 
-    .venv/bin/python benchmarks/scale.py [--max-events 1000000] [--shapes many,one] [--json OUT]
+    .venv/bin/python benchmarks/scale.py [--max-events 1000000] [--shapes many,one,shared] [--json OUT]
 
 The goals (docs/benchmarks.md, "Scale"): evidence import, promote, show,
 resolve and lock of one artifact within 1.5x of their 10^3 time at 10^6
@@ -92,12 +98,12 @@ def build(url: str, shape: str, total: int) -> float:
         declare_workload(registry, Contract.from_mapping(contract))
     pool = item_pool(random.Random(20240611))
     remaining = total - store.head_position()
-    if shape == "many":
+    if shape in ("many", "shared"):
         count = max(2, remaining // SMALL_ARTIFACT_EVENTS)
         for index in range(1, count):
             size = SMALL_ARTIFACT_EVENTS if index < count - 1 else remaining - SMALL_ARTIFACT_EVENTS * (count - 1)
-            store.append(f"artifact:cand-{index:06d}",
-                         [registration_event(index), *step_events(index, range(1, size), pool)], actor="bench")
+            events = [registration_event(index), *step_events(index, range(1, size), pool)]
+            store.append(f"artifact:cand-{index:06d}", solo(events) if shape == "shared" else events, actor="bench")
         large = SMALL_ARTIFACT_EVENTS
     else:
         for index in range(1, NEIGHBOURS + 1):
@@ -281,7 +287,7 @@ def main() -> None:
     parser.add_argument("--max-events", type=int, default=SIZES[-1], help="largest log to build (default 10^6)")
     parser.add_argument("--min-events", type=int, default=SIZES[0], help="smallest log to build (default 10^3)")
     parser.add_argument("--skip", default="", help="comma-separated commands not to run (e.g. history)")
-    parser.add_argument("--shapes", default="many,one", help="comma-separated: many, one")
+    parser.add_argument("--shapes", default="many,one", help="comma-separated: many, one, shared")
     parser.add_argument("--json", dest="json_out", help="also write every figure to this JSON file (after each size)")
     args = parser.parse_args()
     sizes = [size for size in SIZES if args.min_events <= size <= args.max_events]
@@ -291,7 +297,7 @@ def main() -> None:
     if skipped - set(COMMANDS):
         parser.error(f"unknown command(s) to skip: {', '.join(sorted(skipped - set(COMMANDS)))}")
     shapes = [shape.strip() for shape in args.shapes.split(",")]
-    unknown = set(shapes) - {"many", "one"}
+    unknown = set(shapes) - {"many", "one", "shared"}
     if unknown:
         parser.error(f"unknown shape(s): {', '.join(sorted(unknown))}")
     launcher = Launcher()  # first, while this process is small

@@ -72,13 +72,26 @@ def payload_attempts(state: dict[str, Any], workload_artifacts: list[dict[str, A
     claims of this one, does not start a fresh count: every benchmark item of
     those bytes in the workload counts. An artifact without a payload hash
     has nothing to match by, so its own identity's count stands.
-    `workload_artifacts` are the projected artifacts of its workload.
+    `workload_artifacts` are the projected artifacts of its workload, or
+    at least all of them that ever registered its bytes (the payload index's
+    answer: no other artifact adds to the count).
     """
     payload = state["payload_sha256"]
     if payload is None:
         return state["benchmark_attempts"]
     others = [other for other in workload_artifacts if other["artifact"] != state["artifact"]]
     return sum(attempts_on(artifact, payload) for artifact in (state, *others))
+
+
+def _sharing_payload(registry: Registry, state: dict[str, Any]) -> list[dict[str, Any]]:
+    """The artifacts of the state's workload that ever registered its bytes: all payload_attempts counts.
+
+    Read through the payload index, so a promote costs the artifacts that
+    share the bytes, not every artifact of the workload.
+    """
+    if state["payload_sha256"] is None:
+        return []
+    return Projections(registry.store).artifacts_sharing_payload(state["workload"], state["payload_sha256"])
 
 
 def _seen_version(registry: Registry, state: dict[str, Any]) -> int:
@@ -153,7 +166,7 @@ def promote(registry: Registry, artifact: str, *, rejudge: bool = False) -> Prom
 
 def _promote_once(registry: Registry, artifact: str, rejudge: bool = False) -> PromoteOutcome:
     state = _artifact_state(registry, artifact)
-    attempts = payload_attempts(state, Projections(registry.store).artifacts(workload=state["workload"]))
+    attempts = payload_attempts(state, _sharing_payload(registry, state))
     declared = _declared_contract(registry, state["workload"])
     stale = declared is not None and state["contract_version"] != declared.version
     if state["decision"] in FINAL and state["verdict"] is not None and not (rejudge and stale):

@@ -20,7 +20,7 @@ from __future__ import annotations
 from contextlib import contextmanager
 from typing import Any, Iterator
 
-from sqlalchemy import Connection, bindparam, func, insert, select, update
+from sqlalchemy import Connection, bindparam, delete, func, insert, select, tuple_, update
 from sqlalchemy.exc import DBAPIError, IntegrityError
 
 from registry.formats.errors import UserError
@@ -33,8 +33,9 @@ from registry.formats.names import ARTIFACT_PREFIX, FRAMESET_PREFIX, WORKLOAD_PR
 from .collector import collector_paused
 from .fold import OUTCOMES_PREFIX, fold
 from .log import PAGE, read_log
+from .payload_index import IndexRow, all_index_rows, as_mapping, index_rows, payload_key
 from .rows import MODELS, load_state
-from .schema import ARTIFACTS, CHECKPOINT, VERDICTS
+from .schema import ARTIFACTS, CHECKPOINT, PAYLOADS, VERDICTS
 from .state import ProjectionError, RegistryState
 from .verdict_history import HISTORY_KEY, VerdictRecord, records_of, with_history
 
@@ -208,6 +209,7 @@ class Projections:
                     for table, _, _ in MODELS.values():
                         conn.execute(table.delete())
                     conn.execute(VERDICTS.delete())
+                    conn.execute(PAYLOADS.delete())
                     conn.execute(insert(CHECKPOINT).values(name=CHECKPOINT_NAME, position=head))
                     for model, (table, _, to_row) in MODELS.items():
                         rows = [to_row(value) for value in getattr(state, model).values()]
@@ -216,6 +218,9 @@ class Projections:
                     history = [record.to_row() for value in state.artifacts.values() for record in records_of(value)]
                     if history:
                         conn.execute(insert(VERDICTS), history)
+                    indexed = sorted(all_index_rows(state.artifacts.values()))
+                    if indexed:
+                        conn.execute(insert(PAYLOADS), [as_mapping(row) for row in indexed])
             except IntegrityError:
                 continue  # a concurrent catch-up inserted a row first: fold again
             return head
@@ -242,14 +247,15 @@ class Projections:
         work = RegistryState(position=start)
         existing: dict[str, set[str]] = {model: set() for model in MODELS}
         touched: dict[str, set[str]] = {model: set() for model in MODELS}
+        indexed: set[IndexRow] = set()  # the payload index rows of the artifact rows loaded, as they stand
         batch = []
         with collector_paused():
             for event in read_log(self.engine, after=start, up_to=head):
                 batch.append(event)
                 if len(batch) == PAGE:
-                    self._fold_batch(work, batch, existing, touched)
+                    self._fold_batch(work, batch, existing, touched, indexed)
                     batch = []
-            self._fold_batch(work, batch, existing, touched)
+            self._fold_batch(work, batch, existing, touched, indexed)
         try:
             with self._writer() as conn:
                 if checkpoint is None:
@@ -262,27 +268,32 @@ class Projections:
                     )
                     if moved.rowcount != 1:
                         raise _LostRace
-                self._write_rows(conn, work, existing, touched)
+                self._write_rows(conn, work, existing, touched, indexed)
         except (_LostRace, IntegrityError):
             return False  # another catch-up moved or created the checkpoint first; all rolled back
         return True
 
     def _fold_batch(self, work: RegistryState, batch: list, existing: dict[str, set[str]],
-                    touched: dict[str, set[str]]) -> None:
+                    touched: dict[str, set[str]], indexed: set[IndexRow]) -> None:
         wanted: dict[str, set[str]] = {model: set() for model in MODELS}
         for event in batch:
             for prefix, model in STREAM_MODEL.items():
                 if event.stream.startswith(prefix):
                     wanted[model].add(event.stream[len(prefix):])
                     break
-        self._load(work, wanted, touched, existing)
+        self._load(work, wanted, touched, existing, indexed)
         for model, keys in wanted.items():
             touched[model] |= keys
         fold(work, batch)
 
     def _load(self, work: RegistryState, wanted: dict[str, set[str]], touched: dict[str, set[str]],
-              existing: dict[str, set[str]]) -> None:
-        """Load the live rows of keys this catch-up has not met yet into the working state."""
+              existing: dict[str, set[str]], indexed: set[IndexRow]) -> None:
+        """Load the live rows of keys this catch-up has not met yet into the working state.
+
+        A loaded artifact's payload index rows are those of its row's state
+        (`replay --verify` holds the table to that), noted in `indexed` before
+        the fold changes the state.
+        """
         with self.engine.connect() as conn:
             for model, keys in wanted.items():
                 table, key, _ = MODELS[model]
@@ -293,12 +304,13 @@ class Projections:
                         state = load_state(row[1])
                         if model == "artifacts":
                             state[HISTORY_KEY] = []  # the stored history stays; verdicts folded now are added to it
+                            indexed |= index_rows(state)
                         getattr(work, model)[row[0]] = state
                         existing[model].add(row[0])
 
     @staticmethod
     def _write_rows(conn: Connection, work: RegistryState, existing: dict[str, set[str]],
-                    touched: dict[str, set[str]]) -> None:
+                    touched: dict[str, set[str]], indexed: set[IndexRow]) -> None:
         for model, (table, key, to_row) in MODELS.items():
             states = getattr(work, model)
             rows = [to_row(states[name]) for name in sorted(touched[model])]
@@ -313,6 +325,16 @@ class Projections:
                    for record in records_of(work.artifacts[name])]
         if history:
             conn.execute(insert(VERDICTS), history)
+        # The index rows of the touched artifacts now, against those of their rows as loaded: a new payload
+        # adds a row; a row goes only if an artifact's workload changed, which a registration never does.
+        now = all_index_rows(work.artifacts[name] for name in touched["artifacts"])
+        gone = sorted(indexed - now)
+        if gone:
+            conn.execute(delete(PAYLOADS).where(
+                tuple_(PAYLOADS.c.workload, PAYLOADS.c.payload_sha256, PAYLOADS.c.artifact).in_(gone)))
+        added = sorted(now - indexed)
+        if added:
+            conn.execute(insert(PAYLOADS), [as_mapping(row) for row in added])
 
     # -- reading ----------------------------------------------------------------------
 
@@ -410,6 +432,32 @@ class Projections:
                                  .order_by(ARTIFACTS.c.artifact)).scalars().all()
         self.served_position = position
         return position, None if declared is None else load_state(declared), [load_state(text) for text in texts]
+
+    def artifacts_sharing_payload(self, workload: str, payload_sha256: str) -> list[dict[str, Any]]:
+        """The current states (no verdict history) of the artifacts of `workload` that ever registered
+        `payload_sha256`, under any of their identities, sorted by artifact id (and perhaps a few whose
+        registered value only shares its index key: see payload_index.py; they count nothing for it).
+
+        An indexed range of the payload index (payload_index.py) joined to the
+        artifact rows, so it costs the artifacts that share the bytes, not
+        the workload's size. A connection that may not write the read models
+        folds the log to its head instead.
+        """
+        as_of = self._fold_to(None)
+        if as_of is not None:
+            state = fold_log(self.store, as_of)
+            return [state.artifacts[key] for key in sorted(state.artifacts)
+                    if (workload, payload_key(payload_sha256), key) in index_rows(state.artifacts[key])]
+        statement = (select(ARTIFACTS.c.state)
+                     .join(PAYLOADS, PAYLOADS.c.artifact == ARTIFACTS.c.artifact)
+                     .where(PAYLOADS.c.workload == workload, PAYLOADS.c.payload_sha256 == payload_key(payload_sha256),
+                            ARTIFACTS.c.workload == workload)
+                     .order_by(ARTIFACTS.c.artifact))
+        with reading(self.engine) as conn:
+            position = read_checkpoint(conn) or 0
+            texts = conn.execute(statement).scalars().all()
+        self.served_position = position
+        return [load_state(text) for text in texts]
 
     def workloads(self, as_of: int | None = None) -> list[dict[str, Any]]:
         """Workloads sorted by id."""

@@ -1,6 +1,6 @@
 """The persisted read models: a row per artifact, workload, frame set and workload's imported outcomes.
 
-Beside them, one checkpoint row.
+Beside them, the verdict history, the payload index and one checkpoint row.
 
 These tables are derived: every row is a fold of the event log up to the
 checkpoint's position, so they carry no immutability triggers and can be
@@ -57,6 +57,16 @@ VERDICTS = Table(
     Column("decision", String(32), nullable=False),
     Column("identity", String(64), nullable=True),
     Column("entry", Text, nullable=False),
+)
+
+# The payload index: one row per (workload, payload digest, artifact) for every payload an artifact
+# registered (current or set-aside identities alike), so the artifacts sharing an artifact's bytes in
+# its workload are one indexed range, not a read of every artifact of the workload (app/decisions.py).
+PAYLOADS = Table(
+    "projection_payloads", METADATA,
+    Column("workload", String(200), primary_key=True),
+    Column("payload_sha256", String(64), primary_key=True),
+    Column("artifact", String(200), primary_key=True),
 )
 
 # The log position the read models are folded up to; the row concurrent catch-ups race on.

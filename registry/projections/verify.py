@@ -4,8 +4,9 @@ The read models are a cache of the fold; if a row was edited by hand, written
 by a buggy catch-up or left behind by an older fold, the registry would
 answer from it silently. `verify_projections` replays the log in memory up to
 the live checkpoint and compares every row (indexed columns, state JSON and
-its sha256) with the row the replay produces, naming each artifact,
-workload or frame set that differs and which fields.
+its sha256; the verdict history rows; the payload index rows) with the row
+the replay produces, naming each artifact, workload or frame set that
+differs and which fields.
 """
 from __future__ import annotations
 
@@ -18,8 +19,9 @@ from registry.events.store import EventStore
 from sqlalchemy import select
 
 from .live import Projections, ReadModelsNotWritable, fold_log, read_checkpoint, snapshot
+from .payload_index import all_index_rows, index_key
 from .rows import MODELS, load_state
-from .schema import VERDICTS
+from .schema import PAYLOADS, VERDICTS
 from .state import RegistryState
 from .verdict_history import records_of
 
@@ -31,7 +33,9 @@ def rebuild(store: EventStore) -> RegistryState:
 
 @dataclass(frozen=True)
 class Difference:
-    model: str  # artifacts | verdicts | workloads | framesets | outcomes (a verdict's key: ARTIFACT@POSITION)
+    # artifacts | verdicts | payloads | workloads | framesets | outcomes
+    # (a verdict's key: ARTIFACT@POSITION; a payload index row's: WORKLOAD/PAYLOAD/ARTIFACT)
+    model: str
     key: str
     problem: str  # "differs" | "missing from the live table" | "not in the replay"
     fields: tuple[str, ...] = ()
@@ -51,6 +55,7 @@ class ReplayReport:
     differences: list[Difference] = field(default_factory=list)
     replay_seconds: float = 0.0
     verdicts_checked: int = 0  # rows of the verdict history table compared (projection_verdicts)
+    payloads_checked: int = 0  # rows of the payload index compared (projection_payloads)
 
     @property
     def ok(self) -> bool:
@@ -63,7 +68,8 @@ class ReplayReport:
     def summary(self) -> str:
         """One line: what was compared at which position, and every difference."""
         checked = ", ".join(f"{count} {model}" for model, count in
-                            [*self.checked.items(), ("history verdicts", self.verdicts_checked)])
+                            [*self.checked.items(), ("history verdicts", self.verdicts_checked),
+                             ("payload index rows", self.payloads_checked)])
         head = f"position {self.position}: {checked} compared"
         if self.ok:
             return f"{head}; all equal to the replay"
@@ -72,7 +78,7 @@ class ReplayReport:
     def to_dict(self) -> dict[str, Any]:
         return {
             "ok": self.ok, "position": self.position, "checked": dict(self.checked),
-            "verdicts_checked": self.verdicts_checked,
+            "verdicts_checked": self.verdicts_checked, "payloads_checked": self.payloads_checked,
             "differences": [d.to_dict() for d in self.differences],
             "differing_artifacts": self.differing_artifacts, "replay_seconds": self.replay_seconds,
         }
@@ -95,6 +101,8 @@ def verify_projections(store: EventStore) -> ReplayReport:
             for model, (table, key, _) in MODELS.items()
         }
         live["verdicts"] = {_verdict_key(row): dict(row) for row in conn.execute(select(VERDICTS)).mappings()}
+        live_index = {index_key(tuple(row)) for row in conn.execute(
+            select(PAYLOADS.c.workload, PAYLOADS.c.payload_sha256, PAYLOADS.c.artifact))}
     started = time.perf_counter()
     replay = fold_log(store, position)
     seconds = time.perf_counter() - started
@@ -105,10 +113,14 @@ def verify_projections(store: EventStore) -> ReplayReport:
     history = {_verdict_key(row): row for state in replay.artifacts.values()
                for row in (record.to_row() for record in records_of(state))}
     differences += _compare("verdicts", history, live["verdicts"], document="entry")
+    index = {index_key(row) for row in all_index_rows(replay.artifacts.values())}
+    differences += [Difference("payloads", key, "missing from the live table") for key in sorted(index - live_index)]
+    differences += [Difference("payloads", key, "not in the replay") for key in sorted(live_index - index)]
     return ReplayReport(
         position=position,
         checked={model: len(getattr(replay, model)) for model in MODELS},
         verdicts_checked=len(history),
+        payloads_checked=len(index),
         differences=differences,
         replay_seconds=seconds,
     )
