@@ -9,7 +9,7 @@ from click.testing import CliRunner
 
 from registry.app import open_registry
 from registry.cli.main import main
-from ship_helpers import declare, make_bundle, register, ship
+from ship_helpers import declare, make_bundle, measure_and_promote, register, ship
 
 PROFILE = ("--arch", "sm90", "--torch", "2.13.0", "--cuda", "12.8")
 
@@ -116,6 +116,16 @@ def test_a_revocation_after_export_fails_verify_naming_who_and_why(shipped):
     assert "revoked: faster: faster was revoked at position" in result.stderr
     assert "by carol: corrupts frames at 720p" in result.stderr
     assert offline(str(out), "--bundles", str(shipped.bundles)).exit_code == 0  # offline cannot know
+
+
+def test_a_revocation_after_export_then_a_new_promotion_still_fails_verify(shipped):
+    """The revoke is no longer the latest decision, but the locked verdict is no longer the one that counts."""
+    _, out = export(shipped, *PROFILE)
+    assert shipped("revoke", "faster", "--reason", "corrupts frames at 720p", actor="carol").exit_code == 0
+    measure_and_promote(shipped, "faster", 1.8, 0.99)
+    result = shipped("lock", "verify", str(out), "--bundles", str(shipped.bundles))
+    assert result.exit_code == 1
+    assert "field_mismatch: faster: verdict_event_id" in result.stderr
 
 
 def test_a_new_identity_after_export_fails_verify(shipped):

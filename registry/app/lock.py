@@ -89,14 +89,14 @@ def _artifact_problems(registry: Registry, projections: Projections, lock: Lock,
             or verdict.payload.get("payload_sha256") != locked.bundle_sha256:
         return [LockProblem(name, "verdict_unknown", f"the registry has no promoting verdict "
                                                      f"{locked.verdict_event_id} for {name}")]
-    since = registry.store.read_stream(artifact_stream(name))
-    revocations = [e for e in since if e.position > lock.log_position and e.type == "HumanDecision"
-                   and e.payload.get("action") == "revoke"]
-    if revocations:
-        first = revocations[0]
-        return [LockProblem(name, "revoked", f"{name} was revoked at position {first.position} by "
-                                             f"{first.payload['person']}: {first.payload['reason']}")]
     state = projections.current_artifact(name) or {}
+    # The read model keeps the latest human decision: a revoke after the lock that still stands is named
+    # here; one followed by a new verdict shows below as a verdict that is no longer the locked one.
+    human = state.get("human") or {}
+    if human.get("action") == "revoke" and human["position"] > lock.log_position \
+            and (state.get("verdict_position") or 0) < human["position"]:
+        return [LockProblem(name, "revoked", f"{name} was revoked at position {human['position']} by "
+                                             f"{human['person']}: {human['reason']}")]
     if state.get("workload") != lock.workload:
         return [LockProblem(name, "field_mismatch", f"workload: the lock is for {lock.workload!r}; the registry has "
                                                     f"{name} in workload {state.get('workload')!r} (an entry of "
