@@ -9,14 +9,13 @@ that names no payload is refused once other bytes were registered.
 """
 from __future__ import annotations
 
-import json
 
 import pytest
 
 from registry.app import open_registry
 from registry.app.workloads import artifact_stream, register_artifact
 from registry.formats.evidence.items import parse_item
-from test_lifecycle import benchmark, execution, head, one_line_refusal, perceptual, promote, show
+from test_lifecycle import benchmark, evidence_loader, execution, head, one_line_refusal, perceptual, promote, show
 
 CAPPED = """
 workload: wan
@@ -34,11 +33,7 @@ speed: {min_speedup: 1.1, runs_per_arm: 2, protocol: paired, decision: point}
 def cli(registry_cli, tmp_path):
     invoke = registry_cli
     counter = iter(range(10_000))
-
-    def load(artifact, items, **top):
-        path = tmp_path / f"evidence-{next(counter)}.json"
-        path.write_text(json.dumps({"format": "registry.evidence/1", "artifact": artifact, "evidence": items, **top}))
-        return invoke("evidence", "import", str(path))
+    load = evidence_loader(invoke, tmp_path, counter)
 
     def declare(text, name="manifest"):
         path = tmp_path / f"{name}-{next(counter)}.yaml"

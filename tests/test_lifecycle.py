@@ -49,15 +49,20 @@ def failure(stage):
     return {"kind": "failure", "stage": stage, "error": f"the {stage} stage crashed"}
 
 
-@pytest.fixture
-def cli(registry_cli, tmp_path):
-    invoke = registry_cli
-    counter = iter(range(10_000))
-
+def evidence_loader(invoke, tmp_path, counter):
+    """`load(artifact, items, **top)`: import one evidence document written to a fresh file."""
     def load(artifact, items, **top):
         path = tmp_path / f"evidence-{next(counter)}.json"
         path.write_text(json.dumps({"format": "registry.evidence/1", "artifact": artifact, "evidence": items, **top}))
         return invoke("evidence", "import", str(path))
+    return load
+
+
+@pytest.fixture
+def cli(registry_cli, tmp_path):
+    invoke = registry_cli
+    counter = iter(range(10_000))
+    load = evidence_loader(invoke, tmp_path, counter)
 
     for name, text in (("wan", MANIFEST), ("ltx", ADVISORY)):
         (tmp_path / f"{name}.yaml").write_text(text)

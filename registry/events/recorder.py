@@ -272,26 +272,21 @@ class Recorder(ABC):
                       limit: int | None = None) -> list[StoredEvent]:
         """A stream's events in version order (its unique index's order), up to a position if given;
         a page of them with `after_version` and `limit`."""
-        statement = select(EVENTS).where(EVENTS.c.stream == stream)
-        if after_version:
-            statement = statement.where(EVENTS.c.version > after_version)
-        if up_to_position is not None:
-            statement = statement.where(EVENTS.c.position <= up_to_position)
-        statement = statement.order_by(EVENTS.c.version)
-        if limit is not None:
-            statement = statement.limit(limit)
-        return self._select(statement)
+        statement = select(EVENTS).where(EVENTS.c.stream == stream, EVENTS.c.version > after_version)
+        return self._select_up_to(statement, up_to_position, EVENTS.c.version, limit)
 
     def select_events(self, *, after_position: int = 0, up_to_position: int | None = None,
                       limit: int | None = None) -> list[StoredEvent]:
         """Events after `after_position` up to `up_to_position`, in position order."""
         statement = select(EVENTS).where(EVENTS.c.position > after_position)
+        return self._select_up_to(statement, up_to_position, EVENTS.c.position, limit)
+
+    def _select_up_to(self, statement, up_to_position: int | None, order, limit: int | None) -> list[StoredEvent]:
+        """`statement`'s events up to a position if given, in `order`, at most `limit` of them."""
         if up_to_position is not None:
             statement = statement.where(EVENTS.c.position <= up_to_position)
-        statement = statement.order_by(EVENTS.c.position)
-        if limit is not None:
-            statement = statement.limit(limit)
-        return self._select(statement)
+        statement = statement.order_by(order)
+        return self._select(statement if limit is None else statement.limit(limit))
 
     def select_event(self, position: int) -> StoredEvent | None:
         found = self._select(select(EVENTS).where(EVENTS.c.position == position))
