@@ -1,4 +1,4 @@
-"""The GPU-only part of the cheat gallery (technique 15, and technique 1 where it is deterministic).
+"""The GPU-only part of the cheat gallery (technique 15, and technique 1 on torch's CUDA caching allocator).
 
 These need compiled Triton kernels on a CUDA device; they skip elsewhere and
 are marked `device`. benchmarks/gpu_kernels.sh runs them when a GPU is lent.
