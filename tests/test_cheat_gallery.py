@@ -148,6 +148,11 @@ def test_13_reference_with_token_launch(cli):
 
 
 def test_14_precision_downgrade(cli):
-    """Passes the harness before the isolation change (within the declared tolerance on the corpus).
-    Now held-out inputs at other value scales push the float16 sum of squares past its range."""
+    """Passes the harness before the isolation change. Its evaluate refused a tolerance without
+    max_abs, so the workload there declared atol 0.05, rtol 0.05 and max_abs 0.05 for bfloat16 and
+    float16 (the same atol and rtol; max_abs only tightens them). Checked in 3 runs: all 4 corpus cases
+    within tolerance, none outside (max error 0.0156 on bfloat16, 0.00195 on float16, no NaN or inf),
+    12 counted launches, no fallbacks; promote then held it only for interpreter timings, as it holds
+    the honest kernel. Now held-out inputs at other value scales push the float16 sum of squares
+    past its range."""
     refused(cli, "precision_downgrade", "held-out input", op="rms_norm", workload="gallery-rms")
