@@ -7,12 +7,11 @@ registered given bytes; this module reads their states through it.
 """
 from __future__ import annotations
 
-from typing import Any
-
 from sqlalchemy import select
 
 from .asof import fold_log
 from .catchup import ReadModels
+from .read_models import ArtifactState
 from .payload_index import index_rows, payload_key
 from .rows import load_state
 from .schema import ARTIFACTS, PAYLOADS
@@ -22,7 +21,7 @@ from .snapshot import read_checkpoint, reading
 class AttemptReads(ReadModels):
     """The artifacts sharing given bytes, for promote's attempt count."""
 
-    def artifacts_sharing_payload(self, workload: str, payload_sha256: str) -> list[dict[str, Any]]:
+    def artifacts_sharing_payload(self, workload: str, payload_sha256: str) -> list[ArtifactState]:
         """The current states (no verdict history) of the artifacts of `workload` that ever registered
         `payload_sha256`, under any of their identities, sorted by artifact id (and perhaps a few whose
         registered value only shares its index key: see payload_index.py; they count nothing for it).

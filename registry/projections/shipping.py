@@ -7,12 +7,11 @@ the log prefix the answer reflects (resolve and lock report it).
 """
 from __future__ import annotations
 
-from typing import Any
-
 from sqlalchemy import select
 
 from .asof import fold_log
 from .catchup import ReadModels
+from .read_models import ArtifactState, WorkloadState
 from .rows import load_state
 from .schema import ARTIFACTS, WORKLOADS
 from .snapshot import read_checkpoint, reading
@@ -21,7 +20,7 @@ from .snapshot import read_checkpoint, reading
 class ShippingReads(ReadModels):
     """What may ship: what resolve and lock match against."""
 
-    def workload_artifacts(self, workload: str) -> tuple[int, dict[str, Any] | None, list[dict[str, Any]]]:
+    def workload_artifacts(self, workload: str) -> tuple[int, WorkloadState | None, list[ArtifactState]]:
         """(position, the workload, its artifacts without verdict history) now, read at one position.
 
         Read in one snapshot of the live tables (an indexed lookup by

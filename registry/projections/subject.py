@@ -17,6 +17,7 @@ from registry.formats.names import ARTIFACT_PREFIX, FRAMESET_PREFIX, WORKLOAD_PR
 
 from .asof import check_position, fold_log
 from .catchup import ReadModels
+from .read_models import ArtifactState, FrameSetState, WorkloadState
 from .rows import MODELS, load_state
 from .schema import VERDICTS
 from .snapshot import read_checkpoint, reading
@@ -32,11 +33,11 @@ def read_history(conn: Connection, artifact_id: str) -> list[VerdictRecord]:
 class SubjectReads(ReadModels):
     """One subject by its key, from the live row or its own stream folded."""
 
-    def artifact(self, artifact_id: str, as_of: int | None = None) -> dict[str, Any] | None:
+    def artifact(self, artifact_id: str, as_of: int | None = None) -> ArtifactState | None:
         """The artifact's state with its whole verdict history (`verdicts`)."""
         return self._one("artifacts", ARTIFACT_PREFIX, artifact_id, as_of, history=True)
 
-    def current_artifact(self, artifact_id: str) -> dict[str, Any] | None:
+    def current_artifact(self, artifact_id: str) -> ArtifactState | None:
         """The artifact's state now, without reading its verdict history: what an append or a promote needs.
 
         Its `stream_version` is the version of the stream's event at
@@ -45,16 +46,16 @@ class SubjectReads(ReadModels):
         """
         return self._one("artifacts", ARTIFACT_PREFIX, artifact_id, None, history=False)
 
-    def workload(self, workload_id: str, as_of: int | None = None) -> dict[str, Any] | None:
+    def workload(self, workload_id: str, as_of: int | None = None) -> WorkloadState | None:
         """The workload's state: its current contract and every version it had."""
         return self._one("workloads", WORKLOAD_PREFIX, workload_id, as_of)
 
-    def frameset(self, name: str, as_of: int | None = None) -> dict[str, Any] | None:
+    def frameset(self, name: str, as_of: int | None = None) -> FrameSetState | None:
         """The frame set as registered."""
         return self._one("framesets", FRAMESET_PREFIX, name, as_of)
 
-    def _one(self, model: str, prefix: str, key: str, as_of: int | None,
-             history: bool = True) -> dict[str, Any] | None:
+    def _one(self, model: str, prefix: str, key: str, as_of: int | None, history: bool = True) -> Any:
+        """The state of `key` in `model` (its declared type is the caller's: read_models.py)."""
         as_of = self.position_to_fold(as_of)
         if as_of is not None:
             # A subject's state depends on its own stream only, so fold just that stream.

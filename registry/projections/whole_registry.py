@@ -8,12 +8,11 @@ it.
 """
 from __future__ import annotations
 
-from typing import Any
-
 from sqlalchemy import Connection, select
 
 from .asof import check_position, fold_log
 from .catchup import ReadModels
+from .read_models import ArtifactState, WorkloadState
 from .rows import MODELS, load_state
 from .schema import ARTIFACTS, VERDICTS, WORKLOADS
 from .snapshot import read_checkpoint, reading, snapshot
@@ -59,7 +58,7 @@ class WholeRegistryReads(ReadModels):
         self.served_position = folded.position
         return folded
 
-    def artifacts(self, workload: str | None = None, as_of: int | None = None) -> list[dict[str, Any]]:
+    def artifacts(self, workload: str | None = None, as_of: int | None = None) -> list[ArtifactState]:
         """Artifacts (of one workload if given), sorted by artifact id, each with its verdict history."""
         as_of = self.position_to_fold(as_of)
         if as_of is not None:
@@ -81,7 +80,7 @@ class WholeRegistryReads(ReadModels):
         chosen = [a for a in found if workload is None or a["workload"] == workload]
         return sorted(chosen, key=lambda a: a["artifact"])
 
-    def workloads(self, as_of: int | None = None) -> list[dict[str, Any]]:
+    def workloads(self, as_of: int | None = None) -> list[WorkloadState]:
         """Workloads sorted by id."""
         as_of = self.position_to_fold(as_of)
         if as_of is not None:
