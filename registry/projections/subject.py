@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import Connection, select
+from sqlalchemy import Connection, func, select
 
 from registry.formats.names import ARTIFACT_PREFIX, FRAMESET_PREFIX, WORKLOAD_PREFIX
 
@@ -54,19 +54,52 @@ class SubjectReads(ReadModels):
         """The frame set as registered."""
         return self._one("framesets", FRAMESET_PREFIX, name, as_of)
 
+    def shown_artifact(self, artifact_id: str, latest: int,
+                       as_of: int | None = None) -> tuple[ArtifactState | None, int]:
+        """The artifact's state with only its `latest` verdicts (in position order), and how many it has in all.
+
+        What `show` prints: its memory and output stay bounded however many
+        verdicts the artifact had (`history` lists every one). Live, it reads
+        the row, the last `latest` history rows and their count, by the
+        history table's primary key.
+        """
+        as_of = self.position_to_fold(as_of)
+        if as_of is not None:
+            state = self._folded("artifacts", ARTIFACT_PREFIX, artifact_id, as_of)
+            if state is None:
+                return None, 0
+            every = state["verdicts"]
+            state["verdicts"] = every[max(0, len(every) - latest):]
+            return state, len(every)
+        with reading(self.engine) as conn:
+            state = self._row(conn, "artifacts", artifact_id)
+            if state is None:
+                return None, 0
+            total = conn.execute(select(func.count()).select_from(VERDICTS)
+                                 .where(VERDICTS.c.artifact == artifact_id)).scalar()
+            rows = conn.execute(select(VERDICTS).where(VERDICTS.c.artifact == artifact_id)
+                                .order_by(VERDICTS.c.position.desc()).limit(latest))
+            records = [VerdictRecord.from_row(row) for row in rows]
+        return with_history(state, records), total
+
     def _one(self, model: str, prefix: str, key: str, as_of: int | None, history: bool = True) -> Any:
         """The state of `key` in `model` (its declared type is the caller's: read_models.py)."""
         as_of = self.position_to_fold(as_of)
         if as_of is not None:
-            # A subject's state depends on its own stream only, so fold just that stream.
-            state = fold_log(self.store, check_position(self.store, as_of), stream=prefix + key)
-            return getattr(state, model).get(key)
-        table, column, _ = MODELS[model]
+            return self._folded(model, prefix, key, as_of)
         with reading(self.engine) as conn:
-            self.served_position = read_checkpoint(conn) or 0
-            text = conn.execute(select(table.c.state).where(table.c[column] == key)).scalar()
-            records = read_history(conn, key) if text is not None and model == "artifacts" and history else None
-        if text is None:
-            return None
-        state = load_state(text)
+            state = self._row(conn, model, key)
+            records = read_history(conn, key) if state is not None and model == "artifacts" and history else None
         return state if records is None else with_history(state, records)
+
+    def _folded(self, model: str, prefix: str, key: str, as_of: int) -> Any:
+        """The subject as of a position: its own stream folded (a subject's state depends on it only)."""
+        state = fold_log(self.store, check_position(self.store, as_of), stream=prefix + key)
+        return getattr(state, model).get(key)
+
+    def _row(self, conn: Connection, model: str, key: str) -> Any:
+        """The subject's live row, loaded (None if it has none); notes the checkpoint it was read at."""
+        table, column, _ = MODELS[model]
+        self.served_position = read_checkpoint(conn) or 0
+        text = conn.execute(select(table.c.state).where(table.c[column] == key)).scalar()
+        return None if text is None else load_state(text)
