@@ -158,25 +158,25 @@ def test_a_bad_time_already_in_the_log_never_stops_a_report(registry_cli, tmp_pa
 
 def test_an_import_racing_another_over_the_same_tree_finishes_with_each_document_once(registry_cli, tree,
                                                                                         monkeypatch):
-    """Another import lands between reading an artifact's stream and appending to it: this one plans again."""
+    """Another import lands between reading an artifact's row and appending to its stream: this one plans again."""
+    from registry.app import imports
     from registry.app.imports import import_motionkernel
-    from registry.events.store import EventStore
 
-    real = EventStore.stream_version
+    real = imports.known_subject
     raced = []
 
-    def another_import_meanwhile(self, stream):
-        version = real(self, stream)
-        if stream.startswith("artifact:") and not raced:
-            raced.append(stream)
+    def another_import_meanwhile(registry, artifact):
+        subject = real(registry, artifact)
+        if not raced:
+            raced.append(artifact)
             other = open_registry(registry_cli.url, actor="other-importer")
             try:
                 assert import_motionkernel(other, [tree]).counts["imported"] == DOCUMENTS
             finally:
                 other.engine.dispose()
-        return version
+        return subject
 
-    monkeypatch.setattr(EventStore, "stream_version", another_import_meanwhile)
+    monkeypatch.setattr(imports, "known_subject", another_import_meanwhile)
     result, summary = run_import(registry_cli, tree)
     assert raced and result.exit_code == 0, result.output
     assert summary["already_present"] == DOCUMENTS and summary["unreadable"] == 0

@@ -14,7 +14,8 @@ records failures, promotes, approves, revokes and re-declares contracts
     state the live read models hold;
 (c) no command exits with a traceback;
 (d) whatever `resolve` ships is promoted for its current identity;
-(e) every verdict's benchmark attempts are those of its bytes in its workload, counted from the log.
+(e) every verdict's benchmark attempts are those of its bytes in its workload, counted from the log;
+(f) every state the read models hold has the shape registry/projections/read_models.py declares.
 """
 from __future__ import annotations
 
@@ -35,6 +36,7 @@ from registry.events.identity import artifact_identity
 from registry.projections import Projections, RegistryState, verify_projections
 from registry.projections.fold import fold
 from ship_helpers import make_bundle
+from test_read_model_shapes import registry_shape_problems
 
 ARTIFACTS = {"sage": ("wan", "attention_backend"), "cache": ("ltx", "step_cache"), "kernel": ("exact", "fused_kernel")}
 PAYLOADS = ("build-1", "build-2", "build-3")
@@ -414,6 +416,7 @@ class Lifecycle(RuleBasedStateMachine):
             live = Projections(registry.store).state()
             from_stored = fold(RegistryState(), registry.store.read_all())
             assert from_stored.to_dict() == live.to_dict()
+            assert registry_shape_problems(live) == []  # (f)
         finally:
             registry.engine.dispose()
 

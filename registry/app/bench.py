@@ -24,7 +24,6 @@ from typing import Any
 
 from registry.formats.errors import UserError
 from registry.formats.names import check_name
-from registry.events.identity import artifact_identity
 from registry.formats.sequential import SequentialResult, decide_stream, running_bounds
 
 from .context import Registry
@@ -93,12 +92,11 @@ def _stop(record: BenchRecord) -> str:
 
 def read_record(registry: Registry, artifact: str) -> BenchRecord:
     """The benchmark record of the artifact's current identity, decided under its workload's contract."""
-    from .workloads import registration
+    from .evidence import capture_subject
 
-    current = registration(registry, artifact)
-    identity = artifact_identity(current)
-    speed = _confident_speed(registry, current["workload"])
-    return _read(registry, identity, current["workload"], speed)
+    subject = capture_subject(registry, artifact)
+    workload = subject.registration["workload"]
+    return _read(registry, subject.identity, workload, _confident_speed(registry, workload))
 
 
 def open_session(registry: Registry, artifact: str, device: str, timer: str) -> tuple[str, BenchRecord]:

@@ -27,6 +27,7 @@ from registry.events.types import HumanDecision, VerdictRendered
 from registry.formats.names import artifact_stream
 from registry.gate import ArtifactFacts, GateEvidence, Recorded, decide
 from registry.projections import Projections
+from registry.projections.read_models import ArtifactState
 from registry.projections.state import FINAL, attempts_on, contract_note
 
 from .bench import pair_record
@@ -37,7 +38,7 @@ from .workloads import DeclaredContract, current_contract
 PROMOTE_TRIES = 5
 
 
-def gate_inputs(state: dict[str, Any], attempts: int | None = None,
+def gate_inputs(state: ArtifactState, attempts: int | None = None,
                 registry: Registry | None = None) -> tuple[GateEvidence, ArtifactFacts]:
     """The gate's view of an artifact's projected state; `attempts` the payload's count (payload_attempts);
     given the registry, the identity's benchmark sessions too."""
@@ -57,7 +58,7 @@ def gate_inputs(state: dict[str, Any], attempts: int | None = None,
     return evidence, facts
 
 
-def _artifact_state(registry: Registry, artifact: str) -> dict[str, Any]:
+def _artifact_state(registry: Registry, artifact: str) -> ArtifactState:
     """The artifact's current state from the caught-up read model (one row; no stream, no verdict history)."""
     state = Projections(registry.store).current_artifact(artifact)
     if state is None:
@@ -65,7 +66,7 @@ def _artifact_state(registry: Registry, artifact: str) -> dict[str, Any]:
     return state
 
 
-def payload_attempts(state: dict[str, Any], workload_artifacts: list[dict[str, Any]]) -> int:
+def payload_attempts(state: ArtifactState, workload_artifacts: list[ArtifactState]) -> int:
     """Benchmark attempts of the artifact's bytes within its workload (docs/gate.md, "Attempts").
 
     The same payload registered under another artifact id, or under other
@@ -83,7 +84,7 @@ def payload_attempts(state: dict[str, Any], workload_artifacts: list[dict[str, A
     return sum(attempts_on(artifact, payload) for artifact in (state, *others))
 
 
-def _sharing_payload(registry: Registry, state: dict[str, Any]) -> list[dict[str, Any]]:
+def _sharing_payload(registry: Registry, state: ArtifactState) -> list[ArtifactState]:
     """The artifacts of the state's workload that ever registered its bytes: all payload_attempts counts.
 
     Read through the payload index, so a promote costs the artifacts that
@@ -94,7 +95,7 @@ def _sharing_payload(registry: Registry, state: dict[str, Any]) -> list[dict[str
     return Projections(registry.store).artifacts_sharing_payload(state["workload"], state["payload_sha256"])
 
 
-def _seen_version(registry: Registry, state: dict[str, Any]) -> int:
+def _seen_version(registry: Registry, state: ArtifactState) -> int:
     """The artifact stream's version at the last event the projected state includes.
 
     The read model counts the stream's events as it folds them, so this is
@@ -228,7 +229,7 @@ def human_decision(registry: Registry, artifact: str, action: str, reason: str,
         ) from None
 
 
-def _check_approvable(registry: Registry, artifact: str, state: dict[str, Any]) -> None:
+def _check_approvable(registry: Registry, artifact: str, state: ArtifactState) -> None:
     """An approval answers a verdict that still stands: under the current contract, on the current evidence.
 
     A person may promote only what the workload's current contract leaves to

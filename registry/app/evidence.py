@@ -48,10 +48,16 @@ def capture_subject(registry: Registry, artifact: str) -> Subject:
     One indexed row, however long the artifact's stream: the read model keeps
     the latest registration's facts, which are what its identity is made of.
     """
-    state = Projections(registry.store).current_artifact(artifact)
-    if state is None:
+    subject = known_subject(registry, artifact)
+    if subject is None:
         raise UserError(f"unknown artifact {artifact!r} (register it with `registry artifact register`)")
-    return Subject(artifact, {key: state.get(key) for key in REGISTRATION_FIELDS})
+    return subject
+
+
+def known_subject(registry: Registry, artifact: str) -> Subject | None:
+    """The artifact's current registration from its caught-up read model, or None if it was never registered."""
+    state = Projections(registry.store).current_artifact(artifact)
+    return None if state is None else Subject(artifact, {key: state.get(key) for key in REGISTRATION_FIELDS})
 
 
 def _short(digest: str | None) -> str:
@@ -141,9 +147,7 @@ def _check_unambiguous(registry: Registry, subject: Subject) -> None:
     name the payload it measured (docs/gate.md, "Evidence is bound to what
     was measured").
     """
-    from registry.projections import Projections
-
-    state = Projections(registry.store).artifact(subject.artifact) or {}
+    state = Projections(registry.store).current_artifact(subject.artifact) or {}
     payloads = state.get("registered_payloads") or [subject.payload_sha256]
     if len(payloads) > 1:
         raise UserError(

@@ -30,8 +30,8 @@ from registry.formats.evidence.errors import EvidenceError
 from registry.formats.names import artifact_stream
 
 from .context import Registry
-from .evidence import Subject, evidence_events
-from .workloads import check_claims, registration
+from .evidence import Subject, evidence_events, known_subject
+from .workloads import check_claims
 
 # A campaign document is metadata and raw timings: kilobytes. Anything far larger is not one.
 MAX_DOCUMENT_BYTES = 8 * 1024 * 1024
@@ -190,8 +190,7 @@ def _record(registry: Registry, plan, items: list[dict[str, Any]], origin: dict[
         return _append(registry, stream, outcomes, key, None)
     stream = artifact_stream(plan.artifact)
     for _ in range(IMPORT_TRIES):
-        version = registry.store.stream_version(stream)
-        registered, subject = _registration(registry, plan, origin, version)
+        registered, subject = _registration(registry, plan, origin)
         events = [*registered, *evidence_events(subject, None, items, origin=origin), *outcomes]
         try:
             # A stream this import registers must still be new when the batch lands.
@@ -210,21 +209,24 @@ def _append(registry: Registry, stream: str, events: list[NewEvent], key: str,
     return positions, positions[0] > head
 
 
-def _registration(registry: Registry, plan, origin: dict[str, Any], version: int) -> tuple[list[NewEvent], Subject]:
+def _registration(registry: Registry, plan, origin: dict[str, Any]) -> tuple[list[NewEvent], Subject]:
     """The registration event a new artifact needs (none for a known one), and what its evidence is about.
 
     An artifact the document names is registered against its workload,
     declared or not (no contract is invented); one registered as something
-    else refuses the document.
+    else refuses the document. A known artifact's registration is its
+    read-model row (`known_subject`), never its stream.
     """
-    if version:
-        current = registration(registry, plan.artifact)
-        if current["workload"] != plan.workload or current["kind"] != plan.artifact_kind:
+    current = known_subject(registry, plan.artifact)
+    if current is not None:
+        registered = current.registration
+        if registered["workload"] != plan.workload or registered["kind"] != plan.artifact_kind:
             raise UserError(
-                f"artifact {plan.artifact} is registered as a {current['kind']} of workload {current['workload']}, "
-                f"but this document describes a {plan.artifact_kind} of workload {plan.workload}"
+                f"artifact {plan.artifact} is registered as a {registered['kind']} of workload "
+                f"{registered['workload']}, but this document describes a {plan.artifact_kind} of workload "
+                f"{plan.workload}"
             )
-        return [], Subject(plan.artifact, current)
+        return [], current
     check_claims(plan.artifact, workload=plan.workload, kind=plan.artifact_kind, backend=plan.backend)
     event = ArtifactRegistered(artifact=plan.artifact, workload=plan.workload, kind=plan.artifact_kind,
                                backend=plan.backend, payload_sha256=None, origin=origin)

@@ -17,11 +17,12 @@ from typing import Any
 from registry.bundles import CallSite, Candidate, Profile, Resolution, parse_manifest, resolve
 from registry.formats.errors import UserError
 from registry.projections import Projections
+from registry.projections.read_models import ArtifactState
 
 from .context import Registry
 
 
-def standing_revocation(state: dict[str, Any]) -> dict[str, Any] | None:
+def standing_revocation(state: ArtifactState) -> dict[str, Any] | None:
     """The artifact's revocation when it is the latest decision about its current payload, else None."""
     human = state.get("human")
     if not human or human.get("action") != "revoke":
@@ -31,7 +32,7 @@ def standing_revocation(state: dict[str, Any]) -> dict[str, Any] | None:
     return {"person": human["person"], "reason": human["reason"], "event_id": human["event_id"]}
 
 
-def candidate_from_state(state: dict[str, Any], current_contract: int | None) -> Candidate:
+def candidate_from_state(state: ArtifactState, current_contract: int | None) -> Candidate:
     """A projected artifact as a resolution candidate, with what `resolve` reports beside its code."""
     bundle = state.get("bundle")
     manifest = None if bundle is None else parse_manifest(bundle, f"artifact {state['artifact']}: stored bundle")

@@ -8,12 +8,15 @@ from pathlib import Path
 from registry.contracts import Contract
 from registry.formats.errors import UserError
 from registry.formats.documents import sha256_file
+from registry.events.errors import ConcurrencyError
 from registry.events.identity import artifact_identity
 from registry.events.store import NewEvent
 from registry.events.types import ArtifactRegistered, WorkloadDeclared
 from registry.formats.digests import is_sha256
 from registry.formats.kinds import ARTIFACT_KINDS
 from registry.formats.names import artifact_stream, check_name, workload_stream
+from registry.projections import Projections
+from registry.projections.read_models import ArtifactState
 
 from .context import Registry
 
@@ -71,6 +74,10 @@ class Registration:
     appended: bool
 
 
+# How many times a registration reads its artifact again when another writer appended to it meanwhile.
+REGISTER_TRIES = 8
+
+
 def register_artifact(
     registry: Registry,
     artifact: str,
@@ -95,6 +102,8 @@ def register_artifact(
     Only an import passes `require_contract=False`: a document may name a
     workload nobody has declared yet, and no contract is invented for it, so
     its artifacts hold until one is declared. `origin` names that document.
+    Registrations racing on one artifact end as if they had run one after the
+    other: each reads the artifact's row again when another landed first.
     """
     entry_source = check_claims(artifact, workload=workload, kind=kind, backend=backend, op=op, entry=entry)
     if require_contract:
@@ -109,22 +118,46 @@ def register_artifact(
         digest = entry_sha256(entry, entry_source)
     else:
         digest = None
-    stream = artifact_stream(artifact)
-    existing = [e for e in registry.store.read_stream(stream) if e.type == "ArtifactRegistered"]
-    if existing:
-        first = existing[0].payload
-        if first["workload"] != workload or first["kind"] != kind:
-            raise UserError(
-                f"artifact {artifact} is registered as a {first['kind']} of workload {first['workload']}; "
-                "register a new id instead"
-            )
     event = ArtifactRegistered(artifact=artifact, kind=kind, workload=workload, payload_sha256=digest,
                                backend=backend, op=op, entry=entry, bundle=bundle, origin=origin)
-    if existing and artifact_identity(existing[-1].payload) == artifact_identity(event.model_dump()):
-        return Registration(artifact, digest, False)  # the same claims: the same decision continues
-    registry.store.append(stream, [NewEvent(event.type, event)], expected_version=registry.store.stream_version(stream),
-                          actor=registry.actor)
-    return Registration(artifact, digest, True)
+    for _ in range(REGISTER_TRIES):
+        try:
+            return _register_once(registry, event)
+        except ConcurrencyError:
+            continue  # the stream moved between the read and the append: read the artifact again
+    raise UserError(f"artifact {artifact} kept changing while it was registered ({REGISTER_TRIES} tries); "
+                    "nothing recorded: register it again")
+
+
+def _register_once(registry: Registry, event: ArtifactRegistered) -> Registration:
+    """Append `event` unless the artifact already holds these claims; refused for another workload or kind.
+
+    Reads the artifact's read-model row, never its stream: the row holds the
+    latest registration's workload, kind and identity, and the stream's
+    version. The append expects that version, so a registration (or any
+    event) that reached the stream after the row was read makes it fail with
+    ConcurrencyError, and the caller decides again on the newer row.
+    """
+    current = _registered_now(registry, event.artifact)
+    if current is not None and (current["workload"] != event.workload or current["kind"] != event.kind):
+        raise UserError(
+            f"artifact {event.artifact} is registered as a {current['kind']} of workload {current['workload']}; "
+            "register a new id instead"
+        )
+    if current is not None and current["identity"] == artifact_identity(event.model_dump()):
+        return Registration(event.artifact, event.payload_sha256, False)  # the same claims: the same decision
+    registry.store.append(artifact_stream(event.artifact), [NewEvent(event.type, event)],
+                          expected_version=0 if current is None else current["stream_version"], actor=registry.actor)
+    return Registration(event.artifact, event.payload_sha256, True)
+
+
+def _registered_now(registry: Registry, artifact: str) -> ArtifactState | None:
+    """The artifact's caught-up read-model row, without its verdict history (None if never registered).
+
+    A function of its own: it is the seam tests use to land a registration
+    between this read and the append.
+    """
+    return Projections(registry.store).current_artifact(artifact)
 
 
 def check_claims(artifact: str, *, workload: str, kind: str, backend: str | None = None, op: str | None = None,
@@ -149,11 +182,3 @@ def check_claims(artifact: str, *, workload: str, kind: str, backend: str | None
 
     get_operation(op)
     return inspect_entry(entry)
-
-
-def registration(registry: Registry, artifact: str) -> dict:
-    """The artifact's latest registration payload, or a one-line error."""
-    found = [e for e in registry.store.read_stream(artifact_stream(artifact)) if e.type == "ArtifactRegistered"]
-    if not found:
-        raise UserError(f"unknown artifact {artifact!r} (register it with `registry artifact register`)")
-    return found[-1].payload

@@ -13,6 +13,9 @@ from .session import Session, pass_session
 REPORT_FORMATS = ("table", "json", "csv", "html")
 
 AS_OF_HELP = "Answer from the log up to this position or ISO-8601 time (UTC when no zone)."
+# How many of an artifact's latest verdicts `show` lists unless --verdicts says otherwise: an artifact judged
+# a hundred thousand times must not make show hold or print every verdict (`history` lists them all).
+SHOWN_VERDICTS = 20
 
 
 def as_of_text(position: int | None) -> str:
@@ -20,9 +23,16 @@ def as_of_text(position: int | None) -> str:
     return "" if position is None else f" as of position {position}"
 
 
-def _state_summary(state: dict, note: str | None) -> dict:
-    """The show --json document: the projected state with the decision on top."""
-    return {"artifact": state["artifact"], "decision": state["decision"], "contract_note": note, **state}
+def _state_summary(state: dict, note: str | None, verdict_count: int) -> dict:
+    """The show --json document: the projected state with the decision on top, and how much history it leaves out."""
+    return {"artifact": state["artifact"], "decision": state["decision"], "contract_note": note, **state,
+            "verdict_count": verdict_count, "verdicts_omitted": verdict_count - len(state["verdicts"]),
+            "verdicts_in_full": history_command(state["artifact"])}
+
+
+def history_command(artifact_id: str) -> str:
+    """The command that lists every verdict (and every other event) of an artifact."""
+    return f"registry history artifact:{artifact_id}"
 
 
 def bench_text(bench: dict) -> str:
@@ -46,9 +56,12 @@ def bench_text(bench: dict) -> str:
 @click.argument("artifact_id")
 @click.option("--as-of", "as_of", help=AS_OF_HELP)
 @click.option("--json", "as_json", is_flag=True, help="Print the artifact's state as JSON.")
+@click.option("--verdicts", "shown_verdicts", type=click.IntRange(min=0), default=SHOWN_VERDICTS, show_default=True,
+              help="How many of the artifact's latest verdicts to list, with the count of all of them "
+                   "(`registry history artifact:ID` lists every one).")
 @pass_session
-def show(session: Session, artifact_id: str, as_of: str | None, as_json: bool) -> None:
-    """Show ARTIFACT_ID's state, latest verdict, margins, speedup and evidence."""
+def show(session: Session, artifact_id: str, as_of: str | None, as_json: bool, shown_verdicts: int) -> None:
+    """Show ARTIFACT_ID's state, latest verdict, margins, speedup, evidence and latest verdicts."""
     from registry.app.bench import record_summary
     from registry.projections import Projections, resolve_as_of
     from registry.projections.state import contract_note
@@ -56,9 +69,8 @@ def show(session: Session, artifact_id: str, as_of: str | None, as_json: bool) -
     registry = session.open()
     position = resolve_as_of(registry.store, as_of)
     projections = Projections(registry.store)
-    # The table shows no verdict history, so it reads none: one row, however many verdicts came before.
-    state = (projections.current_artifact(artifact_id) if position is None and not as_json
-             else projections.artifact(artifact_id, as_of=position))
+    # The latest verdicts only: one row and a bounded range of its history, however many verdicts came before.
+    state, verdict_count = projections.shown_artifact(artifact_id, shown_verdicts, as_of=position)
     if state is None:
         raise UserError(f"unknown artifact {artifact_id!r}" + as_of_text(position))
     workload = projections.workload(state["workload"], as_of=position)
@@ -66,7 +78,7 @@ def show(session: Session, artifact_id: str, as_of: str | None, as_json: bool) -
     note = contract_note(state, workload)
     bench = record_summary(registry, state, workload["contract"], position) if declared else None
     if as_json:
-        emit_json({**_state_summary(state, note), "workload_declared": declared, "bench": bench})
+        emit_json({**_state_summary(state, note, verdict_count), "workload_declared": declared, "bench": bench})
         return
     say(f"{artifact_id}: {state['decision'].upper()}  ({state['kind']} for workload {state['workload']}, "
         f"tier {state['tier'] or '-'}, payload {str(state['payload_sha256'])[:12]})")
@@ -105,6 +117,21 @@ def show(session: Session, artifact_id: str, as_of: str | None, as_json: bool) -
               ((kind, found["event_id"], found["position"]) for kind, found in sorted(state["evidence"].items())))
     for failure in state["open_failures"]:
         say(f"  open failure at {failure['stage']}: {failure['error']}")
+    _say_verdicts(state, verdict_count)
+
+
+def _say_verdicts(state: dict, verdict_count: int) -> None:
+    """The latest verdicts as a table, and how many there are in all."""
+    shown = state["verdicts"]
+    if not verdict_count:
+        return
+    title = (f"verdicts ({verdict_count})" if len(shown) == verdict_count else
+             f"verdicts: the latest {len(shown)} of {verdict_count} (`{history_command(state['artifact'])}` lists all)")
+    if not shown:
+        say(f"  {title}")
+        return
+    table(title, ["position", "decision", "rule", "identity", "recorded at"],
+          ((v["position"], v["decision"], v["rule"], (v["identity"] or "-")[:12], v["recorded_at"]) for v in shown))
 
 
 @click.command()

@@ -2,7 +2,8 @@
 
 - `Projections(store)`: `catch_up()`, `artifact(id, as_of)`, `artifacts(workload, as_of)`,
   `workload(id, as_of)`, `workloads(as_of)`, `frameset(name, as_of)`, `state(as_of)`, `reset()`,
-  `artifacts_sharing_payload(workload, payload_sha256)` (the payload index).
+  `artifacts_sharing_payload(workload, payload_sha256)` (the payload index), `workload_artifacts(workload)`;
+  each method is written in the module answering that question (live.py lists them).
 - `resolve_as_of(store, text)`: a position or an ISO-8601 time -> a log position.
 - `rebuild(store)`, `verify_projections(store) -> ReplayReport`.
 - `apply(state, event)` / `fold(state, events)`: the pure fold over `RegistryState`.

@@ -1,16 +1,21 @@
-"""The folded state of the registry: plain, JSON-able dicts keyed by id.
+"""The folded state of the registry: plain, JSON-able dicts keyed by id, and the rules that set them up.
 
 Each value is exactly what a read model row stores (as canonical JSON), so a
-replay in memory and the live tables can be compared value for value.
+replay in memory and the live tables can be compared value for value. Their
+shapes (every key, its type, who sets it) are declared in read_models.py.
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from registry.formats.errors import UserError
 from registry.events.identity import IDENTITY_FIELDS, artifact_identity
+
+from .read_models import (
+    ArtifactState, FrameSetState, IdentityScope, KeptIdentity, Margin, OutcomesState, WorkloadState,
+)
 
 EVIDENCE_KINDS = ("parity", "benchmark", "execution", "perceptual")
 # Decisions that stand for an identity until a person revokes them.
@@ -29,10 +34,10 @@ class RegistryState:
     from other systems about a workload as a whole (docs/import.md).
     """
 
-    artifacts: dict[str, dict[str, Any]] = field(default_factory=dict)
-    workloads: dict[str, dict[str, Any]] = field(default_factory=dict)
-    framesets: dict[str, dict[str, Any]] = field(default_factory=dict)
-    outcomes: dict[str, dict[str, Any]] = field(default_factory=dict)
+    artifacts: dict[str, ArtifactState] = field(default_factory=dict)
+    workloads: dict[str, WorkloadState] = field(default_factory=dict)
+    framesets: dict[str, FrameSetState] = field(default_factory=dict)
+    outcomes: dict[str, OutcomesState] = field(default_factory=dict)
     position: int = 0
 
     def to_dict(self) -> dict[str, Any]:
@@ -45,7 +50,7 @@ class RegistryState:
         }
 
 
-def relative_margin(margin: dict[str, Any]) -> float:
+def relative_margin(margin: Margin) -> float:
     """margin / |threshold|: how far inside (+) or outside (-) its threshold a metric sits.
 
     Margins of different metrics (SSIM, a speedup, a CV) only compare on this
@@ -58,22 +63,18 @@ def relative_margin(margin: dict[str, Any]) -> float:
     return 0.0 if margin["margin"] == 0 else math.copysign(math.inf, margin["margin"])
 
 
-def tightest(margins: list[dict[str, Any]]) -> dict[str, Any] | None:
+def tightest(margins: list[Margin]) -> Margin | None:
     """The margin with the smallest relative margin (the first one on a tie), or None."""
     return min(margins, key=relative_margin) if margins else None
 
 
 # What belongs to one identity (its decision, evidence, failures, attempts): set aside while another
 # identity is registered, and taken up again when the same claims are registered again.
-IDENTITY_SCOPED = (
-    "decision", "decided_by", "tier", "rule", "reasons", "margins", "tightest_margin", "speedup", "speedup_ci",
-    "verdict", "verdict_event_id", "verdict_position", "contract_version", "contract_hash", "human",
-    "benchmark_attempts", "open_failures", "evidence", "evidence_counts",
-)
+IDENTITY_SCOPED = tuple(IdentityScope.__annotations__)
 
 
-def new_artifact(payload: dict[str, Any], position: int) -> dict[str, Any]:
-    state = {
+def new_artifact(payload: dict[str, Any], position: int) -> ArtifactState:
+    state = cast(ArtifactState, {  # start_identity adds the rest
         "artifact": payload["artifact"],
         "registered_position": position,
         "last_position": position,
@@ -82,19 +83,19 @@ def new_artifact(payload: dict[str, Any], position: int) -> dict[str, Any]:
         "identity_changed": None,
         "earlier_identities": {},
         "registered_payloads": [],
-    }
+    })
     start_identity(state, payload, position)
     return state
 
 
-def set_aside(state: dict[str, Any]) -> None:
+def set_aside(state: ArtifactState) -> None:
     """Keep the current identity's decision, evidence, failures and attempts for when it is registered again."""
-    kept = {key: state[key] for key in IDENTITY_SCOPED}
+    kept = cast(KeptIdentity, {key: state[key] for key in IDENTITY_SCOPED})
     kept["payload_sha256"] = state["payload_sha256"]
     state.setdefault("earlier_identities", {})[state["identity"]] = kept
 
 
-def take_up(state: dict[str, Any], payload: dict[str, Any], position: int) -> bool:
+def take_up(state: ArtifactState, payload: dict[str, Any], position: int) -> bool:
     """Register `payload`'s identity: its own history again if it had one (True), else a fresh start (False)."""
     identity = artifact_identity(payload)
     kept = state.setdefault("earlier_identities", {}).pop(identity, None)
@@ -109,20 +110,20 @@ def take_up(state: dict[str, Any], payload: dict[str, Any], position: int) -> bo
     return True
 
 
-def scope_of(state: dict[str, Any], identity: str) -> dict[str, Any] | None:
+def scope_of(state: ArtifactState, identity: str) -> IdentityScope | None:
     """The fields of `identity` in an artifact's state: the artifact itself when current, else its kept history."""
     if identity == state["identity"]:
         return state
     return state.get("earlier_identities", {}).get(identity)
 
 
-def _note_payload(state: dict[str, Any], payload: dict[str, Any]) -> None:
+def _note_payload(state: ArtifactState, payload: dict[str, Any]) -> None:
     payloads = state.setdefault("registered_payloads", [])
     if payload.get("payload_sha256") not in payloads:
         payloads.append(payload.get("payload_sha256"))
 
 
-def describe(state: dict[str, Any], payload: dict[str, Any]) -> None:
+def describe(state: ArtifactState, payload: dict[str, Any]) -> None:
     """The registration facts the identity is made of (state.py's start_identity sets them).
 
     `bundle` is a shipped artifact's manifest (its files, entry point, the op it
@@ -133,7 +134,7 @@ def describe(state: dict[str, Any], payload: dict[str, Any]) -> None:
         state[key] = payload.get(key)
 
 
-def start_identity(state: dict[str, Any], payload: dict[str, Any], position: int) -> None:
+def start_identity(state: ArtifactState, payload: dict[str, Any], position: int) -> None:
     """An identity registered for the first time: nothing measured or decided about another one carries over."""
     describe(state, payload)
     _note_payload(state, payload)
@@ -148,7 +149,7 @@ def start_identity(state: dict[str, Any], payload: dict[str, Any], position: int
     restart_evidence(state)
 
 
-def restart_evidence(state: dict[str, Any]) -> None:
+def restart_evidence(state: IdentityScope) -> None:
     """Evidence scope restarts: only evidence recorded from here on counts.
 
     Open failures and the benchmark attempt count belong to the identity and
@@ -159,19 +160,19 @@ def restart_evidence(state: dict[str, Any]) -> None:
     state["evidence_counts"] = {kind: 0 for kind in EVIDENCE_KINDS}
 
 
-def attempts_on(artifact: dict[str, Any], payload_sha256: str) -> int:
+def attempts_on(artifact: ArtifactState, payload_sha256: str) -> int:
     """Benchmark items an artifact has recorded for one payload, under every identity it registered."""
     count = artifact["benchmark_attempts"] if artifact["payload_sha256"] == payload_sha256 else 0
     return count + sum(kept["benchmark_attempts"] for kept in artifact.get("earlier_identities", {}).values()
                        if kept.get("payload_sha256") == payload_sha256)
 
 
-def identity_changes(before: dict[str, Any], after: dict[str, Any]) -> dict[str, list[Any]]:
+def identity_changes(before: ArtifactState, after: dict[str, Any]) -> dict[str, list[Any]]:
     """{field: [old, new]} for each identity field a re-registration changed."""
     return {key: [before.get(key), after.get(key)] for key in IDENTITY_FIELDS if before.get(key) != after.get(key)}
 
 
-def contract_note(artifact: dict[str, Any], workload: dict[str, Any] | None) -> str | None:
+def contract_note(artifact: ArtifactState, workload: WorkloadState | None) -> str | None:
     """Say when a final verdict was decided under an older contract than the workload's current one."""
     decided_under, current = artifact.get("contract_version"), (workload or {}).get("contract_version")
     if artifact["decision"] not in FINAL or decided_under is None or current is None or decided_under == current:

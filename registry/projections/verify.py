@@ -18,10 +18,12 @@ from registry.events.store import EventStore
 
 from sqlalchemy import select
 
-from .live import Projections, ReadModelsNotWritable, fold_log, read_checkpoint, snapshot
+from .asof import fold_log
+from .catchup import ReadModels, ReadModelsNotWritable
 from .payload_index import all_index_rows, index_key
 from .rows import MODELS, load_state
 from .schema import PAYLOADS, VERDICTS
+from .snapshot import read_checkpoint, snapshot
 from .state import RegistryState
 from .verdict_history import records_of
 
@@ -91,7 +93,7 @@ def verify_projections(store: EventStore) -> ReplayReport:
     stand: the replay runs to their checkpoint, not to the head.
     """
     try:
-        Projections(store).catch_up()
+        ReadModels(store).catch_up()
     except ReadModelsNotWritable:
         pass  # compared where they stand: the replay below runs to their own checkpoint
     with snapshot(store.engine) as conn:

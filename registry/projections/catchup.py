@@ -1,0 +1,282 @@
+"""Keeping the read models current: catch-up from the checkpoint, reset, and the rows they load and write.
+
+Strategy (docs/projections.md): a read first folds any events recorded
+after the checkpoint into the rows they touch and commits those rows together
+with the new checkpoint, so every answer reflects the whole log at the moment
+it was asked, with no background process to run or to fall behind.
+
+Concurrency is optimistic: events are read and folded outside any write
+transaction; the write transaction then moves the checkpoint only if it
+still holds the position the fold started from (`UPDATE ... WHERE position =
+old`). A catch-up that lost the race rolls back everything it would have
+written and starts again from the new checkpoint, so two catch-ups can never
+both apply the same events. On SQLite the write transaction begins with
+`BEGIN IMMEDIATE` (the writer lock up front); on Postgres the UPDATE takes
+the checkpoint row's lock and re-checks its WHERE clause after any concurrent
+writer commits.
+
+The questions (one module each: subject.py, shipping.py, attempts.py,
+whole_registry.py) read through `ReadModels.position_to_fold`, which catches
+up or says which log prefix to fold instead.
+"""
+from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import Iterator
+
+from sqlalchemy import Connection, bindparam, delete, func, insert, select, tuple_, update
+from sqlalchemy.exc import DBAPIError, IntegrityError
+
+from registry.events.errors import StoreError
+from registry.events.schema import EVENTS
+from registry.events.store import EventStore
+
+from registry.formats.names import ARTIFACT_PREFIX, FRAMESET_PREFIX, WORKLOAD_PREFIX
+
+from .asof import fold_log
+from .collector import collector_paused
+from .fold import OUTCOMES_PREFIX, fold
+from .log import PAGE, read_log
+from .payload_index import IndexRow, all_index_rows, as_mapping, index_rows
+from .rows import MODELS, load_state
+from .schema import CHECKPOINT, PAYLOADS, VERDICTS
+from .snapshot import CHECKPOINT_NAME, read_checkpoint
+from .state import ProjectionError, RegistryState
+from .verdict_history import HISTORY_KEY, records_of
+
+# SQLSTATE 42501: insufficient_privilege (a role that may only read).
+_PRIVILEGE_SQLSTATE = "42501"
+# SQLite's primary result code for a write to a database opened read-only (extended codes keep it in the low byte).
+_SQLITE_READONLY = 8
+
+
+class ReadModelsNotWritable(StoreError):
+    """This connection may only read, so the read models cannot be caught up or rebuilt through it."""
+
+
+def _write_refused(exc: DBAPIError) -> bool:
+    """Whether the database refused a write because this connection may only read.
+
+    A Postgres role without the privilege, or a SQLite registry opened
+    read-only (a read-only file or folder, a mode=ro URL).
+    """
+    if getattr(exc.orig, "sqlstate", None) == _PRIVILEGE_SQLSTATE:
+        return True
+    code = getattr(exc.orig, "sqlite_errorcode", None)
+    return code is not None and code & 0xFF == _SQLITE_READONLY
+
+
+# How many times a catch-up may lose its race without the checkpoint moving at all (which
+# no correct competitor causes); losing to a checkpoint that moved forward is progress, not a failure.
+MAX_ATTEMPTS = 8
+LOAD_CHUNK = 500
+
+
+class _LostRace(Exception):
+    """The checkpoint moved under a catch-up: roll its writes back and fold again."""
+
+
+STREAM_MODEL = {ARTIFACT_PREFIX: "artifacts", WORKLOAD_PREFIX: "workloads", FRAMESET_PREFIX: "framesets",
+                OUTCOMES_PREFIX: "outcomes"}
+
+
+class ReadModels:
+    """The live read models of one store: caught up before a read, rebuilt by `reset`."""
+
+    def __init__(self, store: EventStore):
+        self.store = store
+        self.engine = store.engine
+        # The log position the last live answer was read at (None before one, or after an as-of answer).
+        self.served_position: int | None = None
+
+    def catch_up(self) -> int:
+        """Fold events up to the head seen at the start into the read models; return where they now stand.
+
+        The head is fixed once, at the start: events appended while this
+        catch-up works are left to the next read, so writers that keep
+        appending can never keep a read from finishing. When another catch-up
+        moves the checkpoint first, this one folds again from there, still
+        only up to its fixed head, and stops as soon as the checkpoint has
+        reached it. The answer is the log as of at least that head; the
+        position returned may be later, when another catch-up went further.
+        """
+        with self.engine.connect() as conn:
+            checkpoint = read_checkpoint(conn)
+            head = conn.execute(select(func.max(EVENTS.c.position))).scalar() or 0
+        if (checkpoint or 0) > head:
+            raise ProjectionError(
+                f"projection checkpoint {checkpoint} is ahead of the log's head {head}: "
+                "the read models belong to another log (rebuild them with Projections.reset)"
+            )
+        stalls = 0
+        while (checkpoint or 0) < head:
+            if self._advance(checkpoint, head):
+                return head
+            with self.engine.connect() as conn:
+                moved = read_checkpoint(conn)
+            if moved == checkpoint:
+                stalls += 1
+                if stalls >= MAX_ATTEMPTS:
+                    raise ProjectionError(f"could not catch up to position {head}: the checkpoint refused "
+                                          f"{MAX_ATTEMPTS} updates without moving")
+            checkpoint = moved
+        return checkpoint or 0
+
+    def reset(self) -> int:
+        """Replace every read-model row with a fresh fold of the whole log; return its position.
+
+        The fold runs outside the write transaction and is exact up to the head
+        it read; events appended meanwhile are left for the next catch-up.
+        """
+        for _ in range(MAX_ATTEMPTS):
+            head = self.store.head_position()
+            state = fold_log(self.store, head)
+            try:
+                with self._writer() as conn:
+                    # The checkpoint first: on Postgres this waits for a catch-up in flight.
+                    conn.execute(CHECKPOINT.delete())
+                    for table, _, _ in MODELS.values():
+                        conn.execute(table.delete())
+                    conn.execute(VERDICTS.delete())
+                    conn.execute(PAYLOADS.delete())
+                    conn.execute(insert(CHECKPOINT).values(name=CHECKPOINT_NAME, position=head))
+                    for model, (table, _, to_row) in MODELS.items():
+                        rows = [to_row(value) for value in getattr(state, model).values()]
+                        if rows:
+                            conn.execute(insert(table), rows)
+                    history = [record.to_row() for value in state.artifacts.values() for record in records_of(value)]
+                    if history:
+                        conn.execute(insert(VERDICTS), history)
+                    indexed = sorted(all_index_rows(state.artifacts.values()))
+                    if indexed:
+                        conn.execute(insert(PAYLOADS), [as_mapping(row) for row in indexed])
+            except IntegrityError:
+                continue  # a concurrent catch-up inserted a row first: fold again
+            return head
+        raise ProjectionError(f"could not reset the read models after {MAX_ATTEMPTS} attempts")
+
+    @contextmanager
+    def _writer(self) -> Iterator[Connection]:
+        """A write transaction on the read models; a refusal to a connection that may only read is one line."""
+        try:
+            with self.engine.connect() as conn:
+                conn = conn.execution_options(registry_append=True)  # SQLite: BEGIN IMMEDIATE
+                with conn.begin():
+                    yield conn
+        except DBAPIError as exc:
+            if not _write_refused(exc):
+                raise
+            first_line = str(exc.orig).splitlines()[0] if str(exc.orig) else type(exc.orig).__name__
+            raise ReadModelsNotWritable(f"the read models cannot be updated: this connection may only read "
+                                        f"({first_line})") from None
+
+    def _advance(self, checkpoint: int | None, head: int) -> bool:
+        """Fold (checkpoint, head] into the rows it touches and commit them; False if we lost a race."""
+        start = checkpoint or 0
+        work = RegistryState(position=start)
+        existing: dict[str, set[str]] = {model: set() for model in MODELS}
+        touched: dict[str, set[str]] = {model: set() for model in MODELS}
+        indexed: set[IndexRow] = set()  # the payload index rows of the artifact rows loaded, as they stand
+        batch = []
+        with collector_paused():
+            for event in read_log(self.engine, after=start, up_to=head):
+                batch.append(event)
+                if len(batch) == PAGE:
+                    self._fold_batch(work, batch, existing, touched, indexed)
+                    batch = []
+            self._fold_batch(work, batch, existing, touched, indexed)
+        try:
+            with self._writer() as conn:
+                if checkpoint is None:
+                    conn.execute(insert(CHECKPOINT).values(name=CHECKPOINT_NAME, position=head))
+                else:
+                    moved = conn.execute(
+                        update(CHECKPOINT)
+                        .where(CHECKPOINT.c.name == CHECKPOINT_NAME, CHECKPOINT.c.position == checkpoint)
+                        .values(position=head)
+                    )
+                    if moved.rowcount != 1:
+                        raise _LostRace
+                self._write_rows(conn, work, existing, touched, indexed)
+        except (_LostRace, IntegrityError):
+            return False  # another catch-up moved or created the checkpoint first; all rolled back
+        return True
+
+    def _fold_batch(self, work: RegistryState, batch: list, existing: dict[str, set[str]],
+                    touched: dict[str, set[str]], indexed: set[IndexRow]) -> None:
+        wanted: dict[str, set[str]] = {model: set() for model in MODELS}
+        for event in batch:
+            for prefix, model in STREAM_MODEL.items():
+                if event.stream.startswith(prefix):
+                    wanted[model].add(event.stream[len(prefix):])
+                    break
+        self._load(work, wanted, touched, existing, indexed)
+        for model, keys in wanted.items():
+            touched[model] |= keys
+        fold(work, batch)
+
+    def _load(self, work: RegistryState, wanted: dict[str, set[str]], touched: dict[str, set[str]],
+              existing: dict[str, set[str]], indexed: set[IndexRow]) -> None:
+        """Load the live rows of keys this catch-up has not met yet into the working state.
+
+        A loaded artifact's payload index rows are those of its row's state
+        (`replay --verify` holds the table to that), noted in `indexed` before
+        the fold changes the state.
+        """
+        with self.engine.connect() as conn:
+            for model, keys in wanted.items():
+                table, key, _ = MODELS[model]
+                missing = sorted(keys - touched[model])
+                for index in range(0, len(missing), LOAD_CHUNK):
+                    chunk = missing[index:index + LOAD_CHUNK]
+                    for row in conn.execute(select(table.c[key], table.c.state).where(table.c[key].in_(chunk))):
+                        state = load_state(row[1])
+                        if model == "artifacts":
+                            state[HISTORY_KEY] = []  # the stored history stays; verdicts folded now are added to it
+                            indexed |= index_rows(state)
+                        getattr(work, model)[row[0]] = state
+                        existing[model].add(row[0])
+
+    @staticmethod
+    def _write_rows(conn: Connection, work: RegistryState, existing: dict[str, set[str]],
+                    touched: dict[str, set[str]], indexed: set[IndexRow]) -> None:
+        for model, (table, key, to_row) in MODELS.items():
+            states = getattr(work, model)
+            rows = [to_row(states[name]) for name in sorted(touched[model])]
+            fresh = [row for row in rows if row[key] not in existing[model]]
+            changed = [{**row, "key_": row[key]} for row in rows if row[key] in existing[model]]
+            if fresh:
+                conn.execute(insert(table), fresh)
+            if changed:
+                conn.execute(update(table).where(table.c[key] == bindparam("key_")), changed)
+        # Loaded rows start with an empty history, so every verdict in it was folded by this catch-up.
+        history = [record.to_row() for name in sorted(touched["artifacts"])
+                   for record in records_of(work.artifacts[name])]
+        if history:
+            conn.execute(insert(VERDICTS), history)
+        # The index rows of the touched artifacts now, against those of their rows as loaded: a new payload
+        # adds a row; a row goes only if an artifact's workload changed, which a registration never does.
+        now = all_index_rows(work.artifacts[name] for name in touched["artifacts"])
+        gone = sorted(indexed - now)
+        if gone:
+            conn.execute(delete(PAYLOADS).where(
+                tuple_(PAYLOADS.c.workload, PAYLOADS.c.payload_sha256, PAYLOADS.c.artifact).in_(gone)))
+        added = sorted(now - indexed)
+        if added:
+            conn.execute(insert(PAYLOADS), [as_mapping(row) for row in added])
+
+    def position_to_fold(self, as_of: int | None) -> int | None:
+        """None when the live tables are current; else the position to fold the log up to.
+
+        A connection that may read but not write the read models (the Postgres
+        `registry_reader` role, a read-only SQLite registry) cannot catch them
+        up, so it answers from the log itself: slower, never stale.
+        """
+        self.served_position = None
+        if as_of is not None:
+            return as_of
+        try:
+            self.catch_up()
+        except ReadModelsNotWritable:
+            return self.store.head_position()
+        return None

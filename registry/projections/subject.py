@@ -1,0 +1,105 @@
+"""One subject's state, by its key: the question behind `show`, evidence import, `promote`, approve and revoke.
+
+An artifact (with its verdict history for `show --json`; without it for an
+append or a promote, which need only the row: identity, stream version,
+current verdict), a workload (its contract), a frame set. Now: one indexed
+row of the live read models, caught up first; as of a position: that
+subject's own stream folded, since a subject's state depends on its stream
+only. Never the whole log, never a whole stream for a live answer.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import Connection, func, select
+
+from registry.formats.names import ARTIFACT_PREFIX, FRAMESET_PREFIX, WORKLOAD_PREFIX
+
+from .asof import check_position, fold_log
+from .catchup import ReadModels
+from .read_models import ArtifactState, FrameSetState, WorkloadState
+from .rows import MODELS, load_state
+from .schema import VERDICTS
+from .snapshot import read_checkpoint, reading
+from .verdict_history import VerdictRecord, with_history
+
+
+def read_history(conn: Connection, artifact_id: str) -> list[VerdictRecord]:
+    """One artifact's verdict history rows, in position order (an indexed range of the primary key)."""
+    rows = conn.execute(select(VERDICTS).where(VERDICTS.c.artifact == artifact_id).order_by(VERDICTS.c.position))
+    return [VerdictRecord.from_row(row) for row in rows]
+
+
+class SubjectReads(ReadModels):
+    """One subject by its key, from the live row or its own stream folded."""
+
+    def artifact(self, artifact_id: str, as_of: int | None = None) -> ArtifactState | None:
+        """The artifact's state with its whole verdict history (`verdicts`)."""
+        return self._one("artifacts", ARTIFACT_PREFIX, artifact_id, as_of, history=True)
+
+    def current_artifact(self, artifact_id: str) -> ArtifactState | None:
+        """The artifact's state now, without reading its verdict history: what an append or a promote needs.
+
+        Its `stream_version` is the version of the stream's event at
+        `last_position`, so an append that expects it fails (ConcurrencyError)
+        when anything reached the stream after this state was read.
+        """
+        return self._one("artifacts", ARTIFACT_PREFIX, artifact_id, None, history=False)
+
+    def workload(self, workload_id: str, as_of: int | None = None) -> WorkloadState | None:
+        """The workload's state: its current contract and every version it had."""
+        return self._one("workloads", WORKLOAD_PREFIX, workload_id, as_of)
+
+    def frameset(self, name: str, as_of: int | None = None) -> FrameSetState | None:
+        """The frame set as registered."""
+        return self._one("framesets", FRAMESET_PREFIX, name, as_of)
+
+    def shown_artifact(self, artifact_id: str, latest: int,
+                       as_of: int | None = None) -> tuple[ArtifactState | None, int]:
+        """The artifact's state with only its `latest` verdicts (in position order), and how many it has in all.
+
+        What `show` prints: its memory and output stay bounded however many
+        verdicts the artifact had (`history` lists every one). Live, it reads
+        the row, the last `latest` history rows and their count, by the
+        history table's primary key.
+        """
+        as_of = self.position_to_fold(as_of)
+        if as_of is not None:
+            state = self._folded("artifacts", ARTIFACT_PREFIX, artifact_id, as_of)
+            if state is None:
+                return None, 0
+            every = state["verdicts"]
+            state["verdicts"] = every[max(0, len(every) - latest):]
+            return state, len(every)
+        with reading(self.engine) as conn:
+            state = self._row(conn, "artifacts", artifact_id)
+            if state is None:
+                return None, 0
+            total = conn.execute(select(func.count()).select_from(VERDICTS)
+                                 .where(VERDICTS.c.artifact == artifact_id)).scalar()
+            rows = conn.execute(select(VERDICTS).where(VERDICTS.c.artifact == artifact_id)
+                                .order_by(VERDICTS.c.position.desc()).limit(latest))
+            records = [VerdictRecord.from_row(row) for row in rows]
+        return with_history(state, records), total
+
+    def _one(self, model: str, prefix: str, key: str, as_of: int | None, history: bool = True) -> Any:
+        """The state of `key` in `model` (its declared type is the caller's: read_models.py)."""
+        as_of = self.position_to_fold(as_of)
+        if as_of is not None:
+            return self._folded(model, prefix, key, as_of)
+        with reading(self.engine) as conn:
+            state = self._row(conn, model, key)
+            records = read_history(conn, key) if state is not None and model == "artifacts" and history else None
+        return state if records is None else with_history(state, records)
+
+    def _folded(self, model: str, prefix: str, key: str, as_of: int) -> Any:
+        """The subject as of a position: its own stream folded (a subject's state depends on it only)."""
+        state = fold_log(self.store, check_position(self.store, as_of), stream=prefix + key)
+        return getattr(state, model).get(key)
+
+    def _row(self, conn: Connection, model: str, key: str) -> Any:
+        """The subject's live row, loaded (None if it has none); notes the checkpoint it was read at."""
+        table, column, _ = MODELS[model]
+        self.served_position = read_checkpoint(conn) or 0
+        text = conn.execute(select(table.c.state).where(table.c[column] == key)).scalar()
+        return None if text is None else load_state(text)
