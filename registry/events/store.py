@@ -48,9 +48,18 @@ def system_clock() -> datetime:
 
 
 def _prepare(event: NewEvent) -> tuple[str, int, str]:
-    """Validate one new event; return its type, schema version and canonical payload."""
+    """Validate one new event; return its type, schema version and canonical payload.
+
+    A payload dict of a model with a compiled plain form is checked and
+    encoded by it; whatever that does not accept is validated by the model.
+    """
     models = payload_models()
     payload = event.payload
+    plain = models.PLAIN_PAYLOADS.get(event.type)
+    if plain is not None:
+        text = plain.encode(payload)
+        if text is not None:
+            return event.type, plain.schema_version, text
     if isinstance(payload, models.EventPayload):
         if payload.type != event.type:
             raise PayloadError(f"payload of type {payload.type} given for event type {event.type}")

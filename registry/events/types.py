@@ -17,6 +17,7 @@ from registry.formats.digests import SHA256_PATTERN
 from registry.formats.kinds import ARTIFACT_KINDS
 
 from .errors import PayloadError, UnknownEventType
+from .plain_payloads import PlainPayload, compile_plain
 
 
 class EventPayload(BaseModel):
@@ -222,6 +223,12 @@ PAYLOAD_TYPES: dict[str, type[EventPayload]] = {
         BenchmarkSessionOpened,
         BenchmarkPairsRecorded,
     )
+}
+
+# The compiled form of each model whose fields are all plain (plain_payloads.py): how an append validates
+# and encodes a payload given as a dict, falling back to the model for anything it does not accept.
+PLAIN_PAYLOADS: dict[str, PlainPayload] = {
+    event_type: plain for event_type, cls in PAYLOAD_TYPES.items() if (plain := compile_plain(cls)) is not None
 }
 
 Upcaster = Callable[[dict[str, Any]], dict[str, Any]]
