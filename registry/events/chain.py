@@ -112,15 +112,17 @@ def link_batch(prev_hash: str, unplaced: Sequence[tuple[str, str, str]], *, firs
     once. It runs inside the append lock, once per event.
     """
     time_text = f',"recorded_at":{_quote(recorded_at)}'
-    first_key = "null" if idempotency_key is None else _quote(idempotency_key)
+    key = "null" if idempotency_key is None else _quote(idempotency_key)
+    position, version = int(first_position), int(first_version)
     hashes = []
-    for index, ((head, middle, tail), event_id) in enumerate(zip(unplaced, event_ids)):
-        key = first_key if index == 0 else "null"
+    for (head, middle, tail), quoted_id in zip(unplaced, map(_quote, event_ids)):
         # prev_hash and the body in one string, built once: this loop is the lock holder's main work.
-        prev_hash = sha256((f'{prev_hash}{head}{_quote(event_id)},"idempotency_key":{key}{middle}'
-                            f'{int(first_position + index)}{time_text}{tail}{int(first_version + index)}}}')
-                           .encode()).hexdigest()
+        prev_hash = sha256(f'{prev_hash}{head}{quoted_id},"idempotency_key":{key}{middle}{position}{time_text}{tail}'
+                           f'{version}}}'.encode()).hexdigest()
         hashes.append(prev_hash)
+        key = "null"  # the key is the first event's only
+        position += 1
+        version += 1
     return hashes
 
 

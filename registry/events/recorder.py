@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import threading
+from itertools import repeat
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -132,18 +133,16 @@ class AppendBatch:
         current, position, prev_hash = current or 0, position or 0, prev_hash or GENESIS_HASH
         if self.expected_version is not None and self.expected_version != current:
             raise ConcurrencyError(f"stream {self.stream} is at version {current}, not the expected {self.expected_version}")
-        positions = range(position + 1, position + 1 + len(self.prepared))
-        event_ids = positional_event_ids(positions[0], len(positions))
-        hashes = link_batch(prev_hash, self.unplaced, first_position=positions[0], first_version=current + 1,
+        count = len(self.prepared)
+        positions = range(position + 1, position + 1 + count)
+        event_ids = positional_event_ids(position + 1, count)
+        hashes = link_batch(prev_hash, self.unplaced, first_position=position + 1, first_version=current + 1,
                             event_ids=event_ids, recorded_at=recorded, idempotency_key=self.idempotency_key)
-        stream, actor, key = self.stream, self.actor, self.idempotency_key
-        rows = []
-        for index, ((event_type, schema_version, payload), placed, event_id, linked) in enumerate(
-                zip(self.prepared, positions, event_ids, hashes)):
-            rows.append((placed, event_id, stream, current + index + 1, event_type, schema_version, payload, stamp,
-                         actor, key if index == 0 else None, prev_hash, linked))
-            prev_hash = linked
-        return rows
+        event_types, schema_versions, payloads = zip(*self.prepared)
+        # Column by column, zipped in C: each row's previous hash is the one before it, the key is the first row's.
+        return list(zip(positions, event_ids, repeat(self.stream, count), range(current + 1, current + 1 + count),
+                        event_types, schema_versions, payloads, repeat(stamp, count), repeat(self.actor, count),
+                        [self.idempotency_key] + [None] * (count - 1), [prev_hash] + hashes, hashes))
 
     def remembered(self, rows: list[tuple]) -> tuple:
         """The idempotency_keys row for this batch once it is written as `rows`."""
