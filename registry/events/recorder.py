@@ -30,7 +30,7 @@ from sqlalchemy import Connection, Engine, select
 from sqlalchemy.exc import DBAPIError
 
 from .canonical import strict_json_loads
-from .chain import GENESIS_HASH, link_batch, unplaced_bodies
+from .chain import GENESIS_HASH, UnplacedBatch, link_batch, unplaced_bodies
 from .errors import ConcurrencyError, IdempotencyConflict, StoreError
 from .ids import positional_event_ids
 from .schema import EVENTS
@@ -109,10 +109,10 @@ class AppendBatch:
     idempotency_key: str | None
     digest: str | None
     actor: str
-    unplaced: list[tuple[str, str, str]] = field(init=False)
+    unplaced: UnplacedBatch = field(init=False)
 
     def __post_init__(self) -> None:
-        # Each event's hashed body, but for what the lock decides: encoded before the lock is taken.
+        # Each event's hashed body, but for what the lock decides: quoted before the lock is taken.
         self.unplaced = unplaced_bodies(self.actor, self.stream, self.prepared)
 
     def earlier_positions(self, found: tuple | None) -> list[int] | None:
@@ -138,7 +138,7 @@ class AppendBatch:
         event_ids = positional_event_ids(position + 1, count)
         hashes = link_batch(prev_hash, self.unplaced, first_position=position + 1, first_version=current + 1,
                             event_ids=event_ids, recorded_at=recorded, idempotency_key=self.idempotency_key)
-        event_types, schema_versions, payloads = zip(*self.prepared)
+        event_types, schema_versions, payloads = zip(*self.prepared)  # unquoted, as the rows store them
         # Column by column, zipped in C: each row's previous hash is the one before it, the key is the first row's.
         return list(zip(positions, event_ids, repeat(self.stream, count), range(current + 1, current + 1 + count),
                         event_types, schema_versions, payloads, repeat(stamp, count), repeat(self.actor, count),
