@@ -74,6 +74,18 @@ def _prepare(event: NewEvent) -> tuple[str, int, str]:
         raise PayloadError(f"invalid {event.type} payload: {exc}") from None
 
 
+def _prepare_batch(events: Sequence[NewEvent]) -> list[tuple[str, int, str]]:
+    """`_prepare` for each event, with the plain path written into the loop (the call per event is a
+    tenth of a plain payload's cost); an event it does not take goes through `_prepare`."""
+    plain_payloads = payload_models().PLAIN_PAYLOADS
+    prepared = []
+    for event in events:
+        plain = plain_payloads.get(event.type)
+        text = None if plain is None else plain.encode(event.payload)
+        prepared.append(_prepare(event) if text is None else (event.type, plain.schema_version, text))
+    return prepared
+
+
 def _batch_digest(stream: str, prepared: Sequence[tuple[str, int, str]]) -> str:
     return sha256_hex(canonical_json({"stream": stream, "events": [list(p) for p in prepared]}))
 
@@ -131,7 +143,7 @@ class EventStore:
         if not events:
             raise StoreError("append needs at least one event")
         _check_names(stream, actor, idempotency_key)
-        prepared = [_prepare(event) for event in events]
+        prepared = _prepare_batch(events)
         digest = _batch_digest(stream, prepared) if idempotency_key is not None else None
         return self.recorder.insert(AppendBatch(stream, prepared, expected_version, idempotency_key, digest, actor),
                                     self._before_commit)
