@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import os
 import threading
-from itertools import repeat
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -124,9 +123,9 @@ class AppendBatch:
             raise IdempotencyConflict(f"idempotency key {self.idempotency_key!r} was already used for different content")
         return list(range(first_position, first_position + count))
 
-    def chained_rows(self, current: int | None, position: int | None, prev_hash: str | None, recorded: str,
-                     stamp: Any) -> list[tuple]:
-        """The batch's rows after the stream's `current` version and the log's head (position, hash).
+    def chained(self, current: int | None, position: int | None, prev_hash: str | None, recorded: str,
+                stamp: Any) -> ChainedBatch:
+        """The batch placed after the stream's `current` version and the log's head (position, hash), chained.
 
         `recorded` is the append's time as the chain text, `stamp` the same time as the row stores it.
         """
@@ -134,19 +133,57 @@ class AppendBatch:
         if self.expected_version is not None and self.expected_version != current:
             raise ConcurrencyError(f"stream {self.stream} is at version {current}, not the expected {self.expected_version}")
         count = len(self.prepared)
-        positions = range(position + 1, position + 1 + count)
         event_ids = positional_event_ids(position + 1, count)
         hashes = link_batch(prev_hash, self.unplaced, first_position=position + 1, first_version=current + 1,
                             event_ids=event_ids, recorded_at=recorded, idempotency_key=self.idempotency_key)
         event_types, schema_versions, payloads = zip(*self.prepared)  # unquoted, as the rows store them
-        # Column by column, zipped in C: each row's previous hash is the one before it, the key is the first row's.
-        return list(zip(positions, event_ids, repeat(self.stream, count), range(current + 1, current + 1 + count),
-                        event_types, schema_versions, payloads, repeat(stamp, count), repeat(self.actor, count),
-                        [self.idempotency_key] + [None] * (count - 1), [prev_hash] + hashes, hashes))
+        return ChainedBatch(range(position + 1, position + 1 + count), event_ids,
+                            range(current + 1, current + 1 + count), event_types, schema_versions, payloads,
+                            [prev_hash] + hashes[:-1], hashes, self.stream, stamp, self.actor, self.idempotency_key)
 
-    def remembered(self, rows: list[tuple]) -> tuple:
-        """The idempotency_keys row for this batch once it is written as `rows`."""
-        return self.idempotency_key, self.stream, rows[0][0], len(rows), self.digest
+    def remembered(self, chained: ChainedBatch) -> tuple:
+        """The idempotency_keys row for this batch once it is written as `chained`."""
+        return self.idempotency_key, self.stream, chained.positions[0], len(chained.positions), self.digest
+
+
+@dataclass(slots=True)
+class ChainedBatch:
+    """A batch placed at the log's head and chained: the columns that vary by event, and what the batch shares.
+
+    The rows are these columns zipped, in C; the first row alone carries the
+    idempotency key. A backend inserts whichever form costs it least: the
+    varying columns with the shared values bound once (SQLite), or every
+    column as an array (Postgres).
+    """
+
+    positions: range
+    event_ids: list[str]
+    versions: range
+    types: tuple[str, ...]
+    schema_versions: tuple[int, ...]
+    payloads: tuple[str, ...]
+    prev_hashes: list[str]
+    hashes: list[str]
+    stream: str
+    recorded_at: Any
+    actor: str
+    idempotency_key: str | None
+
+    def varying(self) -> Iterator[tuple]:
+        """Each event's (position, event_id, version, type, schema_version, payload, prev_hash, hash)."""
+        return zip(self.positions, self.event_ids, self.versions, self.types, self.schema_versions, self.payloads,
+                   self.prev_hashes, self.hashes)
+
+    def columns(self) -> list[list]:
+        """The twelve columns in the table's order."""
+        count = len(self.positions)
+        return [list(self.positions), self.event_ids, [self.stream] * count, list(self.versions), list(self.types),
+                list(self.schema_versions), list(self.payloads), [self.recorded_at] * count, [self.actor] * count,
+                [self.idempotency_key] + [None] * (count - 1), self.prev_hashes, self.hashes]
+
+    def rows(self) -> list[tuple]:
+        """The rows in the table's column order."""
+        return list(zip(*self.columns()))
 
 
 @dataclass

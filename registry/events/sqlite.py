@@ -24,13 +24,13 @@ _STATE = (
     "SELECT (SELECT max(version) FROM events WHERE stream = ?), position, hash, recorded_at"
     " FROM events ORDER BY position DESC LIMIT 1"
 )
-_INSERT = (
-    "INSERT INTO events (position, event_id, stream, version, type, schema_version, payload,"
-    " recorded_at, actor, idempotency_key, prev_hash, hash) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-)
-# A batch is inserted as multi-row INSERTs of up to this many rows (960 parameters, under the 999 that the
-# oldest SQLite builds allow a statement): one statement runs a quarter faster than an executemany of rows.
-_ROWS_PER_INSERT = 80
+_COLUMNS = ("INSERT INTO events (position, event_id, stream, version, type, schema_version, payload, recorded_at,"
+            " actor, idempotency_key, prev_hash, hash) VALUES ")
+# A batch is inserted as multi-row INSERTs of up to this many rows. Each row binds the eight values that vary
+# by event; the stream, time, actor and key are bound once per statement, by number, and the rows after the
+# first hold NULL for the key: 8 x 120 + 4 = 964 parameters, under the 999 that the oldest SQLite builds allow.
+# Binding a value copies it, so this is a fifth less work for SQLite than twelve values a row.
+_ROWS_PER_INSERT = 120
 _REMEMBER = "INSERT INTO idempotency_keys (key, stream, first_position, count, digest) VALUES (?, ?, ?, ?, ?)"
 _LOG_COLUMNS = "SELECT position, event_id, stream, type, schema_version, payload, recorded_at FROM events"
 _LOG_PAGE = f"{_LOG_COLUMNS} WHERE position > ? AND position <= ? ORDER BY position LIMIT ?"
@@ -39,8 +39,22 @@ _LOG_STREAM_PAGE = f"{_LOG_COLUMNS} WHERE position > ? AND position <= ? AND str
 
 @cache
 def _insert_rows(count: int) -> str:
-    """An INSERT of `count` rows; at most _ROWS_PER_INSERT distinct statements are ever made."""
-    return _INSERT + ", (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)" * (count - 1)
+    """An INSERT of `count` rows (see _ROWS_PER_INSERT); at most that many distinct statements are ever made.
+
+    Row i binds ?8i+1 to ?8i+8 (position, event_id, version, type,
+    schema_version, payload, prev_hash, hash); after them come the stream,
+    the time, the actor and the first row's idempotency key.
+    """
+    shared = 8 * count
+    stream, recorded_at, actor, key = (f"?{shared + offset}" for offset in (1, 2, 3, 4))
+    rows = []
+    for row in range(count):
+        first = 8 * row
+        position, event_id, version, type_, schema_version, payload, prev_hash, hash_ = (
+            f"?{first + offset}" for offset in range(1, 9))
+        rows.append(f"({position}, {event_id}, {stream}, {version}, {type_}, {schema_version}, {payload},"
+                    f" {recorded_at}, {actor}, {key if row == 0 else 'NULL'}, {prev_hash}, {hash_})")
+    return _COLUMNS + ", ".join(rows)
 
 
 def stored_time_text(recorded: str) -> str:
@@ -69,21 +83,22 @@ class SqliteRecorder(Recorder):
                 return earlier
             cursor.execute(_STATE, (batch.stream,))
             current, position, prev_hash, previous_time = cursor.fetchone() or (None, None, None, None)
-            rows = batch.chained_rows(current, position, prev_hash, *self._time(previous_time))
-            if len(rows) == 1:
-                cursor.execute(_INSERT, rows[0])
-            else:
-                for start in range(0, len(rows), _ROWS_PER_INSERT):
-                    chunk = rows[start:start + _ROWS_PER_INSERT]
-                    cursor.execute(_insert_rows(len(chunk)), list(itertools.chain.from_iterable(chunk)))
+            chained = batch.chained(current, position, prev_hash, *self._time(previous_time))
+            varying, key, remaining = chained.varying(), chained.idempotency_key, len(chained.positions)
+            while remaining:
+                count = min(remaining, _ROWS_PER_INSERT)
+                params = list(itertools.chain.from_iterable(itertools.islice(varying, count)))
+                params += (chained.stream, chained.recorded_at, chained.actor, key)
+                cursor.execute(_insert_rows(count), params)
+                key, remaining = None, remaining - count  # the key is the batch's first row's only
             if batch.idempotency_key is not None:
-                cursor.execute(_REMEMBER, batch.remembered(rows))
+                cursor.execute(_REMEMBER, batch.remembered(chained))
             before_commit()
         except BaseException:
             writer.connection.rollback()
             raise
         writer.connection.commit()
-        return [row[0] for row in rows]
+        return list(chained.positions)
 
     def _time(self, previous: str | None) -> tuple[str, str]:
         """This append's time as chain text and as stored: the clock's, or the head's (`previous`) when later.
