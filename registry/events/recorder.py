@@ -10,8 +10,9 @@ writer lock, the head read, the insert) and the page read that replays the
 log, each in its own SQL at driver level, and says which driver errors mean
 a conflict and which a failed database call.
 
-`AppendBatch` is what a recorder appends: validated, encoded events and the
-rows they become once the writer lock has placed them at the log's head.
+`AppendBatch` is what a recorder appends: validated, encoded events, and
+`ChainedBatch` what they become once the writer lock has placed them at the
+log's head (ids, versions, hashes), column by column.
 """
 from __future__ import annotations
 
@@ -95,7 +96,7 @@ class StoredEvent:
 
 @dataclass(slots=True)
 class AppendBatch:
-    """One append's validated events, and the rows they become at the log's head.
+    """One append's validated events, and what they become at the log's head (`chained`).
 
     `prepared` holds each event's (type, schema version, canonical payload).
     Not frozen: a frozen dataclass's __init__ sets each field through
