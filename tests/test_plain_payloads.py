@@ -18,7 +18,7 @@ from registry.events import types
 from registry.events.canonical import CanonicalError, canonical_json
 from registry.events.errors import PayloadError, UnknownEventType
 from registry.events.plain_payloads import compile_plain
-from registry.events.store import NewEvent, _prepare
+from registry.events.store import NewEvent, _prepare_batch
 
 BENCH_PAYLOAD = {"artifact": "wan-mln-v3", "payload_sha256": "ab" * 32, "run": None,
                  "item": {"kind": "execution", "candidate_calls": 6143, "fallbacks": 0}}
@@ -50,7 +50,7 @@ def model_outcome(event_type: str, data: Any) -> tuple:
 
 def append_outcome(event_type: str, data: Any) -> tuple:
     try:
-        _, schema_version, text = _prepare(NewEvent(event_type, data))
+        [(_, schema_version, text)] = _prepare_batch([NewEvent(event_type, data)])
         return "ok", schema_version, text
     except (PayloadError, UnknownEventType) as exc:
         return "refused", type(exc), str(exc)

@@ -48,18 +48,9 @@ def system_clock() -> datetime:
 
 
 def _prepare(event: NewEvent) -> tuple[str, int, str]:
-    """Validate one new event; return its type, schema version and canonical payload.
-
-    A payload dict of a model with a compiled plain form is checked and
-    encoded by it; whatever that does not accept is validated by the model.
-    """
+    """Validate one new event by its model; return its type, schema version and canonical payload."""
     models = payload_models()
     payload = event.payload
-    plain = models.PLAIN_PAYLOADS.get(event.type)
-    if plain is not None:
-        text = plain.encode(payload)
-        if text is not None:
-            return event.type, plain.schema_version, text
     if isinstance(payload, models.EventPayload):
         if payload.type != event.type:
             raise PayloadError(f"payload of type {payload.type} given for event type {event.type}")
@@ -75,13 +66,19 @@ def _prepare(event: NewEvent) -> tuple[str, int, str]:
 
 
 def _prepare_batch(events: Sequence[NewEvent]) -> list[tuple[str, int, str]]:
-    """`_prepare` for each event, with the plain path written into the loop (the call per event is a
-    tenth of a plain payload's cost); an event it does not take goes through `_prepare`."""
+    """Each event's type, schema version and canonical payload, validated.
+
+    A payload given as a dict, of a type whose model has a compiled plain
+    form (plain_payloads.py), is checked and encoded by that form; whatever
+    it does not accept, and every payload given as a model (validated when
+    it was built), goes through `_prepare` and the model.
+    """
     plain_payloads = payload_models().PLAIN_PAYLOADS
     prepared = []
     for event in events:
-        plain = plain_payloads.get(event.type)
-        text = None if plain is None else plain.encode(event.payload)
+        payload = event.payload
+        plain = plain_payloads.get(event.type) if type(payload) is dict else None
+        text = None if plain is None else plain.encode(payload)
         prepared.append(_prepare(event) if text is None else (event.type, plain.schema_version, text))
     return prepared
 
