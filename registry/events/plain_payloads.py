@@ -7,18 +7,19 @@ min and max length, a lower bound, or the sha256 pattern), what pydantic's
 strict, closed validation accepts is what a few type and range checks say,
 and the validated fields are the given values with None for those left out.
 `compile_plain` reads such a model's core schema (what pydantic-core
-validates with) into those checks and the layout of its canonical text, and `PlainPayload.encode` writes the text of a payload that
-passes them directly, without the model object and without sorting its keys
-(about half the cost of the model and the encoder together).
+validates with) into those checks and the layout of its canonical text, and
+`PlainPayload.encode` writes the text of a payload that passes them
+directly, without the model object and without sorting its keys (about half
+the cost of the model and the encoder together).
 
 It only ever accepts. A payload it is not sure of (a key missing or extra, a
-value of another type, a str subclass included, a value out of range, a
-nested value the encoder refuses) gets None, and the append validates it
-with the model as before, so every refusal and its message is still the
-model's. A model whose schema holds anything else (a validator, an alias,
-another type or constraint, a default other than None, other settings) is
-not compiled at all. A property test holds the text to the model's on hostile payloads
-(tests/test_plain_payloads.py).
+value or key of another type, a str or dict subclass included, a value out
+of range, a nested value the encoder refuses) gets None, and the append
+validates it with the model as before, so every refusal and its message is
+still the model's. A model whose schema holds anything else (a validator, an
+alias, another type or constraint, a default other than None, other
+settings) is not compiled at all. A property test holds the two paths to the
+same outcome on hostile payloads (tests/test_plain_payloads.py).
 """
 from __future__ import annotations
 
@@ -40,6 +41,8 @@ _STR, _INT, _LITERAL, _DICT = "str", "int", "literal", "dict"
 
 @dataclass(frozen=True)
 class _Field:
+    """One field of a compiled model: its kind, whether it may be left out or None, and its constraints."""
+
     name: str
     kind: str
     required: bool
@@ -110,12 +113,13 @@ def _encoder_source(fields: list[_Field], layout: str) -> str:
     """The source of one model's `encode(data)`: each field's checks written out in turn, then the layout filled.
 
     Straight-line code, as `dataclasses` writes its __init__: the same checks
-    as a loop over the fields, in two thirds of the time. Every name in it
-    is a field name (an identifier), a number or a literal's members passed
-    in, never text from a payload.
+    as a loop over the fields would make, without the loop's per-field
+    dispatch. What it is made of is the schema's: field names (identifiers),
+    numbers, and a Literal's members passed in by name; never a payload's text.
     """
-    lines = ["def encode(data):", "    if type(data) is not dict:", "        return None", "    given = 0",
-             "    try:"]
+    # Keys must be str itself: a subclass can say it equals a field's name and hash like it.
+    lines = ["def encode(data):", "    if type(data) is not dict:", "        return None", "    for key in data:",
+             "        if type(key) is not str:", "            return None", "    given = 0", "    try:"]
     for index, field in enumerate(fields):
         missing = "return None" if field.required else f"text{index} = 'null'"
         none = ["given += 1", f"text{index} = 'null'"] if field.nullable else ["return None"]
