@@ -152,9 +152,10 @@ class ChainedBatch:
     """A batch placed at the log's head and chained: the columns that vary by event, and what the batch shares.
 
     The rows are these columns zipped, in C; the first row alone carries the
-    idempotency key. A backend inserts whichever form costs it least: the
-    varying columns with the shared values bound once (SQLite), or every
-    column as an array (Postgres).
+    idempotency key, and each row's prev_hash is the hash of the row before.
+    A backend inserts whichever form costs it least: what each row alone
+    holds, with the rest bound once (SQLite), or every column as an array
+    (Postgres).
     """
 
     positions: range
@@ -169,11 +170,6 @@ class ChainedBatch:
     recorded_at: Any
     actor: str
     idempotency_key: str | None
-
-    def varying(self) -> Iterator[tuple]:
-        """Each event's (position, event_id, version, type, schema_version, payload, prev_hash, hash)."""
-        return zip(self.positions, self.event_ids, self.versions, self.types, self.schema_versions, self.payloads,
-                   self.prev_hashes, self.hashes)
 
     def columns(self) -> list[list]:
         """The twelve columns in the table's order."""

@@ -26,11 +26,12 @@ _STATE = (
 )
 _COLUMNS = ("INSERT INTO events (position, event_id, stream, version, type, schema_version, payload, recorded_at,"
             " actor, idempotency_key, prev_hash, hash) VALUES ")
-# A batch is inserted as multi-row INSERTs of up to this many rows. Each row binds the eight values that vary
-# by event; the stream, time, actor and key are bound once per statement, by number, and the rows after the
-# first hold NULL for the key: 8 x 120 + 4 = 964 parameters, under the 999 that the oldest SQLite builds allow.
-# Binding a value copies it, so this is a fifth less work for SQLite than twelve values a row.
-_ROWS_PER_INSERT = 120
+# A batch is inserted as multi-row INSERTs of up to this many rows. SQLite copies every value it binds, so
+# each row binds only what it alone holds: its id, type, schema version, payload and hash. The first position
+# and version are bound once (row i adds i to them), as are the stream, time, actor and key (rows after the
+# first hold NULL for the key) and the head's hash; each later row's prev_hash is the row before's hash
+# parameter. 5 x 190 + 7 = 957 parameters, under the 999 that the oldest SQLite builds allow.
+_ROWS_PER_INSERT = 190
 _REMEMBER = "INSERT INTO idempotency_keys (key, stream, first_position, count, digest) VALUES (?, ?, ?, ?, ?)"
 _LOG_COLUMNS = "SELECT position, event_id, stream, type, schema_version, payload, recorded_at FROM events"
 _LOG_PAGE = f"{_LOG_COLUMNS} WHERE position > ? AND position <= ? ORDER BY position LIMIT ?"
@@ -41,19 +42,19 @@ _LOG_STREAM_PAGE = f"{_LOG_COLUMNS} WHERE position > ? AND position <= ? AND str
 def _insert_rows(count: int) -> str:
     """An INSERT of `count` rows (see _ROWS_PER_INSERT); at most that many distinct statements are ever made.
 
-    Row i binds ?8i+1 to ?8i+8 (position, event_id, version, type,
-    schema_version, payload, prev_hash, hash); after them come the stream,
-    the time, the actor and the first row's idempotency key.
+    Row i binds ?5i+1 to ?5i+5 (event_id, type, schema_version, payload,
+    hash); after them come the first position, the first version, the
+    previous hash, the stream, the time, the actor and the first row's key.
     """
-    shared = 8 * count
-    stream, recorded_at, actor, key = (f"?{shared + offset}" for offset in (1, 2, 3, 4))
+    shared = 5 * count
+    position, version, head_hash, stream, recorded_at, actor, key = (f"?{shared + offset}" for offset in range(1, 8))
     rows = []
     for row in range(count):
-        first = 8 * row
-        position, event_id, version, type_, schema_version, payload, prev_hash, hash_ = (
-            f"?{first + offset}" for offset in range(1, 9))
-        rows.append(f"({position}, {event_id}, {stream}, {version}, {type_}, {schema_version}, {payload},"
-                    f" {recorded_at}, {actor}, {key if row == 0 else 'NULL'}, {prev_hash}, {hash_})")
+        first = 5 * row
+        event_id, type_, schema_version, payload, hash_ = (f"?{first + offset}" for offset in range(1, 6))
+        prev_hash = head_hash if row == 0 else f"?{first}"  # the row before's hash parameter
+        rows.append(f"({position} + {row}, {event_id}, {stream}, {version} + {row}, {type_}, {schema_version},"
+                    f" {payload}, {recorded_at}, {actor}, {key if row == 0 else 'NULL'}, {prev_hash}, {hash_})")
     return _COLUMNS + ", ".join(rows)
 
 
@@ -84,13 +85,16 @@ class SqliteRecorder(Recorder):
             cursor.execute(_STATE, (batch.stream,))
             current, position, prev_hash, previous_time = cursor.fetchone() or (None, None, None, None)
             chained = batch.chained(current, position, prev_hash, *self._time(previous_time))
-            varying, key, remaining = chained.varying(), chained.idempotency_key, len(chained.positions)
-            while remaining:
-                count = min(remaining, _ROWS_PER_INSERT)
-                params = list(itertools.chain.from_iterable(itertools.islice(varying, count)))
-                params += (chained.stream, chained.recorded_at, chained.actor, key)
-                cursor.execute(_insert_rows(count), params)
-                key, remaining = None, remaining - count  # the key is the batch's first row's only
+            total, key = len(chained.positions), chained.idempotency_key
+            for start in range(0, total, _ROWS_PER_INSERT):
+                stop = min(start + _ROWS_PER_INSERT, total)
+                params = list(itertools.chain.from_iterable(zip(
+                    chained.event_ids[start:stop], chained.types[start:stop], chained.schema_versions[start:stop],
+                    chained.payloads[start:stop], chained.hashes[start:stop])))
+                params += (chained.positions[start], chained.versions[start], chained.prev_hashes[start],
+                           chained.stream, chained.recorded_at, chained.actor, key)
+                cursor.execute(_insert_rows(stop - start), params)
+                key = None  # the key is the batch's first row's only
             if batch.idempotency_key is not None:
                 cursor.execute(_REMEMBER, batch.remembered(chained))
             before_commit()
