@@ -77,7 +77,7 @@ def _prepare_batch(events: Sequence[NewEvent]) -> list[tuple[str, int, str]]:
     prepared = []
     for event in events:
         payload = event.payload
-        plain = plain_payloads.get(event.type) if type(payload) is dict else None
+        plain = plain_payloads[event.type] if type(payload) is dict else None
         text = None if plain is None else plain.encode(payload)
         prepared.append(_prepare(event) if text is None else (event.type, plain.schema_version, text))
     return prepared
