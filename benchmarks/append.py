@@ -8,13 +8,15 @@ lock for the same reason ours takes an advisory lock (a reader tailing by
 position must never skip a late commit). Each mode runs one event per
 transaction and then in batches; on Postgres also with N writer processes at
 once. The two alternate in ABBA rounds so drift on a shared machine falls on
-both alike. Ours also validates each payload, computes the hash chain and
-passes the immutability triggers. A third SQLite row lets the peer encode
-each event's state with the library's JSON transcoder, as an application
-does, where the first two hand it bytes encoded once. Prints events/s for
-each and the median per-round ratio ours/peer (machines are shared and
-noisy: the ratio is the figure to read, not the absolute rates), and on
-Postgres what the append lock itself costs per transaction, uncontended.
+both alike. Ours also validates each payload (given as a dict, so by its
+model's compiled checks: registry/events/plain_payloads.py), writes its
+canonical JSON, computes the hash chain and passes the immutability
+triggers. A third SQLite row lets the peer encode each event's state with
+the library's JSON transcoder, as an application does, where the first two
+hand it bytes encoded once. Prints events/s for each and the median
+per-round ratio ours/peer (machines are shared and noisy: the ratio is the
+figure to read, not the absolute rates), and on Postgres what the append
+lock itself costs per transaction, uncontended.
 
     .venv/bin/python benchmarks/append.py [--events N] [--batch B] [--rounds R]
         [--postgres URL [--writers W] [--no-sqlite]]

@@ -405,6 +405,17 @@ class StoreConformance:
         assert [e.payload["name"] for e in stored[:3]] == ["0", "1", "2"]
         assert store.verify().count == 204
 
+    def test_a_keyed_batch_larger_than_one_insert_statement_keeps_its_key_on_its_first_event(self, store):
+        events = [frame_event(str(index)) for index in range(250)]
+        assert store.append("s:big", events, idempotency_key="big", actor="t") == list(range(1, 251))
+        stored = store.read_all()
+        assert [e.idempotency_key for e in stored] == ["big"] + [None] * 249
+        assert [(e.stream, e.actor, e.payload["name"]) for e in stored] == [("s:big", "t", str(i)) for i in range(250)]
+        assert len({e.recorded_at for e in stored}) == 1
+        assert [e.prev_hash for e in stored[1:]] == [e.hash for e in stored[:-1]]
+        assert store.append("s:big", events, idempotency_key="big", actor="t") == list(range(1, 251))
+        assert store.verify().count == 250
+
     def test_a_batch_that_fails_before_its_commit_leaves_nothing(self, store):
         class FailsBeforeCommit(EventStore):
             def _before_commit(self):

@@ -54,7 +54,9 @@ def _not_json(value: Any) -> Any:
 _C_ENCODER = c_make_encoder(None, _not_json, encode_basestring, None, ":", ",", True, False, False)
 
 
-def _encode(value: Any) -> str:
+def encode_json(value: Any) -> str:
+    """The canonical text of a value the encoder takes, without the checks `canonical_json` makes when it
+    refuses one: for callers that handle a refusal themselves (plain_payloads.py)."""
     return "".join(_C_ENCODER(value, 0))
 
 
@@ -66,7 +68,7 @@ def canonical_json(value: Any) -> str:
     walked again to name where the bad value is.
     """
     try:
-        text = _encode(value)
+        text = encode_json(value)
     except RecursionError:
         raise CanonicalError("payload is nested too deeply (or holds itself)") from None
     except (TypeError, ValueError) as exc:

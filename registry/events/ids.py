@@ -13,7 +13,9 @@ from random import getrandbits
 from .errors import StoreError
 
 _POSITION_LIMIT = 1 << 48
-_LOW_48 = (1 << 48) - 1
+# The 128 bits of an id: position (48), version 8 (4), noise (12), the RFC 9562 variant 0b10 (2), noise (62).
+_FIXED_BITS = 0x8 << 76 | 0b10 << 62
+_NOISE_BITS = 0xFFF << 64 | (1 << 62) - 1
 
 
 def positional_event_id(position: int) -> str:
@@ -29,17 +31,16 @@ def positional_event_ids(first_position: int, count: int) -> list[str]:
     They need no cryptographic source (uniqueness comes from the position);
     `random` is reseeded in a forked child, so workers never share a sequence.
     A batch's ids are made in one loop: an append makes them inside its lock.
+    Each is the 128-bit number written as 32 hex digits and cut into the five
+    groups (faster than formatting five numbers).
     """
     last = first_position + count - 1
     if not 0 < first_position <= last < _POSITION_LIMIT:
         raise StoreError(f"positions {first_position} to {last} do not fit event ids")
     ids = []
     for position in range(first_position, last + 1):
-        noise = getrandbits(74)
-        # The five groups: position (32 and 16 bits); 8 and 12 noise bits; the variant 0b10 and 14 noise
-        # bits; 48 noise bits.
-        ids.append("%08x-%04x-8%03x-%04x-%012x" % (position >> 16, position & 0xFFFF, noise >> 62,
-                                                  0x8000 | (noise >> 48) & 0x3FFF, noise & _LOW_48))
+        digits = "%032x" % (position << 80 | getrandbits(128) & _NOISE_BITS | _FIXED_BITS)
+        ids.append(f"{digits[:8]}-{digits[8:12]}-{digits[12:16]}-{digits[16:20]}-{digits[20:]}")
     return ids
 
 

@@ -91,15 +91,15 @@ class PostgresRecorder(Recorder):
                 connection.rollback()
                 return earlier
             current, position, prev_hash, now = state
-            rows = batch.chained_rows(current, position, prev_hash, timestamp_text(now), now)
+            chained = batch.chained(current, position, prev_hash, timestamp_text(now), now)
             before_commit()
             with connection.pipeline():
-                if len(rows) == 1:
-                    cursor.execute(_INSERT, rows[0])
+                if len(chained.positions) == 1:
+                    cursor.execute(_INSERT, chained.rows()[0])
                 else:
-                    cursor.execute(_INSERT_ARRAYS, [list(column) for column in zip(*rows)])
+                    cursor.execute(_INSERT_ARRAYS, chained.columns())
                 if batch.idempotency_key is not None:
-                    cursor.execute(_REMEMBER, batch.remembered(rows))
+                    cursor.execute(_REMEMBER, batch.remembered(chained))
                 cursor.execute("COMMIT")
         except self.database_errors as exc:
             if not connection.broken:
@@ -116,7 +116,7 @@ class PostgresRecorder(Recorder):
                 connection.rollback()
             raise
         writer.served = True
-        return [row[0] for row in rows]
+        return list(chained.positions)
 
     @staticmethod
     def _lock_and_read(writer: Writer, batch: AppendBatch) -> tuple[list[int] | None, tuple]:

@@ -10,8 +10,9 @@ writer lock, the head read, the insert) and the page read that replays the
 log, each in its own SQL at driver level, and says which driver errors mean
 a conflict and which a failed database call.
 
-`AppendBatch` is what a recorder appends: validated, encoded events and the
-rows they become once the writer lock has placed them at the log's head.
+`AppendBatch` is what a recorder appends: validated, encoded events, and
+`ChainedBatch` what they become once the writer lock has placed them at the
+log's head (ids, versions, hashes), column by column.
 """
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ from sqlalchemy import Connection, Engine, select
 from sqlalchemy.exc import DBAPIError
 
 from .canonical import strict_json_loads
-from .chain import GENESIS_HASH, link_batch, unplaced_bodies
+from .chain import GENESIS_HASH, UnplacedBatch, link_batch, unplaced_bodies
 from .errors import ConcurrencyError, IdempotencyConflict, StoreError
 from .ids import positional_event_ids
 from .schema import EVENTS
@@ -95,7 +96,7 @@ class StoredEvent:
 
 @dataclass(slots=True)
 class AppendBatch:
-    """One append's validated events, and the rows they become at the log's head.
+    """One append's validated events, and what they become at the log's head (`chained`).
 
     `prepared` holds each event's (type, schema version, canonical payload).
     Not frozen: a frozen dataclass's __init__ sets each field through
@@ -108,10 +109,10 @@ class AppendBatch:
     idempotency_key: str | None
     digest: str | None
     actor: str
-    unplaced: list[tuple[str, str, str]] = field(init=False)
+    unplaced: UnplacedBatch = field(init=False)
 
     def __post_init__(self) -> None:
-        # Each event's hashed body, but for what the lock decides: encoded before the lock is taken.
+        # Each event's hashed body, but for what the lock decides: quoted before the lock is taken.
         self.unplaced = unplaced_bodies(self.actor, self.stream, self.prepared)
 
     def earlier_positions(self, found: tuple | None) -> list[int] | None:
@@ -123,31 +124,63 @@ class AppendBatch:
             raise IdempotencyConflict(f"idempotency key {self.idempotency_key!r} was already used for different content")
         return list(range(first_position, first_position + count))
 
-    def chained_rows(self, current: int | None, position: int | None, prev_hash: str | None, recorded: str,
-                     stamp: Any) -> list[tuple]:
-        """The batch's rows after the stream's `current` version and the log's head (position, hash).
+    def chained(self, current: int | None, position: int | None, prev_hash: str | None, recorded: str,
+                stamp: Any) -> ChainedBatch:
+        """The batch placed after the stream's `current` version and the log's head (position, hash), chained.
 
         `recorded` is the append's time as the chain text, `stamp` the same time as the row stores it.
         """
         current, position, prev_hash = current or 0, position or 0, prev_hash or GENESIS_HASH
         if self.expected_version is not None and self.expected_version != current:
             raise ConcurrencyError(f"stream {self.stream} is at version {current}, not the expected {self.expected_version}")
-        positions = range(position + 1, position + 1 + len(self.prepared))
-        event_ids = positional_event_ids(positions[0], len(positions))
-        hashes = link_batch(prev_hash, self.unplaced, first_position=positions[0], first_version=current + 1,
+        count = len(self.prepared)
+        event_ids = positional_event_ids(position + 1, count)
+        hashes = link_batch(prev_hash, self.unplaced, first_position=position + 1, first_version=current + 1,
                             event_ids=event_ids, recorded_at=recorded, idempotency_key=self.idempotency_key)
-        stream, actor, key = self.stream, self.actor, self.idempotency_key
-        rows = []
-        for index, ((event_type, schema_version, payload), placed, event_id, linked) in enumerate(
-                zip(self.prepared, positions, event_ids, hashes)):
-            rows.append((placed, event_id, stream, current + index + 1, event_type, schema_version, payload, stamp,
-                         actor, key if index == 0 else None, prev_hash, linked))
-            prev_hash = linked
-        return rows
+        event_types, schema_versions, payloads = zip(*self.prepared)  # unquoted, as the rows store them
+        return ChainedBatch(range(position + 1, position + 1 + count), event_ids,
+                            range(current + 1, current + 1 + count), event_types, schema_versions, payloads,
+                            [prev_hash] + hashes[:-1], hashes, self.stream, stamp, self.actor, self.idempotency_key)
 
-    def remembered(self, rows: list[tuple]) -> tuple:
-        """The idempotency_keys row for this batch once it is written as `rows`."""
-        return self.idempotency_key, self.stream, rows[0][0], len(rows), self.digest
+    def remembered(self, chained: ChainedBatch) -> tuple:
+        """The idempotency_keys row for this batch once it is written as `chained`."""
+        return self.idempotency_key, self.stream, chained.positions[0], len(chained.positions), self.digest
+
+
+@dataclass(slots=True)
+class ChainedBatch:
+    """A batch placed at the log's head and chained: the columns that vary by event, and what the batch shares.
+
+    The rows are these columns zipped, in C; the first row alone carries the
+    idempotency key, and each row's prev_hash is the hash of the row before.
+    A backend inserts whichever form costs it least: what each row alone
+    holds, with the rest bound once (SQLite), or every column as an array
+    (Postgres).
+    """
+
+    positions: range
+    event_ids: list[str]
+    versions: range
+    types: tuple[str, ...]
+    schema_versions: tuple[int, ...]
+    payloads: tuple[str, ...]
+    prev_hashes: list[str]
+    hashes: list[str]
+    stream: str
+    recorded_at: Any
+    actor: str
+    idempotency_key: str | None
+
+    def columns(self) -> list[list]:
+        """The twelve columns in the table's order."""
+        count = len(self.positions)
+        return [list(self.positions), self.event_ids, [self.stream] * count, list(self.versions), list(self.types),
+                list(self.schema_versions), list(self.payloads), [self.recorded_at] * count, [self.actor] * count,
+                [self.idempotency_key] + [None] * (count - 1), self.prev_hashes, self.hashes]
+
+    def rows(self) -> list[tuple]:
+        """The rows in the table's column order."""
+        return list(zip(*self.columns()))
 
 
 @dataclass

@@ -48,7 +48,7 @@ def system_clock() -> datetime:
 
 
 def _prepare(event: NewEvent) -> tuple[str, int, str]:
-    """Validate one new event; return its type, schema version and canonical payload."""
+    """Validate one new event by its model; return its type, schema version and canonical payload."""
     models = payload_models()
     payload = event.payload
     if isinstance(payload, models.EventPayload):
@@ -63,6 +63,24 @@ def _prepare(event: NewEvent) -> tuple[str, int, str]:
         return event.type, typed.schema_version, canonical_json(typed.__dict__)
     except CanonicalError as exc:
         raise PayloadError(f"invalid {event.type} payload: {exc}") from None
+
+
+def _prepare_batch(events: Sequence[NewEvent]) -> list[tuple[str, int, str]]:
+    """Each event's type, schema version and canonical payload, validated.
+
+    A payload given as a dict, of a type whose model has a compiled plain
+    form (plain_payloads.py), is checked and encoded by that form; whatever
+    it does not accept, and every payload given as a model (validated when
+    it was built), goes through `_prepare` and the model.
+    """
+    plain_payloads = payload_models().PLAIN_PAYLOADS
+    prepared = []
+    for event in events:
+        payload = event.payload
+        plain = plain_payloads[event.type] if type(payload) is dict else None
+        text = None if plain is None else plain.encode(payload)
+        prepared.append(_prepare(event) if text is None else (event.type, plain.schema_version, text))
+    return prepared
 
 
 def _batch_digest(stream: str, prepared: Sequence[tuple[str, int, str]]) -> str:
@@ -122,7 +140,7 @@ class EventStore:
         if not events:
             raise StoreError("append needs at least one event")
         _check_names(stream, actor, idempotency_key)
-        prepared = [_prepare(event) for event in events]
+        prepared = _prepare_batch(events)
         digest = _batch_digest(stream, prepared) if idempotency_key is not None else None
         return self.recorder.insert(AppendBatch(stream, prepared, expected_version, idempotency_key, digest, actor),
                                     self._before_commit)

@@ -17,6 +17,7 @@ from registry.formats.digests import SHA256_PATTERN
 from registry.formats.kinds import ARTIFACT_KINDS
 
 from .errors import PayloadError, UnknownEventType
+from .plain_payloads import PlainPayload, compile_plain
 
 
 class EventPayload(BaseModel):
@@ -223,6 +224,25 @@ PAYLOAD_TYPES: dict[str, type[EventPayload]] = {
         BenchmarkPairsRecorded,
     )
 }
+
+class _PlainPayloads(dict):
+    """Event type -> its model's compiled plain form (plain_payloads.py), or None where the model has none.
+
+    How an append validates and encodes a payload given as a dict, falling
+    back to the model for anything the form does not accept. Each is
+    compiled on first use: all twelve at import would add a few percent to
+    the import of this module. An unknown type gives None and is not kept.
+    """
+
+    def __missing__(self, event_type: str) -> PlainPayload | None:
+        model = PAYLOAD_TYPES.get(event_type)
+        if model is None:
+            return None
+        plain = self[event_type] = compile_plain(model)
+        return plain
+
+
+PLAIN_PAYLOADS = _PlainPayloads()
 
 Upcaster = Callable[[dict[str, Any]], dict[str, Any]]
 # (event type, schema version it reads) -> function returning the next version's dict.
