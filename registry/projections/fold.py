@@ -185,7 +185,8 @@ def _evidence(state: RegistryState, event: LogEvent, pending: Pending) -> None:
     if kind == "benchmark":
         fields["benchmark_attempts"] += 1
     open_failures = fields["open_failures"]
-    if any(STAGE_EVIDENCE.get(f["stage"]) == kind for f in open_failures) and _succeeded(event, kind):
+    if open_failures and any(STAGE_EVIDENCE.get(f["stage"]) == kind for f in open_failures) \
+            and _succeeded(event, kind):
         fields["open_failures"] = [f for f in open_failures if STAGE_EVIDENCE.get(f["stage"]) != kind]
     pending[(artifact["artifact"], identity, kind)] = event
 
