@@ -9,7 +9,7 @@ payload. Cases that touch the database run on SQLite and on Postgres.
 from __future__ import annotations
 
 import threading
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 
 import pytest
 from hypothesis import given, settings
@@ -31,7 +31,8 @@ from registry.projections import (
     resolve_as_of,
     verify_projections,
 )
-from registry.projections.log import scope_of
+from registry.events.chain import timestamp_text
+from registry.projections.log import chain_time, scope_of
 from registry.projections.rows import state_text
 from registry.projections.schema import ARTIFACTS, CHECKPOINT
 
@@ -504,6 +505,24 @@ def test_scope_shortcut_reads_the_top_level_payload_hash(artifact, sha, run, ite
     """The reader's shortcut must agree with a full decode for any payload the store could write."""
     text = canonical_json({"artifact": artifact, "item": item, "payload_sha256": sha, "run": run})
     assert scope_of(text) == sha
+
+
+_moments = st.datetimes(min_value=datetime(1970, 1, 2), max_value=datetime(9998, 12, 30))
+
+
+@settings(max_examples=200, deadline=None)
+@given(moment=_moments, offset_minutes=st.integers(-23 * 60, 23 * 60), fold=st.sampled_from([0, 1]))
+def test_the_kept_time_conversions_answer_as_a_fresh_conversion(moment, offset_minutes, fold):
+    """The fold keeps recent time conversions by stored value: SQLite text, a naive time (UTC), an aware time
+    in any zone. Values that compare equal (one instant in two zones, a naive time with `fold` 0 or 1) share
+    an entry, so each must convert to the same text as a fresh conversion of itself."""
+    naive = moment.replace(fold=fold)
+    zone = timezone(timedelta(minutes=offset_minutes))
+    aware_utc = naive.replace(tzinfo=timezone.utc)
+    for stored in (naive, aware_utc, aware_utc.astimezone(zone), naive.isoformat(sep=" ")):
+        fresh = datetime.fromisoformat(stored) if isinstance(stored, str) else stored
+        expected = timestamp_text(fresh if fresh.tzinfo else fresh.replace(tzinfo=timezone.utc))
+        assert chain_time(stored) == expected == timestamp_text(aware_utc)
 
 
 def test_a_name_no_stream_can_hold_is_unknown_or_refused_in_one_line(store, history):

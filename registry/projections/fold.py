@@ -91,13 +91,22 @@ def fold(state: RegistryState, events: Iterable[StoredEvent | LogEvent]) -> Regi
 
 
 def _attach_items(state: RegistryState, pending: Pending) -> None:
-    for (artifact_id, identity, kind), event in pending.items():
+    """Decode the latest item of each kind into its evidence entry, in the order the events came.
+
+    Each event leaves `pending` as it is attached, so its payload text is
+    freed while the next ones are decoded rather than all at the end: on a
+    log of many artifacts `pending` holds hundreds of thousands of them.
+    """
+    for key in list(pending):
+        event = pending.pop(key)
+        artifact_id, identity, kind = key
         fields = scope_of(state.artifacts[artifact_id], identity)
         entry = None if fields is None else fields["evidence"].get(kind)
         if entry is None or entry["position"] != event.position:
             continue  # superseded by a revoke or a new payload after it
+        payload = event.payload
         try:
-            named, item = event.payload["artifact"], event.payload["item"]
+            named, item = payload["artifact"], payload["item"]
         except (KeyError, TypeError) as exc:
             raise ProjectionError(
                 f"event at position {event.position} ({event.type}) cannot be folded: malformed payload ({exc!r})"
@@ -105,7 +114,7 @@ def _attach_items(state: RegistryState, pending: Pending) -> None:
         _same_subject(event, named, artifact_id)
         entry["item"] = item
         # When it was measured: an imported document's own time where it gives one (docs/import.md).
-        document_time = (event.payload.get("origin") or {}).get("document_time")
+        document_time = (payload.get("origin") or {}).get("document_time")
         entry["measured_at"] = document_time or event.recorded_at
 
 
@@ -185,7 +194,8 @@ def _evidence(state: RegistryState, event: LogEvent, pending: Pending) -> None:
     if kind == "benchmark":
         fields["benchmark_attempts"] += 1
     open_failures = fields["open_failures"]
-    if any(STAGE_EVIDENCE.get(f["stage"]) == kind for f in open_failures) and _succeeded(event, kind):
+    if open_failures and any(STAGE_EVIDENCE.get(f["stage"]) == kind for f in open_failures) \
+            and _succeeded(event, kind):
         fields["open_failures"] = [f for f in open_failures if STAGE_EVIDENCE.get(f["stage"]) != kind]
     pending[(artifact["artifact"], identity, kind)] = event
 

@@ -23,6 +23,7 @@ payloads.
 from __future__ import annotations
 
 from datetime import datetime, timezone
+from functools import lru_cache
 from typing import Any, Iterator
 
 from sqlalchemy import Engine
@@ -75,12 +76,23 @@ class LogEvent:
     @property
     def recorded_at(self) -> str:
         """UTC time in the hash chain's text form (SQLite hands back naive text, Postgres aware times)."""
-        moment = self._recorded_at
-        if isinstance(moment, str):
-            moment = datetime.fromisoformat(moment)
-        if moment.tzinfo is None:
-            moment = moment.replace(tzinfo=timezone.utc)
-        return timestamp_text(moment)
+        return chain_time(self._recorded_at)
+
+
+@lru_cache(maxsize=4096)
+def chain_time(recorded_at: Any) -> str:
+    """A stored time as the driver returns it -> the hash chain's text form.
+
+    A pure function of the stored value, kept for the last few thousand
+    values: the events of one append share their time, and the fold asks for
+    the time of several of them (each kept evidence item, each verdict).
+    """
+    moment = recorded_at
+    if isinstance(moment, str):
+        moment = datetime.fromisoformat(moment)
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=timezone.utc)
+    return timestamp_text(moment)
 
 
 def _decoded(position: int, event_id: str, stream: str, type_: str, recorded_at: Any,
@@ -153,13 +165,14 @@ def read_log(source: EventStore | Engine, *, after: int, up_to: int, stream: str
     store = source if isinstance(source, EventStore) else EventStore(source)
     current = CURRENT_SCHEMA
     evidence = EVIDENCE_KIND_BY_TYPE
+    event = LogEvent
     for rows in store.log_pages(after=after, up_to=up_to, stream=stream, page=page):
         for row in rows:
-            type_ = row[3]
-            if current.get(type_) != row[4]:
+            position, event_id, stream_name, type_, schema_version, text, recorded_at = row
+            if current.get(type_) != schema_version:
                 yield _upcast(row)
             elif type_ in evidence:
-                yield LogEvent(row[0], row[1], row[2], type_, scope_of(row[5]), identity_of(row[5]),
-                               row[6], row[5], None)
+                yield event(position, event_id, stream_name, type_, scope_of(text), identity_of(text),
+                            recorded_at, text, None)
             else:
-                yield LogEvent(row[0], row[1], row[2], type_, None, None, row[6], row[5], None)
+                yield event(position, event_id, stream_name, type_, None, None, recorded_at, text, None)
