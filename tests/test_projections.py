@@ -8,6 +8,7 @@ payload. Cases that touch the database run on SQLite and on Postgres.
 """
 from __future__ import annotations
 
+import json
 import threading
 from datetime import datetime, timedelta, timezone
 
@@ -32,7 +33,7 @@ from registry.projections import (
     verify_projections,
 )
 from registry.events.chain import timestamp_text
-from registry.projections.log import chain_time, scope_of
+from registry.projections.log import chain_time, identity_of, scope_of
 from registry.projections.rows import state_text
 from registry.projections.schema import ARTIFACTS, CHECKPOINT
 
@@ -505,6 +506,28 @@ def test_scope_shortcut_reads_the_top_level_payload_hash(artifact, sha, run, ite
     """The reader's shortcut must agree with a full decode for any payload the store could write."""
     text = canonical_json({"artifact": artifact, "item": item, "payload_sha256": sha, "run": run})
     assert scope_of(text) == sha
+
+
+_DIGESTS = st.sampled_from(["a" * 64, "b" * 64, 'c"' + "c" * 62, "d\\" + "d" * 62, "e" * 63])
+_TOP_KEYS = ["artifact", "identity", "item", "payload_sha256", "run", "origin"]
+_member = st.tuples(st.sampled_from(_TOP_KEYS),
+                    st.none() | _DIGESTS | st.dictionaries(st.sampled_from(_TOP_KEYS), st.none() | _DIGESTS, max_size=3))
+
+
+@settings(max_examples=400, deadline=None)
+@given(members=st.lists(_member, max_size=8), artifact_first=st.booleans())
+def test_the_scope_and_identity_shortcuts_read_what_a_decode_reads_in_any_text(members, artifact_first):
+    """Keys in any order, repeated, nested under the top-level names: texts the store never writes, but a log
+    written by other means can hold. Whatever the layout, each shortcut answers as a full decode (the last
+    of repeated keys) does, or decodes; the scope wherever the payload has the top-level `payload_sha256`
+    every evidence schema requires (a text without one is refused on append and by the fold's decode)."""
+    if artifact_first:
+        members = [("artifact", "wan"), *members]
+    text = "{" + ",".join(f"{json.dumps(key)}:{canonical_json(value)}" for key, value in members) + "}"
+    decoded = json.loads(text)
+    if "payload_sha256" in decoded:
+        assert scope_of(text) == decoded["payload_sha256"]
+    assert identity_of(text) == decoded.get("identity")
 
 
 _moments = st.datetimes(min_value=datetime(1970, 1, 2), max_value=datetime(9998, 12, 30))

@@ -11,11 +11,11 @@ sorted keys, no whitespace), so an evidence payload's top-level keys appear in
 the order artifact, identity, item, payload_sha256, run (events recorded
 before identities were have no `identity` key). Inside a JSON string a quote
 is escaped, so the text `,"` cannot occur in one: the first `,"` ends the
-`artifact` value and starts the second key, and the last occurrence of
-`"payload_sha256":` is the top-level key (the sequence cannot occur in the
-`run` value). The reader takes a value (null, or a string without escapes)
-only when the key that must follow it does; any payload not in that layout is
-decoded in full instead, so the shortcut never guesses.
+`artifact` value and starts the second key. The reader takes a value
+(null, or a string without escapes) only when its key occurs once in the
+whole text and the key that must follow it does; any payload not in that
+layout (a nested or repeated key included) is decoded in full instead, so
+the shortcut never guesses.
 Events written under an older payload schema go through the store's
 upcasters (validated) first, so the fold only ever sees current-schema
 payloads.
@@ -107,13 +107,17 @@ SCOPE_KEY = '"payload_sha256":'
 SCOPE_NEXT = ',"run":'
 IDENTITY_KEY = ',"identity":'
 IDENTITY_NEXT = ',"item":'
+IDENTITY_NAME = IDENTITY_KEY[1:]
 DIGEST_LENGTH = 64
 
 
 def scope_of(text: str) -> str | None:
-    """The top-level payload_sha256 of a canonical evidence payload, decoding as little as possible."""
+    """The top-level payload_sha256 of an evidence payload (every evidence schema requires the key), decoding as
+    little as possible: the shortcut answers only when the key occurs once in the whole text."""
     at = text.rfind(SCOPE_KEY)
-    if at >= 0:
+    # A text holding the key twice (a nested one, or a repeat the store never writes but a log written by
+    # other means can hold) is decoded, so the shortcut reads what a decode reads.
+    if at >= 0 and text.find(SCOPE_KEY) == at:
         start = at + len(SCOPE_KEY)
         if text.startswith('"', start):
             end = text.find('"', start + 1)
@@ -127,19 +131,27 @@ def scope_of(text: str) -> str | None:
 
 
 def identity_of(text: str) -> str | None:
-    """The top-level identity of a canonical evidence payload (None when it has none), decoding as little as possible."""
+    """The top-level identity of a canonical evidence payload (None when it has none), decoding as little as possible.
+
+    The shortcut answers only when the key occurs at most once in the whole
+    text, so a text holding it twice (never written by the store, possible in
+    a log written by other means) is decoded and reads as a decode reads.
+    """
     second_key = text.find(',"')
     if text.startswith('{"artifact":"') and second_key > 0:
         if text.startswith(IDENTITY_NEXT, second_key):
-            return None  # recorded before identities were
-        if text.startswith(IDENTITY_KEY, second_key):
+            if IDENTITY_NAME not in text:
+                return None  # recorded before identities were
+        elif text.startswith(IDENTITY_KEY, second_key):
             start = second_key + len(IDENTITY_KEY)
-            if text.startswith("null" + IDENTITY_NEXT, start):
-                return None
-            end = start + DIGEST_LENGTH + 1
-            if text.startswith('"', start) and text.startswith('"' + IDENTITY_NEXT, end) \
-                    and '"' not in text[start + 1:end] and "\\" not in text[start + 1:end]:
-                return text[start + 1:end]
+            if text.find(IDENTITY_NAME, start) < 0:
+                if text.startswith("null" + IDENTITY_NEXT, start):
+                    return None
+                end = start + DIGEST_LENGTH + 1
+                value = text[start + 1:end]
+                if text.startswith('"', start) and text.startswith('"' + IDENTITY_NEXT, end) \
+                        and '"' not in value and "\\" not in value:
+                    return value
     return strict_json_loads(text).get("identity")
 
 
