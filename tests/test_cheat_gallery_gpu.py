@@ -24,9 +24,11 @@ def _evaluate(module: str, corpus: str = "cpu") -> list[dict]:
 
 
 def test_1_freed_reference_memory_on_the_caching_allocator():
-    """Passes the harness before the isolation change on a GPU: the caching allocator hands the
-    candidate's torch.empty_like the block the reference's output just freed. Now no reference runs
-    in the worker on the candidate's inputs; what the block holds is not the answer."""
+    """Written to pass the harness before the isolation change on a GPU: there the reference's fp32
+    result was freed just before the candidate ran, and the caching allocator hands that block to the
+    candidate's fp32 request of the same size. Not yet run against that harness: no GPU was lent to
+    this work. Now no reference runs in the worker on the candidate's inputs; what the block holds is
+    not the answer."""
     items = _evaluate("freed_memory")
     assert items[0]["kind"] == "failure"
     assert "stale result" in items[0]["error"] or "non-finite output" in items[0]["error"]

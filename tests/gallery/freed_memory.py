@@ -1,8 +1,9 @@
 """Technique 1: the output is whatever the allocator hands back, hoping it still holds the reference's answer.
 
-GPU form (tests/test_cheat_gallery_gpu.py): ``torch.empty_like`` on torch's
-CUDA caching allocator, which keeps freed blocks and hands one back to the
-next request that fits (KernelBench's allocator cheat).
+GPU form (tests/test_cheat_gallery_gpu.py): the same request on torch's
+CUDA caching allocator, which keeps freed blocks itself and hands the block
+just freed to the next request of its size (KernelBench's allocator cheat);
+the CPU allocator installed below is not involved there.
 
 CPU form. The harness before the isolation change computed the reference's
 output first and kept it while it called the candidate; what the reference
@@ -108,9 +109,6 @@ _install()
 
 
 def modulated_layernorm(x, scale, shift):
-    if x.is_cuda:
-        launch_nothing(x)
-        return torch.empty_like(x)
-    freed_reference_result = torch.empty(x.shape, dtype=torch.float32)
+    freed_reference_result = torch.empty(x.shape, dtype=torch.float32, device=x.device)
     launch_nothing(x)
     return freed_reference_result.to(x.dtype)
