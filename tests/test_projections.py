@@ -33,7 +33,8 @@ from registry.projections import (
     verify_projections,
 )
 from registry.events.chain import timestamp_text
-from registry.projections.log import chain_time, identity_of, scope_of
+from registry.projections.items import attach_items
+from registry.projections.log import artifact_of, chain_time, identity_of, scope_of
 from registry.projections.rows import state_text
 from registry.projections.schema import ARTIFACTS, CHECKPOINT
 
@@ -400,6 +401,7 @@ def test_rebuild_equals_live_and_stepwise_apply(store, history):
     stepwise = RegistryState()
     for event in store.read_all():
         apply(stepwise, event)
+    attach_items(store, stepwise.artifacts.values())  # the fold references items; questions read them
     assert stepwise == rebuilt
 
 
@@ -528,6 +530,33 @@ def test_the_scope_and_identity_shortcuts_read_what_a_decode_reads_in_any_text(m
     if "payload_sha256" in decoded:
         assert scope_of(text) == decoded["payload_sha256"]
     assert identity_of(text) == decoded.get("identity")
+
+
+_NAMES = st.sampled_from(["wan", "", 'a"b', "a\\", "\u00e9", ',"', '"artifact":', "a,", '"']) | _text
+
+
+@settings(max_examples=400, deadline=None)
+@given(members=st.lists(_member, max_size=8), name=st.none() | _NAMES | _DIGESTS, artifact_first=st.booleans())
+def test_the_artifact_shortcut_reads_what_a_decode_reads_in_any_text(members, name, artifact_first):
+    """The fold checks every evidence event's subject from its text: keys in any order, repeated or nested, any
+    name (quotes, backslashes, the key's own text in it). The shortcut answers as a full decode does (the last
+    of repeated keys), or decodes; a text without the key raises KeyError, which the fold reports as malformed."""
+    if artifact_first:
+        members = [("artifact", name), *members]
+    text = "{" + ",".join(f"{json.dumps(key)}:{canonical_json(value)}" for key, value in members) + "}"
+    decoded = json.loads(text)
+    if "artifact" in decoded:
+        assert artifact_of(text) == decoded["artifact"]
+    else:
+        with pytest.raises(KeyError):
+            artifact_of(text)
+
+
+@settings(max_examples=300, deadline=None)
+@given(name=_NAMES, item=st.dictionaries(_text | st.just("artifact"), _json, max_size=4))
+def test_the_artifact_shortcut_reads_the_name_of_any_stored_payload(name, item):
+    text = canonical_json({"artifact": name, "identity": None, "item": item, "payload_sha256": None, "run": None})
+    assert artifact_of(text) == name
 
 
 _moments = st.datetimes(min_value=datetime(1970, 1, 2), max_value=datetime(9998, 12, 30))
