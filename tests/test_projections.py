@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from sqlalchemy import func, insert, select
 
 from registry.events.canonical import canonical_json
+from registry.events.catalogue import SCHEMA_VERSIONS
 from registry.events.database import make_engine, upgrade
 from registry.events.errors import StoreError
 from registry.events.store import EVENTS, EventStore, NewEvent
@@ -475,16 +476,51 @@ def test_a_payload_naming_another_artifact_is_refused(sqlite_url):
         rebuild(store)
 
 
-def test_an_event_under_a_newer_schema_is_refused_with_its_position(sqlite_url):
-    store = open_store(sqlite_url)
-    History(store).register("reg", "sage-attn", "wan-t2v", "attention_backend", SHA_SAGE)
+def unchained_execution(store: EventStore, *, schema_version: int, payload: str) -> None:
+    """An ExecutionObserved for sage-attn at position 2, inserted as no append would write it (the fold reads
+    payloads, not the chain)."""
     with store.engine.begin() as conn:
         conn.execute(insert(EVENTS).values(
             position=2, event_id="00000000-0000-0000-0000-000000000002", stream="artifact:sage-attn", version=2,
-            type="ExecutionObserved", schema_version=2, payload="{}", recorded_at=datetime.now(timezone.utc),
-            actor="t", idempotency_key=None, prev_hash="0" * 64, hash="0" * 64))
+            type="ExecutionObserved", schema_version=schema_version, payload=payload,
+            recorded_at=datetime.now(timezone.utc), actor="t", idempotency_key=None, prev_hash="0" * 64,
+            hash="0" * 64))
+
+
+def test_an_event_under_a_newer_schema_is_refused_with_its_position(sqlite_url):
+    store = open_store(sqlite_url)
+    History(store).register("reg", "sage-attn", "wan-t2v", "attention_backend", SHA_SAGE)
+    unchained_execution(store, schema_version=2, payload="{}")
     with pytest.raises(StoreError, match="position 2 cannot be read: .*schema_version 2 is newer"):
         rebuild(store)
+
+
+def test_a_kept_evidence_payload_without_its_item_is_refused_when_a_question_reads_it(sqlite_url):
+    """The fold keeps the reference without decoding the payload; reading the item refuses it, naming the position."""
+    store = open_store(sqlite_url)
+    History(store).register("reg", "sage-attn", "wan-t2v", "attention_backend", SHA_SAGE)
+    unchained_execution(store, schema_version=SCHEMA_VERSIONS["ExecutionObserved"],
+                        payload=canonical_json({"artifact": "sage-attn", "payload_sha256": SHA_SAGE, "run": None}))
+    projections = Projections(store)
+    assert projections.catch_up() == 2
+    for read in (projections.artifact, projections.current_artifact, lambda name: projections.artifact(name, 2),
+                 lambda _: projections.state(), lambda _: rebuild(store)):
+        with pytest.raises(ProjectionError, match=r"^event at position 2 \(ExecutionObserved\) cannot be folded: "
+                                                  r"malformed payload \(KeyError\('item'\)\)$"):
+            read("sage-attn")
+
+
+def test_a_read_model_naming_an_event_that_is_not_its_evidence_is_refused_in_one_line(store, history):
+    """A row pointing at another event (edited by hand, or another log's) never lends that event's payload."""
+    Projections(store).catch_up()
+    with store.engine.begin() as conn:
+        state = json.loads(conn.execute(select(ARTIFACTS.c.state).where(ARTIFACTS.c.artifact == "fa3-approx")).scalar())
+        state["evidence"]["perceptual"]["position"] = history.at["sage_perc"]
+        conn.execute(ARTIFACTS.update().where(ARTIFACTS.c.artifact == "fa3-approx").values(state=json.dumps(state)))
+    with pytest.raises(ProjectionError, match=rf"^the read model of artifact 'fa3-approx' names position "
+                                              rf"{history.at['sage_perc']} as its perceptual evidence, but the log "
+                                              r"holds PerceptualMeasured in stream artifact:sage-attn there: [^\n]*$"):
+        Projections(store).artifact("fa3-approx")
 
 
 def test_rows_hold_canonical_json(store, history):

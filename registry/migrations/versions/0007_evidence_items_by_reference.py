@@ -13,14 +13,10 @@ Revision ID: 0007
 Revises: 0006
 Create Date: 2026-12-01 17:00:00
 """
-from typing import Sequence, Union
-
 from alembic import op
 
-revision: str = '0007'
-down_revision: Union[str, None] = '0006'
-branch_labels: Union[str, Sequence[str], None] = None
-depends_on: Union[str, Sequence[str], None] = None
+# Alembic reads these four names: this revision, the one before it, no branch label, no dependency.
+revision, down_revision, branch_labels, depends_on = '0007', '0006', None, None
 
 # The checkpoint first, then every table it covers (the verdict history and payload index too, since the
 # fold from position 0 inserts their rows again).
