@@ -2,9 +2,11 @@
 
 A full replay is dominated by JSON decoding, and most of it would be wasted:
 of the many evidence events an artifact accumulates, its state keeps only the
-latest of each kind. So the reader reads only each evidence event's
-`identity` and `payload_sha256` (the fields the fold needs to scope it) and
-leaves the rest of the payload text undecoded until the fold asks for it.
+latest of each kind, and keeps even those by reference (their items are
+read by position when a question shows them: items.py). So the reader reads
+only each evidence event's `artifact`, `identity` and `payload_sha256` (the
+fields the fold needs to check and scope it) and leaves the rest of the
+payload text undecoded unless the fold asks for it.
 
 The store writes every payload as canonical JSON (registry/events/canonical.py:
 sorted keys, no whitespace), so an evidence payload's top-level keys appear in
