@@ -45,12 +45,14 @@ def read_live(conn: Connection, history: bool = True) -> RegistryState:
 class WholeRegistryReads(ReadModels):
     """The registry as a whole, or all of one workload."""
 
-    def state(self, as_of: int | None = None, *, history: bool = True) -> RegistryState:
+    def state(self, as_of: int | None = None, *, history: bool = True, items: bool = True) -> RegistryState:
         """The whole registry: live tables after a catch-up, or the log folded up to `as_of`.
 
         `history=False` leaves out the artifacts' verdict histories where they
         are read from the live tables (a report needs none), so reading the
         registry costs its artifacts, not every verdict they ever had.
+        `items=False` leaves the evidence entries as references (read_models.py
+        `EvidenceEntry`), for a caller that shows no evidence (`replay`'s count).
         """
         as_of = self.position_to_fold(as_of)
         if as_of is not None:
@@ -59,7 +61,8 @@ class WholeRegistryReads(ReadModels):
             with snapshot(self.engine) as conn:
                 folded = read_live(conn, history)
             self.served_position = folded.position
-        attach_items(self.store, folded.artifacts.values())
+        if items:
+            attach_items(self.store, folded.artifacts.values())
         return folded
 
     def artifacts(self, workload: str | None = None, as_of: int | None = None) -> list[ArtifactState]:
