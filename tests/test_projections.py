@@ -22,6 +22,7 @@ from registry.events.catalogue import SCHEMA_VERSIONS
 from registry.events.database import make_engine, upgrade
 from registry.events.errors import StoreError
 from registry.events.store import EVENTS, EventStore, NewEvent
+from registry.events.types import UPCASTERS
 from registry.formats.evidence.items import parse_item
 from registry.gate.model import Margin, Verdict
 from registry.projections import (
@@ -508,6 +509,19 @@ def test_a_kept_evidence_payload_without_its_item_is_refused_when_a_question_rea
         with pytest.raises(ProjectionError, match=r"^event at position 2 \(ExecutionObserved\) cannot be folded: "
                                                   r"malformed payload \(KeyError\('item'\)\)$"):
             read("sage-attn")
+
+
+def test_a_kept_item_recorded_under_an_older_schema_is_read_through_its_upcaster(sqlite_url, monkeypatch):
+    """The item read by position goes the fold's way: an older payload is upcast (and validated) first."""
+    monkeypatch.setitem(UPCASTERS, ("ExecutionObserved", 0),
+                        lambda old: {**{k: v for k, v in old.items() if k != "measured"}, "item": old["measured"]})
+    store = open_store(sqlite_url)
+    History(store).register("reg", "sage-attn", "wan-t2v", "attention_backend", SHA_SAGE)
+    unchained_execution(store, schema_version=0, payload=canonical_json(
+        {"artifact": "sage-attn", "payload_sha256": SHA_SAGE, "run": None, "measured": execution()}))
+    expected = store.read_all()[1].typed().model_dump(mode="python")["item"]
+    for state in (Projections(store).artifact("sage-attn"), rebuild(store).artifacts["sage-attn"]):
+        assert state["evidence"]["execution"]["item"] == expected and expected["kind"] == "execution"
 
 
 def test_a_read_model_naming_an_event_that_is_not_its_evidence_is_refused_in_one_line(store, history):
