@@ -346,6 +346,17 @@ class StoreConformance:
         assert by_stream == [3]
         assert list(store.log_pages(after=5, up_to=5, page=2)) == []
 
+    def test_rows_at_positions_are_the_stored_rows_each_once_in_position_order(self, store):
+        for index in range(6):
+            store.append(f"s:{index % 2}", [frame_event(str(index))], actor="t")
+        by_position = {row[0]: row for page in store.log_pages(after=0, up_to=6, page=10) for row in page}
+        pages = list(store.log_rows_at([5, 2, 9, 2, 3, 0, 6], page=2))
+        # pages of two positions asked for: (0, 2), (3, 5), (6, 9); the log holds no 0 or 9
+        assert [[row[0] for row in page] for page in pages] == [[2], [3, 5], [6]]
+        assert [row for page in pages for row in page] == [by_position[p] for p in (2, 3, 5, 6)]
+        assert list(store.log_rows_at([], page=2)) == []
+        assert [len(page) for page in store.log_rows_at(range(1, 7), page=1_000)] == [6]
+
     def test_stream_listing_takes_a_prefix_literally(self, store):
         for stream in ("a_b:1", "axb:1", "a%:1", "a_b:2"):
             store.append(stream, [frame_event(stream)], actor="t")

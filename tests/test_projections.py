@@ -18,9 +18,11 @@ from hypothesis import strategies as st
 from sqlalchemy import func, insert, select
 
 from registry.events.canonical import canonical_json
+from registry.events.catalogue import SCHEMA_VERSIONS
 from registry.events.database import make_engine, upgrade
 from registry.events.errors import StoreError
 from registry.events.store import EVENTS, EventStore, NewEvent
+from registry.events.types import UPCASTERS
 from registry.formats.evidence.items import parse_item
 from registry.gate.model import Margin, Verdict
 from registry.projections import (
@@ -33,7 +35,8 @@ from registry.projections import (
     verify_projections,
 )
 from registry.events.chain import timestamp_text
-from registry.projections.log import chain_time, identity_of, scope_of
+from registry.projections.items import attach_items
+from registry.projections.log import artifact_of, chain_time, identity_of, scope_of
 from registry.projections.rows import state_text
 from registry.projections.schema import ARTIFACTS, CHECKPOINT
 
@@ -400,6 +403,7 @@ def test_rebuild_equals_live_and_stepwise_apply(store, history):
     stepwise = RegistryState()
     for event in store.read_all():
         apply(stepwise, event)
+    attach_items(store, stepwise.artifacts.values())  # the fold references items; questions read them
     assert stepwise == rebuilt
 
 
@@ -473,16 +477,64 @@ def test_a_payload_naming_another_artifact_is_refused(sqlite_url):
         rebuild(store)
 
 
-def test_an_event_under_a_newer_schema_is_refused_with_its_position(sqlite_url):
-    store = open_store(sqlite_url)
-    History(store).register("reg", "sage-attn", "wan-t2v", "attention_backend", SHA_SAGE)
+def unchained_execution(store: EventStore, *, schema_version: int, payload: str) -> None:
+    """An ExecutionObserved for sage-attn at position 2, inserted as no append would write it (the fold reads
+    payloads, not the chain)."""
     with store.engine.begin() as conn:
         conn.execute(insert(EVENTS).values(
             position=2, event_id="00000000-0000-0000-0000-000000000002", stream="artifact:sage-attn", version=2,
-            type="ExecutionObserved", schema_version=2, payload="{}", recorded_at=datetime.now(timezone.utc),
-            actor="t", idempotency_key=None, prev_hash="0" * 64, hash="0" * 64))
+            type="ExecutionObserved", schema_version=schema_version, payload=payload,
+            recorded_at=datetime.now(timezone.utc), actor="t", idempotency_key=None, prev_hash="0" * 64,
+            hash="0" * 64))
+
+
+def test_an_event_under_a_newer_schema_is_refused_with_its_position(sqlite_url):
+    store = open_store(sqlite_url)
+    History(store).register("reg", "sage-attn", "wan-t2v", "attention_backend", SHA_SAGE)
+    unchained_execution(store, schema_version=2, payload="{}")
     with pytest.raises(StoreError, match="position 2 cannot be read: .*schema_version 2 is newer"):
         rebuild(store)
+
+
+def test_a_kept_evidence_payload_without_its_item_is_refused_when_a_question_reads_it(sqlite_url):
+    """The fold keeps the reference without decoding the payload; reading the item refuses it, naming the position."""
+    store = open_store(sqlite_url)
+    History(store).register("reg", "sage-attn", "wan-t2v", "attention_backend", SHA_SAGE)
+    unchained_execution(store, schema_version=SCHEMA_VERSIONS["ExecutionObserved"],
+                        payload=canonical_json({"artifact": "sage-attn", "payload_sha256": SHA_SAGE, "run": None}))
+    projections = Projections(store)
+    assert projections.catch_up() == 2
+    for read in (projections.artifact, projections.current_artifact, lambda name: projections.artifact(name, 2),
+                 lambda _: projections.state(), lambda _: rebuild(store)):
+        with pytest.raises(ProjectionError, match=r"^event at position 2 \(ExecutionObserved\) cannot be folded: "
+                                                  r"malformed payload \(KeyError\('item'\)\)$"):
+            read("sage-attn")
+
+
+def test_a_kept_item_recorded_under_an_older_schema_is_read_through_its_upcaster(sqlite_url, monkeypatch):
+    """The item read by position goes the fold's way: an older payload is upcast (and validated) first."""
+    monkeypatch.setitem(UPCASTERS, ("ExecutionObserved", 0),
+                        lambda old: {**{k: v for k, v in old.items() if k != "measured"}, "item": old["measured"]})
+    store = open_store(sqlite_url)
+    History(store).register("reg", "sage-attn", "wan-t2v", "attention_backend", SHA_SAGE)
+    unchained_execution(store, schema_version=0, payload=canonical_json(
+        {"artifact": "sage-attn", "payload_sha256": SHA_SAGE, "run": None, "measured": execution()}))
+    expected = store.read_all()[1].typed().model_dump(mode="python")["item"]
+    for state in (Projections(store).artifact("sage-attn"), rebuild(store).artifacts["sage-attn"]):
+        assert state["evidence"]["execution"]["item"] == expected and expected["kind"] == "execution"
+
+
+def test_a_read_model_naming_an_event_that_is_not_its_evidence_is_refused_in_one_line(store, history):
+    """A row pointing at another event (edited by hand, or another log's) never lends that event's payload."""
+    Projections(store).catch_up()
+    with store.engine.begin() as conn:
+        state = json.loads(conn.execute(select(ARTIFACTS.c.state).where(ARTIFACTS.c.artifact == "fa3-approx")).scalar())
+        state["evidence"]["perceptual"]["position"] = history.at["sage_perc"]
+        conn.execute(ARTIFACTS.update().where(ARTIFACTS.c.artifact == "fa3-approx").values(state=json.dumps(state)))
+    with pytest.raises(ProjectionError, match=rf"^the read model of artifact 'fa3-approx' names position "
+                                              rf"{history.at['sage_perc']} as its perceptual evidence, but the log "
+                                              r"holds PerceptualMeasured in stream artifact:sage-attn there: [^\n]*$"):
+        Projections(store).artifact("fa3-approx")
 
 
 def test_rows_hold_canonical_json(store, history):
@@ -528,6 +580,33 @@ def test_the_scope_and_identity_shortcuts_read_what_a_decode_reads_in_any_text(m
     if "payload_sha256" in decoded:
         assert scope_of(text) == decoded["payload_sha256"]
     assert identity_of(text) == decoded.get("identity")
+
+
+_NAMES = st.sampled_from(["wan", "", 'a"b', "a\\", "\u00e9", ',"', '"artifact":', "a,", '"']) | _text
+
+
+@settings(max_examples=400, deadline=None)
+@given(members=st.lists(_member, max_size=8), name=st.none() | _NAMES | _DIGESTS, artifact_first=st.booleans())
+def test_the_artifact_shortcut_reads_what_a_decode_reads_in_any_text(members, name, artifact_first):
+    """The fold checks every evidence event's subject from its text: keys in any order, repeated or nested, any
+    name (quotes, backslashes, the key's own text in it). The shortcut answers as a full decode does (the last
+    of repeated keys), or decodes; a text without the key raises KeyError, which the fold reports as malformed."""
+    if artifact_first:
+        members = [("artifact", name), *members]
+    text = "{" + ",".join(f"{json.dumps(key)}:{canonical_json(value)}" for key, value in members) + "}"
+    decoded = json.loads(text)
+    if "artifact" in decoded:
+        assert artifact_of(text) == decoded["artifact"]
+    else:
+        with pytest.raises(KeyError):
+            artifact_of(text)
+
+
+@settings(max_examples=300, deadline=None)
+@given(name=_NAMES, item=st.dictionaries(_text | st.just("artifact"), _json, max_size=4))
+def test_the_artifact_shortcut_reads_the_name_of_any_stored_payload(name, item):
+    text = canonical_json({"artifact": name, "identity": None, "item": item, "payload_sha256": None, "run": None})
+    assert artifact_of(text) == name
 
 
 _moments = st.datetimes(min_value=datetime(1970, 1, 2), max_value=datetime(9998, 12, 30))

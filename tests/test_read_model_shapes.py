@@ -27,9 +27,12 @@ from registry.events.store import NewEvent
 from registry.gate.model import Margin as GateMargin
 from registry.gate.model import Verdict
 from registry.projections import Projections, RegistryState, rebuild
+from registry.projections.asof import fold_log
 from registry.projections.read_models import (
-    ArtifactState, FrameSetState, IdentityScope, OutcomesState, WorkloadState,
+    ArtifactState, AttachedEvidence, EvidenceEntry, FrameSetState, IdentityScope, OutcomesState, WorkloadState,
 )
+from registry.projections.snapshot import snapshot
+from registry.projections.whole_registry import read_live
 from registry.projections.state import IDENTITY_SCOPED, new_artifact
 from test_projections import open_store
 
@@ -37,8 +40,15 @@ MODEL_TYPES = {"artifacts": ArtifactState, "workloads": WorkloadState, "frameset
                "outcomes": OutcomesState}
 
 
-def shape_problems(value: Any, hint: Any, path: str = "state") -> list[str]:
-    """Where `value` departs from the type `hint` (empty when it conforms); an unknown kind of hint is a defect."""
+# The stored form (the fold, a row): evidence entries reference their event and hold no item.
+STORED = {AttachedEvidence: EvidenceEntry}
+
+
+def shape_problems(value: Any, hint: Any, path: str = "state", instead: dict | None = None) -> list[str]:
+    """Where `value` departs from the type `hint` (empty when it conforms); an unknown kind of hint is a defect.
+
+    `instead` maps a declared type to the one expected in its place (STORED: the form a row holds)."""
+    hint = (instead or {}).get(hint, hint)
     if hint is Any:
         return []
     if typing.is_typeddict(hint):
@@ -48,23 +58,25 @@ def shape_problems(value: Any, hint: Any, path: str = "state") -> list[str]:
         problems = [f"{path}.{key}: a key {hint.__name__} does not declare" for key in sorted(set(value) - set(hints))]
         problems += [f"{path}.{key}: missing" for key in sorted(hint.__required_keys__ - set(value))]
         for key in sorted(set(value) & set(hints)):
-            problems += shape_problems(value[key], hints[key], f"{path}.{key}")
+            problems += shape_problems(value[key], hints[key], f"{path}.{key}", instead)
         return problems
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if origin in (Union, types.UnionType):
-        arms = [shape_problems(value, arm, path) for arm in args]
+        arms = [shape_problems(value, arm, path, instead) for arm in args]
         return [] if any(not found for found in arms) else [f"{path}: {value!r:.80} is none of {hint}"]
     if origin is Literal:
         return [] if value in args else [f"{path}: {value!r} is not one of {args}"]
     if origin is list:
         if not isinstance(value, list):
             return [f"{path}: {type(value).__name__}, not a list"]
-        return [problem for index, item in enumerate(value) for problem in shape_problems(item, args[0], f"{path}[{index}]")]
+        return [problem for index, item in enumerate(value)
+                for problem in shape_problems(item, args[0], f"{path}[{index}]", instead)]
     if origin is dict:
         if not isinstance(value, dict):
             return [f"{path}: {type(value).__name__}, not an object"]
         return [problem for key, item in value.items()
-                for problem in shape_problems(key, args[0], f"{path} key") + shape_problems(item, args[1], f"{path}[{key!r}]")]
+                for problem in shape_problems(key, args[0], f"{path} key", instead)
+                + shape_problems(item, args[1], f"{path}[{key!r}]", instead)]
     if hint is type(None):
         return [] if value is None else [f"{path}: {value!r:.80} is not null"]
     if hint is float:  # a JSON number: an integer is a float's value too (PEP 484), a bool is not
@@ -76,10 +88,10 @@ def shape_problems(value: Any, hint: Any, path: str = "state") -> list[str]:
     raise AssertionError(f"{path}: the shape check does not know the type {hint!r}: teach it before declaring one")
 
 
-def registry_shape_problems(state: RegistryState) -> list[str]:
+def registry_shape_problems(state: RegistryState, instead: dict | None = None) -> list[str]:
     return [problem for model, declared in MODEL_TYPES.items()
             for key, value in getattr(state, model).items()
-            for problem in shape_problems(value, declared, f"{model}[{key!r}]")]
+            for problem in shape_problems(value, declared, f"{model}[{key!r}]", instead)]
 
 
 # -- the check itself can fail ----------------------------------------------------
@@ -111,6 +123,19 @@ def test_the_shape_check_names_a_key_or_a_value_the_declaration_does_not_allow(s
     spoil(state)
     problems = shape_problems(state, ArtifactState)
     assert any(problem.startswith(expected) for problem in problems), problems
+
+
+def test_an_evidence_entry_holds_its_item_when_answered_and_only_its_reference_when_stored():
+    state = a_state()
+    state["evidence"]["parity"] = {"event_id": "e", "position": 2}
+    assert shape_problems(state, ArtifactState, instead=STORED) == []
+    assert shape_problems(state, ArtifactState) == ["state.evidence['parity'].item: missing",
+                                                    "state.evidence['parity'].measured_at: missing"]
+    state["evidence"]["parity"].update(item={"kind": "parity"}, measured_at="2026-12-01T17:00:00.000000Z")
+    assert shape_problems(state, ArtifactState) == []
+    assert shape_problems(state, ArtifactState, instead=STORED) == [
+        "state.evidence['parity'].item: a key EvidenceEntry does not declare",
+        "state.evidence['parity'].measured_at: a key EvidenceEntry does not declare"]
 
 
 def test_the_identity_scoped_fields_are_the_declared_scope():
@@ -227,10 +252,13 @@ def test_every_state_folded_from_a_generated_log_has_its_declared_shape(tmp_path
         for step in generated:
             log.step(step)
         assert registry_shape_problems(rebuild(store)) == []
+        assert registry_shape_problems(fold_log(store, store.head_position()), STORED) == []
         projections = Projections(store)
         assert registry_shape_problems(projections.state()) == []
         for name in ARTIFACTS:
             current = projections.current_artifact(name)
             assert "verdicts" not in current and shape_problems(current, ArtifactState) == []
+        with snapshot(store.engine) as conn:
+            assert registry_shape_problems(read_live(conn), STORED) == []  # the rows as stored
     finally:
         store.engine.dispose()

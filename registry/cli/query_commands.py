@@ -214,7 +214,7 @@ def replay(session: Session, check: bool, as_json: bool) -> None:
     if not check:
         # Every row replaced by a fresh fold: a damaged or stale read model is rebuilt, not caught up.
         position = Projections(registry.store).reset()
-        state = Projections(registry.store).state(as_of=position)
+        state = Projections(registry.store).state(as_of=position, items=False)  # counted, not shown
         result = {"events": state.position, "artifacts": len(state.artifacts)}
         emit_json(result) if as_json else say(f"rebuilt from {result['events']} events: {result['artifacts']} artifacts")
         return

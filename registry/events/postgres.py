@@ -14,7 +14,7 @@ from typing import Any
 
 from .chain import timestamp_text
 from .errors import StoreError
-from .recorder import AppendBatch, BeforeCommit, Recorder, Writer
+from .recorder import AppendBatch, BeforeCommit, LogRow, Recorder, Writer
 
 # Any 64-bit constant identifies the append lock among Postgres advisory locks.
 APPEND_LOCK_KEY = 0x7265676973747279  # "registry"
@@ -44,6 +44,8 @@ _REMEMBER = "INSERT INTO idempotency_keys (key, stream, first_position, count, d
 _LOG_COLUMNS = "SELECT position, event_id, stream, type, schema_version, payload, recorded_at FROM events"
 _LOG_PAGE = f"{_LOG_COLUMNS} WHERE position > %s AND position <= %s ORDER BY position LIMIT %s"
 _LOG_STREAM_PAGE = f"{_LOG_COLUMNS} WHERE position > %s AND position <= %s AND stream = %s ORDER BY position LIMIT %s"
+# Positions travel as one array, so a read of any number of them binds one parameter.
+_LOG_AT = f"{_LOG_COLUMNS} WHERE position = ANY(%s::bigint[]) ORDER BY position"
 
 
 @cache
@@ -64,6 +66,10 @@ class PostgresRecorder(Recorder):
 
     def _log_page_sql(self, by_stream: bool) -> str:
         return _LOG_STREAM_PAGE if by_stream else _LOG_PAGE
+
+    def _log_rows_at(self, cursor: Any, positions: list[int]) -> list[LogRow]:
+        cursor.execute(_LOG_AT, (positions,))
+        return cursor.fetchall()
 
     def _prepare_writer(self, connection: Any) -> None:
         # Appends send their own BEGIN inside their first pipeline; psycopg's implicit

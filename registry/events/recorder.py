@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -239,6 +239,11 @@ class Recorder(ABC):
         """A driver-level SELECT of LogRow columns with position > ? and position <= ? (and stream = ?),
         in position order, LIMIT ?."""
 
+    @abstractmethod
+    def _log_rows_at(self, cursor: Any, positions: list[int]) -> list[LogRow]:
+        """The LogRows at `positions` (ascending, distinct) that the log holds, in position order: one driver-level
+        SELECT by primary key, whatever the number of positions."""
+
     def _prepare_writer(self, connection: Any) -> None:
         """Set up a driver connection this thread is about to keep for appends (nothing by default)."""
 
@@ -385,6 +390,27 @@ class Recorder(ABC):
                 if len(rows) < page:
                     return
                 at = rows[-1][0]
+        finally:
+            raw.close()
+
+    def log_rows_at(self, positions: Iterable[int], *, page: int) -> Iterator[list[LogRow]]:
+        """The log's rows at `positions` (those it holds; each once), in position order, `page` positions a read.
+
+        What a read model references by position (an evidence item) is read
+        here, by primary key, on one connection; each page is its own short read.
+        """
+        ordered = sorted(set(positions))
+        raw = self.engine.raw_connection()
+        try:
+            cursor = raw.cursor()
+            for start in range(0, len(ordered), page):
+                try:
+                    rows = self._log_rows_at(cursor, ordered[start:start + page])
+                except self.database_errors as exc:
+                    raise StoreError(f"could not read the log: {_first_line(exc)}") from None
+                raw.rollback()  # end the read; the next page starts a fresh one
+                if rows:
+                    yield rows
         finally:
             raw.close()
 

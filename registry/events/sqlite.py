@@ -12,10 +12,11 @@ import sqlite3
 from datetime import datetime
 from functools import cache
 import itertools
+import json
 
 from .chain import timestamp_text
 from .errors import StoreError
-from .recorder import AppendBatch, BeforeCommit, Recorder
+from .recorder import AppendBatch, BeforeCommit, LogRow, Recorder
 
 _IDEMPOTENCY = "SELECT digest, first_position, count FROM idempotency_keys WHERE key = ?"
 # The stream's version, and the head's position, hash and time. The head is read
@@ -36,6 +37,8 @@ _REMEMBER = "INSERT INTO idempotency_keys (key, stream, first_position, count, d
 _LOG_COLUMNS = "SELECT position, event_id, stream, type, schema_version, payload, recorded_at FROM events"
 _LOG_PAGE = f"{_LOG_COLUMNS} WHERE position > ? AND position <= ? ORDER BY position LIMIT ?"
 _LOG_STREAM_PAGE = f"{_LOG_COLUMNS} WHERE position > ? AND position <= ? AND stream = ? ORDER BY position LIMIT ?"
+# Positions travel as one JSON array, so a read of any number of them binds one parameter.
+_LOG_AT = f"{_LOG_COLUMNS} WHERE position IN (SELECT value FROM json_each(?)) ORDER BY position"
 
 
 @cache
@@ -69,6 +72,10 @@ class SqliteRecorder(Recorder):
 
     def _log_page_sql(self, by_stream: bool) -> str:
         return _LOG_STREAM_PAGE if by_stream else _LOG_PAGE
+
+    def _log_rows_at(self, cursor: sqlite3.Cursor, positions: list[int]) -> list[LogRow]:
+        cursor.execute(_LOG_AT, (json.dumps(positions),))
+        return cursor.fetchall()
 
     def _insert(self, batch: AppendBatch, before_commit: BeforeCommit) -> list[int]:
         writer = self.writer()

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Sequence
 
 from sqlalchemy import Engine
 
@@ -202,6 +202,11 @@ class EventStore:
         (registry/projections/log.py).
         """
         return self.recorder.log_pages(after=after, up_to=up_to, stream=stream, page=page)
+
+    def log_rows_at(self, positions: Iterable[int], *, page: int) -> Iterator[list[LogRow]]:
+        """The rows at `positions` that the log holds (each once), in position order, as `log_pages` gives them,
+        read by primary key `page` positions at a time: what the read models reference by position."""
+        return self.recorder.log_rows_at(positions, page=page)
 
     def get(self, event_id: str) -> StoredEvent | None:
         """The event with this id, found through the log position its id carries."""

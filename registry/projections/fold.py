@@ -29,8 +29,10 @@ Rules (docs/architecture.md, "Events" and "Decisions and lifecycle"; docs/gate.m
   order) raises ProjectionError naming its position: the state is never
   guessed.
 
-Evidence items are attached lazily: within one `fold` call only the latest
-evidence event of each kind per artifact is decoded (see log.py).
+An evidence entry references its event by position and holds no item: the
+fold never decodes an evidence payload except a perceptual one that may close
+an open failure (`_succeeded`). The questions that show items read them from
+the log by position (items.py).
 """
 from __future__ import annotations
 
@@ -45,8 +47,6 @@ from .state import (
     ProjectionError, RegistryState, identity_changes, new_artifact, restart_evidence, scope_of, set_aside, take_up,
     tightest,
 )
-
-Pending = dict[tuple[str, str, str], LogEvent]  # (artifact, identity, evidence kind) -> its latest event
 
 # Which evidence kind shows a failed stage has since succeeded. `load` (the
 # entry could not be imported) is shown good only by the artifact running.
@@ -66,7 +66,6 @@ def apply(state: RegistryState, event: StoredEvent | LogEvent) -> RegistryState:
 
 def fold(state: RegistryState, events: Iterable[StoredEvent | LogEvent]) -> RegistryState:
     """Fold events, in position order, into `state` (updated in place and returned)."""
-    pending: Pending = {}
     handlers = HANDLERS
     for event in events:
         if type(event) is not LogEvent:
@@ -80,42 +79,13 @@ def fold(state: RegistryState, events: Iterable[StoredEvent | LogEvent]) -> Regi
         if handler is None:
             raise ProjectionError(f"event at position {event.position}: no projection handles type {event.type!r}")
         try:
-            handler(state, event, pending)
+            handler(state, event)
         except (KeyError, TypeError, AttributeError) as exc:
             raise ProjectionError(
                 f"event at position {event.position} ({event.type}) cannot be folded: malformed payload ({exc!r})"
             ) from None
         state.position = event.position
-    _attach_items(state, pending)
     return state
-
-
-def _attach_items(state: RegistryState, pending: Pending) -> None:
-    """Decode the latest item of each kind into its evidence entry, in the order the events came.
-
-    Each event leaves `pending` as it is attached, so its payload text is
-    freed while the next ones are decoded rather than all at the end: on a
-    log of many artifacts `pending` holds hundreds of thousands of them.
-    """
-    for key in list(pending):
-        event = pending.pop(key)
-        artifact_id, identity, kind = key
-        fields = scope_of(state.artifacts[artifact_id], identity)
-        entry = None if fields is None else fields["evidence"].get(kind)
-        if entry is None or entry["position"] != event.position:
-            continue  # superseded by a revoke or a new payload after it
-        payload = event.payload
-        try:
-            named, item = payload["artifact"], payload["item"]
-        except (KeyError, TypeError) as exc:
-            raise ProjectionError(
-                f"event at position {event.position} ({event.type}) cannot be folded: malformed payload ({exc!r})"
-            ) from None
-        _same_subject(event, named, artifact_id)
-        entry["item"] = item
-        # When it was measured: an imported document's own time where it gives one (docs/import.md).
-        document_time = (payload.get("origin") or {}).get("document_time")
-        entry["measured_at"] = document_time or event.recorded_at
 
 
 def _same_subject(event: LogEvent, named: str, expected: str) -> None:
@@ -149,7 +119,7 @@ def _artifact(state: RegistryState, event: LogEvent) -> dict[str, Any]:
     return found
 
 
-def _registered(state: RegistryState, event: LogEvent, pending: Pending) -> None:
+def _registered(state: RegistryState, event: LogEvent) -> None:
     payload = event.payload
     artifact_id = payload["artifact"]
     _same_subject(event, ARTIFACT_PREFIX + artifact_id, event.stream)
@@ -181,15 +151,16 @@ def _scope(artifact: dict[str, Any], identity: str | None, payload_sha256: str |
     return None if fields is None else (identity, fields)
 
 
-def _evidence(state: RegistryState, event: LogEvent, pending: Pending) -> None:
+def _evidence(state: RegistryState, event: LogEvent) -> None:
     artifact = _artifact(state, event)
+    _same_subject(event, event.named_artifact(), artifact["artifact"])
     scoped = _scope(artifact, event.identity, event.scope)
     if scoped is None:
         return
-    identity, fields = scoped
+    fields = scoped[1]
     kind = EVIDENCE_KIND_BY_TYPE[event.type]
-    # `item` and `measured_at` are filled in by _attach_items, for the latest event of each kind only.
-    fields["evidence"][kind] = {"event_id": event.event_id, "position": event.position, "item": None}
+    # The item (and when it was measured) is read from the log by position when a question shows it (items.py).
+    fields["evidence"][kind] = {"event_id": event.event_id, "position": event.position}
     fields["evidence_counts"][kind] += 1
     if kind == "benchmark":
         fields["benchmark_attempts"] += 1
@@ -197,7 +168,6 @@ def _evidence(state: RegistryState, event: LogEvent, pending: Pending) -> None:
     if open_failures and any(STAGE_EVIDENCE.get(f["stage"]) == kind for f in open_failures) \
             and _succeeded(event, kind):
         fields["open_failures"] = [f for f in open_failures if STAGE_EVIDENCE.get(f["stage"]) != kind]
-    pending[(artifact["artifact"], identity, kind)] = event
 
 
 def _succeeded(event: LogEvent, kind: str) -> bool:
@@ -207,7 +177,7 @@ def _succeeded(event: LogEvent, kind: str) -> bool:
     return event.payload["item"].get("stage_status") == "ok"
 
 
-def _failed(state: RegistryState, event: LogEvent, pending: Pending) -> None:
+def _failed(state: RegistryState, event: LogEvent) -> None:
     artifact, payload = _named_artifact(state, event)
     scoped = _scope(artifact, payload.get("identity"), payload["payload_sha256"])
     if scoped is None:
@@ -217,7 +187,7 @@ def _failed(state: RegistryState, event: LogEvent, pending: Pending) -> None:
     )
 
 
-def _verdict(state: RegistryState, event: LogEvent, pending: Pending) -> None:
+def _verdict(state: RegistryState, event: LogEvent) -> None:
     artifact, payload = _named_artifact(state, event)
     verdict = payload["verdict"]
     artifact["verdicts"].append({
@@ -242,7 +212,7 @@ def _verdict(state: RegistryState, event: LogEvent, pending: Pending) -> None:
 HUMAN_DECISION = {"approve": "promoted", "revoke": "held"}
 
 
-def _human(state: RegistryState, event: LogEvent, pending: Pending) -> None:
+def _human(state: RegistryState, event: LogEvent) -> None:
     artifact, payload = _named_artifact(state, event)
     scoped = _scope(artifact, payload.get("identity"), payload["payload_sha256"])
     if scoped is None:
@@ -262,7 +232,7 @@ def _human(state: RegistryState, event: LogEvent, pending: Pending) -> None:
         restart_evidence(fields)
 
 
-def _workload(state: RegistryState, event: LogEvent, pending: Pending) -> None:
+def _workload(state: RegistryState, event: LogEvent) -> None:
     payload = event.payload
     workload_id = payload["workload"]
     _same_subject(event, workload_stream(workload_id), event.stream)
@@ -276,7 +246,7 @@ def _workload(state: RegistryState, event: LogEvent, pending: Pending) -> None:
     )
 
 
-def _frameset(state: RegistryState, event: LogEvent, pending: Pending) -> None:
+def _frameset(state: RegistryState, event: LogEvent) -> None:
     payload = event.payload
     _same_subject(event, frameset_stream(payload["name"]), event.stream)
     state.framesets[payload["name"]] = {**payload, "position": event.position}
@@ -288,7 +258,7 @@ _OUTCOME_KEYS = ("workload", "artifact", "arch", "outcome", "recorded_verdict", 
                  "origin")
 
 
-def _external(state: RegistryState, event: LogEvent, pending: Pending) -> None:
+def _external(state: RegistryState, event: LogEvent) -> None:
     """An imported record: kept beside the artifact (or the workload) it concerns, never as evidence."""
     payload = event.payload
     record = {key: payload.get(key) for key in _OUTCOME_KEYS}
@@ -307,7 +277,7 @@ def _external(state: RegistryState, event: LogEvent, pending: Pending) -> None:
 BENCH_PREFIX = "bench:"
 
 
-def _bench_session(state: RegistryState, event: LogEvent, pending: Pending) -> None:
+def _bench_session(state: RegistryState, event: LogEvent) -> None:
     """A benchmark session or batch: it must sit in its identity's record stream, and changes no read model.
 
     The record (sessions, pairs, the sequential reading) is read from that
@@ -317,7 +287,7 @@ def _bench_session(state: RegistryState, event: LogEvent, pending: Pending) -> N
     _same_subject(event, BENCH_PREFIX + event.payload["identity"], event.stream)
 
 
-Handler = Callable[[RegistryState, LogEvent, Pending], None]
+Handler = Callable[[RegistryState, LogEvent], None]
 HANDLERS: dict[str, Handler] = {
     "ArtifactRegistered": _registered,
     "EvaluationFailed": _failed,

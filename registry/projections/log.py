@@ -2,9 +2,11 @@
 
 A full replay is dominated by JSON decoding, and most of it would be wasted:
 of the many evidence events an artifact accumulates, its state keeps only the
-latest of each kind. So the reader reads only each evidence event's
-`identity` and `payload_sha256` (the fields the fold needs to scope it) and
-leaves the rest of the payload text undecoded until the fold asks for it.
+latest of each kind, and keeps even those by reference (their items are
+read by position when a question shows them: items.py). So the reader reads
+only each evidence event's `artifact`, `identity` and `payload_sha256` (the
+fields the fold needs to check and scope it) and leaves the rest of the
+payload text undecoded unless the fold asks for it.
 
 The store writes every payload as canonical JSON (registry/events/canonical.py:
 sorted keys, no whitespace), so an evidence payload's top-level keys appear in
@@ -33,7 +35,7 @@ from registry.events.catalogue import EVIDENCE_KIND_BY_TYPE
 from registry.events.catalogue import SCHEMA_VERSIONS as CURRENT_SCHEMA
 from registry.events.chain import timestamp_text
 from registry.events.errors import StoreError
-from registry.events.store import EventStore, StoredEvent
+from registry.events.store import EventStore, LogRow, StoredEvent
 
 PAGE = 20_000
 
@@ -72,6 +74,10 @@ class LogEvent:
         if self._payload is None:
             self._payload = strict_json_loads(self._text)
         return self._payload
+
+    def named_artifact(self) -> Any:
+        """The artifact an evidence payload names, read from its text without decoding it where the layout allows."""
+        return self.payload["artifact"] if self._text is None else artifact_of(self._text)
 
     @property
     def recorded_at(self) -> str:
@@ -155,6 +161,29 @@ def identity_of(text: str) -> str | None:
     return strict_json_loads(text).get("identity")
 
 
+ARTIFACT_KEY = '"artifact":'
+ARTIFACT_OPENING = '{' + ARTIFACT_KEY + '"'
+
+
+def artifact_of(text: str) -> Any:
+    """The top-level `artifact` an evidence payload names, decoding as little as possible.
+
+    The canonical text begins `{"artifact":"NAME",` (keys sorted): the first
+    `,"` ends the name, since a quote inside a JSON string is escaped. The
+    shortcut answers only for a name without escapes and a key that occurs
+    once in the whole text; any other text is decoded, so the shortcut reads
+    what a decode reads (a payload without the key raises KeyError, one that
+    is not an object TypeError, which the fold reports as malformed).
+    """
+    end = text.find(',"')
+    if text.startswith(ARTIFACT_OPENING) and end > len(ARTIFACT_OPENING) and text[end - 1] == '"' \
+            and text.find(ARTIFACT_KEY, len(ARTIFACT_OPENING)) < 0:
+        value = text[len(ARTIFACT_OPENING):end - 1]
+        if "\\" not in value:
+            return value
+    return strict_json_loads(text)["artifact"]
+
+
 def _upcast(row: tuple) -> LogEvent:
     """An event stored under an older (or unknown) schema: upcast and validate it."""
     from registry.events.types import read_payload  # pydantic only for the rare event that needs it
@@ -165,6 +194,13 @@ def _upcast(row: tuple) -> LogEvent:
     except StoreError as exc:
         raise StoreError(f"event at position {position} cannot be read: {exc}") from None
     return _decoded(position, event_id, stream, type_, recorded_at, payload)
+
+
+def row_payload(row: LogRow) -> dict[str, Any]:
+    """A row's payload as the fold reads it: decoded, or upcast and validated when stored under an older schema."""
+    if CURRENT_SCHEMA.get(row[3]) != row[4]:
+        return _upcast(row).payload
+    return strict_json_loads(row[5])
 
 
 def read_log(source: EventStore | Engine, *, after: int, up_to: int, stream: str | None = None,

@@ -30,16 +30,25 @@ class Margin(TypedDict):
 
 
 class EvidenceEntry(TypedDict):
-    """The latest evidence event of one kind for an identity (set by fold.py's `_evidence`).
-
-    `item` (the raw measurement, docs/evidence-format.md) and `measured_at`
-    (an imported document's own time where it gives one, else the event's
-    recorded time) are filled in once the fold knows the event is the latest
-    of its kind, so only that one payload is ever decoded.
-    """
+    """The latest evidence event of one kind for an identity, as the fold keeps it and a row stores it
+    (fold.py's `_evidence`): a reference to the event, whose payload the fold never decodes."""
 
     event_id: str
     position: int
+
+
+class AttachedEvidence(EvidenceEntry):
+    """An evidence entry as the questions answer it: with its item, read from the log by position (items.py).
+
+    `item` is the raw measurement (docs/evidence-format.md); `measured_at` an
+    imported document's own time where it gives one, else the event's
+    recorded time. Every state a question hands out (`show`, promote's gate,
+    `report`, `what-if`, `rejudge`, as-of answers, `rebuild`) carries them;
+    the fold, the stored rows and the answers that show no evidence (`resolve`
+    and `lock`'s `workload_artifacts`, promote's `artifacts_sharing_payload`)
+    hold the bare `EvidenceEntry`.
+    """
+
     item: dict[str, Any] | None
     measured_at: str
 
@@ -92,7 +101,7 @@ class IdentityScope(TypedDict):
     human: HumanDecision | None
     benchmark_attempts: int
     open_failures: list[OpenFailure]
-    evidence: dict[str, EvidenceEntry]  # by kind: parity, benchmark, execution, perceptual
+    evidence: dict[str, AttachedEvidence]  # by kind: parity, benchmark, execution, perceptual (stored: EvidenceEntry)
     evidence_counts: dict[str, int]  # every kind, 0 when none
 
 

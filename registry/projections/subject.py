@@ -5,7 +5,9 @@ append or a promote, which need only the row: identity, stream version,
 current verdict), a workload (its contract), a frame set. Now: one indexed
 row of the live read models, caught up first; as of a position: that
 subject's own stream folded, since a subject's state depends on its stream
-only. Never the whole log, never a whole stream for a live answer.
+only. Never the whole log, never a whole stream for a live answer. An
+artifact's evidence items are then read from the log by the positions its
+state names (items.py).
 """
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from registry.formats.names import ARTIFACT_PREFIX, FRAMESET_PREFIX, WORKLOAD_PR
 
 from .asof import check_position, fold_log
 from .catchup import ReadModels
+from .items import attach_items
 from .read_models import ArtifactState, FrameSetState, WorkloadState
 from .rows import MODELS, load_state
 from .schema import VERDICTS
@@ -70,6 +73,7 @@ class SubjectReads(ReadModels):
                 return None, 0
             every = state["verdicts"]
             state["verdicts"] = every[max(0, len(every) - latest):]
+            attach_items(self.store, [state])
             return state, len(every)
         with reading(self.engine) as conn:
             state = self._row(conn, "artifacts", artifact_id)
@@ -80,17 +84,23 @@ class SubjectReads(ReadModels):
             rows = conn.execute(select(VERDICTS).where(VERDICTS.c.artifact == artifact_id)
                                 .order_by(VERDICTS.c.position.desc()).limit(latest))
             records = [VerdictRecord.from_row(row) for row in rows]
+        attach_items(self.store, [state])
         return with_history(state, records), total
 
     def _one(self, model: str, prefix: str, key: str, as_of: int | None, history: bool = True) -> Any:
         """The state of `key` in `model` (its declared type is the caller's: read_models.py)."""
         as_of = self.position_to_fold(as_of)
         if as_of is not None:
-            return self._folded(model, prefix, key, as_of)
-        with reading(self.engine) as conn:
-            state = self._row(conn, model, key)
-            records = read_history(conn, key) if state is not None and model == "artifacts" and history else None
-        return state if records is None else with_history(state, records)
+            state = self._folded(model, prefix, key, as_of)
+        else:
+            with reading(self.engine) as conn:
+                state = self._row(conn, model, key)
+                records = read_history(conn, key) if state is not None and model == "artifacts" and history else None
+            if records is not None:
+                state = with_history(state, records)
+        if state is not None and model == "artifacts":
+            attach_items(self.store, [state])
+        return state
 
     def _folded(self, model: str, prefix: str, key: str, as_of: int) -> Any:
         """The subject as of a position: its own stream folded (a subject's state depends on it only)."""

@@ -20,6 +20,7 @@ from sqlalchemy import select
 
 from .asof import fold_log
 from .catchup import ReadModels, ReadModelsNotWritable
+from .items import attach_items
 from .payload_index import all_index_rows, index_key
 from .rows import MODELS, load_state
 from .schema import PAYLOADS, VERDICTS
@@ -29,8 +30,11 @@ from .verdict_history import records_of
 
 
 def rebuild(store: EventStore) -> RegistryState:
-    """The registry's state folded from nothing, in memory, up to the log's head."""
-    return fold_log(store, store.head_position())
+    """The registry's state folded from nothing, in memory, up to the log's head, with its evidence items
+    (as `Projections.state()` answers it)."""
+    state = fold_log(store, store.head_position())
+    attach_items(store, state.artifacts.values())
+    return state
 
 
 @dataclass(frozen=True)

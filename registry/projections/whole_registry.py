@@ -4,7 +4,8 @@ These questions cost every row they cover (a report is linear in artifacts),
 so they are kept apart from the one-subject reads (subject.py), which must
 cost the same at any size of the log. Now: the live tables after a
 catch-up, read in one snapshot; as of a position: the whole log folded up to
-it.
+it. Either way the artifacts' evidence items are then read from the log by
+position, a few thousand a read (items.py), never one read per artifact.
 """
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from sqlalchemy import Connection, select
 
 from .asof import check_position, fold_log
 from .catchup import ReadModels
+from .items import attach_items
 from .read_models import ArtifactState, WorkloadState
 from .rows import MODELS, load_state
 from .schema import ARTIFACTS, VERDICTS, WORKLOADS
@@ -43,19 +45,24 @@ def read_live(conn: Connection, history: bool = True) -> RegistryState:
 class WholeRegistryReads(ReadModels):
     """The registry as a whole, or all of one workload."""
 
-    def state(self, as_of: int | None = None, *, history: bool = True) -> RegistryState:
+    def state(self, as_of: int | None = None, *, history: bool = True, items: bool = True) -> RegistryState:
         """The whole registry: live tables after a catch-up, or the log folded up to `as_of`.
 
         `history=False` leaves out the artifacts' verdict histories where they
         are read from the live tables (a report needs none), so reading the
         registry costs its artifacts, not every verdict they ever had.
+        `items=False` leaves the evidence entries as references (read_models.py
+        `EvidenceEntry`), for a caller that shows no evidence (`replay`'s count).
         """
         as_of = self.position_to_fold(as_of)
         if as_of is not None:
-            return fold_log(self.store, check_position(self.store, as_of))
-        with snapshot(self.engine) as conn:
-            folded = read_live(conn, history)
-        self.served_position = folded.position
+            folded = fold_log(self.store, check_position(self.store, as_of))
+        else:
+            with snapshot(self.engine) as conn:
+                folded = read_live(conn, history)
+            self.served_position = folded.position
+        if items:
+            attach_items(self.store, folded.artifacts.values())
         return folded
 
     def artifacts(self, workload: str | None = None, as_of: int | None = None) -> list[ArtifactState]:
@@ -77,6 +84,7 @@ class WholeRegistryReads(ReadModels):
                 for row in conn.execute(verdicts):
                     history.setdefault(row.artifact, []).append(VerdictRecord.from_row(row))
             found = [with_history(load_state(text), history[name]) for name, text in rows]
+            attach_items(self.store, found)
         chosen = [a for a in found if workload is None or a["workload"] == workload]
         return sorted(chosen, key=lambda a: a["artifact"])
 
