@@ -170,13 +170,21 @@ def evidence_document(folder: Path, artifact: str) -> Path:
     return path
 
 
-def command_lines(artifact: str, workload: str, document: Path) -> dict[str, list[str]]:
+def signing_key(folder: Path) -> Path:
+    """A signing key for `lock`, which signs every lock file it writes (made once per log, not timed)."""
+    key = folder / "signing.key"
+    subprocess.run([str(Path(sys.executable).parent / "registry"), "keys", "init", str(key)], check=True,
+                   stdout=subprocess.DEVNULL)
+    return key
+
+
+def command_lines(artifact: str, workload: str, document: Path, key: Path) -> dict[str, list[str]]:
     return {
         "show": ["show", artifact],
         "evidence import": ["evidence", "import", str(document)],
         "promote": ["promote", artifact],
         "resolve": ["resolve", "--workload", workload, "--arch", "sm90", "--torch", "2.4.0"],
-        "lock": ["lock", "--workload", workload, "--out", str(document.parent / "registry.lock")],
+        "lock": ["lock", "--workload", workload, "--key", str(key), "--out", str(document.parent / "registry.lock")],
         "history": ["history", artifact, "--json"],
         "report": ["report", "--json"],
         "verify": ["verify"],
@@ -246,7 +254,7 @@ def measure(launcher: Launcher, shape: str, total: int, commands: list[str]) -> 
         print(f"[{shape} {total:,}] building", file=sys.stderr, flush=True)
         build_s = build(url, shape, total)
         figures = {"shape": shape, "size": total, "artifact": TARGET, "build_s": build_s, **prepare(url, TARGET)}
-        lines = command_lines(TARGET, SOLO, evidence_document(Path(folder), TARGET))
+        lines = command_lines(TARGET, SOLO, evidence_document(Path(folder), TARGET), signing_key(Path(folder)))
         figures["commands"] = {}
         for name in commands:
             figures["commands"][name] = run_command(launcher, url, name, lines[name])
