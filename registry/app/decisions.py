@@ -32,6 +32,7 @@ from registry.projections.state import FINAL, attempts_on, contract_note
 
 from .bench import pair_record
 from .context import Registry
+from .retries import decided_on_a_still_stream
 from .workloads import DeclaredContract, current_contract
 
 # How many times promote decides again when evidence keeps landing while it decides.
@@ -154,15 +155,10 @@ def promote(registry: Registry, artifact: str, *, rejudge: bool = False) -> Prom
     workload's current one does not stand: it is decided again under the
     current contract (app/rejudge.py).
     """
-    for _ in range(PROMOTE_TRIES):
-        try:
-            return _promote_once(registry, artifact, rejudge)
-        except ConcurrencyError:
-            continue
-    raise UserError(
+    return decided_on_a_still_stream(
+        lambda: _promote_once(registry, artifact, rejudge), PROMOTE_TRIES,
         f"artifact {artifact} received new events each of the {PROMOTE_TRIES} times its verdict was decided; "
-        "nothing recorded: run promote again once its evidence imports have finished"
-    )
+        "nothing recorded: run promote again once its evidence imports have finished")
 
 
 def _promote_once(registry: Registry, artifact: str, rejudge: bool = False) -> PromoteOutcome:

@@ -8,7 +8,6 @@ from pathlib import Path
 from registry.contracts import Contract
 from registry.formats.errors import UserError
 from registry.formats.documents import sha256_file
-from registry.events.errors import ConcurrencyError
 from registry.events.identity import artifact_identity
 from registry.events.store import NewEvent
 from registry.events.types import ArtifactRegistered, WorkloadDeclared
@@ -19,6 +18,7 @@ from registry.projections import Projections
 from registry.projections.read_models import ArtifactState
 
 from .context import Registry
+from .retries import decided_on_a_still_stream
 
 
 @dataclass(frozen=True)
@@ -120,13 +120,10 @@ def register_artifact(
         digest = None
     event = ArtifactRegistered(artifact=artifact, kind=kind, workload=workload, payload_sha256=digest,
                                backend=backend, op=op, entry=entry, bundle=bundle, origin=origin)
-    for _ in range(REGISTER_TRIES):
-        try:
-            return _register_once(registry, event)
-        except ConcurrencyError:
-            continue  # the stream moved between the read and the append: read the artifact again
-    raise UserError(f"artifact {artifact} kept changing while it was registered ({REGISTER_TRIES} tries); "
-                    "nothing recorded: register it again")
+    return decided_on_a_still_stream(
+        lambda: _register_once(registry, event), REGISTER_TRIES,
+        f"artifact {artifact} kept changing while it was registered ({REGISTER_TRIES} tries); "
+        "nothing recorded: register it again")
 
 
 def _register_once(registry: Registry, event: ArtifactRegistered) -> Registration:
