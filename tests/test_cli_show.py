@@ -95,6 +95,19 @@ def test_a_negative_verdict_count_is_a_usage_error(judged):
     assert result.exit_code == 2 and "--verdicts" in result.output
 
 
+@pytest.mark.parametrize("count", [str(2**63), "99999999999999999999"])
+def test_a_verdict_count_no_database_can_take_is_a_usage_error_not_a_crash(judged, count):
+    cli, _ = judged
+    result = cli("show", "a", "--verdicts", count)
+    assert result.exit_code == 2 and "--verdicts" in result.output
+
+
+def test_the_largest_verdict_count_lists_every_verdict(judged):
+    cli, _ = judged
+    everything = json.loads(cli("show", "a", "--json", "--verdicts", str(2**63 - 1)).output)
+    assert everything["verdicts_omitted"] == 0 and len(everything["verdicts"]) == everything["verdict_count"]
+
+
 def test_the_bounded_read_equals_the_tail_of_the_whole_history_on_each_backend(backend_url):
     store = open_store(backend_url)
     try:

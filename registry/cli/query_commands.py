@@ -16,6 +16,9 @@ AS_OF_HELP = "Answer from the log up to this position or ISO-8601 time (UTC when
 # How many of an artifact's latest verdicts `show` lists unless --verdicts says otherwise: an artifact judged
 # a hundred thousand times must not make show hold or print every verdict (`history` lists them all).
 SHOWN_VERDICTS = 20
+# The most --verdicts may ask for: a database row limit is a signed 64-bit integer, and any count at or above
+# an artifact's number of verdicts lists them all.
+MOST_SHOWN_VERDICTS = 2**63 - 1
 
 
 def as_of_text(position: int | None) -> str:
@@ -56,7 +59,7 @@ def bench_text(bench: dict) -> str:
 @click.argument("artifact_id")
 @click.option("--as-of", "as_of", help=AS_OF_HELP)
 @click.option("--json", "as_json", is_flag=True, help="Print the artifact's state as JSON.")
-@click.option("--verdicts", "shown_verdicts", type=click.IntRange(min=0), default=SHOWN_VERDICTS, show_default=True,
+@click.option("--verdicts", "shown_verdicts", type=click.IntRange(min=0, max=MOST_SHOWN_VERDICTS), default=SHOWN_VERDICTS, show_default=True,
               help="How many of the artifact's latest verdicts to list, with the count of all of them "
                    "(`registry history artifact:ID` lists every one).")
 @pass_session
