@@ -315,6 +315,16 @@ def test_stale_days_must_be_a_whole_number(registry_cli):
     assert result.exit_code == 2
 
 
+@pytest.mark.parametrize("days", ["3652059", "99999999999999", "99999999999999999999"])
+def test_a_stale_window_past_the_calendars_start_marks_nothing_stale(registry_cli, tree, days):
+    """More days than lie between the report's moment and year 1 (or than a C int holds) is a window no
+    dated evidence falls outside, not a crash."""
+    run_import(registry_cli, tree / "support")
+    result = registry_cli("report", "--matrix", "--format", "json", "--stale-days", days)
+    assert result.exit_code == 0, result.output
+    assert not any(cell["stale"] for row in json.loads(result.stdout)["rows"] for cell in row["cells"].values())
+
+
 def test_the_matrix_grid_is_coloured_in_a_headless_browser(registry_cli, tree, tmp_path):
     import shutil as which_shutil
     import subprocess

@@ -77,7 +77,10 @@ def support_matrix(state: RegistryState, *, at: datetime, stale_days: int = DEFA
         elif date is not None and (cell["latest"] is None or moment > _moment(cell["latest"])):
             cell["latest"] = date
         cell["sources"].append({**{k: found[k] for k in ("source", "outcome", "subject")}, "date": date})
-    cutoff = at - timedelta(days=stale_days)
+    try:
+        cutoff = at - timedelta(days=stale_days)
+    except OverflowError:  # a window reaching past the calendar's start: nothing dated is older than it
+        cutoff = datetime.min.replace(tzinfo=at.tzinfo)
     rows = []
     for workload in sorted(workloads, key=lambda w: (families.get(w) or model_family(w), w)):
         row_cells = {}
