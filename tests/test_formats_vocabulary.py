@@ -111,3 +111,15 @@ def test_text_is_storable_exactly_when_it_encodes_to_utf8(text):
     assert is_unicode_text(text) is encodes
     shown = printable_path(text)
     assert shown.isprintable() and is_unicode_text(shown)
+
+
+@pytest.mark.parametrize("error,line", [
+    (ValueError("bad field\nmore detail"), "bad field"),
+    (KeyError(), "KeyError"),  # an empty message: the type's name, never an IndexError
+    (RuntimeError(""), "RuntimeError"),
+    (OSError("\n  \nafter blank lines"), "after blank lines"),
+])
+def test_first_line_of_any_error_is_one_printable_line(error, line):
+    from registry.formats.errors import first_line
+
+    assert first_line(error) == line

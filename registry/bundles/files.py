@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from registry.formats.documents import DocumentError, open_regular, sha256_file
+from registry.formats.errors import first_line
 
 from .manifest import FORMAT, MANIFEST_NAME, MAX_MANIFEST_BYTES, BundleError, BundleManifest, parse_manifest
 
@@ -77,7 +78,7 @@ def read_manifest(directory: Path) -> BundleManifest:
         parsed = json.loads(data.decode("utf-8"), object_pairs_hook=_no_duplicate_keys,
                             parse_constant=_refuse_constant)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise BundleError(f"{path}: not valid JSON ({str(exc).splitlines()[0]})") from None
+        raise BundleError(f"{path}: not valid JSON ({first_line(exc)})") from None
     except RecursionError:
         raise BundleError(f"{path}: nested too deeply") from None
     except BundleError as exc:

@@ -18,6 +18,7 @@ from typing import Any
 from registry.contracts import fields as f
 from registry.contracts.errors import ContractError
 from registry.formats.documents import DocumentError, load_json, read_document
+from registry.formats.errors import first_line
 
 from .dsse import SignatureRefused, is_envelope, parse_envelope
 from .files import verify_directory
@@ -206,5 +207,5 @@ def check_bundles(lock: Lock, root: str | Path) -> list[LockProblem]:
         try:
             verify_directory(bundle_directory(root, locked.artifact), locked.manifest)
         except (BundleError, OSError) as exc:
-            problems.append(LockProblem(locked.artifact, "bundle_mismatch", str(exc).splitlines()[0]))
+            problems.append(LockProblem(locked.artifact, "bundle_mismatch", first_line(exc)))
     return problems

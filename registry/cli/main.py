@@ -12,7 +12,7 @@ import sys
 import click
 
 from registry import __version__
-from registry.formats.errors import UserError
+from registry.formats.errors import UserError, first_line
 from registry.events.errors import StoreError
 
 from .output import EXIT_STATUS_KEY, crash_report, fail
@@ -49,7 +49,7 @@ class RegistryGroup(click.Group):
             except REFUSALS as exc:
                 if isinstance(exc, BrokenPipeError):
                     raise
-                fail(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+                fail(first_line(exc))
             except _CLICK_ENDINGS:
                 raise
             except Exception as exc:  # noqa: BLE001 - a defect, reported as one
@@ -77,7 +77,7 @@ def database_damage(exc: Exception) -> str | None:
 
     if not isinstance(exc, DatabaseError) or isinstance(exc, (IntegrityError, ProgrammingError)):
         return None
-    cause = str(exc.orig).splitlines()[0] if str(exc.orig) else type(exc.orig).__name__
+    cause = first_line(exc.orig)
     return (f"the database cannot be read as a registry ({cause}); if only the read models are damaged, "
             "`registry replay` rebuilds them from the log")
 

@@ -15,7 +15,7 @@ from typing import Any, Iterable, Sequence
 
 import click
 
-from registry.formats.errors import UserError
+from registry.formats.errors import UserError, first_line
 
 TableSpec = tuple[str | None, Sequence[str], Iterable[Sequence[Any]]]
 
@@ -80,7 +80,7 @@ def crash_report(exc: BaseException) -> None:
     import traceback
 
     text = "".join(traceback.format_exception(exc))
-    click.echo(f"{text.rstrip()}\ninternal error: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+    click.echo(f"{text.rstrip()}\ninternal error: {type(exc).__name__}: {first_line(exc)}"
                f"\n{BUG_REPORT}", err=True)
 
 

@@ -27,6 +27,8 @@ from sqlalchemy import Engine, create_engine, event, inspect
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError
 
+from registry.formats.errors import first_line
+
 from .errors import NotARegistry, StoreError
 
 DEFAULT_URL = "sqlite:///registry.db"
@@ -289,7 +291,7 @@ def upgrade(engine: Engine, revision: str = "head") -> None:
             config.attributes["connection"] = conn
             command.upgrade(config, revision)
     except DBAPIError as exc:
-        first_line = str(exc.orig).splitlines()[0] if str(exc.orig) else type(exc.orig).__name__
+        first_line = first_line(exc.orig)
         raise StoreError(f"could not create or upgrade the schema of {engine.url.render_as_string(hide_password=True)}: "
                          f"{first_line}") from None
 

@@ -12,6 +12,8 @@ from __future__ import annotations
 from functools import cache
 from typing import Any
 
+from registry.formats.errors import first_line
+
 from .chain import timestamp_text
 from .errors import StoreError
 from .recorder import AppendBatch, BeforeCommit, LogRow, Recorder, Writer
@@ -115,7 +117,7 @@ class PostgresRecorder(Recorder):
             self.drop_writer(failed=True)
             raise StoreError(
                 f"append to {batch.stream}: the connection was lost while committing, so the batch may or may not "
-                f"be in the log; resend it with the same idempotency key ({str(exc).splitlines()[0]})"
+                f"be in the log; resend it with the same idempotency key ({first_line(exc)})"
             ) from None
         except BaseException:
             if not connection.broken:

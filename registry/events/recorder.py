@@ -29,6 +29,8 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import Connection, Engine, select
 from sqlalchemy.exc import DBAPIError
 
+from registry.formats.errors import first_line
+
 from .canonical import strict_json_loads
 from .chain import GENESIS_HASH, UnplacedBatch, link_batch, unplaced_bodies
 from .errors import ConcurrencyError, IdempotencyConflict, StoreError
@@ -197,11 +199,6 @@ class Writer:
 BeforeCommit = Callable[[], None]
 
 
-def _first_line(error: BaseException) -> str:
-    text = str(error)
-    return text.splitlines()[0] if text else type(error).__name__
-
-
 class Recorder(ABC):
     """The events table of one database: appends under the writer lock, reads, the chain's rows."""
 
@@ -258,7 +255,7 @@ class Recorder(ABC):
         except self.database_errors as exc:
             # A refused privilege, a lock timeout, a lost connection: the batch rolled back.
             self.drop_writer(failed=True)
-            raise StoreError(f"append to {batch.stream} failed, nothing written: {_first_line(exc)}") from None
+            raise StoreError(f"append to {batch.stream} failed, nothing written: {first_line(exc)}") from None
 
     def writer(self) -> Writer:
         """This thread's append connection, checked out of the engine's pool once and kept.
@@ -300,7 +297,7 @@ class Recorder(ABC):
             with self.engine.connect() as conn:
                 yield conn
         except DBAPIError as exc:
-            raise StoreError(f"could not read the log: {_first_line(exc.orig)}") from None
+            raise StoreError(f"could not read the log: {first_line(exc.orig)}") from None
 
     def _select(self, statement) -> list[StoredEvent]:
         with self._reading() as conn:
@@ -383,7 +380,7 @@ class Recorder(ABC):
                     cursor.execute(sql, params)
                     rows = cursor.fetchall()
                 except self.database_errors as exc:  # e.g. Postgres refusing a NUL in a stream name
-                    raise StoreError(f"could not read the log: {_first_line(exc)}") from None
+                    raise StoreError(f"could not read the log: {first_line(exc)}") from None
                 raw.rollback()  # end the read; the next page starts a fresh one
                 if rows:
                     yield rows
@@ -407,7 +404,7 @@ class Recorder(ABC):
                 try:
                     rows = self._log_rows_at(cursor, ordered[start:start + page])
                 except self.database_errors as exc:
-                    raise StoreError(f"could not read the log: {_first_line(exc)}") from None
+                    raise StoreError(f"could not read the log: {first_line(exc)}") from None
                 raw.rollback()  # end the read; the next page starts a fresh one
                 if rows:
                     yield rows

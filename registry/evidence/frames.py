@@ -18,7 +18,7 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
-from registry.formats.errors import UserError
+from registry.formats.errors import UserError, first_line
 
 # Wang et al. (2004) use an 11x11 Gaussian window; a frame smaller than the
 # window has no valid region to average SSIM over.
@@ -237,7 +237,7 @@ def _npy_header(handle: BinaryIO, label: str) -> tuple[tuple[int, ...], np.dtype
             raise FrameError(f"{label} is .npy format version {version[0]}.{version[1]}; "
                              "frames are saved in version 1.0 or 2.0 (numpy.save's)")
     except ValueError as exc:
-        raise FrameError(f"cannot read frames from {label}: {str(exc).splitlines()[0]}") from None
+        raise FrameError(f"cannot read frames from {label}: {first_line(exc)}") from None
     return shape, dtype
 
 
@@ -357,5 +357,5 @@ def load_frames(path: str | Path) -> np.ndarray:
     except OSError as exc:
         raise _unreadable(path.name, exc) from None
     except (ValueError, EOFError, zipfile.BadZipFile) as exc:
-        raise FrameError(f"cannot read frames from {path.name}: {str(exc).splitlines()[0]}") from None
+        raise FrameError(f"cannot read frames from {path.name}: {first_line(exc)}") from None
     return check_frames(frames, f"{path.name}:")

@@ -14,7 +14,7 @@ import math
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from registry.formats.errors import UserError
+from registry.formats.errors import UserError, first_line
 from registry.evidence.frames import check_frames, check_pair
 from registry.evidence.lpips_backend import Absent
 from registry.evidence.ssim import BACKEND as SSIM_BACKEND
@@ -47,9 +47,7 @@ def _score_one(scorer: LpipsScorer, ref: Any, cand: Any, index: int) -> float | 
     try:
         values = scorer.distance_per_frame(ref, cand)
     except (RuntimeError, MemoryError) as exc:
-        lines = str(exc).strip().splitlines()
-        message = lines[0] if lines else "no message"
-        return Absent(f"LPIPS scorer failed at frame {index}: {type(exc).__name__}: {message}")
+        return Absent(f"LPIPS scorer failed at frame {index}: {type(exc).__name__}: {first_line(exc)}")
     value = values[0] if isinstance(values, list) and len(values) == 1 else None
     if not is_finite_number(value) or value < 0.0:
         return Absent(f"LPIPS scorer returned {values!r} for frame {index}; expected one finite distance >= 0")

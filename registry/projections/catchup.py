@@ -28,6 +28,7 @@ from sqlalchemy import Connection, bindparam, delete, func, insert, select, tupl
 from sqlalchemy.exc import DBAPIError, IntegrityError
 
 from registry.events.errors import StoreError
+from registry.formats.errors import first_line
 from registry.events.schema import EVENTS
 from registry.events.store import EventStore
 
@@ -166,7 +167,7 @@ class ReadModels:
         except DBAPIError as exc:
             if not _write_refused(exc):
                 raise
-            first_line = str(exc.orig).splitlines()[0] if str(exc.orig) else type(exc.orig).__name__
+            first_line = first_line(exc.orig)
             raise ReadModelsNotWritable(f"the read models cannot be updated: this connection may only read "
                                         f"({first_line})") from None
 

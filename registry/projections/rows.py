@@ -4,6 +4,7 @@ from __future__ import annotations
 from typing import Any
 
 from registry.events.canonical import canonical_json, sha256_hex, strict_json_loads
+from registry.formats.errors import first_line
 
 from .schema import ARTIFACTS, FRAMESETS, OUTCOMES, WORKLOADS
 from .verdict_history import without_history
@@ -50,7 +51,7 @@ def load_state(text: str) -> dict[str, Any]:
     try:
         state = strict_json_loads(text)
     except ValueError as exc:
-        raise ProjectionError(f"a read-model row is not JSON ({str(exc).splitlines()[0]}); "
+        raise ProjectionError(f"a read-model row is not JSON ({first_line(exc)}); "
                               "`registry replay` rebuilds the read models from the log") from None
     if not isinstance(state, dict):
         raise ProjectionError("a read-model row is not a JSON object; `registry replay` rebuilds the read models "

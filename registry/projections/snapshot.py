@@ -12,6 +12,7 @@ from sqlalchemy import Connection, select
 from sqlalchemy.exc import DBAPIError
 
 from registry.events.errors import StoreError
+from registry.formats.errors import first_line
 
 from .schema import CHECKPOINT
 
@@ -39,7 +40,7 @@ def reading(engine) -> Iterator[Connection]:
         with snapshot(engine) as conn:
             yield conn
     except DBAPIError as exc:
-        first_line = str(exc.orig).splitlines()[0] if str(exc.orig) else type(exc.orig).__name__
+        first_line = first_line(exc.orig)
         raise StoreError(f"could not read the projections: {first_line}") from None
 
 

@@ -23,6 +23,7 @@ import types
 from pathlib import Path
 
 from registry.bundles import BundleError, bundle_directory, verify_directory
+from registry.formats.errors import first_line
 from registry.bundles.files import read_regular
 
 from .resolve import Match
@@ -62,7 +63,7 @@ def load(match: Match, *, trusted_root: str | os.PathLike) -> object:
         declared = match.manifest.file(match.manifest.entry_file)
         source = read_regular(entry_path, declared.size)
     except (BundleError, OSError) as exc:
-        raise LoadError(f"{name}: refused: {str(exc).splitlines()[0]}") from None
+        raise LoadError(f"{name}: refused: {first_line(exc)}") from None
     if hashlib.sha256(source).hexdigest() != declared.sha256 or len(source) != declared.size:
         raise LoadError(f"{name}: refused: {match.manifest.entry_file} changed while it was being loaded")
     return _execute(match, entry_path, source)
