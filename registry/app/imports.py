@@ -22,11 +22,10 @@ from typing import Any, Callable, Iterable, Iterator
 from registry.events.errors import ConcurrencyError, IdempotencyConflict, StoreError
 from registry.events.store import NewEvent
 from registry.events.types import ArtifactRegistered, ExternalOutcome
-from registry.evidence.motionkernel import SYSTEM, MotionKernelError, claims_motionkernel, classify, plan_import
+from registry.evidence.motionkernel import SYSTEM, claims_motionkernel, classify, plan_import
 from registry.formats.documents import DocumentError, load_json, read_document
-from registry.formats.errors import UserError
+from registry.formats.errors import UserError, first_line
 from registry.formats.evidence.document import parse_document
-from registry.formats.evidence.errors import EvidenceError
 from registry.formats.names import artifact_stream
 
 from .context import Registry
@@ -81,14 +80,6 @@ class ImportSummary:
     def to_dict(self) -> dict[str, Any]:
         return {"checked_only": self.checked_only, **self.counts, "per_kind": self.per_kind,
                 "documents": [result.to_dict() for result in self.documents]}
-
-
-class _Refused(Exception):
-    """One document that cannot be imported, with the reason and whatever is known of it."""
-
-    def __init__(self, reason: str, kind: str | None = None):
-        super().__init__(reason)
-        self.reason, self.kind = reason, kind
 
 
 def import_motionkernel(
@@ -148,7 +139,7 @@ def _import_one(registry: Registry | None, root: Path, path: Path, workload: str
             return result
         plan = plan_import(doc, workload=workload)
         items = parse_document(plan.evidence).items if plan.evidence is not None else []
-    except (MotionKernelError, EvidenceError, _Refused) as exc:
+    except UserError as exc:  # MotionKernelError, EvidenceError, DocumentError, a name refused: this document only
         result.reason = str(exc)
         return result
     result.artifact, result.workload = plan.artifact, plan.workload
@@ -163,8 +154,8 @@ def _import_one(registry: Registry | None, root: Path, path: Path, workload: str
         # The same bytes were imported from another path: the key is the content's digest.
         result.status = "already_present"
         return result
-    except (ValueError, StoreError) as exc:
-        result.reason = str(exc).splitlines()[0]
+    except (UserError, StoreError) as exc:  # a refusal; anything else is a defect and surfaces as one
+        result.reason = first_line(exc)
         return result
     result.status = "imported" if appended else "already_present"
     return result
@@ -234,9 +225,6 @@ def _registration(registry: Registry, plan, origin: dict[str, Any]) -> tuple[lis
 
 
 def _parse_json(text: str) -> Any:
-    """Strict JSON through the shared reader (registry.formats.documents.load_json)."""
-    try:
-        return load_json(text, "document")
-    except DocumentError as exc:
-        raise _Refused(str(exc)) from None
+    """Strict JSON through the shared reader (registry.formats.documents.load_json); a DocumentError refuses it."""
+    return load_json(text, "document")
 
