@@ -1,17 +1,20 @@
-"""Read-command start-up: `registry show ID --json` against the floor of importing its two libraries.
+"""Read-command start-up: `show ID --json` and `promote ID --json` against the floor of importing two libraries.
 
 A read command has to start Python, import SQLAlchemy and click, open the
 database and print; everything else it imports is start-up cost a person pays
-on every call. This times whole processes, in alternation (floor, show, floor,
-show, ... for --rounds rounds, after one untimed run of each), so drift on a
-shared machine falls on both alike:
+on every call. `promote` of an artifact whose verdict stands (promoted and
+rejected are final) is such a read: it returns the standing verdict. This
+times whole processes, in alternation (floor, show, promote, floor, show,
+promote, ... for --rounds rounds, after one untimed run of each), so drift on
+a shared machine falls on all alike:
 
-- floor: `python -c "import sqlalchemy, click"`;
-- show:  `python -m registry --db URL show ID --json`, run from this checkout.
+- floor:   `python -c "import sqlalchemy, click"`;
+- show:    `python -m registry --db URL show ID --json`, run from this checkout;
+- promote: `python -m registry --db URL promote ID --json` (ID's verdict stands).
 
-Prints both medians, the ratio of the medians and the median of per-round
-ratios, for wall time and for the processes' CPU time (user + system, which
-other jobs on a shared machine disturb less). Without --db it builds a demo-like registry in a temporary directory
+Prints the medians, each command's ratio of the medians to the floor and the
+median of per-round ratios, for wall time and for the processes' CPU time
+(user + system, which other jobs on a shared machine disturb less). Without --db it builds a demo-like registry in a temporary directory
 through the app layer (the demo's two workloads and five candidates, their
 evidence and the gate's verdicts, 27 events) instead of running the demo's
 measurements.
@@ -101,31 +104,38 @@ def run_once(command: list[str]) -> tuple[float, float]:
     return elapsed, cpu
 
 
-def compared(floor: list[float], show: list[float], unit: str) -> dict:
-    floor_ms, show_ms = statistics.median(floor) * 1000, statistics.median(show) * 1000
-    return {f"floor_{unit}_median_ms": floor_ms, f"show_{unit}_median_ms": show_ms, f"{unit}_ratio": show_ms / floor_ms,
-            f"{unit}_median_round_ratio": statistics.median(s / f for s, f in zip(show, floor))}
+def compared(name: str, floor: list[float], runs: list[float], unit: str) -> dict:
+    floor_ms, runs_ms = statistics.median(floor) * 1000, statistics.median(runs) * 1000
+    return {f"{name}_{unit}_median_ms": runs_ms, f"{name}_{unit}_ratio": runs_ms / floor_ms,
+            f"{name}_{unit}_median_round_ratio": statistics.median(r / f for r, f in zip(runs, floor))}
 
 
 def measure(url: str, artifact: str, rounds: int) -> dict:
-    floor = [sys.executable, "-c", "import sqlalchemy, click"]
-    show = [sys.executable, "-m", "registry", "--db", url, "show", artifact, "--json"]
-    run_once(floor), run_once(show)
-    floor_runs, show_runs = [], []
+    commands = {"floor": [sys.executable, "-c", "import sqlalchemy, click"],
+                "show": [sys.executable, "-m", "registry", "--db", url, "show", artifact, "--json"],
+                "promote": [sys.executable, "-m", "registry", "--db", url, "promote", artifact, "--json"]}
+    for command in commands.values():
+        run_once(command)
+    runs: dict[str, list[tuple[float, float]]] = {name: [] for name in commands}
     for _ in range(rounds):
-        floor_runs.append(run_once(floor))
-        show_runs.append(run_once(show))
-    wall = compared([w for w, _ in floor_runs], [w for w, _ in show_runs], "wall")
-    cpu = compared([c for _, c in floor_runs], [c for _, c in show_runs], "cpu")
-    return {"rounds": rounds, **wall, **cpu, "floor_command": 'python -c "import sqlalchemy, click"',
-            "show_command": f"python -m registry --db URL show {artifact} --json"}
+        for name, command in commands.items():
+            runs[name].append(run_once(command))
+    figures: dict = {"rounds": rounds}
+    for unit, index in (("wall", 0), ("cpu", 1)):
+        floor = [run[index] for run in runs["floor"]]
+        figures[f"floor_{unit}_median_ms"] = statistics.median(floor) * 1000
+        for name in ("show", "promote"):
+            figures.update(compared(name, floor, [run[index] for run in runs[name]], unit))
+    return {**figures, "floor_command": 'python -c "import sqlalchemy, click"',
+            "show_command": f"python -m registry --db URL show {artifact} --json",
+            "promote_command": f"python -m registry --db URL promote {artifact} --json (a standing verdict)"}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--db", help="an existing registry to read (default: a demo-like one built in a temporary directory)")
-    parser.add_argument("--artifact", default=SHOWN, help="the artifact to show")
+    parser.add_argument("--artifact", default=SHOWN, help="the artifact to show and promote (its verdict must stand)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     if args.rounds < 1:
@@ -140,7 +150,7 @@ def main() -> None:
         print(json.dumps(figures, indent=2))
         return
     for key, value in figures.items():
-        print(f"{key:<26}{value:,.3f}" if isinstance(value, float) else f"{key:<26}{value}")
+        print(f"{key:<34}{value:,.3f}" if isinstance(value, float) else f"{key:<34}{value}")
 
 
 if __name__ == "__main__":

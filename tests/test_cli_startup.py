@@ -63,7 +63,9 @@ def imported_modules(importtime: str) -> set[str]:
     return {line.rsplit("|", 1)[1].strip() for line in importtime.splitlines() if line.startswith("import time:")}
 
 
-@pytest.mark.parametrize("command", [["show", "sage", "--json"], ["history", "sage", "--json"]])
+# `promote` of a promoted artifact returns its standing verdict: a read like the others.
+@pytest.mark.parametrize("command", [["show", "sage", "--json"], ["history", "sage", "--json"],
+                                     ["promote", "sage", "--json"]])
 def test_a_read_command_imports_nothing_heavy(registry_cli, command):
     (registry_cli.tmp / "wan.yaml").write_text(MANIFEST)
     (registry_cli.tmp / "sage.json").write_text(json.dumps(EVIDENCE))
@@ -75,7 +77,8 @@ def test_a_read_command_imports_nothing_heavy(registry_cli, command):
     read = python("-X", "importtime", "-m", "registry", "--db", registry_cli.url, *command)
     assert read.returncode == 0, read.stderr
     answer = json.loads(read.stdout)
-    assert (answer["decision"] == "promoted") if command[0] == "show" else (answer[-1]["type"] == "VerdictRendered")
+    assert (answer[-1]["type"] == "VerdictRendered") if command[0] == "history" else (answer["decision"] == "promoted")
+    assert command[0] != "promote" or answer["appended"] is False  # the standing verdict, nothing decided again
     heavy = sorted(module for module in imported_modules(read.stderr)
                    if any(module == name or module.startswith(name + ".") for name in NOT_ON_THE_READ_PATH))
     assert heavy == []

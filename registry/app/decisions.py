@@ -10,6 +10,11 @@ identity: promoting again returns the standing verdict (decided under the
 contract it names; `show` flags it once the contract moves on). Any other
 decision is decided again, under the current contract.
 
+Returning a standing verdict reads two read-model rows and nothing else, so
+the gate, the contract model and the payload models (pydantic, numpy) are
+imported where a verdict or decision is made, not when this module loads:
+`promote` of a decided artifact starts as fast as a read (benchmarks/cli.py).
+
 A human decision names the verdict it answers (by default the latest) and is
 appended only if nothing reached the artifact's stream since that verdict
 was read, so a person never approves or revokes something they did not see.
@@ -17,15 +22,12 @@ was read, so a person never approves or revokes something they did not see.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from registry.contracts import Contract
 from registry.formats.errors import UserError
 from registry.events.errors import ConcurrencyError
 from registry.events.store import NewEvent
-from registry.events.types import HumanDecision, VerdictRendered
 from registry.formats.names import artifact_stream
-from registry.gate import ArtifactFacts, GateEvidence, Recorded, decide
 from registry.projections import Projections
 from registry.projections.read_models import ArtifactState
 from registry.projections.state import FINAL, attempts_on, contract_note
@@ -33,7 +35,12 @@ from registry.projections.state import FINAL, attempts_on, contract_note
 from .bench import pair_record
 from .context import Registry
 from .retries import decided_on_a_still_stream
-from .workloads import DeclaredContract, current_contract
+
+if TYPE_CHECKING:
+    from registry.contracts import Contract
+    from registry.gate import ArtifactFacts, GateEvidence
+
+    from .workloads import DeclaredContract
 
 # How many times promote decides again when evidence keeps landing while it decides.
 PROMOTE_TRIES = 5
@@ -43,6 +50,8 @@ def gate_inputs(state: ArtifactState, attempts: int | None = None,
                 registry: Registry | None = None) -> tuple[GateEvidence, ArtifactFacts]:
     """The gate's view of an artifact's projected state; `attempts` the payload's count (payload_attempts);
     given the registry, the identity's benchmark sessions too."""
+    from registry.gate import ArtifactFacts, GateEvidence, Recorded
+
     latest = state["evidence"]
 
     def recorded(kind: str) -> Recorded | None:
@@ -110,6 +119,10 @@ def _seen_version(registry: Registry, state: ArtifactState) -> int:
 
 def _declared_contract(registry: Registry, workload: str) -> DeclaredContract | None:
     """The workload's current contract from its read model (rebuilt and re-validated), or None if undeclared."""
+    from registry.contracts import Contract
+
+    from .workloads import DeclaredContract
+
     declared = Projections(registry.store).workload(workload)
     if declared is None:
         return None
@@ -161,16 +174,24 @@ def promote(registry: Registry, artifact: str, *, rejudge: bool = False) -> Prom
         "nothing recorded: run promote again once its evidence imports have finished")
 
 
+def _contract_moved(registry: Registry, state: ArtifactState) -> bool:
+    """Whether the workload's current contract version is another than the one the state was decided under."""
+    declared = Projections(registry.store).workload(state["workload"])
+    return declared is not None and state["contract_version"] != declared["contract_version"]
+
+
 def _promote_once(registry: Registry, artifact: str, rejudge: bool = False) -> PromoteOutcome:
     state = _artifact_state(registry, artifact)
     attempts = payload_attempts(state, _sharing_payload(registry, state))
-    declared = _declared_contract(registry, state["workload"])
-    stale = declared is not None and state["contract_version"] != declared.version
-    if state["decision"] in FINAL and state["verdict"] is not None and not (rejudge and stale):
+    if state["decision"] in FINAL and state["verdict"] is not None and not (rejudge and _contract_moved(registry, state)):
         return PromoteOutcome(state["verdict"], False, state["contract_version"], state.get("contract_hash") or "",
                               None, attempts)
+    declared = _declared_contract(registry, state["workload"])
     if declared is None:
         return PromoteOutcome(undeclared_contract_verdict(state["workload"]), False, None, "", None, attempts)
+    from registry.events.types import VerdictRendered
+    from registry.gate import decide
+
     evidence, facts = gate_inputs(state, attempts, registry)
     verdict = decide(declared.contract, evidence, facts).to_dict()
     event = VerdictRendered(
@@ -213,6 +234,8 @@ def human_decision(registry: Registry, artifact: str, action: str, reason: str,
             f"--verdict {verdict_event_id} is not the latest verdict of {artifact} ({latest}); "
             f"read it with `registry show {artifact}` and {action} that one"
         )
+    from registry.events.types import HumanDecision
+
     event = HumanDecision(artifact=artifact, identity=state["identity"], payload_sha256=state["payload_sha256"],
                           action=action, reason=reason.strip(), person=registry.actor, verdict_event_id=latest)
     try:
@@ -284,6 +307,10 @@ def _margins_by_metric(verdict: dict[str, Any] | None) -> dict[str, dict[str, An
 
 def what_if(registry: Registry, contract: Contract) -> list[WhatIf]:
     """Decide every artifact of the contract's workload again under it; append nothing."""
+    from registry.gate import decide
+
+    from .workloads import current_contract
+
     current_contract(registry, contract.workload)
     projections = Projections(registry.store)
     workload = projections.workload(contract.workload)
