@@ -431,16 +431,3 @@ def _stored(row) -> StoredEvent:
         prev_hash=row["prev_hash"],
         hash=row["hash"],
     )
-
-
-def recorder_for(engine: Engine, *, clock: Callable[[], datetime]) -> Recorder:
-    """The recorder for the engine's backend; each backend's module is imported only when used."""
-    if engine.dialect.name == "postgresql":
-        from .postgres import PostgresRecorder
-
-        return PostgresRecorder(engine, clock=clock)
-    if engine.dialect.name == "sqlite":
-        from .sqlite import SqliteRecorder
-
-        return SqliteRecorder(engine, clock=clock)
-    raise StoreError(f"no recorder for the {engine.dialect.name} backend")

@@ -21,7 +21,7 @@ from .chain import ChainReport, walk_chain
 from .errors import PayloadError, StoreError
 from .ids import position_of_event_id, positional_event_id
 from .postgres import APPEND_LOCK_KEY
-from .recorder import AppendBatch, LogRow, StoredEvent, payload_models, recorder_for
+from .recorder import AppendBatch, LogRow, Recorder, StoredEvent, payload_models
 from .schema import EVENTS
 
 if TYPE_CHECKING:
@@ -105,6 +105,22 @@ def _check_names(stream: str, actor: str, idempotency_key: str | None) -> None:
             raise StoreError(f"{label} {text!r} holds a lone surrogate (U+D800 to U+DFFF), "
                              "which is not valid Unicode")
 
+
+
+def recorder_for(engine: Engine, *, clock: Callable[[], datetime]) -> Recorder:
+    """The recorder for the engine's backend; each backend's module is imported only when used.
+
+    It lives here, not beside the recorders' base class, so that base class never imports its own subclasses.
+    """
+    if engine.dialect.name == "postgresql":
+        from .postgres import PostgresRecorder
+
+        return PostgresRecorder(engine, clock=clock)
+    if engine.dialect.name == "sqlite":
+        from .sqlite import SqliteRecorder
+
+        return SqliteRecorder(engine, clock=clock)
+    raise StoreError(f"no recorder for the {engine.dialect.name} backend")
 
 class EventStore:
     """Append and read events; verify the chain. The same on every backend; the recorder holds the SQL."""
