@@ -11,13 +11,14 @@ import os
 import stat
 import sys
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 import click
 
 from registry.formats.errors import UserError, first_line
 
-TableSpec = tuple[str | None, Sequence[str], Iterable[Sequence[Any]]]
+if TYPE_CHECKING:
+    from .rich_tables import TableSpec
 
 
 def json_text(value: Any) -> str:

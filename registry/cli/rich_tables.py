@@ -16,7 +16,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from .output import TableSpec
+# A titled table: (title or None, column names, rows); registry/cli/output.py hands these on.
+TableSpec = tuple[str | None, Sequence[str], Iterable[Sequence[Any]]]
 
 # Width of tables that go to a pipe or a file, where there is no terminal to measure.
 PLAIN_WIDTH = 160
