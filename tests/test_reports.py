@@ -12,10 +12,10 @@ import subprocess
 import pytest
 
 from registry.projections import Projections
+from registry.projections.html_report import report_html
 from registry.projections.report import (
     build_report,
     report_csv,
-    report_html,
     report_json,
     report_rows,
     report_tables,

@@ -53,7 +53,7 @@ def demo(session: Session, fresh: bool, runs: int, warmup: int, out_dir: str, lp
                                        sign_demo_lock, what_would_ship)
     from registry.app.reports import build
     from registry.projections.matrix import DEFAULT_STALE_DAYS
-    from registry.projections.report import report_html
+    from registry.projections.html_report import report_html
     from registry.runtime import RuntimeProfile
 
     out = Path(out_dir)

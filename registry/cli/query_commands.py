@@ -156,7 +156,8 @@ def report(session: Session, workload_id: str | None, as_of: str | None, fmt: st
     beside the registry's, and the support matrix (--matrix for the matrix alone)."""
     from registry.app.reports import build
     from registry.projections import resolve_as_of
-    from registry.projections.report import report_csv, report_html, report_json, report_tables
+    from registry.projections.html_report import report_html
+    from registry.projections.report import report_csv, report_json, report_tables
 
     if as_json and fmt not in (None, "json"):
         raise click.UsageError(f"--json asks for JSON but --format asks for {fmt}; give one of them")

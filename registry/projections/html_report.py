@@ -51,7 +51,8 @@ def _figure(plot: Plot, alt: str) -> str:
             f"<figcaption>{escape(plot.caption)}</figcaption></figure>")
 
 
-def render(report: dict[str, Any], state: RegistryState, *, max_frame_plots: int) -> str:
+def report_html(report: dict[str, Any], state: RegistryState, *, max_frame_plots: int = 48) -> str:
+    """One self-contained HTML page of the report (plots embedded as base64 PNG)."""
     workloads = report["workloads"]
     artifacts = [a for key, a in sorted(state.artifacts.items()) if a["workload"] in workloads]
     scope = "all workloads" if report["workload"] is None else f"workload {report['workload']}"

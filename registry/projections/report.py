@@ -337,10 +337,3 @@ def report_csv(report: dict[str, Any]) -> str:
     for row in report_rows(report):
         writer.writerow({key: "" if value is None else value for key, value in row.items()})
     return out.getvalue()
-
-
-def report_html(report: dict[str, Any], state: RegistryState, *, max_frame_plots: int = 48) -> str:
-    """One self-contained HTML page (plots embedded as base64 PNG); see html_report.py."""
-    from .html_report import render
-
-    return render(report, state, max_frame_plots=max_frame_plots)
