@@ -24,7 +24,6 @@ from registry.bundles import parse_manifest
 from registry.bundles.dsse import sign
 from registry.bundles.keys import SigningKey
 from registry.formats.errors import UserError
-from registry.projections import Projections
 
 from .context import Registry
 from .lock import chain_hash_at
@@ -36,7 +35,7 @@ PREDICATE_TYPE = "urn:registry:attestation:promotion:v1"
 
 def attestation(registry: Registry, artifact: str) -> dict[str, Any]:
     """The in-toto Statement for `artifact`'s promotion, read at the log's head; refused unless it ships."""
-    projections = Projections(registry.store)
+    projections = registry.reads
     state = projections.artifact(artifact)
     if state is None:
         raise UserError(f"unknown artifact {artifact!r} (register it with `registry artifact register`)")

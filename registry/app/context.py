@@ -1,16 +1,21 @@
-"""Opening a registry: the store plus who is acting."""
+"""Opening a registry: the store, its read side and who is acting."""
 from __future__ import annotations
 
 import getpass
 import os
 import socket
 from dataclasses import dataclass
+from functools import cached_property
+from typing import TYPE_CHECKING
 
 from sqlalchemy import Engine
 
 from registry.events.database import make_engine, open_existing, resolve_url, upgrade
 from registry.events.store import EventStore
 from registry.formats.names import check_name
+
+if TYPE_CHECKING:
+    from registry.projections import Projections
 
 
 def default_actor(explicit: str | None = None) -> str:
@@ -31,6 +36,17 @@ class Registry:
     engine: Engine
     store: EventStore
     actor: str
+
+    @cached_property
+    def reads(self) -> Projections:
+        """The registry's read side (registry.projections.live), composed once per registry, on first use.
+
+        Every use case asks its questions here: the live read models, caught
+        up before each answer, and the as-of answers folded from the log.
+        """
+        from registry.projections import Projections
+
+        return Projections(self.store)
 
 
 def open_registry(url: str | None = None, *, actor: str | None = None, create: bool = False,

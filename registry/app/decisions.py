@@ -28,7 +28,6 @@ from registry.formats.errors import UserError
 from registry.events.errors import ConcurrencyError
 from registry.events.store import NewEvent
 from registry.formats.names import artifact_stream
-from registry.projections import Projections
 from registry.projections.read_models import ArtifactState
 from registry.projections.state import FINAL, attempts_on, contract_note
 
@@ -70,7 +69,7 @@ def gate_inputs(state: ArtifactState, attempts: int | None = None,
 
 def _artifact_state(registry: Registry, artifact: str) -> ArtifactState:
     """The artifact's current state from the caught-up read model (one row; no stream, no verdict history)."""
-    state = Projections(registry.store).current_artifact(artifact)
+    state = registry.reads.current_artifact(artifact)
     if state is None:
         raise UserError(f"unknown artifact {artifact!r} (register it with `registry artifact register`)")
     return state
@@ -102,7 +101,7 @@ def _sharing_payload(registry: Registry, state: ArtifactState) -> list[ArtifactS
     """
     if state["payload_sha256"] is None:
         return []
-    return Projections(registry.store).artifacts_sharing_payload(state["workload"], state["payload_sha256"])
+    return registry.reads.artifacts_sharing_payload(state["workload"], state["payload_sha256"])
 
 
 def _seen_version(registry: Registry, state: ArtifactState) -> int:
@@ -123,7 +122,7 @@ def _declared_contract(registry: Registry, workload: str) -> DeclaredContract | 
 
     from .workloads import DeclaredContract
 
-    declared = Projections(registry.store).workload(workload)
+    declared = registry.reads.workload(workload)
     if declared is None:
         return None
     return DeclaredContract(Contract.from_stored(declared["contract"]), declared["contract_version"],
@@ -176,7 +175,7 @@ def promote(registry: Registry, artifact: str, *, rejudge: bool = False) -> Prom
 
 def _contract_moved(registry: Registry, state: ArtifactState) -> bool:
     """Whether the workload's current contract version is another than the one the state was decided under."""
-    declared = Projections(registry.store).workload(state["workload"])
+    declared = registry.reads.workload(state["workload"])
     return declared is not None and state["contract_version"] != declared["contract_version"]
 
 
@@ -312,7 +311,7 @@ def what_if(registry: Registry, contract: Contract) -> list[WhatIf]:
     from .workloads import current_contract
 
     current_contract(registry, contract.workload)
-    projections = Projections(registry.store)
+    projections = registry.reads
     workload = projections.workload(contract.workload)
     outcomes = []
     artifacts = projections.artifacts(workload=contract.workload)

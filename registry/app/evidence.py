@@ -18,7 +18,6 @@ from registry.events.identity import IDENTITY_FIELDS, artifact_identity
 from registry.events.store import NewEvent
 from registry.events.types import EVIDENCE_EVENT_BY_KIND, EvaluationFailed
 from registry.formats.names import artifact_stream, check_name
-from registry.projections import Projections
 
 from .context import Registry
 
@@ -56,7 +55,7 @@ def capture_subject(registry: Registry, artifact: str) -> Subject:
 
 def known_subject(registry: Registry, artifact: str) -> Subject | None:
     """The artifact's current registration from its caught-up read model, or None if it was never registered."""
-    state = Projections(registry.store).current_artifact(artifact)
+    state = registry.reads.current_artifact(artifact)
     return None if state is None else Subject(artifact, {key: state.get(key) for key in REGISTRATION_FIELDS})
 
 
@@ -147,7 +146,7 @@ def _check_unambiguous(registry: Registry, subject: Subject) -> None:
     name the payload it measured (docs/gate.md, "Evidence is bound to what
     was measured").
     """
-    state = Projections(registry.store).current_artifact(subject.artifact) or {}
+    state = registry.reads.current_artifact(subject.artifact) or {}
     payloads = state.get("registered_payloads") or [subject.payload_sha256]
     if len(payloads) > 1:
         raise UserError(

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from registry.projections import Projections
 from registry.projections.state import FINAL
 
 from .context import Registry
@@ -26,7 +25,7 @@ def must_rejudge(registry: Registry, workload: str) -> list[dict[str, Any]]:
     declared = current_contract(registry, workload)
     return [{"artifact": state["artifact"], "decision": state["decision"],
              "contract_version": state["contract_version"], "current_contract_version": declared.version}
-            for state in Projections(registry.store).artifacts(workload=workload)
+            for state in registry.reads.artifacts(workload=workload)
             if state["decision"] in FINAL and state["verdict"] is not None
             and state["contract_version"] != declared.version]
 

@@ -33,11 +33,10 @@ def moment_of(registry: Registry, position: int | None) -> datetime:
 def build(registry: Registry, *, workload: str | None, position: int | None, stale_days: int,
           archs: tuple[str, ...] = ()) -> tuple[dict[str, Any], Any]:
     """(report, state) as of `position` (None: now), with imported comparisons and the support matrix."""
-    from registry.projections import Projections
     from registry.projections.matrix import support_matrix
     from registry.projections.report import build_report
 
-    state = Projections(registry.store).state(as_of=position, history=False)  # a report shows no verdict history
+    state = registry.reads.state(as_of=position, history=False)  # a report shows no verdict history
     matrix = support_matrix(state, at=moment_of(registry, position), stale_days=stale_days, archs=archs)
     report = build_report(state, workload=workload, imported=compare_recorded_verdicts(registry, state),
                           matrix=matrix)

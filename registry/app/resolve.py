@@ -16,7 +16,6 @@ from typing import Any
 
 from registry.bundles import CallSite, Candidate, Profile, Resolution, parse_manifest, resolve
 from registry.formats.errors import UserError
-from registry.projections import Projections
 from registry.projections.read_models import ArtifactState
 
 from .context import Registry
@@ -78,7 +77,7 @@ def workload_candidates(registry: Registry, workload: str, position: int) -> lis
 
     An unknown workload is refused.
     """
-    projections = Projections(registry.store)
+    projections = registry.reads
     return _candidates(workload, position, projections.workload(workload, as_of=position),
                        projections.artifacts(workload=workload, as_of=position))
 
@@ -90,7 +89,7 @@ def current_candidates(registry: Registry, workload: str) -> tuple[int, list[tup
     the one the read models were read at (their checkpoint), so the answer and
     the position it names always agree.
     """
-    position, declared, states = Projections(registry.store).workload_artifacts(workload)
+    position, declared, states = registry.reads.workload_artifacts(workload)
     return position, _candidates(workload, position, declared, states)
 
 

@@ -14,7 +14,6 @@ from registry.events.types import ArtifactRegistered, WorkloadDeclared
 from registry.formats.digests import is_sha256
 from registry.formats.kinds import ARTIFACT_KINDS
 from registry.formats.names import artifact_stream, check_name, workload_stream
-from registry.projections import Projections
 from registry.projections.read_models import ArtifactState
 
 from .context import Registry
@@ -154,7 +153,7 @@ def _registered_now(registry: Registry, artifact: str) -> ArtifactState | None:
     A function of its own: it is the seam tests use to land a registration
     between this read and the append.
     """
-    return Projections(registry.store).current_artifact(artifact)
+    return registry.reads.current_artifact(artifact)
 
 
 def check_claims(artifact: str, *, workload: str, kind: str, backend: str | None = None, op: str | None = None,
