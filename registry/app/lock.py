@@ -13,12 +13,17 @@ reads equals the registry's: the workload, the identity, the verdict (it
 must be the artifact's current, promoting verdict, at the locked position,
 under the workload's current contract) and the speedup and its bounds, with
 no revocation recorded since. A mismatch is named by its field.
+
+`verify_lock` is `registry lock verify`: the signature and expiry against
+trusted keys (and a rollback against the newest lock already accepted), the
+lock file itself, the bundles on disk and, when a database is named (the
+one URL precedence, registry.events.database.configured_url), the registry.
 """
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
-from typing import Any
+from typing import Any, Sequence
 
 from registry.bundles import CallSite, Candidate, Lock, LockProblem, Profile, TensorSignature, resolve
 from registry.bundles.keys import SigningKey
@@ -29,7 +34,7 @@ from registry.formats.names import artifact_stream
 from registry.formats.errors import UserError
 from registry.projections import Projections
 
-from .context import Registry
+from .context import Registry, open_registry
 from .resolve import candidates_at
 
 
@@ -76,10 +81,54 @@ def registry_problems(registry: Registry, lock: Lock) -> list[LockProblem]:
         return [LockProblem(None, "chain_mismatch", f"the chain hash at position {lock.log_position} differs from "
                                                      "the lock's: another registry, or a rewritten log")]
     problems = []
-    projections = Projections(registry.store)
+    projections = registry.reads
     for locked in lock.artifacts:
         problems.extend(_artifact_problems(registry, projections, lock, locked))
     return problems
+
+
+@dataclass
+class LockVerification:
+    lock: Lock | None  # None when its signature or expiry was refused: nothing else of it is read
+    checked: list[str] = field(default_factory=list)
+    problems: list[LockProblem] = field(default_factory=list)
+
+
+def verify_lock(lock_file: str, *, public_keys: Sequence[str] = (), seen_file: str | None = None,
+                bundles_dir: str | None = None, database: str | None = None,
+                actor: str | None = None) -> LockVerification:
+    """Every check `lock verify` makes of `lock_file`, in order; a file that cannot be read at all is refused.
+
+    `database` is the --db value: with it or REGISTRY_DATABASE_URL the
+    registry is checked too, and offline nothing but the files is read.
+    """
+    from registry.bundles import check_bundles, read_lock
+    from registry.bundles.keys import TrustedKeys
+    from registry.bundles.signed_lock import LockRefused, older_than, open_lock
+    from registry.events.database import configured_url
+
+    url = configured_url(database)
+    if not public_keys:
+        parsed = read_lock(lock_file)
+        outcome = LockVerification(parsed)
+    else:
+        seen = read_lock(seen_file) if seen_file is not None else None
+        try:
+            outcome = LockVerification(open_lock(lock_file, TrustedKeys.from_files(public_keys)),
+                                       ["signature and expiry"])
+        except LockRefused as refused:
+            return LockVerification(None, [], [LockProblem(None, refused.code, refused.detail)])
+        why = older_than(outcome.lock, seen) if seen is not None else None
+        if why:
+            outcome.problems.append(LockProblem(None, "rollback", f"older than {seen_file}: {why}"))
+    outcome.checked.insert(0, "lock file")
+    if bundles_dir is not None:
+        outcome.problems += check_bundles(outcome.lock, bundles_dir)
+        outcome.checked.append("bundles")
+    if url is not None:
+        outcome.problems += registry_problems(open_registry(url, actor=actor), outcome.lock)
+        outcome.checked.append("registry")
+    return outcome
 
 
 def _artifact_problems(registry: Registry, projections: Projections, lock: Lock, locked) -> list[LockProblem]:

@@ -241,39 +241,13 @@ def lock_verify(session: Session, lock_file: str, bundles_dir: str | None, publi
     the registry's, with no revocation since the export. Exit 0 when all
     hold, 1 otherwise (each problem named with its code).
     """
-    from registry.bundles import LockProblem, check_bundles, read_lock
-    from registry.bundles.keys import TrustedKeys
-    from registry.bundles.signed_lock import LockRefused, older_than, open_lock
+    from registry.app.lock import verify_lock
 
-    checked, problems = [], []
-    if public_keys:
-        if seen_file is not None:
-            seen = read_lock(seen_file)
-        try:
-            parsed = open_lock(lock_file, TrustedKeys.from_files(public_keys))
-            checked.append("signature and expiry")
-        except LockRefused as refused:
-            parsed = None
-            problems.append(LockProblem(None, refused.code, refused.detail))
-        if parsed is not None and seen_file is not None:
-            why = older_than(parsed, seen)
-            if why:
-                problems.append(LockProblem(None, "rollback", f"older than {seen_file}: {why}"))
-    elif seen_file is not None:
+    if seen_file is not None and not public_keys:
         raise click.UsageError("--seen compares signed locks: give the trusted --key too")
-    else:
-        parsed = read_lock(lock_file)
-    if parsed is not None:
-        checked.insert(0, "lock file")
-        if bundles_dir is not None:
-            problems += check_bundles(parsed, bundles_dir)
-            checked.append("bundles")
-        url = session.url or os.environ.get("REGISTRY_DATABASE_URL")
-        if url:
-            from registry.app.lock import registry_problems
-
-            problems += registry_problems(session.open(), parsed)
-            checked.append("registry")
+    outcome = verify_lock(lock_file, public_keys=public_keys, seen_file=seen_file, bundles_dir=bundles_dir,
+                          database=session.url, actor=session.actor)
+    parsed, checked, problems = outcome.lock, outcome.checked, outcome.problems
     exit_status_ahead(1 if problems else 0)
     if as_json:
         emit_json({"lock": lock_file, "workload": parsed and parsed.workload,

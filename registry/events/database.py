@@ -40,17 +40,28 @@ SUPPORTED = "sqlite:///PATH or postgresql+psycopg://USER@HOST/DBNAME (postgresql
 _SQLITE_OPTIONS = {"uri": {"true"}, "mode": {"ro", "rw", "rwc"}, "immutable": {"0", "1"}}
 
 
-def resolve_url(explicit: str | None) -> str:
-    """--db, else REGISTRY_DATABASE_URL, else registry.db in the current directory; an empty one is refused."""
+def configured_url(explicit: str | None) -> str | None:
+    """--db, else REGISTRY_DATABASE_URL, else None (no database was named); an empty one is refused.
+
+    The one precedence every command reads a database URL by: a command that
+    works without a database (`lock verify` offline) asks this, the others
+    `resolve_url`.
+    """
     if explicit is not None:
         source, url = "--db", explicit
     elif "REGISTRY_DATABASE_URL" in os.environ:
         source, url = "REGISTRY_DATABASE_URL", os.environ["REGISTRY_DATABASE_URL"]
     else:
-        return DEFAULT_URL
+        return None
     if not url.strip():
         raise StoreError(f"{source} is empty: give a database URL, {SUPPORTED}")
     return _with_driver(url)
+
+
+def resolve_url(explicit: str | None) -> str:
+    """The configured URL (configured_url), else registry.db in the current directory."""
+    configured = configured_url(explicit)
+    return DEFAULT_URL if configured is None else configured
 
 
 def _with_driver(url: str) -> str:
