@@ -314,7 +314,7 @@ JSON_SCALARS = st.one_of(st.none(), st.booleans(), st.integers(-2**63, 2**63), s
                          st.floats(allow_nan=False, allow_infinity=False))
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(data=st.data())
 def test_any_change_to_a_signed_payload_is_refused(signed, data):
     """Property: whatever is changed in a signed lock's payload (any value anywhere, or its bytes), it is refused."""
