@@ -13,7 +13,7 @@ import json
 from click.testing import CliRunner
 from sqlalchemy import func, select
 
-from registry.cli import log_commands
+from registry.app import history as history_use_case
 from registry.cli.main import main
 from registry.cli.output import json_text
 from registry.events.store import EventStore, NewEvent
@@ -108,7 +108,7 @@ def test_history_json_read_page_by_page_is_the_whole_list(sqlite_url, monkeypatc
                                               "source": "line\u2028separator"})
               for seed in range(7)]
     store.append("frameset:f", events, actor="test")
-    monkeypatch.setattr(log_commands, "HISTORY_PAGE", 3)
+    monkeypatch.setattr(history_use_case, "HISTORY_PAGE", 3)
     runner = CliRunner()
     shown = runner.invoke(main, ["--db", sqlite_url, "history", "frameset:f", "--json"])
     assert shown.exit_code == 0, shown.output

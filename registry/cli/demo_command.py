@@ -6,7 +6,6 @@ from pathlib import Path
 
 import click
 
-from registry.formats.errors import UserError
 from .session import Session, pass_session
 from .output import emit_json, exit_status_ahead, say, table
 from .progress import progress_bar
@@ -38,38 +37,16 @@ def demo(session: Session, fresh: bool, runs: int, warmup: int, out_dir: str, lp
     registry, and writes only to (and with --fresh deletes only) a file that
     carries the mark: any other database is refused and left untouched.
     """
-    if runs % 2:
-        raise UserError(f"--runs {runs} must be even: the paired protocol interleaves BC and CB pairs")
-    from registry.app.campaign import DEMO_ALPHA
-    from registry.formats.sequential import fewest_pairs_to_decide
-
-    if runs < fewest_pairs_to_decide(DEMO_ALPHA):
-        raise UserError(f"--runs {runs}: the confident speed rule at alpha {DEMO_ALPHA} decides nothing in fewer "
-                        f"than {fewest_pairs_to_decide(DEMO_ALPHA)} pairs")
-    from registry.app.demo_registry import open_demo_registry
-
-    registry, url = open_demo_registry(session.url, actor=session.actor, fresh=fresh)
-    from registry.app.campaign import (check_expectations, near_gate_notes, pairs_spent, run_campaign,
-                                       sign_demo_lock, what_would_ship)
-    from registry.app.reports import build
-    from registry.projections.matrix import DEFAULT_STALE_DAYS
-    from registry.projections.html_report import report_html
+    from registry.app.demo import check_demo_runs, run_demo
     from registry.runtime import RuntimeProfile
 
-    out = Path(out_dir)
-    log = (lambda _text: None) if as_json else say
-    rows = run_campaign(registry, out, runs=runs, warmup=warmup, lpips_backbone=lpips_backbone,
-                        progress_factory=progress_bar, log=log)
-    report, state = build(registry, workload=None, position=None, stale_days=DEFAULT_STALE_DAYS)
-    (out / "report.html").write_text(report_html(report, state), encoding="utf-8")
-    import torch
-
-    problems = check_expectations(rows, on_gpu=torch.cuda.is_available())
-    notes = near_gate_notes(rows)
-    pairs = pairs_spent(rows, runs)
+    check_demo_runs(runs)
     profile = RuntimeProfile.detect()
-    shipping = what_would_ship(registry, profile)
-    signed = sign_demo_lock(registry, out, profile)
+    log = (lambda _text: None) if as_json else say
+    outcome = run_demo(session.url, actor=session.actor, fresh=fresh, runs=runs, warmup=warmup, out_dir=out_dir,
+                       lpips_backbone=lpips_backbone, profile=profile, progress_factory=progress_bar, log=log)
+    url, rows, problems, notes, pairs = outcome.url, outcome.rows, outcome.problems, outcome.near_gate, outcome.pairs
+    out, shipping, signed = Path(out_dir), outcome.shipping, outcome.signed
     if signed is not None:
         signed.update(_load_from_signed_lock(signed, profile))
     if signed is not None and signed["loaded"] is None:
@@ -77,7 +54,7 @@ def demo(session: Session, fresh: bool, runs: int, warmup: int, out_dir: str, lp
     exit_status_ahead(1 if check and problems else 0)
     if as_json:
         emit_json({"database": url, "rows": [row.to_dict() for row in rows], "problems": problems,
-                   "near_gate": notes, "pairs": pairs, "report": str(out / "report.html"),
+                   "near_gate": notes, "pairs": pairs, "report": str(outcome.report),
                    "resolve": [found.to_dict() for found in shipping], "signed_lock": signed})
     else:
         table("demo campaign", ["artifact", "kind", "decision", "speedup (bounds)", "worst SSIM (margin)", "deciding reason"],

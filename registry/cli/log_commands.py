@@ -1,8 +1,7 @@
 """Commands over the log itself: init, history, verify, db."""
 from __future__ import annotations
 
-import itertools
-from typing import Iterable, Iterator
+from typing import Iterable
 
 import click
 
@@ -10,7 +9,6 @@ from registry.app import Registry, open_registry
 from registry.formats.errors import UserError
 from registry.events.database import current_revision, head_revision
 from registry.formats.digests import is_sha256
-from registry.formats.names import artifact_stream
 
 from .session import Session, pass_session
 from .output import emit_json, exit_status_ahead, json_text, say, short, table
@@ -35,11 +33,6 @@ def open_for_reading(session: Session) -> Registry:
     return open_registry(session.url, actor=session.actor, read_only=True)
 
 
-def stream_name(name: str) -> str:
-    """An artifact id, or any full stream name such as `workload:ID`."""
-    return name if ":" in name else artifact_stream(name)
-
-
 def _why(event) -> str:
     """What a reviewer needs from one event: the decision and reasons, or the payload in short."""
     payload = event.payload
@@ -51,10 +44,6 @@ def _why(event) -> str:
     if event.type == "EvaluationFailed":
         return f"{payload['stage']} failed: {payload['error']}"
     return short(payload.get("item", payload))
-
-
-# Events per page: `history` holds one page at a time, so its memory stays flat on any stream.
-HISTORY_PAGE = 1000
 
 
 @click.command()
@@ -69,28 +58,15 @@ def history(session: Session, stream: str, as_of: str | None, as_json: bool) -> 
     Events are read and printed a page at a time, so a stream of any length
     prints in bounded memory (the table is drawn once per page of events).
     """
-    from registry.projections import resolve_as_of
+    from registry.app.history import history_pages
 
     registry = open_for_reading(session)
-    position = resolve_as_of(registry.store, as_of)
-    name = stream_name(stream)
-    # A fixed end, so that the pages, each read on its own, show one prefix of the log.
-    up_to = registry.store.head_position() if position is None else position
-    events = registry.store.iter_stream(name, up_to_position=up_to, page=HISTORY_PAGE)
-    first = next(events, None)
-    if first is None:
-        raise UserError(f"no events in stream {name}" + (f" up to position {position}" if position is not None else ""))
-    pages = _pages(itertools.chain([first], events), HISTORY_PAGE)
+    name, pages = history_pages(registry, stream, as_of)
     if as_json:
         _emit_json_array(event.to_dict() for page in pages for event in page)
         return
     for page in pages:
         _history_page(registry, name, page)
-
-
-def _pages(events: Iterator, size: int) -> Iterator[list]:
-    while page := list(itertools.islice(events, size)):
-        yield page
 
 
 def _emit_json_array(items: Iterable[dict]) -> None:
@@ -109,7 +85,8 @@ def _emit_json_array(items: Iterable[dict]) -> None:
 
 def _history_page(registry: Registry, name: str, events: list) -> None:
     """One page of the history table, then what each verdict on it rested on."""
-    by_id = {event.event_id: event for event in events}
+    from registry.app.history import verdict_bases
+
     table(
         name,
         ["pos", "ver", "type", "time (UTC)", "actor", "why / what"],
@@ -118,12 +95,11 @@ def _history_page(registry: Registry, name: str, events: list) -> None:
             for e in events
         ),
     )
-    for event in events:
-        if event.type == "VerdictRendered":
-            rested = [by_id[i] if i in by_id else registry.store.get(i) for i in event.payload["verdict"]["evidence_ids"]]
-            listed = ", ".join(f"{e.type}@{e.position}" if e else "missing!" for e in rested) or "no evidence"
-            say(f"verdict at {event.position} rested on: {listed} "
-                f"(contract v{event.payload['contract_version']}, {event.payload['gate_version']})")
+    for basis in verdict_bases(registry, events):
+        event = basis.verdict
+        listed = ", ".join(f"{e.type}@{e.position}" if e else "missing!" for e in basis.rested_on) or "no evidence"
+        say(f"verdict at {event.position} rested on: {listed} "
+            f"(contract v{event.payload['contract_version']}, {event.payload['gate_version']})")
 
 
 def parse_head(text: str) -> tuple[int, str]:

@@ -6,7 +6,6 @@ from pathlib import Path
 
 import click
 
-from registry.formats.errors import UserError
 from .output import emit_json, exit_status_ahead, newline_terminated, output_path, say, table, tables_text
 from .session import Session, pass_session
 
@@ -19,11 +18,6 @@ SHOWN_VERDICTS = 20
 # The most --verdicts may ask for: a database row limit is a signed 64-bit integer, and any count at or above
 # an artifact's number of verdicts lists them all.
 MOST_SHOWN_VERDICTS = 2**63 - 1
-
-
-def as_of_text(position: int | None) -> str:
-    """The words naming the --as-of position in a refusal (position 0 included); empty when answering now."""
-    return "" if position is None else f" as of position {position}"
 
 
 def _state_summary(state: dict, note: str | None, verdict_count: int) -> dict:
@@ -65,21 +59,11 @@ def bench_text(bench: dict) -> str:
 @pass_session
 def show(session: Session, artifact_id: str, as_of: str | None, as_json: bool, shown_verdicts: int) -> None:
     """Show ARTIFACT_ID's state, latest verdict, margins, speedup, evidence and latest verdicts."""
-    from registry.app.bench import record_summary
-    from registry.projections import Projections, resolve_as_of
-    from registry.projections.state import contract_note
+    from registry.app.show import show_artifact
 
-    registry = session.open()
-    position = resolve_as_of(registry.store, as_of)
-    projections = Projections(registry.store)
-    # The latest verdicts only: one row and a bounded range of its history, however many verdicts came before.
-    state, verdict_count = projections.shown_artifact(artifact_id, shown_verdicts, as_of=position)
-    if state is None:
-        raise UserError(f"unknown artifact {artifact_id!r}" + as_of_text(position))
-    workload = projections.workload(state["workload"], as_of=position)
-    declared = workload is not None
-    note = contract_note(state, workload)
-    bench = record_summary(registry, state, workload["contract"], position) if declared else None
+    shown = show_artifact(session.open(), artifact_id, shown_verdicts, as_of)
+    state, verdict_count, note, bench = shown.state, shown.verdict_count, shown.contract_note, shown.bench
+    declared = shown.workload_declared
     if as_json:
         emit_json({**_state_summary(state, note, verdict_count), "workload_declared": declared, "bench": bench})
         return
@@ -212,13 +196,13 @@ def _matrix_page(matrix: dict) -> str:
 @pass_session
 def replay(session: Session, check: bool, as_json: bool) -> None:
     """Rebuild every projection from the log; with --verify, exit 1 on any difference."""
-    from registry.projections import Projections, verify_projections
+    from registry.projections import verify_projections
 
     registry = session.open()
     if not check:
         # Every row replaced by a fresh fold: a damaged or stale read model is rebuilt, not caught up.
-        position = Projections(registry.store).reset()
-        state = Projections(registry.store).state(as_of=position, items=False)  # counted, not shown
+        position = registry.reads.reset()
+        state = registry.reads.state(as_of=position, items=False)  # counted, not shown
         result = {"events": state.position, "artifacts": len(state.artifacts)}
         emit_json(result) if as_json else say(f"rebuilt from {result['events']} events: {result['artifacts']} artifacts")
         return

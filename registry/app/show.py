@@ -1,0 +1,45 @@
+"""`show`: one artifact's state as of a moment, with its workload's contract and its benchmark record.
+
+One-artifact questions read the read models (registry.projections.subject):
+the artifact's row and a bounded range of its latest verdicts, however many
+came before, and its workload's row; never a whole stream or the log.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from registry.formats.errors import UserError
+
+from .bench import record_summary
+from .context import Registry
+
+
+def as_of_text(position: int | None) -> str:
+    """The words naming the --as-of position in a refusal (position 0 included); empty when answering now."""
+    return "" if position is None else f" as of position {position}"
+
+
+@dataclass(frozen=True)
+class ShownArtifact:
+    state: dict[str, Any]  # the projected state, with its latest `shown_verdicts` verdicts
+    verdict_count: int  # how many verdicts it has in all
+    workload_declared: bool
+    contract_note: str | None  # set when a final decision stands under an older contract than the current one
+    bench: dict[str, Any] | None  # the identity's benchmark record (app/bench.py), when the workload is declared
+
+
+def show_artifact(registry: Registry, artifact_id: str, shown_verdicts: int,
+                  as_of: str | None = None) -> ShownArtifact:
+    """The artifact as `show` presents it, as of `as_of` (a position or an ISO-8601 time; None: now)."""
+    from registry.projections import resolve_as_of
+    from registry.projections.state import contract_note
+
+    position = resolve_as_of(registry.store, as_of)
+    state, verdict_count = registry.reads.shown_artifact(artifact_id, shown_verdicts, as_of=position)
+    if state is None:
+        raise UserError(f"unknown artifact {artifact_id!r}" + as_of_text(position))
+    workload = registry.reads.workload(state["workload"], as_of=position)
+    declared = workload is not None
+    bench = record_summary(registry, state, workload["contract"], position) if declared else None
+    return ShownArtifact(state, verdict_count, declared, contract_note(state, workload), bench)
