@@ -151,9 +151,9 @@ def test_manifest_that_is_not_json_or_has_duplicate_keys(cli):
     directory = make_bundle(cli.tmp, "candidate")
     text = (directory / "bundle.json").read_text()
     (directory / "bundle.json").write_text(text.replace('"format"', '"format": "x", "format"', 1))
-    refused(cli, directory, "'format' appears twice")
+    refused(cli, directory, "duplicate key 'format' in one object")
     (directory / "bundle.json").write_text("{not json")
-    refused(cli, directory, "not valid JSON")
+    refused(cli, directory, "bundle.json: invalid JSON: ")
 
 
 def test_no_manifest_and_not_a_directory(cli):

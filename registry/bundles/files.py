@@ -13,8 +13,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from registry.formats.documents import DocumentError, open_regular, sha256_file
-from registry.formats.errors import first_line
+from registry.formats.documents import DocumentError, load_json, open_regular, read_document, sha256_file
 
 from .manifest import FORMAT, MANIFEST_NAME, MAX_MANIFEST_BYTES, BundleError, BundleManifest, parse_manifest
 
@@ -58,36 +57,18 @@ def read_regular(path: Path, limit: int = MAX_BUNDLE_FILE_BYTES, what: str = "bu
     return data
 
 
-def _no_duplicate_keys(pairs: list[tuple[str, object]]) -> dict:
-    keys = [key for key, _ in pairs]
-    repeated = next((key for key in keys if keys.count(key) > 1), None)
-    if repeated is not None:
-        raise BundleError(f"field {repeated!r} appears twice")
-    return dict(pairs)
-
-
 def read_manifest(directory: Path) -> BundleManifest:
-    """Parse `bundle.json` in `directory` (which must be a regular file, not a link)."""
+    """Parse `bundle.json` in `directory` (which must be a regular file, not a link) as a strict JSON document."""
     path = directory / MANIFEST_NAME
     if not path.is_symlink() and not path.exists():
         raise BundleError(f"{directory}: no {MANIFEST_NAME} (a bundle is a directory with a manifest)")
     if path.is_symlink():
         raise BundleError(f"{path}: the manifest is a symlink; a bundle holds regular files only")
-    data = read_regular(path, MAX_MANIFEST_BYTES, "bundle manifest")
     try:
-        parsed = json.loads(data.decode("utf-8"), object_pairs_hook=_no_duplicate_keys,
-                            parse_constant=_refuse_constant)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise BundleError(f"{path}: not valid JSON ({first_line(exc)})") from None
-    except RecursionError:
-        raise BundleError(f"{path}: nested too deeply") from None
-    except BundleError as exc:
-        raise BundleError(f"{path}: {exc}") from None
+        parsed = load_json(read_document(path, "bundle manifest", MAX_MANIFEST_BYTES, follow_symlinks=False), str(path))
+    except DocumentError as exc:
+        raise BundleError(str(exc)) from None
     return parse_manifest(parsed, str(path))
-
-
-def _refuse_constant(token: str) -> None:
-    raise BundleError(f"{token} is not a JSON number")
 
 
 def _walk(directory: Path) -> list[str]:

@@ -15,12 +15,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from registry.contracts import fields as f
-from registry.contracts.errors import ContractError
 from registry.formats.documents import DocumentError, load_json, read_document
 from registry.formats.errors import first_line
 
+from . import fields as f
 from .dsse import SignatureRefused, is_envelope, parse_envelope
+from .fields import BundleFieldError
 from .files import verify_directory
 from .manifest import BundleError, BundleManifest, parse_manifest
 from .resolution import Candidate
@@ -85,17 +85,17 @@ def parse_lock(data: Any, source: str = "lock file") -> Lock:
         top = f.block(data, "")
         f.only_known(top, _TOP, "")
         if f.required(top, "format", "") != LOCK_FORMAT:
-            raise ContractError(f"format: {top['format']!r} is not {LOCK_FORMAT!r}")
+            raise BundleFieldError(f"format: {top['format']!r} is not {LOCK_FORMAT!r}")
         if not isinstance(top.get("artifacts"), list):
-            raise ContractError("artifacts: expected a list")
+            raise BundleFieldError("artifacts: expected a list")
         workload = f.text(f.required(top, "workload", ""), "workload")
         entries = tuple(_entry(item, f"artifacts[{i}]", source, workload) for i, item in enumerate(top["artifacts"]))
         if len({e.artifact for e in entries}) != len(entries):
-            raise ContractError("artifacts: an artifact is locked twice")
+            raise BundleFieldError("artifacts: an artifact is locked twice")
         log_position = f.integer(f.required(top, "log_position", ""), "log_position", 0)
         late = next((e for e in entries if e.verdict_position > log_position), None)
         if late is not None:
-            raise ContractError(f"artifacts: {late.artifact}'s verdict_position {late.verdict_position} is after the "
+            raise BundleFieldError(f"artifacts: {late.artifact}'s verdict_position {late.verdict_position} is after the "
                                 f"lock's log_position {log_position} (an entry from another lock)")
         return Lock(
             workload=workload,
@@ -106,7 +106,7 @@ def parse_lock(data: Any, source: str = "lock file") -> Lock:
             expires_at=None if top.get("expires_at") is None else f.text(top["expires_at"], "expires_at"),
             log_origin=None if top.get("log_origin") is None else f.text(top["log_origin"], "log_origin"),
         )
-    except ContractError as exc:
+    except BundleFieldError as exc:
         raise BundleError(f"{source}: {exc}") from None
 
 
@@ -115,26 +115,26 @@ def _entry(item: Any, where: str, source: str, workload: str) -> LockedArtifact:
     f.only_known(entry, _ENTRY, where)
     for key in _ENTRY:
         if key not in entry:
-            raise ContractError(f"{where}.{key}: required")
+            raise BundleFieldError(f"{where}.{key}: required")
     artifact = f.text(entry["artifact"], f"{where}.artifact")
     manifest = parse_manifest(entry["manifest"], f"{source}: {where}.manifest")
     digest = f.text(entry["bundle_sha256"], f"{where}.bundle_sha256")
     if manifest.digest != digest:
-        raise ContractError(f"{where}.manifest: hashes to {manifest.digest[:12]}, not the recorded bundle_sha256 "
+        raise BundleFieldError(f"{where}.manifest: hashes to {manifest.digest[:12]}, not the recorded bundle_sha256 "
                             f"{digest[:12]} (the lock file was edited)")
     identity = f.block(entry["identity"], f"{where}.identity")
     f.only_known(identity, IDENTITY_KEYS, f"{where}.identity")
     missing = [key for key in IDENTITY_KEYS if key not in identity]
     if missing:
-        raise ContractError(f"{where}.identity.{missing[0]}: required")
+        raise BundleFieldError(f"{where}.identity.{missing[0]}: required")
     if identity.get("artifact") != artifact or identity.get("payload_sha256") != digest:
-        raise ContractError(f"{where}.identity: does not name {artifact} with payload {digest[:12]}")
+        raise BundleFieldError(f"{where}.identity: does not name {artifact} with payload {digest[:12]}")
     if identity.get("workload") != workload:
-        raise ContractError(f"{where}.identity.workload: {identity.get('workload')!r} is not the lock's workload "
+        raise BundleFieldError(f"{where}.identity.workload: {identity.get('workload')!r} is not the lock's workload "
                             f"{workload!r} (an entry of another workload's lock)")
     ci = entry["speedup_ci"]
     if ci is not None and (not isinstance(ci, list) or len(ci) != 2):
-        raise ContractError(f"{where}.speedup_ci: expected [low, high] or null")
+        raise BundleFieldError(f"{where}.speedup_ci: expected [low, high] or null")
     return LockedArtifact(
         artifact=artifact, identity=identity, bundle_sha256=digest, manifest=manifest,
         verdict_event_id=f.text(entry["verdict_event_id"], f"{where}.verdict_event_id"),

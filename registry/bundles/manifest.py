@@ -20,11 +20,12 @@ from typing import Any
 from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
-from registry.contracts import fields as f
-from registry.contracts.errors import ContractError
 from registry.formats.errors import UserError
 from registry.events.canonical import canonical_json, sha256_hex
 from registry.formats.fields import ARCH
+
+from . import fields as f
+from .fields import BundleFieldError
 
 FORMAT = "registry.bundle/1"
 MANIFEST_NAME = "bundle.json"
@@ -199,7 +200,7 @@ def parse_manifest(data: Any, source: str = MANIFEST_NAME) -> BundleManifest:
     """Build a manifest from parsed JSON; any problem is a BundleError `source: field: problem`."""
     try:
         return _manifest(data)
-    except ContractError as exc:
+    except BundleFieldError as exc:
         raise BundleError(f"{source}: {exc}") from None
 
 
@@ -207,18 +208,18 @@ def _manifest(data: Any) -> BundleManifest:
     top = f.block(data, "")
     f.only_known(top, _TOP, "")
     if f.required(top, "format", "") != FORMAT:
-        raise ContractError(f"format: {top['format']!r} is not {FORMAT!r}")
+        raise BundleFieldError(f"format: {top['format']!r} is not {FORMAT!r}")
     files = _files(f.required(top, "files", ""))
     entry = f.block(f.required(top, "entry_point", ""), "entry_point")
     f.only_known(entry, _ENTRY, "entry_point")
     entry_file = f.text(f.required(entry, "file", "entry_point"), "entry_point.file")
     if entry_file not in {x.path for x in files}:
-        raise ContractError(f"entry_point.file: {entry_file!r} is not one of the declared files")
+        raise BundleFieldError(f"entry_point.file: {entry_file!r} is not one of the declared files")
     if not entry_file.endswith(".py"):
-        raise ContractError(f"entry_point.file: {entry_file!r} is not a Python source file (.py)")
+        raise BundleFieldError(f"entry_point.file: {entry_file!r} is not a Python source file (.py)")
     symbol = f.text(f.required(entry, "symbol", "entry_point"), "entry_point.symbol")
     if not symbol.isidentifier():
-        raise ContractError(f"entry_point.symbol: {symbol!r} is not a Python identifier")
+        raise BundleFieldError(f"entry_point.symbol: {symbol!r} is not a Python identifier")
     replaces = f.block(f.required(top, "replaces", ""), "replaces")
     f.only_known(replaces, _REPLACES, "replaces")
     return BundleManifest(
@@ -232,9 +233,9 @@ def _manifest(data: Any) -> BundleManifest:
 
 def _list(value: Any, path: str, *, limit: int | None = None) -> list[Any]:
     if not isinstance(value, list) or not value:
-        raise ContractError(f"{path}: expected a non-empty list")
+        raise BundleFieldError(f"{path}: expected a non-empty list")
     if limit is not None and len(value) > limit:
-        raise ContractError(f"{path}: {len(value)} entries, more than the {limit} a bundle may hold")
+        raise BundleFieldError(f"{path}: {len(value)} entries, more than the {limit} a bundle may hold")
     return value
 
 
@@ -242,10 +243,10 @@ def check_relative_path(path: Any, where: str) -> str:
     """A path inside the bundle: relative, POSIX separators, no `..`, `.` or empty parts."""
     text = f.text(path, where)
     if text.startswith("/") or re.match(r"[A-Za-z]:", text):
-        raise ContractError(f"{where}: {text!r} is an absolute path; paths are relative to the bundle")
+        raise BundleFieldError(f"{where}: {text!r} is an absolute path; paths are relative to the bundle")
     parts = text.split("/")
     if "\\" in text or "\0" in text or any(part in ("", ".", "..") for part in parts):
-        raise ContractError(f"{where}: {text!r} escapes or is not a plain path inside the bundle "
+        raise BundleFieldError(f"{where}: {text!r} escapes or is not a plain path inside the bundle "
                             "(no '..', '.', empty parts or backslashes)")
     return text
 
@@ -258,9 +259,9 @@ def _files(value: Any) -> tuple[BundleFile, ...]:
         f.only_known(entry, _FILE, where)
         path = check_relative_path(f.required(entry, "path", where), f"{where}.path")
         if path == MANIFEST_NAME:
-            raise ContractError(f"{where}.path: the manifest {MANIFEST_NAME} does not list itself")
+            raise BundleFieldError(f"{where}.path: the manifest {MANIFEST_NAME} does not list itself")
         if any(x.path == path for x in found):
-            raise ContractError(f"{where}.path: {path!r} is declared twice")
+            raise BundleFieldError(f"{where}.path: {path!r} is declared twice")
         digest = f.sha256(f.required(entry, "sha256", where), f"{where}.sha256")
         found.append(BundleFile(path, digest, f.integer(f.required(entry, "size", where), f"{where}.size", 0)))
     paths = {x.path for x in found}
@@ -268,13 +269,13 @@ def _files(value: Any) -> tuple[BundleFile, ...]:
         # A file and a directory of the same name cannot both exist on disk.
         parent = x.path.rsplit("/", 1)[0] if "/" in x.path else None
         if parent in paths:
-            raise ContractError(f"files: {parent!r} is declared as a file and as a directory")
+            raise BundleFieldError(f"files: {parent!r} is declared as a file and as a directory")
     return tuple(sorted(found, key=lambda x: x.path))
 
 
 def _dims(value: Any, path: str) -> tuple[int | str, ...]:
     if not isinstance(value, list):
-        raise ContractError(f"{path}: expected a list of sizes (integers or '*')")
+        raise BundleFieldError(f"{path}: expected a list of sizes (integers or '*')")
     return tuple(d if d == ANY else f.integer(d, f"{path}[{i}]", 0) for i, d in enumerate(value))
 
 
@@ -287,7 +288,7 @@ def _signatures(value: Any, path: str) -> tuple[TensorSignature, ...]:
         shape = _dims(f.required(spec, "shape", where), f"{where}.shape")
         stride = _dims(f.required(spec, "stride", where), f"{where}.stride")
         if len(shape) != len(stride):
-            raise ContractError(f"{where}.stride: {len(stride)} strides for {len(shape)} dimensions")
+            raise BundleFieldError(f"{where}.stride: {len(stride)} strides for {len(shape)} dimensions")
         name = spec.get("name")
         found.append(TensorSignature(
             shape=shape, stride=stride,
@@ -302,9 +303,9 @@ def _tokens(value: Any, path: str, pattern: re.Pattern, what: str) -> tuple[str,
     items = _list(value, path, limit=64)
     for index, item in enumerate(items):
         if not isinstance(item, str) or not pattern.fullmatch(item):
-            raise ContractError(f"{path}[{index}]: {item!r} is not {what}")
+            raise BundleFieldError(f"{path}[{index}]: {item!r} is not {what}")
     if len(set(items)) != len(items):
-        raise ContractError(f"{path}: an entry is listed twice")
+        raise BundleFieldError(f"{path}: an entry is listed twice")
     return tuple(items)
 
 
@@ -316,16 +317,16 @@ def _range(value: Any, path: str) -> VersionRange:
         if key in spec:
             text = f.text(spec[key], f"{path}.{key}")
             if parse_version(text) is None:
-                raise ContractError(f"{path}.{key}: {text!r} is not a version (PEP 440)")
+                raise BundleFieldError(f"{path}.{key}: {text!r} is not a version (PEP 440)")
             bounds[key] = text
     result = VersionRange(**bounds)
     try:
         result.specifier()
     except InvalidSpecifier:
-        raise ContractError(f"{path}: {result.describe()!r} is not a PEP 440 version range "
+        raise BundleFieldError(f"{path}: {result.describe()!r} is not a PEP 440 version range "
                             "(a bound cannot carry a local version such as +cu128)") from None
     if result.min and result.max_exclusive and Version(result.min) >= Version(result.max_exclusive):
-        raise ContractError(f"{path}: min {result.min} is not below max_exclusive {result.max_exclusive}; "
+        raise BundleFieldError(f"{path}: min {result.min} is not below max_exclusive {result.max_exclusive}; "
                             "the range is empty")
     return result
 
