@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs the whole suite. When no Postgres URL is given and a PostgreSQL server
+# Runs the whole suite, in parallel. When no Postgres URL is given and a PostgreSQL server
 # is installed, starts a throwaway one on 127.0.0.1 for the run and stops it
 # on exit, so the Postgres conformance tests run rather than skip.
 set -euo pipefail
@@ -16,4 +16,7 @@ if ! command -v chromium >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt
   { apt-get install -y -q chromium || { apt-get update -q && apt-get install -y -q chromium; }; } >/dev/null 2>&1 \
     || echo "chromium could not be installed: the browser test will skip" >&2
 fi
-.venv/bin/python -m pytest -q "$@"
+# In parallel, one worker per core (pytest-xdist). The tests of one file run
+# on one worker, so what a file's tests share (the reduced demo campaign of
+# tests/test_demo.py) is built once per run.
+.venv/bin/python -m pytest -q -n auto --dist loadfile "$@"

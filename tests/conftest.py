@@ -6,7 +6,16 @@ variable must be set before any kernel module is imported.
 `backend_url` gives each test a fresh, empty database on every backend: an
 SQLite file under tmp_path, and a new database on the Postgres server named by
 REGISTRY_TEST_POSTGRES_URL (`make test` starts a throwaway one). Without a
-server the Postgres cases skip, saying how to run them.
+server the Postgres cases skip, saying how to run them. `registry_url` (and
+`registry_cli`) give a fresh registry at this code's schema head: a copy of a
+template migrated once per worker process (a file copy for SQLite, CREATE
+DATABASE ... TEMPLATE for Postgres), since migrating costs each test about
+three times what copying does.
+
+Parallel runs (pytest-xdist, `make test` runs `-n auto`): every worker shares
+the one Postgres server and creates its own databases under unique names,
+and its own files under its own tmp_path; the skip summary and strict mode
+count the skips every worker reports, on the controller.
 
 Process-wide state: every test must leave torch's thread count and
 os.environ as it found them (a leak would change what later modules measure);
@@ -18,8 +27,10 @@ marked `device`: it needs the other kind of machine (a CUDA GPU, or the CPU
 interpreter) and is reported as skipped for lack of that device.
 """
 import os
+import shutil
 import uuid
 from collections import Counter
+from pathlib import Path
 
 import pytest
 import torch
@@ -58,20 +69,34 @@ def no_leaked_process_state():
 
 
 def _skip_reason(report) -> str:
-    reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+    # A report that crossed from an xdist worker may carry its (path, line, message) as a list.
+    reason = report.longrepr[2] if isinstance(report.longrepr, (tuple, list)) else str(report.longrepr)
     return reason.removeprefix("Skipped: ")
+
+
+DEVICE_BOUND = "skipped_for_lack_of_a_device"  # a user property: it travels with the report from an xdist worker
+
+
+# The process that prints the summary records the skips: the only one, or an xdist run's controller, which
+# receives every worker's reports (a worker runs with PYTEST_XDIST_WORKER set).
+RECORDS_SKIPS = "PYTEST_XDIST_WORKER" not in os.environ
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     report = (yield).get_result()
-    if report.skipped and not hasattr(report, "wasxfail"):
-        _SKIPPED.append((item.nodeid, _skip_reason(report), item.get_closest_marker("device") is not None))
+    if report.skipped:
+        report.user_properties.append((DEVICE_BOUND, item.get_closest_marker("device") is not None))
+
+
+def pytest_runtest_logreport(report):
+    if report.skipped and not hasattr(report, "wasxfail") and RECORDS_SKIPS:
+        _SKIPPED.append((report.nodeid, _skip_reason(report), dict(report.user_properties).get(DEVICE_BOUND, False)))
 
 
 def pytest_collectreport(report):
     """A whole module skipped at import (importorskip, allow_module_level): never device-bound."""
-    if report.skipped:
+    if report.skipped and RECORDS_SKIPS:
         _SKIPPED.append((report.nodeid, _skip_reason(report), False))
 
 
@@ -104,15 +129,52 @@ PG_URL = os.environ.get("REGISTRY_TEST_POSTGRES_URL")
 PG_SKIP = "no PostgreSQL: run `make test` (starts a throwaway server) or set REGISTRY_TEST_POSTGRES_URL"
 
 
-def _fresh_postgres_database() -> str:
+def _postgres_admin_url() -> str:
+    from sqlalchemy.engine import make_url
+
+    return make_url(PG_URL).set(drivername="postgresql").render_as_string(hide_password=False)
+
+
+def _fresh_postgres_database(template: str | None = None) -> str:
+    """A new database under a name no other test or worker uses; a copy of `template` when one is named."""
     import psycopg
     from sqlalchemy.engine import make_url
 
-    base = make_url(PG_URL)
     name = f"t_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(base.set(drivername="postgresql").render_as_string(hide_password=False), autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    return base.set(database=name).render_as_string(hide_password=False)
+    copy = f' TEMPLATE "{template}"' if template else ""
+    with psycopg.connect(_postgres_admin_url(), autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"{copy}')
+    return make_url(PG_URL).set(database=name).render_as_string(hide_password=False)
+
+
+def _migrated(url: str) -> None:
+    from registry.events.database import make_engine, upgrade
+
+    engine = make_engine(url)
+    try:
+        upgrade(engine)
+    finally:
+        engine.dispose()  # SQLite folds its WAL back into the file; Postgres may copy a database nobody is connected to
+
+
+@pytest.fixture(scope="session")
+def sqlite_template(tmp_path_factory) -> Path:
+    """A SQLite registry at the schema head, migrated once per worker process, for tests to copy."""
+    path = tmp_path_factory.mktemp("template") / "registry.db"
+    _migrated(f"sqlite:///{path}")
+    return path
+
+
+@pytest.fixture(scope="session")
+def postgres_template() -> str:
+    """The name of a Postgres database at the schema head, migrated once per worker process, for tests to copy."""
+    from sqlalchemy.engine import make_url
+
+    if not PG_URL:
+        pytest.skip(PG_SKIP)
+    url = _fresh_postgres_database()
+    _migrated(url)
+    return make_url(url).database
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
@@ -124,9 +186,25 @@ def backend_url(request, tmp_path):
     return _fresh_postgres_database()
 
 
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def registry_url(request, tmp_path):
+    """A fresh registry at the schema head on every backend, copied from the worker's template."""
+    if request.param == "sqlite":
+        return request.getfixturevalue("migrated_sqlite_url")
+    return _fresh_postgres_database(request.getfixturevalue("postgres_template"))
+
+
 @pytest.fixture
 def sqlite_url(tmp_path):
     return f"sqlite:///{tmp_path / 'registry.db'}"
+
+
+@pytest.fixture
+def migrated_sqlite_url(tmp_path, sqlite_template):
+    """A fresh SQLite registry at the schema head (what `registry init` makes), copied from the template."""
+    path = tmp_path / "registry.db"
+    shutil.copyfile(sqlite_template, path)
+    return f"sqlite:///{path}"
 
 
 @pytest.fixture
@@ -137,8 +215,8 @@ def postgres_url():
 
 
 @pytest.fixture
-def registry_cli(tmp_path, sqlite_url):
-    """Run `registry` through click's runner on a fresh, initialised SQLite registry.
+def registry_cli(tmp_path, migrated_sqlite_url):
+    """Run `registry` through click's runner on a fresh, initialised SQLite registry (a copy of the template).
 
     `registry_cli(*args, actor=...)` returns the click Result; `.url` and `.tmp`
     name the database and a scratch folder.
@@ -150,8 +228,7 @@ def registry_cli(tmp_path, sqlite_url):
     runner = CliRunner()
 
     def invoke(*args, actor="reviewer"):
-        return runner.invoke(main, ["--db", sqlite_url, "--actor", actor, *args])
+        return runner.invoke(main, ["--db", migrated_sqlite_url, "--actor", actor, *args])
 
-    assert invoke("init").exit_code == 0
-    invoke.url, invoke.tmp = sqlite_url, tmp_path
+    invoke.url, invoke.tmp = migrated_sqlite_url, tmp_path
     return invoke

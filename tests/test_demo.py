@@ -7,11 +7,19 @@ that stops as soon as the confident rule decides, and the honest candidates
 are decided by the speed gate on whichever side of it this machine's
 timings land, or held by the confident rule at --runs pairs with bounds that
 reach across the gate.
+
+The reduced campaign takes about ten seconds on a shared two-core machine, so
+it runs once per test run (`reduced_demo`, session-scoped; `make test` sends
+a file's tests to one xdist worker, so one worker builds it) and the tests
+that change its registry work on a copy.
 """
 from __future__ import annotations
 
 import json
 import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 import torch
@@ -25,13 +33,35 @@ ON_GPU = torch.cuda.is_available()
 RUNS = 6  # the fewest even pair count the confident rule at alpha 0.05 can decide in (5 pairs), rounded up
 
 
-def test_reduced_demo_decides_as_promised(tmp_path):
-    url = f"sqlite:///{tmp_path / 'demo.db'}"
-    out = tmp_path / "out"
-    result = CliRunner().invoke(main, ["--db", url, "demo", "--runs", str(RUNS), "--warmup", "1", "--out", str(out),
-                                       "--check", "--json"])
+def demo_arguments(folder: Path) -> list[str]:
+    """The reduced campaign on demo.db in `folder`, writing into its out folder."""
+    return ["--db", f"sqlite:///{folder / 'demo.db'}", "demo", "--runs", str(RUNS), "--warmup", "1",
+            "--out", str(folder / "out"), "--check", "--json"]
+
+
+@dataclass(frozen=True)
+class ReducedDemo:
+    folder: Path  # demo.db and the out folder
+    output: str  # what `demo --json` printed
+
+    def copy(self, to: Path) -> Path:
+        """The campaign's registry (its WAL files too) and out folder, copied for a test that changes them."""
+        shutil.copytree(self.folder, to)
+        return to
+
+
+@pytest.fixture(scope="session")
+def reduced_demo(tmp_path_factory) -> ReducedDemo:
+    folder = tmp_path_factory.mktemp("reduced-demo")
+    result = CliRunner().invoke(main, demo_arguments(folder))
     assert result.exit_code == 0, result.output
-    outcome = json.loads(result.output)
+    return ReducedDemo(folder, result.output)
+
+
+def test_reduced_demo_decides_as_promised(reduced_demo):
+    url = f"sqlite:///{reduced_demo.folder / 'demo.db'}"
+    out = reduced_demo.folder / "out"
+    outcome = json.loads(reduced_demo.output)
     rows = {row["artifact"]: row for row in outcome["rows"]}
     decisions = {row["artifact"]: (row["decision"], row["rule"]) for row in outcome["rows"]}
     speed_decided = {("promoted", "speed.passed"), ("rejected", "speed.below_gate")}
@@ -206,14 +236,12 @@ def test_the_campaign_scopes_its_process_wide_settings(monkeypatch):
     assert os.environ["TRITON_INTERPRET"] == "0"
 
 
-def test_the_demo_run_again_on_its_registry_times_nothing_already_decided(tmp_path):
+def test_the_demo_run_again_on_its_registry_times_nothing_already_decided(reduced_demo, tmp_path):
     """A second run without --fresh finds every record closed: no session is opened, nothing timed, --check holds."""
-    url = f"sqlite:///{tmp_path / 'demo.db'}"
-    args = ["--db", url, "demo", "--runs", str(RUNS), "--warmup", "0", "--out", str(tmp_path / "out"), "--check",
-            "--json"]
-    first = CliRunner().invoke(main, args)
-    assert first.exit_code == 0, first.output
-    closed = {row["artifact"] for row in json.loads(first.output)["rows"] if row["stop"] in ("decided", "max_pairs")}
+    folder = reduced_demo.copy(tmp_path / "demo")
+    url = f"sqlite:///{folder / 'demo.db'}"
+    args = demo_arguments(folder)
+    closed = {row["artifact"] for row in json.loads(reduced_demo.output)["rows"] if row["stop"] in ("decided", "max_pairs")}
     opened = len([e for e in open_registry(url).store.read_all() if e.type == "BenchmarkSessionOpened"])
     again = CliRunner().invoke(main, args)
     assert again.exit_code == 0, again.output

@@ -5,7 +5,8 @@ tiers (perceptual, advisory, exact; bundle and backend changes, and back to
 earlier claims), registers the same bundle under new ids, imports evidence
 of every kind (passing, failing, contradictory, for another payload),
 records failures, promotes, approves, revokes and re-declares contracts
-(then approves or revokes what was decided before). After every step:
+(then approves or revokes what was decided before). Every few steps and at
+the end of each example (after every step in one example: tests/stateful_checks.py):
 (a) an artifact shown promoted rests on a verdict for its current identity,
     decided with no open failure on evidence of that identity (bound to its
     payload) that passes, by this test's own reading of the contract it was
@@ -27,7 +28,7 @@ from pathlib import Path
 from click.testing import CliRunner
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
+from hypothesis.stateful import initialize, rule
 
 from registry.app import open_registry
 from registry.bundles import verify_directory
@@ -37,6 +38,7 @@ from registry.projections import Projections, RegistryState, verify_projections
 from registry.projections.fold import fold
 from registry.projections.items import attach_items
 from ship_helpers import make_bundle
+from stateful_checks import CheckedEveryFewSteps, checked_after_every_step
 from test_read_model_shapes import registry_shape_problems
 
 ARTIFACTS = {"sage": ("wan", "attention_backend"), "cache": ("ltx", "step_cache"), "kernel": ("exact", "fused_kernel")}
@@ -140,7 +142,7 @@ def decided_on(stream: list, verdict_position: int, identity: str) -> list:
             if e.type == "EvaluationFailed" or (e.type in EVIDENCE_TYPES.values() and e.position > revoked)]
 
 
-class Lifecycle(RuleBasedStateMachine):
+class Lifecycle(CheckedEveryFewSteps):
     @initialize()
     def open_registry_file(self):
         self.folder = Path(tempfile.mkdtemp(prefix="lifecycle-"))
@@ -160,7 +162,7 @@ class Lifecycle(RuleBasedStateMachine):
         for artifact in ARTIFACTS:
             self.register(artifact, PAYLOADS[0], BACKENDS[0])
 
-    def teardown(self):
+    def release(self):
         folder = getattr(self, "folder", None)
         if folder is not None:
             shutil.rmtree(folder)  # the folder this machine created for its own registry
@@ -323,7 +325,11 @@ class Lifecycle(RuleBasedStateMachine):
 
     # -- invariants --------------------------------------------------------------------------------
 
-    @invariant()
+    def whole_checks(self):
+        self.promoted_means_shown_good()
+        self.whatever_ships_is_promoted_for_its_current_identity()
+        self.replay_gives_the_same_state()
+
     def promoted_means_shown_good(self):
         """(a) for every artifact shown promoted."""
         if not hasattr(self, "folder"):
@@ -373,7 +379,6 @@ class Lifecycle(RuleBasedStateMachine):
         finally:
             registry.engine.dispose()
 
-    @invariant()
     def whatever_ships_is_promoted_for_its_current_identity(self):
         """`resolve` ships only an artifact promoted for the identity it claims now, on the bundle it registered.
 
@@ -405,7 +410,6 @@ class Lifecycle(RuleBasedStateMachine):
         finally:
             registry.engine.dispose()
 
-    @invariant()
     def replay_gives_the_same_state(self):
         """(b) the live read models equal a full replay, by either reader."""
         if not hasattr(self, "folder"):
@@ -426,3 +430,4 @@ class Lifecycle(RuleBasedStateMachine):
 Lifecycle.TestCase.settings = settings(max_examples=40, stateful_step_count=15, deadline=None,
                                        suppress_health_check=[HealthCheck.too_slow])
 TestLifecycle = Lifecycle.TestCase
+TestLifecycleCheckedAfterEveryStep = checked_after_every_step(Lifecycle, Lifecycle.TestCase.settings)

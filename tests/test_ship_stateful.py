@@ -3,7 +3,8 @@
 A hypothesis state machine ships bundles of one workload through the CLI on a
 real SQLite file: registers (and re-registers to earlier or other bytes),
 imports evidence, promotes, revokes, re-declares the contract, re-judges,
-and exports locks it keeps. After every step:
+and exports locks it keeps. Every few steps and at the end of each example
+(after every step in one example: tests/stateful_checks.py):
 (a) what `resolve` chooses, what the runtime (registry.runtime.resolve over
     the database) chooses and every entry of a fresh lock is promoted, under
     the workload's current contract version, for its current identity, and
@@ -23,12 +24,13 @@ from pathlib import Path
 from click.testing import CliRunner
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
+from hypothesis.stateful import initialize, rule
 
 from registry.bundles import Profile
 from registry.cli.main import main
 from registry.runtime import resolve as runtime_resolve
 from ship_helpers import MANIFEST, evidence, make_bundle
+from stateful_checks import CheckedEveryFewSteps, checked_after_every_step
 
 ARTIFACTS = ("a", "b")
 SOURCES = ("def replacement(x):\n    return ('one', x)\n", "def replacement(x):\n    return ('two', x)\n")
@@ -37,7 +39,7 @@ PROFILE_ARGS = ("--arch", "sm90", "--torch", "2.13.0", "--cuda", "12.8")
 PROFILE = Profile("sm90", "2.13.0", "12.8")
 
 
-class Shipping(RuleBasedStateMachine):
+class Shipping(CheckedEveryFewSteps):
     @initialize()
     def start(self) -> None:
         self.tmp = Path(tempfile.mkdtemp(prefix="ship-machine-"))
@@ -48,7 +50,7 @@ class Shipping(RuleBasedStateMachine):
         self.ok("init")
         self.declare(MIN_SSIM[0])
 
-    def teardown(self) -> None:
+    def release(self) -> None:
         shutil.rmtree(getattr(self, "tmp", ""), ignore_errors=True)
 
     def cli(self, *args: str):
@@ -114,12 +116,15 @@ class Shipping(RuleBasedStateMachine):
 
     # -- invariants --------------------------------------------------------------------------------
 
+    def whole_checks(self) -> None:
+        self.whatever_ships_is_promoted_under_the_current_contract()
+        self.kept_locks_hold_exactly_while_their_entries_still_stand()
+
     def ships(self, artifact: str, version: int) -> dict:
         state = self.state(artifact)
         assert state["decision"] == "promoted" and state["contract_version"] == version, state
         return state
 
-    @invariant()
     def whatever_ships_is_promoted_under_the_current_contract(self) -> None:
         if not hasattr(self, "url"):
             return
@@ -144,7 +149,6 @@ class Shipping(RuleBasedStateMachine):
         verified = self.cli("lock", "verify", str(fresh), "--json")
         assert verified.exit_code == 0 and json.loads(verified.output)["problems"] == [], verified.output
 
-    @invariant()
     def kept_locks_hold_exactly_while_their_entries_still_stand(self) -> None:
         if not hasattr(self, "url"):
             return
@@ -162,3 +166,4 @@ class Shipping(RuleBasedStateMachine):
 Shipping.TestCase.settings = settings(max_examples=20, stateful_step_count=12, deadline=None,
                                       suppress_health_check=[HealthCheck.too_slow])
 TestShipping = Shipping.TestCase
+TestShippingCheckedAfterEveryStep = checked_after_every_step(Shipping, Shipping.TestCase.settings)

@@ -1,9 +1,10 @@
-"""tests/conftest.py's guards, run on a small suite of their own in a child pytest.
+"""tests/conftest.py's guards, run on a small suite of their own in a child pytest; and the suite's size.
 
 A test that leaks torch's thread count or an environment variable fails and
 the state is put back; every run ends with a summary of what was skipped and
-why; with REGISTRY_TEST_STRICT=1 a skip fails the run unless its test is
-marked `device`.
+why, in parallel runs too; with REGISTRY_TEST_STRICT=1 a skip fails the run
+unless its test is marked `device`. Making the suite faster must not make it
+smaller: the count of tests may not fall below FEWEST_TESTS.
 """
 from __future__ import annotations
 
@@ -17,6 +18,10 @@ import pytest
 from limits import HANG_GUARD_S
 
 CONFTEST = Path(__file__).with_name("conftest.py")
+TESTS = Path(__file__).parent
+# The suite's size when this guard was last raised: a change that removes tests lowers it only by editing this line
+# (and saying why), never by accident.
+FEWEST_TESTS = 1699
 
 SUITE = '''
 import os
@@ -44,7 +49,8 @@ def test_skips_for_want_of_a_device():
 def run_suite(tmp_path: Path, strict: bool, *select: str) -> subprocess.CompletedProcess:
     (tmp_path / "conftest.py").write_text(CONFTEST.read_text(encoding="utf-8"), encoding="utf-8")
     (tmp_path / "test_probe.py").write_text(SUITE, encoding="utf-8")
-    env = {k: v for k, v in os.environ.items() if k != "REGISTRY_TEST_STRICT"}
+    # The child is a run of its own, even when this test runs inside an xdist worker.
+    env = {k: v for k, v in os.environ.items() if k != "REGISTRY_TEST_STRICT" and not k.startswith("PYTEST_XDIST_")}
     if strict:
         env["REGISTRY_TEST_STRICT"] = "1"
     return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q",
@@ -75,9 +81,43 @@ def test_a_strict_run_fails_on_a_skip_unless_its_test_is_device_bound(tmp_path):
     assert "1 for lack of a device: needs a CUDA GPU" in device_only.stdout
 
 
+def test_a_parallel_run_lists_every_workers_skips_and_a_strict_one_fails_on_them(tmp_path):
+    """Under pytest-xdist (what `make test` runs) the skips happen in the workers and the summary is the controller's.
+
+    It starts two worker interpreters that import torch: about two seconds, the only way to see the controller's summary.
+    """
+    done = run_suite(tmp_path, True, "-n", "2", "-k", "skips")
+    assert done.returncode == 1, done.stdout
+    assert "1 FAILS THE RUN (strict): no widget server" in done.stdout
+    assert "1 for lack of a device: needs a CUDA GPU" in done.stdout
+    device_only = run_suite(tmp_path, True, "-n", "2", "-k", "device")
+    assert device_only.returncode == 0, device_only.stdout
+    assert "1 for lack of a device: needs a CUDA GPU" in device_only.stdout
+
+
 def test_a_module_skipped_at_import_is_listed_and_fails_a_strict_run(tmp_path):
     (tmp_path / "test_absent.py").write_text(
         "import pytest\npytest.importorskip('a_module_nobody_installed')\n", encoding="utf-8")
     done = run_suite(tmp_path, True, "-k", "put_back")
     assert done.returncode == 1, done.stdout
     assert "1 FAILS THE RUN (strict): could not import 'a_module_nobody_installed'" in done.stdout
+
+
+def _whole_suite_count() -> int:
+    """The number of tests a collection of the whole of tests/ finds, in a child pytest."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST_")}
+    done = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", str(TESTS)],
+                          cwd=TESTS.parent, env=env, capture_output=True, text=True, timeout=HANG_GUARD_S)
+    assert done.returncode == 0, done.stdout[-2000:]
+    return int(done.stdout.strip().splitlines()[-1].split()[0])  # "N tests collected in ..."
+
+
+def test_the_suite_does_not_shrink(request):
+    """The whole run's collection is counted as it stands (every xdist worker collects every test); a run of part
+    of the suite collects the whole in a child pytest instead, which takes seconds only then."""
+    items = request.session.items
+    whole = {path.name for path in TESTS.glob("test_*.py")} <= {item.path.name for item in items} \
+        and not request.config.option.keyword and not request.config.option.markexpr \
+        and not request.config.getoption("deselect")
+    count = len(items) if whole else _whole_suite_count()
+    assert count >= FEWEST_TESTS, f"{count} tests, fewer than the {FEWEST_TESTS} this suite had"

@@ -1,0 +1,51 @@
+"""State machines whose whole-log checks run every few steps and at the end of each example.
+
+A check that re-reads the whole log, replays it and verifies it after every
+one of 15 steps made the lifecycle machine the slowest test of the suite,
+while a wrong state stays wrong until the next check sees it: checking every
+few steps and once more when the example ends finds every state the
+per-step checks would, a few steps later. One example of each machine still
+checks after every step (`checked_after_every_step`), so a state that a later
+step would hide again is looked at too.
+"""
+from __future__ import annotations
+
+import sys
+
+from hypothesis import settings
+from hypothesis.stateful import RuleBasedStateMachine, invariant
+
+
+class CheckedEveryFewSteps(RuleBasedStateMachine):
+    """Subclasses put their checks in `whole_checks` and their clean-up in `release`."""
+
+    CHECK_EVERY = 5  # steps between checks; the example's last state is checked in any case
+
+    def whole_checks(self) -> None:
+        raise NotImplementedError
+
+    def release(self) -> None:
+        """Remove what the example created (after its last check)."""
+
+    @invariant()
+    def checked_every_few_steps(self) -> None:
+        self._unchecked = getattr(self, "_unchecked", 0) + 1
+        if self._unchecked >= self.CHECK_EVERY:
+            self._unchecked = 0
+            self.whole_checks()
+
+    def teardown(self) -> None:
+        try:
+            # The example ended without a failure (a failing step or check is reported as it is): check its last state.
+            if getattr(self, "_unchecked", 0) and sys.exc_info()[0] is None:
+                self._unchecked = 0
+                self.whole_checks()
+        finally:
+            self.release()
+
+
+def checked_after_every_step(machine: type[CheckedEveryFewSteps], examples: settings):
+    """A TestCase running one example of `machine` (as `examples` sets it) with its checks after every step."""
+    every_step = type(f"{machine.__name__}EveryStep", (machine,), {"CHECK_EVERY": 1})
+    every_step.TestCase.settings = settings(examples, max_examples=1)
+    return every_step.TestCase
