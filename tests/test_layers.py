@@ -31,6 +31,7 @@ LAYERS = (
     ("bundles",),
     ("app",),
     ("runtime",),
+    ("serve",),
     ("cli",),
     ("migrations",),
 )
