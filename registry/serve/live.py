@@ -158,8 +158,11 @@ function render(data) {
     workloads.append(table);
   }
   const records = $("records"); records.replaceChildren();
-  for (const r of data.records) records.append(el("div", {"class": "record", "data-artifact": r.artifact,
-                                                           "data-pairs": r.pairs}, ""), boundsPlot(r));
+  for (const r of data.records) {
+    records.append(el("h3", {"class": "record", "data-artifact": r.artifact, "data-pairs": r.pairs},
+                      r.artifact + " (" + r.workload + "): " + r.decision + " after " + r.pairs + " of at most " +
+                      r.max_pairs + " pairs (" + r.stop + ")"), boundsPlot(r));
+  }
 }
 async function refresh() {
   const response = await fetch("/api/live", {headers});
