@@ -27,6 +27,7 @@ def served(tmp_path_factory):
     tokens = {name: issue_token(registry, name, ["ingest"] if name != "lead" else ["admin", "decide"],
                                 workload=glob)[0]
               for name, glob in (("gpu-1", "wan-*"), ("ltx-gpu", "ltx-*"), ("lead", "*"))}
+    tokens["demo"] = issue_token(registry, "demo", ["read", "ingest", "decide", "admin"], workload="*", person=True)[0]
     with ServerProcess(url) as server:
         with server.client(tokens["lead"]) as lead:
             assert lead.post("/api/workloads", json={"manifest": MANIFEST}).status_code == 200
@@ -66,3 +67,16 @@ def test_a_worker_for_another_workload_records_nothing(served, tmp_path):
     assert done.returncode == 1 and done.stderr.count("\n") == 1
     assert "does not reach workload wan-modln-op" in done.stderr
     assert open_registry(served.url).store.head_position() == before
+
+
+def test_the_demo_runs_its_kernel_candidate_through_the_server(served, tmp_path):
+    env = {k: v for k, v in os.environ.items() if k not in ("REGISTRY_DATABASE_URL", "REGISTRY_TOKEN")}
+    done = subprocess.run([sys.executable, "-m", "registry", "demo", "--server", served.base, "--token",
+                           served.tokens["demo"], "--warmup", "0", "--runs", "10", "--json"],
+                          capture_output=True, text=True, cwd=tmp_path, env=env, timeout=600)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result["workload"]["workload"] == "tiny-dit-modln-op" and result["session"]["pairs"] >= 1
+    # Timed under the interpreter on a CPU: held, as the demo promises there.
+    assert result["verdict"]["decision"] in ("held", "promoted", "rejected") and result["verdict"]["appended"]
+    assert list(tmp_path.iterdir()) == []

@@ -18,7 +18,7 @@ from registry.formats.errors import UserError
 
 # How many times a request whose answer was lost is sent again (idempotent requests only).
 RETRIES = 5
-TIMEOUT_SECONDS = 30.0
+TIMEOUT_SECONDS = 120.0
 
 
 class ServerRefused(UserError):
