@@ -33,6 +33,7 @@ LAYERS = (
     ("bundles",),
     ("app",),
     ("runtime",),
+    ("serve",),
     ("cli",),
     ("migrations",),
 )

@@ -87,8 +87,6 @@ def evaluate_artifact(
     session). Under `point`, and for a document (record=False), it times
     `runs` pairs (default speed.runs_per_arm) as one benchmark item.
     """
-    from registry.formats.evidence.document import parse_document
-
     subject = capture_subject(registry, artifact)
     registered = subject.registration
     if registered["kind"] != "fused_kernel" or not registered["entry"]:
@@ -104,6 +102,23 @@ def evaluate_artifact(
         if contract.speed is None:
             raise UserError(f"no --runs given and workload {registered['workload']} declares no speed.runs_per_arm")
         runs = canonical["speed"]["runs_per_arm"]
+    document, parsed = measure_kernel(artifact, registered, canonical, corpus=corpus, runs=runs, warmup=warmup,
+                                      run=run, progress=progress, open_batches=open_batches)
+    recorded = record_evidence(registry, subject, parsed.items, run) if record else None
+    return Evaluation(artifact, document, parsed.items, recorded, sessions[0].to_dict() if sessions else None)
+
+
+def measure_kernel(artifact: str, registered: dict[str, Any], canonical: dict[str, Any], *, corpus: str | None,
+                   runs: int, warmup: int, run: str | None, progress: Callable[[int, int], None] | None,
+                   open_batches: Callable[[str, str], Any] | None):
+    """(evidence document, its parsed form): the kernel measured against its reference under a contract.
+
+    What an evaluation measures needs no registry: the registration and the
+    contract come in, a document naming the payload comes out. Recording it
+    is the caller's (evaluate_artifact here, or a client of `registry serve`).
+    """
+    from registry.formats.evidence.document import parse_document
+
     with triton_runtime() as device:
         from registry.kernels.evaluate import evaluate_kernel, evidence_document
 
@@ -113,11 +128,9 @@ def evaluate_artifact(
             progress=progress, open_batches=open_batches,
         )
     document = evidence_document(artifact, items, run=run)
-    if subject.payload_sha256 is not None:
-        document["payload_sha256"] = subject.payload_sha256
-    parsed = parse_document(document)
-    recorded = record_evidence(registry, subject, parsed.items, run) if record else None
-    return Evaluation(artifact, document, parsed.items, recorded, sessions[0].to_dict() if sessions else None)
+    if registered.get("payload_sha256") is not None:
+        document["payload_sha256"] = registered["payload_sha256"]
+    return document, parse_document(document)
 
 
 def _session_budget(registry: Registry, artifact: str, limit: int | None, opened: list[Any]):

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import click
 
+from registry.formats.errors import UserError
+
 from .session import Session, pass_session
 from .output import emit_json, exit_status_ahead, say, table
 from .progress import progress_bar
@@ -25,10 +27,14 @@ from .ship_commands import print_resolution
 @click.option("--check", is_flag=True,
               help="Exit 1 if any verdict is not decided as the demo promises on this kind of machine "
                    "(CPU: the Triton kernel held on interpreter timings; CUDA GPU: judged on real timings).")
+@click.option("--server", "server_url", metavar="URL",
+              help="Carry the demo's kernel candidate through this `registry serve` instead (with --token holding "
+                   "read, ingest, decide and admin): declared, registered, evaluated here, judged there.")
+@click.option("--token", envvar="REGISTRY_TOKEN", help="The token for --server (else $REGISTRY_TOKEN).")
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
 @pass_session
 def demo(session: Session, fresh: bool, runs: int, warmup: int, out_dir: str, lpips_backbone: str | None,
-         check: bool, as_json: bool) -> None:
+         check: bool, server_url: str | None, token: str | None, as_json: bool) -> None:
     """Run a real campaign: a tiny video DiT, five candidates, every kind of verdict.
 
     The demo uses its own SQLite file: demo.db in the current directory, or
@@ -38,9 +44,13 @@ def demo(session: Session, fresh: bool, runs: int, warmup: int, out_dir: str, lp
     carries the mark: any other database is refused and left untouched.
     """
     from registry.app.demo import check_demo_runs, run_demo
-    from registry.runtime import RuntimeProfile
 
     check_demo_runs(runs)
+    if server_url is not None:
+        _demo_through(server_url, token, runs, warmup, as_json)
+        return
+    from registry.runtime import RuntimeProfile
+
     profile = RuntimeProfile.detect()
     log = (lambda _text: None) if as_json else say
     outcome = run_demo(session.url, actor=session.actor, fresh=fresh, runs=runs, warmup=warmup, out_dir=out_dir,
@@ -100,6 +110,28 @@ def _cells(row) -> tuple:
     ssim = "-" if row.worst_ssim is None else f"{row.worst_ssim:.4f} ({row.ssim_margin:+.4f})"
     return (row.artifact, row.kind, verdict["decision"], speed, ssim, row.reason)
 
+
+
+def _demo_through(server_url: str, token: str | None, runs: int, warmup: int, as_json: bool) -> None:
+    """`demo --server`: the kernel candidate through a server (registry/serve/demo.py)."""
+    from registry.serve.client import RegistryClient
+    from registry.serve.demo import demo_through
+
+    if not token:
+        raise UserError("--server needs --token (or $REGISTRY_TOKEN): read, ingest, decide and admin scopes")
+    with RegistryClient(server_url, token) as client, progress_bar("evaluating through the server") as update:
+        result = demo_through(client, runs=runs, warmup=warmup, progress=update)
+    if as_json:
+        emit_json(result)
+        return
+    workload, verdict = result["workload"], result["verdict"]
+    say(f"through {server_url}: workload {workload['workload']} contract v{workload['contract_version']}, "
+        f"artifact {result['artifact']['artifact']} registered")
+    if result["session"] is not None:
+        session = result["session"]
+        say(f"  benchmark session {session['session']}: {session['pairs']} pairs in {session['batches']} batches "
+            f"({session['stop']})")
+    say(f"  verdict: {verdict['decision']} ({verdict['rule']})" + "".join(f"\n  - {r}" for r in verdict["reasons"]))
 
 COMMANDS = [demo]
 

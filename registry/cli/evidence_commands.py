@@ -104,10 +104,15 @@ def evidence_frames(session: Session, artifact_id: str, frame_set: str, candidat
 @click.option("--force", is_flag=True, help="Replace an existing --emit file (never a registry).")
 @click.option("--run", "run_id", callback=name_value,
               help="Run id (idempotency key for the appended evidence; a name as in docs/names.md).")
+@click.option("--server", "server_url", metavar="URL",
+              help="Record through this `registry serve` (with --token): this host needs no database access.")
+@click.option("--token", envvar="REGISTRY_TOKEN", help="The token for --server (else $REGISTRY_TOKEN): ingest scope "
+                                                      "for the artifact's workload.")
 @click.option("--json", "as_json", is_flag=True, help="Print the evidence items as JSON.")
 @pass_session
 def evaluate(session: Session, artifact_id: str, runs: int | None, warmup: int, corpus: str | None,
-             emit: str | None, force: bool, run_id: str | None, as_json: bool) -> None:
+             emit: str | None, force: bool, run_id: str | None, server_url: str | None, token: str | None,
+             as_json: bool) -> None:
     """Run ARTIFACT_ID's kernel against its reference and record parity, timing and execution.
 
     The evidence is recorded for the registration captured before the kernel
@@ -124,6 +129,9 @@ def evaluate(session: Session, artifact_id: str, runs: int | None, warmup: int, 
     """
     from registry.app.kernels import evaluate_artifact
 
+    if server_url is not None:
+        _evaluate_through(server_url, token, artifact_id, runs, warmup, corpus, emit, run_id, as_json)
+        return
     if emit:
         output_path(emit, force, "--emit")
     with progress_bar(f"evaluating {artifact_id}") as update:
@@ -152,6 +160,34 @@ def evaluate(session: Session, artifact_id: str, runs: int | None, warmup: int, 
                 say(f"  parity ({item.get('policy')}): all byte-equal {item['derived']['all_byte_equal']}")
         if evaluation.session is not None:
             say(session_text(evaluation.session))
+    if failures:
+        sys.exit(EXIT_EVALUATION_FAILED)
+
+
+def _evaluate_through(server_url: str, token: str | None, artifact_id: str, runs: int | None, warmup: int,
+                      corpus: str | None, emit: str | None, run_id: str | None, as_json: bool) -> None:
+    """`evaluate --server`: measured here, every read and append through the server (registry/serve/client.py)."""
+    from registry.formats.errors import UserError
+    from registry.serve.client import RegistryClient, evaluate_through
+
+    if emit or not token:
+        raise UserError("--server records through the server: give --token (or $REGISTRY_TOKEN), and no --emit")
+    with RegistryClient(server_url, token) as client, progress_bar(f"evaluating {artifact_id}") as update:
+        result = evaluate_through(client, artifact_id, corpus=corpus, runs=runs, warmup=warmup, run=run_id,
+                                  progress=update)
+    failures = [item for item in result["evidence"] if item["kind"] == "failure"]
+    exit_status_ahead(EXIT_EVALUATION_FAILED if failures else 0)
+    if as_json:
+        emit_json({"artifact": artifact_id, **result})
+    else:
+        where = result["positions"]
+        say(f"recorded {len(where)} evidence event(s) for {artifact_id} through {server_url} "
+            f"(positions {where[0]}-{where[-1]})" if result["appended"] else
+            f"nothing new recorded: this run of {artifact_id} is already in the log")
+        if result["session"] is not None:
+            say(session_text(result["session"]))
+    for failure in failures:
+        click.echo(f"evaluation failed at {failure['stage']}: {failure['error']}", err=True)
     if failures:
         sys.exit(EXIT_EVALUATION_FAILED)
 

@@ -31,4 +31,6 @@ SCHEMA_VERSIONS = {
     "ExternalOutcome": 1,
     "BenchmarkSessionOpened": 1,
     "BenchmarkPairsRecorded": 1,
+    "TokenIssued": 1,
+    "TokenRevoked": 1,
 }

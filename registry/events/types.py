@@ -199,6 +199,32 @@ class BenchmarkPairsRecorded(EventPayload):
     candidate_s: list[float] = Field(min_length=1)
 
 
+class TokenIssued(EventPayload):
+    """An API token for `registry serve`: who holds it, what it may do, until when; never the secret itself.
+
+    Stored in the stream `token:<key_id>`, so a request's token is found by
+    one indexed read of a stream of one or two events (docs/serve.md).
+    """
+
+    type: ClassVar[str] = "TokenIssued"
+    key_id: str = Field(pattern=r"^[0-9a-f]{16}$")
+    secret_sha256: str = Field(pattern=SHA256_PATTERN)
+    principal: str = Field(min_length=1, max_length=128)
+    person: bool
+    scopes: list[str] = Field(min_length=1)
+    workload: str | None = None
+    not_after: str = Field(min_length=1)
+    issuer: str = Field(min_length=1)
+
+
+class TokenRevoked(EventPayload):
+    """A token ended before its time: refused from the next request on."""
+
+    type: ClassVar[str] = "TokenRevoked"
+    key_id: str = Field(pattern=r"^[0-9a-f]{16}$")
+    reason: str = Field(min_length=1)
+
+
 EVIDENCE_EVENT_BY_KIND: dict[str, type[_Evidence]] = {
     "parity": ParityMeasured,
     "benchmark": BenchmarkMeasured,
@@ -222,6 +248,8 @@ PAYLOAD_TYPES: dict[str, type[EventPayload]] = {
         ExternalOutcome,
         BenchmarkSessionOpened,
         BenchmarkPairsRecorded,
+        TokenIssued,
+        TokenRevoked,
     )
 }
 

@@ -287,6 +287,18 @@ def _bench_session(state: RegistryState, event: LogEvent) -> None:
     _same_subject(event, BENCH_PREFIX + event.payload["identity"], event.stream)
 
 
+TOKEN_PREFIX = "token:"
+
+
+def _token(state: RegistryState, event: LogEvent) -> None:
+    """A token's issue or revocation: it must sit in its key's stream, and changes no artifact's read model.
+
+    `registry serve` reads a token from that one short stream on every
+    request (registry/app/tokens.py), so no read model is kept for tokens.
+    """
+    _same_subject(event, TOKEN_PREFIX + event.payload["key_id"], event.stream)
+
+
 Handler = Callable[[RegistryState, LogEvent], None]
 HANDLERS: dict[str, Handler] = {
     "ArtifactRegistered": _registered,
@@ -298,5 +310,7 @@ HANDLERS: dict[str, Handler] = {
     "ExternalOutcome": _external,
     "BenchmarkSessionOpened": _bench_session,
     "BenchmarkPairsRecorded": _bench_session,
+    "TokenIssued": _token,
+    "TokenRevoked": _token,
     **{name: _evidence for name in EVIDENCE_KIND_BY_TYPE},
 }

@@ -1,0 +1,304 @@
+"""`registry serve`'s HTTP API: the use cases of app/ behind scoped tokens, JSON in and out.
+
+Every route names the one scope it needs (`read`, `ingest`, `decide`,
+`admin`; docs/serve.md has the table), and the token is read from its
+stream on every request (app/tokens.py), so a revoked or expired token is
+refused on the very next one. A route that acts on a workload (ingest,
+decide) checks the token's workload glob against the workload of the
+artifact it touches, read from that artifact's read model. Every event the
+server appends is by `principal/key id`.
+
+Errors: a refusal (registry.formats.errors.UserError, a StoreError) is a 4xx
+whose body is `{"error": <the CLI's one line>}`: 401 for a missing or bad
+token, 403 for a scope that does not cover the request, 409 for a write that
+lost a race, 400 otherwise. Anything else is a defect: a 500 whose body
+names a crash id, with the traceback in the server's log only.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from fastapi import Depends, FastAPI, Query, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import HTMLResponse, JSONResponse, Response
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+
+from registry.app import Registry
+from registry.app.tokens import Grant, NotPermitted, TokenRefused, authenticate
+from registry.events.errors import ConcurrencyError, IdempotencyConflict, StoreError
+from registry.formats.errors import UserError
+
+from . import live
+from .models import Declaration, EvidenceDocument, HumanDecisionBody, LockRequest, PairBatch, Registration, SessionOpen
+
+LOG = logging.getLogger("registry.serve")
+# The most events one page of `history` returns.
+MOST_HISTORY_PAGE = 1000
+
+_bearer = HTTPBearer(auto_error=False, description="A token from `registry token issue` (rgt_...).")
+
+
+@dataclass
+class ServerConfig:
+    """What the server was started with: the registry it serves and the key its locks are signed with."""
+
+    registry: Registry
+    signing_key: Any | None = None
+
+
+def _status(exc: Exception) -> int:
+    if isinstance(exc, TokenRefused):
+        return 401
+    if isinstance(exc, NotPermitted):
+        return 403
+    if isinstance(exc, (ConcurrencyError, IdempotencyConflict)):
+        return 409
+    return 400
+
+
+def _one_line(exc: Exception) -> str:
+    text = str(exc)
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def create_app(config: ServerConfig) -> FastAPI:
+    app = FastAPI(title="registry", version=_version(),
+                  description="An event-sourced promotion registry for GPU kernel artifacts (docs/serve.md).")
+    base = config.registry
+
+    @app.exception_handler(UserError)
+    @app.exception_handler(StoreError)
+    async def refused(_request: Request, exc: Exception) -> JSONResponse:
+        headers = {"WWW-Authenticate": "Bearer"} if isinstance(exc, TokenRefused) else None
+        return JSONResponse({"error": _one_line(exc)}, status_code=_status(exc), headers=headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(_request: Request, exc: RequestValidationError) -> JSONResponse:
+        first = exc.errors()[0] if exc.errors() else {}
+        where = ".".join(str(part) for part in first.get("loc", ()))
+        return JSONResponse({"error": f"{where}: {first.get('msg', 'invalid request')}"}, status_code=422)
+
+    @app.exception_handler(Exception)
+    async def crashed(request: Request, exc: Exception) -> JSONResponse:
+        crash = uuid.uuid4().hex[:12]
+        LOG.error("crash %s on %s %s", crash, request.method, request.url.path, exc_info=exc)
+        return JSONResponse({"error": f"internal error (crash id {crash}); the server's log has the details",
+                             "crash_id": crash}, status_code=500)
+
+    def token(credentials: HTTPAuthorizationCredentials | None = Depends(_bearer)) -> Grant:
+        return authenticate(base, None if credentials is None else credentials.credentials)
+
+    def acting(grant: Grant) -> Registry:
+        return Registry(engine=base.engine, store=base.store, actor=grant.actor)
+
+    def scoped(scope: str, *, person: bool = False) -> Callable[[Grant], Grant]:
+        def dependency(grant: Grant = Depends(token)) -> Grant:
+            grant.holds(scope, person=person)
+            return grant
+        return dependency
+
+    def workload_of(artifact: str) -> str:
+        from registry.app.evidence import capture_subject
+
+        return capture_subject(base, artifact).registration["workload"]
+
+    # -- reads ---------------------------------------------------------------------------------------------------
+
+    @app.get("/api/whoami", tags=["read"])
+    def whoami(grant: Grant = Depends(token)) -> dict:
+        """What the presented token grants (any valid token)."""
+        return grant.to_dict()
+
+    @app.get("/api/artifacts/{artifact}", tags=["read"])
+    def show(artifact: str, verdicts: int = Query(20, ge=0, le=1000), _grant: Grant = Depends(scoped("read"))) -> dict:
+        """An artifact's state as `registry show --json` prints it."""
+        return live.show_artifact(base, artifact, verdicts)
+
+    @app.get("/api/artifacts/{artifact}/bench", tags=["read"])
+    def bench_status(artifact: str, _grant: Grant = Depends(scoped("read"))) -> dict:
+        """The artifact's benchmark record (`registry bench status --json`)."""
+        from registry.app.bench import read_record
+
+        return {"artifact": artifact, **read_record(base, artifact).to_dict()}
+
+    @app.get("/api/history/{stream}", tags=["read"])
+    def history(stream: str, after: int = Query(0, ge=0, le=2**62), limit: int = Query(100, ge=1, le=MOST_HISTORY_PAGE),
+                _grant: Grant = Depends(scoped("read"))) -> dict:
+        """One page of a stream's events after version `after`; `next` is the version to ask after, or null."""
+        from registry.formats.names import artifact_stream
+
+        name = stream if ":" in stream else artifact_stream(stream)
+        events = base.store.recorder.select_stream(name, after_version=after, limit=limit)
+        return {"stream": name, "events": [event.to_dict() for event in events],
+                "next": events[-1].version if len(events) == limit else None}
+
+    @app.get("/api/report", tags=["read"])
+    def report(workload: str | None = Query(None, min_length=1, max_length=128),
+               _grant: Grant = Depends(scoped("read"))) -> Response:
+        """The report as `registry report --json` prints it."""
+        from registry.app.reports import build
+        from registry.projections.report import report_json
+
+        built, _state = build(base, workload=workload, position=None, stale_days=30)
+        return Response(report_json(built), media_type="application/json")
+
+    @app.get("/api/verify", tags=["read"])
+    def verify(_grant: Grant = Depends(scoped("read"))) -> dict:
+        """Walk the hash chain (`registry verify --json`)."""
+        found = base.store.verify()
+        return {"intact": found.intact, "count": found.count,
+                "head": {"position": found.head_position, "hash": found.head_hash},
+                "broken_at": found.broken_at, "problem": found.problem}
+
+    @app.get("/api/resolve", tags=["read"])
+    def resolve(workload: str = Query(min_length=1, max_length=128), arch: str = Query(min_length=1, max_length=32),
+                torch: str | None = Query(None, min_length=1, max_length=64),
+                cuda: str | None = Query(None, min_length=1, max_length=64),
+                triton: str | None = Query(None, min_length=1, max_length=64),
+                _grant: Grant = Depends(scoped("read"))) -> dict:
+        """Which promoted bundle of a workload a runtime may load, and why not each other (`registry resolve`)."""
+        from registry.app.resolve import resolve_workload
+        from registry.bundles import Profile
+
+        return resolve_workload(base, workload, Profile(arch, torch, cuda, triton, "inference", "single")).to_dict()
+
+    @app.get("/api/live", tags=["read"])
+    def live_state(_grant: Grant = Depends(scoped("read"))) -> dict:
+        """What the live page draws: each workload's artifacts and each benchmark record's running bounds."""
+        return live.snapshot(base)
+
+    @app.get("/api/live/events", tags=["read"], response_class=Response)
+    def live_events(_grant: Grant = Depends(scoped("read"))) -> Response:
+        """Server-sent events: `head` with the log's position whenever it moves (polled every 0.5 s)."""
+        return live.event_stream(base)
+
+    @app.get("/", response_class=HTMLResponse, include_in_schema=False)
+    def page() -> HTMLResponse:
+        """The live page: a shell holding no data; it reads with the token given in its URL's fragment."""
+        return HTMLResponse(live.PAGE)
+
+    # -- ingest: evidence, sessions and pairs for the token's workloads -------------------------------------------
+
+    @app.get("/api/artifacts/{artifact}/subject", tags=["ingest"])
+    def subject(artifact: str, grant: Grant = Depends(scoped("ingest"))) -> dict:
+        """What an evaluation measures: the registration and its workload's current contract."""
+        from registry.app.evidence import capture_subject
+        from registry.app.workloads import current_contract
+
+        found = capture_subject(base, artifact)
+        workload = found.registration["workload"]
+        grant.require("ingest", workload)
+        return {"artifact": artifact, "registration": found.registration,
+                "contract": current_contract(base, workload).contract.canonical()}
+
+    @app.post("/api/evidence", tags=["ingest"])
+    def evidence(document: EvidenceDocument, grant: Grant = Depends(scoped("ingest"))) -> dict:
+        """Record a registry.evidence/1 document (all of it or nothing), as `registry evidence import`."""
+        from registry.app.evidence import import_document
+        from registry.formats.evidence.document import parse_document_text
+
+        text = json.dumps(document, allow_nan=False)
+        grant.require("ingest", workload_of(parse_document_text(text).artifact))
+        artifact, recorded = import_document(acting(grant), text)
+        return {"artifact": artifact, "positions": recorded.positions, "appended": recorded.appended}
+
+    @app.post("/api/artifacts/{artifact}/sessions", tags=["ingest"])
+    def open_session(artifact: str, body: SessionOpen, grant: Grant = Depends(scoped("ingest"))) -> dict:
+        """Open a benchmark session (`registry bench open`)."""
+        from registry.app.bench import open_session as open_one
+
+        grant.require("ingest", workload_of(artifact))
+        name, record = open_one(acting(grant), artifact, body.device, body.timer)
+        return {"session": name, "artifact": artifact, **record.to_dict()}
+
+    @app.post("/api/artifacts/{artifact}/sessions/{session}/batches", tags=["ingest"])
+    def record_batch(artifact: str, session: str, body: PairBatch, grant: Grant = Depends(scoped("ingest"))) -> dict:
+        """Append one batch of pairs (`registry bench record`); the same batch key again appends nothing."""
+        from registry.app.bench import record_pairs
+
+        grant.require("ingest", workload_of(artifact))
+        appended, record = record_pairs(acting(grant), artifact, session, body.baseline_s, body.candidate_s,
+                                        body.batch)
+        return {"artifact": artifact, "session": session, "batch": body.batch, "appended": appended,
+                **record.to_dict()}
+
+    # -- decide ---------------------------------------------------------------------------------------------------
+
+    @app.post("/api/artifacts", tags=["decide"])
+    def register(body: Registration, grant: Grant = Depends(scoped("decide"))) -> dict:
+        """Register an artifact (`registry artifact register`) for a workload the token reaches."""
+        from registry.app.workloads import register_artifact
+
+        grant.require("decide", body.workload)
+        done = register_artifact(acting(grant), body.artifact, workload=body.workload, kind=body.kind,
+                                 backend=body.backend, op=body.op, entry=body.entry,
+                                 payload_sha256=body.payload_sha256)
+        return {"artifact": done.artifact, "payload_sha256": done.payload_sha256, "appended": done.appended}
+
+    @app.post("/api/artifacts/{artifact}/promote", tags=["decide"])
+    def promote(artifact: str, grant: Grant = Depends(scoped("decide"))) -> dict:
+        """Run the gate and record its verdict (`registry promote --json`)."""
+        from registry.app.decisions import promote as run_promote
+
+        grant.require("decide", workload_of(artifact))
+        outcome = run_promote(acting(grant), artifact)
+        return {**outcome.verdict, "artifact": artifact, "appended": outcome.appended,
+                "contract_version": outcome.contract_version, "benchmark_attempts": outcome.benchmark_attempts}
+
+    def human(action: str):
+        def decide(artifact: str, body: HumanDecisionBody, grant: Grant = Depends(scoped("decide", person=True))) -> dict:
+            from registry.app.decisions import human_decision
+
+            grant.require("decide", workload_of(artifact), person=True)
+            position = human_decision(acting(grant), artifact, action, body.reason, body.verdict)
+            return {"artifact": artifact, "action": action, "person": grant.actor, "position": position}
+
+        decide.__name__ = action
+        decide.__doc__ = f"A person's {action} (`registry {action}`): a person's token with the decide scope only."
+        return decide
+
+    for action in ("approve", "revoke"):
+        app.post(f"/api/artifacts/{{artifact}}/{action}", tags=["decide"])(human(action))
+
+    @app.post("/api/lock", tags=["decide"])
+    def lock(body: LockRequest, grant: Grant = Depends(scoped("decide"))) -> dict:
+        """A lock of the workload's promoted bundles, signed by the server's key (`registry lock`)."""
+        from registry.app.lock import export_lock, signed_lock
+        from registry.bundles.signed_lock import parse_duration
+
+        grant.require("decide", body.workload)
+        if config.signing_key is None:
+            raise UserError("this server holds no signing key (start it with --key); it signs no lock")
+        validity = parse_duration(body.valid_for)
+        document = export_lock(base, body.workload)
+        if not document["artifacts"]:
+            raise UserError(f"nothing to lock: no promoted bundle of {body.workload} exists")
+        return signed_lock(document, config.signing_key, validity)
+
+    # -- admin ----------------------------------------------------------------------------------------------------
+
+    @app.post("/api/workloads", tags=["admin"])
+    def declare(body: Declaration, grant: Grant = Depends(scoped("admin"))) -> dict:
+        """Declare a workload contract from its manifest's YAML text (`registry workload declare`)."""
+        from registry.app.rejudge import must_rejudge
+        from registry.app.workloads import declare_workload
+        from registry.contracts import Contract
+
+        contract = Contract.from_yaml(body.manifest)
+        registry = acting(grant)
+        declared = declare_workload(registry, contract)
+        return {"workload": contract.workload, "contract_version": declared.version,
+                "contract_hash": declared.content_hash, "appended": declared.appended,
+                "must_rejudge": [entry["artifact"] for entry in must_rejudge(registry, contract.workload)]}
+
+    return app
+
+
+def _version() -> str:
+    from registry import __version__
+
+    return __version__

@@ -1,0 +1,82 @@
+"""`registry evaluate --server URL --token T`: a worker with no database records a kernel's evidence and its
+benchmark session through a real server process, under its own name; a token for another workload records nothing.
+
+Needs seconds: a server process, and a Triton kernel evaluated under the interpreter in the worker's process.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from registry.app import open_registry
+from registry.app.tokens import issue_token
+from serve_helpers import ServerProcess
+
+MANIFEST = ("workload: wan-modln-op\nparity: {policy: byte_equal}\n"
+            "speed: {min_speedup: 1.1, runs_per_arm: 2, protocol: paired, max_pairs: 40}\n")
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    url = f"sqlite:///{tmp_path_factory.mktemp('worker') / 'registry.db'}"
+    registry = open_registry(url, actor="lead", create=True)
+    tokens = {name: issue_token(registry, name, ["ingest"] if name != "lead" else ["admin", "decide"],
+                                workload=glob)[0]
+              for name, glob in (("gpu-1", "wan-*"), ("ltx-gpu", "ltx-*"), ("lead", "*"))}
+    tokens["demo"] = issue_token(registry, "demo", ["read", "ingest", "decide", "admin"], workload="*", person=True)[0]
+    with ServerProcess(url) as server:
+        with server.client(tokens["lead"]) as lead:
+            assert lead.post("/api/workloads", json={"manifest": MANIFEST}).status_code == 200
+            assert lead.post("/api/artifacts", json={
+                "artifact": "modln", "workload": "wan-modln-op", "kind": "fused_kernel",
+                "op": "modulated_layernorm", "entry": "registry.kernels.modln:modulated_layernorm_triton"
+            }, timeout=300).status_code == 200
+        server.url, server.tokens = url, tokens
+        yield server
+
+
+def evaluate(served, token, cwd):
+    env = {k: v for k, v in os.environ.items() if k not in ("REGISTRY_DATABASE_URL", "REGISTRY_TOKEN")}
+    return subprocess.run([sys.executable, "-m", "registry", "evaluate", "modln", "--server", served.base,
+                           "--token", token, "--warmup", "0", "--runs", "4", "--json"],
+                          capture_output=True, text=True, cwd=cwd, env=env, timeout=600)
+
+
+def test_a_worker_without_a_database_records_evidence_and_pairs_through_the_server(served, tmp_path):
+    done = evaluate(served, served.tokens["gpu-1"], tmp_path)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result["appended"] is True and result["session"]["pairs"] == 4
+    assert list(tmp_path.iterdir()) == []  # no registry.db, nothing else written where the worker ran
+    store = open_registry(served.url).store
+    events = store.read_stream("artifact:modln")
+    assert [e.type for e in events[1:]] == ["ParityMeasured", "ExecutionObserved"]  # the pairs are in a session
+    key = next(e for e in store.read_all() if e.type == "TokenIssued" and e.payload["principal"] == "gpu-1")
+    assert {e.actor for e in events[1:]} == {f"gpu-1/{key.payload['key_id']}"}
+    bench = [e for e in store.read_all() if e.stream.startswith("bench:")]
+    assert sum(len(e.payload.get("baseline_s", [])) for e in bench) == 4
+
+
+def test_a_worker_for_another_workload_records_nothing(served, tmp_path):
+    before = open_registry(served.url).store.head_position()
+    done = evaluate(served, served.tokens["ltx-gpu"], tmp_path)
+    assert done.returncode == 1 and done.stderr.count("\n") == 1
+    assert "does not reach workload wan-modln-op" in done.stderr
+    assert open_registry(served.url).store.head_position() == before
+
+
+def test_the_demo_runs_its_kernel_candidate_through_the_server(served, tmp_path):
+    env = {k: v for k, v in os.environ.items() if k not in ("REGISTRY_DATABASE_URL", "REGISTRY_TOKEN")}
+    done = subprocess.run([sys.executable, "-m", "registry", "demo", "--server", served.base, "--token",
+                           served.tokens["demo"], "--warmup", "0", "--runs", "10", "--json"],
+                          capture_output=True, text=True, cwd=tmp_path, env=env, timeout=600)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result["workload"]["workload"] == "tiny-dit-modln-op" and result["session"]["pairs"] >= 1
+    # Timed under the interpreter on a CPU: held, as the demo promises there.
+    assert result["verdict"]["decision"] in ("held", "promoted", "rejected") and result["verdict"]["appended"]
+    assert list(tmp_path.iterdir()) == []
