@@ -31,4 +31,7 @@ SCHEMA_VERSIONS = {
     "ExternalOutcome": 1,
     "BenchmarkSessionOpened": 1,
     "BenchmarkPairsRecorded": 1,
+    "PairsRemeasured": 1,
+    "RegressionDetected": 1,
+    "RegressionAcknowledged": 1,
 }
