@@ -106,3 +106,16 @@ def test_refusals_write_nothing(promoted):
     head = registry.store.head_position()
     assert promoted(*base, "--baseline", "1.0", "--candidate", "1.0").exit_code == 1  # no longer promoted
     assert registry.store.head_position() == head
+
+
+def test_show_and_report_show_the_monitor_and_its_alert(promoted):
+    for i in range(5):
+        remeasure(promoted, "fast", 0.9, f"b{i}")
+    remeasure(promoted, "steady", 1.3, "s0")
+    shown = json.loads(promoted("show", "fast", "--json").output)
+    assert shown["monitor"]["status"] == "regressed" and shown["monitor"]["crossed_at"] == 10
+    assert "monitor regressed" in promoted("show", "fast").output
+    report = json.loads(promoted("report", "--json").output)
+    assert {m["artifact"]: m["status"] for m in report["monitors"]} == {"fast": "regressed", "steady": "in_control"}
+    assert report["alerts"] == ["fast"]
+    assert "monitors (re-measured promoted artifacts)" in promoted("report").output

@@ -23,8 +23,8 @@ from __future__ import annotations
 from typing import Any
 
 from registry.formats.errors import UserError
-from registry.formats.monitor import DetectorState, alarm_level
-from registry.formats.names import check_name, artifact_stream
+from registry.formats.names import artifact_stream, check_name
+from registry.projections.monitor_fold import current_monitor, monitor_summary
 
 from .bench import _check_times
 from .context import Registry
@@ -52,11 +52,6 @@ def _current(registry: Registry, artifact: str) -> dict[str, Any]:
     if state is None:
         raise UserError(f"unknown artifact {artifact!r}")
     return state
-
-
-def current_monitor(state: dict[str, Any]) -> dict[str, Any] | None:
-    """The monitor of the artifact's current identity, or None before its first re-measured batch."""
-    return state.get("monitors", {}).get(state["identity"])
 
 
 def _terms(registry: Registry, state: dict[str, Any]) -> dict[str, Any]:
@@ -154,30 +149,3 @@ def acknowledge(registry: Registry, artifact: str, alarm_event_id: str, *, reaso
 
 def monitor_status(registry: Registry, artifact: str) -> dict[str, Any]:
     return monitor_summary(_current(registry, artifact))
-
-
-def monitor_summary(state: dict[str, Any]) -> dict[str, Any] | None:
-    """What `show`, `report` and the live view print of the current identity's monitor (None: no re-measurement).
-
-    status: `in_control`; `alarm_due` (crossed, its alarm not yet appended:
-    already regressed); `regressed` (alarmed, not acknowledged: an alert);
-    `acknowledged` (a known regression).
-    """
-    monitor = current_monitor(state)
-    if monitor is None:
-        return None
-    detector = DetectorState.from_dict(monitor["detector"])
-    if monitor["crossed_at"] is None:
-        status = "in_control"
-    elif monitor["alarm"] is None:
-        status = "alarm_due"
-    else:
-        status = "acknowledged" if monitor["acknowledged"] else "regressed"
-    return {
-        "status": status, "watches_verdict": monitor["verdict_event_id"], "threshold": monitor["threshold"],
-        "reference": monitor["reference"], "alpha": monitor["alpha"], "arl_at_least": 1.0 / monitor["alpha"],
-        "pairs": detector.pairs, "below": detector.below, "log_statistic": detector.log_statistic,
-        "log_alarm_level": alarm_level(monitor["alpha"]), "crossed_at": monitor["crossed_at"],
-        "pairs_after_alarm": monitor["pairs_after_alarm"], "alarm": monitor["alarm"],
-        "acknowledged": monitor["acknowledged"], "profiles": monitor["profiles"],
-    }

@@ -45,7 +45,7 @@ def monitor_record(session: Session, artifact_id: str, batch: str, baseline: str
         emit_json({"artifact": artifact_id, "batch": batch, "appended": appended, "monitor": summary})
     else:
         say(("" if appended else f"batch {batch} was already recorded; nothing appended\n")
-            + monitor_text(artifact_id, summary))
+            + artifact_text(artifact_id, summary))
 
 
 @monitor.command("status")
@@ -60,7 +60,7 @@ def monitor_status(session: Session, artifact_id: str, as_json: bool) -> None:
     if as_json:
         emit_json({"artifact": artifact_id, "monitor": summary})
     else:
-        say(monitor_text(artifact_id, summary))
+        say(artifact_text(artifact_id, summary))
 
 
 @monitor.command("ack")
@@ -77,13 +77,18 @@ def monitor_ack(session: Session, artifact_id: str, alarm_event_id: str, reason:
     if as_json:
         emit_json({"artifact": artifact_id, "monitor": summary})
     else:
-        say(monitor_text(artifact_id, summary))
+        say(artifact_text(artifact_id, summary))
 
 
-def monitor_text(artifact: str, summary: dict | None) -> str:
+def artifact_text(artifact: str, summary: dict | None) -> str:
     if summary is None:
         return f"{artifact}: no re-measurement recorded; the monitor has not started"
-    text = (f"{artifact}: monitor {summary['status']} ({summary['pairs']} pairs, {summary['below']} below "
+    return f"{artifact}: {monitor_text(summary)}"
+
+
+def monitor_text(summary: dict) -> str:
+    """The monitor in a line or a few: its status, the statistic against its level, the alarm, the acknowledgment."""
+    text = (f"monitor {summary['status']} ({summary['pairs']} pairs, {summary['below']} below "
             f"{summary['threshold']:.4g}; log statistic {summary['log_statistic']:.3f} of "
             f"{summary['log_alarm_level']:.3f}; ARL >= {summary['arl_at_least']:g} pairs)")
     if summary["alarm"]:

@@ -67,7 +67,10 @@ def show(session: Session, artifact_id: str, as_of: str | None, as_json: bool, s
     """Show ARTIFACT_ID's state, latest verdict, margins, speedup, evidence and latest verdicts."""
     from registry.app.bench import record_summary
     from registry.projections import Projections, resolve_as_of
+    from registry.projections.monitor_fold import monitor_summary
     from registry.projections.state import contract_note
+
+    from .monitor_commands import monitor_text
 
     registry = session.open()
     position = resolve_as_of(registry.store, as_of)
@@ -80,8 +83,10 @@ def show(session: Session, artifact_id: str, as_of: str | None, as_json: bool, s
     declared = workload is not None
     note = contract_note(state, workload)
     bench = record_summary(registry, state, workload["contract"], position) if declared else None
+    monitor = monitor_summary(state)
     if as_json:
-        emit_json({**_state_summary(state, note, verdict_count), "workload_declared": declared, "bench": bench})
+        emit_json({**_state_summary(state, note, verdict_count), "workload_declared": declared, "bench": bench,
+                   "monitor": monitor})
         return
     say(f"{artifact_id}: {state['decision'].upper()}  ({state['kind']} for workload {state['workload']}, "
         f"tier {state['tier'] or '-'}, payload {str(state['payload_sha256'])[:12]})")
@@ -115,6 +120,8 @@ def show(session: Session, artifact_id: str, as_of: str | None, as_json: bool, s
         say(f"  speedup {state['speedup']:.3f}x" + (f" (95% CI {ci[0]:.3f}-{ci[1]:.3f})" if ci else ""))
     if bench is not None:
         say("  " + bench_text(bench))
+    if monitor is not None:
+        say("  " + monitor_text(monitor).replace("\n", "\n  "))
     if state["evidence"]:
         table("evidence (latest of each kind, current payload)", ["kind", "event", "position"],
               ((kind, found["event_id"], found["position"]) for kind, found in sorted(state["evidence"].items())))

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from registry.formats.monitor import START, DetectorState, read
+from registry.formats.monitor import START, DetectorState, alarm_level, read
 
 from .log import LogEvent
 from .state import ProjectionError
@@ -122,3 +122,35 @@ def regression_of(artifact: dict[str, Any]) -> dict[str, Any] | None:
     """The current identity's monitor when it has crossed (alarmed or about to be), else None."""
     monitor = artifact.get("monitors", {}).get(artifact["identity"])
     return monitor if monitor is not None and monitor["crossed_at"] is not None else None
+
+
+def current_monitor(state: dict[str, Any]) -> dict[str, Any] | None:
+    """The monitor of the artifact's current identity, or None before its first re-measured batch."""
+    return state.get("monitors", {}).get(state["identity"])
+
+
+def monitor_summary(state: dict[str, Any]) -> dict[str, Any] | None:
+    """What `show`, `report` and the live view print of the current identity's monitor (None: no re-measurement).
+
+    status: `in_control`; `alarm_due` (crossed, its alarm not yet appended:
+    already regressed); `regressed` (alarmed, not acknowledged: an alert);
+    `acknowledged` (a known regression).
+    """
+    monitor = current_monitor(state)
+    if monitor is None:
+        return None
+    detector = DetectorState.from_dict(monitor["detector"])
+    if monitor["crossed_at"] is None:
+        status = "in_control"
+    elif monitor["alarm"] is None:
+        status = "alarm_due"
+    else:
+        status = "acknowledged" if monitor["acknowledged"] else "regressed"
+    return {
+        "status": status, "watches_verdict": monitor["verdict_event_id"], "threshold": monitor["threshold"],
+        "reference": monitor["reference"], "alpha": monitor["alpha"], "arl_at_least": 1.0 / monitor["alpha"],
+        "pairs": detector.pairs, "below": detector.below, "log_statistic": detector.log_statistic,
+        "log_alarm_level": alarm_level(monitor["alpha"]), "crossed_at": monitor["crossed_at"],
+        "pairs_after_alarm": monitor["pairs_after_alarm"], "alarm": monitor["alarm"],
+        "acknowledged": monitor["acknowledged"], "profiles": monitor["profiles"],
+    }
