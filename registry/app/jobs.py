@@ -75,7 +75,7 @@ def job_app(registry: Registry):
         from .monitor import record_remeasurement
 
         appended, _ = record_remeasurement(registry, artifact, baseline, candidate, batch=batch, device=device,
-                                           software=software)
+                                           software=software, summary=False)
         return appended
 
     return app

@@ -23,6 +23,7 @@ from __future__ import annotations
 from typing import Any
 
 from registry.formats.errors import UserError
+from registry.formats.monitor import START, DetectorState, read
 from registry.formats.names import artifact_stream, check_name
 from registry.projections.monitor_fold import current_monitor, monitor_summary
 
@@ -74,8 +75,13 @@ def _terms(registry: Registry, state: dict[str, Any]) -> dict[str, Any]:
 
 
 def record_remeasurement(registry: Registry, artifact: str, baseline: list[float], candidate: list[float], *,
-                         batch: str, device: str, software: dict[str, str]) -> tuple[bool, dict[str, Any]]:
-    """Append one batch of re-measured pairs of a promoted artifact; (appended, monitor summary).
+                         batch: str, device: str, software: dict[str, str],
+                         summary: bool = True) -> tuple[bool, dict[str, Any] | None]:
+    """Append one batch of re-measured pairs of a promoted artifact; (appended, monitor summary or None).
+
+    The state is read once before the append; the alarm is settled (one more
+    read) only when the running detector, fed this batch, crosses or had
+    crossed, and the summary is read again only when asked for (a job does not).
 
     Refused, nothing written: an artifact not promoted now, a workload with
     no monitor block, times that are not positive finite seconds, arms of
@@ -100,8 +106,22 @@ def record_remeasurement(registry: Registry, artifact: str, baseline: list[float
     head = registry.store.head_position()
     positions = registry.store.append(artifact_stream(artifact), [NewEvent(payload.type, payload)],
                                       idempotency_key=f"monitor:{state['identity']}:{batch}", actor=registry.actor)
-    settle_alarm(registry, artifact)
-    return positions[0] > head, monitor_summary(_current(registry, artifact))
+    if _may_cross(state, terms, baseline, candidate):
+        settle_alarm(registry, artifact)
+    return positions[0] > head, monitor_summary(_current(registry, artifact)) if summary else None
+
+
+def _may_cross(state: dict[str, Any], terms: dict[str, Any], baseline: list[float], candidate: list[float]) -> bool:
+    """Whether the monitor, as read before this batch, has crossed or crosses with it (then an alarm may be due)."""
+    running = current_monitor(state)
+    if running is not None and running["verdict_event_id"] != terms["verdict_event_id"] \
+            and running["crossed_at"] is None:
+        running = None  # this batch starts a new monitor
+    if running is not None and running["crossed_at"] is not None:
+        return running["alarm"] is None
+    start = START if running is None else DetectorState.from_dict(running["detector"])
+    ratios = [b / c for b, c in zip(baseline, candidate)]
+    return read(start, ratios, terms["threshold"], terms["alpha"]).alarm_at is not None
 
 
 def settle_alarm(registry: Registry, artifact: str) -> bool:
