@@ -119,3 +119,28 @@ def test_show_and_report_show_the_monitor_and_its_alert(promoted):
     assert {m["artifact"]: m["status"] for m in report["monitors"]} == {"fast": "regressed", "steady": "in_control"}
     assert report["alerts"] == ["fast"]
     assert "monitors (re-measured promoted artifacts)" in promoted("report").output
+
+
+def test_a_lock_taken_before_the_alarm_no_longer_verifies_and_one_after_leaves_it_out(promoted):
+    before = promoted.tmp / "before.json"
+    assert promoted("lock", "--workload", "wan", "--unsigned", "--out", str(before)).exit_code == 0
+    for i in range(5):
+        remeasure(promoted, "fast", 0.9, f"b{i}")
+    checked = promoted("lock", "verify", str(before), "--bundles", str(promoted.tmp / "bundles"), "--json")
+    assert checked.exit_code == 1
+    assert "regressed" in {p["code"] for p in json.loads(checked.output)["problems"]}
+
+
+def test_an_alarm_the_detector_did_not_reach_cannot_be_folded(promoted):
+    from registry.events.store import NewEvent
+    from registry.projections.state import ProjectionError
+
+    remeasure(promoted, "fast", 0.9, "b0")  # 2 pairs below: far from an alarm
+    registry = open_registry(promoted.url)
+    state = Projections(registry.store).current_artifact("fast")
+    forged = {"artifact": "fast", "identity": state["identity"], "payload_sha256": state["payload_sha256"],
+              "verdict_event_id": state["verdict_event_id"], "pairs": 2, "below": 2, "log_statistic": 7.0,
+              "threshold": 1.1, "alpha": 0.001, "profiles": []}
+    registry.store.append("artifact:fast", [NewEvent("RegressionDetected", forged)], actor="mallory")
+    with pytest.raises(ProjectionError, match="has not crossed"):
+        Projections(registry.store).current_artifact("fast")
