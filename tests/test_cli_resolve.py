@@ -31,9 +31,10 @@ def codes(document: dict) -> dict[str, str]:
 
 
 def redeclare(cli, min_ssim: str) -> None:
-    """Declare the workload again with another SSIM threshold: a new contract version."""
+    """Declare the workload again with another SSIM threshold (and a monitor block): a new contract version."""
     newer = cli.tmp / f"wan-{min_ssim}.yaml"
-    newer.write_text((cli.tmp / "wan.yaml").read_text().replace("min_ssim: 0.98", f"min_ssim: {min_ssim}"))
+    newer.write_text((cli.tmp / "wan.yaml").read_text().replace("min_ssim: 0.98", f"min_ssim: {min_ssim}")
+                     + "monitor: {alpha: 0.001, reference: gate, margin: 0.0}\n")
     assert cli("workload", "declare", str(newer)).exit_code == 0
 
 
@@ -61,6 +62,10 @@ def test_every_reason_code_is_produced(cli):
     ship(cli, root, "triton-bound", 2.0, triton={"min": "3.2"})
     ship(cli, root, "training", 2.0, execution_modes=["training"])
     ship(cli, root, "tensor-parallel", 2.0, distributed_modes=["tensor_parallel"])
+    ship(cli, root, "regressed", 2.0)
+    for batch in range(5):  # ten re-measured pairs at 0.9x, below the gate: the monitor's fewest to alarm
+        assert cli("monitor", "record", "regressed", "--batch", f"b{batch}", "--baseline", "0.9,0.9",
+                   "--candidate", "1.0,1.0", "--device", "NVIDIA H200", "--software", "torch=2.13.0").exit_code == 0
 
     status, document = resolved(cli, *QUERY)
     assert status == 0
@@ -71,7 +76,7 @@ def test_every_reason_code_is_produced(cli):
         "bf16": "input_signature_mismatch", "blackwell": "gpu_architecture_mismatch",
         "torch3": "torch_version_unsupported", "cuda13": "cuda_version_unsupported",
         "triton-bound": "triton_version_unsupported", "training": "execution_mode_mismatch",
-        "tensor-parallel": "distributed_mode_mismatch", "stale": "stale_contract",
+        "tensor-parallel": "distributed_mode_mismatch", "stale": "stale_contract", "regressed": "regressed",
     }
     assert set(codes(document).values()) == set(REASON_CODES)  # every documented code, and no other
     details = {o["artifact"]: o["detail"] for o in document["others"]}

@@ -42,7 +42,7 @@ def triton_runtime() -> Iterator[str]:
             os.environ["TRITON_INTERPRET"] = before
 
 
-def _declared(tolerances: dict[str, dict[str, float | None]] | None) -> dict[str, dict[str, float]] | None:
+def declared_tolerances(tolerances: dict[str, dict[str, float | None]] | None) -> dict[str, dict[str, float]] | None:
     """The contract's tolerances as the comparator takes them: an undeclared ``max_abs`` (null) left out."""
     if not tolerances:
         return None
@@ -124,7 +124,7 @@ def measure_kernel(artifact: str, registered: dict[str, Any], canonical: dict[st
 
         items = evaluate_kernel(
             registered["op"], registered["entry"], corpus=corpus or device, runs=runs, warmup=warmup,
-            policy=canonical["parity"]["policy"], tolerances_by_dtype=_declared(canonical["parity"]["tolerances"]),
+            policy=canonical["parity"]["policy"], tolerances_by_dtype=declared_tolerances(canonical["parity"]["tolerances"]),
             progress=progress, open_batches=open_batches,
         )
     document = evidence_document(artifact, items, run=run)

@@ -35,7 +35,7 @@ from registry.formats.errors import UserError
 from registry.projections import Projections
 
 from .context import Registry, open_registry
-from .resolve import candidates_at
+from .resolve import candidates_at, regression_detail
 
 
 def chain_hash_at(registry: Registry, position: int) -> str:
@@ -55,7 +55,8 @@ def export_lock(registry: Registry, workload: str, profile: Profile | None = Non
     candidates = [candidate for _, candidate in found]
     if profile is None:
         shippable = [c for c in candidates
-                     if c.decision == "promoted" and c.manifest is not None and c.stale_contract is None]
+                     if c.decision == "promoted" and c.manifest is not None and c.stale_contract is None
+                     and c.regressed is None]
     else:
         outcomes = resolve(candidates, profile, site).outcomes
         shippable = [o.candidate for o in outcomes if o.code in (SELECTED, "not_selected")]
@@ -146,6 +147,9 @@ def _artifact_problems(registry: Registry, projections: Projections, lock: Lock,
             and (state.get("verdict_position") or 0) < human["position"]:
         return [LockProblem(name, "revoked", f"{name} was revoked at position {human['position']} by "
                                              f"{human['person']}: {human['reason']}")]
+    regressed = regression_detail(state) if state else None
+    if regressed is not None:
+        return [LockProblem(name, "regressed", f"{name}: {regressed}")]
     if state.get("workload") != lock.workload:
         return [LockProblem(name, "field_mismatch", f"workload: the lock is for {lock.workload!r}; the registry has "
                                                     f"{name} in workload {state.get('workload')!r} (an entry of "

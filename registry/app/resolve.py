@@ -16,6 +16,7 @@ from typing import Any
 
 from registry.bundles import CallSite, Candidate, Profile, Resolution, parse_manifest, resolve
 from registry.formats.errors import UserError
+from registry.projections.monitor_fold import regression_of
 from registry.projections.read_models import ArtifactState
 
 from .context import Registry
@@ -48,7 +49,19 @@ def candidate_from_state(state: ArtifactState, current_contract: int | None) -> 
         stale = f"{record['note']}: only what was promoted under the current contract ships; judge it again " \
                 f"(`registry rejudge {state['workload']}`)"
     return Candidate(state["artifact"], state["decision"], manifest, state.get("speedup"),
-                     tuple(ci) if ci else None, standing_revocation(state), record, stale)
+                     tuple(ci) if ci else None, standing_revocation(state), record, stale,
+                     regression_detail(state))
+
+
+def regression_detail(state: ArtifactState) -> str | None:
+    """Why a regressed artifact is skipped (its monitor's alarm), or None when its monitor is in control."""
+    monitor = regression_of(state)
+    if monitor is None:
+        return None
+    alarm = monitor["alarm"]
+    named = f"alarm {alarm['event_id']}" if alarm else "alarm not yet recorded"
+    return (f"regression detected at pair {monitor['crossed_at']} of its re-measurements ({named}): the median "
+            f"ratio is shown below {monitor['threshold']:.4g} at alpha {monitor['alpha']:g}")
 
 
 @dataclass(frozen=True)

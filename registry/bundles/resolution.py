@@ -30,6 +30,9 @@ from .manifest import (ANY, DEVICE_TYPES, DTYPES, BundleError, BundleManifest, T
 REASON_CODES: dict[str, str] = {
     "revoked": "a person revoked its promotion (the detail names who and why)",
     "not_promoted": "its current decision is not promoted (held, rejected, quarantined, recorded or registered)",
+    "regressed": "its monitor detected a regression of the promoted speed in its re-measurements (the detail "
+                 "names the alarm); it stays skipped until a person revokes it and it is promoted again on new "
+                 "evidence (docs/monitor.md)",
     "stale_contract": "it was promoted under an older contract than the workload's current one: judge it again "
                       "(`registry rejudge WORKLOAD`)",
     "no_bundle": "it was registered without a bundle, so there is nothing to ship",
@@ -99,6 +102,7 @@ class Candidate:
     revoked_by: dict[str, Any] | None = None  # {"person", "reason", "event_id"} of a standing revocation
     record: dict[str, Any] = field(default_factory=dict)  # what callers report beside the code
     stale_contract: str | None = None  # set when promoted under an older contract than the current one: why
+    regressed: str | None = None  # set when its monitor detected a regression: which alarm, at which pair
 
     def rank(self) -> tuple[float, float, str]:
         """Sort key, best first: speedup, CI lower bound (both descending; unknown last), id."""
@@ -203,6 +207,8 @@ def _why_not(candidate: Candidate, profile: Profile, site: CallSite) -> tuple[st
             return "revoked", f"revoked by {by['person']}: {by['reason']}"
         rule = candidate.record.get("rule")
         return "not_promoted", f"decision is {candidate.decision}" + (f" ({rule})" if rule else "")
+    if candidate.regressed is not None:
+        return "regressed", candidate.regressed
     if candidate.stale_contract is not None:
         return "stale_contract", candidate.stale_contract
     if candidate.manifest is None:

@@ -117,12 +117,13 @@ def main(ctx: click.Context, url: str | None, actor: str | None) -> None:
 
 def _register_commands() -> None:
     from . import (
-        bench_commands, decision_commands, demo_command, evidence_commands, import_commands, log_commands,
-        query_commands, serve_commands, setup_commands, ship_commands,
+        bench_commands, decision_commands, demo_command, evidence_commands, import_commands, job_commands,
+        log_commands, monitor_commands, query_commands, serve_commands, setup_commands, ship_commands,
     )
 
     for module in (log_commands, setup_commands, evidence_commands, import_commands, decision_commands,
-                   query_commands, ship_commands, demo_command, bench_commands, serve_commands):
+                   query_commands, ship_commands, demo_command, bench_commands, serve_commands, monitor_commands,
+                   job_commands):
         for command in module.COMMANDS:
             main.add_command(command)
 

@@ -60,12 +60,17 @@ def bench_text(bench: dict) -> str:
 def show(session: Session, artifact_id: str, as_of: str | None, as_json: bool, shown_verdicts: int) -> None:
     """Show ARTIFACT_ID's state, latest verdict, margins, speedup, evidence and latest verdicts."""
     from registry.app.show import show_artifact
+    from registry.projections.monitor_fold import monitor_summary
+
+    from .monitor_commands import monitor_text
 
     shown = show_artifact(session.open(), artifact_id, shown_verdicts, as_of)
     state, verdict_count, note, bench = shown.state, shown.verdict_count, shown.contract_note, shown.bench
     declared = shown.workload_declared
+    monitor = monitor_summary(state)
     if as_json:
-        emit_json({**_state_summary(state, note, verdict_count), "workload_declared": declared, "bench": bench})
+        emit_json({**_state_summary(state, note, verdict_count), "workload_declared": declared, "bench": bench,
+                   "monitor": monitor})
         return
     say(f"{artifact_id}: {state['decision'].upper()}  ({state['kind']} for workload {state['workload']}, "
         f"tier {state['tier'] or '-'}, payload {str(state['payload_sha256'])[:12]})")
@@ -99,6 +104,8 @@ def show(session: Session, artifact_id: str, as_of: str | None, as_json: bool, s
         say(f"  speedup {state['speedup']:.3f}x" + (f" (95% CI {ci[0]:.3f}-{ci[1]:.3f})" if ci else ""))
     if bench is not None:
         say("  " + bench_text(bench))
+    if monitor is not None:
+        say("  " + monitor_text(monitor).replace("\n", "\n  "))
     if state["evidence"]:
         table("evidence (latest of each kind, current payload)", ["kind", "event", "position"],
               ((kind, found["event_id"], found["position"]) for kind, found in sorted(state["evidence"].items())))

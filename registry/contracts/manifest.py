@@ -16,12 +16,13 @@ from typing import Any
 from registry.contracts import fields as f
 from registry.contracts.errors import ContractError
 from registry.contracts.fidelity import FidelityBudget
+from registry.contracts.monitor import MonitorTerms
 from registry.contracts.parity import ParityPolicy, Tolerance
 from registry.contracts.speed import SpeedGate
 from registry.formats.documents import MAX_MANIFEST_BYTES, DocumentError, read_document
 from registry.formats.dtypes import is_floating_dtype, is_known_dtype, normalize_dtype
 
-_TOP = ("workload", "model", "sampling", "parity", "fidelity", "speed", "tags")
+_TOP = ("workload", "model", "sampling", "parity", "fidelity", "speed", "monitor", "tags")
 _SAMPLING_SIZES = ("height", "width", "frames", "steps")
 
 
@@ -75,6 +76,7 @@ class Contract:
     model: ModelRef | None = None
     sampling: Sampling | None = None
     tags: tuple[str, ...] = ()
+    monitor: MonitorTerms | None = None
 
     def __post_init__(self) -> None:
         f.name(self.workload, "workload")
@@ -87,6 +89,10 @@ class Contract:
             raise ContractError(f"tags: expected a list, got {type(self.tags).__name__}")
         tags = [f.text(tag, f"tags[{i}]") for i, tag in enumerate(self.tags)]
         object.__setattr__(self, "tags", tuple(sorted(set(tags))))
+        if self.monitor is not None:
+            if not isinstance(self.monitor, MonitorTerms):
+                raise ContractError("monitor: expected MonitorTerms")
+            self.monitor.check_against(self.speed_gate)
         self._check_sampled_dtype_has_tolerance()
 
     def _check_sampled_dtype_has_tolerance(self) -> None:
@@ -119,8 +125,13 @@ class Contract:
         return self.parity.tolerance_for(dtype)
 
     def canonical(self) -> dict[str, Any]:
-        """Plain, sorted, defaults-filled form: equivalent manifests give equal dicts."""
+        """Plain, sorted, defaults-filled form: equivalent manifests give equal dicts.
+
+        `monitor` is listed only when declared, so a manifest without one keeps its content hash.
+        """
+        monitor = {} if self.monitor is None else {"monitor": self.monitor.canonical()}
         return {
+            **monitor,
             "fidelity": self.fidelity.canonical(),
             "model": self.model.canonical() if self.model else None,
             "parity": self.parity.canonical(),
@@ -151,6 +162,7 @@ class Contract:
             fidelity=FidelityBudget.from_mapping(raw.get("fidelity")),
             speed=SpeedGate.from_mapping(raw["speed"], stored) if raw.get("speed") is not None else None,
             tags=_tags(raw.get("tags")),
+            monitor=MonitorTerms.from_mapping(raw["monitor"]) if raw.get("monitor") is not None else None,
         )
 
     @classmethod

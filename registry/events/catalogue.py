@@ -33,4 +33,7 @@ SCHEMA_VERSIONS = {
     "BenchmarkPairsRecorded": 1,
     "TokenIssued": 1,
     "TokenRevoked": 1,
+    "PairsRemeasured": 1,
+    "RegressionDetected": 1,
+    "RegressionAcknowledged": 1,
 }

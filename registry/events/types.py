@@ -223,6 +223,62 @@ class TokenRevoked(EventPayload):
     type: ClassVar[str] = "TokenRevoked"
     key_id: str = Field(pattern=r"^[0-9a-f]{16}$")
     reason: str = Field(min_length=1)
+class PairsRemeasured(EventPayload):
+    """One batch of paired timings (seconds) re-measured for a promoted identity, watched by its monitor.
+
+    Appended under its idempotency key (a retried job appends it once). It
+    names the promoting verdict it re-measures and the monitor's terms (the
+    threshold and alpha, fixed when the monitor started: registry/app/monitor.py),
+    and the device and software the pairs were timed on (docs/monitor.md).
+    """
+
+    type: ClassVar[str] = "PairsRemeasured"
+    artifact: str = Field(min_length=1)
+    identity: str = Field(pattern=SHA256_PATTERN)
+    payload_sha256: str | None
+    verdict_event_id: str = Field(min_length=1)
+    batch: str = Field(min_length=1, max_length=200)
+    baseline_s: list[float] = Field(min_length=1)
+    candidate_s: list[float] = Field(min_length=1)
+    threshold: float = Field(gt=0)
+    alpha: float = Field(gt=0, le=0.5)
+    reference: Literal["gate", "promoted"]
+    contract_version: int = Field(ge=1)
+    device: str = Field(min_length=1, max_length=200)
+    software: dict[str, str]
+
+
+class RegressionDetected(EventPayload):
+    """The monitor's alarm: its detector crossed 1/alpha at pair `pairs` of the identity's re-measurements.
+
+    `log_statistic` is log R at the alarm (registry/formats/monitor.py);
+    `profiles` every device and software the counted pairs were timed on.
+    The fold recomputes the detector from the pairs and refuses an alarm it
+    did not reach, so a replay reproduces every alarm position.
+    """
+
+    type: ClassVar[str] = "RegressionDetected"
+    artifact: str = Field(min_length=1)
+    identity: str = Field(pattern=SHA256_PATTERN)
+    payload_sha256: str | None
+    verdict_event_id: str = Field(min_length=1)
+    pairs: int = Field(ge=1)
+    below: int = Field(ge=0)
+    log_statistic: float
+    threshold: float = Field(gt=0)
+    alpha: float = Field(gt=0, le=0.5)
+    profiles: list[dict[str, Any]]
+
+
+class RegressionAcknowledged(EventPayload):
+    """A named person's acknowledgment of an alarm (a human decision naming it): a known regression, not alerted again."""
+
+    type: ClassVar[str] = "RegressionAcknowledged"
+    artifact: str = Field(min_length=1)
+    identity: str = Field(pattern=SHA256_PATTERN)
+    alarm_event_id: str = Field(min_length=1)
+    reason: str = Field(min_length=1)
+    person: str = Field(min_length=1)
 
 
 EVIDENCE_EVENT_BY_KIND: dict[str, type[_Evidence]] = {
@@ -250,6 +306,9 @@ PAYLOAD_TYPES: dict[str, type[EventPayload]] = {
         BenchmarkPairsRecorded,
         TokenIssued,
         TokenRevoked,
+        PairsRemeasured,
+        RegressionDetected,
+        RegressionAcknowledged,
     )
 }
 

@@ -42,6 +42,8 @@ from registry.events.identity import artifact_identity
 from registry.events.store import StoredEvent
 from registry.formats.names import ARTIFACT_PREFIX, frameset_stream, workload_stream
 
+from . import monitor_fold
+
 from .log import EVIDENCE_KIND_BY_TYPE, LogEvent
 from .state import (
     ProjectionError, RegistryState, identity_changes, new_artifact, restart_evidence, scope_of, set_aside, take_up,
@@ -230,6 +232,7 @@ def _human(state: RegistryState, event: LogEvent) -> None:
     fields["decided_by"] = "human"
     if action == "revoke":
         restart_evidence(fields)
+        monitor_fold.revoked(artifact, scoped[0])
 
 
 def _workload(state: RegistryState, event: LogEvent) -> None:
@@ -312,5 +315,8 @@ HANDLERS: dict[str, Handler] = {
     "BenchmarkPairsRecorded": _bench_session,
     "TokenIssued": _token,
     "TokenRevoked": _token,
+    "PairsRemeasured": lambda state, event: monitor_fold.remeasured(_artifact(state, event), event),
+    "RegressionDetected": lambda state, event: monitor_fold.detected(_artifact(state, event), event),
+    "RegressionAcknowledged": lambda state, event: monitor_fold.acknowledged(_artifact(state, event), event),
     **{name: _evidence for name in EVIDENCE_KIND_BY_TYPE},
 }

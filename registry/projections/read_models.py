@@ -152,6 +152,50 @@ class OutcomeRecord(TypedDict):
     recorded_at: str
 
 
+class MonitorAlarm(TypedDict):
+    """The `RegressionDetected` of a monitor (monitor_fold.py's `detected`)."""
+
+    event_id: str
+    position: int
+    pairs: int
+    recorded_at: str
+
+
+class MonitorAcknowledgment(TypedDict):
+    """A person's `RegressionAcknowledged` of a monitor's alarm."""
+
+    person: str
+    reason: str
+    event_id: str
+    position: int
+
+
+class MonitorState(TypedDict):
+    """One identity's monitor (monitor_fold.py; docs/monitor.md): its terms, the detector, its alarm.
+
+    `detector` is registry/formats/monitor.py's `DetectorState.to_dict()`;
+    `crossed_at` the pair at which it crossed 1/alpha (None while in
+    control), with the log statistic and the count below the threshold there;
+    `profiles` every device and software the counted pairs were timed on.
+    """
+
+    verdict_event_id: str
+    threshold: float
+    alpha: float
+    reference: str
+    contract_version: int
+    started_position: int
+    detector: dict[str, Any]
+    crossed_at: int | None
+    log_statistic_at_cross: float | None
+    below_at_cross: int | None
+    pairs_after_alarm: int
+    profiles: list[dict[str, Any]]
+    alarm: MonitorAlarm | None
+    acknowledged: MonitorAcknowledgment | None
+    last_position: int
+
+
 class ArtifactState(IdentityScope):
     """One artifact: its current registration and identity, that identity's scope, and its stream's place.
 
@@ -164,7 +208,8 @@ class ArtifactState(IdentityScope):
     registered (the payload index's rows). `verdicts` is the whole verdict
     history: in a fold and in `Projections.artifact`, never in a stored row
     or `Projections.current_artifact`. `external` exists once an imported
-    outcome names the artifact.
+    outcome names the artifact; `monitors` once a promoted identity has
+    re-measured pairs.
     """
 
     artifact: str
@@ -184,6 +229,7 @@ class ArtifactState(IdentityScope):
     stream_version: int
     verdicts: NotRequired[list[VerdictEntry]]
     external: NotRequired[list[OutcomeRecord]]
+    monitors: NotRequired[dict[str, MonitorState]]  # by identity, once one has re-measured pairs
 
 
 class ContractVersion(TypedDict):

@@ -15,7 +15,10 @@ position is the same function over `Projections.state(as_of=...)`):
   their workload's current one ("promoted under contract v1; current v2");
   `registry what-if` shows how they fare under the new one;
 - attempts: every artifact's benchmark items for its current identity (a
-  decision reached after many attempts is weaker than it reads).
+  decision reached after many attempts is weaker than it reads);
+- monitors: every current identity with re-measured pairs, its monitor's
+  status (docs/monitor.md); `alerts` are the regressions no person has
+  acknowledged yet.
 Renderers: JSON, one flat CSV table (a `section` column), and a
 self-contained HTML page with embedded plots (html_report.py).
 """
@@ -30,6 +33,7 @@ from typing import Any
 from registry.contracts.speed import derived_gate
 from registry.formats.errors import UserError
 
+from .monitor_fold import monitor_summary
 from .state import RegistryState, contract_note, relative_margin
 
 NEAR_MISS_SHARE = 0.10
@@ -88,7 +92,18 @@ def build_report(state: RegistryState, workload: str | None = None, *,
                      for a in artifacts],
         "imported": [row for row in imported if workload is None or row["workload"] == workload],
         "matrix": matrix,
+        "monitors": (monitors := _monitors(artifacts)),
+        "alerts": [m["artifact"] for m in monitors if m["status"] in ("regressed", "alarm_due")],
     }
+
+
+def _monitors(artifacts: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    found = []
+    for artifact in artifacts:
+        summary = monitor_summary(artifact)
+        if summary is not None:
+            found.append({"artifact": artifact["artifact"], "workload": artifact["workload"], **summary})
+    return found
 
 
 def _workload_summary(declared: dict[str, Any] | None) -> dict[str, Any]:
@@ -282,11 +297,25 @@ def report_tables(report: dict[str, Any]) -> list[Table]:
     ))
     if report.get("benchmark_records"):
         tables.append(benchmark_records_table(report["benchmark_records"]))
+    if report.get("monitors"):
+        tables.append(monitors_table(report["monitors"]))
     if report["imported"]:
         tables.append(imported_table(report["imported"]))
     if report["matrix"] is not None:
         tables.append(matrix_table(report["matrix"]))
     return tables
+
+
+def monitors_table(monitors: list[dict[str, Any]]) -> Table:
+    """Promoted identities watched for a regression: pairs, the detector against its level, the alarm."""
+    return (
+        "monitors (re-measured promoted artifacts)",
+        ["artifact", "workload", "status", "pairs", "below", "threshold", "alpha", "log statistic", "alarm level",
+         "alarm at pair", "acknowledged by"],
+        [(m["artifact"], m["workload"], m["status"], m["pairs"], m["below"], number(m["threshold"]), m["alpha"],
+          number(m["log_statistic"]), number(m["log_alarm_level"]), m["crossed_at"],
+          (m["acknowledged"] or {}).get("person")) for m in monitors],
+    )
 
 
 def benchmark_records_table(records: list[dict[str, Any]]) -> Table:

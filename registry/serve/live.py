@@ -32,10 +32,9 @@ KEEPALIVE_SECONDS = 15
 def show_artifact(registry: Registry, artifact: str, shown_verdicts: int) -> dict[str, Any]:
     """An artifact's state with its latest verdicts and benchmark record: `registry show --json`'s document."""
     from registry.app.bench import record_summary
-    from registry.projections import Projections
     from registry.projections.state import contract_note
 
-    projections = Projections(registry.store)
+    projections = registry.reads
     state, verdict_count = projections.shown_artifact(artifact, shown_verdicts)
     if state is None:
         raise UserError(f"unknown artifact {artifact!r}")
@@ -49,9 +48,8 @@ def show_artifact(registry: Registry, artifact: str, shown_verdicts: int) -> dic
 def snapshot(registry: Registry) -> dict[str, Any]:
     """Each workload's artifacts with their state, and each benchmark record with its running bounds."""
     from registry.app.bench import record_summary
-    from registry.projections import Projections
 
-    projections = Projections(registry.store)
+    projections = registry.reads
     head = projections.catch_up()
     workloads, records = [], []
     for declared in projections.workloads():

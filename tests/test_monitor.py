@@ -1,0 +1,155 @@
+"""The monitor's detector (registry/formats/monitor.py) and its terms (registry/contracts/monitor.py).
+
+The error-rate figures are simulations that can fail (tests/monitor_sim.py,
+vectorised over streams); the larger runs are in benchmarks/monitor.py and
+docs/monitor.md. The whole file takes a few seconds on one core: the ARL
+check steps 400 streams through 3,000 pairs, the shortest run that bounds an
+ARL of 1,000 from below with a margin.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from registry.contracts import Contract, ContractError
+from registry.formats.errors import UserError
+from registry.formats.monitor import START, fewest_pairs_to_alarm, read, step
+from monitor_sim import alarm_times, run_lengths
+from sequential_sim import ratio_streams
+
+ALPHA = 1e-3
+
+
+def test_the_vectorised_detector_alarms_where_the_registry_does():
+    rng = np.random.default_rng(3)
+    below = rng.random((40, 60)) < 0.8
+    expected = alarm_times(below, ALPHA)
+    for row, alarm in zip(below, expected):
+        reading = read(START, [0.5 if b else 2.0 for b in row], 1.0, ALPHA)
+        assert (reading.alarm_at or 0) == alarm
+
+
+def test_no_alarm_before_the_fewest_pairs_and_ties_count_in_control():
+    assert fewest_pairs_to_alarm(ALPHA) == 10
+    assert read(START, [0.9] * 9, 1.0, ALPHA).alarm_at is None
+    assert read(START, [0.9] * 10, 1.0, ALPHA).alarm_at == 10
+    assert read(START, [1.0] * 500, 1.0, ALPHA).state.below == 0  # exactly at the threshold is not below
+
+
+def test_the_statistic_depends_only_on_the_signs():
+    a = read(START, [0.5, 2.0, 0.99, 1.5], 1.0, ALPHA).state
+    b = read(START, [0.01, 1e9, 0.5, 1.01], 1.0, ALPHA).state
+    assert a == b
+
+
+@pytest.mark.parametrize("bad", [0.0, -1.0, math.inf, math.nan, True, "1.0"])
+def test_a_threshold_that_is_not_a_positive_ratio_is_refused(bad):
+    with pytest.raises(UserError):
+        read(START, [1.0], bad, ALPHA)
+
+
+def test_worst_case_average_run_length_is_at_least_one_over_alpha():
+    """Median exactly at the threshold (P(below) = 1/2): the truncated mean run length bounds the ARL from below."""
+    alarms = run_lengths(np.random.default_rng(11), 0.5, 400, 3000, ALPHA)
+    truncated = np.where(alarms > 0, alarms, 3000)
+    assert truncated.mean() >= 1.0 / ALPHA
+
+
+@pytest.mark.parametrize("distribution", ["lognormal", "student_t3"])
+def test_a_ten_percent_drop_below_the_gate_is_detected_within_the_stated_pairs(distribution):
+    """After 200 pairs at the promoted speed (1.2x a gate of 1.1), the median drops to 0.9 x the gate (3% noise)."""
+    rng = np.random.default_rng(5)
+    before = ratio_streams(rng, distribution, 2000, 200, 1.2, cv=0.03)
+    after = ratio_streams(rng, distribution, 2000, 60, 0.9 * 1.1, cv=0.03)
+    alarms = alarm_times(np.concatenate([before, after], axis=1) < 1.1, ALPHA)
+    assert (alarms == 0).sum() == 0
+    false_alarms = (alarms <= 200).mean()
+    assert false_alarms <= 0.01
+    delay = alarms[alarms > 200] - 200
+    assert delay.mean() <= 12 and np.percentile(delay, 90) <= 16
+
+
+def test_preemption_outliers_delay_detection_and_do_not_raise_false_alarms():
+    """5% of pairs preempted (either arm 1.6x slower): in control nothing alarms; after the drop, still detected."""
+    rng = np.random.default_rng(9)
+    streams = 2000
+
+    def with_preemption(ratios):
+        hit = rng.random(ratios.shape) < 0.05
+        return np.where(hit, ratios * np.where(rng.random(ratios.shape) < 0.5, 1.6, 1 / 1.6), ratios)
+
+    before = with_preemption(ratio_streams(rng, "lognormal", streams, 200, 1.2, cv=0.03))
+    after = with_preemption(ratio_streams(rng, "lognormal", streams, 60, 0.99, cv=0.03))
+    alarms = alarm_times(np.concatenate([before, after], axis=1) < 1.1, ALPHA)
+    assert ((alarms > 0) & (alarms <= 200)).mean() <= 0.01
+    delay = alarms[alarms > 200] - 200
+    assert delay.mean() <= 12 and np.percentile(delay, 90) <= 16
+
+
+def test_at_the_worst_case_no_sign_detector_keeps_two_hundred_pairs_alarm_free_in_99_percent():
+    """The honest limit: with the median exactly at the threshold, ~10% of runs alarm within 200 pairs.
+
+    Any sign detector that finds a near-total drop within 12 pairs must alarm
+    on a run of about 12 pairs below; a fair coin shows such a run within 200
+    flips in about 2.3% of sequences (so no such detector reaches 99% there).
+    The 99% figure holds when the in-control median sits above the threshold
+    (the tests above: the promoted speed above the gate).
+    """
+    alarms = run_lengths(np.random.default_rng(13), 0.5, 2000, 200, ALPHA)
+    assert (alarms > 0).mean() > 0.01
+    rng = np.random.default_rng(17)
+    flips = rng.random((20000, 200)) < 0.5
+    runs = np.zeros(20000, dtype=int)
+    longest = np.zeros(20000, dtype=int)
+    for t in range(200):
+        runs = np.where(flips[:, t], runs + 1, 0)
+        longest = np.maximum(longest, runs)
+    assert (longest >= 12).mean() > 0.01
+
+
+def test_a_step_counts_the_pair_and_keeps_one_component_per_belief():
+    state = step(step(START, True), False)
+    assert state.pairs == 2 and state.below == 1 and len(state.log_components) == 10
+
+
+MANIFEST = {"workload": "wan", "speed": {"min_speedup": 1.1, "runs_per_arm": 2, "protocol": "paired"}}
+
+
+def contract(**monitor):
+    return Contract.from_mapping({**MANIFEST, "monitor": monitor})
+
+
+def test_monitor_terms_are_built_and_hashed_only_when_declared():
+    terms = contract(alpha=0.001, reference="gate", margin=0.05).monitor
+    assert terms.threshold(1.1, 1.5) == pytest.approx(1.045)
+    assert contract(alpha=0.001, reference="promoted", margin=0.1).monitor.threshold(1.1, 1.5) == pytest.approx(1.35)
+    plain = Contract.from_mapping(MANIFEST)
+    assert "monitor" not in plain.canonical()
+    assert plain.content_hash() != contract(alpha=0.001, reference="gate", margin=0.0).content_hash()
+
+
+@pytest.mark.parametrize("monitor, message", [
+    ({"reference": "gate", "margin": 0.0}, "monitor.alpha"),
+    ({"alpha": 0.001, "margin": 0.0}, "monitor.reference"),
+    ({"alpha": 0.001, "reference": "gate"}, "monitor.margin"),
+    ({"alpha": 0.0, "reference": "gate", "margin": 0.0}, "monitor.alpha"),
+    ({"alpha": 0.6, "reference": "gate", "margin": 0.0}, "monitor.alpha"),
+    ({"alpha": True, "reference": "gate", "margin": 0.0}, "monitor.alpha"),
+    ({"alpha": "0.001", "reference": "gate", "margin": 0.0}, "monitor.alpha"),
+    ({"alpha": 0.001, "reference": "median", "margin": 0.0}, "monitor.reference"),
+    ({"alpha": 0.001, "reference": "gate", "margin": -0.1}, "monitor.margin"),
+    ({"alpha": 0.001, "reference": "gate", "margin": 0.5}, "monitor.margin"),
+    ({"alpha": 0.001, "reference": "gate", "margin": math.nan}, "monitor.margin"),
+    ({"alpha": 0.001, "reference": "gate", "margin": 0.2}, "below 1.0"),
+    ({"alpha": 0.001, "reference": "gate", "margin": 0.0, "window": 5}, "window"),
+])
+def test_bad_monitor_terms_are_refused_naming_the_field(monitor, message):
+    with pytest.raises(ContractError, match=message):
+        Contract.from_mapping({**MANIFEST, "monitor": monitor})
+
+
+def test_a_monitor_without_a_speed_block_is_refused():
+    with pytest.raises(ContractError, match="speed block"):
+        Contract.from_mapping({"workload": "wan", "monitor": {"alpha": 0.001, "reference": "gate", "margin": 0.0}})

@@ -1,0 +1,146 @@
+"""A promoted artifact's monitor end to end: re-measurements, the alarm, resolve/lock skipping it, acknowledgment."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from registry.app import open_registry
+from registry.projections import Projections
+from ship_helpers import MANIFEST, make_bundle, measure_and_promote, register
+
+PROFILE = ("--arch", "sm90", "--torch", "2.13.0", "--cuda", "12.8")
+MONITORED = MANIFEST + "monitor: {alpha: 0.001, reference: gate, margin: 0.0}\n"
+SOFTWARE = ("--software", "torch=2.13.0", "--software", "triton=3.5.0")
+
+
+@pytest.fixture
+def promoted(registry_cli):
+    path = registry_cli.tmp / "wan.yaml"
+    path.write_text(MONITORED)
+    assert registry_cli("workload", "declare", str(path)).exit_code == 0
+    root = registry_cli.tmp / "bundles"
+    for name, ratio in (("fast", 1.5), ("steady", 1.3)):
+        assert register(registry_cli, name, make_bundle(root, name)).exit_code == 0
+        assert measure_and_promote(registry_cli, name, ratio) == "promoted"
+    return registry_cli
+
+
+def remeasure(cli, artifact, ratio, batch, pairs=2):
+    baseline = ",".join(["2.0"] * pairs)
+    candidate = ",".join([repr(2.0 / ratio)] * pairs)
+    result = cli("monitor", "record", artifact, "--batch", batch, "--baseline", baseline, "--candidate", candidate,
+                 "--device", "NVIDIA H200", *SOFTWARE, "--json")
+    assert result.exit_code == 0, result.output
+    return json.loads(result.output)
+
+
+def resolved(cli):
+    result = cli("resolve", "--workload", "wan", *PROFILE, "--json")
+    return json.loads(result.output)
+
+
+def test_a_drop_below_the_gate_is_alarmed_at_the_fewest_pairs_and_stops_resolving(promoted):
+    out = {}
+    for i in range(8):  # 16 pairs at 10% below the gate (1.1 -> 0.99)
+        out = remeasure(promoted, "fast", 0.99, f"b{i}")
+    monitor = out["monitor"]
+    assert monitor["status"] == "regressed" and monitor["crossed_at"] == 10  # every pair below: fewest_pairs_to_alarm
+    assert monitor["pairs"] == 10 and monitor["pairs_after_alarm"] == 6
+    answer = resolved(promoted)
+    assert answer["match"]["artifact"] == "steady"
+    skipped = {o["artifact"]: o for o in answer["others"]}
+    assert skipped["fast"]["code"] == "regressed"
+    history = json.loads(promoted("history", "artifact:fast", "--json").output)
+    alarms = [e for e in history if e["type"] == "RegressionDetected"]
+    assert len(alarms) == 1 and alarms[0]["payload"]["pairs"] == 10  # a known regression is not alerted again
+    assert alarms[0]["payload"]["profiles"] == [{"device": "NVIDIA H200",
+                                                 "software": {"torch": "2.13.0", "triton": "3.5.0"}}]
+    lock = promoted.tmp / "lock.json"
+    assert promoted("lock", "--workload", "wan", "--unsigned", "--out", str(lock)).exit_code == 0
+    assert [a["artifact"] for a in json.loads(lock.read_text())["artifacts"]] == ["steady"]
+
+
+def test_an_artifact_that_holds_its_speed_is_never_alarmed(promoted):
+    for i in range(100):  # 400 pairs at the promoted speed, above the gate
+        out = remeasure(promoted, "steady", 1.3, f"b{i}", pairs=4)
+    assert out["monitor"]["status"] == "in_control" and out["monitor"]["below"] == 0
+    assert resolved(promoted)["match"]["artifact"] == "fast"
+
+
+def test_a_retried_batch_appends_once_and_replay_reproduces_the_alarm(promoted):
+    for i in range(5):
+        remeasure(promoted, "fast", 0.9, f"b{i}")
+    again = remeasure(promoted, "fast", 0.9, "b4")
+    assert again["appended"] is False
+    assert promoted("replay", "--verify").exit_code == 0
+    registry = open_registry(promoted.url)
+    state = Projections(registry.store).current_artifact("fast")
+    assert state["monitors"][state["identity"]]["alarm"]["pairs"] == 10
+
+
+def test_an_alarm_is_acknowledged_once_by_a_named_person_and_still_does_not_ship(promoted):
+    for i in range(5):
+        out = remeasure(promoted, "fast", 0.9, f"b{i}")
+    alarm = out["monitor"]["alarm"]["event_id"]
+    wrong = promoted("monitor", "ack", "fast", "not-an-alarm", "--reason", "seen")
+    assert wrong.exit_code == 1
+    acked = promoted("monitor", "ack", "fast", alarm, "--reason", "driver 560 regression, tracked", "--json",
+                     actor="oncall")
+    assert acked.exit_code == 0, acked.output
+    monitor = json.loads(acked.output)["monitor"]
+    assert monitor["status"] == "acknowledged" and monitor["acknowledged"]["person"] == "oncall"
+    assert promoted("monitor", "ack", "fast", alarm, "--reason", "again").exit_code == 1
+    assert {o["artifact"]: o["code"] for o in resolved(promoted)["others"]}["fast"] == "regressed"
+
+
+def test_refusals_write_nothing(promoted):
+    registry = open_registry(promoted.url)
+    head = registry.store.head_position()
+    base = ("monitor", "record", "fast", "--batch", "x", "--device", "d", *SOFTWARE)
+    assert promoted(*base, "--baseline", "1.0", "--candidate", "0").exit_code == 1
+    assert promoted(*base, "--baseline", "1.0,1.0", "--candidate", "1.0").exit_code == 1
+    assert promoted("monitor", "record", "nobody", "--batch", "x", "--device", "d", *SOFTWARE, "--baseline", "1",
+                    "--candidate", "1").exit_code == 1
+    assert promoted("revoke", "fast", "--reason", "r").exit_code == 0
+    head = registry.store.head_position()
+    assert promoted(*base, "--baseline", "1.0", "--candidate", "1.0").exit_code == 1  # no longer promoted
+    assert registry.store.head_position() == head
+
+
+def test_show_and_report_show_the_monitor_and_its_alert(promoted):
+    for i in range(5):
+        remeasure(promoted, "fast", 0.9, f"b{i}")
+    remeasure(promoted, "steady", 1.3, "s0")
+    shown = json.loads(promoted("show", "fast", "--json").output)
+    assert shown["monitor"]["status"] == "regressed" and shown["monitor"]["crossed_at"] == 10
+    assert "monitor regressed" in promoted("show", "fast").output
+    report = json.loads(promoted("report", "--json").output)
+    assert {m["artifact"]: m["status"] for m in report["monitors"]} == {"fast": "regressed", "steady": "in_control"}
+    assert report["alerts"] == ["fast"]
+    assert "monitors (re-measured promoted artifacts)" in promoted("report").output
+
+
+def test_a_lock_taken_before_the_alarm_no_longer_verifies_and_one_after_leaves_it_out(promoted):
+    before = promoted.tmp / "before.json"
+    assert promoted("lock", "--workload", "wan", "--unsigned", "--out", str(before)).exit_code == 0
+    for i in range(5):
+        remeasure(promoted, "fast", 0.9, f"b{i}")
+    checked = promoted("lock", "verify", str(before), "--bundles", str(promoted.tmp / "bundles"), "--json")
+    assert checked.exit_code == 1
+    assert "regressed" in {p["code"] for p in json.loads(checked.output)["problems"]}
+
+
+def test_an_alarm_the_detector_did_not_reach_cannot_be_folded(promoted):
+    from registry.events.store import NewEvent
+    from registry.projections.state import ProjectionError
+
+    remeasure(promoted, "fast", 0.9, "b0")  # 2 pairs below: far from an alarm
+    registry = open_registry(promoted.url)
+    state = Projections(registry.store).current_artifact("fast")
+    forged = {"artifact": "fast", "identity": state["identity"], "payload_sha256": state["payload_sha256"],
+              "verdict_event_id": state["verdict_event_id"], "pairs": 2, "below": 2, "log_statistic": 7.0,
+              "threshold": 1.1, "alpha": 0.001, "profiles": []}
+    registry.store.append("artifact:fast", [NewEvent("RegressionDetected", forged)], actor="mallory")
+    with pytest.raises(ProjectionError, match="has not crossed"):
+        Projections(registry.store).current_artifact("fast")
