@@ -263,7 +263,7 @@ class RecordEntry(TypedDict):
     artifact: str
     identity: str | None
     session: str | None
-    protocol: str
+    protocol: Literal["paired", "sequential"] | None  # None: a stored item not shaped as a benchmark
     schedule: list[str] | None
     baseline_s: list[float]
     candidate_s: list[float]
