@@ -138,16 +138,25 @@ def read_record(record: SpeedRecord, speed: SpeedGate) -> Reading:
 
 
 def _decide(ratios: list[float], positions: list[int], terms: list[Terms], current: Terms) -> SequentialResult:
-    promote, reject = [], []
-    for at in positions:
-        since = _in_force_since(at, terms)
-        promote.append(max(t.gate for t in since))
-        reject.append(min(t.gate for t in since))
-    return decide_terms(ratios, promote, reject, _alphas(positions, terms), current.max_pairs, current.alpha)
+    strictest = _strictest(positions, terms)
+    promote = [strictest[at][0] for at in positions]
+    reject = [strictest[at][1] for at in positions]
+    return decide_terms(ratios, promote, reject, [strictest[at][2] for at in positions], current.max_pairs,
+                        current.alpha)
 
 
 def _alphas(positions: list[int], terms: list[Terms]) -> list[float]:
-    return [min(t.alpha for t in _in_force_since(at, terms)) for at in positions]
+    strictest = _strictest(positions, terms)
+    return [strictest[at][2] for at in positions]
+
+
+def _strictest(positions: list[int], terms: list[Terms]) -> dict[int, tuple[float, float, float]]:
+    """(highest gate, lowest gate, lowest alpha) in force since each position (one entry's pairs share one)."""
+    found = {}
+    for at in dict.fromkeys(positions):
+        since = _in_force_since(at, terms)
+        found[at] = (max(t.gate for t in since), min(t.gate for t in since), min(t.alpha for t in since))
+    return found
 
 
 def _in_force_since(position: int, terms: list[Terms]) -> list[Terms]:
