@@ -310,3 +310,23 @@ def test_the_steady_ltx_run_decides_as_before(tmp_path):
     verdict = promote(registry, artifact).verdict
     assert (verdict["decision"], verdict["rule"]) == ("rejected", "speed.below_gate"), verdict["reasons"]
     assert verdict["speedup_ci_level"] == pytest.approx(0.9)
+
+
+def test_workload_declare_names_the_speed_records_a_loosening_affects(registry_cli, tmp_path):
+    manifest = tmp_path / "w.yaml"
+    manifest.write_text(MANIFEST)
+    assert registry_cli("workload", "declare", str(manifest)).exit_code == 0
+    (tmp_path / "k.bin").write_bytes(b"kernel bytes")
+    assert registry_cli("artifact", "register", "a1", "--workload", "w", "--kind", "module",
+                        "--payload", str(tmp_path / "k.bin")).exit_code == 0
+    session = json.loads(registry_cli("bench", "open", "a1", "--device", "d", "--timer", "t", "--json").stdout)
+    assert registry_cli("bench", "record", "a1", session["session"], "--batch", "b", "--baseline", "1.2,1.0",
+                        "--candidate", "1.0,1.0").exit_code == 0
+    manifest.write_text(MANIFEST.replace("max_pairs: 400", "max_pairs: 400, alpha: 0.3"))
+    declared = registry_cli("workload", "declare", str(manifest))
+    assert "speed terms loosened (gate 1.1 -> 1.1, alpha 0.05 -> 0.3): pairs recorded before this version" \
+        in declared.stdout and "(2 pairs; a1)" in declared.stdout
+    manifest.write_text(MANIFEST)
+    tightened = json.loads(registry_cli("workload", "declare", str(manifest), "--json").stdout)
+    assert tightened["speed_records"]["change"] == "tightened"
+    assert [r["artifacts"] for r in tightened["speed_records"]["records"]] == [["a1"]]

@@ -71,6 +71,16 @@ class SubjectReads(ReadModels):
         with reading(self.engine) as conn:
             return self._row(conn, "records", key)
 
+    def workload_speed_records(self, workload: str) -> list[SpeedRecordState]:
+        """Every speed record of one workload now, by key: an indexed range of the records table."""
+        self.position_to_fold(None)
+        table = MODELS["records"][0]
+        with reading(self.engine) as conn:
+            self.served_position = read_checkpoint(conn) or 0
+            texts = conn.execute(select(table.c.state).where(table.c.workload == workload)
+                                 .order_by(table.c.record)).scalars().all()
+        return [load_state(text) for text in texts]
+
     def bench_stream(self, identity: str) -> BenchStreamState | None:
         """An identity's benchmark-session stream now: the record it feeds, its version, its batch keys."""
         as_of = self.position_to_fold(None)
