@@ -330,3 +330,23 @@ def test_workload_declare_names_the_speed_records_a_loosening_affects(registry_c
     tightened = json.loads(registry_cli("workload", "declare", str(manifest), "--json").stdout)
     assert tightened["speed_records"]["change"] == "tightened"
     assert [r["artifacts"] for r in tightened["speed_records"]["records"]] == [["a1"]]
+
+
+def test_a_sequential_document_whose_baseline_drifted_is_held_with_the_figures():
+    """Judged alone (the imported comparison), a document timed arm after arm whose baseline halves have disjoint
+    median intervals is held for drift; the reason is the one docs/gate.md prints."""
+    from registry.formats.evidence.items import parse_item
+    from registry.gate import ArtifactFacts, GateEvidence, Recorded, decide
+
+    baseline = [1.0, 1.01, 0.99, 1.0, 1.02, 1.0, 0.98, 1.01, 1.3, 1.31, 1.29, 1.3, 1.32, 1.3, 1.28, 1.31]
+    item = parse_item({"kind": "benchmark", "protocol": "sequential", "device": "NVIDIA H200", "timer": "cuda_event",
+                       "baseline_s": baseline, "candidate_s": [0.5] * 16})
+    contract = speed(protocol="sequential")
+    verdict = decide(contract, GateEvidence(
+        execution=Recorded("ev-exec", parse_item({"kind": "execution", "candidate_calls": 4, "fallbacks": 0})),
+        parity=Recorded("ev-parity", parse_item({"kind": "parity", "leaves": [PASSING_LEAF]})),
+        benchmark=Recorded("ev-bench", item), benchmark_attempts=1), ArtifactFacts("a", "module"))
+    assert (verdict.decision, verdict.rule) == ("held", "speed.drift")
+    assert ("the arms were not interleaved and the baseline drifted: baseline early median 1 s [0.98, 1.02], late "
+            "median 1.3 s [1.28, 1.32] (each half's interval at 97.5%, disjoint at most 5% of the time without "
+            "drift)") in verdict.reasons
