@@ -273,18 +273,19 @@ def record_summary(registry: Registry, state: dict[str, Any], workload: dict[str
     return None if found is None else summarize_record(found, workload)
 
 
-def summarize_record(found: dict[str, Any], workload: dict[str, Any]) -> dict[str, Any]:
+def summarize_record(found: dict[str, Any], workload: dict[str, Any], rule: tuple | None = None) -> dict[str, Any]:
     """A speed record's row as `show`, `report` and the HTML report give it: sessions, documents, devices, archs,
     timers, pairs, what it shows, the running bounds with their level, alpha and the stop reason.
 
     A record under a contract that does not declare the confident rule is
     given with its pairs, sessions and documents only (no rule reads it).
+    `rule` is `workload_rule(workload)`, computed once by a caller that
+    summarizes many records of one workload.
     """
-    from registry.contracts import Contract
     from registry.gate import SpeedRecord
     from registry.gate.record import read_record
 
-    speed = Contract.from_stored(workload["contract"]).speed
+    speed, terms = workload_rule(workload) if rule is None else rule
     entries = found["entries"]
     summary: dict[str, Any] = {
         "record": found["record"], "workload": found["workload"], "payload_sha256": found["payload_sha256"],
@@ -302,7 +303,7 @@ def summarize_record(found: dict[str, Any], workload: dict[str, Any]) -> dict[st
         return {**summary, "decision": None, "shows": None, "pairs": sum(len(e["baseline_s"]) for e in entries),
                 "stop": f"speed.decision is {speed.decision if speed else 'undeclared'}"}
     reading = read_record(SpeedRecord(found["payload_sha256"], entries, len(found["sessions"]),
-                                      workload["versions"]), speed)
+                                      workload["versions"]), speed, terms)
     result = reading.result
     return {**summary, "decision": result.decision, "shows": SHOWS[result.decision], "pairs": len(reading.ratios),
             "decided_at": result.decided_at, "lower": result.lower, "upper": result.upper,
@@ -310,6 +311,17 @@ def summarize_record(found: dict[str, Any], workload: dict[str, Any]) -> dict[st
             "stop": _stop_reason(result, len(reading.ratios), speed.max_pairs),
             "holds": [{"rule": hold.rule, "text": hold.text} for hold in reading.holds],
             "running_bounds": [list(bound) for bound in reading.bounds]}
+
+
+def workload_rule(workload: dict[str, Any]) -> tuple:
+    """(the workload's current speed gate, its confident versions' terms): what reading its records needs."""
+    from registry.contracts import Contract
+    from registry.gate.record import contract_terms
+
+    speed = Contract.from_stored(workload["contract"]).speed
+    if speed is None or speed.decision != "confident":
+        return speed, []
+    return speed, contract_terms(workload["versions"])
 
 
 def _in_opened_order(sessions: dict[str, Any]) -> list[tuple[str, Any]]:

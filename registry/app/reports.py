@@ -49,15 +49,14 @@ def build(registry: Registry, *, workload: str | None, position: int | None, sta
 def benchmark_records(registry: Registry, state, workloads: dict[str, Any], position: int | None) -> list[dict]:
     """Every in-scope speed record (registry/app/bench.py `summarize_record`), from the state's read-model rows:
     the records were read with the rest of the state (one query for the whole table), never a stream each."""
-    from .bench import summarize_record
+    from .bench import summarize_record, workload_rule
 
+    rules = {name: workload_rule(state.workloads[name]) for name in workloads if name in state.workloads}
     records = []
     for key in sorted(state.records):
         found = state.records[key]
-        declared = state.workloads.get(found["workload"])
-        if found["workload"] not in workloads or declared is None:
-            continue
-        records.append(summarize_record(found, declared))
+        if found["workload"] in rules:
+            records.append(summarize_record(found, state.workloads[found["workload"]], rules[found["workload"]]))
     return records
 
 

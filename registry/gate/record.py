@@ -109,9 +109,13 @@ def contract_terms(versions: Sequence[Mapping[str, Any]]) -> list[Terms]:
     return found
 
 
-def read_record(record: SpeedRecord, speed: SpeedGate) -> Reading:
-    """The record under the current contract `speed` (confident), with the loosening and rejection rules."""
-    terms = contract_terms(record.versions)
+def read_record(record: SpeedRecord, speed: SpeedGate, terms: list[Terms] | None = None) -> Reading:
+    """The record under the current contract `speed` (confident), with the loosening and rejection rules.
+
+    `terms`, when given, are `contract_terms(record.versions)` computed once by a caller reading many records
+    of one workload.
+    """
+    terms = contract_terms(record.versions) if terms is None else list(terms)
     current = Terms(terms[-1].version if terms else 0, terms[-1].position if terms else 0, speed.gate,
                     speed.alpha, speed.max_pairs)
     if not terms or (terms[-1].gate, terms[-1].alpha, terms[-1].max_pairs) != (speed.gate, speed.alpha,
