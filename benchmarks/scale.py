@@ -34,7 +34,8 @@ returning the standing verdict.
 
 Each command then runs once as a child process, in this order: `show`,
 `evidence import` (one execution item), `promote`, `resolve`, `lock`,
-`history --json`, `report --json`, `verify`, `replay --verify`. Its wall
+`history --json`, `report --json`, the earlier reading of the report (benchmarks/report_before.py: a
+bench-stream query per artifact, its peer), `verify`, `replay --verify`. Its wall
 time is measured around the process; its CPU time (user + system) and its
 peak RSS are the child's own `ru_utime`, `ru_stime` and `ru_maxrss` from
 wait4(2), started from a small launcher process (see LAUNCHER). On a shared
@@ -79,7 +80,11 @@ SMALL_ARTIFACT_EVENTS = 10
 # The `one` shape: this many small artifacts beside the large one, so report and resolve have a workload to list.
 NEIGHBOURS = 20
 BATCH = 2_000  # events per append while building
-COMMANDS = ("show", "evidence import", "promote", "resolve", "lock", "history", "report", "verify", "replay")
+COMMANDS = ("show", "evidence import", "promote", "resolve", "lock", "history", "report", "report, earlier reading",
+            "verify", "replay")
+# The peer of `report`: the same report with a bench-stream query per artifact, as it was read before speed
+# records were a read model (benchmarks/report_before.py); run as a script, not through the CLI.
+PEERS = {"report, earlier reading": Path(__file__).resolve().parent / "report_before.py"}
 # promote records a verdict other than promoted, resolve and lock find no bundle: exit 3 is their answer, not a failure.
 ANSWER_CODES = {"promote": (0, 3), "resolve": (0, 3), "lock": (0, 3)}
 MIB = 1024 * 1024
@@ -187,6 +192,7 @@ def command_lines(artifact: str, workload: str, document: Path, key: Path) -> di
         "lock": ["lock", "--workload", workload, "--key", str(key), "--out", str(document.parent / "registry.lock")],
         "history": ["history", artifact, "--json"],
         "report": ["report", "--json"],
+        "report, earlier reading": [],
         "verify": ["verify"],
         "replay": ["replay", "--verify"],
     }
@@ -236,9 +242,10 @@ class Launcher:
 def run_command(launcher: Launcher, url: str, name: str, arguments: list[str]) -> dict:
     """One command as a child process, REPEATS times: median wall seconds, largest peak RSS, exit code."""
     executable = Path(sys.executable).parent / "registry"
+    argv = [sys.executable, str(PEERS[name]), url] if name in PEERS else [str(executable), "--db", url, *arguments]
     runs = []
     for _ in range(REPEATS.get(name, 1)):
-        done = launcher.run([str(executable), "--db", url, *arguments])
+        done = launcher.run(argv)
         if done["exit"] not in ANSWER_CODES.get(name, (0,)):
             raise SystemExit(f"registry {' '.join(arguments)} exited {done['exit']}: {done['stderr'].strip()}")
         runs.append(done)

@@ -220,17 +220,18 @@ def test_show_and_report_give_the_running_bounds_pairs_stop_and_alpha(registry_c
     run_json(registry_cli, "bench", "record", "fast", name, "--batch", "a", "--baseline", "2,2,2,2,2,2",
              "--candidate", "1,1,1,1,1,1")
     shown = registry_cli("show", "fast")
-    assert ("benchmark record: 6 pairs in 2 sessions; promoted (decided at pair 5, 14 of max_pairs 20 saved); "
-            "running bounds 2x to 2x against the gate 1.2x at alpha 0.05") in shown.stdout
+    assert ("speed record of these bytes: 6 pairs; shown above the gate (decided at pair 5); running bounds 2x to 2x "
+            "(two-sided 90%) against the gate 1.2x at alpha 0.05 per side") in shown.stdout
+    assert "its bytes' speed record holds 2 session(s) and 0 complete document(s)" in shown.stdout
     bench = run_json(registry_cli, "show", "fast")["bench"]
     assert (bench["decided_at"], bench["alpha"], bench["stop"]) == (5, 0.05, "decided")
     assert bench["running_bounds"][:5] == [[None, None]] * 4 + [[2.0, 2.0]]
     report = json.loads(registry_cli("report", "--format", "json").stdout)
     [record] = report["benchmark_records"]
-    assert (record["artifact"], record["decision"], record["pairs"], len(record["sessions"])) == ("fast", "promoted",
-                                                                                                   6, 2)
+    assert (record["artifacts"], record["shows"], record["pairs"], len(record["sessions"]), record["level"]) == (
+        ["fast"], "shown above the gate", 6, 2, pytest.approx(0.9))
     table = registry_cli("report").stdout
-    assert "benchmark records (sessions, confident rule)" in table
+    assert "speed records (one per payload within a workload" in table
     html = registry_cli("report", "--format", "html").stdout
     assert "Running bounds against the gate" in html and 'alt="running bounds of fast"' in html
     early = run_json(registry_cli, "show", "fast", "--as-of", "4")["bench"]
@@ -293,13 +294,13 @@ def test_a_record_under_a_contract_redeclared_as_point_is_shown_but_not_read(reg
     (tmp_path / "wan.yaml").write_text(MANIFEST.replace("max_pairs: 20", "decision: point"))
     assert registry_cli("workload", "declare", str(tmp_path / "wan.yaml")).exit_code == 0
     shown = registry_cli("show", "fast")
-    assert "benchmark record: 2 pairs in 1 session; not read (speed.decision is point)" in shown.stdout
-    assert "0 benchmark attempt(s) and 1 benchmark session(s)" in shown.stdout
+    assert "speed record of these bytes: 2 pairs; not read (speed.decision is point)" in shown.stdout
+    assert "0 benchmark attempt(s); its bytes' speed record holds 1 session(s) and 0 complete document(s)" in shown.stdout
     report = json.loads(registry_cli("report", "--format", "json").stdout)
     assert report["benchmark_records"][0]["decision"] is None
     assert "Running bounds against the gate" not in registry_cli("report", "--format", "html").stdout
     verdict = json.loads(registry_cli("promote", "fast", "--json").stdout)
-    assert "1 benchmark session opened for this identity holds 2 pairs, which only speed.decision confident reads" \
+    assert "1 benchmark session opened for these bytes holds pairs, which only speed.decision confident reads" \
         in verdict["reasons"]
 
 
@@ -307,4 +308,4 @@ def test_a_session_that_never_reports_is_named_in_the_verdict(registry_cli, tmp_
     declare_and_register(registry_cli, tmp_path)
     run_json(registry_cli, "bench", "open", "fast", "--device", "d", "--timer", "t")
     verdict = json.loads(registry_cli("promote", "fast", "--json").stdout)
-    assert "1 benchmark session opened for this identity recorded no pairs" in verdict["reasons"]
+    assert "1 benchmark session opened for these bytes recorded no pairs" in verdict["reasons"]

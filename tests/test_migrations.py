@@ -61,10 +61,10 @@ def test_a_foreign_database_is_not_initialised(backend_url):
     assert set(inspect(engine).get_table_names()) == {"customers"}
 
 
-def test_rows_that_hold_evidence_items_are_folded_again_by_the_upgrade(backend_url):
-    """Before revision 0007 an artifact's row held each kept evidence item; the upgrade empties the read models,
-    the next read folds them again without items, replay verification finds every row equal, and the answers
-    still carry the same items (read from the log by position)."""
+def test_rows_written_by_an_earlier_fold_are_folded_again_by_the_upgrade(backend_url):
+    """Revisions 0007 (rows without evidence items) and 0008 (speed records, each contract version's speed block)
+    change what a fresh fold writes; the upgrade empties the read models, the next read folds them again,
+    replay verification finds every row equal, and the answers are the same (items read from the log)."""
     from sqlalchemy import update
 
     from registry.events.store import EventStore
@@ -74,18 +74,19 @@ def test_rows_that_hold_evidence_items_are_folded_again_by_the_upgrade(backend_u
     from test_projections import build_history
 
     engine = make_engine(backend_url)
-    command.upgrade(alembic_config(backend_url), "0006")
+    upgrade(engine)
     store = EventStore(engine)
     build_history(store)
     Projections(store).catch_up()
     answered = rebuild(store)
-    with engine.begin() as conn:  # the rows as the earlier fold wrote them: each entry with its item
+    with engine.begin() as conn:  # the rows as the 0006 fold wrote them: each entry with its item
         for name, state in answered.artifacts.items():
             conn.execute(update(ARTIFACTS).where(ARTIFACTS.c.artifact == name).values(artifact_row(state)))
     before = verify_projections(store)
     assert sorted(before.differing_artifacts) == ["fa3-approx", "rms-fused", "sage-attn"]
+    command.downgrade(alembic_config(backend_url), "0007")
     upgrade(engine)
-    assert current_revision(engine) == "0007"
+    assert current_revision(engine) == head_revision()
     after = verify_projections(store)
     assert after.ok, after.summary()
     assert Projections(store).state() == answered

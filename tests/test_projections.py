@@ -286,8 +286,9 @@ def test_projections_after_catch_up(store, history):
 
     wan = projections.workload("wan-t2v")
     assert (wan["contract_version"], wan["contract"]) == (2, WAN_V2)
-    assert wan["versions"] == [{"version": 1, "hash": f"{1:064x}", "position": h.at["wan_v1"]},
-                               {"version": 2, "hash": f"{2:064x}", "position": h.at["wan_v2"]}]
+    assert wan["versions"] == [
+        {"version": 1, "hash": f"{1:064x}", "position": h.at["wan_v1"], "speed": WAN_V1["speed"]},
+        {"version": 2, "hash": f"{2:064x}", "position": h.at["wan_v2"], "speed": WAN_V2["speed"]}]
     assert [w["workload"] for w in projections.workloads()] == ["cosmos", "ltx-video", "wan-t2v"]
     frames = projections.frameset("wan-fs8")
     assert frames["sha256"] == "e6" * 32 and frames["position"] == h.at["frameset"]
@@ -410,7 +411,8 @@ def test_rebuild_equals_live_and_stepwise_apply(store, history):
 def test_verify_passes_then_names_a_tampered_artifact(store, history):
     report = verify_projections(store)
     assert report.ok and report.position == store.head_position()
-    assert report.checked == {"artifacts": 4, "workloads": 3, "framesets": 1, "outcomes": 0}
+    assert report.checked == {"artifacts": 4, "workloads": 3, "framesets": 1, "outcomes": 0, "bench_streams": 0,
+                              "records": 3}
     assert report.summary().endswith("all equal to the replay")
 
     raw(store.engine, "UPDATE projection_artifacts SET decision = 'promoted' WHERE artifact = 'fa3-approx'")

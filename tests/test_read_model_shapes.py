@@ -29,7 +29,8 @@ from registry.gate.model import Verdict
 from registry.projections import Projections, RegistryState, rebuild
 from registry.projections.asof import fold_log
 from registry.projections.read_models import (
-    ArtifactState, AttachedEvidence, EvidenceEntry, FrameSetState, IdentityScope, OutcomesState, WorkloadState,
+    ArtifactState, AttachedEvidence, BenchStreamState, EvidenceEntry, FrameSetState, IdentityScope, OutcomesState,
+    SpeedRecordState, WorkloadState,
 )
 from registry.projections.snapshot import snapshot
 from registry.projections.whole_registry import read_live
@@ -37,7 +38,7 @@ from registry.projections.state import IDENTITY_SCOPED, new_artifact
 from test_projections import open_store
 
 MODEL_TYPES = {"artifacts": ArtifactState, "workloads": WorkloadState, "framesets": FrameSetState,
-               "outcomes": OutcomesState}
+               "outcomes": OutcomesState, "bench_streams": BenchStreamState, "records": SpeedRecordState}
 
 
 # The stored form (the fold, a row): evidence entries reference their event and hold no item.

@@ -24,7 +24,7 @@ from typing import Any
 
 from registry.formats.errors import UserError
 from registry.formats.names import check_name
-from registry.formats.sequential import SequentialResult, decide_stream, running_bounds
+from registry.formats.sequential import SequentialResult
 
 from .context import Registry
 
@@ -42,6 +42,7 @@ def record_stream(identity: str) -> str:
 @dataclass(frozen=True)
 class Session:
     session: str
+    identity: str
     artifact: str
     opened_position: int
     pairs: int
@@ -77,6 +78,7 @@ class BenchRecord:
         return {
             "identity": self.identity, "workload": self.workload, "gate": self.gate, "alpha": result.alpha,
             "max_pairs": self.max_pairs, "pairs": len(self.ratios), "decision": result.decision,
+            "shows": SHOWS[result.decision], "level": 1.0 - 2.0 * result.alpha,
             "decided_at": result.decided_at, "lower": result.lower, "upper": result.upper, "stop": _stop(self),
             "pairs_saved": self.pairs_saved, "closed": self.closed,
             "sessions": [{"session": s.session, "artifact": s.artifact, "pairs": s.pairs,
@@ -85,9 +87,7 @@ class BenchRecord:
 
 
 def _stop(record: BenchRecord) -> str:
-    if record.result.decision != "held":
-        return "decided"
-    return "max_pairs" if len(record.ratios) >= record.max_pairs else "measuring"
+    return _stop_reason(record.result, len(record.ratios), record.max_pairs)
 
 
 def read_record(registry: Registry, artifact: str) -> BenchRecord:
@@ -96,7 +96,7 @@ def read_record(registry: Registry, artifact: str) -> BenchRecord:
 
     subject = capture_subject(registry, artifact)
     workload = subject.registration["workload"]
-    return _read(registry, subject.identity, workload, _confident_speed(registry, workload))
+    return _read(registry, subject.identity, workload, subject.payload_sha256, _confident_speed(registry, workload))
 
 
 def open_session(registry: Registry, artifact: str, device: str, timer: str) -> tuple[str, BenchRecord]:
@@ -112,7 +112,10 @@ def open_session(registry: Registry, artifact: str, device: str, timer: str) -> 
     for value, what in ((device, "device"), (timer, "timer")):
         if not isinstance(value, str) or not value.strip() or len(value) > 200:
             raise UserError(f"{what}: expected 1 to 200 characters naming the {what}")
-    record = _read(registry, subject.identity, workload, speed)
+    if subject.payload_sha256 is None:
+        raise UserError(f"{artifact} was registered without a payload, so it has no speed record of its own and "
+                        "borrows none: register its bytes (`registry artifact register --payload`); no session opened")
+    record = _read(registry, subject.identity, workload, subject.payload_sha256, speed)
     if record.closed:
         raise UserError(f"the benchmark record of {artifact} is closed ({_closed_text(record)}); no session opened")
     session = f"bs-{uuid.uuid4().hex[:16]}"
@@ -121,7 +124,7 @@ def open_session(registry: Registry, artifact: str, device: str, timer: str) -> 
                                      timer=timer)
     registry.store.append(record_stream(subject.identity), [NewEvent(payload.type, payload)],
                           expected_version=record.version, actor=registry.actor)
-    return session, _read(registry, subject.identity, workload, speed)
+    return session, _read(registry, subject.identity, workload, subject.payload_sha256, speed)
 
 
 def record_pairs(registry: Registry, artifact: str, session: str, baseline: list[float], candidate: list[float],
@@ -145,9 +148,9 @@ def record_pairs(registry: Registry, artifact: str, session: str, baseline: list
     subject = capture_subject(registry, artifact)
     workload = subject.registration["workload"]
     speed = _confident_speed(registry, workload)
-    record = _read(registry, subject.identity, workload, speed)
+    record = _read(registry, subject.identity, workload, subject.payload_sha256, speed)
     key = f"bench:{subject.identity}:{session}:{batch}"
-    if session not in {s.session for s in record.sessions}:
+    if session not in {s.session for s in record.sessions if s.identity == subject.identity}:
         raise UserError(f"session {session} is not open for the current identity of {artifact} "
                          "(unknown, or opened for another identity); nothing recorded")
     payload = BenchmarkPairsRecorded(session=session, artifact=artifact, identity=subject.identity, batch=batch,
@@ -164,7 +167,7 @@ def record_pairs(registry: Registry, artifact: str, session: str, baseline: list
                          f"{record.max_pairs} ({len(record.ratios)} recorded); nothing recorded")
     registry.store.append(record_stream(subject.identity), [NewEvent(payload.type, payload)],
                           expected_version=record.version, idempotency_key=key, actor=registry.actor)
-    return True, _read(registry, subject.identity, workload, speed)
+    return True, _read(registry, subject.identity, workload, subject.payload_sha256, speed)
 
 
 # Pairs timed between two questions to the registry: one BC and one CB, so every batch is interleaved ABBA.
@@ -256,76 +259,119 @@ def _confident_speed(registry: Registry, workload: str):
     return speed
 
 
-def record_summary(registry: Registry, state: dict[str, Any], contract: dict[str, Any],
+def record_summary(registry: Registry, state: dict[str, Any], workload: dict[str, Any],
                    up_to_position: int | None = None) -> dict | None:
-    """What `show` and `report` print of an artifact's benchmark record (as of a position); None without one.
+    """What `show` prints of the speed record of an artifact's bytes (as of a position): one row; None without one.
 
-    Read under `contract`, the workload's stored contract as of the same
-    position; a record under a contract that does not declare the confident
-    rule is shown with its pairs and sessions only (no decision is read from it).
+    Read under `workload`, the workload's stored state as of the same position.
     """
-    from registry.contracts import Contract
-
-    stream = record_stream(state["identity"])
-    if not registry.store.read_stream(stream, up_to_position=up_to_position):
+    if state["payload_sha256"] is None:
         return None
-    speed = Contract.from_stored(contract).speed
-    readable = speed is not None and speed.decision == "confident"
-    record = _read(registry, state["identity"], state["workload"], speed if readable else None, up_to_position)
-    summary = record.to_dict()
-    if not readable:
-        return {"decision": None, "stop": f"speed.decision is {speed.decision if speed else 'undeclared'}",
-                "pairs": summary["pairs"], "sessions": summary["sessions"]}
-    summary["running_bounds"] = [list(bound) for bound in record.bounds]
-    return summary
+    found = registry.reads.speed_record(state["workload"], state["payload_sha256"], up_to_position)
+    return None if found is None else summarize_record(found, workload)
 
 
-def _read(registry: Registry, identity: str, workload: str, speed, up_to_position: int | None = None) -> BenchRecord:
-    events = registry.store.read_stream(record_stream(identity), up_to_position=up_to_position)
-    sessions: dict[str, dict[str, Any]] = {}
-    ratios: list[float] = []
-    batch_ids: list[str] = []
-    for event in events:
-        payload = event.payload
-        if event.type == "BenchmarkSessionOpened":
-            sessions[payload["session"]] = {"artifact": payload["artifact"], "position": event.position, "pairs": 0}
-        elif event.type == "BenchmarkPairsRecorded":
-            sessions[payload["session"]]["pairs"] += len(payload["baseline_s"])
-            batch_ids.append(f"{payload['session']}:{payload['batch']}")
-            ratios.extend(b / c for b, c in zip(payload["baseline_s"], payload["candidate_s"]))
-    if speed is None:  # not read by any rule: the sessions and pairs only
-        result = SequentialResult("held", len(ratios), None, None, None, 0.0, "not read")
-        return BenchRecord(identity=identity, workload=workload, gate=0.0, max_pairs=len(ratios),
-                           sessions=[Session(name, s["artifact"], s["position"], s["pairs"])
-                                     for name, s in sessions.items()],
-                           ratios=ratios, batch_ids=batch_ids, result=result,
-                           version=events[-1].version if events else 0)
-    result = decide_stream(ratios, speed.gate, speed.alpha, speed.max_pairs)
+def summarize_record(found: dict[str, Any], workload: dict[str, Any], rule: tuple | None = None) -> dict[str, Any]:
+    """A speed record's row as `show`, `report` and the HTML report give it: sessions, documents, devices, archs,
+    timers, pairs, what it shows, the running bounds with their level, alpha and the stop reason.
+
+    A record under a contract that does not declare the confident rule is
+    given with its pairs, sessions and documents only (no rule reads it).
+    `rule` is `workload_rule(workload)`, computed once by a caller that
+    summarizes many records of one workload.
+    """
+    from registry.gate import SpeedRecord
+    from registry.gate.record import read_record
+
+    speed, terms = workload_rule(workload) if rule is None else rule
+    entries = found["entries"]
+    summary: dict[str, Any] = {
+        "record": found["record"], "workload": found["workload"], "payload_sha256": found["payload_sha256"],
+        "documents": found["documents"],
+        "sessions": [{"session": name, **{key: session[key] for key in ("artifact", "pairs", "device", "timer",
+                                                                       "arch", "opened_position")}}
+                     for name, session in _in_opened_order(found["sessions"])],
+        "artifacts": sorted({entry["artifact"] for entry in entries} | {s["artifact"]
+                                                                         for s in found["sessions"].values()}),
+        "devices": sorted({entry["device"] for entry in entries if entry["device"]}),
+        "archs": sorted({entry["arch"] for entry in entries if entry["arch"]}),
+        "timers": sorted({entry["timer"] for entry in entries if entry["timer"]}),
+    }
+    if speed is None or speed.decision != "confident":
+        return {**summary, "decision": None, "shows": None, "pairs": sum(len(e["baseline_s"]) for e in entries),
+                "stop": f"speed.decision is {speed.decision if speed else 'undeclared'}"}
+    reading = read_record(SpeedRecord(found["payload_sha256"], entries, len(found["sessions"]),
+                                      workload["versions"]), speed, terms)
+    result = reading.result
+    return {**summary, "decision": result.decision, "shows": SHOWS[result.decision], "pairs": len(reading.ratios),
+            "decided_at": result.decided_at, "lower": result.lower, "upper": result.upper,
+            "level": reading.level, "alpha": result.alpha, "gate": speed.gate, "max_pairs": speed.max_pairs,
+            "stop": _stop_reason(result, len(reading.ratios), speed.max_pairs),
+            "holds": [{"rule": hold.rule, "text": hold.text} for hold in reading.holds],
+            "running_bounds": [list(bound) for bound in reading.bounds]}
+
+
+def workload_rule(workload: dict[str, Any]) -> tuple:
+    """(the workload's current speed gate, its confident versions' terms): what reading its records needs."""
+    from registry.contracts import Contract
+    from registry.gate.record import contract_terms
+
+    speed = Contract.from_stored(workload["contract"]).speed
+    if speed is None or speed.decision != "confident":
+        return speed, []
+    return speed, contract_terms(workload["versions"])
+
+
+def _in_opened_order(sessions: dict[str, Any]) -> list[tuple[str, Any]]:
+    """A record's sessions in the order they were opened (a stored row keeps them keyed, in key order)."""
+    return sorted(sessions.items(), key=lambda item: item[1]["opened_position"])
+
+
+# What a speed record shows, in words that never name an artifact's state (the artifact's verdict does that).
+SHOWS = {"promoted": "shown above the gate", "rejected": "shown below the gate", "held": "undecided"}
+
+
+def _stop_reason(result: SequentialResult, pairs: int, max_pairs: int) -> str:
+    if result.stop == "rejected_before":
+        return "rejected_before"
+    if result.decision != "held":
+        return "decided"
+    return "max_pairs" if pairs >= max_pairs else "measuring"
+
+
+def speed_record(registry: Registry, state: dict[str, Any]):
+    """The gate's view of the speed record of an artifact's bytes (registry/gate/model.py `SpeedRecord`): one row
+    of the read model, with the workload's contract versions; no stream is read."""
+    from registry.gate import SpeedRecord
+
+    payload = state["payload_sha256"]
+    if payload is None:
+        return SpeedRecord(None)
+    projections = registry.reads
+    found = projections.speed_record(state["workload"], payload)
+    declared = projections.workload(state["workload"])
+    versions = declared["versions"] if declared is not None else []
+    if found is None:
+        return SpeedRecord(payload, (), 0, versions)
+    return SpeedRecord(payload, found["entries"], len(found["sessions"]), versions)
+
+
+def _read(registry: Registry, identity: str, workload: str, payload_sha256: str | None, speed) -> BenchRecord:
+    """The benchmark record of an identity's bytes now, from the read models (two rows and the workload's)."""
+    from registry.gate import SpeedRecord
+    from registry.gate.record import read_record as read_speed_record
+
+    projections = registry.reads
+    stream = projections.bench_stream(identity)
+    found = projections.speed_record(workload, payload_sha256) if payload_sha256 is not None else None
+    versions = projections.workload(workload)["versions"]
+    entries = found["entries"] if found is not None else []
+    sessions = found["sessions"] if found is not None else {}
+    reading = read_speed_record(SpeedRecord(payload_sha256, entries, len(sessions), versions), speed)
     return BenchRecord(
         identity=identity, workload=workload, gate=speed.gate, max_pairs=speed.max_pairs,
-        sessions=[Session(name, s["artifact"], s["position"], s["pairs"]) for name, s in sessions.items()],
-        ratios=ratios, batch_ids=batch_ids, result=result, version=events[-1].version if events else 0,
-        bounds=running_bounds(ratios[: result.pairs], speed.alpha),
+        sessions=[Session(name, s["identity"], s["artifact"], s["opened_position"], s["pairs"])
+                  for name, s in _in_opened_order(sessions)],
+        ratios=reading.ratios, batch_ids=stream["batches"] if stream is not None else [], result=reading.result,
+        version=stream["version"] if stream is not None else 0, bounds=reading.bounds,
     )
-
-
-def pair_record(registry: Registry, identity: str):
-    """The gate's view of an identity's sessions: every pair in recorded order; None when it has no session."""
-    from registry.gate.model import PairRecord
-
-    sources: dict[str, str] = {}
-    used: list[str] = []
-    ratios: list[float] = []
-    event_ids: list[str] = []
-    for event in registry.store.read_stream(record_stream(identity)):
-        payload = event.payload
-        if event.type == "BenchmarkSessionOpened":
-            sources[payload["session"]] = f"{payload['timer']} {payload['device']}"
-        elif event.type == "BenchmarkPairsRecorded":
-            if sources[payload["session"]] not in used:
-                used.append(sources[payload["session"]])
-            ratios.extend(b / c for b, c in zip(payload["baseline_s"], payload["candidate_s"]))
-            event_ids.append(event.event_id)
-    if not sources:
-        return None
-    return PairRecord(event_ids=event_ids, ratios=ratios, sources=used, sessions=len(sources))

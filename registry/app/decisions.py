@@ -31,7 +31,7 @@ from registry.formats.names import artifact_stream
 from registry.projections.read_models import ArtifactState
 from registry.projections.state import FINAL, attempts_on, contract_note
 
-from .bench import pair_record
+from .bench import speed_record
 from .context import Registry
 from .retries import decided_on_a_still_stream
 
@@ -48,7 +48,7 @@ PROMOTE_TRIES = 5
 def gate_inputs(state: ArtifactState, attempts: int | None = None,
                 registry: Registry | None = None) -> tuple[GateEvidence, ArtifactFacts]:
     """The gate's view of an artifact's projected state; `attempts` the payload's count (payload_attempts);
-    given the registry, the identity's benchmark sessions too."""
+    given the registry, the speed record of its bytes too (one row of the read model)."""
     from registry.gate import ArtifactFacts, GateEvidence, Recorded
 
     latest = state["evidence"]
@@ -62,7 +62,7 @@ def gate_inputs(state: ArtifactState, attempts: int | None = None,
     evidence = GateEvidence(execution=recorded("execution"), benchmark=recorded("benchmark"),
                             parity=recorded("parity"), perceptual=recorded("perceptual"), failures=failures,
                             benchmark_attempts=state["benchmark_attempts"] if attempts is None else attempts,
-                            pairs=pair_record(registry, state["identity"]) if registry is not None else None)
+                            record=speed_record(registry, state) if registry is not None else None)
     facts = ArtifactFacts(artifact_id=state["artifact"], kind=state["kind"], claimed_backend=state["backend"])
     return evidence, facts
 

@@ -34,3 +34,40 @@ def rejudge_workload(registry: Registry, workload: str) -> list[tuple[str, Promo
     """Decide every artifact `must_rejudge` names again under the current contract; (artifact, outcome) each."""
     return [(entry["artifact"], promote(registry, entry["artifact"], rejudge=True))
             for entry in must_rejudge(registry, workload)]
+
+
+def speed_terms_change(registry: Registry, workload: str) -> dict[str, Any] | None:
+    """How the latest declaration moved the confident speed terms, and the speed records it affects.
+
+    docs/gate.md, "The speed record": a loosening (a lower gate, a higher
+    alpha) applies to a record's pairs only from the declaration on, the pairs
+    recorded before it being read under the strictest terms in force since;
+    a tightening re-reads every pair. None when the latest version did not
+    change the confident terms (or there is no earlier version).
+    """
+    from registry.contracts import SpeedGate
+
+    projections = registry.reads
+    declared = projections.workload(workload)
+    if declared is None or len(declared["versions"]) < 2:
+        return None
+    terms = []
+    for version in declared["versions"][-2:]:
+        block = version.get("speed")
+        speed = SpeedGate.from_mapping(block, stored=True) if block is not None else None
+        terms.append((speed.gate, speed.alpha) if speed is not None and speed.decision == "confident" else None)
+    before, after = terms
+    if after is None or before == after:
+        return None
+    if before is None:
+        change = "declared"
+    else:
+        looser = after[0] < before[0] or after[1] > before[1]
+        stricter = after[0] > before[0] or after[1] < before[1]
+        change = "loosened and tightened" if looser and stricter else "loosened" if looser else "tightened"
+    records = [{"payload_sha256": found["payload_sha256"], "pairs": sum(len(e["baseline_s"]) for e in found["entries"]),
+                "artifacts": sorted({e["artifact"] for e in found["entries"]}
+                                    | {s["artifact"] for s in found["sessions"].values()})}
+               for found in projections.workload_speed_records(workload) if found["entries"]]
+    return {"change": change, "gate": [before[0] if before else None, after[0]],
+            "alpha": [before[1] if before else None, after[1]], "records": records}

@@ -46,18 +46,16 @@ def build(registry: Registry, *, workload: str | None, position: int | None, sta
 
 
 def benchmark_records(registry: Registry, state, workloads: dict[str, Any], position: int | None) -> list[dict]:
-    """Each in-scope artifact's benchmark-session record (registry/app/bench.py) as of the report's position."""
-    from .bench import record_summary
+    """Every in-scope speed record (registry/app/bench.py `summarize_record`), from the state's read-model rows:
+    the records were read with the rest of the state (one query for the whole table), never a stream each."""
+    from .bench import summarize_record, workload_rule
 
+    rules = {name: workload_rule(state.workloads[name]) for name in workloads if name in state.workloads}
     records = []
-    for artifact_id in sorted(state.artifacts):
-        artifact = state.artifacts[artifact_id]
-        declared = state.workloads.get(artifact["workload"])
-        if artifact["workload"] not in workloads or declared is None:
-            continue
-        summary = record_summary(registry, artifact, declared["contract"], position)
-        if summary is not None:
-            records.append({"artifact": artifact_id, "workload": artifact["workload"], **summary})
+    for key in sorted(state.records):
+        found = state.records[key]
+        if found["workload"] in rules:
+            records.append(summarize_record(found, state.workloads[found["workload"]], rules[found["workload"]]))
     return records
 
 

@@ -41,5 +41,5 @@ def show_artifact(registry: Registry, artifact_id: str, shown_verdicts: int,
         raise UserError(f"unknown artifact {artifact_id!r}" + as_of_text(position))
     workload = registry.reads.workload(state["workload"], as_of=position)
     declared = workload is not None
-    bench = record_summary(registry, state, workload["contract"], position) if declared else None
+    bench = record_summary(registry, state, workload, position) if declared else None
     return ShownArtifact(state, verdict_count, declared, contract_note(state, workload), bench)

@@ -34,19 +34,17 @@ def history_command(artifact_id: str) -> str:
 
 def bench_text(bench: dict) -> str:
     """One line on a benchmark record: pairs, sessions, and (under the confident rule) its reading."""
-    sessions = len(bench["sessions"])
-    head = f"benchmark record: {bench['pairs']} pairs in {sessions} session{'s' if sessions != 1 else ''}"
+    head = f"speed record of these bytes: {bench['pairs']} pairs"
     if bench["decision"] is None:
         return f"{head}; not read ({bench['stop']})"
 
     def bound(value: float | None) -> str:
         return "-" if value is None else f"{value:.4g}x"
 
-    return (f"{head}; {bench['decision']} ({bench['stop']}"
-            + (f" at pair {bench['decided_at']}, {bench['pairs_saved']} of max_pairs {bench['max_pairs']} saved"
-               if bench["decided_at"] else f", max_pairs {bench['max_pairs']}")
-            + f"); running bounds {bound(bench['lower'])} to {bound(bench['upper'])} against the gate "
-              f"{bench['gate']:.4g}x at alpha {bench['alpha']:g}")
+    return (f"{head}; {bench['shows']} ({bench['stop']}"
+            + (f" at pair {bench['decided_at']}" if bench["decided_at"] else f", max_pairs {bench['max_pairs']}")
+            + f"); running bounds {bound(bench['lower'])} to {bound(bench['upper'])} (two-sided "
+              f"{bench['level']:.0%}) against the gate {bench['gate']:.4g}x at alpha {bench['alpha']:g} per side")
 
 
 @click.command()
@@ -76,8 +74,10 @@ def show(session: Session, artifact_id: str, as_of: str | None, as_json: bool, s
         f"tier {state['tier'] or '-'}, payload {str(state['payload_sha256'])[:12]})")
     if not declared:
         say(f"  held: workload {state['workload']} has no declared contract; nothing can be decided until one is")
-    sessions = "" if bench is None else f" and {len(bench['sessions'])} benchmark session(s)"
-    say(f"  identity {state['identity'][:12]}: {state['benchmark_attempts']} benchmark attempt(s){sessions}"
+    held = "no speed record (no payload)" if state["payload_sha256"] is None else "no speed record yet"
+    record = held if bench is None else (f"its bytes' speed record holds {len(bench['sessions'])} session(s) and "
+                                         f"{bench['documents']} complete document(s)")
+    say(f"  identity {state['identity'][:12]}: {state['benchmark_attempts']} benchmark attempt(s); {record}"
         + (f", verdict under contract v{state['contract_version']}" if state["contract_version"] else ""))
     changed = state["identity_changed"]
     if changed:
@@ -101,7 +101,9 @@ def show(session: Session, artifact_id: str, as_of: str | None, as_json: bool, s
                for m in state["margins"]))
     if state["speedup"] is not None:
         ci = state["speedup_ci"]
-        say(f"  speedup {state['speedup']:.3f}x" + (f" (95% CI {ci[0]:.3f}-{ci[1]:.3f})" if ci else ""))
+        level = (state["verdict"] or {}).get("speedup_ci_level")
+        named = f"{level:.0%} two-sided" if level else "level not recorded"
+        say(f"  speedup {state['speedup']:.3f}x" + (f" (interval {ci[0]:.3f}-{ci[1]:.3f}, {named})" if ci else ""))
     if bench is not None:
         say("  " + bench_text(bench))
     if monitor is not None:

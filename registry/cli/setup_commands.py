@@ -27,7 +27,7 @@ def workload_declare(session: Session, manifest: str, as_json: bool) -> None:
     from registry.app.workloads import declare_workload
     from registry.contracts import load_manifest
 
-    from registry.app.rejudge import must_rejudge
+    from registry.app.rejudge import must_rejudge, speed_terms_change
 
     contract = load_manifest(manifest)
     registry = session.open()
@@ -35,7 +35,8 @@ def workload_declare(session: Session, manifest: str, as_json: bool) -> None:
     stale = must_rejudge(registry, contract.workload)
     result = {"workload": contract.workload, "contract_version": declared.version,
               "contract_hash": declared.content_hash, "appended": declared.appended,
-              "must_rejudge": [entry["artifact"] for entry in stale]}
+              "must_rejudge": [entry["artifact"] for entry in stale],
+              "speed_records": speed_terms_change(registry, contract.workload) if declared.appended else None}
     if as_json:
         emit_json(result)
     else:
@@ -45,6 +46,15 @@ def workload_declare(session: Session, manifest: str, as_json: bool) -> None:
             say(f"  decided under an older contract, so they do not ship until judged again "
                 f"(`registry rejudge {contract.workload}`): "
                 + ", ".join(f"{e['artifact']} ({e['decision']} under v{e['contract_version']})" for e in stale))
+        moved = result["speed_records"]
+        if moved and moved["records"]:
+            rule = ("pairs recorded before this version are still read under the strictest terms in force since "
+                    "they were recorded; only new pairs count under the looser ones") if "loosened" in moved["change"] \
+                else "every pair is read again under them"
+            say(f"  speed terms {moved['change']} (gate {moved['gate'][0]} -> {moved['gate'][1]}, alpha "
+                f"{moved['alpha'][0]} -> {moved['alpha'][1]}): {rule}; speed records affected: "
+                + ", ".join(f"{r['payload_sha256'][:12]} ({r['pairs']} pairs; {', '.join(r['artifacts'])})"
+                            for r in moved["records"]))
 
 
 @click.group()

@@ -51,11 +51,14 @@ HEADROOM_SHARE = 0.5
 _FIELDS = (
     "min_speedup", "ceiling_share", "runs_per_arm", "protocol", "max_cv",
     "require_conclusive", "max_peak_memory_regression", "max_benchmark_attempts",
-    "decision", "alpha", "max_pairs",
+    "decision", "alpha", "max_pairs", "drift_check",
 )
 # Fields added after the first contract format: canonical() lists them only when
 # declared, so a manifest that does not use them keeps its content hash.
-_OPTIONAL_LATER_FIELDS = ("max_benchmark_attempts",)
+_OPTIONAL_LATER_FIELDS = ("max_benchmark_attempts", "drift_check")
+# How a design that did not interleave its arms is checked before the confident rule reads it
+# (docs/gate.md, "The drift check"): `halves` (the default, at speed.alpha) or `none`, an explicit opt-out.
+DRIFT_CHECKS = ("halves", "none")
 # The confident rule's fields: listed only under it, so a point contract hashes as before.
 _CONFIDENT_FIELDS = ("decision", "alpha", "max_pairs")
 
@@ -79,6 +82,7 @@ class SpeedGate:
     decision: str = "point"
     alpha: float | None = None
     max_pairs: int | None = None
+    drift_check: str | None = None
     gate: float = field(init=False)
     ceiling: float | None = field(init=False)
 
@@ -117,10 +121,12 @@ class SpeedGate:
     def _check_rule(self) -> None:
         f.choice(self.decision, DECISIONS, "speed.decision")
         if self.decision == "point":
-            for name in ("alpha", "max_pairs"):
+            for name in ("alpha", "max_pairs", "drift_check"):
                 if getattr(self, name) is not None:
                     raise ContractError(f"speed.{name}: applies only to decision: confident, not point")
             return
+        if self.drift_check is not None:
+            f.choice(self.drift_check, DRIFT_CHECKS, "speed.drift_check")
         alpha = f.number(self.alpha, "speed.alpha")
         if not 0.0 < alpha <= 0.5:
             raise ContractError(f"speed.alpha: {alpha} is outside (0, 0.5]")

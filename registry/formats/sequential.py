@@ -137,17 +137,23 @@ class SequentialResult:
     stop: str
 
 
-def running_bounds(ratios: list[float], alpha: float) -> list[tuple[float | None, float | None]]:
-    """(lower, upper) after each pair: the running confidence sequence for the median ratio."""
+def running_bounds(ratios: list[float], alpha: float,
+                   alphas: list[float] | None = None) -> list[tuple[float | None, float | None]]:
+    """(lower, upper) after each pair: the running confidence sequence for the median ratio.
+
+    `alphas`, when given, is the level of each look (the loosening rule of
+    docs/gate.md: a look at a pair recorded before a loosening is taken at the
+    strictest alpha in force since); otherwise every look is at `alpha`.
+    """
     check_alpha(alpha)
     bounds: list[tuple[float | None, float | None]] = []
     lower: float | None = None
     upper: float | None = None
     ordered: list[float] = []
-    for ratio in ratios:
+    for index, ratio in enumerate(ratios):
         bisect.insort(ordered, ratio)
         n = len(ordered)
-        need = needed_count(n, alpha)
+        need = needed_count(n, alpha if alphas is None else alphas[index])
         if need <= n:
             low_now, high_now = ordered[n - need], ordered[need - 1]
             lower = low_now if lower is None else max(lower, low_now)
@@ -166,20 +172,42 @@ def decide_stream(ratios: list[float], gate: float, alpha: float, max_pairs: int
     pairs. Pairs recorded after the deciding one do not change the decision.
     """
     check_alpha(alpha)
+    count = min(len(ratios), max_pairs)
+    return decide_terms(ratios, [gate] * count, [gate] * count, [alpha] * count, max_pairs, alpha)
+
+
+def decide_terms(ratios: list[float], promote_gates: list[float], reject_gates: list[float], alphas: list[float],
+                 max_pairs: int, alpha: float) -> SequentialResult:
+    """The rule with terms that may differ pair by pair (the loosening rule of docs/gate.md, "The speed record").
+
+    Pair t counts for promotion when r_t > promote_gates[t] and for rejection
+    when r_t < reject_gates[t]; the look after pair n needs needed_count(n,
+    alphas[n]). Each capital stays a nonnegative supermartingale under its
+    null as long as every promotion gate is at least the gate promotion is
+    claimed against (so P(r_t > g_t) <= 1/2 under "median <= gate") and every
+    rejection gate at most the one rejection is claimed against; a look at a
+    level alpha_n reaches 1/alpha_n with probability at most alpha_n by
+    Ville's inequality, so error stays at most the loosest alpha used.
+    `alpha` is the level in force now, which the result reports.
+    """
+    check_alpha(alpha)
+    for level in alphas:
+        check_alpha(level)
     above = below = 0
     counted: list[float] = []
-    for ratio in ratios[:max_pairs]:
+    for index, ratio in enumerate(ratios[:max_pairs]):
         counted.append(ratio)
-        above += ratio > gate
-        below += ratio < gate
-        need = needed_count(len(counted), alpha)
+        above += ratio > promote_gates[index]
+        below += ratio < reject_gates[index]
+        need = needed_count(len(counted), alphas[index])
         if above >= need or below >= need:
             decision = "promoted" if above >= need else "rejected"
-            return _result(decision, counted, len(counted), alpha, "decided")
+            return _result(decision, counted, len(counted), alpha, alphas[: len(counted)], "decided")
     stop = "max_pairs" if len(counted) >= max_pairs else "undecided"
-    return _result("held", counted, None, alpha, stop)
+    return _result("held", counted, None, alpha, alphas[: len(counted)], stop)
 
 
-def _result(decision: str, counted: list[float], decided_at: int | None, alpha: float, stop: str) -> SequentialResult:
-    lower, upper = running_bounds(counted, alpha)[-1] if counted else (None, None)
+def _result(decision: str, counted: list[float], decided_at: int | None, alpha: float, alphas: list[float],
+            stop: str) -> SequentialResult:
+    lower, upper = running_bounds(counted, alpha, alphas)[-1] if counted else (None, None)
     return SequentialResult(decision, len(counted), decided_at, lower, upper, alpha, stop)

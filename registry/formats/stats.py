@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
@@ -219,3 +220,52 @@ def _exact_p(w_plus: int, n: int) -> float:
     lower = sum(counts[: w_plus + 1]) / total
     upper = sum(counts[w_plus:]) / total
     return min(1.0, 2.0 * min(lower, upper))
+
+
+@dataclass(frozen=True)
+class DriftCheck:
+    """The baseline arm's early and late halves compared (docs/gate.md, "The drift check").
+
+    `drifted` is True when the halves' distribution-free median intervals are
+    disjoint, False when they overlap, None when a half is too short for an
+    interval at the level. Each half's (low, median, high) is kept so that a
+    verdict can show the figures.
+    """
+
+    drifted: bool | None
+    early: tuple[float, float, float]
+    late: tuple[float, float, float]
+    alpha: float
+
+    def text(self) -> str:
+        def half(name: str, figures: tuple[float, float, float]) -> str:
+            low, middle, high = figures
+            return f"{name} median {middle:.4g} s [{low:.4g}, {high:.4g}]"
+
+        return (f"baseline {half('early', self.early)}, {half('late', self.late)} "
+                f"(each half's interval at {1.0 - self.alpha / 2.0:.1%}, disjoint at most {self.alpha:.0%} "
+                "of the time without drift)")
+
+
+def drift_between_halves(times: Sequence[float], alpha: float) -> DriftCheck:
+    """Whether an arm timed in order moved between its first and second half, at level `alpha`.
+
+    Each half gets its order-statistic median interval with alpha / 4 in each
+    tail; if the runs are exchangeable both halves share one median, and the
+    intervals can be disjoint only when one of them misses it: probability at
+    most alpha / 2 + alpha / 2 = alpha, for any distribution of the times.
+    """
+    values = np.asarray(times, dtype=np.float64)
+    middle = len(values) // 2
+    halves = (values[:middle], values[middle:])
+    figures = []
+    checkable = True
+    for half in halves:
+        rank = median_rank(len(half), alpha / 4.0)[0] if len(half) else 0
+        checkable = checkable and rank > 0
+        ordered = np.sort(half) if len(half) else np.array([math.nan])
+        low, high = (ordered[rank - 1], ordered[len(half) - rank]) if rank else (ordered[0], ordered[-1])
+        figures.append((float(low), float(np.median(ordered)), float(high)))
+    early, late = figures
+    drifted = None if not checkable else (early[2] < late[0] or late[2] < early[0])
+    return DriftCheck(drifted, early, late, alpha)

@@ -30,8 +30,8 @@ def decide(contract: Contract, evidence: GateEvidence, artifact: ArtifactFacts) 
         check_parity(contract.parity, evidence.parity, ledger)
     else:
         check_perceptual(contract.fidelity, evidence.perceptual, ledger)
-    speedup, speedup_ci = check_speed(contract.speed, evidence.benchmark, evidence.benchmark_attempts, ledger,
-                                       evidence.pairs)
+    speedup, speedup_ci, level = check_speed(contract.speed, evidence.benchmark, evidence.benchmark_attempts,
+                                              ledger, evidence.record)
     if contract.tier == "advisory":
         decision, rule = "recorded", "advisory"
         reasons = [*ledger.reasons(include_passes=True), ADVISORY_REASON]
@@ -48,4 +48,5 @@ def decide(contract: Contract, evidence: GateEvidence, artifact: ArtifactFacts) 
         rule=rule,
         evidence_ids=list(ledger.evidence_ids),
         gate_version=GATE_VERSION,
+        speedup_ci_level=level if speedup_ci is not None else None,
     )

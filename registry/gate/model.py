@@ -19,8 +19,9 @@ RULES = (
     "fidelity.missing", "fidelity.frame_set_mismatch", "fidelity.stage_failed", "fidelity.metric_absent",
     "fidelity.failed",
     "speed.attempts", "speed.attempts_unknown", "speed.attempts_exceeded",
-    "speed.no_gate", "speed.missing", "speed.runs_per_arm", "speed.protocol", "speed.interleave",
+    "speed.no_gate", "speed.no_payload", "speed.missing", "speed.runs_per_arm", "speed.protocol", "speed.interleave",
     "speed.max_cv", "speed.interpreter", "speed.memory_unmeasured", "speed.inconclusive",
+    "speed.not_interleaved", "speed.drift",
     "speed.undecided", "speed.below_gate", "speed.passed",
     "advisory",
 )
@@ -35,17 +36,22 @@ class Recorded:
 
 
 @dataclass(frozen=True)
-class PairRecord:
-    """An identity's benchmark record of sessions (registry/app/bench.py): every pair, in recorded order.
+class SpeedRecord:
+    """The speed record of the artifact's bytes within its workload (the read model `projection_speed_records`).
 
-    ratios: baseline / candidate per pair; sources: "timer device" of each
-    session that contributed pairs; event_ids: the batch events.
+    payload_sha256: the bytes (None for an artifact registered without a
+    payload, which has no record and borrows none: the confident rule holds
+    it). entries: every session batch and complete benchmark document of those
+    bytes, under any artifact id or claim, in recorded order (read_models.py
+    `RecordEntry`). sessions: how many sessions were opened. versions: every
+    contract version of the workload with its position and stored speed block
+    (the loosening rule reads them: registry/gate/record.py).
     """
 
-    event_ids: Sequence[str]
-    ratios: Sequence[float]
-    sources: Sequence[str]
-    sessions: int
+    payload_sha256: str | None
+    entries: Sequence[Mapping[str, Any]] = ()
+    sessions: int = 0
+    versions: Sequence[Mapping[str, Any]] = ()
 
 
 @dataclass(frozen=True)
@@ -58,8 +64,8 @@ class GateEvidence:
     # How many benchmark items the artifact's current identity has had, this one
     # included; None when the caller did not count them (speed.max_benchmark_attempts).
     benchmark_attempts: int | None = None
-    # The identity's benchmark sessions, when it has any; under the confident rule they decide speed.
-    pairs: PairRecord | None = None
+    # The speed record of the artifact's bytes; given, it decides speed under the confident rule.
+    record: SpeedRecord | None = None
 
 
 @dataclass(frozen=True)
@@ -107,6 +113,9 @@ class Verdict:
     rule: str
     evidence_ids: list[str]
     gate_version: str = field(default=GATE_VERSION)
+    # The two-sided coverage of speedup_ci (1 - 2 alpha for running bounds and confident bounds, the document's
+    # own level for a point-rule interval); None where there is no interval or it was recorded before levels were.
+    speedup_ci_level: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -119,12 +128,13 @@ class Verdict:
             "rule": self.rule,
             "evidence_ids": list(self.evidence_ids),
             "gate_version": self.gate_version,
+            "speedup_ci_level": self.speedup_ci_level,
         }
 
     @classmethod
     def from_dict(cls, obj: Mapping[str, Any]) -> Verdict:
         """Rebuild a stored verdict; a dict that is not exactly a verdict is refused."""
-        if not isinstance(obj, Mapping) or set(obj) != set(_VERDICT_KEYS):
+        if not isinstance(obj, Mapping) or set(obj) - {"speedup_ci_level"} != set(_VERDICT_KEYS):
             got = sorted(obj) if isinstance(obj, Mapping) else type(obj).__name__
             raise UserError(f"verdict: expected keys {sorted(_VERDICT_KEYS)}, got {got}")
         if obj["decision"] not in DECISIONS:
@@ -151,4 +161,13 @@ class Verdict:
             rule=obj["rule"],
             evidence_ids=[str(event_id) for event_id in obj["evidence_ids"]],
             gate_version=obj["gate_version"],
+            speedup_ci_level=_level(obj.get("speedup_ci_level")),
         )
+
+
+def _level(value: Any) -> float | None:
+    if value is None:
+        return None
+    if not is_finite_number(value) or not 0.0 < value < 1.0:
+        raise UserError(f"verdict.speedup_ci_level: {value!r} is not a coverage in (0, 1)")
+    return float(value)

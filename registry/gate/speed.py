@@ -33,26 +33,30 @@ from typing import Any
 import numpy as np
 
 from registry.contracts import SpeedGate
-from registry.formats.stats import speedup_bounds
+from registry.formats.stats import drift_between_halves, speedup_bounds
 from registry.gate.ledger import Ledger
-from registry.formats.sequential import decide_stream
-from registry.gate.model import PairRecord, Recorded
+from registry.gate.record import read_record
+from registry.gate.model import Recorded, SpeedRecord
 from registry.gate.text import num, times_pair
 
-SpeedResult = tuple[float | None, tuple[float, float] | None]
+# (speedup, its interval, the interval's two-sided level)
+SpeedResult = tuple[float | None, tuple[float, float] | None, float | None]
 
 
 def check_speed(
     speed: SpeedGate | None, recorded: Recorded | None, attempts: int | None, ledger: Ledger,
-    pairs: PairRecord | None = None,
+    record: SpeedRecord | None = None,
 ) -> SpeedResult:
-    if speed is not None and speed.decision == "confident" and pairs is not None and pairs.ratios:
-        return _judge_record(speed, pairs, attempts, ledger)
+    """Rule 4. Under the confident rule a given speed record decides (registry/gate/record.py); otherwise the
+    latest complete benchmark item does, one look."""
+    if speed is not None and speed.decision == "confident" and record is not None and (
+            record.payload_sha256 is None or record.entries):
+        return _judge_record(speed, record, recorded, attempts, ledger)
     _check_attempts(speed, recorded, attempts, ledger)
-    if pairs is not None:
-        opened = f"{pairs.sessions} benchmark session{'' if pairs.sessions == 1 else 's'} opened for this identity"
-        ledger.note("speed.attempts", f"{opened} recorded no pairs" if not pairs.ratios else
-                    f"{opened} {'holds' if pairs.sessions == 1 else 'hold'} {len(pairs.ratios)} pairs, which only "
+    if record is not None and record.sessions:
+        opened = f"{record.sessions} benchmark session{'' if record.sessions == 1 else 's'} opened for these bytes"
+        ledger.note("speed.attempts", f"{opened} recorded no pairs" if not record.entries else
+                    f"{opened} {'holds' if record.sessions == 1 else 'hold'} pairs, which only "
                     "speed.decision confident reads")
     if speed is None:
         ledger.add(
@@ -62,17 +66,17 @@ def check_speed(
     if recorded is None:
         if speed is not None:
             ledger.add("speed.missing", "held", "no benchmark evidence: the speedup was never measured")
-        return None, None
+        return None, None, None
     item = ledger.admit(recorded, "benchmark")
     if item is None:
-        return None, None
+        return None, None, None
     derived = item["derived"]
-    value, ci = derived["speedup"], (derived["speedup_ci"][0], derived["speedup_ci"][1])
+    value, ci, level = derived["speedup"], (derived["speedup_ci"][0], derived["speedup_ci"][1]), derived["ci_level"]
     if speed is not None:
         bounds = _judge(speed, item, ledger)
         if bounds is not None:
-            ci = bounds
-    return value, ci
+            ci, level = bounds, 1.0 - 2.0 * speed.alpha
+    return value, ci, level
 
 
 def _check_attempts(speed: SpeedGate | None, recorded: Recorded | None, attempts: int | None,
@@ -119,11 +123,16 @@ def _attempts_text(count: int) -> str:
     return f"{count} benchmark attempt{'' if count == 1 else 's'}"
 
 
-def _judge(speed: SpeedGate, item: dict[str, Any], ledger: Ledger) -> tuple[float, float] | None:
-    """Apply the speed rules; under the confident rule return the bounds it compared with the gate."""
+def _judge(speed: SpeedGate, item: dict[str, Any], ledger: Ledger, compare: bool = True) -> tuple[float, float] | None:
+    """Apply the speed rules; under the confident rule return the bounds it compared with the gate.
+
+    With `compare` False only the holds run (what the item must be to count), for a speed record that
+    decides instead of the item.
+    """
     derived = item["derived"]
     held_before = len(ledger.findings)
-    ledger.margin("speedup", derived["speedup"], speed.gate, higher_is_better=True)
+    if compare:
+        ledger.margin("speedup", derived["speedup"], speed.gate, higher_is_better=True)
     if derived["runs_per_arm"] < speed.runs_per_arm:
         ledger.add(
             "speed.runs_per_arm", "held",
@@ -153,8 +162,14 @@ def _judge(speed: SpeedGate, item: dict[str, Any], ledger: Ledger) -> tuple[floa
             f"max_peak_memory_regression {num(speed.max_peak_memory_regression)} is declared "
             "but benchmark evidence records no peak memory",
         )
-    if len(ledger.findings) > held_before:
+    if len(ledger.findings) > held_before or not compare:
         return None
+    if speed.decision == "confident" and item["protocol"] == "sequential" and speed.drift_check != "none":
+        drift = drift_between_halves(item["baseline_s"], speed.alpha)
+        if drift.drifted is not False:
+            ledger.add("speed.drift" if drift.drifted else "speed.not_interleaved", "held",
+                       f"the arms were not interleaved and the baseline {'drifted' if drift.drifted else 'is too short to check for drift'}: {drift.text()}")
+            return None
     low, high = derived["speedup_ci"]
     if speed.require_conclusive and low <= 1.0 <= high:
         ledger.add(
@@ -212,37 +227,56 @@ def _check_timer(item: dict[str, Any], ledger: Ledger) -> None:
         ledger.add("speed.interpreter", "held", "timings came from an emulator and are not speed evidence")
 
 
-def _judge_record(speed: SpeedGate, pairs: PairRecord, attempts: int | None, ledger: Ledger) -> SpeedResult:
-    """The confident rule on the identity's benchmark sessions: every pair, in recorded order, read after each.
+def _judge_record(speed: SpeedGate, record: SpeedRecord, recorded: Recorded | None, attempts: int | None,
+                  ledger: Ledger) -> SpeedResult:
+    """The confident rule on the speed record of the artifact's bytes: every pair, in recorded order, read after each.
 
-    The sessions are one record however many there are (stopping and
-    resuming is allowed by the rule's time-uniform bound), so their count is
-    stated and no attempt cap applies to it; complete benchmark items of the
-    identity are set aside while it has session pairs. A session timed under an
-    interpreter or emulator holds, as a benchmark item would.
+    Sessions and complete documents are one record however many there are
+    (registry/gate/record.py), so their count is stated; the latest complete
+    item must still be what an item must be to count (runs, protocol,
+    interleaving, CV, timer), and a declared attempt cap still applies. A
+    source timed under an interpreter or emulator holds, as a benchmark item would.
     """
-    ledger.evidence_ids.extend(event_id for event_id in pairs.event_ids if event_id not in ledger.evidence_ids)
-    sessions = f"{pairs.sessions} benchmark session{'' if pairs.sessions == 1 else 's'}"
-    items = "" if attempts is None else f"; {attempts} complete benchmark item{'' if attempts == 1 else 's'} set aside"
-    ledger.note("speed.attempts", f"{sessions} for this identity, every pair read in recorded order as one "
-                                  f"record{items}")
-    result = decide_stream(list(pairs.ratios), speed.gate, speed.alpha, speed.max_pairs)
-    counted = sorted(pairs.ratios[: result.pairs])
-    middle = len(counted) // 2
-    value = counted[middle] if len(counted) % 2 else (counted[middle - 1] + counted[middle]) / 2.0
+    if record.payload_sha256 is None:
+        ledger.add("speed.no_payload", "held",
+                   "the artifact was registered without a payload, so it has no speed record of its own and borrows "
+                   "none: register its bytes (`registry artifact register --payload`) and measure them")
+        return None, None, None
+    if recorded is not None:
+        _check_attempts(speed, recorded, attempts, ledger)
+        item = ledger.admit(recorded, "benchmark")
+        if item is not None:
+            _judge(speed, item, ledger, compare=False)
+    reading = read_record(record, speed)
+    ledger.evidence_ids.extend(event_id for event_id in reading.event_ids if event_id not in ledger.evidence_ids)
+    ledger.note("speed.attempts", f"{record_sentence(reading.sessions, reading.documents)}, every pair read in "
+                                  "recorded order as one record")
+    for note in reading.notes:
+        ledger.note("speed.attempts", note)
     held_before = len(ledger.findings)
-    for source in pairs.sources:
+    for hold in reading.holds:
+        ledger.add(hold.rule, "held", hold.text)
+    for source in reading.sources:
         _check_timer({"timer": source, "device": ""}, ledger)
-    if len(ledger.findings) > held_before:
-        return value, None
+    result, value = reading.result, reading.value
+    level = reading.level
+    bounds = None if result.lower is None else (result.lower, result.upper)
+    if len(ledger.findings) > held_before or value is None:
+        if value is None and len(ledger.findings) == held_before:
+            ledger.add("speed.missing", "held", "the speed record of these bytes holds no pairs it can read")
+        return value, bounds, level if bounds else None
     ledger.margin("speedup", value, speed.gate, higher_is_better=True)
     shown, gate = times_pair(value, speed.gate)
     low = "none yet" if result.lower is None else num(result.lower)
     high = "none yet" if result.upper is None else num(result.upper)
-    where = (f"after {result.decided_at} of {len(pairs.ratios)} recorded pairs" if result.decided_at
+    where = (f"after {result.decided_at} of {len(reading.ratios)} recorded pairs" if result.decided_at
              else f"after {result.pairs} pairs")
-    text = f"speedup {shown} {where}: running bounds [{low}, {high}] (alpha {num(speed.alpha)} per side)"
-    if result.decision == "promoted":
+    text = (f"speedup {shown} {where}: running bounds [{low}, {high}] (two-sided {level:.0%}, "
+            f"alpha {num(result.alpha)} per side)")
+    if result.stop == "rejected_before":
+        ledger.add("speed.below_gate", "rejected", f"{text}; the record of these bytes was shown below the gate "
+                                                   f"under contract v{reading.rejected_under}, and a rejection stands")
+    elif result.decision == "promoted":
         ledger.add("speed.passed", "promoted", f"{text} lie above the gate {gate}")
     elif result.decision == "rejected":
         ledger.add("speed.below_gate", "rejected", f"{text} lie below the gate {gate}")
@@ -252,5 +286,10 @@ def _judge_record(speed: SpeedGate, pairs: PairRecord, attempts: int | None, led
     else:
         ledger.add("speed.undecided", "held", f"{text} do not yet decide against the gate {gate}; measuring "
                                               f"may continue up to speed.max_pairs {speed.max_pairs}")
-    bounds = None if result.lower is None else (result.lower, result.upper)
-    return value, bounds
+    return value, bounds, level if bounds else None
+
+
+def record_sentence(sessions: int, documents: int) -> str:
+    """How many sessions and complete documents a speed record holds, in one sentence's opening."""
+    return (f"the speed record of these bytes holds {sessions} benchmark session{'' if sessions == 1 else 's'} "
+            f"and {documents} complete benchmark document{'' if documents == 1 else 's'}")

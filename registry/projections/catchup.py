@@ -36,7 +36,7 @@ from registry.formats.names import ARTIFACT_PREFIX, FRAMESET_PREFIX, WORKLOAD_PR
 
 from .asof import fold_log
 from .collector import collector_paused
-from .fold import OUTCOMES_PREFIX, fold
+from .fold import BENCH_PREFIX, OUTCOMES_PREFIX, fold
 from .log import PAGE, read_log
 from .payload_index import IndexRow, all_index_rows, as_mapping, index_rows
 from .rows import MODELS, load_state
@@ -78,7 +78,10 @@ class _LostRace(Exception):
 
 
 STREAM_MODEL = {ARTIFACT_PREFIX: "artifacts", WORKLOAD_PREFIX: "workloads", FRAMESET_PREFIX: "framesets",
-                OUTCOMES_PREFIX: "outcomes"}
+                OUTCOMES_PREFIX: "outcomes", BENCH_PREFIX: "bench_streams"}
+# Read models whose rows no stream names: a speed record is fed by artifact and bench streams alike, so the
+# fold asks for its row when it meets it (RegistryState.load_record).
+LAZY_MODELS = ("records",)
 
 
 class ReadModels:
@@ -178,6 +181,7 @@ class ReadModels:
         existing: dict[str, set[str]] = {model: set() for model in MODELS}
         touched: dict[str, set[str]] = {model: set() for model in MODELS}
         indexed: set[IndexRow] = set()  # the payload index rows of the artifact rows loaded, as they stand
+        work.load_record = lambda key: self._load_lazy("records", key, existing)
         batch = []
         with collector_paused():
             for event in read_log(self.engine, after=start, up_to=head):
@@ -205,7 +209,7 @@ class ReadModels:
 
     def _fold_batch(self, work: RegistryState, batch: list, existing: dict[str, set[str]],
                     touched: dict[str, set[str]], indexed: set[IndexRow]) -> None:
-        wanted: dict[str, set[str]] = {model: set() for model in MODELS}
+        wanted: dict[str, set[str]] = {model: set() for model in MODELS if model not in LAZY_MODELS}
         for event in batch:
             for prefix, model in STREAM_MODEL.items():
                 if event.stream.startswith(prefix):
@@ -215,6 +219,18 @@ class ReadModels:
         for model, keys in wanted.items():
             touched[model] |= keys
         fold(work, batch)
+        for model in LAZY_MODELS:
+            touched[model] |= set(getattr(work, model))
+
+    def _load_lazy(self, model: str, key: str, existing: dict[str, set[str]]) -> dict | None:
+        """One stored row of a lazily loaded model, when the fold first meets its key (None: no row yet)."""
+        table, column, _ = MODELS[model]
+        with self.engine.connect() as conn:
+            text = conn.execute(select(table.c.state).where(table.c[column] == key)).scalar()
+        if text is None:
+            return None
+        existing[model].add(key)
+        return load_state(text)
 
     def _load(self, work: RegistryState, wanted: dict[str, set[str]], touched: dict[str, set[str]],
               existing: dict[str, set[str]], indexed: set[IndexRow]) -> None:

@@ -156,11 +156,13 @@ def _scope(artifact: dict[str, Any], identity: str | None, payload_sha256: str |
 def _evidence(state: RegistryState, event: LogEvent) -> None:
     artifact = _artifact(state, event)
     _same_subject(event, event.named_artifact(), artifact["artifact"])
+    kind = EVIDENCE_KIND_BY_TYPE[event.type]
+    if kind == "benchmark":
+        _benchmark_document(state, artifact, event)
     scoped = _scope(artifact, event.identity, event.scope)
     if scoped is None:
         return
     fields = scoped[1]
-    kind = EVIDENCE_KIND_BY_TYPE[event.type]
     # The item (and when it was measured) is read from the log by position when a question shows it (items.py).
     fields["evidence"][kind] = {"event_id": event.event_id, "position": event.position}
     fields["evidence_counts"][kind] += 1
@@ -245,7 +247,8 @@ def _workload(state: RegistryState, event: LogEvent) -> None:
         contract=payload["contract"], last_position=event.position,
     )
     current["versions"].append(
-        {"version": payload["contract_version"], "hash": payload["contract_hash"], "position": event.position}
+        {"version": payload["contract_version"], "hash": payload["contract_hash"], "position": event.position,
+         "speed": payload["contract"].get("speed")}
     )
 
 
@@ -280,14 +283,108 @@ def _external(state: RegistryState, event: LogEvent) -> None:
 BENCH_PREFIX = "bench:"
 
 
-def _bench_session(state: RegistryState, event: LogEvent) -> None:
-    """A benchmark session or batch: it must sit in its identity's record stream, and changes no read model.
+def record_key(workload: str, payload_sha256: str) -> str:
+    """The speed record's key: one record per payload within a workload (docs/gate.md, "The speed record")."""
+    return f"{workload}:{payload_sha256}"
 
-    The record (sessions, pairs, the sequential reading) is read from that
-    one stream by registry/app/bench.py; an artifact's projected state depends
-    on its own stream only, which the incremental projection relies on.
+
+def _speed_record(state: RegistryState, workload: str, payload_sha256: str, position: int) -> dict[str, Any]:
+    """The record of these bytes in this workload: folded already, else its stored row, else a new one."""
+    key = record_key(workload, payload_sha256)
+    found = state.records.get(key)
+    if found is None and state.load_record is not None:
+        found = state.load_record(key)
+    if found is None:
+        found = {"record": key, "workload": workload, "payload_sha256": payload_sha256, "sessions": {},
+                 "entries": [], "documents": 0, "last_position": position}
+    state.records[key] = found
+    found["last_position"] = position
+    return found
+
+
+def _bench_stream(state: RegistryState, event: LogEvent) -> dict[str, Any]:
+    identity = event.payload["identity"]
+    _same_subject(event, BENCH_PREFIX + identity, event.stream)
+    stream = state.bench_streams.get(identity)
+    if stream is None:
+        if event.type != "BenchmarkSessionOpened":
+            raise ProjectionError(f"event at position {event.position} ({event.type}) records pairs in "
+                                  f"{event.stream}, where no session was opened")
+        stream = state.bench_streams[identity] = {"identity": identity, "record": None, "version": 0,
+                                                  "batches": [], "last_position": event.position}
+    stream["version"] += 1
+    stream["last_position"] = event.position
+    return stream
+
+
+def _bench_session(state: RegistryState, event: LogEvent) -> None:
+    """A benchmark session opened: its identity's stream notes which speed record it feeds.
+
+    An artifact without a payload has no speed record (and borrows none): its
+    sessions are kept in its stream's row only.
     """
-    _same_subject(event, BENCH_PREFIX + event.payload["identity"], event.stream)
+    payload = event.payload
+    stream = _bench_stream(state, event)
+    if payload["payload_sha256"] is None:
+        return
+    record = _speed_record(state, payload["workload"], payload["payload_sha256"], event.position)
+    stream["record"] = record["record"]
+    record["sessions"][payload["session"]] = {
+        "artifact": payload["artifact"], "identity": payload["identity"], "device": payload["device"],
+        "timer": payload["timer"], "arch": payload.get("arch"), "opened_position": event.position, "pairs": 0}
+
+
+def _bench_pairs(state: RegistryState, event: LogEvent) -> None:
+    """A batch of pairs: appended to its session's speed record, in recorded order."""
+    payload = event.payload
+    stream = _bench_stream(state, event)
+    stream["batches"].append(f"{payload['session']}:{payload['batch']}")
+    if stream["record"] is None:
+        return
+    workload, payload_sha256 = stream["record"].split(":", 1)
+    record = _speed_record(state, workload, payload_sha256, event.position)
+    session = record["sessions"][payload["session"]]
+    session["pairs"] += len(payload["baseline_s"])
+    record["entries"].append({
+        "source": "session", "position": event.position, "event_id": event.event_id,
+        "artifact": payload["artifact"], "identity": payload["identity"], "session": payload["session"],
+        "protocol": "paired", "schedule": None, "baseline_s": payload["baseline_s"],
+        "candidate_s": payload["candidate_s"], "timer": session["timer"], "device": session["device"],
+        "arch": session["arch"]})
+
+
+def _benchmark_document(state: RegistryState, artifact: dict[str, Any], event: LogEvent) -> None:
+    """A complete benchmark item joins the speed record of the bytes it measured (none without a payload).
+
+    An item stored by some other path that is not a benchmark's shape joins
+    as an entry with no protocol and no times, which the gate holds on
+    (registry/gate/record.py): the record never silently loses an attempt.
+    """
+    if event.scope is None:
+        return
+    item = event.payload["item"]
+    record = _speed_record(state, artifact["workload"], event.scope, event.position)
+    record["documents"] += 1
+    arms = [item.get(arm) for arm in ("baseline_s", "candidate_s")]
+    shaped = item.get("protocol") in ("paired", "sequential") and all(
+        isinstance(times, list) and times and all(_is_time(t) for t in times) for times in arms)
+    schedule = item.get("schedule")
+    record["entries"].append({
+        "source": "document", "position": event.position, "event_id": event.event_id,
+        "artifact": artifact["artifact"], "identity": event.identity, "session": None,
+        "protocol": item["protocol"] if shaped else None,
+        "schedule": schedule if shaped and isinstance(schedule, list) else None,
+        "baseline_s": arms[0] if shaped else [], "candidate_s": arms[1] if shaped else [],
+        "timer": _text_or_empty(item.get("timer")), "device": _text_or_empty(item.get("device")),
+        "arch": item.get("arch") if isinstance(item.get("arch"), str) else None})
+
+
+def _is_time(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
+
+
+def _text_or_empty(value: Any) -> str:
+    return value if isinstance(value, str) else ""
 
 
 TOKEN_PREFIX = "token:"
@@ -312,7 +409,7 @@ HANDLERS: dict[str, Handler] = {
     "FrameSetRegistered": _frameset,
     "ExternalOutcome": _external,
     "BenchmarkSessionOpened": _bench_session,
-    "BenchmarkPairsRecorded": _bench_session,
+    "BenchmarkPairsRecorded": _bench_pairs,
     "TokenIssued": _token,
     "TokenRevoked": _token,
     "PairsRemeasured": lambda state, event: monitor_fold.remeasured(_artifact(state, event), event),

@@ -81,8 +81,8 @@ def _bounds_section(records: list[dict[str, Any]], limit: int) -> list[str]:
     readable = [record for record in records if record.get("decision") is not None]
     if not readable:
         return []
-    parts = ["<h2>Running bounds against the gate (benchmark sessions)</h2>"]
-    parts += [_figure(running_bounds_plot(record), f"running bounds of {record['artifact']}")
+    parts = ["<h2>Running bounds against the gate (speed records)</h2>"]
+    parts += [_figure(running_bounds_plot(record), f"running bounds of {', '.join(record['artifacts'])}")
               for record in readable[:limit]]
     if len(readable) > limit:
         parts.append(f'<p class="none">{len(readable) - limit} more not drawn</p>')

@@ -144,30 +144,44 @@ def frame_plot(artifact: dict[str, Any], fidelity: dict[str, Any]) -> Plot:
 
 
 def running_bounds_plot(record: dict[str, Any]) -> Plot:
-    """The running confidence bounds of one benchmark record against its gate (docs/gate.md)."""
+    """The running confidence bounds of one speed record against its gate (docs/gate.md, "The speed record").
+
+    Every record is drawn: a record whose bounds exist at one pair only is a
+    marked point with its bounds as an error bar, and one with no bound yet
+    says so on the axes.
+    """
     figure = Figure(figsize=(8, 3.6))
     axes = figure.add_subplot()
     bounds = record["running_bounds"]
     pairs = [i + 1 for i, (low, _) in enumerate(bounds) if low is not None]
     lows = [bounds[i - 1][0] for i in pairs]
     highs = [bounds[i - 1][1] for i in pairs]
-    if pairs:
+    level = f"two-sided {record['level']:.0%}"
+    if len(pairs) == 1:
+        middle = (lows[0] + highs[0]) / 2.0
+        axes.errorbar(pairs, [middle], yerr=[[middle - lows[0]], [highs[0] - middle]], fmt="o", color="#1565c0",
+                      capsize=6, label=f"bounds at pair {pairs[0]} ({level})")
+    elif pairs:
         axes.fill_between(pairs, lows, highs, step="post", color="#1565c0", alpha=0.15)
-        axes.step(pairs, lows, where="post", color="#1565c0", label="lower bound")
+        axes.step(pairs, lows, where="post", color="#1565c0", label=f"lower bound ({level})")
         axes.step(pairs, highs, where="post", color="#1565c0", linestyle="--", label="upper bound")
+    else:
+        axes.text(0.5, 0.5, "no bound yet: fewer pairs than the fewest that can decide", transform=axes.transAxes,
+                  ha="center", va="center", fontsize=9, color="#555")
     axes.axhline(record["gate"], color="#6a1b9a", linewidth=1.2, label=f"gate {record['gate']:.3g}x")
     if record.get("decided_at"):
         axes.axvline(record["decided_at"], color=DECISION_COLOURS.get(record["decision"], "black"), linewidth=1.0,
-                     label=f"{record['decision']} at pair {record['decided_at']}")
+                     label=f"{record['shows']} at pair {record['decided_at']}")
     axes.set_xlim(0, max(len(bounds), 1) + 1)
     axes.xaxis.set_major_locator(MaxNLocator(integer=True))
     axes.set_xlabel("pairs")
     axes.set_ylabel("median ratio bounds")
-    axes.set_title(f"{literal(record['artifact'])}: running bounds against the gate (alpha {record['alpha']:g})")
+    name = ", ".join(record["artifacts"]) or record["payload_sha256"][:12]
+    axes.set_title(f"{literal(name)}: running bounds against the gate (alpha {record['alpha']:g} per side)")
     axes.grid(True, alpha=0.3)
     axes.legend(loc="best", fontsize=8)
     figure.tight_layout()
-    caption = (f"{record['artifact']}: {record['pairs']} pairs in {len(record['sessions'])} session(s), "
-               f"{record['decision']} ({record['stop']}). No bound exists before the fewest pairs that can "
-               "decide at alpha.")
+    caption = (f"{name} (payload {record['payload_sha256'][:12]}): {record['pairs']} pairs from "
+               f"{len(record['sessions'])} session(s) and {record['documents']} document(s), {record['shows']} "
+               f"({record['stop']}); bounds {level}. No bound exists before the fewest pairs that can decide at alpha.")
     return Plot(_png(figure), caption)

@@ -233,11 +233,13 @@ class ArtifactState(IdentityScope):
 
 
 class ContractVersion(TypedDict):
-    """One declared version of a workload's contract."""
+    """One declared version of a workload's contract, with its speed block (the loosening rule reads every
+    version's speed terms: docs/gate.md, "The speed record")."""
 
     version: int
     hash: str
     position: int
+    speed: dict[str, Any] | None
 
 
 class WorkloadState(TypedDict):
@@ -271,4 +273,59 @@ class OutcomesState(TypedDict):
 
     workload: str
     records: list[OutcomeRecord]
+    last_position: int
+
+
+class BenchSession(TypedDict):
+    """One benchmark session of a speed record, as opened, and the pairs it has recorded."""
+
+    artifact: str
+    identity: str
+    device: str
+    timer: str
+    arch: str | None
+    opened_position: int
+    pairs: int
+
+
+class BenchStreamState(TypedDict):
+    """One identity's `bench:` stream: the speed record it feeds (None for an artifact without a payload, which
+    has none), its version (what the next append expects) and every batch key recorded (session:batch)."""
+
+    identity: str
+    record: str | None
+    version: int
+    batches: list[str]
+    last_position: int
+
+
+class RecordEntry(TypedDict):
+    """One contribution to a speed record, in recorded order: a session's batch of pairs or a complete benchmark
+    document (its raw arms; the gate derives everything from them, registry/gate/record.py)."""
+
+    source: Literal["session", "document"]
+    position: int
+    event_id: str
+    artifact: str
+    identity: str | None
+    session: str | None
+    protocol: Literal["paired", "sequential"] | None  # None: a stored item not shaped as a benchmark
+    schedule: list[str] | None
+    baseline_s: list[float]
+    candidate_s: list[float]
+    timer: str
+    device: str
+    arch: str | None
+
+
+class SpeedRecordState(TypedDict):
+    """The speed record of one payload within a workload (docs/gate.md, "The speed record"): every session
+    batch and complete benchmark document of those bytes, under any artifact id or claim, in recorded order."""
+
+    record: str
+    workload: str
+    payload_sha256: str
+    sessions: dict[str, BenchSession]
+    entries: list[RecordEntry]
+    documents: int
     last_position: int

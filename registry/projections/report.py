@@ -131,6 +131,7 @@ def _leaderboard(artifacts: list[dict[str, Any]], scope: list[str]) -> dict[str,
         board[artifact["workload"]].append({
             "artifact": artifact["artifact"], "kind": artifact["kind"], "backend": artifact["backend"],
             "speedup": artifact["speedup"], "speedup_ci": artifact["speedup_ci"], "tier": artifact["tier"],
+            "speedup_ci_level": (artifact["verdict"] or {}).get("speedup_ci_level"),
             "decided_by": artifact["decided_by"], "tightest_margin": _margin_entry(artifact["tightest_margin"]),
             "benchmark_attempts": artifact["benchmark_attempts"],
         })
@@ -249,8 +250,10 @@ def margin_text(margin: dict[str, Any] | None) -> str | None:
             f" (margin {number(margin['margin'])})")
 
 
-def _ci_text(ci: list[float] | None) -> str | None:
-    return None if ci is None else f"[{number(ci[0])}, {number(ci[1])}]"
+def _ci_text(ci: list[float] | None, level: float | None = None) -> str | None:
+    if ci is None:
+        return None
+    return f"[{number(ci[0])}, {number(ci[1])}] ({f'{level:.0%}' if level else 'level not recorded'})"
 
 
 Table = tuple[str, list[str], list[tuple[Any, ...]]]
@@ -266,8 +269,10 @@ def report_tables(report: dict[str, Any]) -> list[Table]:
     for workload, entries in report["leaderboard"].items():
         tables.append((
             f"leaderboard: {workload} (promoted, fastest first)",
-            ["rank", "artifact", "speedup", "95% CI", "tier", "decided by", "tightest margin", "benchmark attempts"],
-            [(e["rank"], e["artifact"], number(e["speedup"]), _ci_text(e["speedup_ci"]), e["tier"], e["decided_by"],
+            ["rank", "artifact", "speedup", "interval (two-sided level)", "tier", "decided by", "tightest margin",
+             "benchmark attempts"],
+            [(e["rank"], e["artifact"], number(e["speedup"]), _ci_text(e["speedup_ci"], e.get("speedup_ci_level")),
+              e["tier"], e["decided_by"],
               margin_text(e["tightest_margin"]), e["benchmark_attempts"]) for e in entries],
         ))
     tables.append((
@@ -319,14 +324,16 @@ def monitors_table(monitors: list[dict[str, Any]]) -> Table:
 
 
 def benchmark_records_table(records: list[dict[str, Any]]) -> Table:
-    """Benchmark sessions read by the confident rule: pairs spent, running bounds, why measuring stopped."""
+    """Speed records (one per payload within a workload) read by the confident rule: what each shows, the pairs,
+    the running bounds with their level, and why measuring stopped."""
     return (
-        "benchmark records (sessions, confident rule)",
-        ["artifact", "decision", "pairs", "decided at", "stop", "lower", "upper", "gate", "alpha", "sessions",
-         "pairs saved"],
-        [(r["artifact"], r["decision"] or "-", r["pairs"], r.get("decided_at"), r["stop"], number(r.get("lower")),
-          number(r.get("upper")), number(r.get("gate")), r.get("alpha"),
-          len(r["sessions"]), r.get("pairs_saved"))
+        "speed records (one per payload within a workload; sessions and complete documents, confident rule)",
+        ["workload", "payload", "artifacts", "shows", "pairs", "decided at", "stop", "lower", "upper", "level",
+         "gate", "alpha", "sessions", "documents", "archs"],
+        [(r["workload"], r["payload_sha256"][:12], ", ".join(r["artifacts"]), r["shows"] or "-", r["pairs"],
+          r.get("decided_at"), r["stop"], number(r.get("lower")), number(r.get("upper")),
+          f"{r['level']:.0%} two-sided" if r.get("level") else None, number(r.get("gate")), r.get("alpha"),
+          len(r["sessions"]), r["documents"], ", ".join(r["archs"]))
          for r in records],
     )
 

@@ -6,7 +6,7 @@ from typing import Any
 from registry.events.canonical import canonical_json, sha256_hex, strict_json_loads
 from registry.formats.errors import first_line
 
-from .schema import ARTIFACTS, FRAMESETS, OUTCOMES, WORKLOADS
+from .schema import ARTIFACTS, BENCH_STREAMS, FRAMESETS, OUTCOMES, SPEED_RECORDS, WORKLOADS
 from .verdict_history import without_history
 from .state import ProjectionError
 
@@ -46,6 +46,15 @@ def outcomes_row(state: dict[str, Any]) -> dict[str, Any]:
     return {"workload": state["workload"], "last_position": state["last_position"], **_content(state)}
 
 
+def bench_stream_row(state: dict[str, Any]) -> dict[str, Any]:
+    return {"identity": state["identity"], "last_position": state["last_position"], **_content(state)}
+
+
+def speed_record_row(state: dict[str, Any]) -> dict[str, Any]:
+    return {"record": state["record"], "workload": state["workload"], "payload_sha256": state["payload_sha256"],
+            "last_position": state["last_position"], **_content(state)}
+
+
 def load_state(text: str) -> dict[str, Any]:
     """A row's state; a row that is not a JSON object is refused in one line (the read models are derived)."""
     try:
@@ -65,4 +74,6 @@ MODELS = {
     "workloads": (WORKLOADS, "workload", workload_row),
     "framesets": (FRAMESETS, "name", frameset_row),
     "outcomes": (OUTCOMES, "workload", outcomes_row),
+    "bench_streams": (BENCH_STREAMS, "identity", bench_stream_row),
+    "records": (SPEED_RECORDS, "record", speed_record_row),
 }

@@ -1,4 +1,5 @@
-"""The persisted read models: a row per artifact, workload, frame set and workload's imported outcomes.
+"""The persisted read models: a row per artifact, workload, frame set, workload's imported outcomes,
+benchmark-session stream and speed record (a payload within a workload).
 
 Beside them, the verdict history, the payload index and one checkpoint row.
 
@@ -46,6 +47,21 @@ WORKLOADS = _read_model(
 FRAMESETS = _read_model("projection_framesets", "name", Column("position", BigInteger, nullable=False))
 # Imported outcome records about a workload as a whole (support runs, fidelity verdicts).
 OUTCOMES = _read_model("projection_outcomes", "workload", Column("last_position", BigInteger, nullable=False))
+
+# Benchmark sessions, one row per identity's `bench:` stream: which speed record it feeds, its version
+# (what a batch's append expects) and its batch keys.
+BENCH_STREAMS = _read_model("projection_bench_streams", "identity", Column("last_position", BigInteger, nullable=False))
+# The speed record of one payload within a workload (docs/gate.md, "The speed record"): every session batch and
+# every complete benchmark document of those bytes, under any artifact id or claim, in recorded order.
+SPEED_RECORDS = Table(
+    "projection_speed_records", METADATA,
+    Column("record", String(300), primary_key=True),
+    Column("workload", String(200), nullable=False, index=True),
+    Column("payload_sha256", String(64), nullable=False),
+    Column("last_position", BigInteger, nullable=False),
+    Column("state", Text, nullable=False),
+    Column("row_hash", String(64), nullable=False),
+)
 
 # Verdict history, one bounded row per verdict (an artifact row keeps only the current verdict),
 # so a promote rewrites one small artifact row and appends one history row, however many came before.

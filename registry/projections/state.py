@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any, Callable, cast
 
 from registry.formats.errors import UserError
 from registry.events.identity import IDENTITY_FIELDS, artifact_identity
 
 from .read_models import (
-    ArtifactState, FrameSetState, IdentityScope, KeptIdentity, Margin, OutcomesState, WorkloadState,
+    ArtifactState, BenchStreamState, FrameSetState, IdentityScope, KeptIdentity, Margin, OutcomesState,
+    SpeedRecordState, WorkloadState,
 )
 
 EVIDENCE_KINDS = ("parity", "benchmark", "execution", "perceptual")
@@ -38,7 +39,12 @@ class RegistryState:
     workloads: dict[str, WorkloadState] = field(default_factory=dict)
     framesets: dict[str, FrameSetState] = field(default_factory=dict)
     outcomes: dict[str, OutcomesState] = field(default_factory=dict)
+    bench_streams: dict[str, BenchStreamState] = field(default_factory=dict)
+    records: dict[str, SpeedRecordState] = field(default_factory=dict)
     position: int = 0
+    # Loads a speed record's stored row by key (the live catch-up sets it; a fold from position 0 needs none):
+    # a record is touched by events of many streams, so its row cannot be chosen before the fold.
+    load_record: Callable[[str], SpeedRecordState | None] | None = field(default=None, repr=False, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -47,6 +53,8 @@ class RegistryState:
             "workloads": [self.workloads[key] for key in sorted(self.workloads)],
             "framesets": [self.framesets[key] for key in sorted(self.framesets)],
             "outcomes": [self.outcomes[key] for key in sorted(self.outcomes)],
+            "bench_streams": [self.bench_streams[key] for key in sorted(self.bench_streams)],
+            "records": [self.records[key] for key in sorted(self.records)],
         }
 
 

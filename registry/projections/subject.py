@@ -20,7 +20,8 @@ from registry.formats.names import ARTIFACT_PREFIX, FRAMESET_PREFIX, WORKLOAD_PR
 from .asof import check_position, fold_log
 from .catchup import ReadModels
 from .items import attach_items
-from .read_models import ArtifactState, FrameSetState, WorkloadState
+from .fold import BENCH_PREFIX, record_key
+from .read_models import ArtifactState, BenchStreamState, FrameSetState, SpeedRecordState, WorkloadState
 from .rows import MODELS, load_state
 from .schema import VERDICTS
 from .snapshot import read_checkpoint, reading
@@ -56,6 +57,37 @@ class SubjectReads(ReadModels):
     def frameset(self, name: str, as_of: int | None = None) -> FrameSetState | None:
         """The frame set as registered."""
         return self._one("framesets", FRAMESET_PREFIX, name, as_of)
+
+    def speed_record(self, workload: str, payload_sha256: str, as_of: int | None = None) -> SpeedRecordState | None:
+        """The speed record of a payload within a workload (docs/gate.md, "The speed record"): one row.
+
+        As of a position, the log up to it is folded (a record is fed by many
+        streams: artifact streams' documents and bench streams' batches).
+        """
+        key = record_key(workload, payload_sha256)
+        as_of = self.position_to_fold(as_of)
+        if as_of is not None:
+            return fold_log(self.store, check_position(self.store, as_of)).records.get(key)
+        with reading(self.engine) as conn:
+            return self._row(conn, "records", key)
+
+    def workload_speed_records(self, workload: str) -> list[SpeedRecordState]:
+        """Every speed record of one workload now, by key: an indexed range of the records table."""
+        self.position_to_fold(None)
+        table = MODELS["records"][0]
+        with reading(self.engine) as conn:
+            self.served_position = read_checkpoint(conn) or 0
+            texts = conn.execute(select(table.c.state).where(table.c.workload == workload)
+                                 .order_by(table.c.record)).scalars().all()
+        return [load_state(text) for text in texts]
+
+    def bench_stream(self, identity: str) -> BenchStreamState | None:
+        """An identity's benchmark-session stream now: the record it feeds, its version, its batch keys."""
+        as_of = self.position_to_fold(None)
+        if as_of is not None:
+            return fold_log(self.store, as_of, stream=BENCH_PREFIX + identity).bench_streams.get(identity)
+        with reading(self.engine) as conn:
+            return self._row(conn, "bench_streams", identity)
 
     def shown_artifact(self, artifact_id: str, latest: int,
                        as_of: int | None = None) -> tuple[ArtifactState | None, int]:

@@ -42,7 +42,7 @@ def show_artifact(registry: Registry, artifact: str, shown_verdicts: int) -> dic
     return {"artifact": state["artifact"], "decision": state["decision"],
             "contract_note": contract_note(state, workload), **state, "verdict_count": verdict_count,
             "verdicts_omitted": verdict_count - len(state["verdicts"]), "workload_declared": workload is not None,
-            "bench": None if workload is None else record_summary(registry, state, workload["contract"])}
+            "bench": None if workload is None else record_summary(registry, state, workload)}
 
 
 def snapshot(registry: Registry) -> dict[str, Any]:
@@ -58,7 +58,7 @@ def snapshot(registry: Registry) -> dict[str, Any]:
         for state in projections.artifacts(name):
             artifacts.append({"artifact": state["artifact"], "kind": state["kind"], "decision": state["decision"],
                               "tier": state["tier"], "speedup": state["speedup"]})
-            record = record_summary(registry, state, declared["contract"])
+            record = record_summary(registry, state, declared)
             if record is not None and record.get("decision") is not None:
                 records.append({"artifact": state["artifact"], "workload": name,
                                 **{key: record[key] for key in ("gate", "alpha", "pairs", "max_pairs", "decision",

@@ -1,0 +1,239 @@
+"""The speed record of a payload, read by the confident rule (docs/gate.md, "The speed record").
+
+One record per payload within a workload: every session batch and every
+complete benchmark document of those bytes, under any artifact id, backend or
+other claim, is one stream of pairs read in recorded order by the rule of
+registry/formats/sequential.py. A complete document is therefore not a fresh
+look: its pairs continue the stream, so the mixture martingale over the whole
+stream keeps Ville's bound (P(ever promoting when the median is below the
+gate) <= alpha) however many documents and sessions arrive. Retrying a
+document, naming the bytes anew, or claiming another backend changes nothing.
+
+Three rules close the record against re-reading:
+
+- **Loosening.** Each pair counts for promotion against the highest gate,
+  and for rejection against the lowest gate, in force from the moment it was
+  recorded until now, and the look after it is taken at the lowest alpha in
+  force over the same span. A loosened contract (higher alpha, lower gate)
+  therefore counts only pairs recorded after it at its looser terms; a
+  tightened one is in force since every pair was recorded, so it re-reads
+  everything. Per-pair gates keep each capital a supermartingale under its
+  null (docs/gate.md; `decide_terms`).
+- **Rejection stands.** The record is read again as it stood just before each
+  later contract version was declared, under the terms in force then; if any
+  of those readings rejected, the record stays rejected for these bytes.
+- **Exchangeability.** Only an interleaved design is read without a check.
+  A document whose arms were not interleaved (the sequential protocol) joins
+  the stream, its runs paired by index, only when the drift check passes:
+  its baseline arm's early and late halves have overlapping median intervals
+  (registry/formats/stats.py `drift_between_halves`, level alpha), and its
+  confident bounds overlap those of every earlier document of the record (two
+  exchangeable runs of one speedup have disjoint bounds with probability at
+  most 4 alpha). A document that fails holds the record (`speed.drift`, with
+  the figures); one too short to check holds it too (`speed.not_interleaved`).
+  `speed.drift_check: none` opts out: such documents are read as exchangeable
+  and the verdict says so. A paired document whose schedule does not
+  alternate is set aside (the item-level `speed.interleave` holds it).
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from registry.contracts import SpeedGate
+from registry.formats.sequential import SequentialResult, decide_terms, running_bounds
+from registry.formats.stats import drift_between_halves, is_interleaved, speedup_bounds
+from registry.gate.model import SpeedRecord
+
+
+@dataclass(frozen=True)
+class Terms:
+    """One confident contract version's speed terms, and the position it was declared at."""
+
+    version: int
+    position: int
+    gate: float
+    alpha: float
+    max_pairs: int
+
+
+@dataclass(frozen=True)
+class Hold:
+    """Something in the record that holds it: a rule id, and the sentence with its figures."""
+
+    rule: str
+    text: str
+
+
+@dataclass(frozen=True)
+class Reading:
+    """The confident rule's reading of a speed record."""
+
+    result: SequentialResult
+    ratios: list[float]  # every pair the record holds, in recorded order
+    positions: list[int]  # the position each pair was recorded at
+    sessions: int
+    documents: int
+    sources: list[str]  # "timer device" of every contribution read
+    event_ids: list[str]  # the events whose pairs were read
+    holds: list[Hold] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    rejected_under: int | None = None  # a contract version under which the record was already rejected
+    bounds: list[tuple[float | None, float | None]] = field(default_factory=list)
+
+    @property
+    def level(self) -> float:
+        """The running bounds' two-sided coverage: 1 - 2 alpha."""
+        return 1.0 - 2.0 * self.result.alpha
+
+    @property
+    def value(self) -> float | None:
+        """The median of the pairs read (None before any)."""
+        counted = self.ratios[: self.result.pairs]
+        return float(np.median(counted)) if counted else None
+
+
+def contract_terms(versions: Sequence[Mapping[str, Any]]) -> list[Terms]:
+    """The confident versions' terms, in declaration order (a point or speedless version imposes none)."""
+    found = []
+    for version in versions:
+        block = version.get("speed")
+        if block is None:
+            continue
+        speed = SpeedGate.from_mapping(block, stored=True)
+        if speed.decision == "confident":
+            found.append(Terms(version["version"], version["position"], speed.gate, speed.alpha, speed.max_pairs))
+    return found
+
+
+def read_record(record: SpeedRecord, speed: SpeedGate, terms: list[Terms] | None = None) -> Reading:
+    """The record under the current contract `speed` (confident), with the loosening and rejection rules.
+
+    `terms`, when given, are `contract_terms(record.versions)` computed once by a caller reading many records
+    of one workload.
+    """
+    terms = contract_terms(record.versions) if terms is None else list(terms)
+    current = Terms(terms[-1].version if terms else 0, terms[-1].position if terms else 0, speed.gate,
+                    speed.alpha, speed.max_pairs)
+    if not terms or (terms[-1].gate, terms[-1].alpha, terms[-1].max_pairs) != (speed.gate, speed.alpha,
+                                                                                speed.max_pairs):
+        terms = [*terms, current]  # judged under terms not (yet) declared: a what-if
+    ratios, positions, event_ids, sources, holds, notes = _contributions(record, speed)
+    result = _decide(ratios, positions, terms, current)
+    rejected_under = None
+    for earlier, following in zip(terms, terms[1:]):
+        before = [i for i, at in enumerate(positions) if at < following.position]
+        past = _decide([ratios[i] for i in before], [positions[i] for i in before],
+                       [t for t in terms if t.position <= earlier.position], earlier)
+        if past.decision == "rejected":
+            rejected_under = earlier.version
+            break
+    if rejected_under is not None and result.decision != "rejected":
+        result = SequentialResult("rejected", result.pairs, result.decided_at, result.lower, result.upper,
+                                  result.alpha, "rejected_before")
+    alphas = _alphas(positions[: result.pairs], terms)
+    bounds = running_bounds(ratios[: result.pairs], speed.alpha, alphas) if result.pairs else []
+    return Reading(result, ratios, positions, record.sessions,
+                   sum(1 for entry in record.entries if entry["source"] == "document"), sources, event_ids,
+                   holds, notes, rejected_under, bounds)
+
+
+def _decide(ratios: list[float], positions: list[int], terms: list[Terms], current: Terms) -> SequentialResult:
+    strictest = _strictest(positions, terms)
+    promote = [strictest[at][0] for at in positions]
+    reject = [strictest[at][1] for at in positions]
+    return decide_terms(ratios, promote, reject, [strictest[at][2] for at in positions], current.max_pairs,
+                        current.alpha)
+
+
+def _alphas(positions: list[int], terms: list[Terms]) -> list[float]:
+    strictest = _strictest(positions, terms)
+    return [strictest[at][2] for at in positions]
+
+
+def _strictest(positions: list[int], terms: list[Terms]) -> dict[int, tuple[float, float, float]]:
+    """(highest gate, lowest gate, lowest alpha) in force since each position (one entry's pairs share one)."""
+    found = {}
+    for at in dict.fromkeys(positions):
+        since = _in_force_since(at, terms)
+        found[at] = (max(t.gate for t in since), min(t.gate for t in since), min(t.alpha for t in since))
+    return found
+
+
+def _in_force_since(position: int, terms: list[Terms]) -> list[Terms]:
+    """The versions in force at any moment from `position` until the last of `terms`."""
+    earlier = [t for t in terms if t.position < position]
+    return ([earlier[-1]] if earlier else []) + [t for t in terms if t.position >= position] or terms[-1:]
+
+
+def _contributions(record: SpeedRecord, speed: SpeedGate):
+    ratios: list[float] = []
+    positions: list[int] = []
+    event_ids: list[str] = []
+    sources: list[str] = []
+    holds: list[Hold] = []
+    notes: list[str] = []
+    opted_out = speed.drift_check == "none"
+    documents: list[tuple[str, tuple[float, float]]] = []  # earlier documents' confident bounds
+    for entry in record.entries:
+        event_id, protocol = entry["event_id"], entry["protocol"]
+        if protocol is None:
+            holds.append(Hold("evidence.invalid", f"benchmark evidence {event_id} in the speed record is not a "
+                                                  "benchmark item, so the record cannot be read"))
+            continue
+        baseline = np.asarray(entry["baseline_s"], dtype=np.float64)
+        candidate = np.asarray(entry["candidate_s"], dtype=np.float64)
+        interleaved = entry["source"] == "session" or (
+            protocol == "paired" and entry["schedule"] is not None and is_interleaved(entry["schedule"]))
+        if entry["source"] == "document" and protocol == "paired" and not interleaved:
+            notes.append(f"document {event_id} ran a paired schedule that does not alternate BC/CB: set aside")
+            continue
+        if not interleaved:
+            if opted_out:
+                notes.append(f"document {event_id} did not interleave its arms; speed.drift_check is none, so "
+                             "its runs are read as exchangeable, paired by index")
+            else:
+                hold = _drift(event_id, baseline, candidate, documents, speed.alpha)
+                if hold is not None:
+                    holds.append(hold)
+                    documents.append((event_id, _bounds(protocol, baseline, candidate, speed.alpha)))
+                    continue
+        if entry["source"] == "document":
+            documents.append((event_id, _bounds(protocol, baseline, candidate, speed.alpha)))
+        count = min(len(baseline), len(candidate))
+        ratios.extend((baseline[:count] / candidate[:count]).tolist())
+        positions.extend([entry["position"]] * count)
+        event_ids.append(event_id)
+        source = f"{entry['timer']} {entry['device']}"
+        if source not in sources:
+            sources.append(source)
+    return ratios, positions, event_ids, sources, holds, notes
+
+
+def _bounds(protocol: str, baseline: np.ndarray, candidate: np.ndarray, alpha: float) -> tuple[float, float] | None:
+    return speedup_bounds(protocol, baseline, candidate, alpha)
+
+
+def _drift(event_id: str, baseline: np.ndarray, candidate: np.ndarray,
+           documents: list[tuple[str, tuple[float, float] | None]], alpha: float) -> Hold | None:
+    """The drift check of a document that did not interleave its arms: None when it passes."""
+    halves = drift_between_halves(baseline, alpha)
+    if halves.drifted is None:
+        return Hold("speed.not_interleaved",
+                    f"document {event_id} did not interleave its arms and its {len(baseline)} baseline runs are too "
+                    f"few to check for drift at alpha {alpha:g} (speed.drift_check), so they are not read")
+    if halves.drifted:
+        return Hold("speed.drift", f"document {event_id} did not interleave its arms and its baseline drifted: "
+                                   f"{halves.text()}")
+    own = _bounds("sequential", baseline, candidate, alpha)
+    for earlier_id, earlier in documents:
+        if own is not None and earlier is not None and (own[0] > earlier[1] or own[1] < earlier[0]):
+            return Hold("speed.drift",
+                        f"document {event_id} did not interleave its arms and its bounds [{own[0]:.4g}, "
+                        f"{own[1]:.4g}] are disjoint from those of document {earlier_id} of the same bytes "
+                        f"[{earlier[0]:.4g}, {earlier[1]:.4g}] (alpha {alpha:g} per side): the runs are not "
+                        "exchangeable draws of one speedup")
+    return None
