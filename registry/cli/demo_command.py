@@ -8,7 +8,7 @@ import click
 
 from registry.formats.errors import UserError
 from .session import Session, pass_session
-from .output import emit_json, exit_status_ahead, say, table
+from .output import emit_json, exit_status_ahead, say, table, write_output
 from .progress import progress_bar
 from .ship_commands import print_resolution
 
@@ -61,7 +61,7 @@ def demo(session: Session, fresh: bool, runs: int, warmup: int, out_dir: str, lp
     rows = run_campaign(registry, out, runs=runs, warmup=warmup, lpips_backbone=lpips_backbone,
                         progress_factory=progress_bar, log=log)
     report, state = build(registry, workload=None, position=None, stale_days=DEFAULT_STALE_DAYS)
-    (out / "report.html").write_text(report_html(report, state), encoding="utf-8")
+    write_output(out / "report.html", report_html(report, state), force=True)
     import torch
 
     problems = check_expectations(rows, on_gpu=torch.cuda.is_available())

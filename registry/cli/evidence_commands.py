@@ -3,13 +3,12 @@ from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
 
 from .session import Session, pass_session
-from .output import emit_json, exit_status_ahead, output_path, say, table
+from .output import emit_json, exit_status_ahead, output_path, say, table, write_output
 from .params import name_value, seed_value
 from .progress import progress_bar
 
@@ -132,8 +131,8 @@ def evaluate(session: Session, artifact_id: str, runs: int | None, warmup: int, 
     failures = evaluation.failures
     exit_status_ahead(EXIT_EVALUATION_FAILED if failures else 0)
     if emit:
-        Path(emit).write_text(json.dumps(evaluation.document, indent=2, sort_keys=True, allow_nan=False),
-                              encoding="utf-8")
+        write_output(emit, json.dumps(evaluation.document, indent=2, sort_keys=True, allow_nan=False),
+                     force=force, option="--emit")
         say(f"evidence for {artifact_id} written to {emit} (import it with `registry evidence import`)")
     elif as_json:
         recorded = evaluation.recorded

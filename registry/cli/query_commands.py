@@ -2,12 +2,12 @@
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 import click
 
 from registry.formats.errors import UserError
-from .output import emit_json, exit_status_ahead, newline_terminated, output_path, say, table, tables_text
+from .output import (emit_json, exit_status_ahead, newline_terminated, output_path, say, table, tables_text,
+                     write_output)
 from .session import Session, pass_session
 
 REPORT_FORMATS = ("table", "json", "csv", "html")
@@ -181,7 +181,7 @@ def report(session: Session, workload_id: str | None, as_of: str | None, fmt: st
         return
     text = newline_terminated(tables_text(tables) if fmt == "table" else documents[fmt]())
     if out:
-        Path(out).write_text(text, encoding="utf-8")
+        write_output(out, text, force=force)
         say(f"report written to {out}")
     else:
         sys.stdout.write(text)

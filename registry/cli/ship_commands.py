@@ -10,13 +10,12 @@ from __future__ import annotations
 import functools
 import os
 import sys
-from pathlib import Path
 
 import click
 
 from registry.formats.errors import UserError
 from .session import Session, pass_session
-from .output import emit_json, exit_status_ahead, output_path, say, table
+from .output import emit_json, exit_status_ahead, output_path, say, table, write_output
 from .query_commands import AS_OF_HELP
 
 EXIT_NO_MATCH = 3
@@ -197,7 +196,7 @@ def lock(ctx: click.Context, session: Session, workload_id: str | None, profile,
                    f"{'matches the profile' if profile else 'exists'} (no file written)", err=True)
         sys.exit(EXIT_NO_MATCH)
     content = document if key is None else signed_lock(document, key, validity)
-    _write_atomically(Path(out), _lock_text(content))
+    write_output(out, _lock_text(content), force=force)
     if as_json:
         emit_json(content)
     else:
@@ -212,12 +211,6 @@ def _lock_text(document: dict) -> str:
     import json
 
     return json.dumps(document, indent=2, sort_keys=True, ensure_ascii=False, allow_nan=False) + "\n"
-
-
-def _write_atomically(path: Path, text: str) -> None:
-    partial = path.with_name(path.name + ".partial")
-    partial.write_text(text, encoding="utf-8")
-    os.replace(partial, path)
 
 
 @lock.command("verify")
@@ -344,7 +337,7 @@ def attest(session: Session, artifact_id: str, out: str, force: bool, key_file: 
     output_path(out, force)
     key = load_signing_key(key_file)
     statement = attestation(session.open(), artifact_id)
-    _write_atomically(Path(out), _lock_text(signed_attestation(statement, key)))
+    write_output(out, _lock_text(signed_attestation(statement, key)), force=force)
     if as_json:
         emit_json(statement)
     else:
