@@ -29,6 +29,7 @@ from registry.gate import ArtifactFacts, GateEvidence, Recorded, decide
 from registry.projections import Projections
 from registry.projections.read_models import ArtifactState
 from registry.projections.state import FINAL, attempts_on, contract_note
+from registry.formats.text import text_arguments
 
 from .bench import pair_record
 from .context import Registry
@@ -148,6 +149,7 @@ def undeclared_contract_verdict(workload: str) -> dict[str, Any]:
     }
 
 
+@text_arguments
 def promote(registry: Registry, artifact: str, *, rejudge: bool = False) -> PromoteOutcome:
     """Decide and record; decide again on the new state when evidence lands meanwhile (PROMOTE_TRIES times).
 
@@ -185,6 +187,7 @@ def _promote_once(registry: Registry, artifact: str, rejudge: bool = False) -> P
     return PromoteOutcome(verdict, True, declared.version, declared.content_hash, positions[0], attempts)
 
 
+@text_arguments
 def human_decision(registry: Registry, artifact: str, action: str, reason: str,
                    verdict_event_id: str | None = None) -> int:
     """Record an approval (advisory tier only) or a revocation, by a named person with a reason.

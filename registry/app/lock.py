@@ -28,6 +28,7 @@ from registry.bundles.resolution import SELECTED
 from registry.formats.names import artifact_stream
 from registry.formats.errors import UserError
 from registry.projections import Projections
+from registry.formats.text import text_arguments
 
 from .context import Registry
 from .resolve import candidates_at
@@ -40,6 +41,7 @@ def chain_hash_at(registry: Registry, position: int) -> str:
     return found[0].hash
 
 
+@text_arguments
 def export_lock(registry: Registry, workload: str, profile: Profile | None = None, site: CallSite = CallSite(),
                 as_of: int | None = None) -> dict[str, Any]:
     """The lock document; its `artifacts` list is empty when nothing promoted (and matching) has a bundle."""

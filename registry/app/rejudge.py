@@ -15,6 +15,7 @@ from typing import Any
 
 from registry.projections import Projections
 from registry.projections.state import FINAL
+from registry.formats.text import text_arguments
 
 from .context import Registry
 from .decisions import PromoteOutcome, promote
@@ -31,6 +32,7 @@ def must_rejudge(registry: Registry, workload: str) -> list[dict[str, Any]]:
             and state["contract_version"] != declared.version]
 
 
+@text_arguments
 def rejudge_workload(registry: Registry, workload: str) -> list[tuple[str, PromoteOutcome]]:
     """Decide every artifact `must_rejudge` names again under the current contract; (artifact, outcome) each."""
     return [(entry["artifact"], promote(registry, entry["artifact"], rejudge=True))

@@ -16,6 +16,7 @@ from registry.formats.kinds import ARTIFACT_KINDS
 from registry.formats.names import artifact_stream, check_name, workload_stream
 from registry.projections import Projections
 from registry.projections.read_models import ArtifactState
+from registry.formats.text import text_arguments
 
 from .context import Registry
 from .retries import decided_on_a_still_stream
@@ -78,6 +79,7 @@ class Registration:
 REGISTER_TRIES = 8
 
 
+@text_arguments
 def register_artifact(
     registry: Registry,
     artifact: str,

@@ -13,6 +13,7 @@ import click
 
 from registry import __version__
 from registry.formats.errors import UserError
+from registry.formats.text import check_text
 from registry.events.errors import StoreError
 
 from .output import EXIT_STATUS_KEY, crash_report, fail
@@ -24,6 +25,8 @@ REFUSALS = (UserError, StoreError, OSError)
 _CLICK_ENDINGS = (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort)
 # A defect in the registry (EX_SOFTWARE, sysexits.h): never 1, which says the input was refused.
 EXIT_BUG = 70
+# Context.meta key of the command line's arguments, each checked as text before any command runs.
+_ARGUMENTS_KEY = "registry.arguments"
 
 
 class RegistryGroup(click.Group):
@@ -34,6 +37,10 @@ class RegistryGroup(click.Group):
     exception is a bug, even a ValueError: it must not pass for a refusal,
     so it gets a crash report asking for a bug report, exit EXIT_BUG.
 
+    Every argument is text the registry can keep, or the command does not
+    run: undecodable bytes (a lone surrogate once Python decodes them) are
+    one refusal here, for every command and option at once.
+
     A reader that stops early (`registry history X | head`) closes the pipe:
     that ends the command quietly, as other command-line tools do, with exit
     0, or with the status the command recorded before printing
@@ -42,9 +49,16 @@ class RegistryGroup(click.Group):
     is caught too, not at interpreter exit.
     """
 
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        """Every argument, as given, is kept for the text check `invoke` makes before anything else runs."""
+        ctx.meta[_ARGUMENTS_KEY] = list(args)
+        return super().parse_args(ctx, args)
+
     def invoke(self, ctx: click.Context):
         try:
             try:
+                for index, argument in enumerate(ctx.meta.get(_ARGUMENTS_KEY, ()), start=1):
+                    check_text(argument, f"argument {index}")
                 return super().invoke(ctx)
             except REFUSALS as exc:
                 if isinstance(exc, BrokenPipeError):
