@@ -94,7 +94,8 @@ def _sharing_payload(registry: Registry, state: ArtifactState) -> list[ArtifactS
     """
     if state["payload_sha256"] is None:
         return []
-    return Projections(registry.store).artifacts_sharing_payload(state["workload"], state["payload_sha256"])
+    return Projections(registry.store).artifacts_sharing_payload(state["workload"], state["payload_sha256"],
+                                                                 asking=state["artifact"])
 
 
 def _seen_version(registry: Registry, state: ArtifactState) -> int:

@@ -21,7 +21,8 @@ from .asof import check_position, fold_log
 from .catchup import ReadModels
 from .items import attach_items
 from .read_models import ArtifactState, FrameSetState, WorkloadState
-from .rows import MODELS, load_state
+from .row_checks import check_absent, checked_states, row_columns
+from .rows import MODELS
 from .schema import VERDICTS
 from .snapshot import read_checkpoint, reading
 from .verdict_history import VerdictRecord, with_history
@@ -110,6 +111,9 @@ class SubjectReads(ReadModels):
     def _row(self, conn: Connection, model: str, key: str) -> Any:
         """The subject's live row, loaded (None if it has none); notes the checkpoint it was read at."""
         table, column, _ = MODELS[model]
-        self.served_position = read_checkpoint(conn) or 0
-        text = conn.execute(select(table.c.state).where(table.c[column] == key)).scalar()
-        return None if text is None else load_state(text)
+        checkpoint = self.served_position = read_checkpoint(conn) or 0
+        row = conn.execute(select(*row_columns(model)).where(table.c[column] == key)).first()
+        if row is None:
+            check_absent(conn, model, key, checkpoint)
+            return None
+        return checked_states(conn, model, [row], checkpoint)[0]
