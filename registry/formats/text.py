@@ -14,6 +14,7 @@ import unicodedata
 from typing import Any, Callable, TypeVar
 
 from .errors import UserError
+from .names import normalized_name
 
 T = TypeVar("T")
 
@@ -74,14 +75,21 @@ def check_line(value: Any, what: str, most: int = 200) -> str:
     return value
 
 
+# The parameters of a use case that name a subject: NFC-normalised on entry, as names are stored (names.py).
+NAME_PARAMETERS = frozenset({"artifact", "workload", "name", "session", "batch", "run"})
+
+
 def text_arguments(function: Callable[..., T]) -> Callable[..., T]:
-    """A use case of the Python API whose every str argument is checked by `check_text` before its body runs."""
+    """A use case of the Python API whose every str argument is checked by `check_text` before its body runs,
+    and whose id arguments (NAME_PARAMETERS) are NFC-normalised, as every name is stored and compared."""
     names = list(inspect.signature(function).parameters)
 
     @functools.wraps(function)
     def checked(*args: Any, **kwargs: Any) -> T:
         for name, value in (*zip(names, args), *kwargs.items()):
             check_text(value, name)
+        args = tuple(normalized_name(value) if name in NAME_PARAMETERS else value for name, value in zip(names, args))
+        kwargs = {name: normalized_name(value) if name in NAME_PARAMETERS else value for name, value in kwargs.items()}
         return function(*args, **kwargs)
 
     return checked

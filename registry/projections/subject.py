@@ -15,7 +15,7 @@ from typing import Any
 
 from sqlalchemy import Connection, func, select
 
-from registry.formats.names import ARTIFACT_PREFIX, FRAMESET_PREFIX, WORKLOAD_PREFIX
+from registry.formats.names import ARTIFACT_PREFIX, FRAMESET_PREFIX, WORKLOAD_PREFIX, normalized_name
 
 from .asof import check_position, fold_log
 from .catchup import ReadModels
@@ -23,7 +23,7 @@ from .items import attach_items
 from .read_models import ArtifactState, FrameSetState, WorkloadState
 from .row_checks import check_absent, checked_states, row_columns
 from .rows import MODELS
-from .schema import VERDICTS
+from .schema import ARTIFACTS, VERDICTS
 from .snapshot import read_checkpoint, reading
 from .verdict_history import VerdictRecord, with_history
 
@@ -67,6 +67,7 @@ class SubjectReads(ReadModels):
         the row, the last `latest` history rows and their count, by the
         history table's primary key.
         """
+        artifact_id = normalized_name(artifact_id)
         as_of = self.position_to_fold(as_of)
         if as_of is not None:
             state = self._folded("artifacts", ARTIFACT_PREFIX, artifact_id, as_of)
@@ -88,8 +89,15 @@ class SubjectReads(ReadModels):
         attach_items(self.store, [state])
         return with_history(state, records), total
 
+    def artifact_ids(self, workload_id: str) -> list[str]:
+        """The ids of the workload's artifacts now (the indexed workload column; no state decoded)."""
+        self.position_to_fold(None)
+        with reading(self.engine) as conn:
+            return list(conn.execute(select(ARTIFACTS.c.artifact).where(ARTIFACTS.c.workload == workload_id)).scalars())
+
     def _one(self, model: str, prefix: str, key: str, as_of: int | None, history: bool = True) -> Any:
-        """The state of `key` in `model` (its declared type is the caller's: read_models.py)."""
+        """The state of `key` (NFC, as names are stored) in `model` (its declared type is the caller's)."""
+        key = normalized_name(key)
         as_of = self.position_to_fold(as_of)
         if as_of is not None:
             state = self._folded(model, prefix, key, as_of)
