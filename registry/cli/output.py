@@ -22,8 +22,15 @@ def json_text(value: Any) -> str:
     return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, allow_nan=False, default=str)
 
 
+# Context.meta key set once a command printed its JSON document (registry.cli.main answers otherwise).
+JSON_EMITTED_KEY = "registry.json_emitted"
+
+
 def emit_json(value: Any) -> None:
     click.echo(json_text(value))
+    ctx = click.get_current_context(silent=True)
+    if ctx is not None:
+        ctx.meta[JSON_EMITTED_KEY] = True
 
 
 def table(title: str | None, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:

@@ -200,8 +200,11 @@ def lock(ctx: click.Context, session: Session, workload_id: str | None, profile,
     else:
         document = export_lock(registry, workload_id, profile, site, resolve_as_of(registry.store, as_of))
     if not document["artifacts"] and refresh_file is None:
+        exit_status_ahead(EXIT_NO_MATCH)
         click.echo(f"nothing to lock: no promoted bundle of {workload_id} "
                    f"{'matches the profile' if profile else 'exists'} (no file written)", err=True)
+        if as_json:
+            emit_json({**document, "written": False})
         sys.exit(EXIT_NO_MATCH)
     content = document if key is None else signed_lock(document, key, validity)
     write_output(out, _lock_text(content), force=force)
