@@ -93,8 +93,8 @@ def test_max_pairs_ends_the_record_held(registry_cli, tmp_path):
 @pytest.mark.parametrize("args, message", [
     (("--baseline", "1.0,0", "--candidate", "1.0,1.0"), "baseline[1]: 0.0 is not a positive finite time"),
     (("--baseline", "1.0,-2", "--candidate", "1.0,1.0"), "baseline[1]: -2.0 is not a positive finite time"),
-    (("--baseline", "1.0", "--candidate", "nan"), "candidate[0]: nan is not a positive finite time"),
-    (("--baseline", "1.0", "--candidate", "inf"), "candidate[0]: inf is not a positive finite time"),
+    (("--baseline", "1.0", "--candidate", "nan"), "--candidate (comma-separated seconds) 'nan': expected a number"),
+    (("--baseline", "1.0", "--candidate", "inf"), "--candidate (comma-separated seconds) 'inf': expected a number"),
     (("--baseline", "1.0,1.0", "--candidate", "1.0"), "as many candidate as baseline times"),
     (("--baseline", "1e308", "--candidate", "1e-300"), "pair 0: baseline 1e+308 / candidate 1e-300 is not a finite"),
     (("--baseline", "1e-320", "--candidate", "1e300"), "is not a finite positive ratio"),

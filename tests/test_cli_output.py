@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import click
 import pytest
 from click.testing import CliRunner
 from hypothesis import HealthCheck, example, given, settings
@@ -218,3 +219,60 @@ def test_make_clean_removes_demo_db_only_when_the_demo_made_it(tmp_path):
     registry.engine.dispose()
     assert remove_if_demo(ours) is True and not ours.exists()
     assert remove_if_demo(tmp_path / "absent.db") is False
+
+
+# Issue 30, class 6: --json always answers.
+
+def _json_commands():
+    """(path, command) of every command that takes --json, subcommands of groups included."""
+    from registry.cli.main import main
+
+    def walk(group, path):
+        for name, command in sorted(group.commands.items()):
+            if isinstance(command, click.Group):
+                yield from walk(command, (*path, name))
+            if any("--json" in getattr(param, "opts", ()) for param in command.params):
+                yield (*path, name), command
+
+    return list(walk(main, ()))
+
+
+def _placeholder_arguments(command) -> list[str]:
+    """Every required argument and option given the value `nope`: the command must refuse (or answer) in JSON."""
+    values = []
+    for param in command.params:
+        if not param.required:
+            continue
+        if isinstance(param, click.Argument):
+            values += ["nope"] * (1 if param.nargs == 1 else 2)
+        else:
+            values += [param.opts[0], "nope"]
+    return values
+
+
+# demo would run a whole campaign: an odd --runs is its refusal.
+_EXTRA = {("demo",): ["--runs", "3"]}
+
+
+@pytest.mark.parametrize("path, command", _json_commands(), ids=lambda value: " ".join(value)
+                         if isinstance(value, tuple) else "")
+def test_every_command_given_json_prints_one_json_document_whatever_the_outcome(registry_cli, path, command):
+    result = registry_cli(*path, *_placeholder_arguments(command), *_EXTRA.get(path, []), "--json")
+    assert result.exit_code != 70, result.stderr
+    document = json.loads(result.stdout)  # exactly one document, whatever the exit status
+    if result.exit_code == 1:
+        assert document["error"] == result.stderr.strip().removeprefix("error: ")
+
+
+def test_nothing_to_ship_and_refusals_answer_in_json(registry_cli):
+    manifest = registry_cli.tmp / "wan.yaml"
+    manifest.write_text("workload: wan\n")
+    assert registry_cli("workload", "declare", str(manifest)).exit_code == 0
+    out = registry_cli.tmp / "x.lock"
+    locked = registry_cli("lock", "--workload", "wan", "--out", str(out), "--unsigned", "--json")
+    assert locked.exit_code == 3 and json.loads(locked.stdout)["artifacts"] == [] and not out.exists()
+    assert json.loads(locked.stdout)["written"] is False
+    refused = registry_cli("show", "nope", "--json")
+    assert refused.exit_code == 1 and "unknown artifact" in json.loads(refused.stdout)["error"]
+    usage = registry_cli("lock", "--workload", "wan", "--unsigned", "--key", "k", "--out", str(out), "--json")
+    assert usage.exit_code == 2 and json.loads(usage.stdout)["exit_status"] == 2

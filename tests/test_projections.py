@@ -8,6 +8,7 @@ payload. Cases that touch the database run on SQLite and on Postgres.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import threading
 from datetime import datetime, timedelta, timezone
@@ -532,7 +533,9 @@ def test_a_read_model_naming_an_event_that_is_not_its_evidence_is_refused_in_one
     with store.engine.begin() as conn:
         state = json.loads(conn.execute(select(ARTIFACTS.c.state).where(ARTIFACTS.c.artifact == "fa3-approx")).scalar())
         state["evidence"]["perceptual"]["position"] = history.at["sage_perc"]
-        conn.execute(ARTIFACTS.update().where(ARTIFACTS.c.artifact == "fa3-approx").values(state=json.dumps(state)))
+        text = json.dumps(state)  # edited with its row hash, so only the reference itself is wrong
+        conn.execute(ARTIFACTS.update().where(ARTIFACTS.c.artifact == "fa3-approx")
+                     .values(state=text, row_hash=hashlib.sha256(text.encode()).hexdigest()))
     with pytest.raises(ProjectionError, match=rf"^the read model of artifact 'fa3-approx' names position "
                                               rf"{history.at['sage_perc']} as its perceptual evidence, but the log "
                                               r"holds PerceptualMeasured in stream artifact:sage-attn there: [^\n]*$"):

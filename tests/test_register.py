@@ -156,3 +156,40 @@ def test_a_registration_raced_on_every_try_is_refused_with_nothing_of_its_own_wr
     assert B not in [r["payload_sha256"] for r in registrations(registry)]
     assert len(registrations(registry)) == 1 + REGISTER_TRIES
     other.engine.dispose()
+
+
+# Issue 30, class 5: one name, one look (registry/formats/names.py, registry/formats/confusables.py).
+
+NFC_E, NFD_E = "\u00e9-cache", "e\u0301-cache"
+
+
+def test_a_name_typed_in_nfd_is_the_nfc_name(registry, registry_cli):
+    first = register_artifact(registry, NFC_E, workload="w", kind="step_cache", payload_sha256=A)
+    again = register_artifact(registry, NFD_E, workload="w", kind="step_cache", payload_sha256=A)
+    assert first.appended and not again.appended and again.artifact == NFC_E
+    assert Projections(registry.store).artifact(NFD_E)["artifact"] == NFC_E
+    assert [s["artifact"] for s in Projections(registry.store).artifacts(workload="w")] == [NFC_E]
+    declared = registry_cli.tmp / "w.yaml"
+    declared.write_text("workload: w\n")
+    assert registry_cli("workload", "declare", str(declared)).exit_code == 0
+    assert registry_cli("artifact", "register", NFD_E, "--workload", "w", "--kind", "step_cache",
+                        "--payload", str(declared)).exit_code == 0
+    shown = registry_cli("show", NFC_E, "--json")
+    assert shown.exit_code == 0 and NFD_E not in shown.stdout
+
+
+@pytest.mark.parametrize("hidden", ["\ufe0f", "\u3164", "\u034f", "\u2800", "\U000e0041", "\u115f", "\u180b"])
+def test_a_name_holding_an_invisible_character_is_refused(registry, hidden):
+    with pytest.raises(UserError, match=f"U\\+{ord(hidden):04X}"):
+        register_artifact(registry, "cache" + hidden, workload="w", kind="step_cache", payload_sha256=A)
+    assert Projections(registry.store).artifacts(workload="w") == []
+
+
+@pytest.mark.parametrize("existing, look_alike", [("cache", "\u0441ache"),  # Cyrillic es
+                                                  ("cache", "\uff43\uff41\uff43\uff48\uff45"),  # full-width
+                                                  ("model-v1", "model-vl"), ("fa3", "f\u04303")])
+def test_a_look_alike_of_an_id_in_the_workload_is_refused_naming_it(registry, existing, look_alike):
+    register_artifact(registry, existing, workload="w", kind="step_cache", payload_sha256=A)
+    with pytest.raises(UserError, match=f"looks like '{existing}', already an artifact of workload w"):
+        register_artifact(registry, look_alike, workload="w", kind="step_cache", payload_sha256=B)
+    assert register_artifact(registry, look_alike, workload="v", kind="step_cache", payload_sha256=B).appended

@@ -13,11 +13,20 @@ and exports locks it keeps. Every few steps and at the end of each example
 (b) every lock kept from an earlier step verifies online exactly when each
     of its entries still names the artifact's current verdict, promoted under
     the current contract, for the same bundle; otherwise it is refused.
+
+Issue 30's hostile steps, each checking its own invariant as it runs (no
+whole-log work per step): a link planted at an output name (nothing outside
+the named output is changed), a refresh of an edited signed lock (nothing is
+signed that the registry did not decide), a deleted or dropped read-model
+row or table (no decision is made on a row that does not match its log),
+and undecodable or look-alike names (refused, nothing appended).
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
+import sqlite3
 import tempfile
 from pathlib import Path
 
@@ -49,6 +58,8 @@ class Shipping(CheckedEveryFewSteps):
         self.kept: list[tuple[Path, dict]] = []
         self.ok("init")
         self.declare(MIN_SSIM[0])
+        self.key = self.tmp / "signing.key"
+        self.ok("keys", "init", str(self.key))
 
     def release(self) -> None:
         shutil.rmtree(getattr(self, "tmp", ""), ignore_errors=True)
@@ -113,6 +124,92 @@ class Shipping(CheckedEveryFewSteps):
         out = self.tmp / f"kept-{self.steps}.json"
         if self.cli("lock", "--workload", "wan", "--unsigned", "--out", str(out)).exit_code == 0:
             self.kept.append((out, json.loads(out.read_text())))
+
+    # -- hostile steps (issue 30) -----------------------------------------------------------------
+
+    def files(self) -> dict[str, str]:
+        """Every file under the machine's folder, by path, with its digest (a link by its target)."""
+        found = {}
+        for path in sorted(self.tmp.rglob("*")):
+            if path.is_symlink():
+                found[str(path)] = "link:" + str(path.readlink())
+            elif path.is_file():
+                found[str(path)] = hashlib.sha256(path.read_bytes()).hexdigest()
+        return found
+
+    def events(self) -> int:
+        with sqlite3.connect(self.url.removeprefix("sqlite:///")) as conn:
+            return conn.execute("SELECT count(*) FROM events").fetchone()[0]
+
+    @rule(command=st.sampled_from(("lock", "attest", "report")), victim=st.sampled_from(("registry", "key")))
+    def plant_a_link_at_an_output(self, command: str, victim: str) -> None:
+        self.steps += 1
+        out = self.tmp / f"planted-{self.steps}.out"
+        out.symlink_to(self.tmp / ("registry.db" if victim == "registry" else "signing.key"))
+        args = {"lock": ("lock", "--workload", "wan", "--key", str(self.key)),
+                "attest": ("attest", ARTIFACTS[0], "--key", str(self.key)),
+                "report": ("report", "--format", "json")}[command]
+        before = self.files()
+        result = self.cli(*args, "--out", str(out), "--force")
+        assert result.exit_code == 1 and "symbolic link" in result.stderr, result.output
+        assert self.files() == before  # nothing outside the named output is changed, the link included
+
+    @rule(edit=st.sampled_from(("profile removed", "entry pasted", "entry dropped")))
+    def refresh_an_edited_lock(self, edit: str) -> None:
+        import base64
+
+        self.steps += 1
+        signed = self.tmp / f"signed-{self.steps}.json"
+        if self.cli("lock", "--workload", "wan", *PROFILE_ARGS, "--key", str(self.key),
+                    "--out", str(signed)).exit_code != 0:
+            return
+        envelope = json.loads(signed.read_text())
+        document = json.loads(base64.b64decode(envelope["payload"]))
+        if edit == "profile removed":
+            document.pop("profile", None)
+        elif edit == "entry pasted":
+            document["artifacts"].append({**document["artifacts"][0], "artifact": "pasted"})
+        else:
+            document["artifacts"] = []
+        forged = self.tmp / f"forged-{self.steps}.json"
+        forged.write_text(json.dumps({**envelope, "payload": base64.b64encode(json.dumps(document).encode()).decode()}))
+        out = self.tmp / f"refreshed-{self.steps}.json"
+        refused = self.cli("lock", "--refresh", str(forged), "--key", str(self.key), "--out", str(out))
+        assert refused.exit_code == 1 and not out.exists(), refused.output  # nothing signed it did not decide
+        honest = self.cli("lock", "--refresh", str(signed), "--key", str(self.key), "--out", str(out), "--json")
+        assert honest.exit_code == 0, honest.output
+        for entry in json.loads(honest.stdout)["artifacts"]:
+            assert self.ships(entry["artifact"], self.version)["verdict_event_id"] == entry["verdict_event_id"]
+
+    @rule(artifact=st.sampled_from(ARTIFACTS), damage=st.sampled_from((
+        "DELETE FROM projection_artifacts WHERE artifact = '{a}'", "DELETE FROM projection_payloads",
+        "UPDATE projection_artifacts SET row_hash = '0' WHERE artifact = '{a}'", "DROP TABLE projection_verdicts",
+        "DROP TABLE projection_checkpoint")))
+    def damage_a_read_model(self, artifact: str, damage: str) -> None:
+        if self.state(artifact) is None:
+            return  # caught up, and something to damage
+        with sqlite3.connect(self.url.removeprefix("sqlite:///")) as conn:
+            conn.execute(damage.format(a=artifact))
+        before = self.events()
+        for decision in (("promote", artifact), ("revoke", artifact, "--reason", "machine")):
+            result = self.cli(*decision)
+            # The payload index is read only by a promote that decides (not by a standing verdict, nor revoke).
+            if "projection_payloads" not in damage:
+                assert result.exit_code == 1 and "registry replay" in result.stderr, (damage, result.output)
+            assert result.exit_code != 70 and self.events() == before, (damage, result.output)
+        self.ok("replay")
+
+    @rule(name=st.sampled_from(("bad\udcff", "\u0430", "a\ufe0f", "a\u3164", "\uff41")))
+    def register_an_undecodable_or_look_alike_name(self, name: str) -> None:
+        if name in ("\u0430", "\uff41") and self.state("a") is None:
+            return  # a look-alike is refused only beside the id it imitates
+        self.steps += 1
+        directory = make_bundle(self.tmp / f"bundles-{self.steps}", "x")
+        before = self.events()
+        result = self.cli("artifact", "register", name, "--workload", "wan", "--kind", "step_cache",
+                          "--bundle", str(directory))
+        assert result.exit_code == 1 and len(result.stderr.strip().splitlines()) == 1, result.output
+        assert self.events() == before
 
     # -- invariants --------------------------------------------------------------------------------
 

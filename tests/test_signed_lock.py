@@ -376,3 +376,75 @@ def test_a_lock_of_another_registry_is_not_refreshed(signed, tmp_path_factory):
     result = runner.invoke(main, ["--db", other, "lock", "--refresh", str(signed.lock), "--key", str(signed.key),
                                   "--out", str(out)])
     assert result.exit_code == 1 and "cannot be refreshed here" in result.stderr and not out.exists()
+
+
+# Issue 30, class 2: signing only what the registry decides.
+
+def edited_unsigned_lock(signed, path):
+    """The signed lock's document, unsigned, with its profile removed and an entry of another lock pasted in."""
+    document = payload_of(envelope_of(signed.lock))
+    document.pop("profile", None)
+    document["artifacts"].append({**document["artifacts"][0], "artifact": "pasted"})
+    path.write_text(json.dumps(document))
+    return path
+
+
+def test_refresh_refuses_an_unsigned_edited_lock_and_signs_nothing(signed):
+    forged, out = edited_unsigned_lock(signed, signed.tmp / "forged.lock"), signed.tmp / "signed-forgery.lock"
+    result = signed("lock", "--refresh", str(forged), "--key", str(signed.key), "--out", str(out))
+    assert result.exit_code == 1 and "--rebuild" in result.stderr and "unsigned" in result.stderr, result.output
+    assert len(result.stderr.strip().splitlines()) == 1 and not out.exists()
+
+
+def test_refresh_refuses_a_signed_lock_edited_after_signing_or_signed_by_another_key(signed):
+    envelope = envelope_of(signed.lock)
+    document = payload_of(envelope)
+    document["artifacts"] = document["artifacts"][:1]
+    edited = signed.tmp / "edited.lock"
+    edited.write_text(json.dumps(with_payload(envelope, document)))
+    other_key = create_key(signed.tmp / "other.key")
+    stranger = signed.tmp / "stranger.lock"
+    stranger.write_text(json.dumps(sign_lock(payload_of(envelope), other_key)))
+    for path in (edited, stranger):
+        out = signed.tmp / f"{path.name}.out"
+        result = signed("lock", "--refresh", str(path), "--key", str(signed.key), "--out", str(out))
+        assert result.exit_code == 1 and "not a lock this key signed" in result.stderr, result.output
+        assert not out.exists()
+    unsigned_refresh = signed("lock", "--refresh", str(signed.lock), "--unsigned", "--out",
+                              str(signed.tmp / "u.lock"))
+    assert unsigned_refresh.exit_code == 1 and "--rebuild" in unsigned_refresh.stderr
+
+
+def test_refresh_renews_an_expired_lock_the_key_signed(signed):
+    expired = signed.tmp / "expired.lock"
+    document = payload_of(envelope_of(signed.lock))
+    long_ago = datetime.now(timezone.utc) - timedelta(days=30)
+    expired.write_text(json.dumps(sign_lock(document, load_signing_key(signed.key), valid_for=timedelta(days=1),
+                                            now=long_ago)))
+    out = signed.tmp / "renewed.lock"
+    done = signed("lock", "--refresh", str(expired), "--key", str(signed.key), "--out", str(out))
+    assert done.exit_code == 0, done.output
+    assert signed("lock", "verify", str(out), "--key", signed.public).exit_code == 0
+
+
+def test_rebuild_takes_only_the_workload_profile_site_and_ids_and_rebuilds_every_entry(signed):
+    forged = edited_unsigned_lock(signed, signed.tmp / "forged.lock")
+    document = json.loads(forged.read_text())
+    document["artifacts"][0]["bundle_sha256"] = "0" * 64  # an entry edited: rebuilt from the registry, or dropped
+    forged.write_text(json.dumps(document))
+    out = signed.tmp / "rebuilt.lock"
+    done = signed("lock", "--refresh", str(forged), "--rebuild", "--key", str(signed.key), "--out", str(out))
+    assert done.exit_code == 0, done.output
+    rebuilt = read_lock(out)
+    registry_entries = {a.artifact: a.bundle_sha256 for a in read_lock(signed.lock).artifacts}
+    assert "pasted" not in {a.artifact for a in rebuilt.artifacts}
+    assert all(registry_entries[a.artifact] == a.bundle_sha256 for a in rebuilt.artifacts)
+    assert signed("lock", "verify", str(out), "--key", signed.public).exit_code == 0
+
+
+def test_an_unsigned_lock_with_a_validity_is_refused(signed):
+    for valid_for in ("1s", "7d"):
+        out = signed.tmp / f"unsigned-{valid_for}.lock"
+        result = signed("lock", "--workload", "wan", "--unsigned", "--valid-for", valid_for, "--out", str(out))
+        assert result.exit_code == 2 and "--valid-for applies to a signed lock" in result.output
+        assert not out.exists()

@@ -24,6 +24,7 @@ from registry.bundles import parse_manifest
 from registry.bundles.dsse import sign
 from registry.bundles.keys import SigningKey
 from registry.formats.errors import UserError
+from registry.formats.text import text_arguments
 
 from .context import Registry
 from .lock import chain_hash_at
@@ -33,6 +34,7 @@ INTOTO_PAYLOAD_TYPE = "application/vnd.in-toto+json"
 PREDICATE_TYPE = "urn:registry:attestation:promotion:v1"
 
 
+@text_arguments
 def attestation(registry: Registry, artifact: str) -> dict[str, Any]:
     """The in-toto Statement for `artifact`'s promotion, read at the log's head; refused unless it ships."""
     projections = registry.reads

@@ -25,6 +25,7 @@ from typing import Any
 from registry.formats.errors import UserError
 from registry.formats.names import check_name
 from registry.formats.sequential import SequentialResult
+from registry.formats.text import check_line, text_arguments
 
 from .context import Registry
 
@@ -99,6 +100,7 @@ def read_record(registry: Registry, artifact: str) -> BenchRecord:
     return _read(registry, subject.identity, workload, subject.payload_sha256, _confident_speed(registry, workload))
 
 
+@text_arguments
 def open_session(registry: Registry, artifact: str, device: str, timer: str) -> tuple[str, BenchRecord]:
     """Open a session for the artifact's current identity; refused when its record is already closed."""
     from registry.events.store import NewEvent
@@ -110,8 +112,7 @@ def open_session(registry: Registry, artifact: str, device: str, timer: str) -> 
     workload = subject.registration["workload"]
     speed = _confident_speed(registry, workload)
     for value, what in ((device, "device"), (timer, "timer")):
-        if not isinstance(value, str) or not value.strip() or len(value) > 200:
-            raise UserError(f"{what}: expected 1 to 200 characters naming the {what}")
+        check_line(value, what)
     if subject.payload_sha256 is None:
         raise UserError(f"{artifact} was registered without a payload, so it has no speed record of its own and "
                         "borrows none: register its bytes (`registry artifact register --payload`); no session opened")
@@ -127,6 +128,7 @@ def open_session(registry: Registry, artifact: str, device: str, timer: str) -> 
     return session, _read(registry, subject.identity, workload, subject.payload_sha256, speed)
 
 
+@text_arguments
 def record_pairs(registry: Registry, artifact: str, session: str, baseline: list[float], candidate: list[float],
                  batch: str) -> tuple[bool, BenchRecord]:
     """Append one batch of pairs to an open session of the artifact's current identity.

@@ -9,11 +9,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from registry.bundles import bundle_directory, verify_directory
+from registry.formats.text import text_arguments
 
 from .context import Registry
 from .workloads import Registration, register_artifact
 
 
+@text_arguments
 def register_bundle(registry: Registry, artifact: str, directory: str | Path, *, workload: str, kind: str,
                     backend: str | None = None, op: str | None = None, entry: str | None = None) -> Registration:
     """Register ARTIFACT as the bundle in DIRECTORY; its identity is the manifest's digest."""

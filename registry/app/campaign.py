@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import inspect
+import io
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +20,7 @@ from typing import Any, Callable, Iterator
 import numpy as np
 
 from registry.contracts import Contract
+from registry.formats.output_files import write_output
 
 from .bundles import register_bundle
 from .context import Registry
@@ -231,7 +233,9 @@ def _campaign(registry: Registry, out_dir: Path, *, runs: int, warmup: int, lpip
 
     reference = reference_generate(SEED)
     reference_path = out_dir / "reference-frames.npz"
-    np.savez_compressed(reference_path, frames=reference)
+    encoded = io.BytesIO()
+    np.savez_compressed(encoded, frames=reference)
+    write_output(reference_path, encoded.getvalue(), force=True, option="--out")
     registered, _ = register_frames(registry, FRAME_SET, reference, SEED, source=str(reference_path))
     log(f"frame set {FRAME_SET}: {reference.shape[0]} frames {reference.shape[1]}x{reference.shape[2]}, "
         f"sha256 {registered['sha256'][:12]}")

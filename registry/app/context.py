@@ -57,7 +57,8 @@ def open_registry(url: str | None = None, *, actor: str | None = None, create: b
     it anything that is not a registry is refused and left untouched, and a
     registry this process may not write is opened read-only (see
     `open_existing`). `upgrading` (`db upgrade`) brings an existing registry's
-    older schema to this code's head. `read_only` opens a SQLite registry
+    older schema to this code's head; either also recreates a dropped read-model
+    table and rebuilds the read models from the log. `read_only` opens a SQLite registry
     read-only even where it could be written, for commands that only read the
     log. The actor is checked first, so a refused name leaves no database
     created.
@@ -71,4 +72,20 @@ def open_registry(url: str | None = None, *, actor: str | None = None, create: b
         engine = open_existing(resolved, upgrading=upgrading, read_only=read_only)
         if upgrading:
             upgrade(engine)
-    return Registry(engine=engine, store=EventStore(engine), actor=actor)
+    store = EventStore(engine)
+    if create or upgrading:
+        _restore_read_models(store)
+    return Registry(engine=engine, store=store, actor=actor)
+
+
+def _restore_read_models(store: EventStore) -> None:
+    """`init` and `db upgrade` create a dropped read-model table again and fold the log into all of them.
+
+    A missing table leaves the checkpoint describing rows that are gone, so
+    the read models are rebuilt whole (`Projections.reset`), never caught up.
+    """
+    from registry.projections import Projections
+    from registry.projections.catchup import create_missing_tables
+
+    if create_missing_tables(store.engine):
+        Projections(store).reset()

@@ -30,6 +30,7 @@ from registry.events.store import NewEvent
 from registry.formats.names import artifact_stream
 from registry.projections.read_models import ArtifactState
 from registry.projections.state import FINAL, attempts_on, contract_note
+from registry.formats.text import text_arguments
 
 from .bench import speed_record
 from .context import Registry
@@ -101,7 +102,8 @@ def _sharing_payload(registry: Registry, state: ArtifactState) -> list[ArtifactS
     """
     if state["payload_sha256"] is None:
         return []
-    return registry.reads.artifacts_sharing_payload(state["workload"], state["payload_sha256"])
+    return registry.reads.artifacts_sharing_payload(state["workload"], state["payload_sha256"],
+                                                    asking=state["artifact"])
 
 
 def _seen_version(registry: Registry, state: ArtifactState) -> int:
@@ -160,6 +162,7 @@ def undeclared_contract_verdict(workload: str) -> dict[str, Any]:
     }
 
 
+@text_arguments
 def promote(registry: Registry, artifact: str, *, rejudge: bool = False) -> PromoteOutcome:
     """Decide and record; decide again on the new state when evidence lands meanwhile (PROMOTE_TRIES times).
 
@@ -205,6 +208,7 @@ def _promote_once(registry: Registry, artifact: str, rejudge: bool = False) -> P
     return PromoteOutcome(verdict, True, declared.version, declared.content_hash, positions[0], attempts)
 
 
+@text_arguments
 def human_decision(registry: Registry, artifact: str, action: str, reason: str,
                    verdict_event_id: str | None = None) -> int:
     """Record an approval (advisory tier only) or a revocation, by a named person with a reason.

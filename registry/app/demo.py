@@ -62,7 +62,7 @@ def run_demo(url: str | None, *, actor: str | None, fresh: bool, runs: int, warm
     rows = run_campaign(registry, out, runs=runs, warmup=warmup, lpips_backbone=lpips_backbone,
                         progress_factory=progress_factory, log=log)
     report, state = build(registry, workload=None, position=None, stale_days=DEFAULT_STALE_DAYS)
-    (out / "report.html").write_text(report_html(report, state), encoding="utf-8")
+    write_output(out / "report.html", report_html(report, state), force=True)
     return DemoOutcome(url, rows, check_expectations(rows, on_gpu=torch.cuda.is_available()), near_gate_notes(rows),
                        pairs_spent(rows, runs), out / "report.html", what_would_ship(registry, profile),
                        sign_demo_lock(registry, out, profile))

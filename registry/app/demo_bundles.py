@@ -15,6 +15,7 @@ deployment target), so on a CPU machine it never matches.
 from __future__ import annotations
 
 import inspect
+import os
 import shutil
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,8 @@ from typing import Any
 from registry.bundles import CallSite, Profile, read_lock, reference_fingerprint, write_manifest
 from registry.bundles.keys import create_key, load_signing_key
 from registry.bundles.signed_lock import DEFAULT_VALID_FOR
+from registry.formats.errors import UserError
+from registry.formats.output_files import write_output
 
 from .context import Registry
 from .lock import export_lock, signed_lock
@@ -48,6 +51,8 @@ def build():
 def _fresh(out_dir: Path, artifact: str) -> Path:
     """The demo's own bundle directory for `artifact`, emptied (the demo wrote it; nothing else lives there)."""
     directory = out_dir / BUNDLES / artifact
+    if os.path.islink(directory):
+        raise UserError(f"{directory}: is a symbolic link, and the demo never writes through one; remove it")
     shutil.rmtree(directory, ignore_errors=True)
     directory.mkdir(parents=True)
     return directory
@@ -77,8 +82,8 @@ def kernel_fingerprint() -> str:
 def write_candidate_bundle(out_dir: Path, candidate, implementation_sha256: str, latent, model: dict) -> Path:
     """A bundle for one whole-generation demo candidate."""
     directory = _fresh(out_dir, candidate.name)
-    (directory / "candidate.py").write_text(
-        CANDIDATE_ENTRY.format(name=candidate.name, implementation=implementation_sha256), encoding="utf-8")
+    write_output(directory / "candidate.py",
+                 CANDIDATE_ENTRY.format(name=candidate.name, implementation=implementation_sha256), force=True)
     write_manifest(directory, entry_point={"file": "candidate.py", "symbol": "build"},
                    replaces={"fingerprint": video_fingerprint(), "inputs": [_signature("noise", latent)],
                              "outputs": [_signature("latent", latent)]},
@@ -94,7 +99,7 @@ def write_kernel_bundle(out_dir: Path, artifact: str) -> Path:
     from registry.kernels import modln
 
     directory = _fresh(out_dir, artifact)
-    (directory / "modln.py").write_text(inspect.getsource(modln), encoding="utf-8")
+    write_output(directory / "modln.py", inspect.getsource(modln), force=True)
     x = torch.empty(1, 1, 1, dtype=torch.bfloat16)  # the kernel takes bf16 or fp16 activations; this bundle, bf16
     per_batch = torch.empty(1, 1)
     activation = _signature("x", x, dims=["*", "*", "*"], strides=["*", "*", 1], device="cuda")
@@ -130,7 +135,6 @@ def sign_video_lock(registry: Registry, out_dir: Path, profile: Profile, video_w
     command calls with the call site returned here.
     """
     import json
-    import os
 
     key_path = out_dir / SIGNING_KEY
     key = load_signing_key(key_path) if key_path.exists() else create_key(key_path)
@@ -138,10 +142,9 @@ def sign_video_lock(registry: Registry, out_dir: Path, profile: Profile, video_w
     document = export_lock(registry, video_workload, profile, site)
     if not document["artifacts"]:
         return None
-    lock_path, partial = out_dir / SIGNED_LOCK, out_dir / (SIGNED_LOCK + ".partial")
-    partial.write_text(json.dumps(signed_lock(document, key, DEFAULT_VALID_FOR), indent=2, sort_keys=True) + "\n",
-                       encoding="utf-8")
-    os.replace(partial, lock_path)
+    lock_path = out_dir / SIGNED_LOCK
+    write_output(lock_path, json.dumps(signed_lock(document, key, DEFAULT_VALID_FOR), indent=2, sort_keys=True)
+                 + "\n", force=True)
     return {"lock": str(lock_path), "public_key": f"{key_path}.pub", "key_id": key.key_id,
             "expires_at": read_lock(lock_path).expires_at, "workload": video_workload,
             "trusted_root": str(out_dir / BUNDLES), "model": site.model_id, "revision": site.model_revision,

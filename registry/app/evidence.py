@@ -18,6 +18,7 @@ from registry.events.identity import IDENTITY_FIELDS, artifact_identity
 from registry.events.store import NewEvent
 from registry.events.types import EVIDENCE_EVENT_BY_KIND, EvaluationFailed
 from registry.formats.names import artifact_stream, check_name
+from registry.formats.text import text_arguments
 
 from .context import Registry
 
@@ -41,6 +42,7 @@ class Subject:
         return self.registration.get("payload_sha256")
 
 
+@text_arguments
 def capture_subject(registry: Registry, artifact: str) -> Subject:
     """The artifact's current registration, from its caught-up read model (a one-line error for an unknown one).
 
@@ -97,6 +99,7 @@ class Recorded:
     appended: bool
 
 
+@text_arguments
 def record_evidence(registry: Registry, subject: Subject, items: list[dict[str, Any]],
                     run: str | None = None) -> Recorded:
     """Append parsed items measured on `subject` as one atomic batch, if it is still the registration.
@@ -122,6 +125,7 @@ def record_evidence(registry: Registry, subject: Subject, items: list[dict[str, 
     return Recorded(positions, positions[0] > head)
 
 
+@text_arguments
 def import_document(registry: Registry, text: str) -> tuple[str, Recorded]:
     """Validate a `registry.evidence/1` document completely, then append it for the payload it names."""
     from registry.formats.evidence.document import parse_document_text

@@ -16,11 +16,13 @@ from registry.formats.errors import UserError
 from registry.events.store import NewEvent
 from registry.events.types import FrameSetRegistered
 from registry.formats.names import check_name, check_seed, frameset_stream
+from registry.formats.text import text_arguments
 
 from .context import Registry
 from .evidence import Recorded, capture_subject, record_evidence
 
 
+@text_arguments
 def register_frames(registry: Registry, name: str, frames: np.ndarray, seed: int, source: str | None = None) -> tuple[dict, bool]:
     """Record a named, seeded frame set by the hash of its pixels; the same name with other content is refused."""
     check_name(name, "frame set name")

@@ -33,6 +33,7 @@ from registry.bundles.resolution import SELECTED
 from registry.formats.names import artifact_stream
 from registry.formats.errors import UserError
 from registry.projections import Projections
+from registry.formats.text import text_arguments
 
 from .context import Registry, open_registry
 from .resolve import candidates_at, regression_detail
@@ -45,6 +46,7 @@ def chain_hash_at(registry: Registry, position: int) -> str:
     return found[0].hash
 
 
+@text_arguments
 def export_lock(registry: Registry, workload: str, profile: Profile | None = None, site: CallSite = CallSite(),
                 as_of: int | None = None) -> dict[str, Any]:
     """The lock document; its `artifacts` list is empty when nothing promoted (and matching) has a bundle."""
@@ -196,21 +198,77 @@ def signed_lock(document: dict[str, Any], key: SigningKey, valid_for: timedelta)
     return sign_lock(document, key, valid_for=valid_for)
 
 
-def refresh_lock(registry: Registry, previous: Lock) -> dict[str, Any]:
+def lock_to_refresh(path: str, key: SigningKey | None, rebuild: bool) -> tuple[Lock, dict[str, str | None]]:
+    """What `lock --refresh PATH` renews, and the artifacts wanted (id -> the bundle it must still ship, or None).
+
+    The lock must be one the signing key signed (expired or not), else it is refused.
+
+    The registry signs only what it decided, so it renews only a lock whose
+    every byte its own key signed: an unsigned lock, one signed by another
+    key, or one edited after signing (a profile removed, another lock's entry
+    pasted in) is refused unless `rebuild` says to build a new lock from
+    scratch, taking from the file only its workload, profile, call site and
+    artifact ids; every entry is rebuilt from the registry's state either way.
+    """
+    from registry.bundles.keys import TrustedKeys
+    from registry.bundles.lock import read_lock_json
+    from registry.bundles.signed_lock import LockRefused, authenticate
+
+    data = read_lock_json(path)
+    if rebuild:
+        return _scratch_request(data, path)
+    if key is None:
+        raise UserError(f"--refresh {path}: an unsigned refresh cannot check the lock's signature; give --key, or "
+                        "--rebuild to build a new lock from its workload, profile, call site and artifact ids")
+    try:
+        verified = authenticate(data, TrustedKeys((key.public,)), path, check_expiry=False)
+        return verified, {entry.artifact: entry.bundle_sha256 for entry in verified.artifacts}
+    except LockRefused as refused:
+        raise UserError(f"--refresh {path}: not a lock this key signed as it stands ({refused.code}: "
+                        f"{refused.detail.removeprefix(path + ': ')}); give --rebuild to build a new lock from its "
+                        "workload, profile, call site and artifact ids") from None
+
+
+def _scratch_request(data: Any, path: str) -> tuple[Lock, dict[str, str | None]]:
+    """`--rebuild`: the file's workload, profile, call site and artifact ids, nothing else of it read."""
+    from registry.bundles.dsse import is_envelope, parse_envelope
+    from registry.bundles.lock import parse_lock, payload_json
+    from registry.formats.names import check_name
+
+    if is_envelope(data):
+        try:
+            data = payload_json(parse_envelope(data).payload, path)
+        except ValueError as exc:
+            raise UserError(f"--refresh {path}: {str(exc).splitlines()[0]}") from None
+    if not isinstance(data, dict) or not isinstance(data.get("artifacts"), list):
+        raise UserError(f"--refresh {path}: not a lock document (an object with an artifacts list)")
+    wanted = {check_name(entry.get("artifact") if isinstance(entry, dict) else None, "artifacts[].artifact"): None
+              for entry in data["artifacts"]}
+    return parse_lock({**data, "artifacts": []}, path), wanted
+
+
+def refresh_lock(registry: Registry, previous: Lock, wanted: dict[str, str | None] | None = None,
+                 rebuild: bool = False) -> dict[str, Any]:
     """A lock at the log's head holding those artifacts of `previous` that still ship with the same bundle.
 
     Same workload, profile and call site; a revoked, re-registered or no
     longer promoted artifact drops out, and nothing is added (a new
-    promotion ships through a new `registry lock`). Refused for a lock read
-    from another registry.
+    promotion ships through a new `registry lock`). Every entry is the
+    registry's own, rebuilt from its state; `wanted` (default: the lock's own
+    entries) says which artifacts, each with the bundle it must still ship
+    (None: whichever ships now). Refused for a lock read from another
+    registry, unless `rebuild` (the lock was not verified, so its origin
+    fields mean nothing).
     """
-    if registry_problems(registry, replace(previous, artifacts=())):
+    if wanted is None:
+        wanted = {entry.artifact: entry.bundle_sha256 for entry in previous.artifacts}
+    if not rebuild and registry_problems(registry, replace(previous, artifacts=())):
         raise UserError(f"the lock was read at position {previous.log_position} of another registry (or of a "
                          "rewritten log): it cannot be refreshed here")
     profile = None if previous.document.get("profile") is None else Profile(**previous.document["profile"])
     document = export_lock(registry, previous.workload, profile, _call_site(previous.document.get("call_site")))
-    still = {(a.artifact, a.bundle_sha256) for a in previous.artifacts}
-    document["artifacts"] = [e for e in document["artifacts"] if (e["artifact"], e["bundle_sha256"]) in still]
+    document["artifacts"] = [e for e in document["artifacts"] if e["artifact"] in wanted
+                             and wanted[e["artifact"]] in (None, e["bundle_sha256"])]
     return document
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from registry.projections.state import FINAL
+from registry.formats.text import text_arguments
 
 from .context import Registry
 from .decisions import PromoteOutcome, promote
@@ -30,6 +31,7 @@ def must_rejudge(registry: Registry, workload: str) -> list[dict[str, Any]]:
             and state["contract_version"] != declared.version]
 
 
+@text_arguments
 def rejudge_workload(registry: Registry, workload: str) -> list[tuple[str, PromoteOutcome]]:
     """Decide every artifact `must_rejudge` names again under the current contract; (artifact, outcome) each."""
     return [(entry["artifact"], promote(registry, entry["artifact"], rejudge=True))

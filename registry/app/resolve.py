@@ -18,6 +18,7 @@ from registry.bundles import CallSite, Candidate, Profile, Resolution, parse_man
 from registry.formats.errors import UserError
 from registry.projections.monitor_fold import regression_of
 from registry.projections.read_models import ArtifactState
+from registry.formats.text import text_arguments
 
 from .context import Registry
 
@@ -114,6 +115,7 @@ def candidates_at(registry: Registry, workload: str,
     return as_of, workload_candidates(registry, workload, as_of)
 
 
+@text_arguments
 def resolve_workload(registry: Registry, workload: str, profile: Profile, site: CallSite = CallSite(),
                      as_of: int | None = None) -> WorkloadResolution:
     """The best promoted bundle of `workload` for `profile` at `site`, and why every other artifact is not it."""

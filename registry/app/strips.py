@@ -1,10 +1,13 @@
 """PNG strips of reference and candidate frames, so a person can see what a candidate broke."""
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
 import numpy as np
 from PIL import Image, ImageDraw
+
+from registry.formats.output_files import write_output
 
 GAP = 4
 LABEL = 16
@@ -25,4 +28,6 @@ def write_strip(path: Path, reference: np.ndarray, candidate: np.ndarray, ssim: 
         draw.text((x, LABEL + 3 * GAP + 2 * height), f"SSIM {ssim[index]:.4f}", fill=colour)
         if index == worst:
             draw.rectangle((x - 2, LABEL + GAP - 2, x + width + 1, LABEL + 2 * GAP + 2 * height + 1), outline="red", width=2)
-    canvas.save(path)
+    encoded = io.BytesIO()
+    canvas.save(encoded, format="PNG")
+    write_output(path, encoded.getvalue(), force=True, option="--out")

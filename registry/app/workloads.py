@@ -15,6 +15,7 @@ from registry.formats.digests import is_sha256
 from registry.formats.kinds import ARTIFACT_KINDS
 from registry.formats.names import artifact_stream, check_name, workload_stream
 from registry.projections.read_models import ArtifactState
+from registry.formats.text import text_arguments
 
 from .context import Registry
 from .retries import decided_on_a_still_stream
@@ -77,6 +78,7 @@ class Registration:
 REGISTER_TRIES = 8
 
 
+@text_arguments
 def register_artifact(
     registry: Registry,
     artifact: str,
@@ -142,9 +144,27 @@ def _register_once(registry: Registry, event: ArtifactRegistered) -> Registratio
         )
     if current is not None and current["identity"] == artifact_identity(event.model_dump()):
         return Registration(event.artifact, event.payload_sha256, False)  # the same claims: the same decision
+    if current is None:
+        _refuse_look_alike(registry, event.artifact, event.workload)
     registry.store.append(artifact_stream(event.artifact), [NewEvent(event.type, event)],
                           expected_version=0 if current is None else current["stream_version"], actor=registry.actor)
     return Registration(event.artifact, event.payload_sha256, True)
+
+
+def _refuse_look_alike(registry: Registry, artifact: str, workload: str) -> None:
+    """A new id that looks like an existing id of its workload (one confusable skeleton, Unicode TS #39) is refused.
+
+    Two artifacts that print alike could not be told apart in a listing, a
+    lock or a review (docs/names.md, "One name, one look").
+    """
+    from registry.formats.confusables import skeleton
+
+    look = skeleton(artifact)
+    for other in registry.reads.artifact_ids(workload):
+        if other != artifact and skeleton(other) == look:
+            raise UserError(f"artifact id {artifact!r} looks like {other!r}, already an artifact of workload "
+                            f"{workload} (the same confusable skeleton, Unicode TS #39); choose an id that reads "
+                            "differently")
 
 
 def _registered_now(registry: Registry, artifact: str) -> ArtifactState | None:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from registry.formats.documents import DocumentError, load_json, open_regular, read_document, sha256_file
+from registry.formats.output_files import write_output
 
 from .manifest import FORMAT, MANIFEST_NAME, MAX_MANIFEST_BYTES, BundleError, BundleManifest, parse_manifest
 
@@ -149,5 +150,5 @@ def write_manifest(directory: str | Path, *, entry_point: dict, replaces: dict, 
     manifest = parse_manifest({"format": FORMAT, "files": files, "entry_point": entry_point, "replaces": replaces,
                                "compatibility": compatibility}, str(directory / MANIFEST_NAME))
     text = json.dumps(manifest.canonical(), indent=2, sort_keys=True, ensure_ascii=False) + "\n"
-    (directory / MANIFEST_NAME).write_text(text, encoding="utf-8")
+    write_output(directory / MANIFEST_NAME, text, force=True, option="bundle manifest", error=BundleError)
     return manifest

@@ -1,7 +1,9 @@
 """Ed25519 signing keys for locks and attestations: creating, reading and naming them. Pure (no database, no torch).
 
 A private key is a PKCS#8 PEM file that only its owner may read: `create_key`
-makes it with mode 0600 and O_EXCL (an existing file is never overwritten),
+makes it with mode 0600 through the registry's one writer (formats/output_files.py:
+a fresh temporary file put in place by a link, so an existing file or a link
+at either name is never overwritten or written through),
 and `load_signing_key` refuses one that its group or others could read, as
 ssh does. A secret store that hands secrets over as environment variables
 can give the PEM text itself in `REGISTRY_SIGNING_KEY` instead of a file.
@@ -28,6 +30,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 
 from registry.formats.documents import DocumentError, read_document
 from registry.formats.errors import UserError
+from registry.formats.output_files import write_new
 
 SIGNING_KEY_ENV = "REGISTRY_SIGNING_KEY"
 MAX_KEY_BYTES = 16 * 1024
@@ -114,21 +117,9 @@ def create_key(path: str | Path) -> SigningKey:
     key = _signing_key(private)
     pem = private.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                                 serialization.NoEncryption())
-    _write_new(path, pem, 0o600)
-    _write_new(public_path, key.public.pem().encode("ascii"), 0o644)
+    write_new(path, pem, mode=0o600, what="key file", error=SigningKeyError)
+    write_new(public_path, key.public.pem().encode("ascii"), mode=0o644, what="key file", error=SigningKeyError)
     return key
-
-
-def _write_new(path: Path, data: bytes, mode: int) -> None:
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), mode)
-    except FileExistsError:
-        raise SigningKeyError(f"{path}: already exists; a key file is never overwritten") from None
-    except OSError as exc:
-        raise SigningKeyError(f"{path}: cannot create the key file: {exc.strerror}") from None
-    with os.fdopen(fd, "wb") as handle:
-        os.fchmod(handle.fileno(), mode)  # whatever the umask
-        handle.write(data)
 
 
 def load_signing_key(path: str | os.PathLike | None = None) -> SigningKey:

@@ -100,8 +100,13 @@ def open_lock(path: str | Path, trusted: TrustedKeys, *, now: datetime | None = 
     return authenticate(data, trusted, str(path), now=now)
 
 
-def authenticate(data: Any, trusted: TrustedKeys, source: str, *, now: datetime | None = None) -> Lock:
-    """A parsed lock file checked: envelope, signature over the payload, then the payload, then the expiry."""
+def authenticate(data: Any, trusted: TrustedKeys, source: str, *, now: datetime | None = None,
+                 check_expiry: bool = True) -> Lock:
+    """A parsed lock file checked: envelope, signature over the payload, then the payload, then the expiry.
+
+    `check_expiry` False is for `lock --refresh`, which renews an expired lock
+    but must still know that the registry's key signed every byte of it.
+    """
     if not is_envelope(data):
         raise LockRefused("unsigned", f"{source}: the lock is not signed")
     try:
@@ -114,6 +119,8 @@ def authenticate(data: Any, trusted: TrustedKeys, source: str, *, now: datetime 
         raise LockRefused("malformed", str(exc)) from None
     if lock.expires_at is None:
         raise LockRefused("malformed", f"{source}: a signed lock must carry expires_at")
+    if not check_expiry:
+        return lock
     expires = parse_time(lock.expires_at, "expires_at")
     moment = now or datetime.now(timezone.utc)
     if moment >= expires:

@@ -30,10 +30,9 @@ def bench_open(session: Session, artifact_id: str, device: str, timer: str, as_j
 
 
 def _times(text: str, option: str) -> list[float]:
-    try:
-        return [float(part) for part in text.split(",")]
-    except ValueError:
-        raise click.BadParameter(f"expected comma-separated seconds, got {text!r}", param_hint=option) from None
+    from registry.formats.numbers import parse_real
+
+    return [parse_real(part, f"{option} (comma-separated seconds)") for part in text.split(",")]
 
 
 @bench.command("record")

@@ -9,17 +9,18 @@ import click
 from registry.formats.errors import UserError
 
 from .session import Session, pass_session
-from .output import emit_json, exit_status_ahead, say, table
+from .output import emit_json, exit_status_ahead, say, table, write_output
+from .params import Integer
 from .progress import progress_bar
 from .ship_commands import print_resolution
 
 
 @click.command()
 @click.option("--fresh", is_flag=True, help="Delete the demo's database (only one the demo created) and start over.")
-@click.option("--runs", type=click.IntRange(min=2), default=10, show_default=True,
+@click.option("--runs", type=Integer(min=2), default=10, show_default=True,
               help="Most timed ABBA pairs per candidate: its benchmark session stops as soon as the confident "
                    "speed rule decides, or here held (the contracts' max_pairs and runs_per_arm; even).")
-@click.option("--warmup", type=click.IntRange(min=0), default=2, show_default=True, help="Untimed warm-up pairs.")
+@click.option("--warmup", type=Integer(min=0), default=2, show_default=True, help="Untimed warm-up pairs.")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default="demo-out", show_default=True,
               help="Where the HTML report and frame strips go.")
 @click.option("--lpips-backbone", type=click.Path(exists=True, dir_okay=False),

@@ -3,14 +3,13 @@ from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
 
 from .session import Session, pass_session
-from .output import emit_json, exit_status_ahead, output_path, say, table
-from .params import name_value, seed_value
+from .output import emit_json, exit_status_ahead, output_path, say, table, write_output
+from .params import Integer, Real, name_value, seed_value
 from .progress import progress_bar
 
 if TYPE_CHECKING:
@@ -56,9 +55,9 @@ def recorded_text(recorded: Recorded, artifact: str) -> str:
               help="The candidate's frames (.npy, .npz or a directory of PNGs).")
 @click.option("--reference-path", type=click.Path(exists=True),
               help="Where the reference pixels are (default: where they were registered from).")
-@click.option("--seed", type=int, callback=seed_value,
+@click.option("--seed", type=Integer(), callback=seed_value,
               help="Seed the candidate frames were generated with (must match the frame set's).")
-@click.option("--vbench", type=float, help="A VBench score measured by an isolated stage, in [0, 1].")
+@click.option("--vbench", type=Real(), help="A VBench score measured by an isolated stage, in [0, 1].")
 @click.option("--lpips-backbone", type=click.Path(exists=True, dir_okay=False), envvar="REGISTRY_LPIPS_BACKBONE",
               help="AlexNet backbone weights for LPIPS (else LPIPS is reported absent).")
 @click.option("--lpips-sha256", help="Declared sha256 of a backbone that is not torchvision's published file.")
@@ -95,10 +94,10 @@ def evidence_frames(session: Session, artifact_id: str, frame_set: str, candidat
 
 @click.command()
 @click.argument("artifact_id")
-@click.option("--runs", type=click.IntRange(min=2),
+@click.option("--runs", type=Integer(min=2),
               help="Timed runs per arm (default: the contract's speed.runs_per_arm); under a confident contract, "
                    "the most pairs this benchmark session times (default: until decided or speed.max_pairs).")
-@click.option("--warmup", type=click.IntRange(min=0), default=2, show_default=True, help="Untimed warm-up calls per arm.")
+@click.option("--warmup", type=Integer(min=0), default=2, show_default=True, help="Untimed warm-up calls per arm.")
 @click.option("--corpus", type=click.Choice(["cpu", "gpu"]), help="Shape corpus (default: gpu with CUDA, else cpu).")
 @click.option("--emit", type=click.Path(dir_okay=False), help="Write an evidence-import file instead of appending.")
 @click.option("--force", is_flag=True, help="Replace an existing --emit file (never a registry).")
@@ -140,8 +139,8 @@ def evaluate(session: Session, artifact_id: str, runs: int | None, warmup: int, 
     failures = evaluation.failures
     exit_status_ahead(EXIT_EVALUATION_FAILED if failures else 0)
     if emit:
-        Path(emit).write_text(json.dumps(evaluation.document, indent=2, sort_keys=True, allow_nan=False),
-                              encoding="utf-8")
+        write_output(emit, json.dumps(evaluation.document, indent=2, sort_keys=True, allow_nan=False),
+                     force=force, option="--emit")
         say(f"evidence for {artifact_id} written to {emit} (import it with `registry evidence import`)")
     elif as_json:
         recorded = evaluation.recorded

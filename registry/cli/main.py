@@ -13,9 +13,10 @@ import click
 
 from registry import __version__
 from registry.formats.errors import UserError, first_line
+from registry.formats.text import check_text
 from registry.events.errors import StoreError
 
-from .output import EXIT_STATUS_KEY, crash_report, fail
+from .output import EXIT_STATUS_KEY, JSON_EMITTED_KEY, crash_report, emit_json, fail
 from .session import Session
 
 # A refusal: the input or the request is not acceptable (one line, exit 1). Anything else is a defect.
@@ -24,6 +25,8 @@ REFUSALS = (UserError, StoreError, OSError)
 _CLICK_ENDINGS = (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort)
 # A defect in the registry (EX_SOFTWARE, sysexits.h): never 1, which says the input was refused.
 EXIT_BUG = 70
+# Context.meta key of the command line's arguments, each checked as text before any command runs.
+_ARGUMENTS_KEY = "registry.arguments"
 
 
 class RegistryGroup(click.Group):
@@ -34,6 +37,16 @@ class RegistryGroup(click.Group):
     exception is a bug, even a ValueError: it must not pass for a refusal,
     so it gets a crash report asking for a bug report, exit EXIT_BUG.
 
+    Every argument is text the registry can keep, or the command does not
+    run: undecodable bytes (a lone surrogate once Python decodes them) are
+    one refusal here, for every command and option at once.
+
+    Given --json, every outcome but a crash prints one JSON document on
+    standard output: the command's own, or for a refusal `{"error": LINE}`
+    (the same line as on stderr), for a usage error `{"error": ...,
+    "exit_status": 2}`, and for any other non-zero exit that printed none
+    `{"exit_status": N}`.
+
     A reader that stops early (`registry history X | head`) closes the pipe:
     that ends the command quietly, as other command-line tools do, with exit
     0, or with the status the command recorded before printing
@@ -42,20 +55,35 @@ class RegistryGroup(click.Group):
     is caught too, not at interpreter exit.
     """
 
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        """Every argument, as given, is kept for the text check `invoke` makes before anything else runs."""
+        ctx.meta[_ARGUMENTS_KEY] = list(args)
+        return super().parse_args(ctx, args)
+
     def invoke(self, ctx: click.Context):
+        wants_json = "--json" in ctx.meta.get(_ARGUMENTS_KEY, ())
         try:
             try:
+                for index, argument in enumerate(ctx.meta.get(_ARGUMENTS_KEY, ()), start=1):
+                    check_text(argument, f"argument {index}")
                 return super().invoke(ctx)
             except REFUSALS as exc:
                 if isinstance(exc, BrokenPipeError):
                     raise
-                fail(first_line(exc))
+                _refuse(ctx, first_line(exc), wants_json)
+            except click.UsageError as exc:
+                _answer_json(ctx, wants_json, {"error": exc.format_message(), "exit_status": exc.exit_code})
+                raise
             except _CLICK_ENDINGS:
+                raise
+            except SystemExit as exc:
+                if exc.code not in (0, None):
+                    _answer_json(ctx, wants_json, {"exit_status": exc.code})
                 raise
             except Exception as exc:  # noqa: BLE001 - a defect, reported as one
                 damage = database_damage(exc)
                 if damage is not None:
-                    fail(damage)
+                    _refuse(ctx, damage, wants_json)
                 crash_report(exc)
                 sys.exit(EXIT_BUG)
             finally:
@@ -63,6 +91,18 @@ class RegistryGroup(click.Group):
         except BrokenPipeError:
             _discard_stdout()
             sys.exit(ctx.meta.get(EXIT_STATUS_KEY, 0))
+
+
+def _answer_json(ctx: click.Context, wants_json: bool, document: dict) -> None:
+    """Given --json, a command that ends without having printed its JSON prints this one document instead."""
+    if wants_json and not ctx.meta.get(JSON_EMITTED_KEY):
+        emit_json(document)
+
+
+def _refuse(ctx: click.Context, line: str, wants_json: bool) -> None:
+    """A refusal: its one line on stderr, exit 1, and given --json the same line as `{"error": ...}` on stdout."""
+    _answer_json(ctx, wants_json, {"error": line})
+    fail(line)
 
 
 def database_damage(exc: Exception) -> str | None:

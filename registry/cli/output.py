@@ -7,15 +7,13 @@ command's start-up a tenth of a second, and `--json` never needs it.
 from __future__ import annotations
 
 import json
-import os
-import stat
 import sys
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 import click
 
 from registry.formats.errors import UserError, first_line
+from registry.formats.output_files import check_output as output_path, write_output  # noqa: F401 (for the commands)
 
 if TYPE_CHECKING:
     from .rich_tables import TableSpec
@@ -26,8 +24,15 @@ def json_text(value: Any) -> str:
     return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, allow_nan=False, default=str)
 
 
+# Context.meta key set once a command printed its JSON document (registry.cli.main answers otherwise).
+JSON_EMITTED_KEY = "registry.json_emitted"
+
+
 def emit_json(value: Any) -> None:
     click.echo(json_text(value))
+    ctx = click.get_current_context(silent=True)
+    if ctx is not None:
+        ctx.meta[JSON_EMITTED_KEY] = True
 
 
 def table(title: str | None, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
@@ -83,35 +88,6 @@ def crash_report(exc: BaseException) -> None:
     text = "".join(traceback.format_exception(exc))
     click.echo(f"{text.rstrip()}\ninternal error: {type(exc).__name__}: {first_line(exc)}"
                f"\n{BUG_REPORT}", err=True)
-
-
-# The first bytes of every SQLite database file (https://www.sqlite.org/fileformat.html, 1.3).
-SQLITE_HEADER = b"SQLite format 3\x00"
-
-
-def output_path(path: str, force: bool, option: str = "--out") -> Path:
-    """Where a command may write a file: never over a registry, over any other existing file only with --force.
-
-    "No command deletes or overwrites a registry": an existing SQLite
-    database (a registry, or the very one being read) is refused even with
-    --force, as is anything that is not a regular file; any other existing
-    file is refused unless --force is given. One line, nothing written.
-    """
-    target = Path(path)
-    try:
-        info = os.stat(target)
-    except FileNotFoundError:
-        return target
-    if not stat.S_ISREG(info.st_mode):
-        raise UserError(f"{option} {path}: exists and is not a regular file; name a new file")
-    with open(target, "rb") as handle:
-        header = handle.read(len(SQLITE_HEADER))
-    if header == SQLITE_HEADER:
-        raise UserError(f"{option} {path}: is an SQLite database (a registry?), and no command overwrites one; "
-                        "name another file")
-    if not force:
-        raise UserError(f"{option} {path}: exists; give --force to replace it")
-    return target
 
 
 def short(payload: Any, width: int = 80) -> str:

@@ -8,6 +8,31 @@ from __future__ import annotations
 import click
 
 
+class Integer(click.IntRange):
+    """click's IntRange, reading only ASCII decimal digits (registry.formats.numbers): `1_5` and `１５` are refused."""
+
+    name = "integer"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, str):
+            from registry.formats.numbers import parse_integer
+
+            value = parse_integer(value, _option(param) if param is not None else "number")
+        return super().convert(value, param, ctx)
+
+
+class Real(click.FloatRange):
+    """click's FloatRange, reading only ASCII decimal notation (registry.formats.numbers)."""
+
+    name = "number"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, str):
+            from registry.formats.numbers import parse_real
+
+            value = parse_real(value, _option(param) if param is not None else "number")
+        return super().convert(value, param, ctx)
+
 
 def _option(param: click.Parameter) -> str:
     return param.opts[0] if isinstance(param, click.Option) else param.human_readable_name

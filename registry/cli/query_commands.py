@@ -2,11 +2,13 @@
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 import click
 
-from .output import emit_json, exit_status_ahead, newline_terminated, output_path, say, table, tables_text
+from registry.formats.errors import UserError
+from .output import (emit_json, exit_status_ahead, newline_terminated, output_path, say, table, tables_text,
+                     write_output)
+from .params import Integer
 from .session import Session, pass_session
 
 REPORT_FORMATS = ("table", "json", "csv", "html")
@@ -51,7 +53,7 @@ def bench_text(bench: dict) -> str:
 @click.argument("artifact_id")
 @click.option("--as-of", "as_of", help=AS_OF_HELP)
 @click.option("--json", "as_json", is_flag=True, help="Print the artifact's state as JSON.")
-@click.option("--verdicts", "shown_verdicts", type=click.IntRange(min=0, max=MOST_SHOWN_VERDICTS), default=SHOWN_VERDICTS, show_default=True,
+@click.option("--verdicts", "shown_verdicts", type=Integer(min=0, max=MOST_SHOWN_VERDICTS), default=SHOWN_VERDICTS, show_default=True,
               help="How many of the artifact's latest verdicts to list, with the count of all of them "
                    "(`registry history artifact:ID` lists every one).")
 @pass_session
@@ -139,7 +141,7 @@ def _say_verdicts(state: dict, verdict_count: int) -> None:
 @click.option("--force", is_flag=True, help="Replace an existing --out file (never a registry).")
 @click.option("--matrix", "matrix_only", is_flag=True,
               help="Only the support matrix: workloads (by model family) against GPU architectures.")
-@click.option("--stale-days", type=click.IntRange(min=0), default=30, show_default=True,
+@click.option("--stale-days", type=Integer(min=0), default=30, show_default=True,
               help="Support matrix: a cell whose latest evidence is older than this is marked stale.")
 @click.option("--arch", "archs", multiple=True, help="Support matrix: always show this architecture's column.")
 @pass_session
@@ -175,7 +177,7 @@ def report(session: Session, workload_id: str | None, as_of: str | None, fmt: st
         return
     text = newline_terminated(tables_text(tables) if fmt == "table" else documents[fmt]())
     if out:
-        Path(out).write_text(text, encoding="utf-8")
+        write_output(out, text, force=force)
         say(f"report written to {out}")
     else:
         sys.stdout.write(text)

@@ -10,7 +10,7 @@ from registry.formats.errors import UserError
 
 from .session import Session, pass_session
 from .output import emit_json, say
-from .params import name_value, seed_value
+from .params import Integer, name_value, seed_value
 
 
 @click.group()
@@ -110,7 +110,7 @@ def frames() -> None:
 @frames.command("register")
 @click.argument("name", callback=name_value)
 @click.argument("path", type=click.Path(exists=True))
-@click.option("--seed", type=int, required=True, callback=seed_value,
+@click.option("--seed", type=Integer(), required=True, callback=seed_value,
               help="The fixed seed the frames were generated with (0 to 2**64 - 1).")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @pass_session

@@ -10,13 +10,12 @@ from __future__ import annotations
 import functools
 import os
 import sys
-from pathlib import Path
 
 import click
 
 from registry.formats.errors import UserError
 from .session import Session, pass_session
-from .output import emit_json, exit_status_ahead, output_path, say, table
+from .output import emit_json, exit_status_ahead, output_path, say, table, write_output
 from .query_commands import AS_OF_HELP
 
 EXIT_NO_MATCH = 3
@@ -148,15 +147,18 @@ KEY_HELP = "Private signing key file (`registry keys init`); default: the PEM te
 @click.option("--unsigned", is_flag=True, help="Write an unsigned lock, which runtimes refuse unless they opt in "
                                                "to unsigned locks explicitly.")
 @click.option("--refresh", "refresh_file", type=click.Path(dir_okay=False),
-              help="Re-issue this lock at the log's head: same workload, profile and call site; artifacts that "
-                   "no longer ship drop out, none is added.")
+              help="Re-issue this lock, signed by --key (expired or not), at the log's head: same workload, "
+                   "profile and call site; artifacts that no longer ship drop out, none is added.")
+@click.option("--rebuild", is_flag=True,
+              help="With --refresh: accept a lock the key did not sign (or edited since), taking from it only its "
+                   "workload, profile, call site and artifact ids.")
 @click.option("--json", "as_json", is_flag=True, help="Print the lock document instead of a summary.")
 @pass_session
 @_with_query
 @click.pass_context
 def lock(ctx: click.Context, session: Session, workload_id: str | None, profile, site, out: str | None,
          force: bool, as_of: str | None, key_file: str | None, valid_for: str, unsigned: bool,
-         refresh_file: str | None, as_json: bool) -> None:
+         refresh_file: str | None, rebuild: bool, as_json: bool) -> None:
     """Export a workload's promoted, compatible bundles to a signed lock file: `registry lock --workload W --out FILE`.
 
     Without --arch (or --detect) every promoted bundle is locked; with it,
@@ -177,8 +179,12 @@ def lock(ctx: click.Context, session: Session, workload_id: str | None, profile,
         raise click.UsageError("exporting a lock needs --workload and --out (or use `registry lock verify FILE`)")
     if unsigned and key_file:
         raise click.UsageError("--unsigned and --key contradict each other: give one")
-    from registry.app.lock import export_lock, refresh_lock, signed_lock
-    from registry.bundles import read_lock
+    if unsigned and ctx.get_parameter_source("valid_for") is not click.core.ParameterSource.DEFAULT:
+        raise click.UsageError("--valid-for applies to a signed lock; an unsigned lock carries no expiry that a "
+                               "reader could trust (docs/bundles.md, \"Unsigned locks\")")
+    if rebuild and refresh_file is None:
+        raise click.UsageError("--rebuild applies only with --refresh")
+    from registry.app.lock import export_lock, lock_to_refresh, refresh_lock, signed_lock
     from registry.bundles.keys import load_signing_key
     from registry.bundles.signed_lock import parse_duration
     from registry.projections import resolve_as_of
@@ -188,16 +194,20 @@ def lock(ctx: click.Context, session: Session, workload_id: str | None, profile,
     validity = parse_duration(valid_for)
     registry = session.open()
     if refresh_file is not None:
-        document = refresh_lock(registry, read_lock(refresh_file))
+        previous, wanted = lock_to_refresh(refresh_file, key, rebuild)
+        document = refresh_lock(registry, previous, wanted, rebuild=rebuild)
         workload_id = document["workload"]
     else:
         document = export_lock(registry, workload_id, profile, site, resolve_as_of(registry.store, as_of))
     if not document["artifacts"] and refresh_file is None:
+        exit_status_ahead(EXIT_NO_MATCH)
         click.echo(f"nothing to lock: no promoted bundle of {workload_id} "
                    f"{'matches the profile' if profile else 'exists'} (no file written)", err=True)
+        if as_json:
+            emit_json({**document, "written": False})
         sys.exit(EXIT_NO_MATCH)
     content = document if key is None else signed_lock(document, key, validity)
-    _write_atomically(Path(out), _lock_text(content))
+    write_output(out, _lock_text(content), force=force)
     if as_json:
         emit_json(content)
     else:
@@ -212,12 +222,6 @@ def _lock_text(document: dict) -> str:
     import json
 
     return json.dumps(document, indent=2, sort_keys=True, ensure_ascii=False, allow_nan=False) + "\n"
-
-
-def _write_atomically(path: Path, text: str) -> None:
-    partial = path.with_name(path.name + ".partial")
-    partial.write_text(text, encoding="utf-8")
-    os.replace(partial, path)
 
 
 @lock.command("verify")
@@ -318,7 +322,7 @@ def attest(session: Session, artifact_id: str, out: str, force: bool, key_file: 
     output_path(out, force)
     key = load_signing_key(key_file)
     statement = attestation(session.open(), artifact_id)
-    _write_atomically(Path(out), _lock_text(signed_attestation(statement, key)))
+    write_output(out, _lock_text(signed_attestation(statement, key)), force=force)
     if as_json:
         emit_json(statement)
     else:

@@ -14,6 +14,10 @@ Why each part:
   log; a trailing space makes two names look alike), and no control or
   invisible character (Unicode categories C* and Z*: NUL, escapes that
   drive a terminal, zero-width and direction marks);
+- NFC on entry (`normalized_name`), so `é` typed precomposed or as `e` and
+  a combining accent is one name, stored and compared in one form; and no
+  default-ignorable character (a variation selector, a combining grapheme
+  joiner, a Hangul filler, the blank Braille pattern), which draws nothing;
 - no colon, the separator of stream names (`artifact:ID`, `workload:ID`), so
   `registry history ID` can always tell an id from a stream name.
 
@@ -41,10 +45,30 @@ NAME_RULE = (f"1 to {MAX_NAME_LENGTH} characters, starting with a letter or digi
 _QUOTED = 40
 
 
+# Characters that draw nothing although their category is a letter, mark or symbol: Unicode's
+# Default_Ignorable_Code_Point ranges outside categories C and Z (DerivedCoreProperties.txt: the combining
+# grapheme joiner, Hangul fillers, Khmer inherent vowels, Mongolian variation selectors, variation selectors,
+# musical formatting, tags) and the blank Braille pattern U+2800, which renders as a space.
+_INVISIBLE = ((0x034F, 0x034F), (0x115F, 0x1160), (0x17B4, 0x17B5), (0x180B, 0x180F), (0x2800, 0x2800),
+              (0x3164, 0x3164), (0xFE00, 0xFE0F), (0xFFA0, 0xFFA0), (0x1D173, 0x1D17A), (0xE0000, 0xE0FFF))
+
+
+def is_invisible(char: str) -> bool:
+    """A control, format, separator or default-ignorable character: one that a name must not hold."""
+    code = ord(char)
+    return unicodedata.category(char)[0] in "CZ" or any(low <= code <= high for low, high in _INVISIBLE)
+
+
+def normalized_name(value: Any) -> Any:
+    """A name as the registry stores and compares it: NFC (`é` typed as e + U+0301 is the precomposed `é`)."""
+    return unicodedata.normalize("NFC", value) if isinstance(value, str) and not value.isascii() else value
+
+
 def name_problem(value: Any) -> str | None:
-    """What is wrong with `value` as a name, in a few words; None when it is a valid name."""
+    """What is wrong with `value` (NFC-normalised) as a name, in a few words; None when it is a valid name."""
     if not isinstance(value, str):
         return f"must be a string, not {type(value).__name__}"
+    value = normalized_name(value)
     if not value:
         return "is empty"
     if len(value) > MAX_NAME_LENGTH:
@@ -56,7 +80,7 @@ def name_problem(value: Any) -> str | None:
             return "contains a line break"
         if char.isspace():
             return f"contains whitespace ({char!r})"
-        if unicodedata.category(char)[0] in "CZ":
+        if is_invisible(char):
             return f"contains the control or invisible character U+{ord(char):04X}"
         if char == ":":
             return "contains ':'"
@@ -81,11 +105,11 @@ def name_refusal(value: Any) -> str | None:
 
 
 def check_name(value: Any, what: str) -> str:
-    """Return `value` when it is a valid name; else raise UserError naming `what` (e.g. "--run", "artifact id")."""
+    """`value` NFC-normalised when it is a valid name; else raise UserError naming `what` (e.g. "--run")."""
     refusal = name_refusal(value)
     if refusal is not None:
         raise UserError(f"{what} {refusal}")
-    return value
+    return normalized_name(value)
 
 
 # A seed identifies how frames were generated; generators take unsigned 64-bit seeds.

@@ -38,9 +38,9 @@ from .asof import fold_log
 from .collector import collector_paused
 from .fold import BENCH_PREFIX, OUTCOMES_PREFIX, fold
 from .log import PAGE, read_log
-from .payload_index import IndexRow, all_index_rows, as_mapping, index_rows
+from .payload_index import IndexRow, all_index_rows, as_mapping, count_deltas, index_rows
 from .rows import MODELS, load_state
-from .schema import CHECKPOINT, PAYLOADS, VERDICTS
+from .schema import CHECKPOINT, PAYLOAD_COUNTS, PAYLOADS, READ_MODEL_TABLES, VERDICTS
 from .snapshot import CHECKPOINT_NAME, read_checkpoint
 from .state import ProjectionError, RegistryState
 from .verdict_history import HISTORY_KEY, records_of
@@ -77,6 +77,31 @@ class _LostRace(Exception):
     """The checkpoint moved under a catch-up: roll its writes back and fold again."""
 
 
+def missing_tables(conn: Connection) -> list[str]:
+    """The read-model tables the database lacks (one catalogue read; a dropped table is never caught up)."""
+    from sqlalchemy import inspect
+
+    present = set(inspect(conn).get_table_names())
+    return [name for name in READ_MODEL_TABLES if name not in present]
+
+
+def create_missing_tables(engine) -> list[str]:
+    """Create each read-model table the database lacks (dropped by hand); the names created, in order.
+
+    The tables are derived, so one that is missing is made empty here and
+    then filled by a fold of the whole log (`reset`): never by a catch-up
+    from a checkpoint that no longer describes it.
+    """
+    from registry.events.schema import METADATA
+
+    with engine.connect() as conn:
+        missing = missing_tables(conn)
+    if missing:
+        with engine.begin() as conn:
+            METADATA.create_all(conn, tables=[METADATA.tables[name] for name in missing])
+    return missing
+
+
 STREAM_MODEL = {ARTIFACT_PREFIX: "artifacts", WORKLOAD_PREFIX: "workloads", FRAMESET_PREFIX: "framesets",
                 OUTCOMES_PREFIX: "outcomes", BENCH_PREFIX: "bench_streams"}
 # Read models whose rows no stream names: a speed record is fed by artifact and bench streams alike, so the
@@ -105,6 +130,10 @@ class ReadModels:
         position returned may be later, when another catch-up went further.
         """
         with self.engine.connect() as conn:
+            missing = missing_tables(conn)
+            if missing:
+                raise ProjectionError(f"the read-model table {missing[0]} is missing; `registry replay` creates it "
+                                      "again and rebuilds the read models from the log")
             checkpoint = read_checkpoint(conn)
             head = conn.execute(select(func.max(EVENTS.c.position))).scalar() or 0
         if (checkpoint or 0) > head:
@@ -129,9 +158,11 @@ class ReadModels:
     def reset(self) -> int:
         """Replace every read-model row with a fresh fold of the whole log; return its position.
 
-        The fold runs outside the write transaction and is exact up to the head
-        it read; events appended meanwhile are left for the next catch-up.
+        A read-model table that is missing (dropped) is created first. The fold
+        runs outside the write transaction and is exact up to the head it
+        read; events appended meanwhile are left for the next catch-up.
         """
+        create_missing_tables(self.engine)
         for _ in range(MAX_ATTEMPTS):
             head = self.store.head_position()
             state = fold_log(self.store, head)
@@ -143,6 +174,7 @@ class ReadModels:
                         conn.execute(table.delete())
                     conn.execute(VERDICTS.delete())
                     conn.execute(PAYLOADS.delete())
+                    conn.execute(PAYLOAD_COUNTS.delete())
                     conn.execute(insert(CHECKPOINT).values(name=CHECKPOINT_NAME, position=head))
                     for model, (table, _, to_row) in MODELS.items():
                         rows = [to_row(value) for value in getattr(state, model).values()]
@@ -154,6 +186,9 @@ class ReadModels:
                     indexed = sorted(all_index_rows(state.artifacts.values()))
                     if indexed:
                         conn.execute(insert(PAYLOADS), [as_mapping(row) for row in indexed])
+                        conn.execute(insert(PAYLOAD_COUNTS), [
+                            {"workload": workload, "payload_sha256": payload, "artifacts": count}
+                            for (workload, payload), count in sorted(count_deltas((), indexed).items())])
             except IntegrityError:
                 continue  # a concurrent catch-up inserted a row first: fold again
             return head
@@ -281,6 +316,13 @@ class ReadModels:
         added = sorted(now - indexed)
         if added:
             conn.execute(insert(PAYLOADS), [as_mapping(row) for row in added])
+        for (workload, payload), delta in sorted(count_deltas(gone, added).items()):
+            key = (PAYLOAD_COUNTS.c.workload == workload, PAYLOAD_COUNTS.c.payload_sha256 == payload)
+            moved = conn.execute(update(PAYLOAD_COUNTS).where(*key)
+                                 .values(artifacts=PAYLOAD_COUNTS.c.artifacts + delta))
+            if moved.rowcount == 0:
+                conn.execute(insert(PAYLOAD_COUNTS).values(workload=workload, payload_sha256=payload,
+                                                           artifacts=delta))
 
     def position_to_fold(self, as_of: int | None) -> int | None:
         """None when the live tables are current; else the position to fold the log up to.

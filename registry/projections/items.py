@@ -10,8 +10,10 @@ store by primary key in a few reads, whatever the number of artifacts.
 
 Each item is decoded as the fold reads any payload (log.py's `row_payload`:
 strict JSON, an older schema upcast and validated); a payload without an
-`item`, or a position that holds no evidence of the entry's kind in the
-artifact's stream, is refused in one line naming the position.
+`item`, a position that holds no evidence of the entry's kind in the
+artifact's stream, or one that two entries name (an event is the evidence
+of one identity: a row pointing a current entry at a set-aside identity's
+event), is refused in one line naming the position.
 """
 from __future__ import annotations
 
@@ -45,6 +47,9 @@ def attach_items(store: EventStore, artifacts: Iterable[ArtifactState]) -> None:
     wanted: dict[int, tuple[str, str, dict[str, Any]]] = {}
     for artifact in artifacts:
         for kind, entry in evidence_entries(artifact):
+            if entry["position"] in wanted:  # an event is the evidence of one identity of one artifact
+                raise _not_its_evidence(entry["position"], artifact["artifact"], kind,
+                                        "an event another evidence entry already names")
             wanted[entry["position"]] = (artifact["artifact"], kind, entry)
     if not wanted:
         return

@@ -19,6 +19,10 @@ key, so no artifact that adds to a count is missed; an artifact found under a
 shared key whose bytes differ adds nothing (`attempts_on` compares the values
 themselves).
 
+Beside the index, `projection_payload_counts` keeps how many rows each
+(workload, key) has (`count_deltas`), so a read can tell an index that lost
+rows from a payload few artifacts registered.
+
 The rows are a function of the folded artifact state (`index_rows`), so the
 live catch-up writes the difference between a touched artifact's rows before
 and after its events, `reset` writes them all, and `replay --verify` compares
@@ -51,6 +55,15 @@ def index_rows(state: dict[str, Any]) -> set[IndexRow]:
 
 def all_index_rows(states: Iterable[dict[str, Any]]) -> set[IndexRow]:
     return set().union(*(index_rows(state) for state in states))
+
+
+def count_deltas(gone: Iterable[IndexRow], added: Iterable[IndexRow]) -> dict[tuple[str, str], int]:
+    """How each (workload, key)'s row count in `projection_payload_counts` moves when these rows go and come."""
+    deltas: dict[tuple[str, str], int] = {}
+    for rows, step in ((gone, -1), (added, 1)):
+        for workload, payload, _ in rows:
+            deltas[(workload, payload)] = deltas.get((workload, payload), 0) + step
+    return {key: delta for key, delta in deltas.items() if delta}
 
 
 def as_mapping(row: IndexRow) -> dict[str, str]:

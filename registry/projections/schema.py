@@ -85,6 +85,21 @@ PAYLOADS = Table(
     Column("artifact", String(200), primary_key=True),
 )
 
+# How many rows of the payload index each (workload, payload digest) has, kept beside it: a read of the
+# index compares its range with this count, so rows deleted from the index are a refusal, never a smaller
+# attempt count (attempts.py).
+PAYLOAD_COUNTS = Table(
+    "projection_payload_counts", METADATA,
+    Column("workload", String(200), primary_key=True),
+    Column("payload_sha256", String(64), primary_key=True),
+    Column("artifacts", BigInteger, nullable=False),
+)
+
+# Every read-model table, which `replay` (and `init`, `db upgrade`) creates again when one is missing.
+READ_MODEL_TABLES = ("projection_checkpoint", "projection_artifacts", "projection_verdicts", "projection_payloads",
+                     "projection_payload_counts", "projection_workloads", "projection_framesets",
+                     "projection_outcomes")
+
 # The log position the read models are folded up to; the row concurrent catch-ups race on.
 CHECKPOINT = Table(
     "projection_checkpoint", METADATA,

@@ -12,7 +12,7 @@ from sqlalchemy import select
 from .asof import fold_log
 from .catchup import ReadModels
 from .read_models import ArtifactState, WorkloadState
-from .rows import load_state
+from .row_checks import check_absent, checked_states, row_columns
 from .schema import ARTIFACTS, WORKLOADS
 from .snapshot import read_checkpoint, reading
 
@@ -36,8 +36,12 @@ class ShippingReads(ReadModels):
             return as_of, state.workloads.get(workload), chosen
         with reading(self.engine) as conn:
             position = read_checkpoint(conn) or 0
-            declared = conn.execute(select(WORKLOADS.c.state).where(WORKLOADS.c.workload == workload)).scalar()
-            texts = conn.execute(select(ARTIFACTS.c.state).where(ARTIFACTS.c.workload == workload)
-                                 .order_by(ARTIFACTS.c.artifact)).scalars().all()
+            declared = conn.execute(select(*row_columns("workloads")).where(WORKLOADS.c.workload == workload)).first()
+            if declared is None:
+                check_absent(conn, "workloads", workload, position)
+            rows = conn.execute(select(*row_columns("artifacts")).where(ARTIFACTS.c.workload == workload)
+                                .order_by(ARTIFACTS.c.artifact)).all()
+            contract = None if declared is None else checked_states(conn, "workloads", [declared], position)[0]
+            artifacts = checked_states(conn, "artifacts", rows, position)
         self.served_position = position
-        return position, None if declared is None else load_state(declared), [load_state(text) for text in texts]
+        return position, contract, artifacts

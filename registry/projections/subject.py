@@ -15,15 +15,16 @@ from typing import Any
 
 from sqlalchemy import Connection, func, select
 
-from registry.formats.names import ARTIFACT_PREFIX, FRAMESET_PREFIX, WORKLOAD_PREFIX
+from registry.formats.names import ARTIFACT_PREFIX, FRAMESET_PREFIX, WORKLOAD_PREFIX, normalized_name
 
 from .asof import check_position, fold_log
 from .catchup import ReadModels
 from .items import attach_items
 from .fold import BENCH_PREFIX, record_key
 from .read_models import ArtifactState, BenchStreamState, FrameSetState, SpeedRecordState, WorkloadState
+from .row_checks import check_absent, checked_states, row_columns
 from .rows import MODELS, load_state
-from .schema import VERDICTS
+from .schema import ARTIFACTS, VERDICTS
 from .snapshot import read_checkpoint, reading
 from .verdict_history import VerdictRecord, with_history
 
@@ -98,6 +99,7 @@ class SubjectReads(ReadModels):
         the row, the last `latest` history rows and their count, by the
         history table's primary key.
         """
+        artifact_id = normalized_name(artifact_id)
         as_of = self.position_to_fold(as_of)
         if as_of is not None:
             state = self._folded("artifacts", ARTIFACT_PREFIX, artifact_id, as_of)
@@ -119,8 +121,15 @@ class SubjectReads(ReadModels):
         attach_items(self.store, [state])
         return with_history(state, records), total
 
+    def artifact_ids(self, workload_id: str) -> list[str]:
+        """The ids of the workload's artifacts now (the indexed workload column; no state decoded)."""
+        self.position_to_fold(None)
+        with reading(self.engine) as conn:
+            return list(conn.execute(select(ARTIFACTS.c.artifact).where(ARTIFACTS.c.workload == workload_id)).scalars())
+
     def _one(self, model: str, prefix: str, key: str, as_of: int | None, history: bool = True) -> Any:
-        """The state of `key` in `model` (its declared type is the caller's: read_models.py)."""
+        """The state of `key` (NFC, as names are stored) in `model` (its declared type is the caller's)."""
+        key = normalized_name(key)
         as_of = self.position_to_fold(as_of)
         if as_of is not None:
             state = self._folded(model, prefix, key, as_of)
@@ -142,6 +151,9 @@ class SubjectReads(ReadModels):
     def _row(self, conn: Connection, model: str, key: str) -> Any:
         """The subject's live row, loaded (None if it has none); notes the checkpoint it was read at."""
         table, column, _ = MODELS[model]
-        self.served_position = read_checkpoint(conn) or 0
-        text = conn.execute(select(table.c.state).where(table.c[column] == key)).scalar()
-        return None if text is None else load_state(text)
+        checkpoint = self.served_position = read_checkpoint(conn) or 0
+        row = conn.execute(select(*row_columns(model)).where(table.c[column] == key)).first()
+        if row is None:
+            check_absent(conn, model, key, checkpoint)
+            return None
+        return checked_states(conn, model, [row], checkpoint)[0]
