@@ -144,3 +144,20 @@ def test_an_alarm_the_detector_did_not_reach_cannot_be_folded(promoted):
     registry.store.append("artifact:fast", [NewEvent("RegressionDetected", forged)], actor="mallory")
     with pytest.raises(ProjectionError, match="has not crossed"):
         Projections(registry.store).current_artifact("fast")
+
+
+def test_reverify_now_runs_each_job_in_process_and_says_why_nothing_was_recorded(promoted):
+    """On SQLite the re-verification runs here; a bundle with no kernel entry cannot be timed, and says so."""
+    registry = open_registry(promoted.url)
+    head = registry.store.head_position()
+    result = promoted("reverify", "wan", "--now", "--pairs", "4", "--json")
+    assert result.exit_code == 4, result.output
+    outcomes = {r["artifact"]: r for r in json.loads(result.output)["artifacts"]}
+    assert set(outcomes) == {"fast", "steady"}
+    assert {r["outcome"] for r in outcomes.values()} == {"refused"}
+    assert "no kernel entry" in outcomes["fast"]["detail"]
+    assert registry.store.head_position() == head
+    assert promoted("reverify", "wan", "--now", "--pairs", "3").exit_code == 1  # an odd count is no ABBA run
+    assert promoted("reverify", "wan", "--pairs", "4").exit_code == 2  # neither --now nor --schedule
+    queued = promoted("reverify", "wan", "--pairs", "4", "--schedule", "0 * * * *")
+    assert queued.exit_code == 1 and "Postgres" in queued.output  # SQLite has no queue
