@@ -129,6 +129,10 @@ def test_a_lock_taken_before_the_alarm_no_longer_verifies_and_one_after_leaves_i
     checked = promoted("lock", "verify", str(before), "--bundles", str(promoted.tmp / "bundles"), "--json")
     assert checked.exit_code == 1
     assert "regressed" in {p["code"] for p in json.loads(checked.output)["problems"]}
+    after = promoted.tmp / "after.json"
+    refreshed = promoted("lock", "--refresh", str(before), "--unsigned", "--out", str(after))
+    assert refreshed.exit_code == 0, refreshed.output
+    assert [a["artifact"] for a in json.loads(after.read_text())["artifacts"]] == ["steady"]
 
 
 def test_an_alarm_the_detector_did_not_reach_cannot_be_folded(promoted):
