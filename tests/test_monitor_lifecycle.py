@@ -165,3 +165,19 @@ def test_reverify_now_runs_each_job_in_process_and_says_why_nothing_was_recorded
     assert promoted("reverify", "wan", "--pairs", "4").exit_code == 2  # neither --now nor --schedule
     queued = promoted("reverify", "wan", "--pairs", "4", "--schedule", "0 * * * *")
     assert queued.exit_code == 1 and "Postgres" in queued.output  # SQLite has no queue
+
+
+def test_the_runtime_never_takes_a_regressed_artifact_from_a_lock_signed_after_the_alarm(promoted):
+    from registry.bundles import Profile
+    from registry.runtime import resolve
+    from test_runtime import sign_lock_file
+
+    profile = Profile("sm90", "2.13.0", "12.8")
+    assert resolve("wan", profile, database=promoted.url).match.artifact == "fast"
+    for i in range(5):
+        remeasure(promoted, "fast", 0.9, f"b{i}")
+    lock = sign_lock_file(promoted)
+    from_lock = resolve("wan", profile, lock=lock, trusted_keys=promoted.trusted)
+    assert from_lock.match.artifact == "steady" and "fast" not in from_lock.reason_codes()
+    from_db = resolve("wan", profile, database=promoted.url)
+    assert from_db.match.artifact == "steady" and from_db.reason_codes()["fast"] == "regressed"
