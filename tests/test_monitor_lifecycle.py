@@ -129,6 +129,10 @@ def test_a_lock_taken_before_the_alarm_no_longer_verifies_and_one_after_leaves_i
     checked = promoted("lock", "verify", str(before), "--bundles", str(promoted.tmp / "bundles"), "--json")
     assert checked.exit_code == 1
     assert "regressed" in {p["code"] for p in json.loads(checked.output)["problems"]}
+    after = promoted.tmp / "after.json"
+    refreshed = promoted("lock", "--refresh", str(before), "--unsigned", "--out", str(after))
+    assert refreshed.exit_code == 0, refreshed.output
+    assert [a["artifact"] for a in json.loads(after.read_text())["artifacts"]] == ["steady"]
 
 
 def test_an_alarm_the_detector_did_not_reach_cannot_be_folded(promoted):
@@ -144,3 +148,36 @@ def test_an_alarm_the_detector_did_not_reach_cannot_be_folded(promoted):
     registry.store.append("artifact:fast", [NewEvent("RegressionDetected", forged)], actor="mallory")
     with pytest.raises(ProjectionError, match="has not crossed"):
         Projections(registry.store).current_artifact("fast")
+
+
+def test_reverify_now_runs_each_job_in_process_and_says_why_nothing_was_recorded(promoted):
+    """On SQLite the re-verification runs here; a bundle with no kernel entry cannot be timed, and says so."""
+    registry = open_registry(promoted.url)
+    head = registry.store.head_position()
+    result = promoted("reverify", "wan", "--now", "--pairs", "4", "--json")
+    assert result.exit_code == 4, result.output
+    outcomes = {r["artifact"]: r for r in json.loads(result.output)["artifacts"]}
+    assert set(outcomes) == {"fast", "steady"}
+    assert {r["outcome"] for r in outcomes.values()} == {"refused"}
+    assert "no kernel entry" in outcomes["fast"]["detail"]
+    assert registry.store.head_position() == head
+    assert promoted("reverify", "wan", "--now", "--pairs", "3").exit_code == 1  # an odd count is no ABBA run
+    assert promoted("reverify", "wan", "--pairs", "4").exit_code == 2  # neither --now nor --schedule
+    queued = promoted("reverify", "wan", "--pairs", "4", "--schedule", "0 * * * *")
+    assert queued.exit_code == 1 and "Postgres" in queued.output  # SQLite has no queue
+
+
+def test_the_runtime_never_takes_a_regressed_artifact_from_a_lock_signed_after_the_alarm(promoted):
+    from registry.bundles import Profile
+    from registry.runtime import resolve
+    from test_runtime import sign_lock_file
+
+    profile = Profile("sm90", "2.13.0", "12.8")
+    assert resolve("wan", profile, database=promoted.url).match.artifact == "fast"
+    for i in range(5):
+        remeasure(promoted, "fast", 0.9, f"b{i}")
+    lock = sign_lock_file(promoted)
+    from_lock = resolve("wan", profile, lock=lock, trusted_keys=promoted.trusted)
+    assert from_lock.match.artifact == "steady" and "fast" not in from_lock.reason_codes()
+    from_db = resolve("wan", profile, database=promoted.url)
+    assert from_db.match.artifact == "steady" and from_db.reason_codes()["fast"] == "regressed"

@@ -41,11 +41,9 @@ def monitor_record(session: Session, artifact_id: str, batch: str, baseline: str
     appended, summary = record_remeasurement(session.open(), artifact_id, _times(baseline, "--baseline"),
                                              _times(candidate, "--candidate"), batch=batch, device=device,
                                              software=software)
-    if as_json:
-        emit_json({"artifact": artifact_id, "batch": batch, "appended": appended, "monitor": summary})
-    else:
-        say(("" if appended else f"batch {batch} was already recorded; nothing appended\n")
-            + artifact_text(artifact_id, summary))
+    if not appended and not as_json:
+        say(f"batch {batch} was already recorded; nothing appended")
+    _print(artifact_id, summary, as_json, batch=batch, appended=appended)
 
 
 @monitor.command("status")
@@ -56,11 +54,7 @@ def monitor_status(session: Session, artifact_id: str, as_json: bool) -> None:
     """ARTIFACT_ID's monitor: pairs, the statistic against its alarm level, the alarm and its acknowledgment."""
     from registry.app.monitor import monitor_status as status
 
-    summary = status(session.open(create=False), artifact_id)
-    if as_json:
-        emit_json({"artifact": artifact_id, "monitor": summary})
-    else:
-        say(artifact_text(artifact_id, summary))
+    _print(artifact_id, status(session.open(create=False), artifact_id), as_json)
 
 
 @monitor.command("ack")
@@ -73,9 +67,13 @@ def monitor_ack(session: Session, artifact_id: str, alarm_event_id: str, reason:
     """Acknowledge ALARM_EVENT_ID of ARTIFACT_ID: a known regression, no longer an alert (it still does not ship)."""
     from registry.app.monitor import acknowledge
 
-    summary = acknowledge(session.open(), artifact_id, alarm_event_id, reason=reason)
+    _print(artifact_id, acknowledge(session.open(), artifact_id, alarm_event_id, reason=reason), as_json)
+
+
+def _print(artifact_id: str, summary: dict | None, as_json: bool, **extra) -> None:
+    """The monitor as JSON (with `extra` beside it), or as the lines `artifact_text` writes."""
     if as_json:
-        emit_json({"artifact": artifact_id, "monitor": summary})
+        emit_json({"artifact": artifact_id, **extra, "monitor": summary})
     else:
         say(artifact_text(artifact_id, summary))
 
