@@ -6,9 +6,9 @@ variable must be set before any kernel module is imported.
 `backend_url` gives each test a fresh, empty database on every backend: an
 SQLite file under tmp_path, and a new database on the Postgres server named by
 REGISTRY_TEST_POSTGRES_URL (`make test` starts a throwaway one). Without a
-server the Postgres cases skip, saying how to run them. `registry_url` (and
-`registry_cli`) give a fresh registry at this code's schema head: a copy of a
-template migrated once per worker process (a file copy for SQLite, CREATE
+server the Postgres cases skip, saying how to run them. `migrated_sqlite_url`,
+`migrated_postgres_url` (and `registry_cli`) give a fresh registry at this
+code's schema head: a copy of a template migrated once per worker process (a file copy for SQLite, CREATE
 DATABASE ... TEMPLATE for Postgres), since migrating costs each test about
 three times what copying does.
 
@@ -186,14 +186,6 @@ def backend_url(request, tmp_path):
     return _fresh_postgres_database()
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def registry_url(request, tmp_path):
-    """A fresh registry at the schema head on every backend, copied from the worker's template."""
-    if request.param == "sqlite":
-        return request.getfixturevalue("migrated_sqlite_url")
-    return _fresh_postgres_database(request.getfixturevalue("postgres_template"))
-
-
 @pytest.fixture
 def sqlite_url(tmp_path):
     return f"sqlite:///{tmp_path / 'registry.db'}"
@@ -212,6 +204,12 @@ def postgres_url():
     if not PG_URL:
         pytest.skip(PG_SKIP)
     return _fresh_postgres_database()
+
+
+@pytest.fixture
+def migrated_postgres_url(postgres_template):
+    """A fresh Postgres registry at the schema head, a copy of the worker's template database."""
+    return _fresh_postgres_database(postgres_template)
 
 
 @pytest.fixture

@@ -20,7 +20,7 @@ from sqlalchemy.exc import DBAPIError
 
 from registry.events.canonical import canonical_json
 from registry.events.chain import event_hash
-from registry.events.database import make_engine, upgrade
+from registry.events.database import make_engine
 from registry.events.errors import ConcurrencyError, IdempotencyConflict, PayloadError, StoreError, UnknownEventType
 from registry.events.store import (
     APPEND_LOCK_KEY,
@@ -72,16 +72,20 @@ def _lone_surrogate(where: str) -> dict:
 
 
 class StoreConformance:
-    """The store's contract. Subclasses provide the `url` fixture: a fresh, empty database of their backend."""
+    """The store's contract. Subclasses provide the `url` fixture, a fresh, empty database of their backend, and
+    `migrated_url`, a fresh registry of their backend at the schema head (copied from the worker's template)."""
 
     @pytest.fixture
     def url(self) -> str:
         raise NotImplementedError("a backend's test class provides `url`")
 
     @pytest.fixture
-    def store(self, url):
-        engine = make_engine(url)
-        upgrade(engine)
+    def migrated_url(self) -> str:
+        raise NotImplementedError("a backend's test class provides `migrated_url`")
+
+    @pytest.fixture
+    def store(self, migrated_url):
+        engine = make_engine(migrated_url)
         yield EventStore(engine)
         engine.dispose()
 

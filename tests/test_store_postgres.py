@@ -43,6 +43,10 @@ class TestPostgresStore(StoreConformance):
     def url(self, postgres_url):
         return postgres_url
 
+    @pytest.fixture
+    def migrated_url(self, migrated_postgres_url):
+        return migrated_postgres_url
+
     # -- the kept append connection ---------------------------------------------------
 
     def test_an_append_outlives_the_server_dropping_its_kept_connection(self, url):

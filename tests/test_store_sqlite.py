@@ -17,6 +17,10 @@ class TestSqliteStore(StoreConformance):
     def url(self, sqlite_url):
         return sqlite_url
 
+    @pytest.fixture
+    def migrated_url(self, migrated_sqlite_url):
+        return migrated_sqlite_url
+
     def test_a_sqlite_head_time_in_another_layout_is_read_as_a_time(self, url):
         """A head time SQLite holds without microseconds (written by another tool) still orders the next append."""
         engine = make_engine(url)

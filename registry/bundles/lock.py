@@ -18,8 +18,8 @@ from typing import Any
 from registry.formats.documents import DocumentError, load_json, read_document
 from registry.formats.errors import first_line
 
-from . import fields as f
 from .dsse import SignatureRefused, is_envelope, parse_envelope
+from .fields import FIELDS as f
 from .fields import BundleFieldError
 from .files import verify_directory
 from .manifest import BundleError, BundleManifest, parse_manifest
@@ -82,7 +82,7 @@ def locked_entry(state: dict[str, Any], manifest: BundleManifest) -> dict[str, A
 def parse_lock(data: Any, source: str = "lock file") -> Lock:
     """Validate a lock document; any problem is one BundleError line `source: field: problem`."""
     try:
-        top = f.block(data, "")
+        top = f.mapping(data, "")
         f.only_known(top, _TOP, "")
         if f.required(top, "format", "") != LOCK_FORMAT:
             raise BundleFieldError(f"format: {top['format']!r} is not {LOCK_FORMAT!r}")
@@ -111,7 +111,7 @@ def parse_lock(data: Any, source: str = "lock file") -> Lock:
 
 
 def _entry(item: Any, where: str, source: str, workload: str) -> LockedArtifact:
-    entry = f.block(item, where)
+    entry = f.mapping(item, where)
     f.only_known(entry, _ENTRY, where)
     for key in _ENTRY:
         if key not in entry:
@@ -122,7 +122,7 @@ def _entry(item: Any, where: str, source: str, workload: str) -> LockedArtifact:
     if manifest.digest != digest:
         raise BundleFieldError(f"{where}.manifest: hashes to {manifest.digest[:12]}, not the recorded bundle_sha256 "
                             f"{digest[:12]} (the lock file was edited)")
-    identity = f.block(entry["identity"], f"{where}.identity")
+    identity = f.mapping(entry["identity"], f"{where}.identity")
     f.only_known(identity, IDENTITY_KEYS, f"{where}.identity")
     missing = [key for key in IDENTITY_KEYS if key not in identity]
     if missing:

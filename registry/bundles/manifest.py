@@ -24,7 +24,7 @@ from registry.formats.errors import UserError
 from registry.events.canonical import canonical_json, sha256_hex
 from registry.formats.fields import ARCH
 
-from . import fields as f
+from .fields import FIELDS as f
 from .fields import BundleFieldError
 
 FORMAT = "registry.bundle/1"
@@ -205,12 +205,12 @@ def parse_manifest(data: Any, source: str = MANIFEST_NAME) -> BundleManifest:
 
 
 def _manifest(data: Any) -> BundleManifest:
-    top = f.block(data, "")
+    top = f.mapping(data, "")
     f.only_known(top, _TOP, "")
     if f.required(top, "format", "") != FORMAT:
         raise BundleFieldError(f"format: {top['format']!r} is not {FORMAT!r}")
     files = _files(f.required(top, "files", ""))
-    entry = f.block(f.required(top, "entry_point", ""), "entry_point")
+    entry = f.mapping(f.required(top, "entry_point", ""), "entry_point")
     f.only_known(entry, _ENTRY, "entry_point")
     entry_file = f.text(f.required(entry, "file", "entry_point"), "entry_point.file")
     if entry_file not in {x.path for x in files}:
@@ -220,7 +220,7 @@ def _manifest(data: Any) -> BundleManifest:
     symbol = f.text(f.required(entry, "symbol", "entry_point"), "entry_point.symbol")
     if not symbol.isidentifier():
         raise BundleFieldError(f"entry_point.symbol: {symbol!r} is not a Python identifier")
-    replaces = f.block(f.required(top, "replaces", ""), "replaces")
+    replaces = f.mapping(f.required(top, "replaces", ""), "replaces")
     f.only_known(replaces, _REPLACES, "replaces")
     return BundleManifest(
         files=files, entry_file=entry_file, entry_symbol=symbol,
@@ -255,7 +255,7 @@ def _files(value: Any) -> tuple[BundleFile, ...]:
     found: list[BundleFile] = []
     for index, item in enumerate(_list(value, "files", limit=MAX_FILES)):
         where = f"files[{index}]"
-        entry = f.block(item, where)
+        entry = f.mapping(item, where)
         f.only_known(entry, _FILE, where)
         path = check_relative_path(f.required(entry, "path", where), f"{where}.path")
         if path == MANIFEST_NAME:
@@ -283,7 +283,7 @@ def _signatures(value: Any, path: str) -> tuple[TensorSignature, ...]:
     found = []
     for index, item in enumerate(_list(value, path, limit=64)):
         where = f"{path}[{index}]"
-        spec = f.block(item, where)
+        spec = f.mapping(item, where)
         f.only_known(spec, _SIGNATURE, where)
         shape = _dims(f.required(spec, "shape", where), f"{where}.shape")
         stride = _dims(f.required(spec, "stride", where), f"{where}.stride")
@@ -310,7 +310,7 @@ def _tokens(value: Any, path: str, pattern: re.Pattern, what: str) -> tuple[str,
 
 
 def _range(value: Any, path: str) -> VersionRange:
-    spec = f.block(value, path)
+    spec = f.mapping(value, path)
     f.only_known(spec, _RANGE, path)
     bounds = {}
     for key in _RANGE:
@@ -332,9 +332,9 @@ def _range(value: Any, path: str) -> VersionRange:
 
 
 def _window(value: Any) -> Window:
-    spec = f.block(value, "compatibility")
+    spec = f.mapping(value, "compatibility")
     f.only_known(spec, _WINDOW, "compatibility")
-    model = f.block(f.required(spec, "model", "compatibility"), "compatibility.model")
+    model = f.mapping(f.required(spec, "model", "compatibility"), "compatibility.model")
     f.only_known(model, _MODEL, "compatibility.model")
     return Window(
         model_id=f.text(f.required(model, "id", "compatibility.model"), "compatibility.model.id"),
