@@ -75,8 +75,10 @@ def batch_times(i: int) -> tuple[list[float], list[float]]:
 def client(base: str, artifact: str, token: str, batches: int, latencies: list[float], retries: list[int],
            sessions: dict[str, str]) -> None:
     with httpx.Client(base_url=base, headers={"Authorization": f"Bearer {token}"}, timeout=TIMEOUT_SECONDS) as http:
-        session = http.post(f"/api/artifacts/{artifact}/sessions", json={"device": "d", "timer": "t"},
-                            timeout=600).json()["session"]
+        opened = http.post(f"/api/artifacts/{artifact}/sessions", json={"device": "d", "timer": "t"}, timeout=600)
+        if opened.status_code != 200:
+            raise SystemExit(f"{artifact}: no session opened: {opened.status_code} {opened.text}")
+        session = opened.json()["session"]
         sessions[artifact] = session
         path = f"/api/artifacts/{artifact}/sessions/{session}/batches"
         for i in range(batches):

@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import logging
 import uuid
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -65,8 +66,22 @@ def _one_line(exc: Exception) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
+# Threads answering requests at once. Each may keep a writer connection of its own (events/recorder.py) beside
+# the one it reads with, so two per thread must fit the engine's pool (SQLAlchemy's default: 5 + 10 overflow);
+# more threads would wait on the pool rather than on the database.
+WORKER_THREADS = 6
+
+
+@asynccontextmanager
+async def _bounded_threads(_app: FastAPI):
+    import anyio.to_thread
+
+    anyio.to_thread.current_default_thread_limiter().total_tokens = WORKER_THREADS
+    yield
+
+
 def create_app(config: ServerConfig) -> FastAPI:
-    app = FastAPI(title="registry", version=_version(),
+    app = FastAPI(title="registry", version=_version(), lifespan=_bounded_threads,
                   description="An event-sourced promotion registry for GPU kernel artifacts (docs/serve.md).")
     base = config.registry
 

@@ -47,5 +47,5 @@ def serve(registry: Registry, host: str, port: int, *, signing_key=None, ready=N
         ready(sock.getsockname()[1])
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     config = uvicorn.Config(app, log_level="warning", access_log=False, timeout_graceful_shutdown=2,
-                            lifespan="off")
+                            lifespan="on")
     uvicorn.Server(config).run(sockets=[sock])
