@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from registry.formats.errors import UserError
+from registry.formats.fields import ARCH
 from registry.formats.names import check_name
 from registry.formats.sequential import SequentialResult
 
@@ -99,7 +100,8 @@ def read_record(registry: Registry, artifact: str) -> BenchRecord:
     return _read(registry, subject.identity, workload, subject.payload_sha256, _confident_speed(registry, workload))
 
 
-def open_session(registry: Registry, artifact: str, device: str, timer: str) -> tuple[str, BenchRecord]:
+def open_session(registry: Registry, artifact: str, device: str, timer: str,
+                 arch: str | None = None) -> tuple[str, BenchRecord]:
     """Open a session for the artifact's current identity; refused when its record is already closed."""
     from registry.events.store import NewEvent
     from registry.events.types import BenchmarkSessionOpened
@@ -112,6 +114,8 @@ def open_session(registry: Registry, artifact: str, device: str, timer: str) -> 
     for value, what in ((device, "device"), (timer, "timer")):
         if not isinstance(value, str) or not value.strip() or len(value) > 200:
             raise UserError(f"{what}: expected 1 to 200 characters naming the {what}")
+    if arch is not None and (not isinstance(arch, str) or not ARCH.fullmatch(arch)):
+        raise UserError(f"arch: {arch!r} is not a device architecture such as sm90, sm100 or cpu")
     if subject.payload_sha256 is None:
         raise UserError(f"{artifact} was registered without a payload, so it has no speed record of its own and "
                         "borrows none: register its bytes (`registry artifact register --payload`); no session opened")
@@ -121,7 +125,7 @@ def open_session(registry: Registry, artifact: str, device: str, timer: str) -> 
     session = f"bs-{uuid.uuid4().hex[:16]}"
     payload = BenchmarkSessionOpened(session=session, artifact=artifact, identity=subject.identity,
                                      payload_sha256=subject.payload_sha256, workload=workload, device=device,
-                                     timer=timer)
+                                     timer=timer, arch=arch)
     registry.store.append(record_stream(subject.identity), [NewEvent(payload.type, payload)],
                           expected_version=record.version, actor=registry.actor)
     return session, _read(registry, subject.identity, workload, subject.payload_sha256, speed)
@@ -185,9 +189,10 @@ class BatchedSession:
     sessions of the identity together).
     """
 
-    def __init__(self, registry: Registry, artifact: str, *, device: str, timer: str, limit: int | None = None):
+    def __init__(self, registry: Registry, artifact: str, *, device: str, timer: str, limit: int | None = None,
+                 arch: str | None = None):
         self.registry, self.artifact, self.limit = registry, artifact, limit
-        self.session, self.record = open_session(registry, artifact, device=device, timer=timer)
+        self.session, self.record = open_session(registry, artifact, device=device, timer=timer, arch=arch)
         self.pairs = 0
         self.batches = 0
 
