@@ -4,16 +4,20 @@ A GPU worker opens a session for an artifact's current identity (an event,
 before anything is measured), appends each batch of pairs as it is measured
 (one event per batch, under an idempotency key), and may ask after any batch
 whether the speed question is decided (docs/evidence-format.md, "Benchmark
-sessions"). Every session of one identity, under any artifact id of its
-workload, continues one record, the stream `bench:<identity>`: its pairs
-count in recorded order, so neither a new session nor a new name starts
-afresh, and no session can be dropped. The record is read with the rule of
-registry/formats/sequential.py under the workload's current contract, which
-must declare `speed.decision: confident`; `speed.max_pairs` ends it held.
+sessions"). The events live in the stream `bench:<identity>`; every session
+and every complete benchmark document of the same bytes in the workload,
+under any artifact id or claim, continues one speed record (the read model
+`projection_speed_records`, docs/gate.md "The speed record"): its pairs count
+in recorded order, so neither a new session, a new name, a new claim nor a
+retried document starts afresh, and no session can be dropped. The record
+is read by registry/gate/record.py under the workload's contract versions
+(which must declare `speed.decision: confident` now); `speed.max_pairs` ends
+it held. An artifact without a payload has no record and opens no session.
 
-Appends name the record's version they read, so two workers racing on one
-record cannot both pass a check the other invalidated: the later one is
-refused and may simply retry.
+Appends name the identity stream's version they read, so two workers racing
+on one stream cannot both pass a check the other invalidated: the later one
+is refused and may simply retry. (Two identities of the same bytes append to
+their own streams; each append still reads the shared record first.)
 """
 from __future__ import annotations
 
@@ -92,7 +96,7 @@ def _stop(record: BenchRecord) -> str:
 
 
 def read_record(registry: Registry, artifact: str) -> BenchRecord:
-    """The benchmark record of the artifact's current identity, decided under its workload's contract."""
+    """The speed record of the artifact's bytes, as its current identity reads it, under its workload's contract."""
     from .evidence import capture_subject
 
     subject = capture_subject(registry, artifact)
