@@ -105,6 +105,13 @@ def test_reduced_demo_decides_as_promised(reduced_demo):
     assert opened[KERNEL_ARTIFACT]["timer"] == ("perf_counter" if ON_GPU else "interpreter")
     html = (out / "report.html").read_text()
     assert "data:image/png;base64," in html
+    # Every measured candidate is placed in the support matrix by its session's arch, and every speed record
+    # has its running-bounds chart (docs/gate.md, "The speed record").
+    matrix = json.loads(CliRunner().invoke(main, ["--db", url, "report", "--matrix", "--format", "json"]).output)
+    assert matrix["unplaced"] == [] and "cpu" in matrix["archs"], matrix
+    report = json.loads(CliRunner().invoke(main, ["--db", url, "report", "--format", "json"]).output)
+    assert len(report["benchmark_records"]) == len(rows)
+    assert all(f'alt="running bounds of {name}"' in html for name in rows)
     assert {p.name for p in out.glob("*.png")} == {"sdpa-attention.png", "step-cache.png", "lossy-skip.png",
                                                     "flash-claimed-fallback.png"}
     verified = CliRunner().invoke(main, ["--db", url, "replay", "--verify"])

@@ -147,21 +147,59 @@ def test_html_is_self_contained_with_its_plots(registry, tmp_path):
     assert len(_images(page)) == 2  # fa3 now; sage's evidence scope restarted at its revoke
 
 
+def speed_record_report(tmp_path):
+    """A registry with three speed records: decided at its first bound (a one-point record), decided later, and
+    not yet bounded; the report and state the app builds for it."""
+    from registry.app import open_registry
+    from registry.app.bench import open_session, record_pairs
+    from registry.app.reports import build
+    from registry.app.workloads import declare_workload, register_artifact
+    from registry.contracts import Contract
+
+    registry = open_registry(f"sqlite:///{tmp_path / 'records.db'}", actor="t", create=True)
+    declare_workload(registry, Contract.from_yaml(
+        "workload: w\nspeed: {min_speedup: 1.2, runs_per_arm: 16, protocol: paired, max_pairs: 40}\n"))
+    for name, ratios in (("one-point", [2.0] * 5), ("several", [2.0, 1.0, 2.0, 2.0, 2.0, 2.0, 2.0, 2.0]),
+                         ("unbounded", [2.0, 2.0])):
+        (tmp_path / f"{name}.bin").write_bytes(name.encode())
+        register_artifact(registry, name, workload="w", kind="module", payload=str(tmp_path / f"{name}.bin"))
+        session, _ = open_session(registry, name, "NVIDIA H200", "cuda_event", "sm90")
+        record_pairs(registry, name, session, ratios, [1.0] * len(ratios), "b")
+    return build(registry, workload=None, position=None, stale_days=30)
+
+
+def test_every_speed_record_gets_a_bounds_chart(tmp_path):
+    """A one-point record is drawn as a marked point with its bounds, a record without bounds says so: every
+    record has its figure, and the matrix places each by its session's arch."""
+    report, state = speed_record_report(tmp_path)
+    page = report_html(report, state)
+    for name in ("one-point", "several", "unbounded"):
+        assert f'alt="running bounds of {name}"' in page
+    [one] = [r for r in report["benchmark_records"] if r["artifacts"] == ["one-point"]]
+    assert [b for b in one["running_bounds"] if b[0] is not None] == [[2.0, 2.0]]
+    assert report["matrix"]["unplaced"] == [] and report["matrix"]["archs"] == ["sm90"]
+
+
 def test_html_renders_in_a_headless_browser(registry, tmp_path):
+    """The registry's report, and a report of speed records with their bounds charts, render in Chromium."""
     browser = shutil.which("chromium") or shutil.which("chromium-browser")
     if browser is None:
         pytest.skip("chromium is not installed (apt-get install -y chromium) so the HTML is not rendered")
     _, h, projections = registry
     state = projections.state(as_of=h.at["rms_verdict"])
-    html = tmp_path / "report.html"
-    html.write_text(report_html(build_report(state), state), encoding="utf-8")
-    shot = tmp_path / "report.png"
-    result = subprocess.run(
-        [browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-         "--disable-component-update", "--disable-sync", "--no-first-run", f"--user-data-dir={tmp_path / 'profile'}",
-         f"--screenshot={shot}", "--window-size=1200,1600", html.as_uri()],
-        capture_output=True, text=True, timeout=HANG_GUARD_S,
-    )
-    assert result.returncode == 0, result.stderr[-2000:]
-    data = shot.read_bytes()
-    assert data.startswith(PNG_SIGNATURE) and len(data) > 50_000
+    records, records_state = speed_record_report(tmp_path)
+    for name, page in (("report", report_html(build_report(state), state)),
+                       ("records", report_html(records, records_state))):
+        html = tmp_path / f"{name}.html"
+        html.write_text(page, encoding="utf-8")
+        shot = tmp_path / f"{name}.png"
+        result = subprocess.run(
+            [browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+             "--disable-component-update", "--disable-sync", "--no-first-run",
+             f"--user-data-dir={tmp_path / ('profile-' + name)}", f"--screenshot={shot}", "--window-size=1200,1600",
+             html.as_uri()],
+            capture_output=True, text=True, timeout=HANG_GUARD_S,
+        )
+        assert result.returncode == 0, result.stderr[-2000:]
+        data = shot.read_bytes()
+        assert data.startswith(PNG_SIGNATURE) and len(data) > 50_000

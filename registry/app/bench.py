@@ -4,16 +4,20 @@ A GPU worker opens a session for an artifact's current identity (an event,
 before anything is measured), appends each batch of pairs as it is measured
 (one event per batch, under an idempotency key), and may ask after any batch
 whether the speed question is decided (docs/evidence-format.md, "Benchmark
-sessions"). Every session of one identity, under any artifact id of its
-workload, continues one record, the stream `bench:<identity>`: its pairs
-count in recorded order, so neither a new session nor a new name starts
-afresh, and no session can be dropped. The record is read with the rule of
-registry/formats/sequential.py under the workload's current contract, which
-must declare `speed.decision: confident`; `speed.max_pairs` ends it held.
+sessions"). The events live in the stream `bench:<identity>`; every session
+and every complete benchmark document of the same bytes in the workload,
+under any artifact id or claim, continues one speed record (the read model
+`projection_speed_records`, docs/gate.md "The speed record"): its pairs count
+in recorded order, so neither a new session, a new name, a new claim nor a
+retried document starts afresh, and no session can be dropped. The record
+is read by registry/gate/record.py under the workload's contract versions
+(which must declare `speed.decision: confident` now); `speed.max_pairs` ends
+it held. An artifact without a payload has no record and opens no session.
 
-Appends name the record's version they read, so two workers racing on one
-record cannot both pass a check the other invalidated: the later one is
-refused and may simply retry.
+Appends name the identity stream's version they read, so two workers racing
+on one stream cannot both pass a check the other invalidated: the later one
+is refused and may simply retry. (Two identities of the same bytes append to
+their own streams; each append still reads the shared record first.)
 """
 from __future__ import annotations
 
@@ -23,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from registry.formats.errors import UserError
+from registry.formats.fields import ARCH
 from registry.formats.names import check_name
 from registry.formats.sequential import SequentialResult
 from registry.formats.text import check_line, text_arguments
@@ -92,7 +97,7 @@ def _stop(record: BenchRecord) -> str:
 
 
 def read_record(registry: Registry, artifact: str) -> BenchRecord:
-    """The benchmark record of the artifact's current identity, decided under its workload's contract."""
+    """The speed record of the artifact's bytes, as its current identity reads it, under its workload's contract."""
     from .evidence import capture_subject
 
     subject = capture_subject(registry, artifact)
@@ -101,7 +106,8 @@ def read_record(registry: Registry, artifact: str) -> BenchRecord:
 
 
 @text_arguments
-def open_session(registry: Registry, artifact: str, device: str, timer: str) -> tuple[str, BenchRecord]:
+def open_session(registry: Registry, artifact: str, device: str, timer: str,
+                 arch: str | None = None) -> tuple[str, BenchRecord]:
     """Open a session for the artifact's current identity; refused when its record is already closed."""
     from registry.events.store import NewEvent
     from registry.events.types import BenchmarkSessionOpened
@@ -113,6 +119,8 @@ def open_session(registry: Registry, artifact: str, device: str, timer: str) -> 
     speed = _confident_speed(registry, workload)
     for value, what in ((device, "device"), (timer, "timer")):
         check_line(value, what)
+    if arch is not None and (not isinstance(arch, str) or not ARCH.fullmatch(arch)):
+        raise UserError(f"arch: {arch!r} is not a device architecture such as sm90, sm100 or cpu")
     if subject.payload_sha256 is None:
         raise UserError(f"{artifact} was registered without a payload, so it has no speed record of its own and "
                         "borrows none: register its bytes (`registry artifact register --payload`); no session opened")
@@ -122,7 +130,7 @@ def open_session(registry: Registry, artifact: str, device: str, timer: str) -> 
     session = f"bs-{uuid.uuid4().hex[:16]}"
     payload = BenchmarkSessionOpened(session=session, artifact=artifact, identity=subject.identity,
                                      payload_sha256=subject.payload_sha256, workload=workload, device=device,
-                                     timer=timer)
+                                     timer=timer, arch=arch)
     registry.store.append(record_stream(subject.identity), [NewEvent(payload.type, payload)],
                           expected_version=record.version, actor=registry.actor)
     return session, _read(registry, subject.identity, workload, subject.payload_sha256, speed)
@@ -187,9 +195,10 @@ class BatchedSession:
     sessions of the identity together).
     """
 
-    def __init__(self, registry: Registry, artifact: str, *, device: str, timer: str, limit: int | None = None):
+    def __init__(self, registry: Registry, artifact: str, *, device: str, timer: str, limit: int | None = None,
+                 arch: str | None = None):
         self.registry, self.artifact, self.limit = registry, artifact, limit
-        self.session, self.record = open_session(registry, artifact, device=device, timer=timer)
+        self.session, self.record = open_session(registry, artifact, device=device, timer=timer, arch=arch)
         self.pairs = 0
         self.batches = 0
 

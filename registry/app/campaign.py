@@ -181,7 +181,7 @@ def measure_in_session(registry: Registry, candidate, warmup: int,
     if record.closed:
         return closed_record_summary(record)
     timer, device = timer_names("cpu")
-    batches = BatchedSession(registry, candidate.name, device=device, timer=timer)
+    batches = BatchedSession(registry, candidate.name, device=device, timer=timer, arch="cpu")
     baseline, timed = make_timed_callable(None, SEED), make_timed_callable(candidate, SEED)
     while size := batches.next_size():
         item = time_paired(baseline, timed, size, warmup if batches.pairs == 0 else 0, "cpu",

@@ -145,8 +145,8 @@ def _session_budget(registry: Registry, artifact: str, limit: int | None, opened
     room = record.max_pairs - len(record.ratios)
     budget = room if limit is None else min(room, limit)
 
-    def open_batches(timer: str, device: str) -> BatchedSession:
-        opened.append(BatchedSession(registry, artifact, device=device, timer=timer, limit=budget))
+    def open_batches(timer: str, device: str, arch: str | None = None) -> BatchedSession:
+        opened.append(BatchedSession(registry, artifact, device=device, timer=timer, limit=budget, arch=arch))
         return opened[-1]
 
     return budget, open_batches

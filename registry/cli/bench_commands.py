@@ -16,13 +16,14 @@ def bench() -> None:
 @click.argument("artifact_id")
 @click.option("--device", required=True, help="The device the pairs are timed on (e.g. 'NVIDIA H200').")
 @click.option("--timer", required=True, help="The timer used (e.g. cuda_event).")
+@click.option("--arch", help="The device architecture (e.g. sm90, sm100, cpu): the support matrix places the record by it.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @pass_session
-def bench_open(session: Session, artifact_id: str, device: str, timer: str, as_json: bool) -> None:
+def bench_open(session: Session, artifact_id: str, device: str, timer: str, arch: str | None, as_json: bool) -> None:
     """Open a session for ARTIFACT_ID's current identity, before anything is measured."""
     from registry.app.bench import open_session
 
-    name, record = open_session(session.open(), artifact_id, device, timer)
+    name, record = open_session(session.open(), artifact_id, device, timer, arch)
     if as_json:
         emit_json({"session": name, "artifact": artifact_id, **record.to_dict()})
     else:
@@ -81,9 +82,10 @@ def status_text(artifact: str, record) -> str:
 
     where = (f"at pair {info['decided_at']} of {info['pairs']} recorded" if info["decided_at"]
              else f"after {info['pairs']} pairs")
-    head = (f"{artifact}: {info['decision']} {where} ({info['stop']}); bounds "
-            f"{bound(info['lower'])} to {bound(info['upper'])} against the gate {info['gate']:.4g}x at alpha "
-            f"{info['alpha']:g}; {len(info['sessions'])} session{'s' if len(info['sessions']) != 1 else ''}")
+    head = (f"{artifact}: speed record {info['shows']} {where} ({info['stop']}); bounds "
+            f"{bound(info['lower'])} to {bound(info['upper'])} (two-sided {info['level']:.0%}) against the gate "
+            f"{info['gate']:.4g}x at alpha {info['alpha']:g} per side; "
+            f"{len(info['sessions'])} session{'s' if len(info['sessions']) != 1 else ''}")
     if info["decision"] != "held":
         head += f"; {info['pairs_saved']} of max_pairs {info['max_pairs']} saved"
     return head

@@ -185,6 +185,9 @@ class BenchmarkSessionOpened(EventPayload):
     workload: str = Field(min_length=1)
     device: str = Field(min_length=1)
     timer: str = Field(min_length=1)
+    # The device architecture (sm90, sm100a, cpu), where the worker named it: the support matrix places a
+    # record's artifacts by it. Sessions opened before it was recorded carry none.
+    arch: str | None = Field(default=None, pattern=r"^(sm[0-9]{2,3}[a-z]?|cpu)$")
 
 
 class BenchmarkPairsRecorded(EventPayload):

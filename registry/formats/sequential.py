@@ -177,7 +177,8 @@ def decide_stream(ratios: list[float], gate: float, alpha: float, max_pairs: int
 
 
 def decide_terms(ratios: list[float], promote_gates: list[float], reject_gates: list[float], alphas: list[float],
-                 max_pairs: int, alpha: float) -> SequentialResult:
+                 max_pairs: int, alpha: float,
+                 bounds: list[tuple[float | None, float | None]] | None = None) -> SequentialResult:
     """The rule with terms that may differ pair by pair (the loosening rule of docs/gate.md, "The speed record").
 
     Pair t counts for promotion when r_t > promote_gates[t] and for rejection
@@ -188,10 +189,12 @@ def decide_terms(ratios: list[float], promote_gates: list[float], reject_gates: 
     rejection gate at most the one rejection is claimed against; a look at a
     level alpha_n reaches 1/alpha_n with probability at most alpha_n by
     Ville's inequality, so error stays at most the loosest alpha used.
-    `alpha` is the level in force now, which the result reports.
+    `alpha` is the level in force now, which the result reports. `bounds`,
+    when given, receives the running bounds after each pair counted (the
+    series the result's last bounds come from).
     """
     check_alpha(alpha)
-    for level in alphas:
+    for level in set(alphas):
         check_alpha(level)
     above = below = 0
     counted: list[float] = []
@@ -202,12 +205,15 @@ def decide_terms(ratios: list[float], promote_gates: list[float], reject_gates: 
         need = needed_count(len(counted), alphas[index])
         if above >= need or below >= need:
             decision = "promoted" if above >= need else "rejected"
-            return _result(decision, counted, len(counted), alpha, alphas[: len(counted)], "decided")
+            return _result(decision, counted, len(counted), alpha, alphas[: len(counted)], "decided", bounds)
     stop = "max_pairs" if len(counted) >= max_pairs else "undecided"
-    return _result("held", counted, None, alpha, alphas[: len(counted)], stop)
+    return _result("held", counted, None, alpha, alphas[: len(counted)], stop, bounds)
 
 
 def _result(decision: str, counted: list[float], decided_at: int | None, alpha: float, alphas: list[float],
-            stop: str) -> SequentialResult:
-    lower, upper = running_bounds(counted, alpha, alphas)[-1] if counted else (None, None)
+            stop: str, bounds: list | None = None) -> SequentialResult:
+    series = running_bounds(counted, alpha, alphas) if counted else []
+    if bounds is not None:
+        bounds.extend(series)
+    lower, upper = series[-1] if series else (None, None)
     return SequentialResult(decision, len(counted), decided_at, lower, upper, alpha, stop)

@@ -44,7 +44,7 @@ from typing import Any
 import numpy as np
 
 from registry.contracts import SpeedGate
-from registry.formats.sequential import SequentialResult, decide_terms, running_bounds
+from registry.formats.sequential import SequentialResult, decide_terms
 from registry.formats.stats import drift_between_halves, is_interleaved, speedup_bounds
 from registry.gate.model import SpeedRecord
 
@@ -122,7 +122,8 @@ def read_record(record: SpeedRecord, speed: SpeedGate, terms: list[Terms] | None
                                                                                 speed.max_pairs):
         terms = [*terms, current]  # judged under terms not (yet) declared: a what-if
     ratios, positions, event_ids, sources, holds, notes = _contributions(record, speed)
-    result = _decide(ratios, positions, terms, current)
+    bounds: list[tuple[float | None, float | None]] = []
+    result = _decide(ratios, positions, terms, current, bounds)
     rejected_under = None
     for earlier, following in zip(terms, terms[1:]):
         before = [i for i, at in enumerate(positions) if at < following.position]
@@ -134,24 +135,18 @@ def read_record(record: SpeedRecord, speed: SpeedGate, terms: list[Terms] | None
     if rejected_under is not None and result.decision != "rejected":
         result = SequentialResult("rejected", result.pairs, result.decided_at, result.lower, result.upper,
                                   result.alpha, "rejected_before")
-    alphas = _alphas(positions[: result.pairs], terms)
-    bounds = running_bounds(ratios[: result.pairs], speed.alpha, alphas) if result.pairs else []
     return Reading(result, ratios, positions, record.sessions,
                    sum(1 for entry in record.entries if entry["source"] == "document"), sources, event_ids,
                    holds, notes, rejected_under, bounds)
 
 
-def _decide(ratios: list[float], positions: list[int], terms: list[Terms], current: Terms) -> SequentialResult:
+def _decide(ratios: list[float], positions: list[int], terms: list[Terms], current: Terms,
+            bounds: list | None = None) -> SequentialResult:
     strictest = _strictest(positions, terms)
     promote = [strictest[at][0] for at in positions]
     reject = [strictest[at][1] for at in positions]
     return decide_terms(ratios, promote, reject, [strictest[at][2] for at in positions], current.max_pairs,
-                        current.alpha)
-
-
-def _alphas(positions: list[int], terms: list[Terms]) -> list[float]:
-    strictest = _strictest(positions, terms)
-    return [strictest[at][2] for at in positions]
+                        current.alpha, bounds)
 
 
 def _strictest(positions: list[int], terms: list[Terms]) -> dict[int, tuple[float, float, float]]:
@@ -177,7 +172,7 @@ def _contributions(record: SpeedRecord, speed: SpeedGate):
     holds: list[Hold] = []
     notes: list[str] = []
     opted_out = speed.drift_check == "none"
-    documents: list[tuple[str, tuple[float, float]]] = []  # earlier documents' confident bounds
+    documents: list[tuple[str, _Arms]] = []  # earlier documents, whose bounds the drift check may need
     for entry in record.entries:
         event_id, protocol = entry["event_id"], entry["protocol"]
         if protocol is None:
@@ -199,10 +194,10 @@ def _contributions(record: SpeedRecord, speed: SpeedGate):
                 hold = _drift(event_id, baseline, candidate, documents, speed.alpha)
                 if hold is not None:
                     holds.append(hold)
-                    documents.append((event_id, _bounds(protocol, baseline, candidate, speed.alpha)))
+                    documents.append((event_id, _Arms(protocol, baseline, candidate)))
                     continue
         if entry["source"] == "document":
-            documents.append((event_id, _bounds(protocol, baseline, candidate, speed.alpha)))
+            documents.append((event_id, _Arms(protocol, baseline, candidate)))
         count = min(len(baseline), len(candidate))
         ratios.extend((baseline[:count] / candidate[:count]).tolist())
         positions.extend([entry["position"]] * count)
@@ -213,12 +208,20 @@ def _contributions(record: SpeedRecord, speed: SpeedGate):
     return ratios, positions, event_ids, sources, holds, notes
 
 
-def _bounds(protocol: str, baseline: np.ndarray, candidate: np.ndarray, alpha: float) -> tuple[float, float] | None:
-    return speedup_bounds(protocol, baseline, candidate, alpha)
+@dataclass(frozen=True)
+class _Arms:
+    """A document's arms, whose confident bounds are computed only when a drift check compares with them."""
+
+    protocol: str
+    baseline: np.ndarray
+    candidate: np.ndarray
+
+    def bounds(self, alpha: float) -> tuple[float, float] | None:
+        return speedup_bounds(self.protocol, self.baseline, self.candidate, alpha)
 
 
 def _drift(event_id: str, baseline: np.ndarray, candidate: np.ndarray,
-           documents: list[tuple[str, tuple[float, float] | None]], alpha: float) -> Hold | None:
+           documents: list[tuple[str, _Arms]], alpha: float) -> Hold | None:
     """The drift check of a document that did not interleave its arms: None when it passes."""
     halves = drift_between_halves(baseline, alpha)
     if halves.drifted is None:
@@ -228,8 +231,9 @@ def _drift(event_id: str, baseline: np.ndarray, candidate: np.ndarray,
     if halves.drifted:
         return Hold("speed.drift", f"document {event_id} did not interleave its arms and its baseline drifted: "
                                    f"{halves.text()}")
-    own = _bounds("sequential", baseline, candidate, alpha)
-    for earlier_id, earlier in documents:
+    own = speedup_bounds("sequential", baseline, candidate, alpha)
+    for earlier_id, arms in documents:
+        earlier = arms.bounds(alpha)
         if own is not None and earlier is not None and (own[0] > earlier[1] or own[1] < earlier[0]):
             return Hold("speed.drift",
                         f"document {event_id} did not interleave its arms and its bounds [{own[0]:.4g}, "

@@ -254,7 +254,7 @@ def time_batches(session: _Session, cases: Sequence[Any], open_batches: Callable
                  warmup: int, *, bytes_moved: int, tick: Callable[[], None], notes: str) -> None:
     """Timed pairs in batches handed to a benchmark session, until it asks for none.
 
-    The session is opened (``open_batches(timer, device)``) after parity and
+    The session is opened (``open_batches(timer, device, arch)``) after parity and
     before the first timed call, with the names every batch is then timed
     under; a batch timed under another timer (the candidate started running
     interpreted) is a failure, not a batch of that session. Each batch is
@@ -263,7 +263,7 @@ def time_batches(session: _Session, cases: Sequence[Any], open_batches: Callable
     """
     opened = timer_names(session)
     try:
-        batches = open_batches(*opened)
+        batches = open_batches(*opened, session.worker.arch)
     except UserError as exc:
         raise SessionRefused(exc) from exc
     first = True

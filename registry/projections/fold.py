@@ -356,35 +356,16 @@ def _bench_pairs(state: RegistryState, event: LogEvent) -> None:
 def _benchmark_document(state: RegistryState, artifact: dict[str, Any], event: LogEvent) -> None:
     """A complete benchmark item joins the speed record of the bytes it measured (none without a payload).
 
-    An item stored by some other path that is not a benchmark's shape joins
-    as an entry with no protocol and no times, which the gate holds on
-    (registry/gate/record.py): the record never silently loses an attempt.
+    The entry references its event, as an evidence entry does: the fold
+    decodes no evidence payload, and a question that reads the record attaches
+    the document's arms from the log by position (record_items.py).
     """
     if event.scope is None:
         return
-    item = event.payload["item"]
     record = _speed_record(state, artifact["workload"], event.scope, event.position)
     record["documents"] += 1
-    arms = [item.get(arm) for arm in ("baseline_s", "candidate_s")]
-    shaped = item.get("protocol") in ("paired", "sequential") and all(
-        isinstance(times, list) and times and all(_is_time(t) for t in times) for times in arms)
-    schedule = item.get("schedule")
-    record["entries"].append({
-        "source": "document", "position": event.position, "event_id": event.event_id,
-        "artifact": artifact["artifact"], "identity": event.identity, "session": None,
-        "protocol": item["protocol"] if shaped else None,
-        "schedule": schedule if shaped and isinstance(schedule, list) else None,
-        "baseline_s": arms[0] if shaped else [], "candidate_s": arms[1] if shaped else [],
-        "timer": _text_or_empty(item.get("timer")), "device": _text_or_empty(item.get("device")),
-        "arch": item.get("arch") if isinstance(item.get("arch"), str) else None})
-
-
-def _is_time(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
-
-
-def _text_or_empty(value: Any) -> str:
-    return value if isinstance(value, str) else ""
+    record["entries"].append({"source": "document", "position": event.position, "event_id": event.event_id,
+                              "artifact": artifact["artifact"], "identity": event.identity, "session": None})
 
 
 TOKEN_PREFIX = "token:"

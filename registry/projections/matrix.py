@@ -47,7 +47,7 @@ def support_matrix(state: RegistryState, *, at: datetime, stale_days: int = DEFA
     families: dict[str, str] = {}
     unplaced: list[str] = []
     for artifact in state.artifacts.values():
-        native = _native_contribution(artifact)
+        native = _native_contribution(artifact, state.records)
         if native is None:
             if artifact["evidence"]:
                 unplaced.append(artifact["artifact"])
@@ -103,10 +103,12 @@ def support_matrix(state: RegistryState, *, at: datetime, stale_days: int = DEFA
             "unplaced": sorted(unplaced), "position": state.position}
 
 
-def _native_contribution(artifact: dict[str, Any]) -> dict[str, Any] | None:
+def _native_contribution(artifact: dict[str, Any], records: dict[str, Any]) -> dict[str, Any] | None:
+    """Where the registry's own decision on an artifact goes: the arch of its latest benchmark item, else that
+    of the latest session or document of its bytes' speed record that names one (a record decides on sessions)."""
     benchmark = artifact["evidence"].get("benchmark")
     item = (benchmark or {}).get("item") or {}
-    arch = item.get("arch")
+    arch = item.get("arch") or _record_arch(artifact, records)
     if arch is None:
         return None
     known = [entry["measured_at"] for entry in artifact["evidence"].values() if entry.get("measured_at")]
@@ -114,6 +116,16 @@ def _native_contribution(artifact: dict[str, Any]) -> dict[str, Any] | None:
     latest = max(readable, key=_moment) if readable else (known[0] if known else None)
     return {"workload": artifact["workload"], "arch": arch, "outcome": DECISION_OUTCOME.get(artifact["decision"]),
             "date": latest, "source": "registry", "subject": artifact["artifact"]}
+
+
+def _record_arch(artifact: dict[str, Any], records: dict[str, Any]) -> str | None:
+    from .fold import record_key
+
+    if artifact["payload_sha256"] is None:
+        return None
+    found = records.get(record_key(artifact["workload"], artifact["payload_sha256"]))
+    named = [entry["arch"] for entry in (found or {}).get("entries", ()) if entry["arch"]]
+    return named[-1] if named else None
 
 
 def _imported_contribution(record: dict[str, Any]) -> dict[str, Any]:

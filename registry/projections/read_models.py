@@ -301,7 +301,13 @@ class BenchStreamState(TypedDict):
 
 class RecordEntry(TypedDict):
     """One contribution to a speed record, in recorded order: a session's batch of pairs or a complete benchmark
-    document (its raw arms; the gate derives everything from them, registry/gate/record.py)."""
+    document, with its raw arms (the gate derives everything from them, registry/gate/record.py).
+
+    A session's batch is stored whole; a document's entry is stored as a
+    reference (source, position, event_id, artifact, identity, session) and
+    its arms and names are attached from the log by position when a question
+    reads the record (record_items.py), as evidence items are.
+    """
 
     source: Literal["session", "document"]
     position: int
@@ -309,13 +315,13 @@ class RecordEntry(TypedDict):
     artifact: str
     identity: str | None
     session: str | None
-    protocol: Literal["paired", "sequential"] | None  # None: a stored item not shaped as a benchmark
-    schedule: list[str] | None
-    baseline_s: list[float]
-    candidate_s: list[float]
-    timer: str
-    device: str
-    arch: str | None
+    protocol: NotRequired[Literal["paired", "sequential"] | None]  # None: a stored item not shaped as a benchmark
+    schedule: NotRequired[list[str] | None]
+    baseline_s: NotRequired[list[float]]
+    candidate_s: NotRequired[list[float]]
+    timer: NotRequired[str]
+    device: NotRequired[str]
+    arch: NotRequired[str | None]
 
 
 class SpeedRecordState(TypedDict):

@@ -20,6 +20,7 @@ from registry.formats.names import ARTIFACT_PREFIX, FRAMESET_PREFIX, WORKLOAD_PR
 from .asof import check_position, fold_log
 from .catchup import ReadModels
 from .items import attach_items
+from .record_items import attach_documents
 from .fold import BENCH_PREFIX, record_key
 from .read_models import ArtifactState, BenchStreamState, FrameSetState, SpeedRecordState, WorkloadState
 from .row_checks import check_absent, checked_states, row_columns
@@ -68,19 +69,25 @@ class SubjectReads(ReadModels):
         key = record_key(workload, payload_sha256)
         as_of = self.position_to_fold(as_of)
         if as_of is not None:
-            return fold_log(self.store, check_position(self.store, as_of)).records.get(key)
-        with reading(self.engine) as conn:
-            return self._row(conn, "records", key)
+            found = fold_log(self.store, check_position(self.store, as_of)).records.get(key)
+        else:
+            with reading(self.engine) as conn:
+                found = self._row(conn, "records", key)
+        if found is not None:
+            attach_documents(self.store, [found])
+        return found
 
     def workload_speed_records(self, workload: str) -> list[SpeedRecordState]:
-        """Every speed record of one workload now, by key: an indexed range of the records table."""
+        """Every speed record of one workload now, by key (an indexed range), with its documents attached."""
         self.position_to_fold(None)
         table = MODELS["records"][0]
         with reading(self.engine) as conn:
             self.served_position = read_checkpoint(conn) or 0
             texts = conn.execute(select(table.c.state).where(table.c.workload == workload)
                                  .order_by(table.c.record)).scalars().all()
-        return [load_state(text) for text in texts]
+        found = [load_state(text) for text in texts]
+        attach_documents(self.store, found)
+        return found
 
     def bench_stream(self, identity: str) -> BenchStreamState | None:
         """An identity's benchmark-session stream now: the record it feeds, its version, its batch keys."""

@@ -14,6 +14,7 @@ from sqlalchemy import Connection, select
 from .asof import check_position, fold_log
 from .catchup import ReadModels
 from .items import attach_items
+from .record_items import attach_documents
 from .read_models import ArtifactState, WorkloadState
 from .rows import MODELS, load_state
 from .schema import ARTIFACTS, VERDICTS, WORKLOADS
@@ -51,8 +52,9 @@ class WholeRegistryReads(ReadModels):
         `history=False` leaves out the artifacts' verdict histories where they
         are read from the live tables (a report needs none), so reading the
         registry costs its artifacts, not every verdict they ever had.
-        `items=False` leaves the evidence entries as references (read_models.py
-        `EvidenceEntry`), for a caller that shows no evidence (`replay`'s count).
+        `items=False` leaves the evidence entries and the speed records' documents as
+        references (read_models.py `EvidenceEntry`, `RecordEntry`), for a caller that shows
+        no evidence (`replay`'s count).
         """
         as_of = self.position_to_fold(as_of)
         if as_of is not None:
@@ -63,6 +65,7 @@ class WholeRegistryReads(ReadModels):
             self.served_position = folded.position
         if items:
             attach_items(self.store, folded.artifacts.values())
+            attach_documents(self.store, folded.records.values())
         return folded
 
     def artifacts(self, workload: str | None = None, as_of: int | None = None) -> list[ArtifactState]:

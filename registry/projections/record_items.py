@@ -1,0 +1,75 @@
+"""A speed record's complete documents, read from the log by position when a question reads the record.
+
+The fold keeps a document's entry in a speed record as a reference to its
+`BenchmarkMeasured` event (read_models.py `RecordEntry`), for the reason
+evidence entries are references (items.py): decoding every benchmark item's
+arms halved the fold's rate. A question that reads a record (`promote`,
+`what-if`, `show`, `bench status`, `report`) attaches each document's
+protocol, schedule, arms, timer, device and arch here, every record asked
+about in a few reads by primary key. An item stored by some other path that
+is not a benchmark's shape is attached with no protocol and no times, which
+the gate holds on (registry/gate/record.py): the record never silently loses
+an attempt. A position that holds no benchmark of the entry's artifact is
+refused in one line naming it.
+"""
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+from registry.events.store import EventStore
+from registry.formats.names import ARTIFACT_PREFIX
+
+from .items import ITEM_PAGE
+from .log import row_payload
+from .read_models import SpeedRecordState
+from .state import ProjectionError
+
+
+def attach_documents(store: EventStore, records: Iterable[SpeedRecordState]) -> None:
+    """Give every document entry of `records` its arms and names, read from the log (in place)."""
+    wanted: dict[int, dict[str, Any]] = {}
+    for record in records:
+        for entry in record["entries"]:
+            if entry["source"] == "document" and "protocol" not in entry:
+                wanted[entry["position"]] = entry
+    if not wanted:
+        return
+    for rows in store.log_rows_at(wanted, page=ITEM_PAGE):
+        for row in rows:
+            position, _, stream, type_, _, _, _ = row
+            entry = wanted.pop(position)
+            if stream != ARTIFACT_PREFIX + entry["artifact"] or type_ != "BenchmarkMeasured":
+                raise _not_its_document(position, entry["artifact"], f"{type_} in stream {stream}")
+            item = row_payload(row).get("item")
+            entry.update(document_fields(item if isinstance(item, dict) else {}))
+    if wanted:
+        position = min(wanted)
+        raise _not_its_document(position, wanted[position]["artifact"], "no event")
+
+
+def document_fields(item: dict[str, Any]) -> dict[str, Any]:
+    """What a speed record reads of a benchmark item; no protocol and no times where it is not shaped as one."""
+    arms = [item.get(arm) for arm in ("baseline_s", "candidate_s")]
+    shaped = item.get("protocol") in ("paired", "sequential") and all(
+        isinstance(times, list) and times and all(_is_time(t) for t in times) for times in arms)
+    schedule = item.get("schedule")
+    return {"protocol": item["protocol"] if shaped else None,
+            "schedule": schedule if shaped and isinstance(schedule, list) else None,
+            "baseline_s": arms[0] if shaped else [], "candidate_s": arms[1] if shaped else [],
+            "timer": _text(item.get("timer")), "device": _text(item.get("device")),
+            "arch": item.get("arch") if isinstance(item.get("arch"), str) else None}
+
+
+def _is_time(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def _not_its_document(position: int, artifact_id: str, found: str) -> ProjectionError:
+    return ProjectionError(
+        f"a speed record names position {position} as a benchmark document of artifact {artifact_id!r}, but the "
+        f"log holds {found} there: `registry replay` rebuilds the read models from the log"
+    )
