@@ -31,12 +31,16 @@ from typing import Any, Sequence
 import torch
 
 from registry.kernels import wire
+from registry.kernels.sandbox import Sandbox, SandboxUnavailable, make_harness_undumpable, require_sandbox, setup_failure
 
 CALL_TIMEOUT_S = 600.0
 """Longest a worker may take to answer one request before it is killed and the stage fails."""
 
 START_TIMEOUT_S = 300.0
 """Longest a worker may take to start and import the candidate."""
+
+EXIT_GRACE_S = 1.0
+"""How long a worker that stopped answering gets to finish exiting, so its own exit status is reported."""
 
 FLUSH_BYTES = 256 * 1024 * 1024  # the L2 eviction write on a GPU (an H200 has 60 MB of L2)
 
@@ -105,10 +109,16 @@ class _DeadlineReader:
 
 
 class CandidateWorker:
-    """One worker process for one evaluation; use as a context manager so it always ends."""
+    """One worker process running one entry (the candidate, or the reference as the baseline arm);
+    use as a context manager so it always ends.
 
-    def __init__(self, entry: str, reference: str, device: torch.device, *, screen: bool) -> None:
-        self.entry, self.reference, self.device, self.screen = entry, reference, device, screen
+    Sandboxed (the default), the process is built by :mod:`registry.kernels.sandbox_launch`: the
+    worker is pid 1 of its own pid namespace under a uid of its own, so ending it ends everything it
+    started. ``sandboxed=False`` (``--insecure-no-sandbox``) runs it as this process's user, as before.
+    """
+
+    def __init__(self, entry: str, device: torch.device, *, screen: bool, sandboxed: bool = True) -> None:
+        self.entry, self.device, self.screen, self.sandboxed = entry, device, screen, sandboxed
         self.source = ""
         self.device_name: str | None = None
         self.arch = "cpu"
@@ -117,27 +127,50 @@ class CandidateWorker:
             major, minor = torch.cuda.get_device_capability(device)
             self.arch = f"sm{major}{minor}"
         self.process: subprocess.Popen | None = None
+        self.sandbox: Sandbox | None = None
+        self.pid: int | None = None  # the worker's own pid, as this process sees it
         self.stderr = tempfile.TemporaryFile()
 
     def start(self) -> None:
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "registry.kernels.worker"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            stderr=self.stderr, env=env, start_new_session=True, bufsize=0)
+        """Start the process; the entry is imported only by the hello (or inspect) that follows."""
+        argv = [sys.executable, "-s", "-B", "-m", "registry.kernels.worker"]
+        if self.sandboxed:
+            make_harness_undumpable()
+            self.sandbox = Sandbox([self.entry], self.device.type)
+            command, env = self.sandbox.command(argv), {}
+        else:
+            command, env = argv, dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+        self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr,
+                                        env=env, start_new_session=True, bufsize=0)
         self.to_worker = io.BufferedWriter(self.process.stdin)  # writes whole frames; stdout stays raw
 
-    def __enter__(self) -> "CandidateWorker":
+    def begin(self) -> "CandidateWorker":
+        """Start the process and send the hello (import the entry there); the answer comes with ``finish``."""
         self.start()
-        reply = self._request({"op": "hello", "entry": self.entry, "reference": self.reference,
-                               "device": str(self.device), "flush_bytes": FLUSH_BYTES, "screen": self.screen},
-                              timeout=START_TIMEOUT_S)
-        source = reply.get("source")
-        self.source = source if isinstance(source, str) else ""
+        self._send({"op": "hello", "entry": self.entry, "device": str(self.device), "flush_bytes": FLUSH_BYTES,
+                    "screen": self.screen})
         return self
+
+    def finish(self) -> "CandidateWorker":
+        """Wait for the hello's answer: the entry imported in the worker, its source when screened."""
+        source = self._receive(START_TIMEOUT_S)[0].get("source")
+        self.source = source if isinstance(source, str) else ""
+        self.pid = self._worker_pid()
+        return self
+
+    def __enter__(self) -> "CandidateWorker":
+        return self.begin().finish()
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+    def _worker_pid(self) -> int | None:
+        """The worker itself: the launcher's one child when sandboxed (the launcher only waits)."""
+        if not self.sandboxed:
+            return self.process.pid
+        found = _tasks(self.process.pid)
+        children = sorted(found[1]) if found else []
+        return int(children[0]) if len(children) == 1 else None
 
     def module_source(self) -> str:
         """Import the entry in the worker; the source of its module (what registration hashes)."""
@@ -150,8 +183,24 @@ class CandidateWorker:
             raise WorkerDied("the candidate's worker process sent no module source")
         return source
 
+    def _kill(self) -> None:
+        """SIGKILL the worker (when sandboxed, its pid namespace goes with it) and the launcher's session."""
+        process = self.process
+        if process is None:
+            return
+        if process.poll() is None and self.pid is not None and self.pid != process.pid:
+            try:
+                os.kill(self.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        try:  # whatever the candidate started in the worker's session ends with it
+            os.killpg(process.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        process.wait()
+
     def close(self) -> None:
-        process, self.process = self.process, None
+        process = self.process
         if process is None:
             return
         try:
@@ -160,17 +209,16 @@ class CandidateWorker:
                 process.wait(timeout=5)
         except (OSError, ValueError, subprocess.TimeoutExpired):
             pass
-        try:  # whatever the candidate started in the worker's session ends with it
-            os.killpg(process.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-        process.wait()
+        self._kill()
+        self.process = None
         for stream in (self.to_worker, process.stdout):
             try:
                 stream.close()
             except OSError:
                 pass
         self.stderr.close()
+        if self.sandbox is not None:
+            self.sandbox.close()
 
     def _stderr_tail(self) -> str:
         try:
@@ -183,12 +231,13 @@ class CandidateWorker:
     def _died(self, why: str) -> WorkerDied:
         process = self.process
         if process is not None and process.poll() is None:
-            try:
-                os.killpg(process.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-            process.wait()
+            try:  # a worker that ended has a launcher about to exit with its status: let it
+                process.wait(timeout=EXIT_GRACE_S)
+            except subprocess.TimeoutExpired:
+                self._kill()
         code = None if process is None else process.returncode
+        if self.sandboxed and setup_failure(code):
+            return WorkerDied(f"the sandbox for the candidate could not be built{self._stderr_tail()}")
         return WorkerDied(f"the candidate's worker process {why} (exit status {code}){self._stderr_tail()}")
 
     def _send(self, header: dict[str, Any], tensors: Sequence[torch.Tensor] = ()) -> None:
@@ -220,15 +269,19 @@ class CandidateWorker:
 
     def call(self, arm: str, cases: Sequence[Sequence[torch.Tensor]], output_bytes: int, *,
              ablate: bool = False) -> CallResult:
-        """Stage ``cases`` (each a tuple of inputs), run ``arm`` ("C" or "B") on all of them, collect."""
+        """Stage ``cases`` (each a tuple of inputs), run this worker's entry on all of them, collect.
+
+        ``arm`` "C" (the candidate) also brings the inputs back as the call left them; "B" does not.
+        """
         flat = [t.detach().to("cpu").contiguous() for args in cases for t in args]
         self._request({"op": "stage", "arm": arm, "counts": [len(args) for args in cases]}, flat)
-        before = _tasks(self.process.pid)
+        watched = self.pid if self.pid is not None else -1
+        before = _tasks(watched)
         self._send({"op": "run", "ablate": ablate})
         start = time.perf_counter_ns()
         self._receive(CALL_TIMEOUT_S)
         seconds = (time.perf_counter_ns() - start) / 1e9
-        after = _tasks(self.process.pid)
+        after = _tasks(watched)
         input_bytes = sum(t.untyped_storage().nbytes() for t in flat)
         header, tensors = self._receive(CALL_TIMEOUT_S, byte_budget=output_bytes + input_bytes)
         return self._result(header, tensors, cases, seconds, before, after)
@@ -282,7 +335,11 @@ def inspect_entry(entry: str) -> str:
     from registry.kernels.ops import EntryError
 
     try:
-        return CandidateWorker(entry, "", torch.device("cpu"), screen=False).module_source()
+        require_sandbox()
+    except SandboxUnavailable as exc:
+        raise EntryError(f"entry {entry!r}: {exc}") from None
+    try:
+        return CandidateWorker(entry, torch.device("cpu"), screen=False).module_source()
     except CandidateError as exc:
         if exc.type_name == "EntryError":
             raise EntryError(str(exc)) from None

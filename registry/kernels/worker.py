@@ -17,9 +17,10 @@ inputs the worker could not predict, launch ablation, threads seen in
 Protocol (frames of :mod:`registry.kernels.wire`, on stdin and the original
 stdout; the candidate's prints go to stderr):
 
-- ``hello {entry, reference, device}`` -> ``{ok, source}`` or ``{error}``
+- ``hello {entry, device}`` -> ``{ok, source}`` or ``{error}`` (the one entry this process runs: the
+  candidate, or in the baseline's own worker the reference; never both)
 - ``inspect {entry}`` -> ``{ok, module_source}`` or ``{error}`` (registration: check and hash an entry)
-- ``stage {arm, counts}`` + tensors -> ``{ok}`` (arm "C" candidate, "B" reference)
+- ``stage {arm, counts}`` + tensors -> ``{ok}`` (arm "C" also sends the inputs back after the run)
 - ``run {ablate}`` -> ``{done}`` or ``{error}``, then ``{outputs, launches, ...}`` + tensors
 - ``exit`` -> the process ends
 """
@@ -175,7 +176,6 @@ class Worker:
         self.protected = _protected()
         self.device = torch.device("cpu")
         self.candidate: Any = None
-        self.reference: Any = None
         self.staged: list[tuple[torch.Tensor, ...]] = []
         self.arm = "C"
         self.flush: torch.Tensor | None = None
@@ -194,7 +194,6 @@ class Worker:
         if self.device.type == "cuda":
             torch.cuda.set_device(self.device)
             self.flush = torch.empty(header["flush_bytes"] // 4, dtype=torch.int32, device=self.device)
-        self.reference = resolve_entry(header["reference"])
         self.candidate = resolve_entry(header["entry"])
         source = candidate_source(self.candidate) if header.get("screen") else ""
         return {"ok": True, "source": source}
@@ -219,7 +218,7 @@ class Worker:
         return {"ok": True}
 
     def run(self, header: dict[str, Any]) -> None:
-        fn = self.candidate if self.arm == "C" else self.reference
+        fn = self.candidate
         self.watch.reset()
         self.watch.ablate = bool(header.get("ablate"))
         results, per_call, error = [], [], None
