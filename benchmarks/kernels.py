@@ -41,7 +41,7 @@ from registry.evidence.timing import time_paired  # noqa: E402
 from contextlib import ExitStack  # noqa: E402
 
 from registry.evidence.timing import abba_schedule  # noqa: E402
-from registry.kernels.evaluate import start_workers, execution_device, fresh_inputs  # noqa: E402
+from registry.kernels.evaluate import open_workers, execution_device, fresh_inputs  # noqa: E402
 from registry.kernels.isolation import CandidateWorker  # noqa: E402
 from registry.kernels.ops import get_operation, list_operations, resolve_entry  # noqa: E402
 
@@ -127,7 +127,7 @@ def _in_process_seconds(kernel, inputs) -> float:
 def _measure_overhead(spec, cases, device: torch.device, calls: int, seen: dict[str, list[float]]) -> None:
     arms = {"C": resolve_entry(spec.kernels[0]), "B": resolve_entry(spec.reference)}
     with ExitStack() as stack:
-        workers = dict(zip("CB", start_workers(stack, spec.kernels[0], spec.reference, device, screen=False,
+        workers = dict(zip("CB", open_workers(stack, spec.kernels[0], spec.reference, device, screen=False,
                                                 sandboxed=True)))
         for i in range(calls + 1):  # the first call of each path compiles or warms up; dropped
             for arm, fn in arms.items():
@@ -174,7 +174,7 @@ def _start_seconds(spec, device: torch.device, sandboxed: bool) -> float:
     start = time.perf_counter_ns()
     if sandboxed:
         with ExitStack() as stack:
-            start_workers(stack, spec.kernels[0], spec.reference, device, screen=False, sandboxed=True)
+            open_workers(stack, spec.kernels[0], spec.reference, device, screen=False, sandboxed=True)
             seconds = (time.perf_counter_ns() - start) / 1e9
     else:
         with CandidateWorker(spec.kernels[0], device, screen=False, sandboxed=False):

@@ -42,7 +42,7 @@ from registry.evidence.timing import abba_schedule, peak_bandwidth, triton_inter
 from registry.kernels.checks import (HELD_OUT, IMPOSSIBLE_SPEED, NON_FINITE, NONDETERMINISTIC, NOT_FROM_KERNEL,
                                      STALE, CandidateRefused, as_outputs, refuse_bad_outputs, refuse_idle,
                                      refuse_mutated_inputs, refuse_worker_report, spot_check)
-from registry.kernels.isolation import CallResult, CandidateError, CandidateWorker
+from registry.kernels.isolation import CallResult, CandidateError, CandidateWorker, start_workers
 from registry.kernels.sandbox import PROFILE, UNSANDBOXED, harness_digest
 from registry.kernels.ops import get_operation, resolve_entry
 
@@ -345,14 +345,15 @@ def integrity(session: _Session, cases: Sequence[Any]) -> None:
                     f"{label}.{out_name} is still the reference's with every kernel launch made a no-op"))
 
 
-def start_workers(stack: ExitStack, entry: str, reference: str, device: torch.device, *, screen: bool,
-                   sandboxed: bool) -> tuple[CandidateWorker, CandidateWorker]:
-    """The candidate's worker and the baseline's (the reference alone), started side by side: both import
-    torch at once, so the pair costs about one start where cores allow."""
+def open_workers(stack: ExitStack, entry: str, reference: str, device: torch.device, *, screen: bool,
+                 sandboxed: bool) -> tuple[CandidateWorker, CandidateWorker]:
+    """The candidate's worker and the baseline's (the reference alone), started together (one jail, whose
+    zygote imports torch once and forks both) and answering their hellos; closed when ``stack`` ends."""
     candidate = CandidateWorker(entry, device, screen=screen, sandboxed=sandboxed)
     stack.callback(candidate.close)
     baseline = CandidateWorker(reference, device, screen=False, sandboxed=sandboxed)
     stack.callback(baseline.close)
+    start_workers([candidate, baseline], sandboxed=sandboxed)
     candidate.begin()
     baseline.begin()
     return candidate.finish(), baseline.finish()
@@ -398,7 +399,7 @@ def evaluate_kernel(op_name: str, entry: str, *, corpus: str, runs: int, warmup:
     stage = "load"
     try:
         with ExitStack() as stack:
-            worker, baseline = start_workers(stack, entry, spec.reference, device, screen=policy == "byte_equal",
+            worker, baseline = open_workers(stack, entry, spec.reference, device, screen=policy == "byte_equal",
                                               sandboxed=sandboxed)
             approx_math = screen_source(worker.source) if policy == "byte_equal" else None
             inputs = [spec.make_inputs(case, device) for case in cases]

@@ -191,6 +191,14 @@ def worker_env(device_type: str) -> dict[str, str]:
     return env
 
 
+def _draw_ids() -> dict[str, int]:
+    """A root harness's uid and gid for one worker; a user namespace's only id (its root) otherwise."""
+    if os.geteuid() != 0:
+        return {"uid": 0, "gid": 0}
+    draw = SANDBOX_IDS[0] + secrets.randbelow(SANDBOX_IDS[1] - SANDBOX_IDS[0])
+    return {"uid": draw, "gid": draw}
+
+
 class Sandbox:
     """One jail's staging directory (the new root's mount point and the candidate's copy) and launch command."""
 
@@ -207,9 +215,10 @@ class Sandbox:
             self.close()
             raise
 
-    def launch_config(self, argv: list[str]) -> dict:
+    def launch_config(self, argv: list[str], workers: list[dict[str, int]]) -> dict:
+        """What the launcher builds: ``argv`` exec'd as pid 1 of the jail, with a worker config (its own
+        ids and its descriptors: requests, answers, stderr, status) for each entry of ``workers``."""
         root = os.geteuid() == 0
-        draw = SANDBOX_IDS[0] + secrets.randbelow(SANDBOX_IDS[1] - SANDBOX_IDS[0])
         limits = {"nofile": OPEN_FILES, "nproc": PROCESSES, "fsize": FILE_BYTES, "cpu": CPU_SECONDS, "core": 0}
         if self.device_type != "cuda":
             limits["as"] = MEMORY_BYTES
@@ -217,12 +226,22 @@ class Sandbox:
         return {"root": str(self.staging / "root"), "candidate": str(self.staging / "candidate"), "binds": binds,
                 "devices": _device_nodes(self.device_type), "limits": limits, "argv": argv,
                 "env": worker_env(self.device_type), "user_namespace": not root, "set_ids": root,
-                "uid": draw if root else os.getuid(), "gid": draw if root else os.getgid(),
+                "uid": os.getuid(), "gid": os.getgid(), "probe_ids": _draw_ids(),
+                "workers": [dict(_draw_ids(), fds=fds) for fds in workers],
                 "tmp_bytes": TMP_BYTES, "tmp_inodes": TMP_INODES, "shm_bytes": SHM_BYTES}
 
-    def command(self, argv: list[str]) -> list[str]:
-        """The launcher's command line: an isolated interpreter without site, so it starts in milliseconds."""
-        return [sys.executable, "-I", "-S", str(_LAUNCHER), json.dumps(self.launch_config(argv))]
+    def command(self, workers: list[dict[str, int]]) -> list[str]:
+        """The launcher's command line (an isolated interpreter without site: it starts in milliseconds),
+        for a jail whose zygote forks one worker per entry of ``workers``."""
+        zygote = [sys.executable, "-s", "-B", "-m", "registry.kernels.zygote"]
+        return self._launcher(self.launch_config(zygote, workers))
+
+    def _launcher(self, config: dict) -> list[str]:
+        return [sys.executable, "-I", "-S", str(_LAUNCHER), json.dumps(config)]
+
+    def probe_command(self) -> list[str]:
+        """A jail whose pid 1 confines itself as a worker would be, then exits: the whole sandbox, no torch."""
+        return self._launcher(self.launch_config([sys.executable, "-I", "-S", str(_LAUNCHER), "--probe"], []))
 
     def close(self) -> None:
         shutil.rmtree(self.staging, ignore_errors=True)
@@ -233,8 +252,8 @@ def _probe() -> str | None:
     """Why this machine cannot build the sandbox (the launcher's own line), or None when it can."""
     sandbox = Sandbox([], "cpu")
     try:
-        done = subprocess.run(sandbox.command([sys.executable, "-I", "-S", "-c", "pass"]), capture_output=True,
-                              timeout=60, env={}, stdin=subprocess.DEVNULL)
+        done = subprocess.run(sandbox.probe_command(), capture_output=True, timeout=60, env={},
+                              stdin=subprocess.DEVNULL)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"the sandbox launcher did not run ({exc})"
     finally:

@@ -1,37 +1,45 @@
-"""The sandbox launcher: builds the candidate's jail from Linux primitives, then execs the worker in it.
+"""The sandbox launcher: builds the candidate's jail from Linux primitives; confines each worker in it.
 
-Run by the harness (:mod:`registry.kernels.sandbox`) as ``python -I -S
-sandbox_launch.py CONFIG`` before any candidate code exists in the process,
-and importing nothing but the standard library, so it starts in tens of
-milliseconds. CONFIG is a JSON object the harness wrote (see
-``registry.kernels.sandbox.Sandbox.launch_config``). In order:
+Run by the harness (:mod:`registry.kernels.isolation`, with the config of
+:mod:`registry.kernels.sandbox`) as ``python -I -S sandbox_launch.py CONFIG``
+before any candidate code exists, importing nothing but the standard
+library, so it starts in tens of milliseconds. CONFIG is a JSON object. In
+order:
 
-1. ``unshare`` new mount, pid, network, IPC and UTS namespaces (and a user
-   namespace when the harness is not root), then ``fork``: the child is pid 1
-   of the new pid namespace, so when it ends the kernel kills everything it
-   started, whatever session or process group that joined;
+1. ``unshare`` new mount, pid, network, IPC, UTS and cgroup namespaces (and a
+   user namespace when the harness is not root, mapping its uid to the
+   namespace's root), then ``fork``: the child is pid 1 of the new pid
+   namespace, so when it ends the kernel kills everything left in it,
+   whatever session or process group that joined;
 2. in the child, a new root on a size-limited tmpfs holding read-only binds
-   of the interpreter, the packages and the registry's own code, the
-   candidate's copied files, a private ``/tmp`` and ``/dev/shm``, a minimal
-   ``/dev`` (null, zero, full, random, urandom, and on a GPU the NVIDIA
-   nodes), and a fresh ``/proc`` that shows only this namespace; then
-   ``pivot_root`` and the old root detached, the new root remounted read-only;
-3. resource limits, every capability dropped from the bounding and ambient
-   sets, supplementary groups cleared, uid and gid set to the sandbox's own
-   (root harness), ``PR_SET_NO_NEW_PRIVS``, parent-death SIGKILL;
-4. a seccomp-BPF filter refusing (EPERM) ptrace, process_vm_readv/writev,
-   setsid, setpgid, mounts and the new mount API, pivot_root, chroot,
-   unshare, setns, clone with namespace flags, bpf, perf_event_open,
-   keyrings, io_uring, userfaultfd, module and kexec loading, and socket and
-   socketpair (the channel to the harness is the pipes it inherited);
-   ``clone3`` answers ENOSYS so the C library falls back to ``clone``, whose
-   flags the filter can read; a foreign architecture is killed;
-5. ``execve`` of the worker with the scrubbed environment the config names.
+   of the interpreter, the packages and the registry's own package, the
+   candidate's copied files at ``/candidate``, a minimal ``/dev`` (null,
+   zero, full, random, urandom, and on a GPU the NVIDIA nodes), a fresh
+   ``/proc`` of the new pid namespace; then ``pivot_root``, the old root
+   detached, the new root remounted read-only; then it makes itself
+   non-dumpable and execs the config's ``argv`` (the zygote,
+   :mod:`registry.kernels.zygote`) with the scrubbed environment;
+3. ``confine`` runs in each worker the zygote forks, before the worker
+   serves: its own mount namespace with a private ``/tmp`` and ``/dev/shm``
+   (tmpfs, size-limited), resource limits, every capability dropped from the
+   bounding and ambient sets and cleared, supplementary groups cleared, the
+   worker's own uid and gid (a root harness), ``PR_SET_NO_NEW_PRIVS``,
+   non-dumpable, parent-death SIGKILL, and a seccomp-BPF filter refusing
+   (EPERM) ptrace, process_vm_readv/writev, setsid, setpgid, mounts and the
+   new mount API, pivot_root, chroot, unshare, setns, clone with namespace
+   flags, bpf, perf_event_open, keyrings, io_uring, userfaultfd, module and
+   kexec loading, and socket and socketpair (the channel to the harness is
+   the pipes it inherited); ``clone3`` answers ENOSYS so the C library falls
+   back to ``clone``, whose flags the filter can read; a foreign
+   architecture is killed.
 
 Any failure before the ``execve`` exits with ``SETUP_FAILED`` after one line
-on stderr starting with ``sandbox:``; the harness turns that into a refusal,
-never an unsandboxed run. The parent stays outside, waits for pid 1 and exits
-with its status (128 + the signal when it was killed).
+on stderr starting with ``sandbox:`` (the zygote's workers do the same); the
+harness turns that into a refusal or a recorded failure, never an
+unsandboxed run. ``--probe`` (exec'd as pid 1 instead of the zygote) confines
+itself as a worker would and exits: how the harness asks whether this
+machine can build the sandbox at all. The launcher's parent stays outside,
+waits for pid 1 and exits with its status (128 + the signal when killed).
 """
 from __future__ import annotations
 
@@ -228,18 +236,26 @@ def _build_root(config: dict) -> None:
 
 
 def _user_namespace(uid: int, gid: int) -> None:
-    """Unprivileged harness: map its own uid and gid (nothing else) into the new user namespace."""
+    """Unprivileged harness: its own uid and gid (nothing else) become root of the new user namespace, so the
+    zygote keeps the capabilities it needs there to give each worker its own mounts, then drops them."""
     with open("/proc/self/setgroups", "w") as fh:
         fh.write("deny")
     with open("/proc/self/uid_map", "w") as fh:
-        fh.write(f"{uid} {uid} 1")
+        fh.write(f"0 {uid} 1")
     with open("/proc/self/gid_map", "w") as fh:
-        fh.write(f"{gid} {gid} 1")
+        fh.write(f"0 {gid} 1")
 
 
-def _drop_privileges(config: dict) -> None:
+def confine(config: dict, worker: dict) -> None:
+    """In a process forked by the zygote, before any candidate code: its own mount namespace with a fresh
+    /tmp and /dev/shm, then limits, identity, no capabilities, no new privileges, and the syscall filter."""
     import resource
 
+    _check(_libc.unshare(CLONE_NEWNS), "unshare the worker's mounts")
+    _mount(None, "/", None, MS_REC | MS_PRIVATE)
+    _mount("sandbox-shm", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, f"mode=1777,size={config['shm_bytes']}")
+    _mount("sandbox-tmp", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV,
+           f"mode=1777,size={config['tmp_bytes']},nr_inodes={config['tmp_inodes']}")
     for name, value in config["limits"].items():
         resource.setrlimit(getattr(resource, _RLIMITS[name]), (value, value))
     with open("/proc/sys/kernel/cap_last_cap") as fh:
@@ -249,16 +265,18 @@ def _drop_privileges(config: dict) -> None:
         _prctl(PR_CAPBSET_DROP, cap, f"drop capability {cap}")
     if config["set_ids"]:
         os.setgroups([])
-        os.setresgid(config["gid"], config["gid"], config["gid"])
-        os.setresuid(config["uid"], config["uid"], config["uid"])
+        os.setresgid(worker["gid"], worker["gid"], worker["gid"])
+        os.setresuid(worker["uid"], worker["uid"], worker["uid"])
     _clear_capabilities()
     _prctl(PR_SET_PDEATHSIG, signal.SIGKILL, "parent-death signal")
     _prctl(PR_SET_NO_NEW_PRIVS, 1, "no new privileges")
     _prctl(PR_SET_DUMPABLE, 0, "not dumpable")
+    install_filter(arch())
+    os.chdir("/tmp")
 
 
 def _clear_capabilities() -> None:
-    """capset with every set empty (also in a user namespace, where setresuid could not drop them)."""
+    """capset with every set empty (also in a user namespace, where no setresuid drops them)."""
 
     class Header(ctypes.Structure):
         _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
@@ -273,13 +291,20 @@ def _clear_capabilities() -> None:
 
 def _child(config: dict) -> None:
     _build_root(config)
-    _drop_privileges(config)
-    install_filter(arch())
-    os.chdir("/tmp")
-    os.execve(config["argv"][0], config["argv"], config["env"])
+    _prctl(PR_SET_PDEATHSIG, signal.SIGKILL, "parent-death signal")
+    _prctl(PR_SET_DUMPABLE, 0, "not dumpable")
+    os.execve(config["argv"][0], config["argv"] + [json.dumps(config)], config["env"])
 
 
 def main(argv: list[str]) -> None:
+    if argv[1] == "--probe":  # exec'd inside a finished jail: confine as a worker would be, then end
+        config = json.loads(argv[2])
+        try:
+            confine(config, config["probe_ids"])
+        except (SetupError, OSError) as exc:
+            print(f"sandbox: {exc}", file=sys.stderr, flush=True)
+            os._exit(SETUP_FAILED)
+        os._exit(0)
     try:
         config = json.loads(argv[1])
         arch()  # refuse an unknown architecture before anything changes
@@ -299,9 +324,12 @@ def main(argv: list[str]) -> None:
         except BaseException as exc:  # noqa: BLE001 - nothing but the worker may run past this point
             print(f"sandbox: {exc}", file=sys.stderr, flush=True)
         os._exit(SETUP_FAILED)
-    null = os.open(os.devnull, os.O_RDWR)  # the pipes belong to the worker: its end closes them
+    null = os.open(os.devnull, os.O_RDWR)  # the pipes belong to the workers: their ends close them
     os.dup2(null, 0)
     os.dup2(null, 1)
+    for worker in config["workers"]:
+        for fd in worker["fds"].values():
+            os.close(fd)
     while True:
         try:
             _, status = os.waitpid(pid, 0)

@@ -1,7 +1,8 @@
 """The candidate's own process: runs a kernel entry on inputs the harness sends, and nothing else.
 
-Started by :mod:`registry.kernels.isolation` as ``python -m
-registry.kernels.worker``. It never sees an expected output, a comparator
+Forked by the sandbox's zygote (:mod:`registry.kernels.zygote`), or started by
+:mod:`registry.kernels.isolation` as ``python -m registry.kernels.worker``
+when run without the sandbox. It never sees an expected output, a comparator
 verdict or the clock that decides: it receives input bytes, copies them into
 fresh storage on its device, runs the requested arm when told to, waits for
 the whole device, answers "done", then sends back copies of the outputs and of
@@ -268,8 +269,20 @@ class Worker:
             wire.write_frame(_PROTOCOL_OUT, reply)
 
 
-if __name__ == "__main__":
+def preload() -> None:
+    """Import what every worker needs before any candidate code (the sandbox's zygote forks from here)."""
+    from triton.runtime import interpreter, jit  # noqa: F401 - the launch hooks' targets
+
+    _protected()
+
+
+def serve_stdio() -> None:
+    """Be the worker on stdin and stdout until told to exit; never returns."""
     _take_protocol_streams()
     Worker().serve()
     _PROTOCOL_OUT.flush()
     os._exit(0)  # no candidate atexit hook or lingering thread decides how this process ends
+
+
+if __name__ == "__main__":
+    serve_stdio()
