@@ -6,6 +6,7 @@ import json
 import pytest
 
 from registry.app import open_registry
+from registry.kernels.sandbox import harness_digest
 
 MANIFEST = """
 workload: wan-modln-op
@@ -44,7 +45,10 @@ def test_evaluate_then_promote_holds_on_interpreter_timings(cli):
     assert types(cli.url, "modln")[1:] == ["ParityMeasured", "BenchmarkMeasured", "ExecutionObserved"]
     promoted = cli("promote", "modln", "--json")
     verdict = json.loads(promoted.output)
-    assert promoted.exit_code == 3 and verdict["decision"] == "held" and verdict["rule"] == "speed.interpreter"
+    assert promoted.exit_code == 3 and verdict["decision"] == "held"
+    # held first because the launches were counted inside the candidate's process, then for interpreter timings
+    assert verdict["rule"] == "execution.launches_unverified"
+    assert any("interpreter" in reason for reason in verdict["reasons"])
 
 
 def test_emit_writes_an_import_file_and_appends_nothing(cli):
@@ -55,6 +59,7 @@ def test_emit_writes_an_import_file_and_appends_nothing(cli):
     assert types(cli.url, "rms") == ["ArtifactRegistered"]
     document = json.loads(out.read_text())
     assert document["format"] == "registry.evidence/1" and document["run"] == "gpu-7"
+    assert (document["sandbox"], document["harness_sha256"]) == ("linux-ns-seccomp/1", harness_digest())
     assert cli("evidence", "import", str(out)).exit_code == 0
     assert types(cli.url, "rms")[1:] == ["ParityMeasured", "BenchmarkMeasured", "ExecutionObserved"]
 
@@ -131,4 +136,5 @@ def test_evaluate_under_a_confident_contract_times_in_batches_until_the_record_c
     assert third.exit_code == 1 and "is closed" in third.output
     assert len(open_registry(cli.url).store.read_all()) == before
     verdict = json.loads(cli("promote", "modln", "--json").output)
-    assert verdict["decision"] == "held" and verdict["rule"] == "speed.interpreter"
+    assert verdict["decision"] == "held" and verdict["rule"] == "execution.launches_unverified"
+    assert any("interpreter" in reason for reason in verdict["reasons"])

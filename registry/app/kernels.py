@@ -74,6 +74,7 @@ def evaluate_artifact(
     run: str | None = None,
     record: bool = True,
     progress: Callable[[int, int], None] | None = None,
+    insecure_no_sandbox: bool = False,
 ) -> Evaluation:
     """Run the artifact's kernel entry on the corpus and record the evidence items (or the one failure item).
 
@@ -86,8 +87,16 @@ def evaluate_artifact(
     decided or reaches speed.max_pairs (or `runs` pairs, when given, end this
     session). Under `point`, and for a document (record=False), it times
     `runs` pairs (default speed.runs_per_arm) as one benchmark item.
+
+    The candidate runs only in the sandbox (registry/kernels/sandbox.py); on a machine that cannot
+    build one this refuses before anything runs or is written, unless ``insecure_no_sandbox``, whose
+    evidence says so and is held by the gate.
     """
+    from registry.kernels.sandbox import require_sandbox
+
     subject = capture_subject(registry, artifact)
+    if not insecure_no_sandbox:
+        require_sandbox()
     registered = subject.registration
     if registered["kind"] != "fused_kernel" or not registered["entry"]:
         raise UserError(f"artifact {artifact} has no kernel entry to evaluate (register it with --op and --entry)")
@@ -103,14 +112,15 @@ def evaluate_artifact(
             raise UserError(f"no --runs given and workload {registered['workload']} declares no speed.runs_per_arm")
         runs = canonical["speed"]["runs_per_arm"]
     document, parsed = measure_kernel(artifact, registered, canonical, corpus=corpus, runs=runs, warmup=warmup,
-                                      run=run, progress=progress, open_batches=open_batches)
+                                      run=run, progress=progress, open_batches=open_batches,
+                                      insecure_no_sandbox=insecure_no_sandbox)
     recorded = record_evidence(registry, subject, parsed.items, run) if record else None
     return Evaluation(artifact, document, parsed.items, recorded, sessions[0].to_dict() if sessions else None)
 
 
 def measure_kernel(artifact: str, registered: dict[str, Any], canonical: dict[str, Any], *, corpus: str | None,
                    runs: int, warmup: int, run: str | None, progress: Callable[[int, int], None] | None,
-                   open_batches: Callable[[str, str], Any] | None):
+                   open_batches: Callable[[str, str], Any] | None, insecure_no_sandbox: bool = False):
     """(evidence document, its parsed form): the kernel measured against its reference under a contract.
 
     What an evaluation measures needs no registry: the registration and the
@@ -121,13 +131,14 @@ def measure_kernel(artifact: str, registered: dict[str, Any], canonical: dict[st
 
     with triton_runtime() as device:
         from registry.kernels.evaluate import evaluate_kernel, evidence_document
+        from registry.kernels.sandbox import PROFILE, UNSANDBOXED
 
         items = evaluate_kernel(
             registered["op"], registered["entry"], corpus=corpus or device, runs=runs, warmup=warmup,
             policy=canonical["parity"]["policy"], tolerances_by_dtype=declared_tolerances(canonical["parity"]["tolerances"]),
-            progress=progress, open_batches=open_batches,
+            progress=progress, open_batches=open_batches, sandboxed=not insecure_no_sandbox,
         )
-    document = evidence_document(artifact, items, run=run)
+    document = evidence_document(artifact, items, run=run, sandbox=UNSANDBOXED if insecure_no_sandbox else PROFILE)
     if registered.get("payload_sha256") is not None:
         document["payload_sha256"] = registered["payload_sha256"]
     return document, parse_document(document)

@@ -108,16 +108,22 @@ def evidence_frames(session: Session, artifact_id: str, frame_set: str, candidat
 @click.option("--token", envvar="REGISTRY_TOKEN", help="The token for --server (else $REGISTRY_TOKEN): ingest scope "
                                                       "for the artifact's workload.")
 @click.option("--json", "as_json", is_flag=True, help="Print the evidence items as JSON.")
+@click.option("--insecure-no-sandbox", is_flag=True,
+              help="Run the candidate as this user, outside the sandbox, where the machine has none; "
+                   "the evidence says so and the gate holds it.")
 @pass_session
 def evaluate(session: Session, artifact_id: str, runs: int | None, warmup: int, corpus: str | None,
              emit: str | None, force: bool, run_id: str | None, server_url: str | None, token: str | None,
-             as_json: bool) -> None:
+             as_json: bool, insecure_no_sandbox: bool) -> None:
     """Run ARTIFACT_ID's kernel against its reference and record parity, timing and execution.
 
     The evidence is recorded for the registration captured before the kernel
     ran (with --emit, the file names that payload); if the artifact was
-    re-registered meanwhile, nothing is recorded. The kernel runs in a worker
-    process that never sees the expected outputs or the clock. Under a
+    re-registered meanwhile, nothing is recorded. The kernel runs in a
+    sandboxed worker process (its own namespaces, uid, limits and syscall
+    filter) that never sees the expected outputs, the clock, the database or
+    the keys; the baseline runs in a second one. A machine that cannot build
+    the sandbox is refused in one line unless --insecure-no-sandbox is given. Under a
     contract with speed.decision confident the pairs go to a benchmark session
     two at a time, and timing stops as soon as the record is decided (or at
     speed.max_pairs); the pairs saved are printed. Any stage that
@@ -129,13 +135,15 @@ def evaluate(session: Session, artifact_id: str, runs: int | None, warmup: int, 
     from registry.app.kernels import evaluate_artifact
 
     if server_url is not None:
-        _evaluate_through(server_url, token, artifact_id, runs, warmup, corpus, emit, run_id, as_json)
+        _evaluate_through(server_url, token, artifact_id, runs, warmup, corpus, emit, run_id, as_json,
+                          insecure_no_sandbox)
         return
     if emit:
         output_path(emit, force, "--emit")
     with progress_bar(f"evaluating {artifact_id}") as update:
         evaluation = evaluate_artifact(session.open(), artifact_id, corpus=corpus, runs=runs, warmup=warmup,
-                                       run=run_id, record=emit is None, progress=update)
+                                       run=run_id, record=emit is None, progress=update,
+                                       insecure_no_sandbox=insecure_no_sandbox)
     failures = evaluation.failures
     exit_status_ahead(EXIT_EVALUATION_FAILED if failures else 0)
     if emit:
@@ -164,7 +172,8 @@ def evaluate(session: Session, artifact_id: str, runs: int | None, warmup: int, 
 
 
 def _evaluate_through(server_url: str, token: str | None, artifact_id: str, runs: int | None, warmup: int,
-                      corpus: str | None, emit: str | None, run_id: str | None, as_json: bool) -> None:
+                      corpus: str | None, emit: str | None, run_id: str | None, as_json: bool,
+                      insecure_no_sandbox: bool) -> None:
     """`evaluate --server`: measured here, every read and append through the server (registry/serve/client.py)."""
     from registry.formats.errors import UserError
     from registry.serve.client import RegistryClient, evaluate_through
@@ -173,7 +182,7 @@ def _evaluate_through(server_url: str, token: str | None, artifact_id: str, runs
         raise UserError("--server records through the server: give --token (or $REGISTRY_TOKEN), and no --emit")
     with RegistryClient(server_url, token) as client, progress_bar(f"evaluating {artifact_id}") as update:
         result = evaluate_through(client, artifact_id, corpus=corpus, runs=runs, warmup=warmup, run=run_id,
-                                  progress=update)
+                                  progress=update, insecure_no_sandbox=insecure_no_sandbox)
     failures = [item for item in result["evidence"] if item["kind"] == "failure"]
     exit_status_ahead(EXIT_EVALUATION_FAILED if failures else 0)
     if as_json:

@@ -1,7 +1,8 @@
 """The candidate's own process: runs a kernel entry on inputs the harness sends, and nothing else.
 
-Started by :mod:`registry.kernels.isolation` as ``python -m
-registry.kernels.worker``. It never sees an expected output, a comparator
+Forked by the sandbox's zygote (:mod:`registry.kernels.zygote`), or started by
+:mod:`registry.kernels.isolation` as ``python -m registry.kernels.worker``
+when run without the sandbox. It never sees an expected output, a comparator
 verdict or the clock that decides: it receives input bytes, copies them into
 fresh storage on its device, runs the requested arm when told to, waits for
 the whole device, answers "done", then sends back copies of the outputs and of
@@ -17,9 +18,10 @@ inputs the worker could not predict, launch ablation, threads seen in
 Protocol (frames of :mod:`registry.kernels.wire`, on stdin and the original
 stdout; the candidate's prints go to stderr):
 
-- ``hello {entry, reference, device}`` -> ``{ok, source}`` or ``{error}``
+- ``hello {entry, device}`` -> ``{ok, source}`` or ``{error}`` (the one entry this process runs: the
+  candidate, or in the baseline's own worker the reference; never both)
 - ``inspect {entry}`` -> ``{ok, module_source}`` or ``{error}`` (registration: check and hash an entry)
-- ``stage {arm, counts}`` + tensors -> ``{ok}`` (arm "C" candidate, "B" reference)
+- ``stage {arm, counts}`` + tensors -> ``{ok}`` (arm "C" also sends the inputs back after the run)
 - ``run {ablate}`` -> ``{done}`` or ``{error}``, then ``{outputs, launches, ...}`` + tensors
 - ``exit`` -> the process ends
 """
@@ -175,7 +177,6 @@ class Worker:
         self.protected = _protected()
         self.device = torch.device("cpu")
         self.candidate: Any = None
-        self.reference: Any = None
         self.staged: list[tuple[torch.Tensor, ...]] = []
         self.arm = "C"
         self.flush: torch.Tensor | None = None
@@ -194,7 +195,6 @@ class Worker:
         if self.device.type == "cuda":
             torch.cuda.set_device(self.device)
             self.flush = torch.empty(header["flush_bytes"] // 4, dtype=torch.int32, device=self.device)
-        self.reference = resolve_entry(header["reference"])
         self.candidate = resolve_entry(header["entry"])
         source = candidate_source(self.candidate) if header.get("screen") else ""
         return {"ok": True, "source": source}
@@ -219,7 +219,7 @@ class Worker:
         return {"ok": True}
 
     def run(self, header: dict[str, Any]) -> None:
-        fn = self.candidate if self.arm == "C" else self.reference
+        fn = self.candidate
         self.watch.reset()
         self.watch.ablate = bool(header.get("ablate"))
         results, per_call, error = [], [], None
@@ -269,8 +269,20 @@ class Worker:
             wire.write_frame(_PROTOCOL_OUT, reply)
 
 
-if __name__ == "__main__":
+def preload() -> None:
+    """Import what every worker needs before any candidate code (the sandbox's zygote forks from here)."""
+    from triton.runtime import interpreter, jit  # noqa: F401 - the launch hooks' targets
+
+    _protected()
+
+
+def serve_stdio() -> None:
+    """Be the worker on stdin and stdout until told to exit; never returns."""
     _take_protocol_streams()
     Worker().serve()
     _PROTOCOL_OUT.flush()
     os._exit(0)  # no candidate atexit hook or lingering thread decides how this process ends
+
+
+if __name__ == "__main__":
+    serve_stdio()

@@ -114,9 +114,17 @@ class RemoteSession:
 
 
 def evaluate_through(client: RegistryClient, artifact: str, *, corpus: str | None, runs: int | None, warmup: int,
-                     run: str | None, progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
-    """`registry evaluate` with every read and append through the server; what it recorded, as --json prints it."""
+                     run: str | None, progress: Callable[[int, int], None] | None = None,
+                     insecure_no_sandbox: bool = False) -> dict[str, Any]:
+    """`registry evaluate` with every read and append through the server; what it recorded, as --json prints it.
+
+    The candidate runs in the sandbox, as for a local evaluation (registry/kernels/sandbox.py).
+    """
     from registry.app.kernels import measure_kernel
+    from registry.kernels.sandbox import require_sandbox
+
+    if not insecure_no_sandbox:
+        require_sandbox()
 
     found = client.subject(artifact)
     registered, canonical = found["registration"], found["contract"]
@@ -138,6 +146,7 @@ def evaluate_through(client: RegistryClient, artifact: str, *, corpus: str | Non
             raise UserError(f"no --runs given and workload {registered['workload']} declares no speed.runs_per_arm")
         runs = speed["runs_per_arm"]
     document, parsed = measure_kernel(artifact, registered, canonical, corpus=corpus, runs=runs, warmup=warmup,
-                                      run=run, progress=progress, open_batches=open_batches)
+                                      run=run, progress=progress, open_batches=open_batches,
+                                      insecure_no_sandbox=insecure_no_sandbox)
     recorded = client.record_document(document)
     return {**recorded, "evidence": parsed.items, "session": sessions[0].to_dict() if sessions else None}
