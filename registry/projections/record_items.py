@@ -25,13 +25,22 @@ from .read_models import SpeedRecordState
 from .state import ProjectionError
 
 
-def attach_documents(store: EventStore, records: Iterable[SpeedRecordState]) -> None:
-    """Give every document entry of `records` its arms and names, read from the log (in place)."""
+def attach_documents(store: EventStore, records: Iterable[SpeedRecordState],
+                     known: dict[int, dict[str, Any]] | None = None) -> None:
+    """Give every document entry of `records` its arms and names, read from the log (in place).
+
+    `known` maps positions to benchmark items already read (the artifacts' latest evidence, attached by
+    items.py in the same answer), which are not read again.
+    """
     wanted: dict[int, dict[str, Any]] = {}
     for record in records:
         for entry in record["entries"]:
             if entry["source"] == "document" and "protocol" not in entry:
-                wanted[entry["position"]] = entry
+                item = (known or {}).get(entry["position"])
+                if item is not None:
+                    entry.update(document_fields(item if isinstance(item, dict) else {}))
+                else:
+                    wanted[entry["position"]] = entry
     if not wanted:
         return
     for rows in store.log_rows_at(wanted, page=ITEM_PAGE):
