@@ -56,6 +56,16 @@ def attach_documents(store: EventStore, records: Iterable[SpeedRecordState],
         raise _not_its_document(position, wanted[position]["artifact"], "no event")
 
 
+def attach_state_documents(store: EventStore, state: Any) -> None:
+    """Attach the documents of every speed record of a RegistryState whose artifacts' items are attached
+    (items.py), reading again only those not among the artifacts' latest benchmark items."""
+    from .items import evidence_entries
+
+    read = {entry["position"]: entry["item"] for artifact in state.artifacts.values()
+            for kind, entry in evidence_entries(artifact) if kind == "benchmark"}
+    attach_documents(store, state.records.values(), read)
+
+
 def document_fields(item: dict[str, Any]) -> dict[str, Any]:
     """What a speed record reads of a benchmark item; no protocol and no times where it is not shaped as one."""
     arms = [item.get(arm) for arm in ("baseline_s", "candidate_s")]

@@ -13,8 +13,8 @@ from sqlalchemy import Connection, select
 
 from .asof import check_position, fold_log
 from .catchup import ReadModels
-from .items import attach_items, evidence_entries
-from .record_items import attach_documents
+from .items import attach_items
+from .record_items import attach_state_documents
 from .read_models import ArtifactState, WorkloadState
 from .rows import MODELS, load_state
 from .schema import ARTIFACTS, VERDICTS, WORKLOADS
@@ -65,9 +65,7 @@ class WholeRegistryReads(ReadModels):
             self.served_position = folded.position
         if items:
             attach_items(self.store, folded.artifacts.values())
-            read = {entry["position"]: entry["item"] for artifact in folded.artifacts.values()
-                    for kind, entry in evidence_entries(artifact) if kind == "benchmark"}
-            attach_documents(self.store, folded.records.values(), read)
+            attach_state_documents(self.store, folded)
         return folded
 
     def artifacts(self, workload: str | None = None, as_of: int | None = None) -> list[ArtifactState]:
