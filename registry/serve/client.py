@@ -51,7 +51,7 @@ class RegistryClient:
             try:
                 response = self.http.request(method, path, json=body)
                 break
-            except (httpx.TimeoutException, httpx.NetworkError) as exc:
+            except (httpx.TimeoutException, httpx.NetworkError, httpx.RemoteProtocolError) as exc:
                 if attempt == tries - 1:
                     raise UserError(f"{self.http.base_url}: no answer ({type(exc).__name__}: {exc})") from None
         if response.status_code >= 400:
