@@ -319,6 +319,46 @@ class Lifecycle(CheckedEveryFewSteps):
         self.import_a_passing_set(new_id)
         self.promote(new_id)
 
+    # -- hostile steps (issue 30): each checks its own invariant, no whole-log work -----------------
+
+    def events(self) -> int:
+        import sqlite3
+
+        with sqlite3.connect(self.url.removeprefix("sqlite:///")) as conn:
+            return conn.execute("SELECT count(*) FROM events").fetchone()[0]
+
+    @rule(artifact=st.sampled_from(sorted(ARTIFACTS)), action=st.sampled_from(["promote", "approve", "revoke"]),
+          damage=st.sampled_from(["DELETE FROM projection_artifacts WHERE artifact = '{a}'",
+                                  "UPDATE projection_artifacts SET state = replace(state, '\"decision\":', "
+                                  "'\"decision\": ') WHERE artifact = '{a}'",
+                                  "DROP TABLE projection_verdicts", "DROP TABLE projection_payload_counts"]))
+    def decide_on_a_damaged_read_model(self, artifact, action, damage):
+        """No decision is made on a row that does not match its log: one line naming replay, nothing appended."""
+        import sqlite3
+
+        self.state(artifact)  # caught up, so the damage is to rows that hold the whole log
+        with sqlite3.connect(self.url.removeprefix("sqlite:///")) as conn:
+            conn.execute(damage.format(a=artifact))
+        before = self.events()
+        result = self.run(action, artifact, *(() if action == "promote" else ("--reason", "on damaged rows")))
+        assert result.exit_code == 1 and "registry replay" in result.output, (damage, result.output)
+        assert self.events() == before
+        self.run_ok("replay")
+
+    @rule(name=st.sampled_from(["\u0441ache", "\uff43ache", "cache\ufe0f", "ca\u034fche", "sage\udcff",
+                                "e\u0301-new"]))
+    def register_a_hostile_name(self, name):
+        """Undecodable, invisible or look-alike ids are refused in one line; an NFD id is stored as NFC."""
+        before = self.events()
+        result = self.run("artifact", "register", name, "--workload", "ltx", "--kind", "step_cache",
+                          "--bundle", str(self.folder / "bundles" / PAYLOADS[0]))
+        if name == "e\u0301-new":
+            assert result.exit_code == 0, result.output
+            assert self.state("\u00e9-new")["artifact"] == "\u00e9-new"
+            self.artifacts["\u00e9-new"] = ("ltx", "step_cache")
+            return
+        assert result.exit_code == 1 and self.events() == before, result.output
+
     # -- shipping ----------------------------------------------------------------------------------
     # Lock export and verification after each step belong here (the invariant that every lock field
     # equals the registry's, and that whatever ships is promoted under the current contract).

@@ -227,3 +227,23 @@ def test_history_pages_carry_on_where_the_last_one_ended(served):
         assert len(first["events"]) == 1 and first["next"] == 1
         rest = reader.get(f"/api/history/wan-fast?after={first['next']}&limit=1000").json()
     assert all(e["version"] > 1 for e in rest["events"]) and rest["next"] is None
+
+
+def test_a_defect_is_a_500_naming_a_crash_id_and_the_traceback_stays_in_the_log(sqlite_url, caplog):
+    from fastapi.testclient import TestClient
+
+    from registry.app import open_registry
+    from registry.serve.api import ServerConfig, create_app
+
+    app = create_app(ServerConfig(open_registry(sqlite_url, actor="lead", create=True)))
+
+    @app.get("/defect")
+    def defect():
+        raise ZeroDivisionError("a bug, not a refusal")
+
+    with caplog.at_level("ERROR", logger="registry.serve"):
+        answer = TestClient(app, raise_server_exceptions=False).get("/defect")
+    body = answer.json()
+    assert answer.status_code == 500 and set(body) == {"error", "crash_id"}
+    assert "ZeroDivisionError" not in answer.text and "Traceback" not in answer.text
+    assert body["crash_id"] in caplog.text and "ZeroDivisionError" in caplog.text

@@ -184,6 +184,16 @@ def record_pairs(registry: Registry, artifact: str, session: str, baseline: list
 BATCH_PAIRS = 2
 
 
+def next_batch_size(closed: bool, room: int, limit: int | None, measured: int) -> int:
+    """Pairs to time before asking again: none once the record is closed, else BATCH_PAIRS within what is
+    left of the record's max_pairs (`room`) and of this session's `limit` (`measured` already timed)."""
+    if closed:
+        return 0
+    if limit is not None:
+        room = min(room, limit - measured)
+    return max(0, min(BATCH_PAIRS, room))
+
+
 class BatchedSession:
     """A benchmark session measured batch by batch until the record closes (decided, or at max_pairs).
 
@@ -203,12 +213,8 @@ class BatchedSession:
         self.batches = 0
 
     def next_size(self) -> int:
-        if self.record.closed:
-            return 0
-        room = self.record.max_pairs - len(self.record.ratios)
-        if self.limit is not None:
-            room = min(room, self.limit - self.pairs)
-        return max(0, min(BATCH_PAIRS, room))
+        return next_batch_size(self.record.closed, self.record.max_pairs - len(self.record.ratios), self.limit,
+                               self.pairs)
 
     def add(self, baseline: list[float], candidate: list[float]) -> None:
         self.pairs += len(baseline)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import click
 
-from .output import emit_json, fail, say
+from .output import emit_json, say
 from .session import Session, pass_session
 
 
@@ -46,15 +46,21 @@ def _times(text: str, option: str) -> list[float]:
 @pass_session
 def bench_record(session: Session, artifact_id: str, session_id: str, batch: str, baseline: str, candidate: str,
                  as_json: bool) -> None:
-    """Append one batch of pairs to SESSION_ID of ARTIFACT_ID; a repeated batch key appends nothing (exit 1)."""
+    """Append one batch of pairs to SESSION_ID of ARTIFACT_ID.
+
+    The same batch again (same key, same pairs) appends nothing and exits 0
+    (`appended: false`), like a repeated evidence import; other pairs under a
+    recorded key are refused (exit 1).
+    """
     from registry.app.bench import record_pairs
 
     appended, record = record_pairs(session.open(), artifact_id, session_id, _times(baseline, "--baseline"),
                                     _times(candidate, "--candidate"), batch)
-    if not appended:
-        fail(f"batch {batch} of session {session_id} is already recorded; nothing appended")
     if as_json:
-        emit_json({"artifact": artifact_id, "session": session_id, "batch": batch, **record.to_dict()})
+        emit_json({"artifact": artifact_id, "session": session_id, "batch": batch, "appended": appended,
+                   **record.to_dict()})
+    elif not appended:
+        say(f"batch {batch} of session {session_id} is already recorded with these pairs; nothing appended")
     else:
         say(status_text(artifact_id, record))
 

@@ -7,31 +7,27 @@ from __future__ import annotations
 
 import click
 
+from registry.formats.numbers import parse_integer, parse_real
 
-class Integer(click.IntRange):
-    """click's IntRange, reading only ASCII decimal digits (registry.formats.numbers): `1_5` and `１５` are refused."""
 
+class _DecimalText:
+    """A click number type that reads its text in ASCII decimal notation only (registry.formats.numbers), so
+    `1_5` and `１５` are refused instead of read as 15; the range check is click's."""
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, str):
+            value = self.read(value, _option(param) if param is not None else "number")
+        return super().convert(value, param, ctx)
+
+
+class Integer(_DecimalText, click.IntRange):
     name = "integer"
-
-    def convert(self, value, param, ctx):
-        if isinstance(value, str):
-            from registry.formats.numbers import parse_integer
-
-            value = parse_integer(value, _option(param) if param is not None else "number")
-        return super().convert(value, param, ctx)
+    read = staticmethod(parse_integer)
 
 
-class Real(click.FloatRange):
-    """click's FloatRange, reading only ASCII decimal notation (registry.formats.numbers)."""
-
+class Real(_DecimalText, click.FloatRange):
     name = "number"
-
-    def convert(self, value, param, ctx):
-        if isinstance(value, str):
-            from registry.formats.numbers import parse_real
-
-            value = parse_real(value, _option(param) if param is not None else "number")
-        return super().convert(value, param, ctx)
+    read = staticmethod(parse_real)
 
 
 def _option(param: click.Parameter) -> str:

@@ -25,13 +25,22 @@ from .read_models import SpeedRecordState
 from .state import ProjectionError
 
 
-def attach_documents(store: EventStore, records: Iterable[SpeedRecordState]) -> None:
-    """Give every document entry of `records` its arms and names, read from the log (in place)."""
+def attach_documents(store: EventStore, records: Iterable[SpeedRecordState],
+                     known: dict[int, dict[str, Any]] | None = None) -> None:
+    """Give every document entry of `records` its arms and names, read from the log (in place).
+
+    `known` maps positions to benchmark items already read (the artifacts' latest evidence, attached by
+    items.py in the same answer), which are not read again.
+    """
     wanted: dict[int, dict[str, Any]] = {}
     for record in records:
         for entry in record["entries"]:
             if entry["source"] == "document" and "protocol" not in entry:
-                wanted[entry["position"]] = entry
+                item = (known or {}).get(entry["position"])
+                if item is not None:
+                    entry.update(document_fields(item if isinstance(item, dict) else {}))
+                else:
+                    wanted[entry["position"]] = entry
     if not wanted:
         return
     for rows in store.log_rows_at(wanted, page=ITEM_PAGE):
@@ -45,6 +54,16 @@ def attach_documents(store: EventStore, records: Iterable[SpeedRecordState]) -> 
     if wanted:
         position = min(wanted)
         raise _not_its_document(position, wanted[position]["artifact"], "no event")
+
+
+def attach_state_documents(store: EventStore, state: Any) -> None:
+    """Attach the documents of every speed record of a RegistryState whose artifacts' items are attached
+    (items.py), reading again only those not among the artifacts' latest benchmark items."""
+    from .items import evidence_entries
+
+    read = {entry["position"]: entry["item"] for artifact in state.artifacts.values()
+            for kind, entry in evidence_entries(artifact) if kind == "benchmark"}
+    attach_documents(store, state.records.values(), read)
 
 
 def document_fields(item: dict[str, Any]) -> dict[str, Any]:

@@ -21,7 +21,7 @@ from sqlalchemy import select
 from .asof import fold_log
 from .catchup import ReadModels, ReadModelsNotWritable
 from .items import attach_items
-from .record_items import attach_documents
+from .record_items import attach_state_documents
 from .payload_index import all_index_rows, index_key
 from .rows import MODELS, load_state
 from .schema import PAYLOADS, VERDICTS
@@ -35,7 +35,7 @@ def rebuild(store: EventStore) -> RegistryState:
     (as `Projections.state()` answers it)."""
     state = fold_log(store, store.head_position())
     attach_items(store, state.artifacts.values())
-    attach_documents(store, state.records.values())
+    attach_state_documents(store, state)
     return state
 
 

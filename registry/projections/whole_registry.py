@@ -14,7 +14,7 @@ from sqlalchemy import Connection, select
 from .asof import check_position, fold_log
 from .catchup import ReadModels
 from .items import attach_items
-from .record_items import attach_documents
+from .record_items import attach_state_documents
 from .read_models import ArtifactState, WorkloadState
 from .rows import MODELS, load_state
 from .schema import ARTIFACTS, VERDICTS, WORKLOADS
@@ -65,7 +65,7 @@ class WholeRegistryReads(ReadModels):
             self.served_position = folded.position
         if items:
             attach_items(self.store, folded.artifacts.values())
-            attach_documents(self.store, folded.records.values())
+            attach_state_documents(self.store, folded)
         return folded
 
     def artifacts(self, workload: str | None = None, as_of: int | None = None) -> list[ArtifactState]:

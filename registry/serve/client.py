@@ -51,7 +51,7 @@ class RegistryClient:
             try:
                 response = self.http.request(method, path, json=body)
                 break
-            except (httpx.TimeoutException, httpx.NetworkError) as exc:
+            except (httpx.TimeoutException, httpx.NetworkError, httpx.RemoteProtocolError) as exc:
                 if attempt == tries - 1:
                     raise UserError(f"{self.http.base_url}: no answer ({type(exc).__name__}: {exc})") from None
         if response.status_code >= 400:
@@ -90,14 +90,10 @@ class RemoteSession:
         self.pairs = self.batches = 0
 
     def next_size(self) -> int:
-        from registry.app.bench import BATCH_PAIRS
+        from registry.app.bench import next_batch_size
 
-        if self.record["closed"]:
-            return 0
-        room = self.record["max_pairs"] - self.record["pairs"]
-        if self.limit is not None:
-            room = min(room, self.limit - self.pairs)
-        return max(0, min(BATCH_PAIRS, room))
+        return next_batch_size(self.record["closed"], self.record["max_pairs"] - self.record["pairs"], self.limit,
+                               self.pairs)
 
     def add(self, baseline: list[float], candidate: list[float]) -> None:
         self.pairs += len(baseline)

@@ -46,6 +46,8 @@ def serve(registry: Registry, host: str, port: int, *, signing_key=None, ready=N
     if ready is not None:
         ready(sock.getsockname()[1])
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    # Idle keep-alive connections are kept 75 s (uvicorn's default is 5 s): a client reusing one the server has
+    # just closed gets no answer, so a short limit turns ordinary pauses between a worker's requests into errors.
     config = uvicorn.Config(app, log_level="warning", access_log=False, timeout_graceful_shutdown=2,
-                            lifespan="on")
+                            timeout_keep_alive=75, lifespan="on")
     uvicorn.Server(config).run(sockets=[sock])
