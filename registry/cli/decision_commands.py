@@ -22,9 +22,10 @@ def print_verdict(artifact: str, verdict: dict, contract_version: int | None, be
               ((m["metric"], f"{m['value']:.6g}", f"{m['threshold']:.6g}", f"{m['margin']:+.6g}", m["passed"])
                for m in verdict["margins"]))
     if verdict["speedup"] is not None:
-        ci = verdict["speedup_ci"]
-        ci_text = f" (95% CI {ci[0]:.3f}-{ci[1]:.3f})" if ci else ""
-        say(f"  speedup {verdict['speedup']:.3f}x{ci_text}")
+        from registry.projections.report import interval_text
+
+        ci = interval_text(verdict["speedup_ci"], verdict.get("speedup_ci_level"))
+        say(f"  speedup {verdict['speedup']:.3f}x" + (f", interval {ci}" if ci else ""))
     say(f"  evidence: {', '.join(verdict['evidence_ids']) or 'none'}")
 
 

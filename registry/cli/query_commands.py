@@ -102,10 +102,10 @@ def show(session: Session, artifact_id: str, as_of: str | None, as_json: bool, s
               ((m["metric"], f"{m['value']:.6g}", f"{m['threshold']:.6g}", f"{m['margin']:+.6g}", m["passed"])
                for m in state["margins"]))
     if state["speedup"] is not None:
-        ci = state["speedup_ci"]
-        level = (state["verdict"] or {}).get("speedup_ci_level")
-        named = f"{level:.0%} two-sided" if level else "level not recorded"
-        say(f"  speedup {state['speedup']:.3f}x" + (f" (interval {ci[0]:.3f}-{ci[1]:.3f}, {named})" if ci else ""))
+        from registry.projections.report import interval_text
+
+        ci = interval_text(state["speedup_ci"], (state["verdict"] or {}).get("speedup_ci_level"))
+        say(f"  speedup {state['speedup']:.3f}x" + (f", interval {ci}" if ci else ""))
     if bench is not None:
         say("  " + bench_text(bench))
     if monitor is not None:

@@ -250,10 +250,12 @@ def margin_text(margin: dict[str, Any] | None) -> str | None:
             f" (margin {number(margin['margin'])})")
 
 
-def _ci_text(ci: list[float] | None, level: float | None = None) -> str | None:
+def interval_text(ci: list[float] | None, level: float | None = None) -> str | None:
+    """An interval with the two-sided level it holds at (a verdict's `speedup_ci_level`), or says none was
+    recorded: an interval is never printed without its level."""
     if ci is None:
         return None
-    return f"[{number(ci[0])}, {number(ci[1])}] ({f'{level:.0%}' if level else 'level not recorded'})"
+    return f"[{number(ci[0])}, {number(ci[1])}] ({f'{level:.0%} two-sided' if level else 'level not recorded'})"
 
 
 Table = tuple[str, list[str], list[tuple[Any, ...]]]
@@ -271,7 +273,7 @@ def report_tables(report: dict[str, Any]) -> list[Table]:
             f"leaderboard: {workload} (promoted, fastest first)",
             ["rank", "artifact", "speedup", "interval (two-sided level)", "tier", "decided by", "tightest margin",
              "benchmark attempts"],
-            [(e["rank"], e["artifact"], number(e["speedup"]), _ci_text(e["speedup_ci"], e.get("speedup_ci_level")),
+            [(e["rank"], e["artifact"], number(e["speedup"]), interval_text(e["speedup_ci"], e.get("speedup_ci_level")),
               e["tier"], e["decided_by"],
               margin_text(e["tightest_margin"]), e["benchmark_attempts"]) for e in entries],
         ))
