@@ -264,3 +264,19 @@ def test_the_demo_run_again_on_its_registry_times_nothing_already_decided(reduce
     assert all(rows[name]["pairs"] == 0 for name in closed)
     assert len([e for e in open_registry(url).store.read_all()
                 if e.type == "BenchmarkSessionOpened"]) == opened + len(set(rows) - closed)
+
+
+def test_the_commands_the_demo_prints_run_as_printed(tmp_path):
+    """Issue 30: the demo's "look further" lines start with a command that runs from a shell as printed,
+    whether or not the virtual environment's `registry` is on PATH (one process, about a second)."""
+    import shlex
+    import subprocess
+
+    from registry.cli.demo_command import runnable_command
+
+    without_venv = {**os.environ, "PATH": "/usr/bin:/bin"}
+    printed = f"{runnable_command()} --db {shlex.quote(f'sqlite:///{tmp_path}/x y.db')} init"
+    done = subprocess.run(printed, shell=True, capture_output=True, text=True, env=without_venv, timeout=120,
+                          cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "x y.db").exists()

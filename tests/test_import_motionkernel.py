@@ -373,3 +373,21 @@ def test_hostile_documents_are_one_line_refusals(registry_cli, tree, text, reaso
     [refused] = [d for d in summary["documents"] if d["path"] == "hostile.json"]
     assert refused["status"] == "unreadable" and reason in refused["reason"] and "\n" not in refused["reason"]
     assert summary["imported"] == 8
+
+
+def test_check_passes_on_the_seed_tree_and_names_every_file_it_did_not_read(registry_cli, tree):
+    """Issue 30: the seed's support_matrix.json (a MotionKernel summary the import does not read) is listed
+    as not read, with why, in the table and in JSON; a document of a schema it reads that is broken still fails."""
+    (tree / "support" / "support_matrix.json").write_text(json.dumps(
+        {"schema": "motionkernel.support-matrix", "rows": []}))
+    (tree / "notes.json").write_text(json.dumps({"title": "campaign notes"}))
+    shown = registry_cli("import", "motionkernel", str(tree), "--check")
+    assert shown.exit_code == 0, shown.output
+    assert "not read: support/support_matrix.json: MotionKernel schema 'motionkernel.support-matrix'" in shown.stdout
+    assert "not read: notes.json: not a MotionKernel document this import reads" in shown.stdout
+    documents = {d["path"]: d for d in json.loads(registry_cli("import", "motionkernel", str(tree), "--check",
+                                                               "--json").stdout)["documents"]}
+    assert documents["support/support_matrix.json"]["status"] == "unrecognized"
+    assert "is not one this import reads" in documents["support/support_matrix.json"]["reason"]
+    (tree / "support" / "broken.json").write_text(json.dumps({"schema": "motionkernel.support-run"}))
+    assert registry_cli("import", "motionkernel", str(tree), "--check").exit_code == 1

@@ -35,6 +35,9 @@ from .workloads import check_claims
 # A campaign document is metadata and raw timings: kilobytes. Anything far larger is not one.
 MAX_DOCUMENT_BYTES = 8 * 1024 * 1024
 OUTCOMES_STREAM_PREFIX = "outcomes:"
+# MotionKernel schemas the import knowingly does not read, and why: listed as not read, never a failed read.
+# Any other `motionkernel.*` schema it does not know stays unreadable (a campaign document it cannot read).
+NOT_READ_SCHEMAS = {"motionkernel.support-matrix": "a summary of the support runs, which it reads one by one"}
 STATUSES = ("imported", "would_import", "already_present", "unreadable", "unrecognized")
 
 
@@ -136,6 +139,11 @@ def _import_one(registry: Registry | None, root: Path, path: Path, workload: str
         result.kind = classify(doc)
         if result.kind is None and not claims_motionkernel(doc):
             result.status, result.reason = "unrecognized", "not a MotionKernel document this import reads"
+            return result
+        if result.kind is None and doc["schema"] in NOT_READ_SCHEMAS:
+            result.status = "unrecognized"
+            result.reason = f"MotionKernel schema {doc['schema']!r} is not one this import reads: " \
+                            f"{NOT_READ_SCHEMAS[doc['schema']]}"
             return result
         plan = plan_import(doc, workload=workload)
         items = parse_document(plan.evidence).items if plan.evidence is not None else []

@@ -1,6 +1,8 @@
 """`registry demo`: the whole campaign on a fresh embedded registry."""
 from __future__ import annotations
 
+import shlex
+import shutil
 import sys
 from pathlib import Path
 
@@ -83,10 +85,11 @@ def demo(session: Session, fresh: bool, runs: int, warmup: int, out_dir: str, lp
             f"({runs} per candidate): {pairs['saved']} saved")
         say(f"\nreport: {out / 'report.html'}; frame strips: {out}/*.png")
         say("look further:")
-        say(f"  registry --db {url} show step-cache")
-        say(f"  registry --db {url} history lossy-skip")
-        say(f"  registry --db {url} report --format table")
-        say(f"  registry --db {url} replay --verify")
+        command = f"{runnable_command()} --db {shlex.quote(url)}"
+        say(f"  {command} show step-cache")
+        say(f"  {command} history lossy-skip")
+        say(f"  {command} report --format table")
+        say(f"  {command} replay --verify")
         say(f"\nwhat would ship on this machine (bundles in {out / 'bundles'}):")
         for found in shipping:
             print_resolution(found)
@@ -112,7 +115,6 @@ def _cells(row) -> tuple:
     return (row.artifact, row.kind, verdict["decision"], speed, ssim, row.reason)
 
 
-
 def _demo_through(server_url: str, token: str | None, runs: int, warmup: int, as_json: bool) -> None:
     """`demo --server`: the kernel candidate through a server (registry/serve/demo.py)."""
     from registry.serve.client import RegistryClient
@@ -133,6 +135,17 @@ def _demo_through(server_url: str, token: str | None, runs: int, warmup: int, as
         say(f"  benchmark session {session['session']}: {session['pairs']} pairs in {session['batches']} batches "
             f"({session['stop']})")
     say(f"  verdict: {verdict['decision']} ({verdict['rule']})" + "".join(f"\n  - {r}" for r in verdict["reasons"]))
+
+
+def runnable_command() -> str:
+    """How to run `registry` as a printed line runs it: `registry` when that name on PATH is this installation's
+    entry point, else this interpreter with `-m registry` (a venv's `registry` is often not on PATH)."""
+    found = shutil.which("registry")
+    beside = Path(sys.executable).with_name("registry")
+    if found is not None and beside.exists() and Path(found).resolve() == beside.resolve():
+        return "registry"
+    return f"{shlex.quote(sys.executable)} -m registry"
+
 
 COMMANDS = [demo]
 

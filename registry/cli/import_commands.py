@@ -49,6 +49,9 @@ def import_motionkernel(session: Session, paths: tuple[str, ...], check_only: bo
               [(kind, *(found.get(status, 0) for status in shown)) for kind, found in summary.per_kind.items()])
         for result in summary.unreadable_claims:
             say(f"  unreadable: {result.path}: {result.reason}")
+        for result in summary.documents:
+            if result.status == "unrecognized":
+                say(f"  not read: {result.path}: {result.reason}")
     if check_only and summary.unreadable_claims:
         sys.exit(EXIT_CHECK_FAILED)
 
