@@ -302,9 +302,9 @@ def upgrade(engine: Engine, revision: str = "head") -> None:
             config.attributes["connection"] = conn
             command.upgrade(config, revision)
     except DBAPIError as exc:
-        first_line = first_line(exc.orig)
+        cause = first_line(exc.orig)
         raise StoreError(f"could not create or upgrade the schema of {engine.url.render_as_string(hide_password=True)}: "
-                         f"{first_line}") from None
+                         f"{cause}") from None
 
 
 def use_wal(engine: Engine) -> None:
