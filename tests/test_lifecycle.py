@@ -319,10 +319,10 @@ def test_final_verdicts_under_an_older_contract_are_flagged_and_others_decided_a
 
 
 def test_promote_decides_again_when_an_import_lands_while_it_decides(cli, monkeypatch):
-    import registry.app.decisions as decisions
+    import registry.gate as gate  # promote imports the gate's decide when it decides (not to return a standing verdict)
 
     cli.load("sage", [execution(), benchmark(1.4), perceptual()])
-    decide = decisions.decide
+    decide = gate.decide
     raced = []
 
     def decide_while_importing(*args, **kwargs):
@@ -331,7 +331,7 @@ def test_promote_decides_again_when_an_import_lands_while_it_decides(cli, monkey
             raced.append(cli.load("sage", [benchmark(1.02)]).exit_code)
         return verdict
 
-    monkeypatch.setattr(decisions, "decide", decide_while_importing)
+    monkeypatch.setattr(gate, "decide", decide_while_importing)
     verdict = promote(cli, "sage")
     assert raced == [0]
     # decided on the state with the later benchmark, not the one read first
@@ -339,17 +339,17 @@ def test_promote_decides_again_when_an_import_lands_while_it_decides(cli, monkey
 
 
 def test_promote_gives_up_with_one_line_when_imports_never_stop(cli, monkeypatch):
-    import registry.app.decisions as decisions
+    import registry.gate as gate  # promote imports the gate's decide when it decides (not to return a standing verdict)
 
     cli.load("sage", [execution(), benchmark(1.4), perceptual()])
-    decide = decisions.decide
+    decide = gate.decide
 
     def decide_while_importing(*args, **kwargs):
         verdict = decide(*args, **kwargs)
         cli.load("sage", [execution()])
         return verdict
 
-    monkeypatch.setattr(decisions, "decide", decide_while_importing)
+    monkeypatch.setattr(gate, "decide", decide_while_importing)
     result = cli("promote", "sage")
     one_line_refusal(result)
     assert "run promote again" in result.output

@@ -21,7 +21,7 @@ CONFTEST = Path(__file__).with_name("conftest.py")
 TESTS = Path(__file__).parent
 # The suite's size when this guard was last raised: a change that removes tests lowers it only by editing this line
 # (and saying why), never by accident.
-FEWEST_TESTS = 1699
+FEWEST_TESTS = 1698
 
 SUITE = '''
 import os

@@ -151,7 +151,6 @@ def report(session: Session, workload_id: str | None, as_of: str | None, fmt: st
     beside the registry's, and the support matrix (--matrix for the matrix alone)."""
     from registry.app.reports import build
     from registry.projections import resolve_as_of
-    from registry.projections.html_report import report_html
     from registry.projections.report import report_csv, report_json, report_tables
 
     if as_json and fmt not in (None, "json"):
@@ -170,7 +169,7 @@ def report(session: Session, workload_id: str | None, as_of: str | None, fmt: st
     else:
         tables = report_tables(built)
         documents = {"json": lambda: report_json(built), "csv": lambda: report_csv(built),
-                     "html": lambda: report_html(built, state)}
+                     "html": lambda: _report_page(built, state)}
     if fmt == "table" and not out:
         for spec in tables:
             table(*spec)
@@ -193,6 +192,12 @@ def _matrix_csv(matrix: dict) -> str:
     from registry.projections.matrix import matrix_csv
 
     return matrix_csv(matrix)
+
+
+def _report_page(report: dict, state) -> str:
+    from registry.projections.html_report import report_html  # matplotlib, only for the page that plots
+
+    return report_html(report, state)
 
 
 def _matrix_page(matrix: dict) -> str:

@@ -205,9 +205,9 @@ class ReadModels:
         except DBAPIError as exc:
             if not _write_refused(exc):
                 raise
-            first_line = first_line(exc.orig)
+            cause = first_line(exc.orig)
             raise ReadModelsNotWritable(f"the read models cannot be updated: this connection may only read "
-                                        f"({first_line})") from None
+                                        f"({cause})") from None
 
     def _advance(self, checkpoint: int | None, head: int) -> bool:
         """Fold (checkpoint, head] into the rows it touches and commit them; False if we lost a race."""

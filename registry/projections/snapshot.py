@@ -40,8 +40,8 @@ def reading(engine) -> Iterator[Connection]:
         with snapshot(engine) as conn:
             yield conn
     except DBAPIError as exc:
-        first_line = first_line(exc.orig)
-        raise StoreError(f"could not read the projections: {first_line}") from None
+        cause = first_line(exc.orig)
+        raise StoreError(f"could not read the projections: {cause}") from None
 
 
 def read_checkpoint(conn: Connection) -> int | None:
