@@ -128,3 +128,14 @@ def test_token_issue_prints_the_token_once_and_revoke_ends_it(registry_cli):
     assert again.exit_code == 1 and "already revoked" in again.stderr
     assert registry_cli("history", f"token:{key_id}").exit_code == 0
     assert registry_cli("replay", "--verify").exit_code == 0
+
+
+def test_the_server_binds_loopback_unless_told_a_proxy_is_in_front(registry_cli):
+    from registry.serve.server import check_bind
+
+    refused = registry_cli("serve", "--host", "0.0.0.0")
+    assert refused.exit_code == 1 and "--allow-remote" in refused.stderr and refused.stderr.count("\n") == 1
+    assert check_bind("127.0.0.1", False) == "127.0.0.1" and check_bind("::1", False) == "::1"
+    assert check_bind("10.1.2.3", True) == "10.1.2.3"
+    with pytest.raises(UserError, match="give an IP address"):
+        check_bind("example.org", True)
