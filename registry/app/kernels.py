@@ -110,7 +110,7 @@ def evaluate_artifact(
         items = evaluate_kernel(
             registered["op"], registered["entry"], corpus=corpus or device, runs=runs, warmup=warmup,
             policy=canonical["parity"]["policy"], tolerances_by_dtype=_declared(canonical["parity"]["tolerances"]),
-            progress=progress, open_batches=open_batches,
+            progress=progress, open_batches=open_batches, entry_sha256=subject.payload_sha256,
         )
     document = evidence_document(artifact, items, run=run)
     if subject.payload_sha256 is not None:

@@ -40,7 +40,7 @@ from registry.evidence.timing import abba_schedule, peak_bandwidth, triton_inter
 from registry.kernels.checks import (HELD_OUT, IMPOSSIBLE_SPEED, NON_FINITE, NONDETERMINISTIC, NOT_FROM_KERNEL,
                                      STALE, CandidateRefused, as_outputs, refuse_bad_outputs, refuse_idle,
                                      refuse_mutated_inputs, refuse_worker_report, spot_check)
-from registry.kernels.isolation import CallResult, CandidateError, CandidateWorker
+from registry.kernels.isolation import CallResult, CandidateError, CandidateWorker, candidate_text
 from registry.kernels.ops import get_operation, resolve_entry
 
 EVIDENCE_FORMAT = "registry.evidence/1"
@@ -340,7 +340,8 @@ def integrity(session: _Session, cases: Sequence[Any]) -> None:
 def evaluate_kernel(op_name: str, entry: str, *, corpus: str, runs: int, warmup: int, policy: str,
                     tolerances_by_dtype: Mapping[str, Mapping[str, float]] | None,
                     progress: Callable[[int, int], None] | None = None,
-                    open_batches: Callable[[str, str], PairBatches] | None = None) -> list[dict[str, Any]]:
+                    open_batches: Callable[[str, str], PairBatches] | None = None,
+                    entry_sha256: str | None = None) -> list[dict[str, Any]]:
     """Evidence items [parity, benchmark, execution] for ``entry`` as an ``op_name`` kernel,
     or [failure] naming the stage that raised or the check that refused the candidate.
 
@@ -364,9 +365,11 @@ def evaluate_kernel(op_name: str, entry: str, *, corpus: str, runs: int, warmup:
         if progress is not None:
             progress(done, total)
 
+    candidate = candidate_text(entry, entry_sha256)  # a file swapped since registration is refused, not run
     stage = "load"
     try:
-        with CandidateWorker(entry, spec.reference, device, screen=policy == "byte_equal") as worker:
+        with CandidateWorker(entry, spec.reference, device, screen=policy == "byte_equal",
+                             candidate=candidate) as worker:
             approx_math = screen_source(worker.source) if policy == "byte_equal" else None
             inputs = [spec.make_inputs(case, device) for case in cases]
             session = _Session(worker, spec, policy, tolerances_by_dtype, device)

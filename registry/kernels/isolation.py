@@ -19,6 +19,7 @@ import io
 import math
 import os
 import select
+import shutil
 import signal
 import subprocess
 import sys
@@ -104,11 +105,52 @@ class _DeadlineReader:
         return os.read(self.fd, min(size, 1 << 24))
 
 
+def worker_command() -> list[str]:
+    """How a worker starts: isolated (``-I``: no PYTHONPATH, no working directory, no user site on its path).
+
+    Its import path is the interpreter's own plus the one folder the running
+    registry package was imported from, so the worker runs the same registry
+    code as this process; nothing a candidate's folder, the working directory
+    or an inherited PYTHONPATH holds is importable there.
+    """
+    import registry
+
+    home = str(Path(registry.__file__).resolve().parent.parent)
+    boot = ("import runpy, sys; sys.path.insert(0, sys.argv.pop(1)); "
+            "runpy.run_module('registry.kernels.worker', run_name='__main__', alter_sys=True)")
+    return [sys.executable, "-I", "-c", boot, home]
+
+
+def candidate_text(entry: str, expected_sha256: str | None = None) -> dict[str, str] | None:
+    """A candidate file entry's text as the worker receives it (read here once, never imported); None for a
+    registry-package entry, which the worker imports itself.
+
+    With ``expected_sha256`` (the registered digest) the text read must be the
+    text registered: one UserError line otherwise, so a file swapped (or a
+    link repointed) since registration is never measured under its identity.
+    """
+    from registry.formats.errors import UserError
+    from registry.kernels.entries import entry_sha256, entry_source, parse_entry
+
+    parsed = parse_entry(entry)
+    if parsed.path is None:
+        return None
+    source = entry_source(parsed)
+    digest = entry_sha256(parsed, source)
+    if expected_sha256 is not None and digest != expected_sha256:
+        raise UserError(f"{parsed.path} no longer holds the candidate registered (sha256 {digest[:12]}, registered "
+                        f"{expected_sha256[:12]}); nothing run: register it again")
+    return {"name": parsed.path.name, "function": parsed.function, "source": source}
+
+
 class CandidateWorker:
     """One worker process for one evaluation; use as a context manager so it always ends."""
 
-    def __init__(self, entry: str, reference: str, device: torch.device, *, screen: bool) -> None:
+    def __init__(self, entry: str, reference: str, device: torch.device, *, screen: bool,
+                 candidate: dict[str, str] | None = None) -> None:
         self.entry, self.reference, self.device, self.screen = entry, reference, device, screen
+        self.candidate = candidate  # a candidate file's text (candidate_text), or None for a built-in entry
+        self.scratch = tempfile.mkdtemp(prefix="registry-candidate-")  # the worker's copy of it; removed at close
         self.source = ""
         self.device_name: str | None = None
         self.arch = "cpu"
@@ -120,16 +162,15 @@ class CandidateWorker:
         self.stderr = tempfile.TemporaryFile()
 
     def start(self) -> None:
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "registry.kernels.worker"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            stderr=self.stderr, env=env, start_new_session=True, bufsize=0)
+            worker_command(), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            stderr=self.stderr, start_new_session=True, bufsize=0)
         self.to_worker = io.BufferedWriter(self.process.stdin)  # writes whole frames; stdout stays raw
 
     def __enter__(self) -> "CandidateWorker":
         self.start()
-        reply = self._request({"op": "hello", "entry": self.entry, "reference": self.reference,
+        reply = self._request({"op": "hello", "entry": self.entry, "candidate": self.candidate,
+                               "scratch": self.scratch, "reference": self.reference,
                                "device": str(self.device), "flush_bytes": FLUSH_BYTES, "screen": self.screen},
                               timeout=START_TIMEOUT_S)
         source = reply.get("source")
@@ -139,18 +180,13 @@ class CandidateWorker:
     def __exit__(self, *exc: Any) -> None:
         self.close()
 
-    def module_source(self) -> str:
-        """Import the entry in the worker; the source of its module (what registration hashes)."""
-        self.start()
-        try:
-            source = self._request({"op": "inspect", "entry": self.entry}, timeout=START_TIMEOUT_S).get("module_source")
-        finally:
-            self.close()
-        if not isinstance(source, str):
-            raise WorkerDied("the candidate's worker process sent no module source")
-        return source
-
     def close(self) -> None:
+        try:
+            self._end()
+        finally:  # after the worker (and its session) ended, so nothing writes into it any more
+            shutil.rmtree(self.scratch, ignore_errors=True)
+
+    def _end(self) -> None:
         process, self.process = self.process, None
         if process is None:
             return
@@ -270,22 +306,3 @@ class CandidateWorker:
         return CallResult(seconds, outputs, inputs_after, [count(n) for n in launches], count(header.get("fallbacks")),
                           count(header.get("interpreted")), {str(k): count(v) for k, v in kernels.items()},
                           [str(name) for name in replaced], extra_tasks, extra_children)
-
-
-def inspect_entry(entry: str) -> str:
-    """Check ``entry`` names a Python function and return its module's source, importing it only in a worker.
-
-    Registration needs both (the check, and the source it hashes); importing
-    a candidate's module runs its top-level code, which must never happen in
-    the registry's own process. Any failure is an EntryError naming it.
-    """
-    from registry.kernels.ops import EntryError
-
-    try:
-        return CandidateWorker(entry, "", torch.device("cpu"), screen=False).module_source()
-    except CandidateError as exc:
-        if exc.type_name == "EntryError":
-            raise EntryError(str(exc)) from None
-        raise EntryError(f"entry {entry!r}: inspecting it failed: {exc.type_name}: {exc}") from None
-    except WorkerDied as exc:
-        raise EntryError(f"entry {entry!r}: {exc}") from None
