@@ -7,7 +7,7 @@ interpreter on the small cpu corpus: the times then measure the interpreter,
 not the kernels, and are printed only to show the harness works.
 
     python benchmarks/kernels.py [--corpus cpu|gpu] [--runs N] [--warmup N] [--ops a,b] [--json FILE]
-                                 [--overhead-calls N]
+                                 [--overhead-calls N] [--startup-runs N]
 
 It then reports the isolated harness's overhead per call (registry evaluate
 runs the candidate in a worker process, docs/kernels.md "Threat model"): for
@@ -15,6 +15,13 @@ each op, the median time the harness's clock sees for one call over the
 corpus, against the same kernel called over the same inputs in this process
 (the unisolated path the harness used before), and the whole per-call cost
 (staging fresh inputs, the run, copying outputs and inputs back, the checks).
+
+Last, the evaluation's start-up (worker start, until the entry is imported
+and answers): one unsandboxed worker holding the kernel (the harness before
+the sandbox, which ran both arms in one process) against what an evaluation
+starts now, the candidate's sandboxed worker and the baseline's, side by side.
+The two are timed alternately in one run (ABBA), and the ratio of medians is
+the start-up cost of the sandbox.
 """
 from __future__ import annotations
 
@@ -31,7 +38,10 @@ if not torch.cuda.is_available():  # must precede the kernel imports: Triton rea
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 from registry.evidence.timing import time_paired  # noqa: E402
-from registry.kernels.evaluate import execution_device, fresh_inputs  # noqa: E402
+from contextlib import ExitStack  # noqa: E402
+
+from registry.evidence.timing import abba_schedule  # noqa: E402
+from registry.kernels.evaluate import open_workers, execution_device, fresh_inputs  # noqa: E402
 from registry.kernels.isolation import CandidateWorker  # noqa: E402
 from registry.kernels.ops import get_operation, list_operations, resolve_entry  # noqa: E402
 
@@ -46,6 +56,8 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--json", help="also write one row per op and shape to this file")
     parser.add_argument("--overhead-calls", type=int, default=20 if gpu else 10,
                         help="calls per op for the isolation overhead table (0 skips it)")
+    parser.add_argument("--startup-runs", type=int, default=4,
+                        help="start-ups timed per arm for the start-up table (0 skips it)")
     return parser.parse_args(argv)
 
 
@@ -92,10 +104,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{'op':26} {'in-process ms':>14} {'isolated clock ms':>18} {'overhead ms':>12} {'whole call ms':>14} "
               f"{'eager ms':>10} {'eager iso ms':>12} {'eager ovh ms':>12}")
         overhead = [harness_overhead(name, args.corpus, device, args.overhead_calls) for name in args.ops.split(",")]
+    startup = startup_overhead(get_operation(args.ops.split(",")[0]), device, args.startup_runs) \
+        if args.startup_runs > 0 else None
     if args.json:
         with open(args.json, "w") as fh:
             json.dump({"corpus": args.corpus, "runs": args.runs, "warmup": args.warmup, "rows": rows,
-                       "isolation_overhead": overhead}, fh, indent=1)
+                       "isolation_overhead": overhead, "startup": startup}, fh, indent=1)
     return 0
 
 
@@ -112,13 +126,15 @@ def _in_process_seconds(kernel, inputs) -> float:
 
 def _measure_overhead(spec, cases, device: torch.device, calls: int, seen: dict[str, list[float]]) -> None:
     arms = {"C": resolve_entry(spec.kernels[0]), "B": resolve_entry(spec.reference)}
-    with CandidateWorker(spec.kernels[0], spec.reference, device, screen=False) as worker:
+    with ExitStack() as stack:
+        workers = dict(zip("CB", open_workers(stack, spec.kernels[0], spec.reference, device, screen=False,
+                                                sandboxed=True)))
         for i in range(calls + 1):  # the first call of each path compiles or warms up; dropped
             for arm, fn in arms.items():
                 inputs = fresh_inputs(spec, cases, device)
                 direct = _in_process_seconds(fn, inputs)
                 start = time.perf_counter_ns()
-                call = worker.call(arm, inputs, output_bytes=1 << 40)
+                call = workers[arm].call(arm, inputs, output_bytes=1 << 40)
                 total = (time.perf_counter_ns() - start) / 1e9
                 if i:
                     seen[f"{arm}_in"].append(direct)
@@ -150,6 +166,36 @@ def harness_overhead(name: str, corpus: str, device: torch.device, calls: int) -
           f"{row['clock_overhead_s'] * 1e3:12.3f} {row['isolated_whole_call_s'] * 1e3:14.3f} "
           f"{row['eager_in_process_s'] * 1e3:10.3f} {row['eager_isolated_clock_s'] * 1e3:12.3f} "
           f"{row['eager_clock_overhead_s'] * 1e3:12.3f}", flush=True)
+    return row
+
+
+def _start_seconds(spec, device: torch.device, sandboxed: bool) -> float:
+    """Seconds from nothing to an evaluation's workers answering their hello (and closed again)."""
+    start = time.perf_counter_ns()
+    if sandboxed:
+        with ExitStack() as stack:
+            open_workers(stack, spec.kernels[0], spec.reference, device, screen=False, sandboxed=True)
+            seconds = (time.perf_counter_ns() - start) / 1e9
+    else:
+        with CandidateWorker(spec.kernels[0], device, screen=False, sandboxed=False):
+            seconds = (time.perf_counter_ns() - start) / 1e9
+    return seconds
+
+
+def startup_overhead(spec, device: torch.device, runs: int) -> dict:
+    """Median start-up of one unsandboxed worker (before) and of the two sandboxed ones (now), timed in ABBA
+    order in this run; prints the table's lines."""
+    seen: dict[str, list[float]] = {"before": [], "sandboxed": []}
+    for order in abba_schedule(runs):
+        for arm in order:
+            key = "before" if arm == "B" else "sandboxed"
+            seen[key].append(_start_seconds(spec, device, sandboxed=key == "sandboxed"))
+    median = {key: statistics.median(values) for key, values in seen.items()}
+    row = {"op": spec.name, "runs": runs, "before_s": median["before"], "sandboxed_s": median["sandboxed"],
+           "ratio": median["sandboxed"] / median["before"], "before_all_s": seen["before"],
+           "sandboxed_all_s": seen["sandboxed"]}
+    print(f"\nevaluation start-up ({runs} per arm, medians): one unsandboxed worker {row['before_s']:.2f} s, "
+          f"two sandboxed workers side by side {row['sandboxed_s']:.2f} s, ratio {row['ratio']:.2f}", flush=True)
     return row
 
 

@@ -47,7 +47,10 @@ def test_evaluate_then_promote_holds_on_interpreter_timings(cli):
     assert types(cli.url, "modln")[1:] == ["ParityMeasured", "BenchmarkMeasured", "ExecutionObserved"]
     promoted = cli("promote", "modln", "--json")
     verdict = json.loads(promoted.output)
-    assert promoted.exit_code == 3 and verdict["decision"] == "held" and verdict["rule"] == "speed.interpreter"
+    assert promoted.exit_code == 3 and verdict["decision"] == "held"
+    # held first because the launches were counted inside the candidate's process, then for interpreter timings
+    assert verdict["rule"] == "execution.launches_unverified"
+    assert any("interpreter" in reason for reason in verdict["reasons"])
 
 
 def test_emit_writes_an_import_file_and_appends_nothing(cli):
@@ -134,4 +137,5 @@ def test_evaluate_under_a_confident_contract_times_in_batches_until_the_record_c
     assert third.exit_code == 1 and "is closed" in third.output
     assert len(open_registry(cli.url).store.read_all()) == before
     verdict = json.loads(cli("promote", "modln", "--json").output)
-    assert verdict["decision"] == "held" and verdict["rule"] == "speed.interpreter"
+    assert verdict["decision"] == "held" and verdict["rule"] == "execution.launches_unverified"
+    assert any("interpreter" in reason for reason in verdict["reasons"])

@@ -44,10 +44,12 @@ def test_reduced_demo_decides_as_promised(tmp_path):
             assert "running bounds [" in rows[honest]["reason"] and "reach both sides of the gate" in rows[honest]["reason"]
     assert decisions["lossy-skip"] == ("quarantined", "fidelity.failed")
     assert decisions["flash-claimed-fallback"] == ("quarantined", "execution.fallback")
+    # launches counted inside the candidate's process hold the kernel on any device (docs/kernels.md)
+    unverified = ("held", "execution.launches_unverified")
     if ON_GPU:
-        assert decisions[KERNEL_ARTIFACT] in speed_decided | {held_by_the_rule, ("quarantined", "parity.failed")}
+        assert decisions[KERNEL_ARTIFACT] in {unverified, ("quarantined", "parity.failed")}
     else:
-        assert decisions[KERNEL_ARTIFACT] == ("held", "speed.interpreter")
+        assert decisions[KERNEL_ARTIFACT] == unverified
     assert outcome["problems"] == []
     assert all("held, not guessed" in note for note in outcome["near_gate"])
 

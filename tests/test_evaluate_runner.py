@@ -13,6 +13,7 @@ import pytest
 
 from registry.kernels.corpus import corpus_cases
 from registry.kernels.evaluate import evaluate_kernel, evidence_document
+from registry.kernels.sandbox import PROFILE, harness_digest
 
 pytestmark = [pytest.mark.device, pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1",
                                                      reason="the cpu corpus runs under the interpreter")]
@@ -80,7 +81,8 @@ def test_builtin_kernel_yields_parity_benchmark_and_execution_evidence():
     assert bench["timer"] == "interpreter" and bench["device"] == "cpu (triton interpreter)"
     assert len(bench["baseline_s"]) == len(bench["candidate_s"]) == 3
     # one launch per case: parity once, then warm-up and timed calls each run the corpus
-    assert execution == {"kind": "execution", "candidate_calls": len(CASES) * (1 + 1 + 3), "fallbacks": 0}
+    assert execution == {"kind": "execution", "candidate_calls": len(CASES) * (1 + 1 + 3), "fallbacks": 0,
+                         "sandbox": PROFILE, "harness_sha256": harness_digest(), "launch_signal": "candidate_process"}
     assert seen[-1] == (len(CASES) + 2 * (1 + 3),) * 2 and len(seen) == seen[-1][1]
     json.dumps(items, allow_nan=False)  # evidence is plain JSON
 
@@ -138,7 +140,8 @@ def test_candidate_that_writes_to_its_input_is_a_parity_failure(candidates):
 def test_fallback_is_counted_and_no_launch_is_credited(candidates):
     parity, _, execution = _evaluate(candidates("falls_back"))
     assert all(leaf["byte_equal"] for leaf in parity["leaves"])  # the eager op matches itself...
-    assert execution == {"kind": "execution", "candidate_calls": 0, "fallbacks": len(CASES) * (1 + 1 + 2)}
+    assert execution == {"kind": "execution", "candidate_calls": 0, "fallbacks": len(CASES) * (1 + 1 + 2),
+                         "sandbox": PROFILE, "harness_sha256": harness_digest(), "launch_signal": "candidate_process"}
 
 
 def test_approximate_math_in_the_candidate_source_is_recorded(candidates):
@@ -185,7 +188,8 @@ def test_batches_go_to_the_session_until_it_asks_for_none():
     assert [(len(b), len(c)) for b, c in session.batches] == [(2, 2), (1, 1)]
     assert all(t > 0 for b, c in session.batches for t in b + c)
     # parity once, one warm-up pair (first batch only), then three timed pairs
-    assert items[1] == {"kind": "execution", "candidate_calls": len(CASES) * (1 + 1 + 3), "fallbacks": 0}
+    assert items[1] == {"kind": "execution", "candidate_calls": len(CASES) * (1 + 1 + 3), "fallbacks": 0,
+                        "sandbox": PROFILE, "harness_sha256": harness_digest(), "launch_signal": "candidate_process"}
 
 
 def test_a_refused_session_is_raised_not_recorded_as_a_failure():

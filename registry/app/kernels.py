@@ -74,6 +74,7 @@ def evaluate_artifact(
     run: str | None = None,
     record: bool = True,
     progress: Callable[[int, int], None] | None = None,
+    insecure_no_sandbox: bool = False,
 ) -> Evaluation:
     """Run the artifact's kernel entry on the corpus and record the evidence items (or the one failure item).
 
@@ -86,10 +87,17 @@ def evaluate_artifact(
     decided or reaches speed.max_pairs (or `runs` pairs, when given, end this
     session). Under `point`, and for a document (record=False), it times
     `runs` pairs (default speed.runs_per_arm) as one benchmark item.
+
+    The candidate runs only in the sandbox (registry/kernels/sandbox.py); on a machine that cannot
+    build one this refuses before anything runs or is written, unless ``insecure_no_sandbox``, whose
+    evidence says so and is held by the gate.
     """
     from registry.formats.evidence.document import parse_document
+    from registry.kernels.sandbox import require_sandbox
 
     subject = capture_subject(registry, artifact)
+    if not insecure_no_sandbox:
+        require_sandbox()
     registered = subject.registration
     if registered["kind"] != "fused_kernel" or not registered["entry"]:
         raise UserError(f"artifact {artifact} has no kernel entry to evaluate (register it with --op and --entry)")
@@ -110,7 +118,8 @@ def evaluate_artifact(
         items = evaluate_kernel(
             registered["op"], registered["entry"], corpus=corpus or device, runs=runs, warmup=warmup,
             policy=canonical["parity"]["policy"], tolerances_by_dtype=_declared(canonical["parity"]["tolerances"]),
-            progress=progress, open_batches=open_batches, entry_sha256=subject.payload_sha256,
+            progress=progress, open_batches=open_batches, sandboxed=not insecure_no_sandbox,
+            entry_sha256=subject.payload_sha256,
         )
     document = evidence_document(artifact, items, run=run)
     if subject.payload_sha256 is not None:

@@ -105,15 +105,21 @@ def evidence_frames(session: Session, artifact_id: str, frame_set: str, candidat
 @click.option("--run", "run_id", callback=name_value,
               help="Run id (idempotency key for the appended evidence; a name as in docs/names.md).")
 @click.option("--json", "as_json", is_flag=True, help="Print the evidence items as JSON.")
+@click.option("--insecure-no-sandbox", is_flag=True,
+              help="Run the candidate as this user, outside the sandbox, where the machine has none; "
+                   "the evidence says so and the gate holds it.")
 @pass_session
 def evaluate(session: Session, artifact_id: str, runs: int | None, warmup: int, corpus: str | None,
-             emit: str | None, force: bool, run_id: str | None, as_json: bool) -> None:
+             emit: str | None, force: bool, run_id: str | None, as_json: bool, insecure_no_sandbox: bool) -> None:
     """Run ARTIFACT_ID's kernel against its reference and record parity, timing and execution.
 
     The evidence is recorded for the registration captured before the kernel
     ran (with --emit, the file names that payload); if the artifact was
-    re-registered meanwhile, nothing is recorded. The kernel runs in a worker
-    process that never sees the expected outputs or the clock. Under a
+    re-registered meanwhile, nothing is recorded. The kernel runs in a
+    sandboxed worker process (its own namespaces, uid, limits and syscall
+    filter) that never sees the expected outputs, the clock, the database or
+    the keys; the baseline runs in a second one. A machine that cannot build
+    the sandbox is refused in one line unless --insecure-no-sandbox is given. Under a
     contract with speed.decision confident the pairs go to a benchmark session
     two at a time, and timing stops as soon as the record is decided (or at
     speed.max_pairs); the pairs saved are printed. Any stage that
@@ -128,7 +134,8 @@ def evaluate(session: Session, artifact_id: str, runs: int | None, warmup: int, 
         output_path(emit, force, "--emit")
     with progress_bar(f"evaluating {artifact_id}") as update:
         evaluation = evaluate_artifact(session.open(), artifact_id, corpus=corpus, runs=runs, warmup=warmup,
-                                       run=run_id, record=emit is None, progress=update)
+                                       run=run_id, record=emit is None, progress=update,
+                                       insecure_no_sandbox=insecure_no_sandbox)
     failures = evaluation.failures
     exit_status_ahead(EXIT_EVALUATION_FAILED if failures else 0)
     if emit:

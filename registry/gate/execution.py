@@ -33,7 +33,22 @@ def check_execution(recorded: Recorded | None, artifact: ArtifactFacts, ledger: 
             f"{item['fallbacks']} fallback(s) recorded: the runtime fell back instead of running the candidate"
             f"{ran_instead}",
         )
+    _check_harness(item, ledger)
     _check_backend(item, artifact, ledger)
+
+
+def _check_harness(item: dict, ledger: Ledger) -> None:
+    """Evidence from `registry evaluate` names the sandbox the candidate ran in and where its launches were
+    counted; a candidate run without the sandbox, or counted only inside its own process, is not shown to
+    have run honestly (docs/kernels.md, "Threat model")."""
+    if item.get("sandbox") == "none":
+        ledger.add("execution.unsandboxed", "held",
+                   "the candidate ran without the sandbox (--insecure-no-sandbox): it could have rewritten the "
+                   "harness, the log or the registry's code")
+    if item.get("launch_signal") == "candidate_process":
+        ledger.add("execution.launches_unverified", "held",
+                   "the launch count and the ablation ran inside the candidate's own process, which can read and "
+                   "forge them: nothing outside it shows its kernels produced its outputs")
 
 
 def _check_backend(item: dict, artifact: ArtifactFacts, ledger: Ledger) -> None:

@@ -15,6 +15,7 @@ DECISIONS = ("promoted", "rejected", "quarantined", "held", "recorded")
 RULES = (
     "evaluation_failed", "evidence.invalid",
     "execution.missing", "execution.fallback", "execution.backend_mismatch", "execution.backend_unknown",
+    "execution.unsandboxed", "execution.launches_unverified",
     "parity.missing", "parity.failed", "parity.no_tolerance", "parity.undecidable",
     "fidelity.missing", "fidelity.frame_set_mismatch", "fidelity.stage_failed", "fidelity.metric_absent",
     "fidelity.failed",

@@ -28,22 +28,28 @@ import secrets
 import statistics
 import sys
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 import torch
 
 from registry.formats.errors import UserError
+from registry.formats.evidence.schemas import LAUNCH_SIGNALS
 from registry.evidence.parity import POLICIES, compare_outputs, dtype_name, validate_tolerance
 from registry.evidence.source_screen import screen_source
 from registry.evidence.timing import abba_schedule, peak_bandwidth, triton_interpreter_active
 from registry.kernels.checks import (HELD_OUT, IMPOSSIBLE_SPEED, NON_FINITE, NONDETERMINISTIC, NOT_FROM_KERNEL,
                                      STALE, CandidateRefused, as_outputs, refuse_bad_outputs, refuse_idle,
                                      refuse_mutated_inputs, refuse_worker_report, spot_check)
-from registry.kernels.isolation import CallResult, CandidateError, CandidateWorker, candidate_text
+from registry.kernels.isolation import CallResult, CandidateError, CandidateWorker, candidate_text, start_workers
+from registry.kernels.sandbox import PROFILE, UNSANDBOXED, harness_digest
 from registry.kernels.ops import get_operation, resolve_entry
 
 EVIDENCE_FORMAT = "registry.evidence/1"
+LAUNCH_SIGNAL = LAUNCH_SIGNALS[0]
+"""Where the launch count and the ablation run: hooks inside the candidate's own process, which it can
+read and rewrite (docs/kernels.md, "What remains out of reach"); the gate holds evidence that says so."""
 ISOLATED_TIMING_NOTE = ("timed by the harness process around the worker's run, which synchronises the whole "
                         "device before it answers; inputs staged and L2 flushed (256 MB write) before each call")
 
@@ -94,9 +100,11 @@ def _check_request(cases: Sequence[Any], runs: int, warmup: int, policy: str,
 
 @dataclass
 class _Session:
-    """One evaluation's worker and what the harness has seen of it so far."""
+    """One evaluation's workers (the candidate's, and the baseline's that never loads it) and what the harness
+    has seen of the candidate so far."""
 
     worker: CandidateWorker
+    baseline: CandidateWorker
     spec: Any
     policy: str
     tolerances: Mapping[str, Mapping[str, float]] | None
@@ -111,7 +119,7 @@ class _Session:
             ablate: bool = False, count: bool = True) -> CallResult:
         """One call of ``arm`` on ``inputs``; the candidate's calls are checked before anything is returned."""
         output_bytes = sum(2 * t.numel() * t.element_size() * len(self.spec.outputs) for args in inputs for t in args)
-        call = self.worker.call(arm, inputs, output_bytes, ablate=ablate)
+        call = (self.worker if arm == "C" else self.baseline).call(arm, inputs, output_bytes, ablate=ablate)
         if arm != "C":
             return call
         refuse_worker_report(call, where, first_call=not self.candidate_calls)
@@ -337,16 +345,39 @@ def integrity(session: _Session, cases: Sequence[Any]) -> None:
                     f"{label}.{out_name} is still the reference's with every kernel launch made a no-op"))
 
 
+def open_workers(stack: ExitStack, entry: str, reference: str, device: torch.device, *, screen: bool,
+                 sandboxed: bool, candidate: dict[str, str] | None = None) -> tuple[CandidateWorker, CandidateWorker]:
+    """The candidate's worker and the baseline's (the reference alone), started together (one jail, whose
+    zygote imports torch once and forks both) and answering their hellos; closed when ``stack`` ends."""
+    worker = CandidateWorker(entry, device, screen=screen, sandboxed=sandboxed, candidate=candidate)
+    stack.callback(worker.close)
+    baseline = CandidateWorker(reference, device, screen=False, sandboxed=sandboxed)
+    stack.callback(baseline.close)
+    start_workers([worker, baseline], sandboxed=sandboxed)
+    worker.begin()
+    baseline.begin()
+    return worker.finish(), baseline.finish()
+
+
+def execution_item(session: _Session, profile: str) -> dict[str, Any]:
+    """The execution item: launches and fallbacks as the candidate's worker counted them, the sandbox the
+    candidate ran in, the digest of the harness that measured, and where the launch count came from."""
+    return {"kind": "execution", "candidate_calls": session.launches, "fallbacks": session.fallbacks,
+            "sandbox": profile, "harness_sha256": harness_digest(), "launch_signal": LAUNCH_SIGNAL}
+
+
 def evaluate_kernel(op_name: str, entry: str, *, corpus: str, runs: int, warmup: int, policy: str,
                     tolerances_by_dtype: Mapping[str, Mapping[str, float]] | None,
                     progress: Callable[[int, int], None] | None = None,
                     open_batches: Callable[[str, str], PairBatches] | None = None,
-                    entry_sha256: str | None = None) -> list[dict[str, Any]]:
+                    sandboxed: bool = True, entry_sha256: str | None = None) -> list[dict[str, Any]]:
     """Evidence items [parity, benchmark, execution] for ``entry`` as an ``op_name`` kernel,
     or [failure] naming the stage that raised or the check that refused the candidate.
 
-    The candidate runs in its own process (:mod:`registry.kernels.isolation`);
-    this one keeps the inputs, the references, the comparator and the clock.
+    The candidate runs in its own sandboxed process (:mod:`registry.kernels.isolation`,
+    :mod:`registry.kernels.sandbox`), the baseline arm in a second one that never loads it;
+    this one keeps the inputs, the references, the comparator and the clock. ``sandboxed=False``
+    (``--insecure-no-sandbox``) runs both as this user, and the execution item says so.
     ``progress(done, total)`` counts corpus cases compared, then timed and
     warm-up calls. With ``open_batches`` the pairs go to a benchmark session
     batch by batch (``time_batches``; at most ``runs`` of them) and the items
@@ -368,11 +399,12 @@ def evaluate_kernel(op_name: str, entry: str, *, corpus: str, runs: int, warmup:
     candidate = candidate_text(entry, entry_sha256)  # a file swapped since registration is refused, not run
     stage = "load"
     try:
-        with CandidateWorker(entry, spec.reference, device, screen=policy == "byte_equal",
-                             candidate=candidate) as worker:
+        with ExitStack() as stack:
+            worker, baseline = open_workers(stack, entry, spec.reference, device, screen=policy == "byte_equal",
+                                            sandboxed=sandboxed, candidate=candidate)
             approx_math = screen_source(worker.source) if policy == "byte_equal" else None
             inputs = [spec.make_inputs(case, device) for case in cases]
-            session = _Session(worker, spec, policy, tolerances_by_dtype, device)
+            session = _Session(worker, baseline, spec, policy, tolerances_by_dtype, device)
             stage = "parity"
             parity = _parity(session, cases, inputs, approx_math, tick)
             stage = "benchmark"
@@ -393,8 +425,7 @@ def evaluate_kernel(op_name: str, entry: str, *, corpus: str, runs: int, warmup:
         return [{"kind": "failure", "stage": stage, "error": f"{exc.type_name}: {exc}"}]
     except Exception as exc:  # noqa: BLE001 - any failure of the candidate becomes evidence of failure
         return [failure_item(stage, exc)]
-    execution = {"kind": "execution", "candidate_calls": session.launches, "fallbacks": session.fallbacks}
-    return [parity, *benchmark, execution]
+    return [parity, *benchmark, execution_item(session, PROFILE if sandboxed else UNSANDBOXED)]
 
 
 def evidence_document(artifact: str, items: Sequence[Mapping[str, Any]], run: str | None = None) -> dict[str, Any]:

@@ -32,12 +32,16 @@ from typing import Any, Sequence
 import torch
 
 from registry.kernels import wire
+from registry.kernels.sandbox import Sandbox, make_harness_undumpable, setup_failure
 
 CALL_TIMEOUT_S = 600.0
 """Longest a worker may take to answer one request before it is killed and the stage fails."""
 
 START_TIMEOUT_S = 300.0
 """Longest a worker may take to start and import the candidate."""
+
+EXIT_GRACE_S = 1.0
+"""How long a worker that stopped answering gets to finish exiting, so its own exit status is reported."""
 
 FLUSH_BYTES = 256 * 1024 * 1024  # the L2 eviction write on a GPU (an H200 has 60 MB of L2)
 
@@ -105,8 +109,71 @@ class _DeadlineReader:
         return os.read(self.fd, min(size, 1 << 24))
 
 
+class _Jail:
+    """One sandbox holding the workers of one evaluation: the launcher, its zygote (pid 1 of the jail, which
+    forks each worker after importing torch once), and a status pipe per worker that only the zygote writes.
+
+    Ends when its last worker is closed: the launcher's session is killed if it has not ended by then,
+    and with the zygote the kernel kills everything left in the jail's pid namespace.
+    """
+
+    def __init__(self, workers: Sequence["CandidateWorker"]) -> None:
+        self.sandbox = Sandbox([worker.entry for worker in workers], workers[0].device.type)
+        self.open = len(workers)
+        theirs: list[dict[str, int]] = []
+        try:
+            for worker in workers:
+                requests, answers, status = os.pipe(), os.pipe(), os.pipe()
+                worker.attach(self, requests[1], answers[0], status[0])
+                theirs.append({"requests": requests[0], "answers": answers[1], "stderr": worker.stderr.fileno(),
+                               "status": status[1]})
+            make_harness_undumpable()
+            self.process = subprocess.Popen(
+                self.sandbox.command(theirs), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                stderr=workers[0].stderr, env={}, pass_fds=[fd for fds in theirs for fd in fds.values()],
+                start_new_session=True)
+        except BaseException:
+            self.sandbox.close()
+            raise
+        finally:
+            for fds in theirs:
+                for name, fd in fds.items():
+                    if name != "stderr":
+                        os.close(fd)
+
+    def host_pid(self, jail_pid: int) -> int | None:
+        """The pid this process sees for the worker the zygote forked as ``jail_pid`` (NSpid in /proc)."""
+        zygotes = _tasks(self.process.pid)
+        for zygote in sorted(zygotes[1]) if zygotes else []:
+            children = _tasks(int(zygote))
+            for child in sorted(children[1]) if children else []:
+                try:
+                    status = Path(f"/proc/{child}/status").read_text()
+                except OSError:
+                    continue
+                nspid = next((line.split()[1:] for line in status.splitlines() if line.startswith("NSpid:")), [])
+                if nspid and nspid[-1] == str(jail_pid):
+                    return int(child)
+        return None
+
+    def release(self) -> None:
+        self.open -= 1
+        if self.open > 0:
+            return
+        try:
+            self.process.wait(timeout=EXIT_GRACE_S)
+        except subprocess.TimeoutExpired:
+            try:
+                os.killpg(self.process.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+            self.process.wait()
+        self.sandbox.close()
+
+
 def worker_command() -> list[str]:
-    """How a worker starts: isolated (``-I``: no PYTHONPATH, no working directory, no user site on its path).
+    """How an unsandboxed worker starts: isolated (``-I``: no PYTHONPATH, no working directory, no user site
+    on its path, ``-B``: no bytecode written).
 
     Its import path is the interpreter's own plus the one folder the running
     registry package was imported from, so the worker runs the same registry
@@ -118,7 +185,7 @@ def worker_command() -> list[str]:
     home = str(Path(registry.__file__).resolve().parent.parent)
     boot = ("import runpy, sys; sys.path.insert(0, sys.argv.pop(1)); "
             "runpy.run_module('registry.kernels.worker', run_name='__main__', alter_sys=True)")
-    return [sys.executable, "-I", "-c", boot, home]
+    return [sys.executable, "-I", "-B", "-c", boot, home]
 
 
 def candidate_text(entry: str, expected_sha256: str | None = None) -> dict[str, str] | None:
@@ -143,14 +210,29 @@ def candidate_text(entry: str, expected_sha256: str | None = None) -> dict[str, 
     return {"name": parsed.path.name, "function": parsed.function, "source": source}
 
 
-class CandidateWorker:
-    """One worker process for one evaluation; use as a context manager so it always ends."""
+def start_workers(workers: Sequence["CandidateWorker"], *, sandboxed: bool) -> None:
+    """Start ``workers`` together: one jail whose zygote forks each (sandboxed), else a process each."""
+    if sandboxed:
+        _Jail(workers)
+    else:
+        for worker in workers:
+            worker.start_unsandboxed()
 
-    def __init__(self, entry: str, reference: str, device: torch.device, *, screen: bool,
+
+class CandidateWorker:
+    """One worker process running one entry (the candidate, or the reference as the baseline arm);
+    use as a context manager so it always ends.
+
+    Sandboxed (the default), it is forked inside a jail (:mod:`registry.kernels.sandbox`) by a zygote
+    that imported torch before any candidate code, under a uid of its own. ``sandboxed=False``
+    (``--insecure-no-sandbox``) runs it as this process's user, as before the sandbox.
+    """
+
+    def __init__(self, entry: str, device: torch.device, *, screen: bool, sandboxed: bool = True,
                  candidate: dict[str, str] | None = None) -> None:
-        self.entry, self.reference, self.device, self.screen = entry, reference, device, screen
+        self.entry, self.device, self.screen, self.sandboxed = entry, device, screen, sandboxed
         self.candidate = candidate  # a candidate file's text (candidate_text), or None for a built-in entry
-        self.scratch = tempfile.mkdtemp(prefix="registry-candidate-")  # the worker's copy of it; removed at close
+        self.scratch: str | None = None  # unsandboxed: the folder the worker copies the candidate into
         self.source = ""
         self.device_name: str | None = None
         self.arch = "cpu"
@@ -158,55 +240,132 @@ class CandidateWorker:
             self.device_name = torch.cuda.get_device_name(device)
             major, minor = torch.cuda.get_device_capability(device)
             self.arch = f"sm{major}{minor}"
-        self.process: subprocess.Popen | None = None
+        self.jail: _Jail | None = None
+        self.process: subprocess.Popen | None = None  # unsandboxed only
+        self.answers = self.status = -1
+        self.started = False
+        self.exit_code: int | None = None
+        self.pid: int | None = None  # the worker's own pid, as this process sees it
         self.stderr = tempfile.TemporaryFile()
 
+    def attach(self, jail: _Jail, requests: int, answers: int, status: int) -> None:
+        """Take this worker's ends of its pipes in ``jail``: requests written here, answers and status read."""
+        self.jail, self.answers, self.status, self.started = jail, answers, status, True
+        self.to_worker = io.BufferedWriter(io.FileIO(requests, "wb"))  # writes whole frames; answers stay raw
+
+    def start_unsandboxed(self) -> None:
+        self.scratch = tempfile.mkdtemp(prefix="registry-candidate-")
+        self.process = subprocess.Popen(worker_command(), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                        stderr=self.stderr, start_new_session=True, bufsize=0)
+        self.to_worker = io.BufferedWriter(self.process.stdin)
+        self.answers, self.pid, self.started = self.process.stdout.fileno(), self.process.pid, True
+
     def start(self) -> None:
-        self.process = subprocess.Popen(
-            worker_command(), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            stderr=self.stderr, start_new_session=True, bufsize=0)
-        self.to_worker = io.BufferedWriter(self.process.stdin)  # writes whole frames; stdout stays raw
+        """Start this worker alone; the entry is loaded only by the hello that follows."""
+        start_workers([self], sandboxed=self.sandboxed)
+
+    def begin(self) -> "CandidateWorker":
+        """Send the hello (import the entry in the worker); the answer comes with ``finish``."""
+        if not self.started:
+            self.start()
+        self._send({"op": "hello", "entry": self.entry, "candidate": self.candidate, "scratch": self.scratch,
+                    "device": str(self.device), "flush_bytes": FLUSH_BYTES, "screen": self.screen})
+        return self
+
+    def finish(self) -> "CandidateWorker":
+        """Wait for the hello's answer: the entry imported in the worker, its source when screened."""
+        source = self._receive(START_TIMEOUT_S)[0].get("source")
+        self.source = source if isinstance(source, str) else ""
+        if self.jail is not None:
+            jail_pid = self._status_line(EXIT_GRACE_S)
+            self.pid = self.jail.host_pid(jail_pid) if jail_pid is not None else None
+        return self
 
     def __enter__(self) -> "CandidateWorker":
-        self.start()
-        reply = self._request({"op": "hello", "entry": self.entry, "candidate": self.candidate,
-                               "scratch": self.scratch, "reference": self.reference,
-                               "device": str(self.device), "flush_bytes": FLUSH_BYTES, "screen": self.screen},
-                              timeout=START_TIMEOUT_S)
-        source = reply.get("source")
-        self.source = source if isinstance(source, str) else ""
-        return self
+        return self.begin().finish()
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
 
-    def close(self) -> None:
+    def _status_line(self, timeout: float) -> int | None:
+        """The next number the zygote wrote on this worker's status pipe (its pid, then its exit status)."""
+        reader, line = _DeadlineReader(self.status, time.monotonic() + timeout), b""
         try:
-            self._end()
-        finally:  # after the worker (and its session) ended, so nothing writes into it any more
-            shutil.rmtree(self.scratch, ignore_errors=True)
+            while not line.endswith(b"\n"):
+                data = reader.read(1)
+                if not data:
+                    return None
+                line += data
+        except (TimeoutError, OSError):
+            return None
+        return int(line) if line.strip().isdigit() else None
 
-    def _end(self) -> None:
-        process, self.process = self.process, None
-        if process is None:
-            return
-        try:
-            if process.poll() is None:
-                wire.write_frame(self.to_worker, {"op": "exit"})
-                process.wait(timeout=5)
-        except (OSError, ValueError, subprocess.TimeoutExpired):
-            pass
-        try:  # whatever the candidate started in the worker's session ends with it
-            os.killpg(process.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-        process.wait()
-        for stream in (self.to_worker, process.stdout):
+    def _ended(self, timeout: float) -> bool:
+        """Whether the worker has exited within ``timeout`` seconds; its exit status is kept."""
+        if self.exit_code is not None:
+            return True
+        if self.process is not None:
             try:
-                stream.close()
+                self.exit_code = self.process.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                return False
+            return True
+        if self.jail is None:
+            return True
+        if self.pid is None:  # its pid line not read yet: it comes first
+            jail_pid = self._status_line(timeout)
+            if jail_pid is None:
+                return False
+            self.pid = self.jail.host_pid(jail_pid)
+        self.exit_code = self._status_line(timeout)
+        return self.exit_code is not None
+
+    def _kill(self) -> None:
+        """SIGKILL the worker (unsandboxed: its whole session; sandboxed: the worker, whose jail ends with its
+        last worker) and keep its exit status."""
+        if self.process is not None:
+            try:
+                os.killpg(self.process.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        elif self.pid is not None and self.exit_code is None:
+            try:
+                os.kill(self.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        elif self.jail is not None and self.exit_code is None:  # not yet known by pid: the whole jail goes
+            try:
+                os.killpg(self.jail.process.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        self._ended(CALL_TIMEOUT_S)
+
+    def close(self) -> None:
+        if not self.started:
+            return
+        self.started = False
+        try:
+            if not self._ended(0):
+                wire.write_frame(self.to_worker, {"op": "exit"})
+        except (OSError, ValueError):
+            pass
+        if not self._ended(5):
+            self._kill()
+        for fd in (self.status,):
+            if fd >= 0:
+                os.close(fd)
+        for stream in (self.to_worker, self.process.stdout if self.process else None):
+            try:
+                if stream is not None:
+                    stream.close()
             except OSError:
                 pass
+        if self.jail is not None:
+            os.close(self.answers)
+            self.jail.release()
         self.stderr.close()
+        if self.scratch is not None:  # after the worker (and its session) ended: nothing writes there now
+            shutil.rmtree(self.scratch, ignore_errors=True)
 
     def _stderr_tail(self) -> str:
         try:
@@ -217,14 +376,11 @@ class CandidateWorker:
         return f" (last words: {lines[-1][:300]})" if lines else ""
 
     def _died(self, why: str) -> WorkerDied:
-        process = self.process
-        if process is not None and process.poll() is None:
-            try:
-                os.killpg(process.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-            process.wait()
-        code = None if process is None else process.returncode
+        if not self._ended(EXIT_GRACE_S):  # a worker that stopped answering gets a moment to report its status
+            self._kill()
+        code = self.exit_code
+        if self.sandboxed and setup_failure(code):
+            return WorkerDied(f"the sandbox for the candidate could not be built{self._stderr_tail()}")
         return WorkerDied(f"the candidate's worker process {why} (exit status {code}){self._stderr_tail()}")
 
     def _send(self, header: dict[str, Any], tensors: Sequence[torch.Tensor] = ()) -> None:
@@ -234,7 +390,7 @@ class CandidateWorker:
             raise self._died(f"stopped reading ({exc.__class__.__name__})") from None
 
     def _receive(self, timeout: float, byte_budget: int = 0) -> tuple[dict[str, Any], list[torch.Tensor]]:
-        reader = _DeadlineReader(self.process.stdout.fileno(), time.monotonic() + timeout)
+        reader = _DeadlineReader(self.answers, time.monotonic() + timeout)
         try:
             header, tensors = wire.read_frame(reader, byte_budget)
         except TimeoutError:
@@ -256,15 +412,19 @@ class CandidateWorker:
 
     def call(self, arm: str, cases: Sequence[Sequence[torch.Tensor]], output_bytes: int, *,
              ablate: bool = False) -> CallResult:
-        """Stage ``cases`` (each a tuple of inputs), run ``arm`` ("C" or "B") on all of them, collect."""
+        """Stage ``cases`` (each a tuple of inputs), run this worker's entry on all of them, collect.
+
+        ``arm`` "C" (the candidate) also brings the inputs back as the call left them; "B" does not.
+        """
         flat = [t.detach().to("cpu").contiguous() for args in cases for t in args]
         self._request({"op": "stage", "arm": arm, "counts": [len(args) for args in cases]}, flat)
-        before = _tasks(self.process.pid)
+        watched = self.pid if self.pid is not None else -1
+        before = _tasks(watched)
         self._send({"op": "run", "ablate": ablate})
         start = time.perf_counter_ns()
         self._receive(CALL_TIMEOUT_S)
         seconds = (time.perf_counter_ns() - start) / 1e9
-        after = _tasks(self.process.pid)
+        after = _tasks(watched)
         input_bytes = sum(t.untyped_storage().nbytes() for t in flat)
         header, tensors = self._receive(CALL_TIMEOUT_S, byte_budget=output_bytes + input_bytes)
         return self._result(header, tensors, cases, seconds, before, after)

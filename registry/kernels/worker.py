@@ -1,7 +1,8 @@
 """The candidate's own process: runs a kernel entry on inputs the harness sends, and nothing else.
 
-Started by :mod:`registry.kernels.isolation` as ``python -m
-registry.kernels.worker``. It never sees an expected output, a comparator
+Forked by the sandbox's zygote (:mod:`registry.kernels.zygote`), or started by
+:mod:`registry.kernels.isolation` as ``python -m registry.kernels.worker``
+when run without the sandbox. It never sees an expected output, a comparator
 verdict or the clock that decides: it receives input bytes, copies them into
 fresh storage on its device, runs the requested arm when told to, waits for
 the whole device, answers "done", then sends back copies of the outputs and of
@@ -17,10 +18,12 @@ inputs the worker could not predict, launch ablation, threads seen in
 Protocol (frames of :mod:`registry.kernels.wire`, on stdin and the original
 stdout; the candidate's prints go to stderr):
 
-- ``hello {entry, candidate?, scratch, reference, device}`` -> ``{ok, source}`` or ``{error}``; ``candidate``
-  (``{name, function, source}``) is the text of a candidate file entry, read and sent by the harness, which
-  the worker writes into the empty folder ``scratch`` (the harness removes it at the end)
-- ``stage {arm, counts}`` + tensors -> ``{ok}`` (arm "C" candidate, "B" reference)
+- ``hello {entry, candidate?, scratch?, device}`` -> ``{ok, source}`` or ``{error}`` (the one entry this
+  process runs: the candidate, or in the baseline's own worker the reference; never both). ``candidate``
+  (``{name, function, source}``) is the text of a candidate file entry, read and sent by the harness; the
+  worker writes it into ``scratch`` (an empty folder the harness removes) or, in the sandbox, a fresh
+  folder of its private /tmp
+- ``stage {arm, counts}`` + tensors -> ``{ok}`` (arm "C" also sends the inputs back after the run)
 - ``run {ablate}`` -> ``{done}`` or ``{error}``, then ``{outputs, launches, ...}`` + tensors
 - ``exit`` -> the process ends
 """
@@ -173,22 +176,23 @@ CANDIDATE_MODULE = "_registry_candidate"
 """The private name a candidate file is loaded under: on no import path, shadowing nothing."""
 
 
-def _load_candidate(entry: str, candidate: dict[str, Any], scratch: str) -> Any:
-    """Write the candidate's text into the harness's fresh ``scratch`` folder and load that one file (never
-    the candidate's own folder).
+def _load_candidate(entry: str, candidate: dict[str, Any], scratch: str | None) -> Any:
+    """Write the candidate's text into an empty private folder and load that one file (never the candidate's
+    own folder, which this process never sees).
 
     The copy lives on disk because Triton reads a kernel's source through
     ``inspect``; its folder is never put on ``sys.path``, so only the file
-    itself runs, and whatever sits beside the original is never imported.
+    itself runs, and whatever sat beside the original is never imported.
     """
     import importlib.util
+    import tempfile
 
     from registry.kernels.ops import EntryError, entry_function
 
     name, function, source = candidate["name"], candidate["function"], candidate["source"]
     if not (isinstance(name, str) and name.endswith(".py") and "/" not in name and isinstance(source, str)):
         raise ValueError("the harness sent a malformed candidate")
-    copy = os.path.join(scratch, name)
+    copy = os.path.join(scratch or tempfile.mkdtemp(prefix="candidate-"), name)
     with open(copy, "x", encoding="utf-8") as handle:
         handle.write(source)
     spec = importlib.util.spec_from_file_location(CANDIDATE_MODULE, copy)
@@ -209,7 +213,6 @@ class Worker:
         self.protected = _protected()
         self.device = torch.device("cpu")
         self.candidate: Any = None
-        self.reference: Any = None
         self.staged: list[tuple[torch.Tensor, ...]] = []
         self.arm = "C"
         self.flush: torch.Tensor | None = None
@@ -228,9 +231,8 @@ class Worker:
         if self.device.type == "cuda":
             torch.cuda.set_device(self.device)
             self.flush = torch.empty(header["flush_bytes"] // 4, dtype=torch.int32, device=self.device)
-        self.reference = resolve_entry(header["reference"])
         candidate = header.get("candidate")
-        self.candidate = (_load_candidate(header["entry"], candidate, header["scratch"]) if candidate
+        self.candidate = (_load_candidate(header["entry"], candidate, header.get("scratch")) if candidate
                           else resolve_entry(header["entry"]))
         source = candidate_source(self.candidate) if header.get("screen") else ""
         return {"ok": True, "source": source}
@@ -247,7 +249,7 @@ class Worker:
         return {"ok": True}
 
     def run(self, header: dict[str, Any]) -> None:
-        fn = self.candidate if self.arm == "C" else self.reference
+        fn = self.candidate
         self.watch.reset()
         self.watch.ablate = bool(header.get("ablate"))
         results, per_call, error = [], [], None
@@ -297,8 +299,20 @@ class Worker:
             wire.write_frame(_PROTOCOL_OUT, reply)
 
 
-if __name__ == "__main__":
+def preload() -> None:
+    """Import what every worker needs before any candidate code (the sandbox's zygote forks from here)."""
+    from triton.runtime import interpreter, jit  # noqa: F401 - the launch hooks' targets
+
+    _protected()
+
+
+def serve_stdio() -> None:
+    """Be the worker on stdin and stdout until told to exit; never returns."""
     _take_protocol_streams()
     Worker().serve()
     _PROTOCOL_OUT.flush()
     os._exit(0)  # no candidate atexit hook or lingering thread decides how this process ends
+
+
+if __name__ == "__main__":
+    serve_stdio()

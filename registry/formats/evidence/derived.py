@@ -21,6 +21,9 @@ from registry.formats.stats import summarize_benchmark
 
 
 def _execution(item: dict[str, Any], where: str) -> dict[str, Any]:
+    if ("sandbox" in item) != ("harness_sha256" in item):
+        raise EvidenceError(f"{where}: sandbox and harness_sha256 name the harness together; one without the "
+                            "other says nothing")
     return {"ran": item["candidate_calls"] > 0 and item["fallbacks"] == 0}
 
 

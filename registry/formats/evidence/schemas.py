@@ -16,6 +16,8 @@ KINDS = ("execution", "benchmark", "parity", "perceptual", "failure")
 TIMERS = ("cuda_event", "perf_counter", "interpreter", "emulator")
 ORDERS = ("BC", "CB")
 METRICS = ("ssim", "lpips", "vbench")
+SANDBOX_PROFILES = ("linux-ns-seccomp/1", "none")  # registry/kernels/sandbox.py: PROFILE, UNSANDBOXED
+LAUNCH_SIGNALS = ("candidate_process",)  # where registry evaluate's launch count came from (docs/kernels.md)
 
 
 def _positive_time(value: Any, path: str) -> float:
@@ -54,6 +56,9 @@ SPECS: dict[str, dict[str, tuple[bool, Any]]] = {
         "fallbacks": (True, KIT.count),
         "requested_backend": (False, KIT.nullable(KIT.text)),
         "effective_backend": (False, KIT.nullable(KIT.text)),
+        "sandbox": (False, KIT.one_of(SANDBOX_PROFILES)),
+        "harness_sha256": (False, KIT.sha256),
+        "launch_signal": (False, KIT.one_of(LAUNCH_SIGNALS)),
     },
     "benchmark": {
         "protocol": (True, KIT.one_of(("paired", "sequential"))),

@@ -1,0 +1,281 @@
+"""The harness side of the candidate's sandbox: what the jail holds, its limits, and whether this machine has one.
+
+Every process that imports candidate code (the evaluation's candidate
+worker, the baseline worker, the registration inspector) is started through
+:mod:`registry.kernels.sandbox_launch`, which builds the jail from Linux
+namespaces, capability and identity drops, resource limits and a seccomp
+filter (docs/kernels.md, "Threat model"). This module decides what goes in:
+read-only binds of the interpreter, the installed packages and the
+registry's own package; a *copy* of the candidate's source files (never its
+directory: a file dropped next to it, a ``sitecustomize.py``, a database, is
+neither copied nor visible); the device nodes of a GPU run. It also writes
+the scrubbed environment and names the profile and the harness digest every
+evidence document records.
+
+The trusted process never imports the candidate to find it: the module is
+located with ``importlib.machinery.PathFinder``, which reads directories and
+runs no package code.
+"""
+from __future__ import annotations
+
+import ctypes
+import functools
+import hashlib
+import importlib.machinery
+import json
+import os
+import secrets
+import shutil
+import stat
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from registry.formats.errors import UserError
+from registry.formats.evidence.schemas import SANDBOX_PROFILES
+
+PROFILE, UNSANDBOXED = SANDBOX_PROFILES
+"""The sandbox every candidate process runs in (sandbox_launch.py's docstring lists what it is), and the
+profile evidence names when ``--insecure-no-sandbox`` ran the candidate as the harness's own user."""
+
+MEMORY_BYTES = 16 << 30
+"""RLIMIT_AS of a CPU worker (torch and Triton map about 3 GiB of address space before any kernel).
+A CUDA worker gets none: the driver reserves address space for unified memory far past any limit."""
+OPEN_FILES = 1024
+PROCESSES = 512  # RLIMIT_NPROC counts threads of the sandbox's own uid, which no other process has
+FILE_BYTES = 256 << 20
+CPU_SECONDS = 3600  # an evaluation under the interpreter takes minutes; the harness's call timeouts stay first
+TMP_BYTES = 512 << 20  # the private /tmp (a tmpfs in memory): the only place the candidate can write
+TMP_INODES = 65536
+SHM_BYTES = 64 << 20
+CANDIDATE_BYTES = 16 << 20
+"""Most bytes of candidate source copied into a sandbox; more is an EntryError."""
+
+SANDBOX_IDS = (0x40000000, 0x7FFF0000)
+"""Range a root harness draws each sandbox's uid and gid from: owned by no file and no other process."""
+
+_LAUNCHER = Path(__file__).with_name("sandbox_launch.py")
+_SETUP_FAILED = 121  # sandbox_launch.SETUP_FAILED (not imported: that module is a standalone script)
+_SYSTEM_PATHS = ("/usr", "/bin", "/sbin", "/lib", "/lib64", "/lib32", "/libx32", "/etc/ld.so.cache",
+                 "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/alternatives")
+_PASSED_ENV = ("TRITON_INTERPRET", "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER")
+
+HARNESS_MODULES = ("registry.kernels.evaluate", "registry.kernels.isolation", "registry.kernels.worker",
+                   "registry.kernels.wire", "registry.kernels.checks", "registry.kernels.launches",
+                   "registry.kernels.sandbox", "registry.kernels.sandbox_launch", "registry.kernels.ops",
+                   "registry.kernels.corpus", "registry.kernels.reference", "registry.evidence.parity",
+                   "registry.evidence.timing", "registry.evidence.source_screen")
+"""The code whose digest every evidence document records: what measured, compared, timed and jailed."""
+
+
+class SandboxUnavailable(UserError):
+    """This machine cannot build the sandbox; evaluation refuses unless the user runs it insecurely."""
+
+
+@functools.cache
+def harness_digest() -> str:
+    """sha256 over the source of HARNESS_MODULES (name, length, bytes each), as read from disk now."""
+    import registry
+
+    root = Path(registry.__file__).resolve().parent
+    digest = hashlib.sha256()
+    for name in HARNESS_MODULES:
+        path = root.joinpath(*name.split(".")[1:]).with_suffix(".py")
+        data = path.read_bytes()
+        digest.update(f"{name}\0{len(data)}\0".encode())
+        digest.update(data)
+    return digest.hexdigest()
+
+
+def make_harness_undumpable() -> None:
+    """PR_SET_DUMPABLE 0: no process of another uid (nor a same-uid one without CAP_SYS_PTRACE) may read or
+    write this process's memory through ptrace or /proc/<pid>/mem, and /proc/<pid> becomes root's."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(4, 0, 0, 0, 0) != 0:  # PR_SET_DUMPABLE
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_DUMPABLE, 0)")
+
+
+def _registry_package() -> str:
+    import registry
+
+    return str(Path(registry.__file__).resolve().parent)
+
+
+def _interpreter_paths() -> list[str]:
+    """What the worker's interpreter needs, read-only: system libraries, the Python installation, the venv,
+    its site-packages, and the registry package itself (an editable install's source is bound, not its tree)."""
+    import site
+
+    paths = list(_SYSTEM_PATHS)
+    for path in (sys.base_prefix, sys.prefix, *site.getsitepackages(), _registry_package()):
+        if path not in paths:
+            paths.append(path)
+    return paths
+
+
+def _under(path: str, roots: list[str]) -> bool:
+    return any(path == root or path.startswith(root.rstrip("/") + "/") for root in roots)
+
+
+def _copy_tree(source: Path, target: Path, budget: list[int]) -> None:
+    """Copy the ``.py`` files under ``source`` (regular files only, links refused) into ``target``."""
+    target.mkdir(mode=0o755, exist_ok=True)
+    for child in sorted(source.iterdir()):
+        mode = child.lstat().st_mode
+        if stat.S_ISDIR(mode) and child.name != "__pycache__" and child.name.isidentifier():
+            _copy_tree(child, target / child.name, budget)
+        elif child.suffix == ".py" and (stat.S_ISREG(mode) or stat.S_ISLNK(mode)):
+            _copy_file(child, target / child.name, budget)
+
+
+def _copy_file(source: Path, target: Path, budget: list[int]) -> None:
+    from registry.kernels.ops import EntryError
+
+    try:
+        fd = os.open(source, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError as exc:
+        raise EntryError(f"candidate file {source}: {exc.strerror} (links and special files are not copied "
+                         "into the sandbox)") from None
+    with os.fdopen(fd, "rb") as fh:
+        if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+            raise EntryError(f"candidate file {source} is not a regular file")
+        data = fh.read(budget[0] + 1)
+    budget[0] -= len(data)
+    if budget[0] < 0:
+        raise EntryError(f"the candidate's source is over {CANDIDATE_BYTES} bytes")
+    target.write_bytes(data)
+    target.chmod(0o644)
+
+
+def stage_candidate(entries: list[str], into: Path) -> None:
+    """Copy the source of each entry's top-level module or package into ``into``, located without importing.
+
+    A module that the sandbox already sees read-only (the standard library, an installed package, the
+    registry's own) is not copied; one that cannot be found is left for the worker's import to report.
+    """
+    visible = [p for p in _interpreter_paths() if p not in _SYSTEM_PATHS]
+    budget = [CANDIDATE_BYTES]
+    search = [p for p in sys.path if p and os.path.isdir(p)]
+    for entry in entries:
+        top = entry.split(":")[0].split(".")[0]
+        if not top.isidentifier() or top in sys.stdlib_module_names or (into / top).exists():
+            continue
+        spec = importlib.machinery.PathFinder.find_spec(top, search)
+        if spec is None:
+            continue
+        locations = list(spec.submodule_search_locations or [])
+        origin = spec.origin if spec.has_location else None
+        if _under(str(Path(locations[0] if locations else origin or "/").resolve()), visible):
+            continue
+        if locations:
+            for location in locations:
+                _copy_tree(Path(location), into / top, budget)
+        elif origin and origin.endswith(".py"):
+            _copy_file(Path(origin), into / f"{top}.py", budget)
+
+
+def _device_nodes(device_type: str) -> list[str]:
+    nodes = ["/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom"]
+    if device_type == "cuda":
+        nodes += sorted(str(p) for p in Path("/dev").glob("nvidia*") if not p.is_dir())
+    return nodes
+
+
+def worker_env(device_type: str) -> dict[str, str]:
+    """The scrubbed environment: no REGISTRY_*, no database URL, no harness HOME, nothing not listed here."""
+    # the folder the harness's registry package came from (only the package itself is bound there), so the
+    # worker runs the registry the harness runs, not whichever one an install's path hook would find
+    home = str(Path(_registry_package()).parent)
+    env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp", "TMPDIR": "/tmp", "USER": "sandbox",
+           "LANG": "C.UTF-8", "PYTHONPATH": f"/candidate:{home}", "PYTHONNOUSERSITE": "1",
+           "PYTHONDONTWRITEBYTECODE": "1",
+           "TRITON_CACHE_DIR": "/tmp/triton"}
+    env.update({name: os.environ[name] for name in _PASSED_ENV if name in os.environ})
+    return env
+
+
+def _draw_ids() -> dict[str, int]:
+    """A root harness's uid and gid for one worker; a user namespace's only id (its root) otherwise."""
+    if os.geteuid() != 0:
+        return {"uid": 0, "gid": 0}
+    draw = SANDBOX_IDS[0] + secrets.randbelow(SANDBOX_IDS[1] - SANDBOX_IDS[0])
+    return {"uid": draw, "gid": draw}
+
+
+class Sandbox:
+    """One jail's staging directory (the new root's mount point and the candidate's copy) and launch command."""
+
+    def __init__(self, entries: list[str], device_type: str) -> None:
+        self.device_type = device_type
+        self.staging = Path(tempfile.mkdtemp(prefix="registry-sandbox-"))
+        try:
+            (self.staging / "root").mkdir()
+            candidate = self.staging / "candidate"
+            candidate.mkdir(mode=0o755)
+            candidate.chmod(0o755)
+            stage_candidate(entries, candidate)
+        except BaseException:
+            self.close()
+            raise
+
+    def launch_config(self, argv: list[str], workers: list[dict[str, int]]) -> dict:
+        """What the launcher builds: ``argv`` exec'd as pid 1 of the jail, with a worker config (its own
+        ids and its descriptors: requests, answers, stderr, status) for each entry of ``workers``."""
+        root = os.geteuid() == 0
+        limits = {"nofile": OPEN_FILES, "nproc": PROCESSES, "fsize": FILE_BYTES, "cpu": CPU_SECONDS, "core": 0}
+        if self.device_type != "cuda":
+            limits["as"] = MEMORY_BYTES
+        binds = _interpreter_paths() + (["/sys"] if self.device_type == "cuda" else [])
+        return {"root": str(self.staging / "root"), "candidate": str(self.staging / "candidate"), "binds": binds,
+                "devices": _device_nodes(self.device_type), "limits": limits, "argv": argv,
+                "env": worker_env(self.device_type), "user_namespace": not root, "set_ids": root,
+                "uid": os.getuid(), "gid": os.getgid(), "probe_ids": _draw_ids(),
+                "workers": [dict(_draw_ids(), fds=fds) for fds in workers],
+                "tmp_bytes": TMP_BYTES, "tmp_inodes": TMP_INODES, "shm_bytes": SHM_BYTES}
+
+    def command(self, workers: list[dict[str, int]]) -> list[str]:
+        """The launcher's command line (an isolated interpreter without site: it starts in milliseconds),
+        for a jail whose zygote forks one worker per entry of ``workers``."""
+        zygote = [sys.executable, "-s", "-B", "-m", "registry.kernels.zygote"]
+        return self._launcher(self.launch_config(zygote, workers))
+
+    def _launcher(self, config: dict) -> list[str]:
+        return [sys.executable, "-I", "-S", str(_LAUNCHER), json.dumps(config)]
+
+    def probe_command(self) -> list[str]:
+        """A jail whose pid 1 confines itself as a worker would be, then exits: the whole sandbox, no torch."""
+        return self._launcher(self.launch_config([sys.executable, "-I", "-S", str(_LAUNCHER), "--probe"], []))
+
+    def close(self) -> None:
+        shutil.rmtree(self.staging, ignore_errors=True)
+
+
+@functools.cache
+def _probe() -> str | None:
+    """Why this machine cannot build the sandbox (the launcher's own line), or None when it can."""
+    sandbox = Sandbox([], "cpu")
+    try:
+        done = subprocess.run(sandbox.probe_command(), capture_output=True, timeout=60, env={},
+                              stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"the sandbox launcher did not run ({exc})"
+    finally:
+        sandbox.close()
+    if done.returncode == 0:
+        return None
+    lines = done.stderr.decode("utf-8", "replace").strip().splitlines()
+    return lines[-1] if lines else f"the sandbox launcher exited with status {done.returncode}"
+
+
+def require_sandbox() -> None:
+    """Refuse (one line) on a machine that cannot build the sandbox."""
+    why = _probe()
+    if why is not None:
+        raise SandboxUnavailable(f"this machine cannot sandbox a candidate ({why}); nothing was run or recorded "
+                                 "(--insecure-no-sandbox runs it as this user, and the gate holds what it records)")
+
+
+def setup_failure(returncode: int | None) -> bool:
+    """Whether a launcher's exit status says the jail could not be built (the worker never started)."""
+    return returncode == _SETUP_FAILED

@@ -1,0 +1,345 @@
+"""The sandbox launcher: builds the candidate's jail from Linux primitives; confines each worker in it.
+
+Run by the harness (:mod:`registry.kernels.isolation`, with the config of
+:mod:`registry.kernels.sandbox`) as ``python -I -S sandbox_launch.py CONFIG``
+before any candidate code exists, importing nothing but the standard
+library, so it starts in tens of milliseconds. CONFIG is a JSON object. In
+order:
+
+1. ``unshare`` new mount, pid, network, IPC, UTS and cgroup namespaces (and a
+   user namespace when the harness is not root, mapping its uid to the
+   namespace's root), then ``fork``: the child is pid 1 of the new pid
+   namespace, so when it ends the kernel kills everything left in it,
+   whatever session or process group that joined;
+2. in the child, a new root on a size-limited tmpfs holding read-only binds
+   of the interpreter, the packages and the registry's own package, the
+   candidate's copied files at ``/candidate``, a minimal ``/dev`` (null,
+   zero, full, random, urandom, and on a GPU the NVIDIA nodes), a fresh
+   ``/proc`` of the new pid namespace; then ``pivot_root``, the old root
+   detached, the new root remounted read-only; then it makes itself
+   non-dumpable and execs the config's ``argv`` (the zygote,
+   :mod:`registry.kernels.zygote`) with the scrubbed environment;
+3. ``confine`` runs in each worker the zygote forks, before the worker
+   serves: its own mount namespace with a private ``/tmp`` and ``/dev/shm``
+   (tmpfs, size-limited), resource limits, every capability dropped from the
+   bounding and ambient sets and cleared, supplementary groups cleared, the
+   worker's own uid and gid (a root harness), ``PR_SET_NO_NEW_PRIVS``,
+   non-dumpable, parent-death SIGKILL, and a seccomp-BPF filter refusing
+   (EPERM) ptrace, process_vm_readv/writev, setsid, setpgid, mounts and the
+   new mount API, pivot_root, chroot, unshare, setns, clone with namespace
+   flags, bpf, perf_event_open, keyrings, io_uring, userfaultfd, module and
+   kexec loading, and socket and socketpair (the channel to the harness is
+   the pipes it inherited); ``clone3`` answers ENOSYS so the C library falls
+   back to ``clone``, whose flags the filter can read; a foreign
+   architecture is killed.
+
+Any failure before the ``execve`` exits with ``SETUP_FAILED`` after one line
+on stderr starting with ``sandbox:`` (the zygote's workers do the same); the
+harness turns that into a refusal or a recorded failure, never an
+unsandboxed run. ``--probe`` (exec'd as pid 1 instead of the zygote) confines
+itself as a worker would and exits: how the harness asks whether this
+machine can build the sandbox at all. The launcher's parent stays outside,
+waits for pid 1 and exits with its status (128 + the signal when killed).
+"""
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import platform
+import signal
+import sys
+
+SETUP_FAILED = 121
+
+CLONE_NEWNS, CLONE_NEWCGROUP, CLONE_NEWUTS = 0x00020000, 0x02000000, 0x04000000
+CLONE_NEWIPC, CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x08000000, 0x10000000, 0x20000000, 0x40000000
+NAMESPACE_FLAGS = CLONE_NEWNS | CLONE_NEWCGROUP | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWUSER | CLONE_NEWPID | \
+    CLONE_NEWNET
+
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT = 1, 2, 4, 8, 32
+MS_BIND, MS_REC, MS_PRIVATE = 4096, 16384, 1 << 18
+MNT_DETACH = 2
+
+PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_SECCOMP, PR_CAPBSET_DROP = 1, 4, 22, 24
+PR_SET_NO_NEW_PRIVS, PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 38, 47, 4
+SECCOMP_MODE_FILTER = 2
+
+# seccomp return values and classic BPF opcodes (linux/seccomp.h, linux/filter.h)
+RET_ALLOW, RET_ERRNO, RET_KILL_PROCESS = 0x7FFF0000, 0x00050000, 0x80000000
+EPERM, ENOSYS = 1, 38
+LD_ABS_W, JEQ_K, JGE_K, JSET_K, RET_K = 0x20, 0x15, 0x35, 0x45, 0x06
+NR_OFFSET, ARCH_OFFSET, ARG0_OFFSET = 0, 4, 16
+
+# Per architecture: the audit arch value, pivot_root's number, and the numbers of the refused calls.
+_ARCHES = {
+    "x86_64": {
+        "audit": 0xC000003E, "pivot_root": 155, "clone": 56, "clone3": 435, "x32_bit": 0x40000000,
+        "refused": {
+            "ptrace": 101, "process_vm_readv": 310, "process_vm_writev": 311, "setsid": 112, "setpgid": 109,
+            "mount": 165, "umount2": 166, "pivot_root": 155, "chroot": 161, "unshare": 272, "setns": 308,
+            "bpf": 321, "perf_event_open": 298, "keyctl": 250, "add_key": 248, "request_key": 249,
+            "socket": 41, "socketpair": 53, "io_uring_setup": 425, "io_uring_enter": 426,
+            "io_uring_register": 427, "userfaultfd": 323, "kexec_load": 246, "kexec_file_load": 320,
+            "init_module": 175, "finit_module": 313, "delete_module": 176, "open_by_handle_at": 304,
+            "open_tree": 428, "move_mount": 429, "fsopen": 430, "fsconfig": 431, "fsmount": 432, "fspick": 433,
+            "mount_setattr": 442, "swapon": 167, "swapoff": 168, "reboot": 169, "acct": 163,
+        },
+    },
+    "aarch64": {
+        "audit": 0xC00000B7, "pivot_root": 41, "clone": 220, "clone3": 435, "x32_bit": None,
+        "refused": {
+            "ptrace": 117, "process_vm_readv": 270, "process_vm_writev": 271, "setsid": 157, "setpgid": 154,
+            "mount": 40, "umount2": 39, "pivot_root": 41, "chroot": 51, "unshare": 97, "setns": 268,
+            "bpf": 280, "perf_event_open": 241, "keyctl": 219, "add_key": 217, "request_key": 218,
+            "socket": 198, "socketpair": 199, "io_uring_setup": 425, "io_uring_enter": 426,
+            "io_uring_register": 427, "userfaultfd": 282, "kexec_load": 104, "kexec_file_load": 294,
+            "init_module": 105, "finit_module": 273, "delete_module": 106, "open_by_handle_at": 265,
+            "open_tree": 428, "move_mount": 429, "fsopen": 430, "fsconfig": 431, "fsmount": 432, "fspick": 433,
+            "mount_setattr": 442, "swapon": 224, "swapoff": 225, "reboot": 142, "acct": 89,
+        },
+    },
+}
+
+_RLIMITS = {"as": "RLIMIT_AS", "nofile": "RLIMIT_NOFILE", "nproc": "RLIMIT_NPROC", "fsize": "RLIMIT_FSIZE",
+            "cpu": "RLIMIT_CPU", "core": "RLIMIT_CORE"}
+
+
+class SetupError(Exception):
+    """A step of building the jail failed: the worker must not start."""
+
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.syscall.restype = ctypes.c_long
+_libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
+_libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+
+
+def _check(result: int, what: str) -> None:
+    if result != 0:
+        errno = ctypes.get_errno()
+        raise SetupError(f"{what}: {os.strerror(errno)}")
+
+
+def _prctl(option: int, arg: int, what: str) -> None:
+    _check(_libc.prctl(option, arg, 0, 0, 0), what)
+
+
+def _mount(source: str | None, target: str, fstype: str | None, flags: int, data: str | None = None) -> None:
+    enc = (lambda s: None if s is None else s.encode())
+    _check(_libc.mount(enc(source), enc(target), enc(fstype), flags, enc(data)), f"mount {target}")
+
+
+def arch() -> dict:
+    """The syscall table of this machine; SetupError on an architecture the filter does not know."""
+    table = _ARCHES.get(platform.machine())
+    if table is None:
+        raise SetupError(f"no syscall filter for the {platform.machine()} architecture")
+    return table
+
+
+def filter_program(table: dict) -> list[tuple[int, int, int, int]]:
+    """The seccomp-BPF program as (code, jt, jf, k) instructions: refusals by number, clone by its flags."""
+    body: list[tuple] = [(LD_ABS_W, 0, 0, ARCH_OFFSET), (JEQ_K, "next", "kill", table["audit"]),
+                         (LD_ABS_W, 0, 0, NR_OFFSET)]
+    if table["x32_bit"] is not None:
+        body.append((JGE_K, "deny", "next", table["x32_bit"]))
+    body.append((JEQ_K, "enosys", "next", table["clone3"]))
+    body.append((JEQ_K, "clone", "next", table["clone"]))
+    for number in sorted(set(table["refused"].values())):
+        body.append((JEQ_K, "deny", "next", number))
+    body.append((RET_K, 0, 0, RET_ALLOW))
+    labels = {"clone": len(body)}
+    body += [(LD_ABS_W, 0, 0, ARG0_OFFSET), (JSET_K, "deny", "next", NAMESPACE_FLAGS), (RET_K, 0, 0, RET_ALLOW)]
+    labels["deny"] = len(body)
+    body.append((RET_K, 0, 0, RET_ERRNO | EPERM))
+    labels["enosys"] = len(body)
+    body.append((RET_K, 0, 0, RET_ERRNO | ENOSYS))
+    labels["kill"] = len(body)
+    body.append((RET_K, 0, 0, RET_KILL_PROCESS))
+    program = []
+    for at, (code, jt, jf, k) in enumerate(body):
+        def offset(label):
+            return 0 if label in (0, "next") else labels[label] - at - 1
+        program.append((code, offset(jt), offset(jf), k))
+    return program
+
+
+class _SockFilter(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_ushort), ("jt", ctypes.c_ubyte), ("jf", ctypes.c_ubyte), ("k", ctypes.c_uint)]
+
+
+class _SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(_SockFilter))]
+
+
+def install_filter(table: dict) -> None:
+    program = filter_program(table)
+    array = (_SockFilter * len(program))(*(_SockFilter(*ins) for ins in program))
+    fprog = _SockFprog(len(program), array)
+    _check(_libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.addressof(fprog), 0, 0), "seccomp filter")
+
+
+def _ensure(path: str, *, directory: bool) -> None:
+    if directory:
+        os.makedirs(path, exist_ok=True)
+    elif not os.path.lexists(path):
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o644))
+
+
+def _bind(source: str, target: str, *, writable: bool = False) -> None:
+    """Bind ``source`` at ``target`` (a path inside the new root); read-only, nosuid, nodev unless told."""
+    if os.path.islink(source):  # /lib -> usr/lib on merged-/usr systems: the same link in the new root
+        if not os.path.lexists(target):
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            os.symlink(os.readlink(source), target)
+        return
+    _ensure(target, directory=os.path.isdir(source))
+    _mount(source, target, None, MS_BIND)
+    if writable:
+        return
+    kept = os.statvfs(source).f_flag & (MS_NOSUID | MS_NODEV | MS_NOEXEC)  # ST_* bits equal MS_* ones
+    _mount(None, target, None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | kept |
+           (0 if source.startswith("/dev/") else MS_NODEV))
+
+
+def _build_root(config: dict) -> None:
+    root = config["root"]
+    _mount(None, "/", None, MS_REC | MS_PRIVATE)
+    _mount("sandbox-root", root, "tmpfs", MS_NOSUID, "mode=0755,size=16m")
+    for path in config["binds"]:
+        if os.path.lexists(path):
+            _bind(path, root + path)
+    _bind(config["candidate"], root + "/candidate")
+    os.makedirs(root + "/dev", exist_ok=True)
+    _mount("sandbox-dev", root + "/dev", "tmpfs", MS_NOSUID, "mode=0755,size=64k")
+    for node in config["devices"]:
+        _bind(node, root + node, writable=True)
+    for name, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"), ("stdout", "/proc/self/fd/1"),
+                         ("stderr", "/proc/self/fd/2")):
+        os.symlink(target, f"{root}/dev/{name}")
+    os.makedirs(root + "/dev/shm")
+    _mount("sandbox-shm", root + "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, f"mode=1777,size={config['shm_bytes']}")
+    os.makedirs(root + "/tmp")
+    _mount("sandbox-tmp", root + "/tmp", "tmpfs", MS_NOSUID | MS_NODEV,
+           f"mode=1777,size={config['tmp_bytes']},nr_inodes={config['tmp_inodes']}")
+    os.makedirs(root + "/proc")
+    _mount("proc", root + "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    os.makedirs(root + "/.old")
+    if _libc.syscall(arch()["pivot_root"], root.encode(), (root + "/.old").encode()) != 0:
+        raise SetupError(f"pivot_root: {os.strerror(ctypes.get_errno())}")
+    os.chdir("/")
+    _check(_libc.umount2(b"/.old", MNT_DETACH), "detach the old root")
+    os.rmdir("/.old")
+    _mount(None, "/", None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
+
+
+def _user_namespace(uid: int, gid: int) -> None:
+    """Unprivileged harness: its own uid and gid (nothing else) become root of the new user namespace, so the
+    zygote keeps the capabilities it needs there to give each worker its own mounts, then drops them."""
+    with open("/proc/self/setgroups", "w") as fh:
+        fh.write("deny")
+    with open("/proc/self/uid_map", "w") as fh:
+        fh.write(f"0 {uid} 1")
+    with open("/proc/self/gid_map", "w") as fh:
+        fh.write(f"0 {gid} 1")
+
+
+def confine(config: dict, worker: dict) -> None:
+    """In a process forked by the zygote, before any candidate code: its own mount namespace with a fresh
+    /tmp and /dev/shm, then limits, identity, no capabilities, no new privileges, and the syscall filter."""
+    import resource
+
+    _check(_libc.unshare(CLONE_NEWNS), "unshare the worker's mounts")
+    _mount(None, "/", None, MS_REC | MS_PRIVATE)
+    _mount("sandbox-shm", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, f"mode=1777,size={config['shm_bytes']}")
+    _mount("sandbox-tmp", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV,
+           f"mode=1777,size={config['tmp_bytes']},nr_inodes={config['tmp_inodes']}")
+    for name, value in config["limits"].items():
+        resource.setrlimit(getattr(resource, _RLIMITS[name]), (value, value))
+    with open("/proc/sys/kernel/cap_last_cap") as fh:
+        last = int(fh.read())
+    _prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, "clear ambient capabilities")
+    for cap in range(last + 1):
+        _prctl(PR_CAPBSET_DROP, cap, f"drop capability {cap}")
+    if config["set_ids"]:
+        os.setgroups([])
+        os.setresgid(worker["gid"], worker["gid"], worker["gid"])
+        os.setresuid(worker["uid"], worker["uid"], worker["uid"])
+    _clear_capabilities()
+    _prctl(PR_SET_PDEATHSIG, signal.SIGKILL, "parent-death signal")
+    _prctl(PR_SET_NO_NEW_PRIVS, 1, "no new privileges")
+    _prctl(PR_SET_DUMPABLE, 0, "not dumpable")
+    install_filter(arch())
+    os.chdir("/tmp")
+
+
+def _clear_capabilities() -> None:
+    """capset with every set empty (also in a user namespace, where no setresuid drops them)."""
+
+    class Header(ctypes.Structure):
+        _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+    class Data(ctypes.Structure):
+        _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32),
+                    ("inheritable", ctypes.c_uint32)]
+
+    header, data = Header(0x20080522, 0), (Data * 2)()
+    _check(_libc.capset(ctypes.byref(header), data), "clear capabilities")
+
+
+def _child(config: dict) -> None:
+    _build_root(config)
+    _prctl(PR_SET_PDEATHSIG, signal.SIGKILL, "parent-death signal")
+    _prctl(PR_SET_DUMPABLE, 0, "not dumpable")
+    os.execve(config["argv"][0], config["argv"] + [json.dumps(config)], config["env"])
+
+
+def main(argv: list[str]) -> None:
+    if argv[1] == "--probe":  # exec'd inside a finished jail: confine as a worker would be, then end
+        config = json.loads(argv[2])
+        try:
+            confine(config, config["probe_ids"])
+        except (SetupError, OSError) as exc:
+            print(f"sandbox: {exc}", file=sys.stderr, flush=True)
+            os._exit(SETUP_FAILED)
+        os._exit(0)
+    try:
+        config = json.loads(argv[1])
+        arch()  # refuse an unknown architecture before anything changes
+        _prctl(PR_SET_PDEATHSIG, signal.SIGKILL, "parent-death signal")
+        if config["user_namespace"]:
+            _check(_libc.unshare(NAMESPACE_FLAGS), "unshare")
+            _user_namespace(config["uid"], config["gid"])
+        else:
+            _check(_libc.unshare(NAMESPACE_FLAGS & ~CLONE_NEWUSER), "unshare")
+    except (SetupError, OSError, ValueError, KeyError, IndexError) as exc:
+        print(f"sandbox: {exc}", file=sys.stderr, flush=True)
+        os._exit(SETUP_FAILED)
+    pid = os.fork()
+    if pid == 0:
+        try:
+            _child(config)
+        except BaseException as exc:  # noqa: BLE001 - nothing but the worker may run past this point
+            print(f"sandbox: {exc}", file=sys.stderr, flush=True)
+        os._exit(SETUP_FAILED)
+    null = os.open(os.devnull, os.O_RDWR)  # the pipes belong to the workers: their ends close them
+    os.dup2(null, 0)
+    os.dup2(null, 1)
+    for worker in config["workers"]:
+        for fd in worker["fds"].values():
+            os.close(fd)
+    while True:
+        try:
+            _, status = os.waitpid(pid, 0)
+            break
+        except ChildProcessError:
+            os._exit(SETUP_FAILED)
+        except InterruptedError:
+            continue
+    os._exit(os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 128 + os.WTERMSIG(status))
+
+
+if __name__ == "__main__":
+    main(sys.argv)

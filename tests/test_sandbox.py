@@ -1,0 +1,239 @@
+"""The sandbox every candidate process runs in, attacked from inside by a real candidate module.
+
+One hostile module tries, at import time in a sandboxed worker (where every
+candidate's code first runs), to write outside its tmpfs (the registry's
+package and its ``__pycache__``, site-packages, its own folder, the harness's
+working directory, the database's folder), to read the database, the signing
+key and the harness's environment, to read and write the harness's memory, to
+signal it, to reach a socket it listens on, and to leave a double-forked,
+``setsid`` daemon behind. It reports what it got in the error it raises,
+which is all it can send back; each test then checks one of those effects
+from outside: files unchanged, secrets absent from anything that came back,
+the harness's memory and signal count as they were, no connection accepted,
+no process left. The worker is started once for all of them (module scope):
+each start imports torch, which takes seconds.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import secrets
+import signal
+import socket
+import sqlite3
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+import registry
+from registry.kernels.isolation import CandidateError, CandidateWorker, candidate_text
+from registry.kernels.sandbox import require_sandbox
+
+PACKAGE = Path(registry.__file__).resolve().parent
+MARKER = f"sandbox-daemon-{secrets.token_hex(8)}"
+
+ATTACK = '''
+import ctypes, os, signal, socket, sys, time
+
+found = []
+
+def attempt(what, fn):
+    try:
+        found.append(f"{{what}}: GOT {{fn()!r}}"[:300])
+    except BaseException as exc:
+        found.append(f"{{what}}: {{type(exc).__name__}}")
+
+def write(path):
+    with open(path, "ab") as fh:
+        fh.write(b"# written by a candidate\\n")
+    return "written"
+
+def read(path):
+    with open(path, "rb") as fh:
+        return fh.read(4096)
+
+for path in {writes!r}:
+    attempt(f"write {{path}}", lambda: write(path))
+for path in {reads!r}:
+    attempt(f"read {{path}}", lambda: read(path))
+attempt("environ", lambda: [v for v in os.environ.values()])
+attempt("harness environ", lambda: read(f"/proc/{harness}/environ"))
+
+def harness_memory(mode):
+    with open(f"/proc/{harness}/mem", mode) as fh:
+        fh.seek({address})
+        if mode == "r+b":
+            fh.write(b"X" * {length})
+        return fh.read({length})
+
+attempt("harness memory read", lambda: harness_memory("rb"))
+attempt("harness memory write", lambda: harness_memory("r+b"))
+
+class IoVec(ctypes.Structure):
+    _fields_ = [("base", ctypes.c_void_p), ("len", ctypes.c_size_t)]
+
+def vm_read():
+    buffer = ctypes.create_string_buffer({length})
+    local, remote = IoVec(ctypes.addressof(buffer), {length}), IoVec({address}, {length})
+    libc = ctypes.CDLL(None, use_errno=True)
+    got = libc.syscall(310, {harness}, ctypes.byref(local), 1, ctypes.byref(remote), 1, 0)
+    if got < 0:
+        raise OSError(ctypes.get_errno(), "process_vm_readv")
+    return buffer.raw
+
+attempt("process_vm_readv", vm_read)
+def attach():
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.ptrace(16, {harness}, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "ptrace")
+    return "attached"
+
+attempt("ptrace attach", attach)
+attempt("signal harness", lambda: os.kill({harness}, signal.SIGUSR1))
+attempt("signal everyone", lambda: os.kill(-1, signal.SIGUSR1))
+attempt("signal harness group", lambda: os.killpg({harness_group}, signal.SIGUSR1))
+attempt("tcp", lambda: socket.create_connection(("127.0.0.1", {port}), timeout=2))
+attempt("unix", lambda: socket.socket(socket.AF_UNIX).connect({unix_path!r}))
+
+def daemon():
+    ready_r, ready_w = os.pipe()
+    os.set_inheritable(ready_w, True)
+    if os.fork() == 0:
+        try:
+            os.setsid()
+        except OSError:
+            pass
+        if os.fork() == 0:  # says "up" once it runs under its marked command line
+            os.execv(sys.executable, [sys.executable, "-c", "import os, sys, time; os.write(int(sys.argv[1]), "
+                                      "b'up'); time.sleep(600)", str(ready_w), {marker!r}])
+        os._exit(0)
+    os.close(ready_w)
+    return os.read(ready_r, 2)
+
+attempt("daemon", daemon)
+raise RuntimeError(" | ".join(found))
+
+
+def kernel(x):  # the entry registration checks for; never reached
+    return x
+'''
+
+
+@pytest.fixture(scope="module")
+def sandbox_run(tmp_path_factory):
+    """Run the attack once in a sandboxed worker; what it reported, and the outside state before and after."""
+    try:
+        require_sandbox()
+    except ValueError as exc:
+        pytest.skip(str(exc))
+    base = tmp_path_factory.mktemp("sandbox")
+    candidate_dir, db_dir, keys_dir = base / "candidate", base / "db", base / "keys"
+    for folder in (candidate_dir, db_dir, keys_dir):
+        folder.mkdir()
+    secret, name = secrets.token_hex(16), secrets.token_hex(8)
+    database = db_dir / "registry.db"
+    with sqlite3.connect(database) as db:
+        db.execute("create table secrets (value text)")
+        db.execute("insert into secrets values (?)", (secret,))
+    key = keys_dir / "signing.pem"
+    key.write_text(f"-----BEGIN PRIVATE KEY-----\n{secret}\n-----END PRIVATE KEY-----\n")
+    key.chmod(0o600)
+    memory = ctypes.create_string_buffer(f"harness-memory-{secret}".encode())
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.setblocking(False)
+    unix_path = str(base / "harness.sock")
+    unix_listener = socket.socket(socket.AF_UNIX)
+    unix_listener.bind(unix_path)
+    unix_listener.listen()
+    unix_listener.setblocking(False)
+    writes = [PACKAGE / "__init__.py", PACKAGE / "kernels" / "__pycache__" / "evaluate.cpython-311.pyc",
+              PACKAGE / "sandbox_written.py", Path(torch.__file__).parent.parent / "sandbox_written.pth",
+              candidate_dir / "sitecustomize.py", candidate_dir / "attack_candidate.py", Path.cwd() / "sandbox_written",
+              database, db_dir / "sandbox_written", key, Path("/usr/lib") / f"sandbox_written_{name}",
+              Path("/tmp") / f"sandbox_written_{name}"]
+    before = {path: path.read_bytes() if path.exists() else None for path in writes}
+    (candidate_dir / "attack_candidate.py").write_text(textwrap.dedent(ATTACK.format(
+        writes=[str(p) for p in writes], reads=[str(database), str(key)], harness=os.getpid(),
+        harness_group=os.getpgid(0), address=ctypes.addressof(memory), length=len(memory.raw),
+        port=listener.getsockname()[1], unix_path=unix_path, marker=MARKER)))
+    before[candidate_dir / "attack_candidate.py"] = (candidate_dir / "attack_candidate.py").read_bytes()
+    signals: list[int] = []
+    previous = signal.signal(signal.SIGUSR1, lambda number, frame: signals.append(number))
+    os.environ["REGISTRY_SIGNING_KEY"] = key.read_text()
+    entry = f"{candidate_dir / 'attack_candidate.py'}:kernel"  # a candidate is its file, sent as text
+    worker = CandidateWorker(entry, torch.device("cpu"), screen=False, candidate=candidate_text(entry))
+    try:
+        with pytest.raises(CandidateError) as raised:
+            worker.__enter__()
+        daemons_during = _processes_with(MARKER)
+    finally:
+        worker.close()
+        del os.environ["REGISTRY_SIGNING_KEY"]
+        signal.signal(signal.SIGUSR1, previous)
+    report = str(raised.value)
+    yield {"report": report, "secret": secret, "name": name, "before": before, "memory": memory,
+           "memory_before": f"harness-memory-{secret}".encode(), "signals": signals, "listeners": (listener, unix_listener),
+           "daemons_during": daemons_during, "daemons_after": _processes_with(MARKER)}
+    listener.close()
+    unix_listener.close()
+
+
+def _processes_with(marker: str) -> list[int]:
+    """Pids of every process on this machine whose command line holds ``marker`` (read from /proc)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                if marker.encode() in Path(f"/proc/{entry}/cmdline").read_bytes():
+                    found.append(int(entry))
+            except OSError:
+                continue
+    return found
+
+
+def _outcome(report: str, what: str) -> str:
+    return next(part for part in report.split(" | ") if part.startswith(what + ":"))
+
+
+def test_the_candidate_ran_and_reported(sandbox_run):
+    assert "daemon:" in sandbox_run["report"]  # the attack got to its end: every attempt below was made
+
+
+def test_a_candidate_cannot_write_outside_its_tmpfs(sandbox_run):
+    for path, content in sandbox_run["before"].items():
+        assert (path.read_bytes() if path.exists() else None) == content, path
+    assert "GOT 'written'" in _outcome(sandbox_run["report"], f"write /tmp/sandbox_written_{sandbox_run['name']}")
+    assert sandbox_run["report"].count("GOT 'written'") == 1  # its own /tmp only, which the harness never sees
+
+
+def test_a_candidate_cannot_read_the_database_or_the_keys(sandbox_run):
+    report, secret = sandbox_run["report"], sandbox_run["secret"]
+    assert secret not in report
+    for what in ("read", "environ", "harness environ"):
+        assert what in report
+    assert "REGISTRY_" not in report
+
+
+def test_a_candidate_cannot_read_or_write_the_harness_memory(sandbox_run):
+    assert sandbox_run["memory"].raw.rstrip(b"\0") == sandbox_run["memory_before"]
+    for what in ("harness memory read", "harness memory write", "process_vm_readv"):
+        assert "GOT" not in _outcome(sandbox_run["report"], what)
+
+
+def test_a_candidate_cannot_signal_the_harness(sandbox_run):
+    assert sandbox_run["signals"] == []
+
+
+def test_a_candidate_cannot_open_a_network_socket(sandbox_run):
+    for listener in sandbox_run["listeners"]:
+        with pytest.raises(BlockingIOError):
+            listener.accept()
+    assert _outcome(sandbox_run["report"], "tcp") == "tcp: PermissionError"
+    assert _outcome(sandbox_run["report"], "unix") == "unix: PermissionError"
+
+
+def test_a_candidate_leaves_no_process_behind(sandbox_run):
+    assert "daemon: GOT b'up'" in sandbox_run["report"] and sandbox_run["daemons_during"]  # it did start one
+    assert sandbox_run["daemons_after"] == []
