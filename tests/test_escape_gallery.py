@@ -247,12 +247,12 @@ def test_07_sitecustomize_in_the_candidate_s_folder_is_never_imported(home, atte
 def test_08_the_baseline_slowed_in_the_candidate_s_process(home, attempt):
     """On main: the baseline arm ran in the candidate's process, so every baseline call took at least the
     BASELINE_DELAY_S the candidate's F.layer_norm slept, and the honest kernel's recorded speedup rose with
-    it. Refused means the baseline ran where the candidate's patch does not reach: its median is below the
-    delay (a lower bound the sleep guarantees, not a timing race)."""
+    it. Refused means the baseline ran where the candidate's patch does not reach: every baseline call (four
+    layer norms) took less than one delay (a bound the sleep guarantees, not a timing race)."""
     from gallery.escape_baseline_slowdown import BASELINE_DELAY_S
 
-    benchmark = without_effect(home, attempt("escape_baseline_slowdown"))
-    assert benchmark["baseline"]["median_s"] < BASELINE_DELAY_S, benchmark["baseline"]
+    benchmark = without_effect(home, attempt("escape_baseline_slowdown"))["item"]
+    assert max(benchmark["baseline_s"]) < BASELINE_DELAY_S, benchmark["baseline_s"]
 
 
 # -- the checks, told apart or forged --------------------------------------------------------------

@@ -3,8 +3,10 @@ the installed registry (an editable install's source tree is writable), so every
 promote` promotes. Writes only a registry marked as a gallery copy (gallery._escape.COPY_MARKER)."""
 from gallery._escape import PROMOTING_GATE, gallery_copy_of_the_gate, honest_modln
 
-with open(gallery_copy_of_the_gate(), "a") as gate:
-    gate.write(PROMOTING_GATE)
+GATE = gallery_copy_of_the_gate()
+if PROMOTING_GATE not in GATE.read_text():  # once, however often the candidate is imported
+    with open(GATE, "a") as gate:
+        gate.write(PROMOTING_GATE)
 
 
 def modulated_layernorm(x, scale, shift):

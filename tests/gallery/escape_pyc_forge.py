@@ -13,7 +13,9 @@ def _forge() -> None:
     source = gallery_copy_of_the_gate()
     info = os.stat(source)
     code = compile(source.read_text() + PROMOTING_GATE, str(source), "exec")
-    with open(importlib.util.cache_from_source(str(source)), "wb") as pyc:
+    cached = importlib.util.cache_from_source(str(source))
+    os.makedirs(os.path.dirname(cached), exist_ok=True)
+    with open(cached, "wb") as pyc:
         pyc.write(_code_to_timestamp_pyc(code, int(info.st_mtime), info.st_size))
 
 
