@@ -12,10 +12,12 @@ beyond the registration, one evaluation and one verdict.
 
 Each escape's docstring says what it did against the code of `main` before issue 27 (a scratch clone at
 that commit, its CLI run with the candidate registered as a module: ``--entry escape_x:modulated_layernorm``
-with the candidate's folder on PYTHONPATH, as that entry form required). Escapes marked NEEDS_SANDBOX are
-refused only once the sandbox of issue 27 item 1 is in (they are strict xfails until then: one that starts
-passing fails the run until its mark is removed). Each test takes one evaluation under the interpreter
-(10-40 s on a shared CPU); the module's setup copies the package and writes its manifest (about 3 s).
+with the candidate's folder on PYTHONPATH, as that entry form required). Most are refused by the sandbox
+(registry/kernels/sandbox.py); the sitecustomize one by the candidate being a file loaded from a private
+copy. Two (the canary, the forged counter) are not caught by any check: what holds them is the gate's rule
+that a launch count from inside the candidate's process shows nothing (execution.launches_unverified).
+Each test takes one evaluation under the interpreter (5-40 s on a shared CPU; one refused at load is the
+quick end); the module's setup copies the package and writes its manifest (about 3 s).
 """
 from __future__ import annotations
 
@@ -26,8 +28,10 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -45,10 +49,10 @@ speed: {min_speedup: 1.1, runs_per_arm: 2, protocol: paired, decision: point}
 """
 COMMAND_TIMEOUT_S = 600
 LEFTOVER_NAMES = ("escape-daemon", "escape-leftover")
-NEEDS_SANDBOX = pytest.mark.xfail(strict=True, reason="refused by the sandbox (issue 27 item 1), not merged yet")
 BLOCKED = ("No such file or directory", "Permission denied", "Operation not permitted", "Read-only file system",
-           "File too large", "No space left", "sandbox")
-"""What a sandbox's refusal of a file, /proc or process operation reads like in the recorded error."""
+           "File too large", "No space left", "no `registry evaluate` in reach")
+"""What the sandbox's refusal of a file, /proc or process operation reads like in the recorded error (the
+last: the escape's parent in the jail is the sandbox's own pid 1, and no harness is visible)."""
 
 
 @dataclass
@@ -65,10 +69,15 @@ def _run(home: Home, *args: str, cwd: Path | None = None) -> subprocess.Complete
 
 
 @pytest.fixture(scope="module")
-def home(tmp_path_factory) -> Home:
-    """One registry with the workload declared, run from a marked copy of the registry package."""
+def home(tmp_path_factory) -> Iterator[Home]:
+    """One registry with the workload declared, run from a marked copy of the registry package.
+
+    The copy lives beside the repository's own package, not in the temporary folder: the sandbox binds the
+    harness's package folder into a jail whose temporary folder is a tmpfs of its own.
+    """
     root = tmp_path_factory.mktemp("escapes")
-    copy = root / "installed" / "registry"
+    installed = Path(tempfile.mkdtemp(prefix=".escape-gallery-", dir=Path(__file__).resolve().parent.parent))
+    copy = installed / "registry"
     shutil.copytree(package_folder(), copy, ignore=shutil.ignore_patterns("__pycache__"))
     (copy / COPY_MARKER).write_text("a throwaway copy: the escape gallery may write it\n")
     env = {key: value for key, value in os.environ.items() if not key.startswith(("REGISTRY_", "PYTHON"))}
@@ -79,7 +88,8 @@ def home(tmp_path_factory) -> Home:
                  ("install-manifest", "--manifest", str(home.manifest))):
         done = _run(home, *args)
         assert done.returncode == 0, done.stderr
-    return home
+    yield home
+    shutil.rmtree(installed)
 
 
 @dataclass
@@ -165,18 +175,20 @@ def refused(home: Home, attempt: Attempt, *classes: str) -> str:
 
 
 def without_effect(home: Home, attempt: Attempt) -> dict:
-    """A candidate honest underneath whose attack did nothing: an honest evaluation's events, no promotion."""
+    """A candidate whose attack did nothing it could show: an evaluation's events, held by the gate because
+    its launch count came from its own process (execution.launches_unverified, the class the sandbox leaves
+    to a signal from outside it); returns the benchmark event."""
     assert attempt.evaluated.returncode == 0, attempt.evaluated.stderr
     assert attempt.types == ["ArtifactRegistered", "ParityMeasured", "BenchmarkMeasured", "ExecutionObserved",
                              "VerdictRendered"]
-    assert attempt.verdict["decision"] != "promoted", attempt.verdict
+    assert attempt.verdict["decision"] == "held", attempt.verdict
+    assert attempt.verdict["rule"] == "execution.launches_unverified", attempt.verdict
     _verified(home, attempt)
     return dict(attempt.events[2][1])
 
 
 # -- the log, written from inside ------------------------------------------------------------------
 
-@NEEDS_SANDBOX
 def test_01_log_forged_through_the_api(home, attempt):
     """On main: promoted. The worker read `--db` and the artifact from /proc/<ppid>/cmdline, appended
     VerdictRendered(promoted) through registry.app.decisions; the evaluation was recorded after it and
@@ -184,21 +196,18 @@ def test_01_log_forged_through_the_api(home, attempt):
     refused(home, attempt("escape_log_forge"), *BLOCKED)
 
 
-@NEEDS_SANDBOX
 def test_02_log_forged_then_the_harness_killed(home, attempt):
     """On main: promoted, with no evaluation in the log at all: the forged verdict, then SIGKILL of the
     harness (evaluate exited -9 with nothing recorded), so the log read [registered, promoted]."""
     refused(home, attempt("escape_log_forge_kill"), *BLOCKED)
 
 
-@NEEDS_SANDBOX
 def test_03_a_daemon_writes_after_evaluate_returned(home, attempt):
     """On main: promoted after evaluate had returned an honest run: the setsid grandchild outlived the
     worker's process group and appended the verdict once the harness had exited."""
     refused(home, attempt("escape_daemon"), *BLOCKED)
 
 
-@NEEDS_SANDBOX
 def test_11_log_found_through_the_harness_s_descriptors(home, attempt):
     """On main: promoted. The worker found the registry through /proc/<ppid>/fd (the harness holds the
     SQLite file open), no URL needed, and forged the verdict there."""
@@ -207,7 +216,6 @@ def test_11_log_found_through_the_harness_s_descriptors(home, attempt):
 
 # -- the harness, rewritten from inside ------------------------------------------------------------
 
-@NEEDS_SANDBOX
 def test_04_the_harness_s_integrity_checks_rewritten_through_proc_mem(home, attempt):
     """On main: a torch-computed result with a token launch (technique 13, otherwise refused as "result not
     from the kernel") recorded as a clean evaluation: /proc/<ppid>/mem opened read-write, the integrity
@@ -217,14 +225,12 @@ def test_04_the_harness_s_integrity_checks_rewritten_through_proc_mem(home, atte
 
 # -- every later process, poisoned -----------------------------------------------------------------
 
-@NEEDS_SANDBOX
 def test_05_the_installed_package_patched(home, attempt):
     """On main: promoted by the next `registry promote` (a new process importing the patched
     registry/gate/decide.py of the copy), and nothing in the log or `registry verify` showed it."""
     refused(home, attempt("escape_package_patch"), *BLOCKED)
 
 
-@NEEDS_SANDBOX
 def test_06_a_forged_pyc_with_the_original_s_mtime_and_size(home, attempt):
     """On main: promoted by the next `registry promote`: Python loaded the forged .pyc (its header holds the
     untouched source's mtime and size); the source file still reads honest."""
@@ -243,7 +249,6 @@ def test_07_sitecustomize_in_the_candidate_s_folder_is_never_imported(home, atte
 
 # -- the baseline, sabotaged -----------------------------------------------------------------------
 
-@NEEDS_SANDBOX
 def test_08_the_baseline_slowed_in_the_candidate_s_process(home, attempt):
     """On main: the baseline arm ran in the candidate's process, so every baseline call took at least the
     BASELINE_DELAY_S the candidate's F.layer_norm slept, and the honest kernel's recorded speedup rose with
@@ -257,23 +262,20 @@ def test_08_the_baseline_slowed_in_the_candidate_s_process(home, attempt):
 
 # -- the checks, told apart or forged --------------------------------------------------------------
 
-@NEEDS_SANDBOX
 def test_09_a_canary_launch_tells_the_ablated_call_apart(home, attempt):
     """On main: a clean evaluation of torch's result: the canary's flag was unset only in the ablated call,
     which returned zeros and so passed the ablation check."""
-    refused(home, attempt("escape_canary"), "result not from the kernel")
+    without_effect(home, attempt("escape_canary"))
 
 
-@NEEDS_SANDBOX
 def test_10_the_launch_counter_forged_through_gc(home, attempt):
     """On main: a clean evaluation of torch's result with no kernel launched: the LaunchWatch found with gc,
     its count raised by one per call and its ablate flag read."""
-    refused(home, attempt("escape_gc_counter"), "result not from the kernel")
+    without_effect(home, attempt("escape_gc_counter"))
 
 
 # -- resources -------------------------------------------------------------------------------------
 
-@NEEDS_SANDBOX
 def test_12_disk_shm_and_a_process_left_behind(home, attempt):
     """On main: the candidate wrote 8 MiB into the harness's working directory and into /dev/shm and left a
     sleeping process in a session of its own, all outliving the evaluation (no limit, no private tmpfs, no

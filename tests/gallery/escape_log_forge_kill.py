@@ -4,11 +4,10 @@ promotion, as an honest run that was promoted would."""
 import os
 import signal
 
-from gallery._escape import forge_promotion, harness_target, honest_modln
+from gallery._escape import forge_promotion, harness_target, honest_modln, registering
 
-TARGET = harness_target()
-if TARGET:
-    forge_promotion(*TARGET)
+if not registering():
+    forge_promotion(*harness_target())
     os.kill(os.getppid(), signal.SIGKILL)
 
 

