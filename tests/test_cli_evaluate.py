@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from registry.app import open_registry
+from registry.kernels.sandbox import harness_digest
 
 KERNEL_FIXTURES = Path(__file__).with_name("kernel_fixtures.py")  # a candidate is registered by its file
 
@@ -61,6 +62,7 @@ def test_emit_writes_an_import_file_and_appends_nothing(cli):
     assert types(cli.url, "rms") == ["ArtifactRegistered"]
     document = json.loads(out.read_text())
     assert document["format"] == "registry.evidence/1" and document["run"] == "gpu-7"
+    assert (document["sandbox"], document["harness_sha256"]) == ("linux-ns-seccomp/1", harness_digest())
     assert cli("evidence", "import", str(out)).exit_code == 0
     assert types(cli.url, "rms")[1:] == ["ParityMeasured", "BenchmarkMeasured", "ExecutionObserved"]
 

@@ -130,12 +130,18 @@ def promised_rows(kernel: Row) -> list[Row]:
             kernel]
 
 
+UNVERIFIED = "execution.launches_unverified"
+
+
 @pytest.mark.parametrize("on_gpu,kernel,problem", [
-    (False, verdict_row(KERNEL_ARTIFACT, "held", "speed.interpreter"), None),
+    (False, verdict_row(KERNEL_ARTIFACT, "held", UNVERIFIED), None),
+    (False, verdict_row(KERNEL_ARTIFACT, "held", "speed.interpreter"), "held by speed.interpreter"),
     (False, verdict_row(KERNEL_ARTIFACT, "held", "evaluation_failed"), "held by evaluation_failed"),
     (False, verdict_row(KERNEL_ARTIFACT, "promoted", "speed.passed", speedup=3.0), "promoted by speed.passed"),
-    (True, verdict_row(KERNEL_ARTIFACT, "promoted", "speed.passed", speedup=3.0, ci=(2.5, 3.5)), None),
+    (True, verdict_row(KERNEL_ARTIFACT, "held", UNVERIFIED), None),
     (True, verdict_row(KERNEL_ARTIFACT, "quarantined", "parity.failed"), None),
+    (True, verdict_row(KERNEL_ARTIFACT, "promoted", "speed.passed", speedup=3.0, ci=(2.5, 3.5)),
+     "promoted by speed.passed"),
     (True, verdict_row(KERNEL_ARTIFACT, "held", "speed.interpreter"), "held by speed.interpreter"),
 ])
 def test_check_follows_the_device(on_gpu, kernel, problem):
@@ -144,7 +150,7 @@ def test_check_follows_the_device(on_gpu, kernel, problem):
 
 
 def test_check_refuses_an_honest_candidate_not_decided_by_speed():
-    rows = promised_rows(verdict_row(KERNEL_ARTIFACT, "held", "speed.interpreter"))
+    rows = promised_rows(verdict_row(KERNEL_ARTIFACT, "held", UNVERIFIED))
     rows[0] = verdict_row("sdpa-attention", "held", "speed.missing")
     rows.pop()
     assert check_expectations(rows, on_gpu=False) == [
@@ -170,20 +176,20 @@ def test_check_refuses_an_honest_candidate_not_decided_by_speed():
      "step-cache: rejected without an upper bound below the gate 1.2x (bounds [1.0, 1.3])"),
 ])
 def test_check_accepts_exactly_the_readings_the_confident_rule_can_give(row, problem):
-    rows = promised_rows(verdict_row(KERNEL_ARTIFACT, "held", "speed.interpreter"))
+    rows = promised_rows(verdict_row(KERNEL_ARTIFACT, "held", UNVERIFIED))
     rows[1] = row
     assert check_expectations(rows, on_gpu=False) == ([] if problem is None else [problem])
 
 
 def test_a_cheat_is_refused_by_the_check_even_when_its_speed_is_shown():
-    rows = promised_rows(verdict_row(KERNEL_ARTIFACT, "held", "speed.interpreter"))
+    rows = promised_rows(verdict_row(KERNEL_ARTIFACT, "held", UNVERIFIED))
     rows[2] = verdict_row("lossy-skip", "promoted", "speed.passed", speedup=5.0, ci=(3.8, 6.7))
     assert check_expectations(rows, on_gpu=False) == [
         "lossy-skip: promoted by speed.passed, expected quarantined by fidelity.failed", "lossy-skip: no reason names ssim"]
 
 
 def test_a_candidate_held_with_bounds_across_the_gate_is_named():
-    rows = promised_rows(verdict_row(KERNEL_ARTIFACT, "held", "speed.interpreter"))
+    rows = promised_rows(verdict_row(KERNEL_ARTIFACT, "held", UNVERIFIED))
     rows[1] = verdict_row("step-cache", "held", "speed.undecided", speedup=1.1, ci=(1.0, 1.3), pairs=6, stop="max_pairs")
     assert near_gate_notes(rows) == [
         "step-cache: speedup 1.1x held after 6 pairs, its bounds 1-1.3x reach across the gate 1.2x: within this "

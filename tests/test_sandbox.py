@@ -16,6 +16,7 @@ each start imports torch, which takes seconds.
 from __future__ import annotations
 
 import ctypes
+import json
 import os
 import secrets
 import signal
@@ -29,7 +30,7 @@ import torch
 
 import registry
 from registry.kernels.isolation import CandidateError, CandidateWorker, candidate_text
-from registry.kernels.sandbox import require_sandbox
+from registry.kernels.sandbox import harness_digest, require_sandbox
 
 PACKAGE = Path(registry.__file__).resolve().parent
 MARKER = f"sandbox-daemon-{secrets.token_hex(8)}"
@@ -237,3 +238,106 @@ def test_a_candidate_cannot_open_a_network_socket(sandbox_run):
 def test_a_candidate_leaves_no_process_behind(sandbox_run):
     assert "daemon: GOT b'up'" in sandbox_run["report"] and sandbox_run["daemons_during"]  # it did start one
     assert sandbox_run["daemons_after"] == []
+
+
+# ---- what evidence says about the sandbox, and what the gate makes of it ----
+
+def _decide(**execution_fields):
+    from registry.contracts import Contract
+    from registry.formats.evidence.items import parse_item
+    from registry.gate import ArtifactFacts, GateEvidence, Recorded, decide
+
+    leaf = {"name": "shape0.y", "reference_dtype": "bfloat16", "candidate_dtype": "bfloat16",
+            "reference_shape": [2, 3], "candidate_shape": [2, 3], "reference_strides": [3, 1],
+            "candidate_strides": [3, 1], "byte_equal": True, "max_abs_error": 0.0, "max_rel_error": 0.0,
+            "has_nan": False, "has_inf": False, "reference_has_nan": False, "reference_has_inf": False,
+            "nonfinite_mismatch": False}
+    candidate = [1.0 + 0.002 * (i % 4) for i in range(16)]
+    items = {
+        "execution": {"kind": "execution", "candidate_calls": 40, "fallbacks": 0, **execution_fields},
+        "parity": {"kind": "parity", "policy": "byte_equal", "leaves": [leaf]},
+        "benchmark": {"kind": "benchmark", "protocol": "paired", "device": "NVIDIA H200", "timer": "perf_counter",
+                      "baseline_s": [1.5 * c for c in candidate], "candidate_s": candidate,
+                      "schedule": ["BC", "CB"] * 8},
+    }
+    evidence = GateEvidence(**{kind: Recorded(f"ev-{kind}", parse_item(raw)) for kind, raw in items.items()})
+    contract = Contract.from_mapping({"workload": "wan-modln-op", "parity": {"policy": "byte_equal"},
+                                      "speed": {"min_speedup": 1.1, "runs_per_arm": 16, "protocol": "paired",
+                                                "decision": "point"}})
+    return decide(contract, evidence, ArtifactFacts("modln", "fused_kernel"))
+
+
+DIGEST = "ab" * 32
+
+
+def test_the_gate_holds_a_candidate_run_without_the_sandbox():
+    assert _decide(sandbox="linux-ns-seccomp/1", harness_sha256=DIGEST).decision == "promoted"
+    verdict = _decide(sandbox="none", harness_sha256=DIGEST)
+    assert (verdict.decision, verdict.rule) == ("held", "execution.unsandboxed")
+    assert "--insecure-no-sandbox" in verdict.reasons[0]
+
+
+def test_the_gate_holds_launch_counts_taken_inside_the_candidates_process():
+    verdict = _decide(sandbox="linux-ns-seccomp/1", harness_sha256=DIGEST, launch_signal="candidate_process")
+    assert (verdict.decision, verdict.rule) == ("held", "execution.launches_unverified")
+    assert "inside the candidate's own process" in verdict.reasons[0]
+
+
+@pytest.mark.parametrize("fields, message", [
+    ({"sandbox": "linux-ns-seccomp/1"}, "name the harness together"),
+    ({"harness_sha256": DIGEST}, "name the harness together"),
+    ({"sandbox": "chroot", "harness_sha256": DIGEST}, "is not one of"),
+    ({"sandbox": "none", "harness_sha256": "not-a-digest"}, "sha256"),
+    ({"launch_signal": "outside"}, "is not one of"),
+])
+def test_sandbox_fields_that_say_nothing_or_something_unknown_are_refused(fields, message):
+    from registry.formats.evidence.errors import EvidenceError
+    from registry.formats.evidence.items import parse_item
+
+    with pytest.raises(EvidenceError, match=message):
+        parse_item({"kind": "execution", "candidate_calls": 1, "fallbacks": 0, **fields})
+
+
+@pytest.mark.parametrize("document, message", [
+    ({"sandbox": "none"}, "name the harness together"),
+    ({"sandbox": "none", "harness_sha256": DIGEST, "item": {"sandbox": "linux-ns-seccomp/1", "harness_sha256": DIGEST}},
+     "another sandbox or harness"),
+    ({"sandbox": "none", "harness_sha256": DIGEST, "item": {"sandbox": "none", "harness_sha256": "cd" * 32}},
+     "another sandbox or harness"),
+])
+def test_a_document_naming_its_harness_must_agree_with_its_items(document, message):
+    from registry.formats.evidence.document import parse_document
+    from registry.formats.evidence.errors import EvidenceError
+
+    item = {"kind": "execution", "candidate_calls": 1, "fallbacks": 0, **document.pop("item", {})}
+    with pytest.raises(EvidenceError, match=message):
+        parse_document({"format": "registry.evidence/1", "artifact": "modln", **document, "evidence": [item]})
+    agreeing = parse_document({"format": "registry.evidence/1", "artifact": "modln", "sandbox": "none",
+                               "harness_sha256": DIGEST, "evidence": [{"kind": "failure", "stage": "load",
+                                                                       "error": "EntryError: no such module"}]})
+    assert (agreeing.sandbox, agreeing.harness_sha256) == ("none", DIGEST)
+
+
+MANIFEST = """
+workload: wan-modln-op
+parity: {policy: byte_equal}
+speed: {min_speedup: 1.1, runs_per_arm: 2, protocol: paired, decision: point}
+"""
+
+
+@pytest.mark.device
+@pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reason="the cpu corpus runs under the interpreter")
+def test_evaluate_insecure_no_sandbox_records_it_and_promote_holds_it(registry_cli):
+    """A whole evaluation (two pairs, under the interpreter: about a minute on a loaded machine): the only
+    way to show the flag's evidence reaches the gate through the CLI."""
+    cli = registry_cli
+    (cli.tmp / "op.yaml").write_text(MANIFEST)
+    assert cli("workload", "declare", str(cli.tmp / "op.yaml")).exit_code == 0
+    assert cli("artifact", "register", "modln", "--workload", "wan-modln-op", "--kind", "fused_kernel", "--op",
+               "gated_residual", "--entry", "registry.kernels.gated:gated_residual_triton").exit_code == 0
+    evaluated = cli("evaluate", "modln", "--warmup", "0", "--insecure-no-sandbox", "--json")
+    assert evaluated.exit_code == 0, evaluated.output
+    execution = next(item for item in json.loads(evaluated.output)["evidence"] if item["kind"] == "execution")
+    assert execution["sandbox"] == "none" and execution["harness_sha256"] == harness_digest()
+    verdict = json.loads(cli("promote", "modln", "--json").output)
+    assert verdict["decision"] == "held" and verdict["rule"] == "execution.unsandboxed"

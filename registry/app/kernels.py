@@ -114,6 +114,7 @@ def evaluate_artifact(
         runs = canonical["speed"]["runs_per_arm"]
     with triton_runtime() as device:
         from registry.kernels.evaluate import evaluate_kernel, evidence_document
+        from registry.kernels.sandbox import PROFILE, UNSANDBOXED
 
         items = evaluate_kernel(
             registered["op"], registered["entry"], corpus=corpus or device, runs=runs, warmup=warmup,
@@ -121,7 +122,7 @@ def evaluate_artifact(
             progress=progress, open_batches=open_batches, sandboxed=not insecure_no_sandbox,
             entry_sha256=subject.payload_sha256,
         )
-    document = evidence_document(artifact, items, run=run)
+    document = evidence_document(artifact, items, run=run, sandbox=UNSANDBOXED if insecure_no_sandbox else PROFILE)
     if subject.payload_sha256 is not None:
         document["payload_sha256"] = subject.payload_sha256
     parsed = parse_document(document)

@@ -6,7 +6,10 @@ Modules: ``reference`` (torch eager arm), ``modln``/``gated``/``rmsnorm``
 ``launches`` (execution signal), ``evaluate`` (evidence items), and the
 isolation the runner evaluates through: ``isolation`` (the harness side of a
 worker process), ``worker`` (the candidate's process), ``wire`` (the frames
-between them), ``checks`` (what every call is checked for, refusal classes).
+between them), ``checks`` (what every call is checked for, refusal classes),
+``sandbox`` (what the candidate's jail holds, and whether this machine has
+one), ``sandbox_launch`` (the launcher that builds it and confines each
+worker), ``zygote`` (the fork server inside it).
 
 Nothing is imported here on purpose: Triton decides at decoration time
 whether a kernel is compiled or interpreted, so ``TRITON_INTERPRET`` must be

@@ -428,8 +428,11 @@ def evaluate_kernel(op_name: str, entry: str, *, corpus: str, runs: int, warmup:
     return [parity, *benchmark, execution_item(session, PROFILE if sandboxed else UNSANDBOXED)]
 
 
-def evidence_document(artifact: str, items: Sequence[Mapping[str, Any]], run: str | None = None) -> dict[str, Any]:
-    """Wrap evidence items as a ``registry.evidence/1`` document for ``registry evidence import``."""
+def evidence_document(artifact: str, items: Sequence[Mapping[str, Any]], run: str | None = None, *,
+                      sandbox: str | None = None) -> dict[str, Any]:
+    """Wrap evidence items as a ``registry.evidence/1`` document for ``registry evidence import``; with
+    ``sandbox`` (what ``registry evaluate`` passes), naming that profile and this harness's digest, so a
+    document of nothing but a failure says what ran it too."""
     if not isinstance(artifact, str) or not artifact.strip():
         raise ValueError(f"artifact must be a non-empty string, got {artifact!r}")
     if run is not None and (not isinstance(run, str) or not run.strip()):
@@ -442,5 +445,7 @@ def evidence_document(artifact: str, items: Sequence[Mapping[str, Any]], run: st
     doc: dict[str, Any] = {"format": EVIDENCE_FORMAT, "artifact": artifact}
     if run is not None:
         doc["run"] = run
+    if sandbox is not None:
+        doc["sandbox"], doc["harness_sha256"] = sandbox, harness_digest()
     doc["evidence"] = [dict(item) for item in items]
     return doc

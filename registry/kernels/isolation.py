@@ -279,6 +279,8 @@ class CandidateWorker:
         if self.jail is not None:
             jail_pid = self._status_line(EXIT_GRACE_S)
             self.pid = self.jail.host_pid(jail_pid) if jail_pid is not None else None
+            if self.pid is None:  # without it no call's threads and children could be counted
+                raise self._died("cannot be found in /proc")
         return self
 
     def __enter__(self) -> "CandidateWorker":

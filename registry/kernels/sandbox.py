@@ -34,6 +34,7 @@ from pathlib import Path
 
 from registry.formats.errors import UserError
 from registry.formats.evidence.schemas import SANDBOX_PROFILES
+from registry.kernels.sandbox_launch import SETUP_FAILED
 
 PROFILE, UNSANDBOXED = SANDBOX_PROFILES
 """The sandbox every candidate process runs in (sandbox_launch.py's docstring lists what it is), and the
@@ -56,7 +57,6 @@ SANDBOX_IDS = (0x40000000, 0x7FFF0000)
 """Range a root harness draws each sandbox's uid and gid from: owned by no file and no other process."""
 
 _LAUNCHER = Path(__file__).with_name("sandbox_launch.py")
-_SETUP_FAILED = 121  # sandbox_launch.SETUP_FAILED (not imported: that module is a standalone script)
 _SYSTEM_PATHS = ("/usr", "/bin", "/sbin", "/lib", "/lib64", "/lib32", "/libx32", "/etc/ld.so.cache",
                  "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/alternatives")
 _PASSED_ENV = ("TRITON_INTERPRET", "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER")
@@ -278,4 +278,4 @@ def require_sandbox() -> None:
 
 def setup_failure(returncode: int | None) -> bool:
     """Whether a launcher's exit status says the jail could not be built (the worker never started)."""
-    return returncode == _SETUP_FAILED
+    return returncode == SETUP_FAILED

@@ -71,34 +71,23 @@ EPERM, ENOSYS = 1, 38
 LD_ABS_W, JEQ_K, JGE_K, JSET_K, RET_K = 0x20, 0x15, 0x35, 0x45, 0x06
 NR_OFFSET, ARCH_OFFSET, ARG0_OFFSET = 0, 4, 16
 
-# Per architecture: the audit arch value, pivot_root's number, and the numbers of the refused calls.
+# The calls the filter refuses, by name; then per architecture: the audit arch value, the numbers the
+# filter treats apart, and the refused calls' numbers in the order of REFUSED.
+REFUSED = ("ptrace", "process_vm_readv", "process_vm_writev", "setsid", "setpgid", "mount", "umount2", "pivot_root",
+           "chroot", "unshare", "setns", "bpf", "perf_event_open", "keyctl", "add_key", "request_key", "socket",
+           "socketpair", "io_uring_setup", "io_uring_enter", "io_uring_register", "userfaultfd", "kexec_load",
+           "kexec_file_load", "init_module", "finit_module", "delete_module", "open_by_handle_at", "open_tree",
+           "move_mount", "fsopen", "fsconfig", "fsmount", "fspick", "mount_setattr", "swapon", "swapoff", "reboot",
+           "acct")
 _ARCHES = {
-    "x86_64": {
-        "audit": 0xC000003E, "pivot_root": 155, "clone": 56, "clone3": 435, "x32_bit": 0x40000000,
-        "refused": {
-            "ptrace": 101, "process_vm_readv": 310, "process_vm_writev": 311, "setsid": 112, "setpgid": 109,
-            "mount": 165, "umount2": 166, "pivot_root": 155, "chroot": 161, "unshare": 272, "setns": 308,
-            "bpf": 321, "perf_event_open": 298, "keyctl": 250, "add_key": 248, "request_key": 249,
-            "socket": 41, "socketpair": 53, "io_uring_setup": 425, "io_uring_enter": 426,
-            "io_uring_register": 427, "userfaultfd": 323, "kexec_load": 246, "kexec_file_load": 320,
-            "init_module": 175, "finit_module": 313, "delete_module": 176, "open_by_handle_at": 304,
-            "open_tree": 428, "move_mount": 429, "fsopen": 430, "fsconfig": 431, "fsmount": 432, "fspick": 433,
-            "mount_setattr": 442, "swapon": 167, "swapoff": 168, "reboot": 169, "acct": 163,
-        },
-    },
-    "aarch64": {
-        "audit": 0xC00000B7, "pivot_root": 41, "clone": 220, "clone3": 435, "x32_bit": None,
-        "refused": {
-            "ptrace": 117, "process_vm_readv": 270, "process_vm_writev": 271, "setsid": 157, "setpgid": 154,
-            "mount": 40, "umount2": 39, "pivot_root": 41, "chroot": 51, "unshare": 97, "setns": 268,
-            "bpf": 280, "perf_event_open": 241, "keyctl": 219, "add_key": 217, "request_key": 218,
-            "socket": 198, "socketpair": 199, "io_uring_setup": 425, "io_uring_enter": 426,
-            "io_uring_register": 427, "userfaultfd": 282, "kexec_load": 104, "kexec_file_load": 294,
-            "init_module": 105, "finit_module": 273, "delete_module": 106, "open_by_handle_at": 265,
-            "open_tree": 428, "move_mount": 429, "fsopen": 430, "fsconfig": 431, "fsmount": 432, "fspick": 433,
-            "mount_setattr": 442, "swapon": 224, "swapoff": 225, "reboot": 142, "acct": 89,
-        },
-    },
+    "x86_64": {"audit": 0xC000003E, "pivot_root": 155, "clone": 56, "clone3": 435, "x32_bit": 0x40000000,
+               "numbers": (101, 310, 311, 112, 109, 165, 166, 155, 161, 272, 308, 321, 298, 250, 248, 249, 41, 53,
+                           425, 426, 427, 323, 246, 320, 175, 313, 176, 304, 428, 429, 430, 431, 432, 433, 442,
+                           167, 168, 169, 163)},
+    "aarch64": {"audit": 0xC00000B7, "pivot_root": 41, "clone": 220, "clone3": 435, "x32_bit": None,
+                "numbers": (117, 270, 271, 157, 154, 40, 39, 41, 51, 97, 268, 280, 241, 219, 217, 218, 198, 199,
+                            425, 426, 427, 282, 104, 294, 105, 273, 106, 265, 428, 429, 430, 431, 432, 433, 442,
+                            224, 225, 142, 89)},
 }
 
 _RLIMITS = {"as": "RLIMIT_AS", "nofile": "RLIMIT_NOFILE", "nproc": "RLIMIT_NPROC", "fsize": "RLIMIT_FSIZE",
@@ -133,7 +122,7 @@ def _mount(source: str | None, target: str, fstype: str | None, flags: int, data
 def arch() -> dict:
     """The syscall table of this machine; SetupError on an architecture the filter does not know."""
     table = _ARCHES.get(platform.machine())
-    if table is None:
+    if table is None or len(table["numbers"]) != len(REFUSED):
         raise SetupError(f"no syscall filter for the {platform.machine()} architecture")
     return table
 
@@ -146,7 +135,7 @@ def filter_program(table: dict) -> list[tuple[int, int, int, int]]:
         body.append((JGE_K, "deny", "next", table["x32_bit"]))
     body.append((JEQ_K, "enosys", "next", table["clone3"]))
     body.append((JEQ_K, "clone", "next", table["clone"]))
-    for number in sorted(set(table["refused"].values())):
+    for number in sorted(set(table["numbers"])):
         body.append((JEQ_K, "deny", "next", number))
     body.append((RET_K, 0, 0, RET_ALLOW))
     labels = {"clone": len(body)}

@@ -23,10 +23,11 @@ import json
 import os
 import sys
 
+from registry.kernels.sandbox_launch import SETUP_FAILED, confine
+
 
 def _serve(config: dict, worker: dict) -> None:
     from registry.kernels import worker as worker_module
-    from registry.kernels.sandbox_launch import confine
 
     keep = {worker["fds"]["requests"]: 0, worker["fds"]["answers"]: 1, worker["fds"]["stderr"]: 2}
     for fd, target in keep.items():
@@ -49,7 +50,7 @@ def main(argv: list[str]) -> None:
                 _serve(config, worker)
             except BaseException as exc:  # noqa: BLE001 - nothing but a confined worker may run past this
                 os.write(2, f"sandbox: {exc}\n".encode("utf-8", "replace"))
-            os._exit(121)  # sandbox_launch.SETUP_FAILED
+            os._exit(SETUP_FAILED)
         status = worker["fds"]["status"]
         os.write(status, f"{pid}\n".encode())
         pids[pid] = status

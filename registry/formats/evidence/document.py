@@ -13,6 +13,7 @@ from typing import Any
 
 from registry.formats.documents import MAX_EVIDENCE_BYTES, DocumentError, load_json, read_document
 from registry.formats.evidence.errors import KIT, EvidenceError, only_known
+from registry.formats.evidence.schemas import SANDBOX_PROFILES
 from registry.formats.evidence.items import parse_item
 from registry.formats.fields import describe, quoted
 
@@ -26,6 +27,9 @@ class EvidenceDocument:
     items: list[dict[str, Any]]
     # The payload the items were measured on; the registry refuses it for any other.
     payload_sha256: str | None = None
+    # The sandbox profile and harness digest of the run that wrote it (registry evaluate), or None.
+    sandbox: str | None = None
+    harness_sha256: str | None = None
 
 
 def read_document_file(path: str | Path) -> str:
@@ -50,20 +54,26 @@ def parse_document_text(text: str) -> EvidenceDocument:
 
 def parse_document(obj: Any) -> EvidenceDocument:
     doc = KIT.mapping(obj, "document")
-    only_known(doc, ("format", "artifact", "run", "payload_sha256", "evidence"), "document")
+    only_known(doc, ("format", "artifact", "run", "payload_sha256", "sandbox", "harness_sha256", "evidence"),
+               "document")
     if doc.get("format") != FORMAT:
         raise EvidenceError(f"format: expected {FORMAT!r}, got {quoted(doc.get('format'))}")
     artifact = KIT.name(KIT.required(doc, "artifact", ""), "artifact")
     run = KIT.optional(doc, "run", "", KIT.name)
     payload_sha256 = KIT.optional(doc, "payload_sha256", "", KIT.sha256)
+    sandbox = KIT.optional(doc, "sandbox", "", KIT.one_of(SANDBOX_PROFILES))
+    harness = KIT.optional(doc, "harness_sha256", "", KIT.sha256)
+    if (sandbox is None) != (harness is None):
+        raise EvidenceError("sandbox and harness_sha256 name the harness together; one without the other says nothing")
     items = KIT.required(doc, "evidence", "")
     if not isinstance(items, list):
         raise EvidenceError(f"evidence: expected a list, got {describe(items)}")
     if not items:
         raise EvidenceError("evidence: empty list; a document must carry at least one item")
-    return EvidenceDocument(
-        artifact=artifact,
-        run=run,
-        items=[parse_item(item, f"evidence[{i}]") for i, item in enumerate(items)],
-        payload_sha256=payload_sha256,
-    )
+    parsed = [parse_item(item, f"evidence[{i}]") for i, item in enumerate(items)]
+    for i, item in enumerate(parsed):
+        named = (item.get("sandbox"), item.get("harness_sha256"))
+        if sandbox is not None and named != (None, None) and named != (sandbox, harness):
+            raise EvidenceError(f"evidence[{i}]: names another sandbox or harness than the document does")
+    return EvidenceDocument(artifact=artifact, run=run, items=parsed, payload_sha256=payload_sha256,
+                            sandbox=sandbox, harness_sha256=harness)
