@@ -38,6 +38,7 @@ import pytest
 from gallery import candidate_file
 from gallery._escape import COPY_MARKER
 from registry.app.install import package_folder
+from registry.kernels.sandbox import SandboxUnavailable, require_sandbox
 
 pytestmark = [pytest.mark.device, pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1",
                                                      reason="the gallery runs under the interpreter")]
@@ -75,6 +76,10 @@ def home(tmp_path_factory) -> Iterator[Home]:
     The copy lives beside the repository's own package, not in the temporary folder: the sandbox binds the
     harness's package folder into a jail whose temporary folder is a tmpfs of its own.
     """
+    try:
+        require_sandbox()
+    except SandboxUnavailable as exc:  # as tests/test_sandbox.py: a skip REGISTRY_TEST_STRICT=1 refuses
+        pytest.skip(str(exc))
     root = tmp_path_factory.mktemp("escapes")
     installed = Path(tempfile.mkdtemp(prefix=".escape-gallery-", dir=Path(__file__).resolve().parent.parent))
     copy = installed / "registry"
