@@ -18,6 +18,8 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q --disable-pip-version-check $(TORCH_PIN)
 	$(BIN)/pip install -q --disable-pip-version-check -e '.[test]'
 	$(BIN)/pip install -q --disable-pip-version-check --no-deps $(LPIPS_PIN)
+	# the digest manifest `registry verify --install` compares with (docs/kernels.md); note the digest it prints
+	$(BIN)/registry install-manifest
 	touch $(STAMP)
 
 demo: $(STAMP)

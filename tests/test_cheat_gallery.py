@@ -1,6 +1,6 @@
 """The cheat gallery: each hostile candidate in tests/gallery/ through `registry evaluate` and `registry promote`.
 
-Every candidate here is a real module registered by its entry string, as a
+Every candidate here is a real file registered by its entry string, as a
 contributor's would be, and evaluated by the CLI on a real SQLite registry
 (Triton's interpreter on CPU). Each test asserts that the evaluation is
 recorded as an EvaluationFailed naming the technique class it caught, and
@@ -20,6 +20,7 @@ import os
 
 import pytest
 
+from gallery import candidate_file
 from registry.app import open_registry
 
 pytestmark = [pytest.mark.device, pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1",
@@ -48,10 +49,10 @@ def cli(registry_cli):
 
 
 def refused(cli, module: str, *classes: str, op: str = "modulated_layernorm", workload: str = "gallery-modln") -> str:
-    """Register, evaluate and promote ``gallery.<module>``; return the recorded error after checking it."""
+    """Register (by its file), evaluate and promote ``gallery/<module>.py``; return the recorded error."""
     artifact = module.replace("_", "-")
     registered = cli("artifact", "register", artifact, "--workload", workload, "--kind", "fused_kernel",
-                     "--op", op, "--entry", f"gallery.{module}:{op}")
+                     "--op", op, "--entry", f"{candidate_file(module, cli.tmp)}:{op}")
     assert registered.exit_code == 0, registered.output
     evaluated = cli("evaluate", artifact, "--warmup", "0")
     assert evaluated.exit_code == 4, evaluated.output

@@ -2,11 +2,14 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
 from registry.app import open_registry
 from registry.kernels.sandbox import harness_digest
+
+KERNEL_FIXTURES = Path(__file__).with_name("kernel_fixtures.py")  # a candidate is registered by its file
 
 MANIFEST = """
 workload: wan-modln-op
@@ -66,7 +69,7 @@ def test_emit_writes_an_import_file_and_appends_nothing(cli):
 
 def test_a_candidate_that_raises_is_recorded_as_a_failure(cli):
     registered = cli("artifact", "register", "broken", "--workload", "wan-modln-op", "--kind", "fused_kernel",
-                     "--op", "modulated_layernorm", "--entry", "kernel_fixtures:broken_modulated_layernorm")
+                     "--op", "modulated_layernorm", "--entry", f"{KERNEL_FIXTURES}:broken_modulated_layernorm")
     assert registered.exit_code == 0, registered.output
     evaluated = cli("evaluate", "broken", "--runs", "2", "--warmup", "0")
     assert evaluated.exit_code == 4 and "illegal memory access" in evaluated.output

@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -146,18 +148,75 @@ def test_every_entry_point_applies_the_same_naming_rule(cli, name):
 # -- kernel entry points ---------------------------------------------------------------------------
 
 @pytest.mark.parametrize("entry,message", [
-    ("builtins:print", "module 'builtins' is part of Python's standard library"),
-    ("os:system", "module 'os' is part of Python's standard library"),
-    ("torch:add", "not a function written in Python"),
-    ("no_such_module_x:f", "cannot import module"),
-    ("a b:c", "must have the form 'module:function'"),
+    ("builtins:print", "module 'builtins' is not part of the registry package"),
+    ("os:system", "module 'os' is not part of the registry package"),
+    ("torch:add", "a candidate is given as its file"),
+    ("registry.kernels.no_such_module:f", "the registry package has no module"),
+    ("registry.kernels.modln:softmax", "defines no top-level function 'softmax'"),
+    ("a b:c", "must have the form 'path/to/kernel.py:function'"),
+    ("{tmp}/missing.py:f", "cannot read kernel source"),
+    ("{tmp}/link.py:f", "cannot read kernel source"),
+    ("{tmp}/folder.py:f", "a directory, not a regular file"),
+    ("{tmp}/not_python.py:f", "not Python source"),
+    ("{tmp}/kernel.py:not_defined", "defines no top-level function 'not_defined'"),
+    ("{tmp}/kernel.py:1f", "is not a Python function name"),
 ])
 def test_entries_that_are_not_kernels_are_refused(cli, entry, message):
+    (cli.tmp / "kernel.py").write_text("def f(x, scale, shift):\n    return x\n")
+    (cli.tmp / "link.py").symlink_to(cli.tmp / "kernel.py")  # a link in place of the candidate file
+    (cli.tmp / "folder.py").mkdir()
+    (cli.tmp / "not_python.py").write_text("def f(:\n")
     before = head(cli)
     refused = cli("artifact", "register", "kern", "--workload", "clip", "--kind", "fused_kernel",
-                  "--op", "modulated_layernorm", "--entry", entry)
+                  "--op", "modulated_layernorm", "--entry", entry.format(tmp=cli.tmp))
     assert message in one_line_refusal(refused)
     assert head(cli) == before
+
+
+def test_a_candidate_file_swapped_or_relinked_after_registration_is_refused_before_anything_runs(cli):
+    """The evaluation reads the file once and must find the registered text: a file rewritten, or a link
+    repointed, between registration and evaluation is measured under no identity."""
+    honest, cheat = cli.tmp / "honest.py", cli.tmp / "cheat.py"
+    honest.write_text("def f(x, scale, shift):\n    return x\n")
+    cheat.write_text("def f(x, scale, shift):\n    return x * 0\n")
+    assert cli("artifact", "register", "kern", "--workload", "clip", "--kind", "fused_kernel",
+               "--op", "modulated_layernorm", "--entry", f"{honest}:f").exit_code == 0
+    before = head(cli)
+    honest.unlink()
+    honest.symlink_to(cheat)
+    assert "cannot read kernel source" in one_line_refusal(cli("evaluate", "kern", "--runs", "2"))
+    honest.unlink()
+    honest.write_text(cheat.read_text())
+    assert "no longer holds the candidate registered" in one_line_refusal(cli("evaluate", "kern", "--runs", "2"))
+    assert head(cli) == before
+    both = cli("artifact", "register", "kern2", "--workload", "clip", "--kind", "fused_kernel", "--op",
+               "modulated_layernorm", "--entry", f"{cheat}:f", "--payload", str(cheat))
+    assert "a candidate file entry is its own payload" in one_line_refusal(both)
+
+
+def test_a_candidate_file_is_registered_by_its_text_without_being_run_or_torch_imported(tmp_path):
+    """Registration hashes the file as text: a candidate whose top level would leave a mark leaves none,
+    no torch is imported, and the entry is stored with the file's absolute path. Runs the CLI in a
+    fresh interpreter (about 1 s) because this test process has imported torch long ago."""
+    marker = tmp_path / "ran"
+    candidate = tmp_path / "kernel.py"
+    candidate.write_text(f"open({str(marker)!r}, 'w').close()\n\ndef fused(x, scale, shift):\n    return x\n")
+    (tmp_path / "clip.yaml").write_text("workload: clip\nparity: {policy: byte_equal}\n")
+    sqlite_url = f"sqlite:///{tmp_path / 'fresh.db'}"
+    probe = (
+        "import sys; from registry.cli.main import main\n"
+        "for args in (['init'], ['workload', 'declare', 'clip.yaml'], ['artifact', 'register', 'kern',"
+        " '--workload', 'clip', '--kind', 'fused_kernel', '--op', 'modulated_layernorm', '--entry',"
+        " 'kernel.py:fused']):\n"
+        f"    try: main(['--db', {sqlite_url!r}, *args])\n"
+        "    except SystemExit as exc: assert not exc.code, exc.code\n"
+        "print('torch' in sys.modules)\n")
+    done = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "False"
+    assert not marker.exists()
+    (registered,) = open_registry(sqlite_url).store.read_stream("artifact:kern")
+    assert registered.payload["entry"] == f"{candidate}:fused"
 
 
 # -- messages in the user's terms: the option, not the parameter behind it ---------------------------

@@ -71,7 +71,7 @@ interpreted = pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1", reas
 
 
 @pytest.fixture
-def candidates(tmp_path, monkeypatch):
+def candidates(tmp_path):
     (tmp_path / "isolation_candidates.py").write_text(textwrap.dedent('''
         import os
         from registry.kernels.modln import modulated_layernorm_triton
@@ -84,8 +84,7 @@ def candidates(tmp_path, monkeypatch):
         def exits(x, scale, shift):
             os._exit(3)
     '''))
-    monkeypatch.syspath_prepend(str(tmp_path))
-    return lambda name: f"isolation_candidates:{name}"
+    return lambda name: f"{tmp_path / 'isolation_candidates.py'}:{name}"
 
 
 def _evaluate(entry):

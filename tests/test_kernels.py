@@ -20,6 +20,7 @@ import torch
 
 from registry.kernels.corpus import Case, corpus_cases
 from registry.kernels.launches import counting
+from registry.kernels.operation_names import OPERATION_NAMES
 from registry.kernels.ops import EntryError, get_operation, list_operations, resolve_entry
 from registry.kernels.gated import gated_residual_triton
 from registry.kernels.modln import modulated_layernorm_triton
@@ -127,16 +128,19 @@ def test_registry_lists_every_operation_with_resolvable_entries():
         assert spec.kernels and all(callable(resolve_entry(k)) for k in spec.kernels)
         assert spec.outputs and spec.cost_model
     assert get_operation("gated_residual_layernorm").outputs == ("n", "u")
+    assert tuple(spec.name for spec in specs) == OPERATION_NAMES  # what registration checks without torch
     with pytest.raises(ValueError, match="unknown operation 'softmax'"):
         get_operation("softmax")
 
 
 @pytest.mark.parametrize("entry,message", [
-    ("registry.kernels.modln", "must have the form 'module:function'"),
-    ("a:b:c", "must have the form 'module:function'"),
+    ("registry.kernels.modln", "must have the form 'path/to/kernel.py:function'"),
+    ("a:b:c", "must have the form 'path/to/kernel.py:function'"),
+    ("gallery.freed_memory:op", "not part of the registry package"),
     ("registry.kernels.no_such_module:f", "cannot import module"),
     ("registry.kernels.modln:no_such_function", "has no attribute 'no_such_function'"),
-    ("registry.kernels.reference:EPS", "names a float, not a callable"),
+    ("registry.kernels.reference:EPS", "names a float, not a function written in Python"),
+    ("kernel.py:f", "is a candidate file: only the evaluation worker loads it"),
 ])
 def test_resolve_entry_names_what_is_wrong(entry, message):
     with pytest.raises(EntryError, match=message):

@@ -29,7 +29,7 @@ import pytest
 import torch
 
 import registry
-from registry.kernels.isolation import CandidateError, CandidateWorker
+from registry.kernels.isolation import CandidateError, CandidateWorker, candidate_text
 from registry.kernels.sandbox import harness_digest, require_sandbox
 
 PACKAGE = Path(registry.__file__).resolve().parent
@@ -115,6 +115,10 @@ def daemon():
 
 attempt("daemon", daemon)
 raise RuntimeError(" | ".join(found))
+
+
+def kernel(x):  # the entry registration checks for; never reached
+    return x
 '''
 
 
@@ -159,17 +163,14 @@ def sandbox_run(tmp_path_factory):
     signals: list[int] = []
     previous = signal.signal(signal.SIGUSR1, lambda number, frame: signals.append(number))
     os.environ["REGISTRY_SIGNING_KEY"] = key.read_text()
-    import sys
-
-    sys.path.insert(0, str(candidate_dir))
-    worker = CandidateWorker("attack_candidate:kernel", torch.device("cpu"), screen=False)
+    entry = f"{candidate_dir / 'attack_candidate.py'}:kernel"  # a candidate is its file, sent as text
+    worker = CandidateWorker(entry, torch.device("cpu"), screen=False, candidate=candidate_text(entry))
     try:
         with pytest.raises(CandidateError) as raised:
             worker.__enter__()
         daemons_during = _processes_with(MARKER)
     finally:
         worker.close()
-        sys.path.remove(str(candidate_dir))
         del os.environ["REGISTRY_SIGNING_KEY"]
         signal.signal(signal.SIGUSR1, previous)
     report = str(raised.value)

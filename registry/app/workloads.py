@@ -1,7 +1,6 @@
 """Declaring workload contracts and registering artifacts against them."""
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -62,11 +61,6 @@ def file_sha256(path: str | Path) -> str:
     return sha256_file(path, "payload", MAX_PAYLOAD_BYTES)[0]
 
 
-def entry_sha256(entry: str, source: str) -> str:
-    """The content hash of a kernel entry: the source of the module that defines it."""
-    return hashlib.sha256(f"{entry}\n{source}".encode()).hexdigest()
-
-
 @dataclass(frozen=True)
 class Registration:
     artifact: str
@@ -106,21 +100,25 @@ def register_artifact(
     Registrations racing on one artifact end as if they had run one after the
     other: each reads the artifact's row again when another landed first.
     """
-    entry_source = check_claims(artifact, workload=workload, kind=kind, backend=backend, op=op, entry=entry)
+    entry_read = check_claims(artifact, workload=workload, kind=kind, backend=backend, op=op, entry=entry)
     if require_contract:
         current_contract(registry, workload)
+    if entry_read is not None and entry_read.candidate and (payload is not None or payload_sha256 is not None):
+        raise UserError("a candidate file entry is its own payload: give --entry path/to/kernel.py:function "
+                        "without --payload or --bundle")
     if payload_sha256 is not None:
         if payload is not None or not is_sha256(payload_sha256):
             raise UserError("payload_sha256 must be 64 lowercase hex digits, given instead of a payload file")
         digest = payload_sha256
     elif payload is not None:
         digest = file_sha256(payload)
-    elif entry is not None:
-        digest = entry_sha256(entry, entry_source)
+    elif entry_read is not None:
+        digest = entry_read.digest
     else:
         digest = None
     event = ArtifactRegistered(artifact=artifact, kind=kind, workload=workload, payload_sha256=digest,
-                               backend=backend, op=op, entry=entry, bundle=bundle, origin=origin)
+                               backend=backend, op=op, entry=None if entry_read is None else entry_read.entry,
+                               bundle=bundle, origin=origin)
     return decided_on_a_still_stream(
         lambda: _register_once(registry, event), REGISTER_TRIES,
         f"artifact {artifact} kept changing while it was registered ({REGISTER_TRIES} tries); "
@@ -176,12 +174,22 @@ def _registered_now(registry: Registry, artifact: str) -> ArtifactState | None:
     return registry.reads.current_artifact(artifact)
 
 
+@dataclass(frozen=True)
+class EntryRead:
+    """A kernel entry as registration records it: the stored form (a file by its absolute path) and its digest."""
+
+    entry: str
+    digest: str
+    candidate: bool  # a candidate's file, not a built-in kernel of the registry package
+
+
 def check_claims(artifact: str, *, workload: str, kind: str, backend: str | None = None, op: str | None = None,
-                 entry: str | None = None) -> str | None:
+                 entry: str | None = None) -> EntryRead | None:
     """What a registration claims, checked before anything is read or appended (one line for the first problem).
 
-    Returns the kernel entry's source as a worker process read it (its module
-    is never imported here), or None when the artifact names no entry.
+    Returns the kernel entry read as text and hashed (registry.kernels.entries:
+    nothing of it is imported or run, here or anywhere but the evaluation
+    worker), or None when the artifact names no entry.
     """
     check_name(artifact, "artifact id")
     check_name(workload, "workload")
@@ -193,8 +201,9 @@ def check_claims(artifact: str, *, workload: str, kind: str, backend: str | None
         raise UserError("--op and --entry go together: the operation and the kernel entry that implements it")
     if op is None:
         return None
-    from registry.kernels.isolation import inspect_entry
-    from registry.kernels.ops import get_operation
+    from registry.kernels.entries import entry_sha256, entry_source, parse_entry
+    from registry.kernels.operation_names import check_operation
 
-    get_operation(op)
-    return inspect_entry(entry)
+    check_operation(op)
+    parsed = parse_entry(entry)
+    return EntryRead(parsed.text, entry_sha256(parsed, entry_source(parsed)), parsed.path is not None)

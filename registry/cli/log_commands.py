@@ -115,15 +115,31 @@ def parse_head(text: str) -> tuple[int, str]:
 @click.option("--expect-head", "expect_head", metavar="POSITION:HASH",
               help="A head noted before (from `verify`, a lock file): the log must still hold that hash at that "
                    "position. The chain alone cannot see events cut off its end.")
+@click.option("--install", "check_install_files", is_flag=True,
+              help="Check the installed registry package (.pyc files included) and the interpreter's start-up "
+                   "hooks against the digest manifest written at install time, instead of the log.")
+@click.option("--manifest", "manifest", type=click.Path(dir_okay=False), metavar="PATH",
+              help="With --install: the manifest to compare with (default: registry-install-manifest.json at the "
+                   "environment's root).")
+@click.option("--expect-manifest", "expect_manifest", metavar="SHA256",
+              help="With --install: the manifest's own digest, as `install-manifest` printed it; a manifest "
+                   "rewritten since does not pass.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result, with the head seen, as JSON.")
 @pass_session
-def verify(session: Session, expect_head: str | None, as_json: bool) -> None:
+def verify(session: Session, expect_head: str | None, check_install_files: bool, manifest: str | None,
+           expect_manifest: str | None, as_json: bool) -> None:
     """Walk the hash chain and the order of times; print the head; exit 1 at the first break.
 
     Checks every link, that positions run 1..N, that no event is recorded
     earlier than the one before it, and (with --expect-head) that the log
-    still holds a head noted before.
+    still holds a head noted before. With --install it checks the installed
+    code instead and says in one line what differs (exit 1).
     """
+    if check_install_files:
+        _verify_install(manifest, expect_manifest, expect_head, as_json)
+        return
+    if manifest is not None or expect_manifest is not None:
+        raise UserError("--manifest and --expect-manifest go with --install")
     expected = None if expect_head is None else parse_head(expect_head)
     registry = open_for_reading(session)
     report = registry.store.verify(expect_head=expected)
@@ -143,6 +159,47 @@ def verify(session: Session, expect_head: str | None, as_json: bool) -> None:
         click.echo(f"chain broken at position {report.broken_at}: {report.problem}", err=True)
     if not report.intact:
         raise SystemExit(1)
+
+
+def _verify_install(manifest: str | None, expect_manifest: str | None, expect_head: str | None,
+                    as_json: bool) -> None:
+    from pathlib import Path
+
+    from registry.app.install import check_install
+
+    if expect_head is not None:
+        raise UserError("--expect-head checks the log; --install checks the installed code: give one")
+    if expect_manifest is not None and not is_sha256(expect_manifest):
+        raise UserError(f"--expect-manifest {expect_manifest!r} is not the 64 lowercase hex digits of a SHA-256")
+    report = check_install(None if manifest is None else Path(manifest), expect_sha256=expect_manifest)
+    exit_status_ahead(0 if report.intact else 1)
+    if as_json:
+        emit_json({"intact": report.intact, "manifest": str(report.path), "manifest_sha256": report.sha256,
+                   "files": report.files, "differences": report.differences})
+    elif report.intact:
+        say(report.summary())
+    else:
+        click.echo(report.summary(), err=True)
+    if not report.intact:
+        raise SystemExit(1)
+
+
+@click.command("install-manifest")
+@click.option("--manifest", "manifest", type=click.Path(dir_okay=False), metavar="PATH",
+              help="Where to write it (default: registry-install-manifest.json at the environment's root).")
+def install_manifest(manifest: str | None) -> None:
+    """Compile the installed registry package and write its digest manifest; print the manifest's digest.
+
+    The install step (`make install`) runs it after pip. Note the digest it
+    prints: `verify --install --expect-manifest` then refuses a manifest
+    rewritten since, by anyone who could write the environment.
+    """
+    from pathlib import Path
+
+    from registry.app.install import write_manifest
+
+    written = write_manifest(None if manifest is None else Path(manifest))
+    say(f"install manifest {written.path}: {written.files} files, sha256 {written.sha256}")
 
 
 @click.group()
@@ -193,4 +250,4 @@ def db_roles(session: Session, apply_now: bool) -> None:
     table("privileges granted", ["role", "table", "privileges"], grants)
 
 
-COMMANDS = [init, history, verify, db]
+COMMANDS = [init, history, verify, install_manifest, db]

@@ -42,7 +42,7 @@ from registry.evidence.timing import abba_schedule, peak_bandwidth, triton_inter
 from registry.kernels.checks import (HELD_OUT, IMPOSSIBLE_SPEED, NON_FINITE, NONDETERMINISTIC, NOT_FROM_KERNEL,
                                      STALE, CandidateRefused, as_outputs, refuse_bad_outputs, refuse_idle,
                                      refuse_mutated_inputs, refuse_worker_report, spot_check)
-from registry.kernels.isolation import CallResult, CandidateError, CandidateWorker, start_workers
+from registry.kernels.isolation import CallResult, CandidateError, CandidateWorker, candidate_text, start_workers
 from registry.kernels.sandbox import PROFILE, UNSANDBOXED, harness_digest
 from registry.kernels.ops import get_operation, resolve_entry
 
@@ -346,17 +346,17 @@ def integrity(session: _Session, cases: Sequence[Any]) -> None:
 
 
 def open_workers(stack: ExitStack, entry: str, reference: str, device: torch.device, *, screen: bool,
-                 sandboxed: bool) -> tuple[CandidateWorker, CandidateWorker]:
+                 sandboxed: bool, candidate: dict[str, str] | None = None) -> tuple[CandidateWorker, CandidateWorker]:
     """The candidate's worker and the baseline's (the reference alone), started together (one jail, whose
     zygote imports torch once and forks both) and answering their hellos; closed when ``stack`` ends."""
-    candidate = CandidateWorker(entry, device, screen=screen, sandboxed=sandboxed)
-    stack.callback(candidate.close)
+    worker = CandidateWorker(entry, device, screen=screen, sandboxed=sandboxed, candidate=candidate)
+    stack.callback(worker.close)
     baseline = CandidateWorker(reference, device, screen=False, sandboxed=sandboxed)
     stack.callback(baseline.close)
-    start_workers([candidate, baseline], sandboxed=sandboxed)
-    candidate.begin()
+    start_workers([worker, baseline], sandboxed=sandboxed)
+    worker.begin()
     baseline.begin()
-    return candidate.finish(), baseline.finish()
+    return worker.finish(), baseline.finish()
 
 
 def execution_item(session: _Session, profile: str) -> dict[str, Any]:
@@ -370,7 +370,7 @@ def evaluate_kernel(op_name: str, entry: str, *, corpus: str, runs: int, warmup:
                     tolerances_by_dtype: Mapping[str, Mapping[str, float]] | None,
                     progress: Callable[[int, int], None] | None = None,
                     open_batches: Callable[[str, str], PairBatches] | None = None,
-                    sandboxed: bool = True) -> list[dict[str, Any]]:
+                    sandboxed: bool = True, entry_sha256: str | None = None) -> list[dict[str, Any]]:
     """Evidence items [parity, benchmark, execution] for ``entry`` as an ``op_name`` kernel,
     or [failure] naming the stage that raised or the check that refused the candidate.
 
@@ -396,11 +396,12 @@ def evaluate_kernel(op_name: str, entry: str, *, corpus: str, runs: int, warmup:
         if progress is not None:
             progress(done, total)
 
+    candidate = candidate_text(entry, entry_sha256)  # a file swapped since registration is refused, not run
     stage = "load"
     try:
         with ExitStack() as stack:
             worker, baseline = open_workers(stack, entry, spec.reference, device, screen=policy == "byte_equal",
-                                              sandboxed=sandboxed)
+                                            sandboxed=sandboxed, candidate=candidate)
             approx_math = screen_source(worker.source) if policy == "byte_equal" else None
             inputs = [spec.make_inputs(case, device) for case in cases]
             session = _Session(worker, baseline, spec, policy, tolerances_by_dtype, device)

@@ -19,6 +19,7 @@ import io
 import math
 import os
 import select
+import shutil
 import signal
 import subprocess
 import sys
@@ -31,7 +32,7 @@ from typing import Any, Sequence
 import torch
 
 from registry.kernels import wire
-from registry.kernels.sandbox import Sandbox, SandboxUnavailable, make_harness_undumpable, require_sandbox, setup_failure
+from registry.kernels.sandbox import Sandbox, make_harness_undumpable, setup_failure
 
 CALL_TIMEOUT_S = 600.0
 """Longest a worker may take to answer one request before it is killed and the stage fails."""
@@ -170,6 +171,45 @@ class _Jail:
         self.sandbox.close()
 
 
+def worker_command() -> list[str]:
+    """How an unsandboxed worker starts: isolated (``-I``: no PYTHONPATH, no working directory, no user site
+    on its path, ``-B``: no bytecode written).
+
+    Its import path is the interpreter's own plus the one folder the running
+    registry package was imported from, so the worker runs the same registry
+    code as this process; nothing a candidate's folder, the working directory
+    or an inherited PYTHONPATH holds is importable there.
+    """
+    import registry
+
+    home = str(Path(registry.__file__).resolve().parent.parent)
+    boot = ("import runpy, sys; sys.path.insert(0, sys.argv.pop(1)); "
+            "runpy.run_module('registry.kernels.worker', run_name='__main__', alter_sys=True)")
+    return [sys.executable, "-I", "-B", "-c", boot, home]
+
+
+def candidate_text(entry: str, expected_sha256: str | None = None) -> dict[str, str] | None:
+    """A candidate file entry's text as the worker receives it (read here once, never imported); None for a
+    registry-package entry, which the worker imports itself.
+
+    With ``expected_sha256`` (the registered digest) the text read must be the
+    text registered: one UserError line otherwise, so a file swapped (or a
+    link repointed) since registration is never measured under its identity.
+    """
+    from registry.formats.errors import UserError
+    from registry.kernels.entries import entry_sha256, entry_source, parse_entry
+
+    parsed = parse_entry(entry)
+    if parsed.path is None:
+        return None
+    source = entry_source(parsed)
+    digest = entry_sha256(parsed, source)
+    if expected_sha256 is not None and digest != expected_sha256:
+        raise UserError(f"{parsed.path} no longer holds the candidate registered (sha256 {digest[:12]}, registered "
+                        f"{expected_sha256[:12]}); nothing run: register it again")
+    return {"name": parsed.path.name, "function": parsed.function, "source": source}
+
+
 def start_workers(workers: Sequence["CandidateWorker"], *, sandboxed: bool) -> None:
     """Start ``workers`` together: one jail whose zygote forks each (sandboxed), else a process each."""
     if sandboxed:
@@ -188,8 +228,11 @@ class CandidateWorker:
     (``--insecure-no-sandbox``) runs it as this process's user, as before the sandbox.
     """
 
-    def __init__(self, entry: str, device: torch.device, *, screen: bool, sandboxed: bool = True) -> None:
+    def __init__(self, entry: str, device: torch.device, *, screen: bool, sandboxed: bool = True,
+                 candidate: dict[str, str] | None = None) -> None:
         self.entry, self.device, self.screen, self.sandboxed = entry, device, screen, sandboxed
+        self.candidate = candidate  # a candidate file's text (candidate_text), or None for a built-in entry
+        self.scratch: str | None = None  # unsandboxed: the folder the worker copies the candidate into
         self.source = ""
         self.device_name: str | None = None
         self.arch = "cpu"
@@ -211,23 +254,22 @@ class CandidateWorker:
         self.to_worker = io.BufferedWriter(io.FileIO(requests, "wb"))  # writes whole frames; answers stay raw
 
     def start_unsandboxed(self) -> None:
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
-        self.process = subprocess.Popen([sys.executable, "-s", "-B", "-m", "registry.kernels.worker"],
-                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr, env=env,
-                                        start_new_session=True, bufsize=0)
+        self.scratch = tempfile.mkdtemp(prefix="registry-candidate-")
+        self.process = subprocess.Popen(worker_command(), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                        stderr=self.stderr, start_new_session=True, bufsize=0)
         self.to_worker = io.BufferedWriter(self.process.stdin)
         self.answers, self.pid, self.started = self.process.stdout.fileno(), self.process.pid, True
 
     def start(self) -> None:
-        """Start this worker alone; the entry is imported only by the hello (or inspect) that follows."""
+        """Start this worker alone; the entry is loaded only by the hello that follows."""
         start_workers([self], sandboxed=self.sandboxed)
 
     def begin(self) -> "CandidateWorker":
         """Send the hello (import the entry in the worker); the answer comes with ``finish``."""
         if not self.started:
             self.start()
-        self._send({"op": "hello", "entry": self.entry, "device": str(self.device), "flush_bytes": FLUSH_BYTES,
-                    "screen": self.screen})
+        self._send({"op": "hello", "entry": self.entry, "candidate": self.candidate, "scratch": self.scratch,
+                    "device": str(self.device), "flush_bytes": FLUSH_BYTES, "screen": self.screen})
         return self
 
     def finish(self) -> "CandidateWorker":
@@ -259,17 +301,6 @@ class CandidateWorker:
         except (TimeoutError, OSError):
             return None
         return int(line) if line.strip().isdigit() else None
-
-    def module_source(self) -> str:
-        """Import the entry in the worker; the source of its module (what registration hashes)."""
-        self.start()
-        try:
-            source = self._request({"op": "inspect", "entry": self.entry}, timeout=START_TIMEOUT_S).get("module_source")
-        finally:
-            self.close()
-        if not isinstance(source, str):
-            raise WorkerDied("the candidate's worker process sent no module source")
-        return source
 
     def _ended(self, timeout: float) -> bool:
         """Whether the worker has exited within ``timeout`` seconds; its exit status is kept."""
@@ -335,6 +366,8 @@ class CandidateWorker:
             os.close(self.answers)
             self.jail.release()
         self.stderr.close()
+        if self.scratch is not None:  # after the worker (and its session) ended: nothing writes there now
+            shutil.rmtree(self.scratch, ignore_errors=True)
 
     def _stderr_tail(self) -> str:
         try:
@@ -435,26 +468,3 @@ class CandidateWorker:
         return CallResult(seconds, outputs, inputs_after, [count(n) for n in launches], count(header.get("fallbacks")),
                           count(header.get("interpreted")), {str(k): count(v) for k, v in kernels.items()},
                           [str(name) for name in replaced], extra_tasks, extra_children)
-
-
-def inspect_entry(entry: str) -> str:
-    """Check ``entry`` names a Python function and return its module's source, importing it only in a worker.
-
-    Registration needs both (the check, and the source it hashes); importing
-    a candidate's module runs its top-level code, which must never happen in
-    the registry's own process. Any failure is an EntryError naming it.
-    """
-    from registry.kernels.ops import EntryError
-
-    try:
-        require_sandbox()
-    except SandboxUnavailable as exc:
-        raise EntryError(f"entry {entry!r}: {exc}") from None
-    try:
-        return CandidateWorker(entry, torch.device("cpu"), screen=False).module_source()
-    except CandidateError as exc:
-        if exc.type_name == "EntryError":
-            raise EntryError(str(exc)) from None
-        raise EntryError(f"entry {entry!r}: inspecting it failed: {exc.type_name}: {exc}") from None
-    except WorkerDied as exc:
-        raise EntryError(f"entry {entry!r}: {exc}") from None

@@ -1,29 +1,22 @@
 """The operation registry: what each op computes, its reference, kernels, corpus and cost.
 
-Entries are ``"module:function"`` strings so that evidence names the exact code
-that ran and a CLI can evaluate a candidate that lives outside this package.
+Entries are strings (registry.kernels.entries) so that evidence names the exact
+code that ran; built-in kernels and references are ``"registry.module:function"``.
 """
 from __future__ import annotations
 
 import importlib
 import inspect
-import re
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 
-from registry.formats.errors import UserError
 from registry.kernels.corpus import Case, Sampler, corpus_cases
+from registry.kernels.entries import EntryError, parse_entry
+from registry.kernels.operation_names import check_operation
 
-
-# Dotted Python identifiers: a module path, or an attribute path inside a module.
-_DOTTED = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*")
-
-
-class EntryError(UserError):
-    """An entry string that does not name an importable callable."""
+__all__ = ["EntryError", "entry_function", "get_operation", "list_operations", "resolve_entry"]
 
 
 @dataclass(frozen=True)
@@ -129,46 +122,34 @@ def list_operations() -> list[OperationSpec]:
 
 def get_operation(name: str) -> OperationSpec:
     """The spec called ``name``; an unknown name is an error listing the known ones."""
-    for spec in _OPERATIONS:
-        if spec.name == name:
-            return spec
-    raise UserError(f"unknown operation {name!r}; known: {[s.name for s in _OPERATIONS]}")
+    check_operation(name)
+    return next(spec for spec in _OPERATIONS if spec.name == name)
 
 
 def resolve_entry(entry: str) -> Callable:
-    """Import ``"package.module:function"`` and return the Python function it names.
+    """Import a ``"registry.module:function"`` entry (a built-in kernel or reference) and return its function.
 
-    Checked before anything is imported: the form (dotted Python identifiers
-    on both sides) and that the module is not part of Python's standard
-    library, whose functions (``builtins:print``, ``os:system``) are never
-    kernels and must never receive a kernel's arguments. After the import the
-    target must be a function written in Python, not a builtin, a class or
-    another kind of callable. Anything else is one EntryError line.
+    Only modules of the registry package itself are imported here; a
+    candidate's file entry is loaded by the evaluation worker alone
+    (registry.kernels.worker), never by this process. After the import the
+    target must be a function written in Python. Anything else is one
+    EntryError line.
     """
-    if not isinstance(entry, str) or entry.count(":") != 1:
-        raise EntryError(f"entry {entry!r} must have the form 'module:function'")
-    module_name, attr = entry.split(":")
-    if not module_name or not attr:
-        raise EntryError(f"entry {entry!r} must have the form 'module:function'")
-    if not (_DOTTED.fullmatch(module_name) and _DOTTED.fullmatch(attr)):
-        raise EntryError(f"entry {entry!r} must have the form 'module:function' in Python identifiers")
-    if module_name.split(".")[0] in sys.stdlib_module_names:
-        raise EntryError(f"entry {entry!r}: module {module_name!r} is part of Python's standard library, not a kernel")
+    parsed = parse_entry(entry)
+    if parsed.module is None:
+        raise EntryError(f"entry {entry!r} is a candidate file: only the evaluation worker loads it")
     try:
-        module = importlib.import_module(module_name)
+        module = importlib.import_module(parsed.module)
     except ImportError as exc:
-        raise EntryError(f"entry {entry!r}: cannot import module {module_name!r} ({exc})") from exc
-    except Exception as exc:  # the module's own code failed while importing
-        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else "no message"
-        raise EntryError(f"entry {entry!r}: importing {module_name!r} failed: {type(exc).__name__}: {reason}") from None
-    target = module
-    for part in attr.split("."):
-        try:
-            target = getattr(target, part)
-        except AttributeError:
-            raise EntryError(f"entry {entry!r}: module {module_name!r} has no attribute {attr!r}") from None
-    if not callable(target):
-        raise EntryError(f"entry {entry!r} names a {type(target).__name__}, not a callable")
+        raise EntryError(f"entry {entry!r}: cannot import module {parsed.module!r} ({exc})") from exc
+    return entry_function(module, entry, parsed.function)
+
+
+def entry_function(module: object, entry: str, name: str) -> Callable:
+    """``module``'s attribute ``name``, which must be a function written in Python (one EntryError line otherwise)."""
+    target = getattr(module, name, None)
+    if target is None:
+        raise EntryError(f"entry {entry!r}: the module has no attribute {name!r}")
     if not inspect.isfunction(target):
         raise EntryError(f"entry {entry!r} names a {type(target).__name__}, not a function written in Python")
     return target

@@ -184,8 +184,12 @@ def _device_nodes(device_type: str) -> list[str]:
 
 def worker_env(device_type: str) -> dict[str, str]:
     """The scrubbed environment: no REGISTRY_*, no database URL, no harness HOME, nothing not listed here."""
+    # the folder the harness's registry package came from (only the package itself is bound there), so the
+    # worker runs the registry the harness runs, not whichever one an install's path hook would find
+    home = str(Path(_registry_package()).parent)
     env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp", "TMPDIR": "/tmp", "USER": "sandbox",
-           "LANG": "C.UTF-8", "PYTHONPATH": "/candidate", "PYTHONNOUSERSITE": "1", "PYTHONDONTWRITEBYTECODE": "1",
+           "LANG": "C.UTF-8", "PYTHONPATH": f"/candidate:{home}", "PYTHONNOUSERSITE": "1",
+           "PYTHONDONTWRITEBYTECODE": "1",
            "TRITON_CACHE_DIR": "/tmp/triton"}
     env.update({name: os.environ[name] for name in _PASSED_ENV if name in os.environ})
     return env

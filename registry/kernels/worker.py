@@ -18,9 +18,11 @@ inputs the worker could not predict, launch ablation, threads seen in
 Protocol (frames of :mod:`registry.kernels.wire`, on stdin and the original
 stdout; the candidate's prints go to stderr):
 
-- ``hello {entry, device}`` -> ``{ok, source}`` or ``{error}`` (the one entry this process runs: the
-  candidate, or in the baseline's own worker the reference; never both)
-- ``inspect {entry}`` -> ``{ok, module_source}`` or ``{error}`` (registration: check and hash an entry)
+- ``hello {entry, candidate?, scratch?, device}`` -> ``{ok, source}`` or ``{error}`` (the one entry this
+  process runs: the candidate, or in the baseline's own worker the reference; never both). ``candidate``
+  (``{name, function, source}``) is the text of a candidate file entry, read and sent by the harness; the
+  worker writes it into ``scratch`` (an empty folder the harness removes) or, in the sandbox, a fresh
+  folder of its private /tmp
 - ``stage {arm, counts}`` + tensors -> ``{ok}`` (arm "C" also sends the inputs back after the run)
 - ``run {ablate}`` -> ``{done}`` or ``{error}``, then ``{outputs, launches, ...}`` + tensors
 - ``exit`` -> the process ends
@@ -170,6 +172,40 @@ def _describe(out: Any) -> tuple[dict[str, Any], torch.Tensor | None]:
     return {"plain": True}, _snapshot(out)
 
 
+CANDIDATE_MODULE = "_registry_candidate"
+"""The private name a candidate file is loaded under: on no import path, shadowing nothing."""
+
+
+def _load_candidate(entry: str, candidate: dict[str, Any], scratch: str | None) -> Any:
+    """Write the candidate's text into an empty private folder and load that one file (never the candidate's
+    own folder, which this process never sees).
+
+    The copy lives on disk because Triton reads a kernel's source through
+    ``inspect``; its folder is never put on ``sys.path``, so only the file
+    itself runs, and whatever sat beside the original is never imported.
+    """
+    import importlib.util
+    import tempfile
+
+    from registry.kernels.ops import EntryError, entry_function
+
+    name, function, source = candidate["name"], candidate["function"], candidate["source"]
+    if not (isinstance(name, str) and name.endswith(".py") and "/" not in name and isinstance(source, str)):
+        raise ValueError("the harness sent a malformed candidate")
+    copy = os.path.join(scratch or tempfile.mkdtemp(prefix="candidate-"), name)
+    with open(copy, "x", encoding="utf-8") as handle:
+        handle.write(source)
+    spec = importlib.util.spec_from_file_location(CANDIDATE_MODULE, copy)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[CANDIDATE_MODULE] = module  # decorators (dataclasses, triton) look their module up by name
+    try:
+        spec.loader.exec_module(module)
+    except Exception as exc:  # the candidate's own top-level code failed
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else "no message"
+        raise EntryError(f"entry {entry!r}: loading {name} failed: {type(exc).__name__}: {reason}") from None
+    return entry_function(module, entry, function)
+
+
 class Worker:
     def __init__(self) -> None:
         torch.set_num_threads(1)
@@ -195,17 +231,11 @@ class Worker:
         if self.device.type == "cuda":
             torch.cuda.set_device(self.device)
             self.flush = torch.empty(header["flush_bytes"] // 4, dtype=torch.int32, device=self.device)
-        self.candidate = resolve_entry(header["entry"])
+        candidate = header.get("candidate")
+        self.candidate = (_load_candidate(header["entry"], candidate, header.get("scratch")) if candidate
+                          else resolve_entry(header["entry"]))
         source = candidate_source(self.candidate) if header.get("screen") else ""
         return {"ok": True, "source": source}
-
-    def inspect(self, header: dict[str, Any]) -> dict[str, Any]:
-        import inspect
-
-        from registry.kernels.ops import resolve_entry
-
-        module = inspect.getmodule(resolve_entry(header["entry"]))
-        return {"ok": True, "module_source": inspect.getsource(module) if module is not None else ""}
 
     def stage(self, header: dict[str, Any], tensors: list[torch.Tensor]) -> dict[str, Any]:
         self.arm = header["arm"]
@@ -262,7 +292,7 @@ class Worker:
                 self.run(header)
                 continue
             try:
-                handler = {"hello": self.hello, "inspect": self.inspect}.get(op)
+                handler = {"hello": self.hello}.get(op)
                 reply = handler(header) if handler else self.stage(header, tensors)
             except BaseException as exc:  # noqa: BLE001
                 reply = {"error": _error(exc)}
