@@ -48,7 +48,7 @@ pg_throwaway_start() {
     _pg_next_port
     log="$PG_THROWAWAY_DIR/log.$port"
     if _pg_as_owner "$bindir/pg_ctl" -D "$PG_THROWAWAY_DIR/data" -l "$log" -w \
-      -o "-c listen_addresses=127.0.0.1 -p $port -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c unix_socket_directories=$PG_THROWAWAY_DIR -c max_connections=200" \
+      -o "-c listen_addresses=127.0.0.1 -p $port -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c unix_socket_directories=$PG_THROWAWAY_DIR -c max_connections=500" \
       start >/dev/null 2>&1; then
       break
     fi

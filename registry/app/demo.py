@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from registry.formats.errors import UserError
+from registry.formats.output_files import write_output
 
 
 @dataclass
