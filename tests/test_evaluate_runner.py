@@ -169,7 +169,7 @@ class ScriptedBatches:
     def __init__(self, sizes):
         self.sizes, self.opened, self.batches = list(sizes), None, []
 
-    def __call__(self, timer, device):
+    def __call__(self, timer, device, arch=None):
         self.opened = (timer, device)
         return self
 
@@ -195,7 +195,7 @@ def test_batches_go_to_the_session_until_it_asks_for_none():
 def test_a_refused_session_is_raised_not_recorded_as_a_failure():
     from registry.formats.errors import UserError
 
-    def refuse(timer, device):
+    def refuse(timer, device, arch=None):
         raise UserError("the benchmark record of modln is closed")
 
     with pytest.raises(UserError, match="is closed"):

@@ -45,6 +45,7 @@ from registry.formats.names import ARTIFACT_PREFIX, frameset_stream, workload_st
 from . import monitor_fold
 
 from .log import EVIDENCE_KIND_BY_TYPE, LogEvent
+from .payload_index import payload_key
 from .state import (
     ProjectionError, RegistryState, identity_changes, new_artifact, restart_evidence, scope_of, set_aside, take_up,
     tightest,
@@ -284,12 +285,17 @@ BENCH_PREFIX = "bench:"
 
 
 def record_key(workload: str, payload_sha256: str) -> str:
-    """The speed record's key: one record per payload within a workload (docs/gate.md, "The speed record")."""
-    return f"{workload}:{payload_sha256}"
+    """The speed record's key: one record per payload within a workload (docs/gate.md, "The speed record").
+
+    The payload part is the payload index's key for the value (the digest itself, else a digest of it), so a
+    registered value that is not a digest (a log written by other means) still keys a row either backend stores.
+    """
+    return f"{workload}:{payload_key(payload_sha256)}"
 
 
 def _speed_record(state: RegistryState, workload: str, payload_sha256: str, position: int) -> dict[str, Any]:
     """The record of these bytes in this workload: folded already, else its stored row, else a new one."""
+    payload_sha256 = payload_key(payload_sha256)
     key = record_key(workload, payload_sha256)
     found = state.records.get(key)
     if found is None and state.load_record is not None:

@@ -227,7 +227,7 @@ def create_app(config: ServerConfig) -> FastAPI:
         from registry.app.bench import open_session as open_one
 
         grant.require("ingest", workload_of(artifact))
-        name, record = open_one(acting(grant), artifact, body.device, body.timer)
+        name, record = open_one(acting(grant), artifact, body.device, body.timer, body.arch)
         return {"session": name, "artifact": artifact, **record.to_dict()}
 
     @app.post("/api/artifacts/{artifact}/sessions/{session}/batches", tags=["ingest"])

@@ -65,8 +65,9 @@ class RegistryClient:
     def subject(self, artifact: str) -> dict[str, Any]:
         return self.request("GET", f"/api/artifacts/{artifact}/subject", retry=True)
 
-    def open_session(self, artifact: str, device: str, timer: str) -> dict[str, Any]:
-        return self.request("POST", f"/api/artifacts/{artifact}/sessions", {"device": device, "timer": timer})
+    def open_session(self, artifact: str, device: str, timer: str, arch: str | None = None) -> dict[str, Any]:
+        return self.request("POST", f"/api/artifacts/{artifact}/sessions",
+                            {"device": device, "timer": timer, "arch": arch})
 
     def record_batch(self, artifact: str, session: str, batch: str, baseline: list[float],
                      candidate: list[float]) -> dict[str, Any]:
@@ -83,9 +84,10 @@ class RemoteSession:
     """A benchmark session the server holds, batch by batch until its record closes (app/bench.py's
     BatchedSession, over HTTP): the record is read from each batch's answer."""
 
-    def __init__(self, client: RegistryClient, artifact: str, *, device: str, timer: str, limit: int | None):
+    def __init__(self, client: RegistryClient, artifact: str, *, device: str, timer: str, limit: int | None,
+                 arch: str | None = None):
         self.client, self.artifact, self.limit = client, artifact, limit
-        self.record = client.open_session(artifact, device, timer)
+        self.record = client.open_session(artifact, device, timer, arch)
         self.session = self.record["session"]
         self.pairs = self.batches = 0
 
@@ -132,8 +134,8 @@ def evaluate_through(client: RegistryClient, artifact: str, *, corpus: str | Non
     if speed is not None and speed["decision"] == "confident":
         budget = speed["max_pairs"] if runs is None else runs
 
-        def open_batches(timer: str, device: str) -> RemoteSession:
-            sessions.append(RemoteSession(client, artifact, device=device, timer=timer, limit=budget))
+        def open_batches(timer: str, device: str, arch: str | None = None) -> RemoteSession:
+            sessions.append(RemoteSession(client, artifact, device=device, timer=timer, limit=budget, arch=arch))
             return sessions[-1]
 
         runs = budget

@@ -22,6 +22,7 @@ class SessionOpen(Body):
 
     device: str = Field(min_length=1, max_length=200)
     timer: str = Field(min_length=1, max_length=200)
+    arch: str | None = Field(default=None, max_length=32)  # the device's architecture (sm90, cpu), as `bench open --arch`
 
 
 class PairBatch(Body):
