@@ -37,6 +37,7 @@ from registry.events.identity import artifact_identity
 from registry.projections import Projections, RegistryState, verify_projections
 from registry.projections.fold import fold
 from registry.projections.items import attach_items
+from registry.projections.record_items import attach_state_documents
 from ship_helpers import make_bundle
 from stateful_checks import CheckedEveryFewSteps, checked_after_every_step
 from test_read_model_shapes import registry_shape_problems
@@ -461,6 +462,7 @@ class Lifecycle(CheckedEveryFewSteps):
             live = Projections(registry.store).state()
             from_stored = fold(RegistryState(), registry.store.read_all())
             attach_items(registry.store, from_stored.artifacts.values())  # the fold references items by position
+            attach_state_documents(registry.store, from_stored)  # and speed records their documents
             assert from_stored.to_dict() == live.to_dict()
             assert registry_shape_problems(live) == []  # (f)
         finally:

@@ -178,7 +178,8 @@ class Shipping(CheckedEveryFewSteps):
         assert refused.exit_code == 1 and not out.exists(), refused.output  # nothing signed it did not decide
         honest = self.cli("lock", "--refresh", str(signed), "--key", str(self.key), "--out", str(out), "--json")
         assert honest.exit_code == 0, honest.output
-        for entry in json.loads(honest.stdout)["artifacts"]:
+        refreshed = json.loads(honest.stdout)  # the signed envelope, as written: its payload is the lock
+        for entry in json.loads(base64.b64decode(refreshed["payload"]))["artifacts"]:
             assert self.ships(entry["artifact"], self.version)["verdict_event_id"] == entry["verdict_event_id"]
 
     @rule(artifact=st.sampled_from(ARTIFACTS), damage=st.sampled_from((
