@@ -169,6 +169,10 @@ def install_filter(table: dict) -> None:
     _check(_libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.addressof(fprog), 0, 0), "seccomp filter")
 
 
+HELD_TMP = "/.jail-tmp"
+"""Where a worker holds the jail's /tmp while it mounts its own over it (a harness installed under /tmp)."""
+
+
 def _ensure(path: str, *, directory: bool) -> None:
     if directory:
         os.makedirs(path, exist_ok=True)
@@ -197,6 +201,12 @@ def _build_root(config: dict) -> None:
     root = config["root"]
     _mount(None, "/", None, MS_REC | MS_PRIVATE)
     _mount("sandbox-root", root, "tmpfs", MS_NOSUID, "mode=0755,size=16m")
+    # /tmp before the binds: a harness whose interpreter or package lives under /tmp has those binds placed
+    # inside it, and each worker carries them over to the /tmp of its own (confine)
+    os.makedirs(root + "/tmp")
+    _mount("sandbox-tmp", root + "/tmp", "tmpfs", MS_NOSUID | MS_NODEV,
+           f"mode=1777,size={config['tmp_bytes']},nr_inodes={config['tmp_inodes']}")
+    os.makedirs(root + HELD_TMP)
     for path in config["binds"]:
         if os.path.lexists(path):
             _bind(path, root + path)
@@ -210,9 +220,6 @@ def _build_root(config: dict) -> None:
         os.symlink(target, f"{root}/dev/{name}")
     os.makedirs(root + "/dev/shm")
     _mount("sandbox-shm", root + "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, f"mode=1777,size={config['shm_bytes']}")
-    os.makedirs(root + "/tmp")
-    _mount("sandbox-tmp", root + "/tmp", "tmpfs", MS_NOSUID | MS_NODEV,
-           f"mode=1777,size={config['tmp_bytes']},nr_inodes={config['tmp_inodes']}")
     os.makedirs(root + "/proc")
     _mount("proc", root + "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
     os.makedirs(root + "/.old")
@@ -243,8 +250,15 @@ def confine(config: dict, worker: dict) -> None:
     _check(_libc.unshare(CLONE_NEWNS), "unshare the worker's mounts")
     _mount(None, "/", None, MS_REC | MS_PRIVATE)
     _mount("sandbox-shm", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, f"mode=1777,size={config['shm_bytes']}")
+    under_tmp = [path for path in config["binds"] if path.startswith("/tmp/") and os.path.lexists(path)]
+    if under_tmp:  # hold the jail's /tmp (and the binds in it) while this worker's own is mounted
+        _mount("/tmp", HELD_TMP, None, MS_BIND | MS_REC)
     _mount("sandbox-tmp", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV,
            f"mode=1777,size={config['tmp_bytes']},nr_inodes={config['tmp_inodes']}")
+    for path in under_tmp:
+        _bind(HELD_TMP + path[len("/tmp"):], path)
+    if under_tmp:  # nothing of the jail's /tmp stays reachable but the read-only binds
+        _check(_libc.umount2(HELD_TMP.encode(), MNT_DETACH), "detach the jail's /tmp")
     for name, value in config["limits"].items():
         resource.setrlimit(getattr(resource, _RLIMITS[name]), (value, value))
     with open("/proc/sys/kernel/cap_last_cap") as fh:
