@@ -137,7 +137,7 @@ def measure_kernel(artifact: str, registered: dict[str, Any], canonical: dict[st
             registered["op"], registered["entry"], corpus=corpus or device, runs=runs, warmup=warmup,
             policy=canonical["parity"]["policy"], tolerances_by_dtype=declared_tolerances(canonical["parity"]["tolerances"]),
             progress=progress, open_batches=open_batches, sandboxed=not insecure_no_sandbox,
-            entry_sha256=subject.payload_sha256,
+            entry_sha256=registered.get("payload_sha256"),
         )
     document = evidence_document(artifact, items, run=run, sandbox=UNSANDBOXED if insecure_no_sandbox else PROFILE)
     if registered.get("payload_sha256") is not None:
