@@ -256,7 +256,10 @@ _EXTRA = {("demo",): ["--runs", "3"]}
 
 @pytest.mark.parametrize("path, command", _json_commands(), ids=lambda value: " ".join(value)
                          if isinstance(value, tuple) else "")
-def test_every_command_given_json_prints_one_json_document_whatever_the_outcome(registry_cli, path, command):
+def test_every_command_given_json_prints_one_json_document_whatever_the_outcome(registry_cli, path, command,
+                                                                                 monkeypatch):
+    # Relative names such as `keys init nope` are written in the scratch folder, never in the checkout.
+    monkeypatch.chdir(registry_cli.tmp)
     result = registry_cli(*path, *_placeholder_arguments(command), *_EXTRA.get(path, []), "--json")
     assert result.exit_code != 70, result.stderr
     document = json.loads(result.stdout)  # exactly one document, whatever the exit status
