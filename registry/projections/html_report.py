@@ -82,11 +82,15 @@ def _bounds_section(records: list[dict[str, Any]], limit: int) -> list[str]:
     if not readable:
         return []
     parts = ["<h2>Running bounds against the gate (speed records)</h2>"]
-    parts += [_figure(running_bounds_plot(record), f"running bounds of {', '.join(record['artifacts'])}")
-              for record in readable[:limit]]
+    parts += [bounds_figure(record) for record in readable[:limit]]
     if len(readable) > limit:
         parts.append(f'<p class="none">{len(readable) - limit} more not drawn</p>')
     return parts
+
+
+def bounds_figure(record: dict[str, Any]) -> str:
+    """One speed record's running-bounds figure as the report draws it (the live view of `registry serve` too)."""
+    return _figure(running_bounds_plot(record), f"running bounds of {', '.join(record['artifacts'])}")
 
 
 def page(title: str, parts: Sequence[str]) -> str:
