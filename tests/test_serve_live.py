@@ -1,7 +1,7 @@
 """The live view at `/` in a real browser: the system's Chromium driven by Playwright (never a downloaded
-browser), against a real `registry serve` process. The page shows each workload's artifacts, each speed record
-drawn by the HTML report's own figure (a PNG of its running bounds against the gate) and the monitors' table,
-and redraws when a batch or a re-measurement is appended while it is open, without a reload.
+browser), against a real `registry serve` process. The page shows each workload's artifacts, the HTML report's
+own figures (speed against fidelity, each speed record's running bounds against the gate, per-frame fidelity)
+and the monitors' table, and redraws when a batch or a re-measurement is appended while it is open, without a reload.
 
 Needs seconds: one server process and one browser start for the module; each wait polls the page.
 """
@@ -105,6 +105,11 @@ def test_the_page_draws_the_reports_figures_and_redraws_when_a_batch_arrives(liv
         assert record.locator("figure img").get_attribute("alt") == "running bounds of wan-fast"
         assert "3 pairs from 1 session(s)" in record.locator("figcaption").inner_text()
         assert page.evaluate("document.querySelector(\".record[data-artifacts='wan-fast'] img\").naturalWidth") > 0
+        # The report's other figures: speed against fidelity, and the per-frame fidelity of perceptual evidence.
+        assert page.locator("#speed-fidelity figure img").get_attribute("alt") == \
+            "speedup against tightest fidelity margin"
+        frames = page.locator(".frames[data-artifact='watched'] figcaption").inner_text()
+        assert frames.startswith("watched (promoted): frame set wan-8") and "Thresholds from contract v1" in frames
         head = int(page.locator("#head").inner_text())
         # An append while the page is open: the server-sent event makes the page read and redraw.
         assert worker.post(batches, json={"batch": "b2", "baseline_s": [2.0, 2.0],

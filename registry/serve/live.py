@@ -8,10 +8,12 @@ sends the log's head whenever it moves (polled every POLL_SECONDS), so an
 append shows on an open page well within two seconds, and the page reads the
 snapshot again. The snapshot is read as the report reads the registry
 (app/reports.py) and drawn with the report's own renderers, never a copy:
-each speed record's figure is html_report.py `bounds_figure` (the running
-lower and upper bounds of the median ratio, pair by pair, against the gate,
-as a PNG), and the monitors' table is report.py `monitors_table` over
-monitor_fold.py `monitor_summary`, the rows `show` and `report` print.
+the figures are html_report.py's (`speed_fidelity_figure`, `bounds_figure`
+for each speed record: the running lower and upper bounds of the median
+ratio, pair by pair, against the gate; `frame_figure` for each artifact's
+per-frame fidelity), each a PNG drawn once per content, and the monitors'
+table is report.py `monitors_table` over monitor_fold.py `monitor_summary`,
+the rows `show` and `report` print.
 """
 from __future__ import annotations
 
@@ -35,44 +37,70 @@ MOST_PLOTS = 48
 
 
 def snapshot(registry: Registry) -> dict[str, Any]:
-    """What the page draws, read as the report reads it (app/reports.py): each workload's artifacts with their
-    state and monitor status, each speed record's running-bounds figure (the HTML report's, html_report.py
-    `bounds_figure`) and the monitors' table (report.py `monitors_table`, rows from `monitor_summary`)."""
+    """What the page draws, read as the report reads it (app/reports.py) and drawn by the HTML report's own
+    functions (html_report.py): each workload's artifacts with their state and monitor status, the speed-against-
+    fidelity figure, the monitors' table (report.py `monitors_table`, rows from `monitor_summary`), each speed
+    record's running-bounds figure and each artifact's per-frame fidelity figure."""
     from registry.app.reports import benchmark_records
-    from registry.projections.report import alerts_of, monitors_of, monitors_table
+    from registry.projections.html_report import has_frames
+    from registry.projections.report import alerts_of, monitors_of, monitors_table, speed_gate
 
     state = registry.reads.state(history=False)
     artifacts = [state.artifacts[key] for key in sorted(state.artifacts)]
     monitors = monitors_of(artifacts)
     status = {monitor["artifact"]: monitor["status"] for monitor in monitors}
+    names = sorted(set(state.workloads) | {artifact["workload"] for artifact in artifacts})
     workloads = []
-    for name in sorted(set(state.workloads) | {artifact["workload"] for artifact in artifacts}):
+    for name in names:
         declared = state.workloads.get(name)
         workloads.append({"workload": name, "contract_version": declared["contract_version"] if declared else None,
                           "artifacts": [{"artifact": a["artifact"], "kind": a["kind"], "decision": a["decision"],
                                          "tier": a["tier"], "speedup": a["speedup"],
                                          "monitor": status.get(a["artifact"])}
                                         for a in artifacts if a["workload"] == name]})
+    gates = {name: speed_gate((state.workloads.get(name) or {}).get("contract")) for name in names}
+    scatter = _drawn("speed_fidelity", {"artifacts": [{key: a[key] for key in SCATTER_FIELDS} for a in artifacts],
+                                        "gates": gates})
     readable = [record for record in benchmark_records(registry, state, state.workloads, None)
                 if record.get("decision") is not None]
     records = [{"record": record["record"], "workload": record["workload"], "artifacts": record["artifacts"],
                 "pairs": record["pairs"], "max_pairs": record["max_pairs"], "shows": record["shows"],
-                "stop": record["stop"], "figure": _figure(json.dumps(record, sort_keys=True, default=str))}
+                "stop": record["stop"], "figure": _drawn("bounds", record)}
                for record in readable[:MOST_PLOTS]]
+    measured = [artifact for artifact in artifacts if has_frames(artifact)]
+    frames = [{"artifact": a["artifact"], "figure": _drawn("frames", {
+        "artifact": {"artifact": a["artifact"], "decision": a["decision"],
+                     "evidence": {"perceptual": a["evidence"]["perceptual"]}},
+        "declared": state.workloads.get(a["workload"])})} for a in measured[:MOST_PLOTS]]
     title, columns, rows = monitors_table(monitors)
-    return {"head": state.position, "workloads": workloads, "records": records,
-            "records_not_drawn": len(readable) - len(records),
+    return {"head": state.position, "workloads": workloads, "speed_fidelity": scatter, "records": records,
+            "records_not_drawn": len(readable) - len(records), "frames": frames,
+            "frames_not_drawn": len(measured) - len(frames),
             "monitors": {"title": title, "columns": columns, "rows": [list(row) for row in rows],
                          "artifacts": [m["artifact"] for m in monitors], "statuses": [m["status"] for m in monitors]},
             "alerts": alerts_of(monitors)}
 
 
-@lru_cache(maxsize=256)
-def _figure(record: str) -> str:
-    """A record's figure, drawn once per content: a redraw re-renders only the records an append changed."""
-    from registry.projections.html_report import bounds_figure
+# What the speed-against-fidelity figure reads of each artifact (plots.py `speed_fidelity_plot`).
+SCATTER_FIELDS = ("artifact", "decision", "speedup", "margins")
 
-    return bounds_figure(json.loads(record))
+
+def _drawn(kind: str, inputs: dict[str, Any]) -> str:
+    """A figure of the report's, drawn from `inputs` (exactly what its function is given)."""
+    return _draw(kind, json.dumps(inputs, sort_keys=True, default=str))
+
+
+@lru_cache(maxsize=256)
+def _draw(kind: str, inputs: str) -> str:
+    """Drawn once per content: a redraw renders only the figures whose inputs an append changed."""
+    from registry.projections import html_report
+
+    given = json.loads(inputs)
+    if kind == "bounds":
+        return html_report.bounds_figure(given)
+    if kind == "frames":
+        return html_report.frame_figure(given["artifact"], given["declared"])
+    return html_report.speed_fidelity_figure(given["artifacts"], given["gates"])
 
 
 def event_stream(registry: Registry) -> StreamingResponse:
@@ -109,7 +137,9 @@ figure{margin:8px 0 20px}figure img{max-width:100%;border:1px solid #eee}figcapt
 <h1>registry: live</h1>
 <p id="status">connecting</p><p>log head: <span id="head">-</span></p><p id="alerts"></p>
 <div id="workloads"></div><div id="monitors"></div>
-<h2>Running bounds against the gate (speed records)</h2><div id="records"></div><p id="not-drawn"></p>
+<h2>Speed against fidelity</h2><div id="speed-fidelity"></div>
+<h2>Running bounds against the gate (speed records)</h2><div id="records"></div><p id="records-not-drawn"></p>
+<h2>Per-frame fidelity (latest perceptual evidence)</h2><div id="frames"></div><p id="frames-not-drawn"></p>
 <script>
 "use strict";
 const token = new URLSearchParams(location.hash.slice(1)).get("token");
@@ -146,16 +176,26 @@ function render(data) {
   if (m.rows.length) monitors.append(el("h2", {}, m.title), table({"id": "monitor-table"}, m.columns,
     m.rows.map((row, i) => [{"data-artifact": m.artifacts[i], "data-status": m.statuses[i],
                              "data-pairs": row[3]}, row.map((cell) => el("td", {}, cell))])));
-  const records = $("records"), drawn = new Map();
-  for (const node of records.children) drawn.set(node.dataset.record, node);
-  records.replaceChildren(...data.records.map((r) => {
-    let node = drawn.get(r.record);
-    if (!node) node = el("div", {"class": "record", "data-record": r.record});
-    node.dataset.artifacts = r.artifacts.join(" "); node.dataset.pairs = r.pairs; node.dataset.shows = r.shows;
-    if (node.dataset.figure !== r.figure) { node.innerHTML = r.figure; node.dataset.figure = r.figure; }
+  show($("speed-fidelity"), data.speed_fidelity);
+  figures($("records"), data.records, (r) => r.record,
+          (r) => ({"class": "record", "data-artifacts": r.artifacts.join(" "), "data-pairs": r.pairs,
+                   "data-shows": r.shows}));
+  figures($("frames"), data.frames, (f) => f.artifact, (f) => ({"class": "frames", "data-artifact": f.artifact}));
+  $("records-not-drawn").textContent = data.records_not_drawn ? data.records_not_drawn + " more not drawn" : "";
+  $("frames-not-drawn").textContent = data.frames_not_drawn ? data.frames_not_drawn + " more not drawn" : "";
+}
+function show(node, figure) {  // the server's figure (the HTML report's markup, escaped there), set only when changed
+  if (node.dataset.figure !== figure) { node.innerHTML = figure; node.dataset.figure = figure; }
+}
+function figures(container, items, key, attrs) {
+  const drawn = new Map();
+  for (const node of container.children) drawn.set(node.dataset.key, node);
+  container.replaceChildren(...items.map((item) => {
+    const node = drawn.get(key(item)) || el("div", {"data-key": key(item)});
+    for (const [k, v] of Object.entries(attrs(item))) node.setAttribute(k, v);
+    show(node, item.figure);
     return node;
   }));
-  $("not-drawn").textContent = data.records_not_drawn ? data.records_not_drawn + " more not drawn" : "";
 }
 async function refresh() {
   const response = await fetch("/api/live", {headers});
