@@ -163,7 +163,7 @@ def measure_candidate(candidate, reference_frames: np.ndarray, reference_latent,
     return [execution, perceptual, _latent_parity(candidate, reference_latent)], frames
 
 
-def measure_in_session(target: "Campaign", candidate, warmup: int,
+def measure_in_session(target: Campaign, candidate, warmup: int,
                        progress: Callable[[int, int], None] | None) -> dict[str, Any]:
     """Time a candidate in a benchmark session, BATCH_PAIRS pairs at a time, until its record closes.
 
