@@ -212,6 +212,10 @@ class BatchedSession:
         self.pairs = 0
         self.batches = 0
 
+    @property
+    def max_pairs(self) -> int:
+        return self.record.max_pairs
+
     def next_size(self) -> int:
         return next_batch_size(self.record.closed, self.record.max_pairs - len(self.record.ratios), self.limit,
                                self.pairs)
@@ -228,18 +232,19 @@ class BatchedSession:
         return _stop(self.record) if self.record.closed else "limit"
 
     def to_dict(self) -> dict[str, Any]:
-        return _measured(self.record, self.session, self.pairs, self.batches, self.stop)
+        return measured_summary(self.record.to_dict(), self.session, self.pairs, self.batches, self.stop)
 
 
-def closed_record_summary(record: BenchRecord) -> dict[str, Any]:
-    """What a caller that found the record already closed measured: nothing (no session opened)."""
-    return _measured(record, None, 0, 0, _stop(record))
+def closed_record_summary(record: dict[str, Any]) -> dict[str, Any]:
+    """What a caller that found the record (`BenchRecord.to_dict`) already closed measured: nothing (no session)."""
+    return measured_summary(record, None, 0, 0, record["stop"])
 
 
-def _measured(record: BenchRecord, session: str | None, pairs: int, batches: int, stop: str) -> dict[str, Any]:
-    return {"session": session, "pairs": pairs, "batches": batches, "stop": stop,
-            "decision": record.result.decision, "record_pairs": len(record.ratios),
-            "max_pairs": record.max_pairs, "pairs_saved": record.pairs_saved}
+def measured_summary(record: dict[str, Any], session: str | None, pairs: int, batches: int,
+                     stop: str) -> dict[str, Any]:
+    """What one session measured, beside the record (`BenchRecord.to_dict`, as the server also answers it)."""
+    return {"session": session, "pairs": pairs, "batches": batches, "stop": stop, "decision": record["decision"],
+            "record_pairs": record["pairs"], "max_pairs": record["max_pairs"], "pairs_saved": record["pairs_saved"]}
 
 
 def _closed_text(record: BenchRecord) -> str:

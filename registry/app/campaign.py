@@ -163,34 +163,76 @@ def measure_candidate(candidate, reference_frames: np.ndarray, reference_latent,
     return [execution, perceptual, _latent_parity(candidate, reference_latent)], frames
 
 
-def measure_in_session(registry: Registry, candidate, warmup: int,
+def measure_in_session(target: Campaign, candidate, warmup: int,
                        progress: Callable[[int, int], None] | None) -> dict[str, Any]:
     """Time a candidate in a benchmark session, BATCH_PAIRS pairs at a time, until its record closes.
 
-    Returns the session's summary (BatchedSession.to_dict). The session is
-    opened before anything is timed; each batch is recorded as soon as it is
-    timed, and the next one timed only if the record is still undecided. A
-    record already closed (the demo run again on its registry) is not timed
-    again: nothing is opened, and its summary says 0 pairs.
+    Returns the session's summary (BatchedSession.to_dict, or the server's
+    RemoteSession). The session is opened before anything is timed; each batch
+    is recorded as soon as it is timed, and the next one timed only if the
+    record is still undecided. A record already closed (the demo run again on
+    its registry) is not timed again: nothing is opened, and its summary says 0 pairs.
     """
     from registry.evidence.timing import time_paired, timer_names
     from registry.workloads import make_timed_callable
 
-    from .bench import BatchedSession, closed_record_summary, read_record
-
-    record = read_record(registry, candidate.name)
-    if record.closed:
-        return closed_record_summary(record)
+    closed = target.closed_summary(candidate.name)
+    if closed is not None:
+        return closed
     timer, device = timer_names("cpu")
-    batches = BatchedSession(registry, candidate.name, device=device, timer=timer, arch="cpu")
+    batches = target.open_batches(candidate.name, device=device, timer=timer, arch="cpu")
     baseline, timed = make_timed_callable(None, SEED), make_timed_callable(candidate, SEED)
     while size := batches.next_size():
         item = time_paired(baseline, timed, size, warmup if batches.pairs == 0 else 0, "cpu",
                            notes=f"whole generations of the tiny video DiT, seed {SEED}")
         batches.add(item["baseline_s"], item["candidate_s"])
         if progress is not None:
-            progress(batches.pairs, batches.record.max_pairs)
+            progress(batches.pairs, batches.max_pairs)
     return batches.to_dict()
+
+
+class Campaign:
+    """Where the campaign's writes go and its verdicts come from: the demo's own registry. `registry demo
+    --server` sends the same campaign through a server instead (registry/serve/demo.py `ServerCampaign`)."""
+
+    def __init__(self, registry: Registry):
+        self.registry = registry
+
+    def declare(self, contract: Contract) -> int:
+        return declare_workload(self.registry, contract).version
+
+    def frames(self, name: str, frames: np.ndarray, seed: int, source: str) -> dict[str, Any]:
+        return register_frames(self.registry, name, frames, seed, source=source)[0]
+
+    def register(self, artifact: str, bundle: Path, *, workload: str, kind: str, backend: str | None = None,
+                 op: str | None = None, entry: str | None = None) -> None:
+        register_bundle(self.registry, artifact, bundle, workload=workload, kind=kind, backend=backend, op=op,
+                        entry=entry)
+
+    def subject(self, artifact: str) -> Any:
+        """What the evidence about to be measured is bound to (app/evidence.py), taken before measuring."""
+        return capture_subject(self.registry, artifact)
+
+    def closed_summary(self, artifact: str) -> dict[str, Any] | None:
+        from .bench import closed_record_summary, read_record
+
+        record = read_record(self.registry, artifact)
+        return closed_record_summary(record.to_dict()) if record.closed else None
+
+    def open_batches(self, artifact: str, *, device: str, timer: str, arch: str):
+        from .bench import BatchedSession
+
+        return BatchedSession(self.registry, artifact, device=device, timer=timer, arch=arch)
+
+    def record(self, subject: Any, document: dict[str, Any], parsed: Any) -> None:
+        record_evidence(self.registry, subject, parsed.items)
+
+    def evaluate_kernel(self, artifact: str, warmup: int, progress: Callable[[int, int], None]) -> dict[str, Any]:
+        return evaluate_artifact(self.registry, artifact, corpus=None, runs=None, warmup=warmup,
+                                 progress=progress).session
+
+    def promote(self, artifact: str) -> dict[str, Any]:
+        return promote(self.registry, artifact).verdict
 
 
 @contextmanager
@@ -207,20 +249,20 @@ def one_torch_thread() -> Iterator[None]:
         torch.set_num_threads(before)
 
 
-def run_campaign(registry: Registry, out_dir: Path, *, runs: int, warmup: int, lpips_backbone: str | None,
+def run_campaign(target: Campaign, out_dir: Path, *, runs: int, warmup: int, lpips_backbone: str | None,
                  progress_factory: Callable[[str], Any], log: Callable[[str], None]) -> list[Row]:
-    """Declare, register, measure, decide; return one row per candidate.
+    """Declare, register, measure, decide through `target`; return one row per candidate.
 
     Runs on one torch thread and, without a GPU, with Triton's interpreter (the
     kernel artifact's module is imported when it is registered); both are
     undone on return.
     """
     with one_torch_thread(), triton_runtime():
-        return _campaign(registry, out_dir, runs=runs, warmup=warmup, lpips_backbone=lpips_backbone,
+        return _campaign(target, out_dir, runs=runs, warmup=warmup, lpips_backbone=lpips_backbone,
                          progress_factory=progress_factory, log=log)
 
 
-def _campaign(registry: Registry, out_dir: Path, *, runs: int, warmup: int, lpips_backbone: str | None,
+def _campaign(target: Campaign, out_dir: Path, *, runs: int, warmup: int, lpips_backbone: str | None,
               progress_factory: Callable[[str], Any], log: Callable[[str], None]) -> list[Row]:
     from registry.formats.evidence.document import parse_document
     from registry.workloads import all_candidates, reference_generate, reference_latent
@@ -228,16 +270,16 @@ def _campaign(registry: Registry, out_dir: Path, *, runs: int, warmup: int, lpip
     from .strips import write_strip
 
     out_dir.mkdir(parents=True, exist_ok=True)
-    video = declare_workload(registry, video_contract(runs, lpips=lpips_backbone is not None))
-    declare_workload(registry, kernel_contract(runs))
-    log(f"workloads declared: {VIDEO_WORKLOAD} v{video.version}, {KERNEL_WORKLOAD}")
+    version = target.declare(video_contract(runs, lpips=lpips_backbone is not None))
+    target.declare(kernel_contract(runs))
+    log(f"workloads declared: {VIDEO_WORKLOAD} v{version}, {KERNEL_WORKLOAD}")
 
     reference = reference_generate(SEED)
     reference_path = out_dir / "reference-frames.npz"
     encoded = io.BytesIO()
     np.savez_compressed(encoded, frames=reference)
     write_output(reference_path, encoded.getvalue(), force=True, option="--out")
-    registered, _ = register_frames(registry, FRAME_SET, reference, SEED, source=str(reference_path))
+    registered = target.frames(FRAME_SET, reference, SEED, str(reference_path))
     log(f"frame set {FRAME_SET}: {reference.shape[0]} frames {reference.shape[1]}x{reference.shape[2]}, "
         f"sha256 {registered['sha256'][:12]}")
     latent = reference_latent(SEED)
@@ -245,42 +287,39 @@ def _campaign(registry: Registry, out_dir: Path, *, runs: int, warmup: int, lpip
     rows: list[Row] = []
     for candidate in all_candidates():
         bundle = write_candidate_bundle(out_dir, candidate, candidate_sha256(candidate), latent, VIDEO_MODEL)
-        register_bundle(registry, candidate.name, bundle, workload=VIDEO_WORKLOAD, kind=KIND_OF[candidate.name],
+        target.register(candidate.name, bundle, workload=VIDEO_WORKLOAD, kind=KIND_OF[candidate.name],
                         backend=BACKEND_OF.get(candidate.name))
-        subject = capture_subject(registry, candidate.name)
+        subject = target.subject(candidate.name)
         with progress_factory(f"{candidate.name}: ABBA pairs until decided (at most {runs})") as update:
-            session = measure_in_session(registry, candidate, warmup, update)
+            session = measure_in_session(target, candidate, warmup, update)
         items, frames = measure_candidate(candidate, reference, latent, registered, lpips_backbone)
-        parsed = parse_document({"format": "registry.evidence/1", "artifact": candidate.name, "evidence": items})
-        record_evidence(registry, subject, parsed.items)
+        document = {"format": "registry.evidence/1", "artifact": candidate.name, "evidence": items}
+        parsed = parse_document(document)
+        target.record(subject, document, parsed)
         perceptual = next(item for item in parsed.items if item["kind"] == "perceptual")
         write_strip(out_dir / f"{candidate.name}.png", reference, frames, perceptual["ssim"],
                     title=f"{candidate.name}: reference (top) vs candidate (bottom)")
-        rows.append(_row(registry, candidate.name, KIND_OF[candidate.name], perceptual, session))
+        rows.append(_row(target, candidate.name, KIND_OF[candidate.name], perceptual, session))
 
-    register_bundle(registry, KERNEL_ARTIFACT, write_kernel_bundle(out_dir, KERNEL_ARTIFACT), workload=KERNEL_WORKLOAD,
+    target.register(KERNEL_ARTIFACT, write_kernel_bundle(out_dir, KERNEL_ARTIFACT), workload=KERNEL_WORKLOAD,
                     kind="fused_kernel", op="modulated_layernorm", entry=KERNEL_ENTRY)
-    rows.append(_row(registry, KERNEL_ARTIFACT, "fused_kernel", None, _evaluate_kernel(registry, warmup,
-                                                                                        progress_factory)))
+    rows.append(_row(target, KERNEL_ARTIFACT, "fused_kernel", None, _evaluate_kernel(target, warmup,
+                                                                                      progress_factory)))
     return rows
 
 
-def _evaluate_kernel(registry: Registry, warmup: int, progress_factory: Callable[[str], Any]) -> dict[str, Any]:
+def _evaluate_kernel(target: Campaign, warmup: int, progress_factory: Callable[[str], Any]) -> dict[str, Any]:
     """`registry evaluate` of the kernel artifact; its session's summary. A record already closed (the
     demo run again on its registry) is not evaluated again."""
-    from .bench import closed_record_summary, read_record
-
-    record = read_record(registry, KERNEL_ARTIFACT)
-    if record.closed:
-        return closed_record_summary(record)
+    closed = target.closed_summary(KERNEL_ARTIFACT)
+    if closed is not None:
+        return closed
     with progress_factory(f"{KERNEL_ARTIFACT}: operation-level evaluation") as update:
-        evaluation = evaluate_artifact(registry, KERNEL_ARTIFACT, corpus=None, runs=None, warmup=warmup,
-                                       progress=update)
-    return evaluation.session
+        return target.evaluate_kernel(KERNEL_ARTIFACT, warmup, update)
 
 
-def _row(registry: Registry, artifact: str, kind: str, perceptual: dict | None, session: dict | None) -> Row:
-    verdict = promote(registry, artifact).verdict
+def _row(target: Campaign, artifact: str, kind: str, perceptual: dict | None, session: dict | None) -> Row:
+    verdict = target.promote(artifact)
     ssim = next((m for m in verdict["margins"] if m["metric"] == "ssim"), None)
     worst_frame = perceptual["derived"].get("worst_ssim_frame") if perceptual else None
     pairs, saved, stop = (None, None, None) if session is None else (

@@ -52,7 +52,7 @@ def run_demo(url: str | None, *, actor: str | None, fresh: bool, runs: int, warm
     from registry.projections.html_report import report_html
     from registry.projections.matrix import DEFAULT_STALE_DAYS
 
-    from .campaign import (check_expectations, near_gate_notes, pairs_spent, run_campaign, sign_demo_lock,
+    from .campaign import (Campaign, check_expectations, near_gate_notes, pairs_spent, run_campaign, sign_demo_lock,
                            what_would_ship)
     from .demo_registry import open_demo_registry
     from .reports import build
@@ -60,7 +60,7 @@ def run_demo(url: str | None, *, actor: str | None, fresh: bool, runs: int, warm
     check_demo_runs(runs)
     registry, url = open_demo_registry(url, actor=actor, fresh=fresh)
     out = Path(out_dir)
-    rows = run_campaign(registry, out, runs=runs, warmup=warmup, lpips_backbone=lpips_backbone,
+    rows = run_campaign(Campaign(registry), out, runs=runs, warmup=warmup, lpips_backbone=lpips_backbone,
                         progress_factory=progress_factory, log=log)
     report, state = build(registry, workload=None, position=None, stale_days=DEFAULT_STALE_DAYS)
     write_output(out / "report.html", report_html(report, state), force=True)

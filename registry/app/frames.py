@@ -25,24 +25,29 @@ from .evidence import Recorded, capture_subject, record_evidence
 @text_arguments
 def register_frames(registry: Registry, name: str, frames: np.ndarray, seed: int, source: str | None = None) -> tuple[dict, bool]:
     """Record a named, seeded frame set by the hash of its pixels; the same name with other content is refused."""
-    check_name(name, "frame set name")
-    check_seed(seed, "seed")
-    digest = pixel_digest(frames)
+    event = describe_frames(name, frames, seed, source)
     stream = frameset_stream(name)
     existing = registry.store.read_stream(stream)
     if existing:
         payload = existing[-1].payload
-        if payload["sha256"] != digest or payload["seed"] != seed:
+        if payload["sha256"] != event.sha256 or payload["seed"] != seed:
             raise UserError(
                 f"frame set {name} is already registered with other content "
                 f"(sha256 {payload['sha256'][:12]}, seed {payload['seed']}); choose a new name"
             )
         return payload, False
-    count, height, width, channels = frames.shape
-    event = FrameSetRegistered(name=name, seed=seed, frames=count, height=height, width=width, channels=channels,
-                               dtype=str(frames.dtype), sha256=digest, source=source)
     registry.store.append(stream, [NewEvent(event.type, event)], expected_version=0, actor=registry.actor)
     return event.model_dump(), True
+
+
+def describe_frames(name: str, frames: np.ndarray, seed: int, source: str | None = None) -> FrameSetRegistered:
+    """A named, seeded frame set as its registration records it (the hash of its pixels), appending nothing."""
+    check_name(name, "frame set name")
+    check_seed(seed, "seed")
+    digest = pixel_digest(frames)  # validates the frames before their shape is read
+    count, height, width, channels = frames.shape
+    return FrameSetRegistered(name=name, seed=seed, frames=count, height=height, width=width, channels=channels,
+                              dtype=str(frames.dtype), sha256=digest, source=source)
 
 
 def pixel_digest(frames: np.ndarray) -> str:

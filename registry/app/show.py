@@ -27,12 +27,29 @@ class ShownArtifact:
     workload_declared: bool
     contract_note: str | None  # set when a final decision stands under an older contract than the current one
     bench: dict[str, Any] | None  # the identity's benchmark record (app/bench.py), when the workload is declared
+    monitor: dict[str, Any] | None  # the current identity's monitor (projections/monitor_fold.py `monitor_summary`)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The `show --json` document (also `GET /api/artifacts/{id}` of `registry serve`): the projected state with
+        the decision on top, how much verdict history it leaves out, the benchmark record and the monitor."""
+        state = self.state
+        return {"artifact": state["artifact"], "decision": state["decision"], "contract_note": self.contract_note,
+                **state, "verdict_count": self.verdict_count,
+                "verdicts_omitted": self.verdict_count - len(state["verdicts"]),
+                "verdicts_in_full": history_command(state["artifact"]), "workload_declared": self.workload_declared,
+                "bench": self.bench, "monitor": self.monitor}
+
+
+def history_command(artifact_id: str) -> str:
+    """The command that lists every verdict (and every other event) of an artifact."""
+    return f"registry history artifact:{artifact_id}"
 
 
 def show_artifact(registry: Registry, artifact_id: str, shown_verdicts: int,
                   as_of: str | None = None) -> ShownArtifact:
     """The artifact as `show` presents it, as of `as_of` (a position or an ISO-8601 time; None: now)."""
     from registry.projections import resolve_as_of
+    from registry.projections.monitor_fold import monitor_summary
     from registry.projections.state import contract_note
 
     position = resolve_as_of(registry.store, as_of)
@@ -42,4 +59,4 @@ def show_artifact(registry: Registry, artifact_id: str, shown_verdicts: int,
     workload = registry.reads.workload(state["workload"], as_of=position)
     declared = workload is not None
     bench = record_summary(registry, state, workload, position) if declared else None
-    return ShownArtifact(state, verdict_count, declared, contract_note(state, workload), bench)
+    return ShownArtifact(state, verdict_count, declared, contract_note(state, workload), bench, monitor_summary(state))

@@ -31,8 +31,8 @@ from .ship_commands import print_resolution
               help="Exit 1 if any verdict is not decided as the demo promises on this kind of machine "
                    "(CPU: the Triton kernel held on interpreter timings; CUDA GPU: judged on real timings).")
 @click.option("--server", "server_url", metavar="URL",
-              help="Carry the demo's kernel candidate through this `registry serve` instead (with --token holding "
-                   "read, ingest, decide and admin): declared, registered, evaluated here, judged there.")
+              help="Carry the demo's campaign, all five candidates, through this `registry serve` instead (with "
+                   "--token holding read, ingest, decide and admin): declared, registered, measured here, judged there.")
 @click.option("--token", envvar="REGISTRY_TOKEN", help="The token for --server (else $REGISTRY_TOKEN).")
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
 @pass_session
@@ -50,7 +50,7 @@ def demo(session: Session, fresh: bool, runs: int, warmup: int, out_dir: str, lp
 
     check_demo_runs(runs)
     if server_url is not None:
-        _demo_through(server_url, token, runs, warmup, as_json)
+        _demo_through(server_url, token, runs, warmup, out_dir, lpips_backbone, check, as_json)
         return
     from registry.runtime import RuntimeProfile
 
@@ -70,19 +70,7 @@ def demo(session: Session, fresh: bool, runs: int, warmup: int, out_dir: str, lp
                    "near_gate": notes, "pairs": pairs, "report": str(outcome.report),
                    "resolve": [found.to_dict() for found in shipping], "signed_lock": signed})
     else:
-        table("demo campaign", ["artifact", "kind", "decision", "speedup (bounds)", "worst SSIM (margin)", "deciding reason"],
-              (_cells(row) for row in rows))
-        for note in notes:
-            say(f"near the gate: {note}")
-        for row in rows:
-            if row.pairs == 0:
-                say(f"{row.artifact}: its benchmark record was already closed ({row.stop}): nothing timed")
-            elif row.pairs is not None:
-                how = "decided" if row.stop == "decided" else f"stopped ({row.stop})"
-                say(f"{row.artifact}: session {how} after {row.pairs} of at most {runs} pairs "
-                    f"({row.pairs_saved} saved)")
-        say(f"pairs timed: {pairs['spent']}, where the fixed design times {pairs['fixed_design']} "
-            f"({runs} per candidate): {pairs['saved']} saved")
+        _say_campaign(rows, notes, pairs, runs)
         say(f"\nreport: {out / 'report.html'}; frame strips: {out}/*.png")
         say("look further:")
         command = f"{runnable_command()} --db {shlex.quote(url)}"
@@ -99,10 +87,31 @@ def demo(session: Session, fresh: bool, runs: int, warmup: int, out_dir: str, lp
             say(f"\nsigned lock {signed['lock']} (key {signed['key_id'][:16]}, public key {signed['public_key']}, "
                 f"expires {signed['expires_at']}): the runtime loaded {signed['loaded']} from it through the "
                 "trusted loader")
+    _exit_on_problems(check, problems)
+
+
+def _exit_on_problems(check: bool, problems: list[str]) -> None:
     if check and problems:
         for problem in problems:
             click.echo(f"unexpected: {problem}", err=True)
         sys.exit(1)
+
+
+def _say_campaign(rows: list, notes: list[str], pairs: dict, runs: int) -> None:
+    """The campaign's verdicts, the candidates near the gate, and the pairs each session timed."""
+    table("demo campaign", ["artifact", "kind", "decision", "speedup (bounds)", "worst SSIM (margin)", "deciding reason"],
+          (_cells(row) for row in rows))
+    for note in notes:
+        say(f"near the gate: {note}")
+    for row in rows:
+        if row.pairs == 0:
+            say(f"{row.artifact}: its benchmark record was already closed ({row.stop}): nothing timed")
+        elif row.pairs is not None:
+            how = "decided" if row.stop == "decided" else f"stopped ({row.stop})"
+            say(f"{row.artifact}: session {how} after {row.pairs} of at most {runs} pairs "
+                f"({row.pairs_saved} saved)")
+    say(f"pairs timed: {pairs['spent']}, where the fixed design times {pairs['fixed_design']} "
+        f"({runs} per candidate): {pairs['saved']} saved")
 
 
 def _cells(row) -> tuple:
@@ -115,26 +124,32 @@ def _cells(row) -> tuple:
     return (row.artifact, row.kind, verdict["decision"], speed, ssim, row.reason)
 
 
-def _demo_through(server_url: str, token: str | None, runs: int, warmup: int, as_json: bool) -> None:
-    """`demo --server`: the kernel candidate through a server (registry/serve/demo.py)."""
+def _demo_through(server_url: str, token: str | None, runs: int, warmup: int, out_dir: str,
+                  lpips_backbone: str | None, check: bool, as_json: bool) -> None:
+    """`demo --server`: the demo's campaign, all five candidates, through a server (registry/serve/demo.py)."""
+    import torch
+
+    from registry.app.campaign import check_expectations, near_gate_notes, pairs_spent
     from registry.serve.client import RegistryClient
     from registry.serve.demo import demo_through
 
     if not token:
         raise UserError("--server needs --token (or $REGISTRY_TOKEN): read, ingest, decide and admin scopes")
-    with RegistryClient(server_url, token) as client, progress_bar("evaluating through the server") as update:
-        result = demo_through(client, runs=runs, warmup=warmup, progress=update)
+    with RegistryClient(server_url, token) as client:
+        rows = demo_through(client, runs=runs, warmup=warmup, out_dir=out_dir, lpips_backbone=lpips_backbone,
+                            progress_factory=progress_bar, log=(lambda _text: None) if as_json else say)
+    problems = check_expectations(rows, on_gpu=torch.cuda.is_available())
+    notes, pairs = near_gate_notes(rows), pairs_spent(rows, runs)
+    exit_status_ahead(1 if check and problems else 0)
     if as_json:
-        emit_json(result)
-        return
-    workload, verdict = result["workload"], result["verdict"]
-    say(f"through {server_url}: workload {workload['workload']} contract v{workload['contract_version']}, "
-        f"artifact {result['artifact']['artifact']} registered")
-    if result["session"] is not None:
-        session = result["session"]
-        say(f"  benchmark session {session['session']}: {session['pairs']} pairs in {session['batches']} batches "
-            f"({session['stop']})")
-    say(f"  verdict: {verdict['decision']} ({verdict['rule']})" + "".join(f"\n  - {r}" for r in verdict["reasons"]))
+        emit_json({"server": server_url, "rows": [row.to_dict() for row in rows], "problems": problems,
+                   "near_gate": notes, "pairs": pairs})
+    else:
+        say(f"through {server_url}:")
+        _say_campaign(rows, notes, pairs, runs)
+        say(f"\nbundles and frame strips: {out_dir}; the verdicts and their events are on the server "
+            f"(`registry history artifact:ID` against its database, or GET /api/history/artifact:ID)")
+    _exit_on_problems(check, problems)
 
 
 def runnable_command() -> str:

@@ -22,18 +22,6 @@ SHOWN_VERDICTS = 20
 MOST_SHOWN_VERDICTS = 2**63 - 1
 
 
-def _state_summary(state: dict, note: str | None, verdict_count: int) -> dict:
-    """The show --json document: the projected state with the decision on top, and how much history it leaves out."""
-    return {"artifact": state["artifact"], "decision": state["decision"], "contract_note": note, **state,
-            "verdict_count": verdict_count, "verdicts_omitted": verdict_count - len(state["verdicts"]),
-            "verdicts_in_full": history_command(state["artifact"])}
-
-
-def history_command(artifact_id: str) -> str:
-    """The command that lists every verdict (and every other event) of an artifact."""
-    return f"registry history artifact:{artifact_id}"
-
-
 def bench_text(bench: dict) -> str:
     """One line on a benchmark record: pairs, sessions, and (under the confident rule) its reading."""
     head = f"speed record of these bytes: {bench['pairs']} pairs"
@@ -60,18 +48,15 @@ def bench_text(bench: dict) -> str:
 def show(session: Session, artifact_id: str, as_of: str | None, as_json: bool, shown_verdicts: int) -> None:
     """Show ARTIFACT_ID's state, latest verdict, margins, speedup, evidence and latest verdicts."""
     from registry.app.show import show_artifact
-    from registry.projections.monitor_fold import monitor_summary
 
     from .monitor_commands import monitor_text
 
     shown = show_artifact(session.open(), artifact_id, shown_verdicts, as_of)
-    state, verdict_count, note, bench = shown.state, shown.verdict_count, shown.contract_note, shown.bench
-    declared = shown.workload_declared
-    monitor = monitor_summary(state)
     if as_json:
-        emit_json({**_state_summary(state, note, verdict_count), "workload_declared": declared, "bench": bench,
-                   "monitor": monitor})
+        emit_json(shown.to_dict())
         return
+    state, verdict_count, note, bench = shown.state, shown.verdict_count, shown.contract_note, shown.bench
+    declared, monitor = shown.workload_declared, shown.monitor
     say(f"{artifact_id}: {state['decision'].upper()}  ({state['kind']} for workload {state['workload']}, "
         f"tier {state['tier'] or '-'}, payload {str(state['payload_sha256'])[:12]})")
     if not declared:
@@ -120,6 +105,8 @@ def show(session: Session, artifact_id: str, as_of: str | None, as_json: bool, s
 
 def _say_verdicts(state: dict, verdict_count: int) -> None:
     """The latest verdicts as a table, and how many there are in all."""
+    from registry.app.show import history_command
+
     shown = state["verdicts"]
     if not verdict_count:
         return

@@ -66,8 +66,7 @@ def report_html(report: dict[str, Any], state: RegistryState, *, max_frame_plots
         f"<p>{escape(totals)}</p>",
         _table(*workload_table),
         "<h2>Speed against fidelity</h2>",
-        _figure(speed_fidelity_plot(artifacts, {w: s["speed_gate"] for w, s in workloads.items()}),
-                "speedup against tightest fidelity margin"),
+        speed_fidelity_figure(artifacts, {w: s["speed_gate"] for w, s in workloads.items()}),
         *(_table(*table) for table in tables if table[0] != matrix_title),
         *([matrix_grid(report["matrix"])] if report["matrix"] is not None else []),
         *_bounds_section(report.get("benchmark_records") or [], max_frame_plots),
@@ -82,11 +81,15 @@ def _bounds_section(records: list[dict[str, Any]], limit: int) -> list[str]:
     if not readable:
         return []
     parts = ["<h2>Running bounds against the gate (speed records)</h2>"]
-    parts += [_figure(running_bounds_plot(record), f"running bounds of {', '.join(record['artifacts'])}")
-              for record in readable[:limit]]
+    parts += [bounds_figure(record) for record in readable[:limit]]
     if len(readable) > limit:
         parts.append(f'<p class="none">{len(readable) - limit} more not drawn</p>')
     return parts
+
+
+def bounds_figure(record: dict[str, Any]) -> str:
+    """One speed record's running-bounds figure as the report draws it (the live view of `registry serve` too)."""
+    return _figure(running_bounds_plot(record), f"running bounds of {', '.join(record['artifacts'])}")
 
 
 def page(title: str, parts: Sequence[str]) -> str:
@@ -111,22 +114,33 @@ def matrix_grid(matrix: dict[str, Any]) -> str:
             f"<tbody>{''.join(body)}</tbody></table>")
 
 
+def speed_fidelity_figure(artifacts: list[dict[str, Any]], gates: dict[str, float | None]) -> str:
+    """The speed-against-fidelity figure as the report draws it (the live view of `registry serve` too)."""
+    return _figure(speed_fidelity_plot(artifacts, gates), "speedup against tightest fidelity margin")
+
+
+def has_frames(artifact: dict[str, Any]) -> bool:
+    """Whether the artifact's latest perceptual evidence has per-frame values to draw."""
+    entry = artifact["evidence"].get("perceptual")
+    return entry is not None and bool(entry["item"].get("ssim") or entry["item"].get("lpips"))
+
+
+def frame_figure(artifact: dict[str, Any], declared: dict[str, Any] | None) -> str:
+    """An artifact's per-frame fidelity figure against its workload's thresholds (`declared`: the workload's
+    state, None when undeclared), as the report draws it (the live view of `registry serve` too)."""
+    fidelity = (declared["contract"].get("fidelity") or {}) if declared else {}
+    plot = frame_plot(artifact, fidelity)
+    version = f"contract v{declared['contract_version']}" if declared else "no declared contract"
+    return _figure(Plot(plot.png, f"{plot.caption} Thresholds from {version}."),
+                   f"per-frame fidelity of {artifact['artifact']}")
+
+
 def _frame_section(artifacts: list[dict[str, Any]], state: RegistryState, limit: int) -> list[str]:
-    measured = []
-    for artifact in artifacts:
-        entry = artifact["evidence"].get("perceptual")
-        if entry is not None and (entry["item"].get("ssim") or entry["item"].get("lpips")):
-            measured.append(artifact)
+    measured = [artifact for artifact in artifacts if has_frames(artifact)]
     parts = ["<h2>Per-frame fidelity (latest perceptual evidence)</h2>"]
     if not measured:
         return parts + ['<p class="none">no artifact has current per-frame perceptual evidence</p>']
     if len(measured) > limit:
         parts.append(f"<p>{len(measured)} artifacts have per-frame evidence; the first {limit} by id are drawn.</p>")
-    for artifact in measured[:limit]:
-        declared = state.workloads.get(artifact["workload"])
-        fidelity = (declared["contract"].get("fidelity") or {}) if declared else {}
-        plot = frame_plot(artifact, fidelity)
-        version = f"contract v{declared['contract_version']}" if declared else "no declared contract"
-        parts.append(_figure(Plot(plot.png, f"{plot.caption} Thresholds from {version}."),
-                             f"per-frame fidelity of {artifact['artifact']}"))
+    parts += [frame_figure(artifact, state.workloads.get(artifact["workload"])) for artifact in measured[:limit]]
     return parts

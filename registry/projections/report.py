@@ -92,12 +92,18 @@ def build_report(state: RegistryState, workload: str | None = None, *,
                      for a in artifacts],
         "imported": [row for row in imported if workload is None or row["workload"] == workload],
         "matrix": matrix,
-        "monitors": (monitors := _monitors(artifacts)),
-        "alerts": [m["artifact"] for m in monitors if m["status"] in ("regressed", "alarm_due")],
+        "monitors": (monitors := monitors_of(artifacts)),
+        "alerts": alerts_of(monitors),
     }
 
 
-def _monitors(artifacts: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def alerts_of(monitors: list[dict[str, Any]]) -> list[str]:
+    """The artifacts whose monitor crossed with no acknowledgment: alarmed, or its alarm about to be appended."""
+    return [m["artifact"] for m in monitors if m["status"] in ("regressed", "alarm_due")]
+
+
+def monitors_of(artifacts: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each artifact's monitor summary (`monitor_summary`) with its id and workload, for those with one."""
     found = []
     for artifact in artifacts:
         summary = monitor_summary(artifact)

@@ -131,7 +131,9 @@ def create_app(config: ServerConfig) -> FastAPI:
     @app.get("/api/artifacts/{artifact}", tags=["read"])
     def show(artifact: str, verdicts: int = Query(20, ge=0, le=1000), _grant: Grant = Depends(scoped("read"))) -> dict:
         """An artifact's state as `registry show --json` prints it."""
-        return live.show_artifact(base, artifact, verdicts)
+        from registry.app.show import show_artifact
+
+        return show_artifact(base, artifact, verdicts).to_dict()
 
     @app.get("/api/artifacts/{artifact}/bench", tags=["read"])
     def bench_status(artifact: str, _grant: Grant = Depends(scoped("read"))) -> dict:
@@ -183,7 +185,7 @@ def create_app(config: ServerConfig) -> FastAPI:
 
     @app.get("/api/live", tags=["read"])
     def live_state(_grant: Grant = Depends(scoped("read"))) -> dict:
-        """What the live page draws: each workload's artifacts and each benchmark record's running bounds."""
+        """What the live page draws: each workload's artifacts, the monitors, each speed record's bounds figure."""
         return live.snapshot(base)
 
     @app.get("/api/live/events", tags=["read"], response_class=Response)

@@ -91,6 +91,10 @@ class RemoteSession:
         self.session = self.record["session"]
         self.pairs = self.batches = 0
 
+    @property
+    def max_pairs(self) -> int:
+        return self.record["max_pairs"]
+
     def next_size(self) -> int:
         from registry.app.bench import next_batch_size
 
@@ -104,11 +108,11 @@ class RemoteSession:
                                                candidate)
 
     def to_dict(self) -> dict[str, Any]:
+        from registry.app.bench import measured_summary
+
         record = self.record
-        stop = record["stop"] if record["closed"] else "limit"
-        return {"session": self.session, "pairs": self.pairs, "batches": self.batches, "stop": stop,
-                "decision": record["decision"], "record_pairs": record["pairs"], "max_pairs": record["max_pairs"],
-                "pairs_saved": record["pairs_saved"]}
+        return measured_summary(record, self.session, self.pairs, self.batches,
+                                record["stop"] if record["closed"] else "limit")
 
 
 def evaluate_through(client: RegistryClient, artifact: str, *, corpus: str | None, runs: int | None, warmup: int,

@@ -1,35 +1,86 @@
-"""`registry demo --server URL --token T`: the demo's kernel candidate carried through a server, end to end.
+"""`registry demo --server URL --token T`: the demo's campaign, all five candidates, carried through a server.
 
-What a team does with one server and one GPU worker, in one command: the
-kernel workload's contract is declared (admin), the fused modulated
-LayerNorm registered (decide), evaluated on this host with its pairs and
-evidence recorded through the server (ingest), and judged (decide). The
-token must hold all four scopes; every event is by its `principal/key id`.
-The rest of the demo campaign (the video workload's candidates, bundles,
-locks) runs on its own SQLite file only (`registry demo`).
+The campaign is app/campaign.py's, the same as the embedded demo's; only its
+target differs: `ServerCampaign` sends each write to the server and reads
+each verdict from it, so every event is by the token's `principal/key id`.
+The workloads are declared (admin), each candidate's bundle registered by
+its digest (decide), timed here in a session the server holds and its
+evidence document posted (ingest), and judged (decide); the kernel is
+evaluated as `registry evaluate --server` does. The token must hold all four
+scopes. What the API does not carry (docs/serve.md): the frame set's
+registration (no route; the evidence names the frame set, which is what the
+gate checks), the bundle manifests (a registration names its payload by
+digest only, so nothing registered this way ships through `resolve` or a
+lock), and the embedded demo's report, lock and runtime load.
 """
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Callable
 
+import numpy as np
 import yaml
 
-from .client import RegistryClient, evaluate_through
+from registry.contracts import Contract
+
+from .client import RegistryClient, RemoteSession, evaluate_through
 
 
-def demo_through(client: RegistryClient, *, runs: int, warmup: int,
-                 progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
-    from registry.app.campaign import KERNEL_ARTIFACT, KERNEL_ENTRY, KERNEL_WORKLOAD, kernel_contract
+class ServerCampaign:
+    """The campaign's target (app/campaign.py `Campaign`'s methods) over a server's API."""
 
-    declared = client.request("POST", "/api/workloads", {"manifest": yaml.safe_dump(kernel_contract(runs).canonical())})
-    registered = client.request("POST", "/api/artifacts", {
-        "artifact": KERNEL_ARTIFACT, "workload": KERNEL_WORKLOAD, "kind": "fused_kernel",
-        "op": "modulated_layernorm", "entry": KERNEL_ENTRY})
-    record = client.request("GET", f"/api/artifacts/{KERNEL_ARTIFACT}/bench")
-    evaluation = None
-    if not record["closed"]:
-        evaluation = evaluate_through(client, KERNEL_ARTIFACT, corpus=None, runs=None, warmup=warmup, run=None,
-                                      progress=progress)
-    verdict = client.request("POST", f"/api/artifacts/{KERNEL_ARTIFACT}/promote")
-    return {"workload": declared, "artifact": registered, "session": None if evaluation is None else
-            evaluation["session"], "verdict": verdict}
+    def __init__(self, client: RegistryClient):
+        self.client = client
+
+    def declare(self, contract: Contract) -> int:
+        declared = self.client.request("POST", "/api/workloads", {"manifest": yaml.safe_dump(contract.canonical())})
+        return declared["contract_version"]
+
+    def frames(self, name: str, frames: np.ndarray, seed: int, source: str) -> dict[str, Any]:
+        """The frame set as its registration would record it; the server has no route to record it."""
+        from registry.app.frames import describe_frames
+
+        return describe_frames(name, frames, seed, source).model_dump()
+
+    def register(self, artifact: str, bundle: Path, *, workload: str, kind: str, backend: str | None = None,
+                 op: str | None = None, entry: str | None = None) -> None:
+        from registry.bundles import verify_directory
+
+        self.client.request("POST", "/api/artifacts", {
+            "artifact": artifact, "workload": workload, "kind": kind, "backend": backend, "op": op, "entry": entry,
+            "payload_sha256": verify_directory(bundle).digest})
+
+    def subject(self, artifact: str) -> None:
+        """Nothing: the server binds a posted document to the registration it holds when the document lands."""
+        return None
+
+    def closed_summary(self, artifact: str) -> dict[str, Any] | None:
+        from registry.app.bench import closed_record_summary
+
+        record = self.client.request("GET", f"/api/artifacts/{artifact}/bench", retry=True)
+        return closed_record_summary(record) if record["closed"] else None
+
+    def open_batches(self, artifact: str, *, device: str, timer: str, arch: str) -> RemoteSession:
+        return RemoteSession(self.client, artifact, device=device, timer=timer, limit=None, arch=arch)
+
+    def record(self, _subject: None, document: dict[str, Any], _parsed: Any) -> None:
+        self.client.record_document(document)
+
+    def evaluate_kernel(self, artifact: str, warmup: int, progress: Callable[[int, int], None]) -> dict[str, Any]:
+        return evaluate_through(self.client, artifact, corpus=None, runs=None, warmup=warmup, run=None,
+                                progress=progress)["session"]
+
+    def promote(self, artifact: str) -> dict[str, Any]:
+        return self.client.request("POST", f"/api/artifacts/{artifact}/promote")
+
+
+def demo_through(client: RegistryClient, *, runs: int, warmup: int, out_dir: str | Path,
+                 lpips_backbone: str | None, progress_factory: Callable[[str], Any],
+                 log: Callable[[str], None]) -> list:
+    """The demo campaign through the server; one app.campaign.Row per candidate (bundles and strips in `out_dir`)."""
+    from registry.app.campaign import run_campaign
+    from registry.app.demo import check_demo_runs
+
+    check_demo_runs(runs)
+    return run_campaign(ServerCampaign(client), Path(out_dir), runs=runs, warmup=warmup,
+                        lpips_backbone=lpips_backbone, progress_factory=progress_factory, log=log)

@@ -6,67 +6,101 @@ with it, and listens to `/api/live/events`, server-sent events read through
 `fetch` (an EventSource cannot send an Authorization header). The stream
 sends the log's head whenever it moves (polled every POLL_SECONDS), so an
 append shows on an open page well within two seconds, and the page reads the
-snapshot again. Each benchmark record is drawn as the HTML report draws it
-(projections/plots.py, `running_bounds_plot`): the running lower and upper
-bounds of the median ratio, pair by pair, against the gate.
+snapshot again. The snapshot is read as the report reads the registry
+(app/reports.py) and drawn with the report's own renderers, never a copy:
+the figures are html_report.py's (`speed_fidelity_figure`, `bounds_figure`
+for each speed record: the running lower and upper bounds of the median
+ratio, pair by pair, against the gate; `frame_figure` for each artifact's
+per-frame fidelity), each a PNG drawn once per content, and the monitors'
+table is report.py `monitors_table` over monitor_fold.py `monitor_summary`,
+the rows `show` and `report` print.
 """
 from __future__ import annotations
 
 import asyncio
 import json
+from functools import lru_cache
 from typing import Any, AsyncIterator
 
 from fastapi.responses import StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
 from registry.app import Registry
-from registry.formats.errors import UserError
 
 POLL_SECONDS = 0.5
 # A stream ends after this long (the page reconnects), so a server never holds a forgotten tab for ever.
 STREAM_SECONDS = 300
 # Sent when nothing moved for this long, so a proxy does not close an idle stream.
 KEEPALIVE_SECONDS = 15
-
-
-def show_artifact(registry: Registry, artifact: str, shown_verdicts: int) -> dict[str, Any]:
-    """An artifact's state with its latest verdicts and benchmark record: `registry show --json`'s document."""
-    from registry.app.bench import record_summary
-    from registry.projections.state import contract_note
-
-    projections = registry.reads
-    state, verdict_count = projections.shown_artifact(artifact, shown_verdicts)
-    if state is None:
-        raise UserError(f"unknown artifact {artifact!r}")
-    workload = projections.workload(state["workload"])
-    return {"artifact": state["artifact"], "decision": state["decision"],
-            "contract_note": contract_note(state, workload), **state, "verdict_count": verdict_count,
-            "verdicts_omitted": verdict_count - len(state["verdicts"]), "workload_declared": workload is not None,
-            "bench": None if workload is None else record_summary(registry, state, workload)}
+# The most speed records drawn (as the HTML report's `max_frame_plots`); the page says how many more there are.
+MOST_PLOTS = 48
 
 
 def snapshot(registry: Registry) -> dict[str, Any]:
-    """Each workload's artifacts with their state, and each benchmark record with its running bounds."""
-    from registry.app.bench import record_summary
+    """What the page draws, read as the report reads it (app/reports.py) and drawn by the HTML report's own
+    functions (html_report.py): each workload's artifacts with their state and monitor status, the speed-against-
+    fidelity figure, the monitors' table (report.py `monitors_table`, rows from `monitor_summary`), each speed
+    record's running-bounds figure and each artifact's per-frame fidelity figure."""
+    from registry.app.reports import benchmark_records
+    from registry.projections.html_report import has_frames
+    from registry.projections.report import alerts_of, monitors_of, monitors_table, speed_gate
 
-    projections = registry.reads
-    head = projections.catch_up()
-    workloads, records = [], []
-    for declared in projections.workloads():
-        name = declared["workload"]
-        artifacts = []
-        for state in projections.artifacts(name):
-            artifacts.append({"artifact": state["artifact"], "kind": state["kind"], "decision": state["decision"],
-                              "tier": state["tier"], "speedup": state["speedup"]})
-            record = record_summary(registry, state, declared)
-            if record is not None and record.get("decision") is not None:
-                records.append({"artifact": state["artifact"], "workload": name,
-                                **{key: record[key] for key in ("gate", "alpha", "pairs", "max_pairs", "decision",
-                                                                "decided_at", "lower", "upper", "stop",
-                                                                "running_bounds")}})
-        workloads.append({"workload": name, "contract_version": declared["contract_version"],
-                          "artifacts": artifacts})
-    return {"head": head, "workloads": workloads, "records": records}
+    state = registry.reads.state(history=False)
+    artifacts = [state.artifacts[key] for key in sorted(state.artifacts)]
+    monitors = monitors_of(artifacts)
+    status = {monitor["artifact"]: monitor["status"] for monitor in monitors}
+    names = sorted(set(state.workloads) | {artifact["workload"] for artifact in artifacts})
+    workloads = []
+    for name in names:
+        declared = state.workloads.get(name)
+        workloads.append({"workload": name, "contract_version": declared["contract_version"] if declared else None,
+                          "artifacts": [{"artifact": a["artifact"], "kind": a["kind"], "decision": a["decision"],
+                                         "tier": a["tier"], "speedup": a["speedup"],
+                                         "monitor": status.get(a["artifact"])}
+                                        for a in artifacts if a["workload"] == name]})
+    gates = {name: speed_gate((state.workloads.get(name) or {}).get("contract")) for name in names}
+    scatter = _drawn("speed_fidelity", {"artifacts": [{key: a[key] for key in SCATTER_FIELDS} for a in artifacts],
+                                        "gates": gates})
+    readable = [record for record in benchmark_records(registry, state, state.workloads, None)
+                if record.get("decision") is not None]
+    records = [{"record": record["record"], "workload": record["workload"], "artifacts": record["artifacts"],
+                "pairs": record["pairs"], "max_pairs": record["max_pairs"], "shows": record["shows"],
+                "stop": record["stop"], "figure": _drawn("bounds", record)}
+               for record in readable[:MOST_PLOTS]]
+    measured = [artifact for artifact in artifacts if has_frames(artifact)]
+    frames = [{"artifact": a["artifact"], "figure": _drawn("frames", {
+        "artifact": {"artifact": a["artifact"], "decision": a["decision"],
+                     "evidence": {"perceptual": a["evidence"]["perceptual"]}},
+        "declared": state.workloads.get(a["workload"])})} for a in measured[:MOST_PLOTS]]
+    title, columns, rows = monitors_table(monitors)
+    return {"head": state.position, "workloads": workloads, "speed_fidelity": scatter, "records": records,
+            "records_not_drawn": len(readable) - len(records), "frames": frames,
+            "frames_not_drawn": len(measured) - len(frames),
+            "monitors": {"title": title, "columns": columns, "rows": [list(row) for row in rows],
+                         "artifacts": [m["artifact"] for m in monitors], "statuses": [m["status"] for m in monitors]},
+            "alerts": alerts_of(monitors)}
+
+
+# What the speed-against-fidelity figure reads of each artifact (plots.py `speed_fidelity_plot`).
+SCATTER_FIELDS = ("artifact", "decision", "speedup", "margins")
+
+
+def _drawn(kind: str, inputs: dict[str, Any]) -> str:
+    """A figure of the report's, drawn from `inputs` (exactly what its function is given)."""
+    return _draw(kind, json.dumps(inputs, sort_keys=True, default=str))
+
+
+@lru_cache(maxsize=256)
+def _draw(kind: str, inputs: str) -> str:
+    """Drawn once per content: a redraw renders only the figures whose inputs an append changed."""
+    from registry.projections import html_report
+
+    given = json.loads(inputs)
+    if kind == "bounds":
+        return html_report.bounds_figure(given)
+    if kind == "frames":
+        return html_report.frame_figure(given["artifact"], given["declared"])
+    return html_report.speed_fidelity_figure(given["artifacts"], given["gates"])
 
 
 def event_stream(registry: Registry) -> StreamingResponse:
@@ -93,15 +127,19 @@ async def _heads(registry: Registry) -> AsyncIterator[str]:
 PAGE = """<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>registry: live</title>
 <style>
-body{font-family:system-ui,sans-serif;margin:1.5em;color:#222}
+body{font-family:system-ui,sans-serif;margin:1.5em;color:#222;max-width:1150px}
 table{border-collapse:collapse;margin:.5em 0 1.5em}td,th{border:1px solid #ccc;padding:.2em .6em;text-align:left}
-.promoted{color:#2e7d32}.rejected,.quarantined{color:#c62828}.held{color:#6d4c41}
-#status{color:#555}.error{color:#c62828}svg{background:#fafafa;border:1px solid #ddd}
+.promoted{color:#2e7d32}.rejected,.quarantined,.regressed,.alarm_due{color:#c62828}.held{color:#6d4c41}
+#status{color:#555}.error{color:#c62828}#alerts{color:#c62828;font-weight:bold}
+figure{margin:8px 0 20px}figure img{max-width:100%;border:1px solid #eee}figcaption{font-size:.85em;color:#555}
 </style></head>
 <body>
 <h1>registry: live</h1>
-<p id="status">connecting</p><p>log head: <span id="head">-</span></p>
-<div id="workloads"></div><h2>benchmark records: running bounds against the gate</h2><div id="records"></div>
+<p id="status">connecting</p><p>log head: <span id="head">-</span></p><p id="alerts"></p>
+<div id="workloads"></div><div id="monitors"></div>
+<h2>Speed against fidelity</h2><div id="speed-fidelity"></div>
+<h2>Running bounds against the gate (speed records)</h2><div id="records"></div><p id="records-not-drawn"></p>
+<h2>Per-frame fidelity (latest perceptual evidence)</h2><div id="frames"></div><p id="frames-not-drawn"></p>
 <script>
 "use strict";
 const token = new URLSearchParams(location.hash.slice(1)).get("token");
@@ -110,57 +148,54 @@ const $ = (id) => document.getElementById(id);
 function el(tag, attrs, ...children) {
   const node = document.createElement(tag);
   for (const [k, v] of Object.entries(attrs || {})) node.setAttribute(k, v);
-  for (const child of children) node.append(child === null || child === undefined ? "-" : String(child));
-  return node;
-}
-function svgEl(tag, attrs) {
-  const node = document.createElementNS("http://www.w3.org/2000/svg", tag);
-  for (const [k, v] of Object.entries(attrs)) node.setAttribute(k, v);
-  return node;
-}
-function boundsPlot(record) {
-  const w = 640, h = 240, pad = 40, bounds = record.running_bounds;
-  const values = bounds.flat().filter((v) => v !== null).concat([record.gate]);
-  const lo = Math.min(...values) * 0.98, hi = Math.max(...values) * 1.02;
-  const x = (i) => pad + (w - 2 * pad) * i / Math.max(bounds.length + 1, 2);
-  const y = (v) => h - pad - (h - 2 * pad) * (v - lo) / Math.max(hi - lo, 1e-9);
-  const svg = svgEl("svg", {width: w, height: h, "data-artifact": record.artifact});
-  for (const [which, dash] of [[0, ""], [1, "4 3"]]) {
-    let d = "";
-    bounds.forEach((b, i) => {
-      if (b[which] === null) return;
-      d += d ? ` H${x(i + 1)} V${y(b[which])}` : `M${x(i + 1)} ${y(b[which])}`;
-    });
-    if (d) svg.append(svgEl("path", {d, fill: "none", stroke: "#1565c0", "stroke-dasharray": dash}));
+  for (const child of children) {
+    node.append(child instanceof Node ? child : child === null || child === undefined ? "-" : String(child));
   }
-  svg.append(svgEl("line", {x1: pad, x2: w - pad, y1: y(record.gate), y2: y(record.gate), stroke: "#6a1b9a"}));
-  const label = svgEl("text", {x: pad, y: 16, "font-size": 12});
-  label.textContent = record.artifact + ": " + record.pairs + " pairs, " + record.decision + ", gate " +
-    record.gate + "x, bounds " + record.lower + " to " + record.upper;
-  svg.append(label);
-  return svg;
+  return node;
+}
+function table(attrs, columns, rows) {
+  const node = el("table", attrs);
+  node.append(el("tr", {}, ...columns.map((c) => el("th", {}, c))));
+  for (const [rowAttrs, cells] of rows) node.append(el("tr", rowAttrs, ...cells));
+  return node;
 }
 function render(data) {
   $("head").textContent = data.head;
+  $("alerts").textContent = data.alerts.length ? "regressed, not acknowledged: " + data.alerts.join(", ") : "";
   const workloads = $("workloads"); workloads.replaceChildren();
   for (const wl of data.workloads) {
-    workloads.append(el("h2", {}, wl.workload + " (contract v" + wl.contract_version + ")"));
-    const table = el("table", {"data-workload": wl.workload});
-    table.append(el("tr", {}, ...["artifact", "kind", "state", "tier", "speedup"].map((t) => el("th", {}, t))));
-    for (const a of wl.artifacts) {
-      const row = el("tr", {"data-artifact": a.artifact});
-      row.append(el("td", {}, a.artifact), el("td", {}, a.kind), el("td", {"class": a.decision}, a.decision),
-                 el("td", {}, a.tier), el("td", {}, a.speedup === null ? null : a.speedup.toFixed(3) + "x"));
-      table.append(row);
-    }
-    workloads.append(table);
+    const version = wl.contract_version === null ? "no contract" : "contract v" + wl.contract_version;
+    workloads.append(el("h2", {}, wl.workload + " (" + version + ")"), table({"data-workload": wl.workload},
+      ["artifact", "kind", "state", "tier", "speedup", "monitor"],
+      wl.artifacts.map((a) => [{"data-artifact": a.artifact}, [
+        el("td", {}, a.artifact), el("td", {}, a.kind), el("td", {"class": a.decision}, a.decision),
+        el("td", {}, a.tier), el("td", {}, a.speedup === null ? null : a.speedup.toFixed(3) + "x"),
+        el("td", {"class": a.monitor || ""}, a.monitor)]])));
   }
-  const records = $("records"); records.replaceChildren();
-  for (const r of data.records) {
-    records.append(el("h3", {"class": "record", "data-artifact": r.artifact, "data-pairs": r.pairs},
-                      r.artifact + " (" + r.workload + "): " + r.decision + " after " + r.pairs + " of at most " +
-                      r.max_pairs + " pairs (" + r.stop + ")"), boundsPlot(r));
-  }
+  const m = data.monitors, monitors = $("monitors"); monitors.replaceChildren();
+  if (m.rows.length) monitors.append(el("h2", {}, m.title), table({"id": "monitor-table"}, m.columns,
+    m.rows.map((row, i) => [{"data-artifact": m.artifacts[i], "data-status": m.statuses[i],
+                             "data-pairs": row[3]}, row.map((cell) => el("td", {}, cell))])));
+  show($("speed-fidelity"), data.speed_fidelity);
+  figures($("records"), data.records, (r) => r.record,
+          (r) => ({"class": "record", "data-artifacts": r.artifacts.join(" "), "data-pairs": r.pairs,
+                   "data-shows": r.shows}));
+  figures($("frames"), data.frames, (f) => f.artifact, (f) => ({"class": "frames", "data-artifact": f.artifact}));
+  $("records-not-drawn").textContent = data.records_not_drawn ? data.records_not_drawn + " more not drawn" : "";
+  $("frames-not-drawn").textContent = data.frames_not_drawn ? data.frames_not_drawn + " more not drawn" : "";
+}
+function show(node, figure) {  // the server's figure (the HTML report's markup, escaped there), set only when changed
+  if (node.dataset.figure !== figure) { node.innerHTML = figure; node.dataset.figure = figure; }
+}
+function figures(container, items, key, attrs) {
+  const drawn = new Map();
+  for (const node of container.children) drawn.set(node.dataset.key, node);
+  container.replaceChildren(...items.map((item) => {
+    const node = drawn.get(key(item)) || el("div", {"data-key": key(item)});
+    for (const [k, v] of Object.entries(attrs(item))) node.setAttribute(k, v);
+    show(node, item.figure);
+    return node;
+  }));
 }
 async function refresh() {
   const response = await fetch("/api/live", {headers});
