@@ -11,6 +11,17 @@ registry/formats/monitor.py, vectorised (tests/monitor_sim.py). Printed:
 - after 200 pairs at the promoted speed (1.2x a gate of 1.1), a drop to
   0.9 x the gate: the share of streams alarmed before the change, and the
   mean and 90th-percentile delay after it, per timing distribution and CV;
+- beside each delay, the fastest any detector of the median can be at that
+  noise: the sign CUSUM with the least mean delay at an ARL of exactly
+  1/alpha for the share of post-change pairs below the threshold, solved
+  exactly (tests/monitor_sim.py `fastest_sign_detection`, which says why no
+  detector valid for every distribution with median at the threshold does
+  better);
+- the same drop read with the threshold nearer the promoted speed
+  (`reference: promoted`, `margin: 0.04`: 1.152), which is how a contract
+  buys a faster detection of a drop below the gate;
+- the same drop read by the detector with its prior moved toward the
+  beliefs that noise implies (half on q = 0.97, half on 0.9: `SHIFTED`);
 - the worst-case share alarmed within 200 pairs, and the share of fair-coin
   sign streams holding a run of 12 pairs below (the limit any sign detector
   meets if it alarms within 12 pairs of a total drop).
@@ -26,12 +37,17 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-from monitor_sim import alarm_times, run_lengths  # noqa: E402
+from monitor_sim import alarm_times, fastest_sign_detection, run_lengths  # noqa: E402
 from sequential_sim import ratio_streams  # noqa: E402
+
+from registry.formats.sequential import PRIOR  # noqa: E402
 
 GATE = 1.1
 PROMOTED = 1.2
 IN_CONTROL = 200
+NEAR = PROMOTED * (1 - 0.04)
+# A prior moved toward the beliefs a 10% drop under 5% noise implies (P(below) near 0.93), for comparison.
+SHIFTED = ((0.97, 0.5), (0.9, 0.5))
 
 
 def preempted(rng: np.random.Generator, ratios: np.ndarray, share: float) -> np.ndarray:
@@ -54,40 +70,48 @@ def main() -> None:
         alarms = run_lengths(rng, p, arl_streams, args.arl_pairs, args.alpha)
         never = float(np.mean(alarms == 0))
         rows.append((f"no change, P(below) = {p}", f"ARL >= {np.where(alarms > 0, alarms, args.arl_pairs).mean():.0f}",
-                     f"never alarmed in {args.arl_pairs}: {never:.1%}", ""))
+                     f"never alarmed in {args.arl_pairs}: {never:.1%}", "", ""))
     early = run_lengths(rng, 0.5, args.streams, IN_CONTROL, args.alpha)
-    rows.append((f"no change, P(below) = 0.5, first {IN_CONTROL} pairs", f"alarmed {np.mean(early > 0):.2%}", "", ""))
+    rows.append((f"no change, P(below) = 0.5, first {IN_CONTROL} pairs", f"alarmed {np.mean(early > 0):.2%}", "", "", ""))
     flips = rng.random((args.streams, IN_CONTROL)) < 0.5
     run = np.zeros(args.streams, dtype=int)
     longest = np.zeros(args.streams, dtype=int)
     for t in range(IN_CONTROL):
         run = np.where(flips[:, t], run + 1, 0)
         longest = np.maximum(longest, run)
-    rows.append((f"fair coin: a run of 12 below within {IN_CONTROL}", f"{np.mean(longest >= 12):.2%}", "", ""))
-    cases = [(d, cv, 0.0) for d in ("lognormal", "student_t3", "preemption") for cv in (0.02, 0.03, 0.05)]
-    cases += [("lognormal", 0.03, 0.05), ("lognormal", 0.03, 0.10)]
-    for distribution, cv, share in cases:
+    rows.append((f"fair coin: a run of 12 below within {IN_CONTROL}", f"{np.mean(longest >= 12):.2%}", "", "", ""))
+    cases = [(d, cv, 0.0, GATE, PRIOR) for d in ("lognormal", "student_t3", "preemption") for cv in (0.02, 0.03, 0.05)]
+    cases += [("lognormal", 0.03, 0.05, GATE, PRIOR), ("lognormal", 0.03, 0.10, GATE, PRIOR)]
+    cases += [("lognormal", 0.05, 0.0, GATE, SHIFTED), ("lognormal", 0.03, 0.10, GATE, SHIFTED)]
+    cases += [("lognormal", 0.05, 0.0, NEAR, PRIOR), ("student_t3", 0.05, 0.0, NEAR, PRIOR),
+              ("lognormal", 0.03, 0.10, NEAR, PRIOR)]
+    for distribution, cv, share, threshold, prior in cases:
         before = ratio_streams(rng, distribution, args.streams, IN_CONTROL, PROMOTED, cv=cv)
         after = ratio_streams(rng, distribution, args.streams, 120, 0.9 * GATE, cv=cv)
         ratios = np.concatenate([before, after], axis=1)
         if share:
             ratios = preempted(rng, ratios, share)
-        alarms = alarm_times(ratios < GATE, args.alpha)
+        alarms = alarm_times(ratios < threshold, args.alpha, prior)
         false = float(np.mean((alarms > 0) & (alarms <= IN_CONTROL)))
         delay = alarms[alarms > IN_CONTROL] - IN_CONTROL
         missed = float(np.mean(alarms == 0))
+        _, fastest, fastest_p90 = fastest_sign_detection(float(np.mean(ratios[:, IN_CONTROL:] < threshold)),
+                                                         args.alpha)
         label = f"{distribution} cv {cv}" + (f" + {share:.0%} preempted pairs" if share else "")
+        label += "" if threshold == GATE else f", threshold {threshold:.3f}"
+        label += "" if prior == PRIOR else ", prior 0.97/0.9"
         rows.append((label, f"before change {false:.2%}",
                      f"delay mean {delay.mean():.1f}, p90 {np.percentile(delay, 90):.0f}",
+                     f"least mean possible {fastest:.1f} (its p90 {fastest_p90})",
                      f"undetected in 120: {missed:.2%}"))
     if args.markdown:
-        print("| case | run length / false alarms | detection delay (pairs) | |")
-        print("|---|---|---|---|")
+        print("| case | run length / false alarms | detection delay (pairs) | the limit at this noise | |")
+        print("|---|---|---|---|---|")
         for row in rows:
             print("| " + " | ".join(row) + " |")
     else:
         for row in rows:
-            print("  ".join(f"{cell:<42}" for cell in row).rstrip())
+            print("  ".join(f"{cell:<40}" for cell in row).rstrip())
 
 
 if __name__ == "__main__":
