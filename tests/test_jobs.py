@@ -1,10 +1,14 @@
 """The job queue on a real Postgres (procrastinate, app/jobs.py): workers as processes, killed for real.
 
 These tests need seconds: they start worker processes (each imports the
-registry) and drain hundreds of jobs through a real server, because what
-they show (no job lost or doubled across kill -9s, stalled jobs re-queued,
-one worker per device) only exists across processes. Every wait polls the
-database with a deadline; none sleeps for a result.
+registry and procrastinate, never torch: a recording job times nothing) and
+drain hundreds of jobs through a real server, because what they show (no
+job lost or doubled across kill -9s, stalled jobs re-queued, one worker per
+device) only exists across processes. The jobs are the shortest the queue
+runs (one batch of two pairs); the heartbeat is set per test: long where
+nothing is meant to stall (fewer recovery polls competing for the cores),
+short where a stall is the point. Every wait polls the database with a
+deadline; none sleeps for a result, and a kill waits for progress, not time.
 """
 from __future__ import annotations
 
@@ -30,7 +34,10 @@ from ship_helpers import MANIFEST, make_bundle, measure_and_promote, register
 
 pytestmark = pytest.mark.postgres
 MONITORED = MANIFEST + "monitor: {alpha: 0.001, reference: gate, margin: 0.0}\n"
-HEARTBEAT = 1.0
+# Heartbeats (s): a worker is presumed dead after two; the drain's workers must never look dead under load.
+DRAIN_HEARTBEAT = 5.0
+KILL_HEARTBEAT = 1.0
+STALL_HEARTBEAT = 0.5
 
 
 @pytest.fixture
@@ -60,9 +67,9 @@ def batches(count: int) -> list[dict]:
             for i in range(count)]
 
 
-def start_worker(url: str, device: int, *, drain: bool) -> subprocess.Popen:
+def start_worker(url: str, device: int, *, drain: bool, heartbeat: float) -> subprocess.Popen:
     command = [sys.executable, "-m", "registry", "--db", url, "--actor", f"worker{device}", "worker",
-               "--device", str(device), "--heartbeat", str(HEARTBEAT)] + (["--drain"] if drain else [])
+               "--device", str(device), "--heartbeat", str(heartbeat)] + (["--drain"] if drain else [])
     return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, "PYTHONUNBUFFERED": "1"})
 
@@ -79,7 +86,7 @@ def wait_until(condition, deadline_s: float, what: str) -> None:
     while not condition():
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.2)
+        time.sleep(0.05)
 
 
 def recorded_batches(registry) -> list[str]:
@@ -90,7 +97,7 @@ def recorded_batches(registry) -> list[str]:
 def test_eight_workers_drain_a_thousand_short_jobs_each_recorded_once(pg_registry):
     url, registry = pg_registry
     enqueue_records(registry, batches(1000))
-    workers = [start_worker(url, device, drain=True) for device in range(8)]
+    workers = [start_worker(url, device, drain=True, heartbeat=DRAIN_HEARTBEAT) for device in range(8)]
     for worker in workers:
         assert worker.wait(timeout=600) == 0, worker.stderr.read()
     assert statuses(registry) == {"succeeded": 1000}
@@ -100,19 +107,25 @@ def test_eight_workers_drain_a_thousand_short_jobs_each_recorded_once(pg_registr
 
 
 def test_twenty_kill_9s_mid_job_lose_and_double_nothing(pg_registry):
+    """Each kill waits for a job running and for the queue to have moved on since the last one (so the kills
+    spread over the drain and land on workers that are working, restarted ones included), never for time."""
     url, registry = pg_registry
-    jobs = 400
+    jobs = 200
     enqueue_records(registry, batches(jobs))
     rng = random.Random(7)
-    workers = {device: start_worker(url, device, drain=False) for device in range(8)}
+    workers = {device: start_worker(url, device, drain=False, heartbeat=KILL_HEARTBEAT) for device in range(8)}
     with psycopg.connect(conninfo(registry), autocommit=True) as conn:
+        def count(status: str) -> int:
+            return conn.execute("SELECT count(*) FROM procrastinate_jobs WHERE status = %s", (status,)).fetchone()[0]
+
+        done = 0
         for _ in range(20):
-            wait_until(lambda: conn.execute("SELECT count(*) FROM procrastinate_jobs WHERE status = 'doing'")
-                       .fetchone()[0] > 0, 60, "a running job")
+            wait_until(lambda: count("doing") > 0 and count("succeeded") > done, 60, "a running job and progress")
+            done = count("succeeded")
             device = rng.randrange(8)
             workers[device].send_signal(signal.SIGKILL)
             workers[device].wait(timeout=30)
-            workers[device] = start_worker(url, device, drain=False)
+            workers[device] = start_worker(url, device, drain=False, heartbeat=KILL_HEARTBEAT)
         wait_until(lambda: statuses(registry) == {"succeeded": jobs}, 300, "every job to succeed")
         interrupted = conn.execute(
             "SELECT count(*) FROM (SELECT job_id FROM procrastinate_events WHERE type = 'started' "
@@ -142,10 +155,10 @@ def test_a_stalled_job_is_requeued_within_two_heartbeats_and_a_device_takes_one_
     with psycopg.connect(conninfo(registry), autocommit=True) as conn:
         silent_since = conn.execute("SELECT last_heartbeat FROM procrastinate_workers WHERE id = %s",
                                     (worker_id,)).fetchone()[0]
-        live = start_worker(url, 0, drain=False)
+        live = start_worker(url, 0, drain=False, heartbeat=STALL_HEARTBEAT)
         try:
             wait_until(lambda: statuses(registry) == {"succeeded": 1}, 60, "the stalled job to run again")
-            second = start_worker(url, 0, drain=False)
+            second = start_worker(url, 0, drain=False, heartbeat=STALL_HEARTBEAT)
             assert second.wait(timeout=60) == 1
             assert "already has a worker" in second.stderr.read()
             requeued = conn.execute("SELECT min(at) FROM procrastinate_events WHERE type = 'started' AND at > %s",
@@ -154,7 +167,7 @@ def test_a_stalled_job_is_requeued_within_two_heartbeats_and_a_device_takes_one_
             live.send_signal(signal.SIGTERM)
             live.wait(timeout=60)
     # Stalled after two heartbeats; the live worker looks every half heartbeat (and needs a moment to start).
-    assert (requeued - silent_since).total_seconds() <= 2.5 * HEARTBEAT + 10
+    assert (requeued - silent_since).total_seconds() <= 2.5 * STALL_HEARTBEAT + 10
     assert recorded_batches(registry) == ["job-0"]
 
 

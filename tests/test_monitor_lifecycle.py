@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -182,3 +183,53 @@ def test_the_runtime_never_takes_a_regressed_artifact_from_a_lock_signed_after_t
     assert from_lock.match.artifact == "steady" and "fast" not in from_lock.reason_codes()
     from_db = resolve("wan", profile, database=promoted.url)
     assert from_db.match.artifact == "steady" and from_db.reason_codes()["fast"] == "regressed"
+
+
+KERNEL_FIXTURES = Path(__file__).with_name("kernel_fixtures.py")
+OPERATION = """
+workload: wan-modln-op
+parity: {policy: byte_equal}
+speed: {min_speedup: 1.1, runs_per_arm: 2, protocol: paired, decision: point}
+monitor: {alpha: 0.001, reference: gate, margin: 0.0}
+"""
+LEAF = {"name": "out", "reference_dtype": "bfloat16", "candidate_dtype": "bfloat16", "reference_shape": [4],
+        "candidate_shape": [4], "reference_strides": [1], "candidate_strides": [1], "byte_equal": True,
+        "max_abs_error": 0.0, "max_rel_error": 0.0, "has_nan": False, "has_inf": False}
+
+
+def test_reverify_runs_the_real_timing_path_and_records_no_number_this_machine_cannot_vouch_for(registry_cli):
+    """The kernel really runs: sandboxed workers, parity on the corpus, ABBA pairs (under Triton's interpreter here).
+
+    Two promoted fused kernels of one operation, promoted on imported GPU
+    evidence: the built-in Triton kernel is timed and its interpreter timings
+    are refused with nothing written; a kernel that raises is recorded as the
+    evaluation failure it is. Takes a few seconds: each entry is evaluated in
+    its sandboxed worker processes (the same path `evaluate` takes).
+    """
+    cli = registry_cli
+    (cli.tmp / "op.yaml").write_text(OPERATION)
+    assert cli("workload", "declare", str(cli.tmp / "op.yaml")).exit_code == 0
+    for artifact, entry in (("modln", "registry.kernels.modln:modulated_layernorm_triton"),
+                            ("broken", f"{KERNEL_FIXTURES}:broken_modulated_layernorm")):
+        registered = cli("artifact", "register", artifact, "--workload", "wan-modln-op", "--kind", "fused_kernel",
+                         "--op", "modulated_layernorm", "--entry", entry)
+        assert registered.exit_code == 0, registered.output
+        document = cli.tmp / f"{artifact}.json"
+        document.write_text(json.dumps({"format": "registry.evidence/1", "artifact": artifact, "evidence": [
+            {"kind": "execution", "candidate_calls": 4, "fallbacks": 0}, {"kind": "parity", "leaves": [LEAF]},
+            {"kind": "benchmark", "protocol": "paired", "device": "NVIDIA H200", "timer": "cuda_event",
+             "baseline_s": [2.0, 2.02], "candidate_s": [1.0, 1.01], "schedule": ["BC", "CB"]}]}))
+        assert cli("evidence", "import", str(document)).exit_code == 0
+        promoted = cli("promote", artifact, "--json")
+        assert json.loads(promoted.output)["decision"] == "promoted", promoted.output
+    registry = open_registry(cli.url)
+    before = {a: [e.type for e in registry.store.read_stream(f"artifact:{a}")] for a in ("modln", "broken")}
+    result = cli("reverify", "wan-modln-op", "--now", "--pairs", "2", "--run", "cpu-1", "--json")
+    assert result.exit_code == 4, result.output
+    outcomes = {r["artifact"]: r for r in json.loads(result.output)["artifacts"]}
+    assert outcomes["modln"]["outcome"] == "refused" and "interpreter" in outcomes["modln"]["detail"]
+    assert outcomes["broken"]["outcome"] == "failed" and "illegal memory access" in outcomes["broken"]["detail"]
+    after = {a: [e.type for e in registry.store.read_stream(f"artifact:{a}")] for a in ("modln", "broken")}
+    assert after["modln"] == before["modln"]  # no PairsRemeasured from interpreter timings
+    assert after["broken"] == before["broken"] + ["EvaluationFailed"]
+    assert outcomes["modln"]["monitor"] is None and outcomes["broken"]["monitor"] is None  # no monitor started
