@@ -121,7 +121,7 @@ class _Jail:
     """
 
     def __init__(self, workers: Sequence["CandidateWorker"]) -> None:
-        self.sandbox = Sandbox([worker.entry for worker in workers], workers[0].device.type)
+        self.sandbox = Sandbox(workers[0].device.type)
         self.open = len(workers)
         theirs: list[dict[str, int]] = []
         try:
