@@ -354,7 +354,7 @@ class CandidateWorker:
                 wire.write_frame(self.to_worker, {"op": "exit"})
         except (OSError, ValueError):
             pass
-        if not self._ended(5):
+        if not self._ended(EXIT_GRACE_S):  # told to exit, it exits at once; one that does not is killed
             self._kill()
         for fd in (self.status,):
             if fd >= 0:
