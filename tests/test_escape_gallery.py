@@ -345,7 +345,9 @@ def test_16_memory_exhaustion_is_a_failure_never_a_number(home, attempt):
     parity stage, and the evaluation is the one recorded failure: no benchmark, no measurement."""
     from registry.kernels.sandbox import MEMORY_BYTES
 
-    error = refused(home, attempt("escape_memory"), "Cannot allocate memory")
+    tried = attempt("escape_memory")
+    error = refused(home, tried, "Cannot allocate memory")
+    assert tried.events[1][1]["stage"] == "parity"  # a failure of a measured call, not of loading the file
     reserved = int(re.search(r"reserved (\d+) GiB", error).group(1))
     assert 0 < reserved < MEMORY_BYTES >> 30, error
 
