@@ -41,7 +41,8 @@ START_TIMEOUT_S = 300.0
 """Longest a worker may take to start and import the candidate."""
 
 EXIT_GRACE_S = 1.0
-"""How long a worker that stopped answering gets to finish exiting, so its own exit status is reported."""
+"""How long a worker that stopped answering, or was told to exit, gets to finish exiting before it is killed
+(so its own exit status is reported)."""
 
 STDERR_TAIL_BYTES = 64 * 1024
 """How much of the end of a worker's stderr the harness reads back to quote its last words."""
