@@ -16,6 +16,10 @@ with the candidate's folder on PYTHONPATH, as that entry form required). Most ar
 (registry/kernels/sandbox.py); the sitecustomize one by the candidate being a file loaded from a private
 copy. Two (the canary, the forged counter) are not caught by any check: what holds them is the gate's rule
 that a launch count from inside the candidate's process shows nothing (execution.launches_unverified).
+Escapes 13-17 (the wire framed or flooded by the candidate, a fork bomb, memory and tmpfs exhaustion) came
+later: 13 and 14 were shown against the harness before it screened its own copy of the source and cut
+a frame's error text; the three resource ones are bounded by limits that already existed and are not run
+against an unbounded harness (they would take the machine's process table, memory or disk).
 Each test takes one evaluation under the interpreter (5-40 s on a shared CPU; one refused at load is the
 quick end); the module's setup copies the package and writes its manifest (about 3 s).
 """
@@ -23,6 +27,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import sqlite3
@@ -49,7 +54,7 @@ parity: {policy: byte_equal}
 speed: {min_speedup: 1.1, runs_per_arm: 2, protocol: paired, decision: point}
 """
 COMMAND_TIMEOUT_S = 600
-LEFTOVER_NAMES = ("escape-daemon", "escape-leftover")
+LEFTOVER_NAMES = ("escape-daemon", "escape-leftover", "escape-forkbomb")
 BLOCKED = ("No such file or directory", "Permission denied", "Operation not permitted", "Read-only file system",
            "File too large", "No space left", "no `registry evaluate` in reach")
 """What the sandbox's refusal of a file, /proc or process operation reads like in the recorded error (the
@@ -64,9 +69,13 @@ class Home:
     manifest: Path
 
 
+def _command(home: Home, *args: str) -> list[str]:
+    return [sys.executable, "-m", "registry", "--db", home.url, *args]
+
+
 def _run(home: Home, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "registry", "--db", home.url, *args], cwd=cwd or home.root,
-                          env=home.env, capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S)
+    return subprocess.run(_command(home, *args), cwd=cwd or home.root, env=home.env, capture_output=True, text=True,
+                          timeout=COMMAND_TIMEOUT_S)
 
 
 @pytest.fixture(scope="module")
@@ -162,10 +171,12 @@ def _verified(home: Home, attempt: Attempt) -> None:
     """Nothing outside the escape's own stream, nothing left running, the chain and the install intact."""
     assert attempt.elsewhere == [], attempt.elsewhere
     assert _leftovers() == [], "the candidate left processes behind"
-    chain = _run(home, "verify")
-    assert chain.returncode == 0, chain.stderr
-    install = _run(home, "verify", "--install", "--manifest", str(home.manifest))
-    assert install.returncode == 0, install.stderr or install.stdout
+    checks = [subprocess.Popen(_command(home, *args), cwd=home.root, env=home.env, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)  # two readers of the registry: side by side
+              for args in (("verify",), ("verify", "--install", "--manifest", str(home.manifest)))]
+    for check in checks:
+        out, err = check.communicate(timeout=COMMAND_TIMEOUT_S)
+        assert check.returncode == 0, err or out
 
 
 def refused(home: Home, attempt: Attempt, *classes: str) -> str:
@@ -289,3 +300,67 @@ def test_12_disk_shm_and_a_process_left_behind(home, attempt):
     refused(home, tried, *BLOCKED)
     assert not (tried.folder / "escape-exhaustion.bin").exists()
     assert not list(Path("/dev/shm").glob("escape-exhaustion-*"))
+
+
+# -- the wire, framed or flooded by the candidate --------------------------------------------------
+
+def test_13_the_candidate_writes_the_workers_frames_itself(home, attempt):
+    """Before the harness screened its own copy: the hello answer the candidate forged in the worker's place was believed, so the
+    byte_equal screen read the innocent source it named and recorded no approximate math. Refused means the
+    screen reads the text the harness itself read and sent (approx_math names what the file holds), and the
+    forged frames on its print channel, its stderr and its other descriptors changed nothing."""
+    tried = attempt("escape_wire_forge")
+    without_effect(home, tried)
+    parity = tried.events[1][1]["item"]
+    assert "use_fast_math" in parity["approx_math"], parity.get("approx_math")
+
+
+def test_14_endless_stderr_and_an_oversized_frame(home, attempt):
+    """Before the harness cut both: it read the whole stderr file back (256 MiB, the file-size limit) to
+    quote its last line, and recorded the forged error's megabyte of message in the log. Refused means
+    the stderr file stopped at the file-size limit, the recorded error is cut at wire.ERROR_TEXT_LIMIT,
+    and the writer that never stops was ended with its jail. Writing the 256 MiB takes about a second."""
+    from registry.kernels.sandbox import FILE_BYTES
+    from registry.kernels.wire import ERROR_TEXT_LIMIT
+
+    error = refused(home, attempt("escape_endless_output"), "EndlessOutput")
+    written = int(re.search(r"wrote (\d+) bytes to stderr, then File too large", error).group(1))
+    assert FILE_BYTES - (1 << 20) < written <= FILE_BYTES, error[:200]  # the jail's own lines share the file
+    assert len(error) <= ERROR_TEXT_LIMIT + 100, len(error)
+
+
+def test_15_a_fork_bomb(home, attempt):
+    """Not run against an unbounded harness (it would fill the machine's process table). Refused means
+    the kernel refused a process below the sandbox's process limit and the pid namespace ended every one
+    it started with the evaluation (no `escape-forkbomb` left)."""
+    from registry.kernels.sandbox import PROCESSES
+
+    error = refused(home, attempt("escape_fork_bomb"), "Resource temporarily unavailable")
+    started = int(re.search(r"started (\d+) processes", error).group(1))
+    assert 0 < started < PROCESSES, error
+
+
+def test_16_memory_exhaustion_is_a_failure_never_a_number(home, attempt):
+    """Refused means the address-space limit stopped the reservations below it, inside a call of the
+    parity stage, and the evaluation is the one recorded failure: no benchmark, no measurement."""
+    from registry.kernels.sandbox import MEMORY_BYTES
+
+    tried = attempt("escape_memory")
+    error = refused(home, tried, "Cannot allocate memory")
+    assert tried.events[1][1]["stage"] == "parity"  # a failure of a measured call, not of loading the file
+    reserved = int(re.search(r"reserved (\d+) GiB", error).group(1))
+    assert 0 < reserved < MEMORY_BYTES >> 30, error
+
+
+def test_17_its_tmpfs_filled(home, attempt):
+    """Refused means each place it could write ran out of space at the sandbox's size (its /tmp, its
+    /dev/shm), nothing of it is on the harness's disk or in the machine's /dev/shm, and both went with
+    it. Filling 576 MiB of tmpfs takes about a second."""
+    from registry.kernels.sandbox import SHM_BYTES, TMP_BYTES
+
+    tried = attempt("escape_tmpfs_full")
+    error = refused(home, tried, "No space left on device")
+    filled = {folder: int(mib) for folder, mib in re.findall(r"(/tmp|/dev/shm): (\d+) MiB, then No space", error)}
+    for folder, limit in (("/tmp", TMP_BYTES), ("/dev/shm", SHM_BYTES)):
+        assert (limit >> 20) - 64 <= filled[folder] <= limit >> 20, (folder, error)
+    assert not list(Path("/dev/shm").glob("escape-tmpfs-full-*")) and not list(Path("/tmp").glob("escape-tmpfs-full-*"))

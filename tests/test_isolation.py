@@ -53,6 +53,9 @@ def test_a_huge_header_or_a_cut_frame_is_refused_before_allocation():
     with pytest.raises(wire.WireError, match="cut short"):
         wire.read_frame(_frame({"tensors": [{"dtype": "uint8", "shape": [8], "strides": [1], "nbytes": 8}]}, b"abc"),
                         byte_budget=8)
+    nested = b"[" * 200_000  # within the header limit, deeper than the JSON parser goes
+    with pytest.raises(wire.WireError, match="not JSON"):
+        wire.read_frame(io.BytesIO(struct.pack("<Q", len(nested)) + nested), byte_budget=0)
 
 
 def test_spot_check_separates_rounding_from_a_result_for_other_inputs():

@@ -18,10 +18,13 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import pwd
 import secrets
 import signal
 import socket
 import sqlite3
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
@@ -341,3 +344,81 @@ def test_evaluate_insecure_no_sandbox_records_it_and_promote_holds_it(registry_c
     assert execution["sandbox"] == "none" and execution["harness_sha256"] == harness_digest()
     verdict = json.loads(cli("promote", "modln", "--json").output)
     assert verdict["decision"] == "held" and verdict["rule"] == "execution.unsandboxed"
+
+
+# ---- the path a harness that is not root takes: a user namespace ----
+
+USER_NAMESPACE_PROBE = r'''
+import json, os, socket, sys
+sys.path.insert(0, os.path.dirname(sys.argv[1]))
+from sandbox_launch import confine
+config = json.loads(sys.argv[-1])
+confine(config, config["probe_ids"])
+status = dict(line.split(":\t", 1) for line in open("/proc/self/status").read().splitlines() if ":\t" in line)
+seen = {key: status[key].strip() for key in ("CapEff", "CapPrm", "CapInh", "CapBnd", "CapAmb", "NoNewPrivs", "Seccomp")}
+seen.update(uid=os.getuid(), uid_map=open("/proc/self/uid_map").read().split(),
+            pids=sorted(int(name) for name in os.listdir("/proc") if name.isdigit()))
+def attempt(name, fn):
+    try:
+        fn()
+        seen[name] = "GOT"
+    except OSError as exc:
+        seen[name] = exc.strerror
+attempt("write package", lambda: open(os.path.join(sys.argv[2], "userns_written"), "w"))
+attempt("socket", socket.socket)
+attempt("setsid", os.setsid)
+attempt("write tmp", lambda: open("/tmp/userns_written", "w"))
+print(json.dumps(seen))
+'''
+
+
+def _unprivileged_interpreter(ids: dict[str, int]) -> str:
+    """An interpreter the unprivileged user can run the launcher with (it needs only the standard library)."""
+    for python in (sys.executable, "/usr/bin/python3"):
+        try:
+            done = subprocess.run([python, "-I", "-S", "-c", "import ctypes, json, resource"], env={},
+                                  capture_output=True, timeout=30, **ids)
+        except OSError:
+            continue
+        if done.returncode == 0:
+            return python
+    pytest.skip("no interpreter the unprivileged user can run")
+
+
+def test_a_harness_that_is_not_root_confines_through_a_user_namespace():
+    """The launcher and `confine` as a harness that is not root runs them (as the user `nobody` when this
+    suite runs as root, else as this user): its own uid is the only one mapped, as the namespace's root;
+    every capability set is empty, no new privileges, the filter on; the package is read-only, sockets
+    and new sessions refused, only its private /tmp writable, and no process of the machine visible. A
+    pid 1 that confines itself as a worker would, with no torch: well under a second."""
+    from registry.kernels.sandbox import _LAUNCHER, Sandbox
+
+    try:
+        require_sandbox()
+    except ValueError as exc:
+        pytest.skip(str(exc))
+    ids = {}
+    if os.geteuid() == 0:
+        nobody = pwd.getpwnam("nobody")
+        ids = {"user": nobody.pw_uid, "group": nobody.pw_gid, "extra_groups": []}
+    uid, gid = ids.get("user", os.getuid()), ids.get("group", os.getgid())
+    python = _unprivileged_interpreter(ids)
+    box = Sandbox("cpu")
+    try:
+        config = box.launch_config([python, "-I", "-S", "-c", USER_NAMESPACE_PROBE, str(_LAUNCHER), str(PACKAGE)], [])
+        config.update(user_namespace=True, set_ids=False, uid=uid, gid=gid, probe_ids={"uid": 0, "gid": 0})
+        for folder in (box.staging, box.staging / "root"):
+            os.chown(folder, uid, gid)
+        done = subprocess.run([python, "-I", "-S", str(_LAUNCHER), json.dumps(config)], env={}, capture_output=True,
+                              text=True, timeout=60, **ids)
+    finally:
+        box.close()
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout)
+    assert seen["uid"] == 0 and seen["uid_map"] == ["0", str(uid), "1"]
+    assert {seen[key] for key in ("CapEff", "CapPrm", "CapInh", "CapBnd", "CapAmb")} == {"0000000000000000"}
+    assert (seen["NoNewPrivs"], seen["Seccomp"]) == ("1", "2")
+    assert seen["pids"] == [1]
+    assert (seen["write package"], seen["socket"], seen["setsid"], seen["write tmp"]) == (
+        "Read-only file system", "Operation not permitted", "Operation not permitted", "GOT")
+    assert not (PACKAGE / "userns_written").exists()

@@ -400,9 +400,12 @@ def evaluate_kernel(op_name: str, entry: str, *, corpus: str, runs: int, warmup:
     stage = "load"
     try:
         with ExitStack() as stack:
-            worker, baseline = open_workers(stack, entry, spec.reference, device, screen=policy == "byte_equal",
+            # a candidate file is screened as the text read here, never as what its worker says it is
+            worker, baseline = open_workers(stack, entry, spec.reference, device,
+                                            screen=policy == "byte_equal" and candidate is None,
                                             sandboxed=sandboxed, candidate=candidate)
-            approx_math = screen_source(worker.source) if policy == "byte_equal" else None
+            source = candidate["source"] if candidate is not None else worker.source
+            approx_math = screen_source(source) if policy == "byte_equal" else None
             inputs = [spec.make_inputs(case, device) for case in cases]
             session = _Session(worker, baseline, spec, policy, tolerances_by_dtype, device)
             stage = "parity"

@@ -41,7 +41,11 @@ START_TIMEOUT_S = 300.0
 """Longest a worker may take to start and import the candidate."""
 
 EXIT_GRACE_S = 1.0
-"""How long a worker that stopped answering gets to finish exiting, so its own exit status is reported."""
+"""How long a worker that stopped answering, or was told to exit, gets to finish exiting before it is killed
+(so its own exit status is reported)."""
+
+STDERR_TAIL_BYTES = 64 * 1024
+"""How much of the end of a worker's stderr the harness reads back to quote its last words."""
 
 FLUSH_BYTES = 256 * 1024 * 1024  # the L2 eviction write on a GPU (an H200 has 60 MB of L2)
 
@@ -118,7 +122,7 @@ class _Jail:
     """
 
     def __init__(self, workers: Sequence["CandidateWorker"]) -> None:
-        self.sandbox = Sandbox([worker.entry for worker in workers], workers[0].device.type)
+        self.sandbox = Sandbox(workers[0].device.type)
         self.open = len(workers)
         theirs: list[dict[str, int]] = []
         try:
@@ -351,7 +355,7 @@ class CandidateWorker:
                 wire.write_frame(self.to_worker, {"op": "exit"})
         except (OSError, ValueError):
             pass
-        if not self._ended(5):
+        if not self._ended(EXIT_GRACE_S):  # told to exit, it exits at once; one that does not is killed
             self._kill()
         for fd in (self.status,):
             if fd >= 0:
@@ -370,9 +374,9 @@ class CandidateWorker:
             shutil.rmtree(self.scratch, ignore_errors=True)
 
     def _stderr_tail(self) -> str:
-        try:
-            self.stderr.seek(0)
-            lines = self.stderr.read().decode("utf-8", "replace").strip().splitlines()
+        try:  # its end only: the file holds whatever the candidate wrote, up to the sandbox's file-size limit
+            self.stderr.seek(max(0, os.fstat(self.stderr.fileno()).st_size - STDERR_TAIL_BYTES))
+            lines = self.stderr.read(STDERR_TAIL_BYTES).decode("utf-8", "replace").strip().splitlines()
         except (OSError, ValueError):
             return ""
         return f" (last words: {lines[-1][:300]})" if lines else ""
@@ -404,7 +408,7 @@ class CandidateWorker:
             if not (isinstance(error, dict) and isinstance(error.get("type"), str)
                     and isinstance(error.get("message"), str)):
                 raise self._died("sent a malformed error")
-            raise CandidateError(error["type"][:200] or "Exception", error["message"])
+            raise CandidateError(error["type"][:200] or "Exception", error["message"][:wire.ERROR_TEXT_LIMIT])
         return header, tensors
 
     def _request(self, header: dict[str, Any], tensors: Sequence[torch.Tensor] = (),

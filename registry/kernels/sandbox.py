@@ -6,27 +6,22 @@ worker, the baseline worker, the registration inspector) is started through
 namespaces, capability and identity drops, resource limits and a seccomp
 filter (docs/kernels.md, "Threat model"). This module decides what goes in:
 read-only binds of the interpreter, the installed packages and the
-registry's own package; a *copy* of the candidate's source files (never its
-directory: a file dropped next to it, a ``sitecustomize.py``, a database, is
-neither copied nor visible); the device nodes of a GPU run. It also writes
-the scrubbed environment and names the profile and the harness digest every
-evidence document records.
-
-The trusted process never imports the candidate to find it: the module is
-located with ``importlib.machinery.PathFinder``, which reads directories and
-runs no package code.
+registry's own package, and the device nodes of a GPU run. Nothing of the
+candidate's is bound: its one file travels as text in the worker's hello
+(:func:`registry.kernels.isolation.candidate_text`) and is written into the
+worker's private ``/tmp``, so nothing beside it (a ``sitecustomize.py``, a
+database) is ever visible. It also writes the scrubbed environment and names
+the profile and the harness digest every evidence document records.
 """
 from __future__ import annotations
 
 import ctypes
 import functools
 import hashlib
-import importlib.machinery
 import json
 import os
 import secrets
 import shutil
-import stat
 import subprocess
 import sys
 import tempfile
@@ -50,8 +45,6 @@ CPU_SECONDS = 3600  # an evaluation under the interpreter takes minutes; the har
 TMP_BYTES = 512 << 20  # the private /tmp (a tmpfs in memory): the only place the candidate can write
 TMP_INODES = 65536
 SHM_BYTES = 64 << 20
-CANDIDATE_BYTES = 16 << 20
-"""Most bytes of candidate source copied into a sandbox; more is an EntryError."""
 
 SANDBOX_IDS = (0x40000000, 0x7FFF0000)
 """Range a root harness draws each sandbox's uid and gid from: owned by no file and no other process."""
@@ -114,67 +107,6 @@ def _interpreter_paths() -> list[str]:
     return paths
 
 
-def _under(path: str, roots: list[str]) -> bool:
-    return any(path == root or path.startswith(root.rstrip("/") + "/") for root in roots)
-
-
-def _copy_tree(source: Path, target: Path, budget: list[int]) -> None:
-    """Copy the ``.py`` files under ``source`` (regular files only, links refused) into ``target``."""
-    target.mkdir(mode=0o755, exist_ok=True)
-    for child in sorted(source.iterdir()):
-        mode = child.lstat().st_mode
-        if stat.S_ISDIR(mode) and child.name != "__pycache__" and child.name.isidentifier():
-            _copy_tree(child, target / child.name, budget)
-        elif child.suffix == ".py" and (stat.S_ISREG(mode) or stat.S_ISLNK(mode)):
-            _copy_file(child, target / child.name, budget)
-
-
-def _copy_file(source: Path, target: Path, budget: list[int]) -> None:
-    from registry.kernels.ops import EntryError
-
-    try:
-        fd = os.open(source, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError as exc:
-        raise EntryError(f"candidate file {source}: {exc.strerror} (links and special files are not copied "
-                         "into the sandbox)") from None
-    with os.fdopen(fd, "rb") as fh:
-        if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
-            raise EntryError(f"candidate file {source} is not a regular file")
-        data = fh.read(budget[0] + 1)
-    budget[0] -= len(data)
-    if budget[0] < 0:
-        raise EntryError(f"the candidate's source is over {CANDIDATE_BYTES} bytes")
-    target.write_bytes(data)
-    target.chmod(0o644)
-
-
-def stage_candidate(entries: list[str], into: Path) -> None:
-    """Copy the source of each entry's top-level module or package into ``into``, located without importing.
-
-    A module that the sandbox already sees read-only (the standard library, an installed package, the
-    registry's own) is not copied; one that cannot be found is left for the worker's import to report.
-    """
-    visible = [p for p in _interpreter_paths() if p not in _SYSTEM_PATHS]
-    budget = [CANDIDATE_BYTES]
-    search = [p for p in sys.path if p and os.path.isdir(p)]
-    for entry in entries:
-        top = entry.split(":")[0].split(".")[0]
-        if not top.isidentifier() or top in sys.stdlib_module_names or (into / top).exists():
-            continue
-        spec = importlib.machinery.PathFinder.find_spec(top, search)
-        if spec is None:
-            continue
-        locations = list(spec.submodule_search_locations or [])
-        origin = spec.origin if spec.has_location else None
-        if _under(str(Path(locations[0] if locations else origin or "/").resolve()), visible):
-            continue
-        if locations:
-            for location in locations:
-                _copy_tree(Path(location), into / top, budget)
-        elif origin and origin.endswith(".py"):
-            _copy_file(Path(origin), into / f"{top}.py", budget)
-
-
 def _device_nodes(device_type: str) -> list[str]:
     nodes = ["/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom"]
     if device_type == "cuda":
@@ -188,7 +120,7 @@ def worker_env(device_type: str) -> dict[str, str]:
     # worker runs the registry the harness runs, not whichever one an install's path hook would find
     home = str(Path(_registry_package()).parent)
     env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp", "TMPDIR": "/tmp", "USER": "sandbox",
-           "LANG": "C.UTF-8", "PYTHONPATH": f"/candidate:{home}", "PYTHONNOUSERSITE": "1",
+           "LANG": "C.UTF-8", "PYTHONPATH": home, "PYTHONNOUSERSITE": "1",
            "PYTHONDONTWRITEBYTECODE": "1",
            "TRITON_CACHE_DIR": "/tmp/triton"}
     env.update({name: os.environ[name] for name in _PASSED_ENV if name in os.environ})
@@ -204,20 +136,12 @@ def _draw_ids() -> dict[str, int]:
 
 
 class Sandbox:
-    """One jail's staging directory (the new root's mount point and the candidate's copy) and launch command."""
+    """One jail's staging directory (the new root's mount point) and launch command."""
 
-    def __init__(self, entries: list[str], device_type: str) -> None:
+    def __init__(self, device_type: str) -> None:
         self.device_type = device_type
         self.staging = Path(tempfile.mkdtemp(prefix="registry-sandbox-"))
-        try:
-            (self.staging / "root").mkdir()
-            candidate = self.staging / "candidate"
-            candidate.mkdir(mode=0o755)
-            candidate.chmod(0o755)
-            stage_candidate(entries, candidate)
-        except BaseException:
-            self.close()
-            raise
+        (self.staging / "root").mkdir()
 
     def launch_config(self, argv: list[str], workers: list[dict[str, int]]) -> dict:
         """What the launcher builds: ``argv`` exec'd as pid 1 of the jail, with a worker config (its own
@@ -227,7 +151,7 @@ class Sandbox:
         if self.device_type != "cuda":
             limits["as"] = MEMORY_BYTES
         binds = _interpreter_paths() + (["/sys"] if self.device_type == "cuda" else [])
-        return {"root": str(self.staging / "root"), "candidate": str(self.staging / "candidate"), "binds": binds,
+        return {"root": str(self.staging / "root"), "binds": binds,
                 "devices": _device_nodes(self.device_type), "limits": limits, "argv": argv,
                 "env": worker_env(self.device_type), "user_namespace": not root, "set_ids": root,
                 "uid": os.getuid(), "gid": os.getgid(), "probe_ids": _draw_ids(),
@@ -254,7 +178,7 @@ class Sandbox:
 @functools.cache
 def _probe() -> str | None:
     """Why this machine cannot build the sandbox (the launcher's own line), or None when it can."""
-    sandbox = Sandbox([], "cpu")
+    sandbox = Sandbox("cpu")
     try:
         done = subprocess.run(sandbox.probe_command(), capture_output=True, timeout=60, env={},
                               stdin=subprocess.DEVNULL)

@@ -12,8 +12,8 @@ order:
    namespace, so when it ends the kernel kills everything left in it,
    whatever session or process group that joined;
 2. in the child, a new root on a size-limited tmpfs holding read-only binds
-   of the interpreter, the packages and the registry's own package, the
-   candidate's copied files at ``/candidate``, a minimal ``/dev`` (null,
+   of the interpreter, the packages and the registry's own package (nothing
+   of the candidate's: its file arrives as text), a minimal ``/dev`` (null,
    zero, full, random, urandom, and on a GPU the NVIDIA nodes), a fresh
    ``/proc`` of the new pid namespace; then ``pivot_root``, the old root
    detached, the new root remounted read-only; then it makes itself
@@ -210,7 +210,6 @@ def _build_root(config: dict) -> None:
     for path in config["binds"]:
         if os.path.lexists(path):
             _bind(path, root + path)
-    _bind(config["candidate"], root + "/candidate")
     os.makedirs(root + "/dev", exist_ok=True)
     _mount("sandbox-dev", root + "/dev", "tmpfs", MS_NOSUID, "mode=0755,size=64k")
     for node in config["devices"]:

@@ -16,6 +16,9 @@ from typing import Any, BinaryIO
 import torch
 
 HEADER_LIMIT = 1 << 20  # bytes of JSON header a harness accepts from a worker
+ERROR_TEXT_LIMIT = 2000
+"""Most characters of an error message a frame carries that the harness keeps (the worker cuts its own
+there too, but the candidate can write a frame itself)."""
 _LENGTH = struct.Struct("<Q")
 
 
@@ -103,8 +106,8 @@ def read_frame(stream: BinaryIO, byte_budget: int) -> tuple[dict[str, Any], list
         raise WireError(f"frame header of {length} bytes (limit {HEADER_LIMIT})")
     try:
         header = json.loads(_read_exactly(stream, length))
-    except ValueError as exc:
-        raise WireError(f"frame header is not JSON ({exc})") from None
+    except (ValueError, RecursionError) as exc:  # RecursionError: a header nested deeper than the parser goes
+        raise WireError(f"frame header is not JSON ({str(exc)[:200]})") from None
     metas = header.get("tensors") if isinstance(header, dict) else None
     if not isinstance(metas, list):
         raise WireError("frame header has no tensor list")

@@ -44,8 +44,6 @@ from registry.kernels.launches import counting
 _PROTOCOL_OUT: BinaryIO | None = None  # set by _take_protocol_streams() when run as the worker
 _PROTOCOL_IN: BinaryIO | None = None
 
-ERROR_TEXT_LIMIT = 2000
-
 
 def _take_protocol_streams() -> None:
     """Keep stdin/stdout for the protocol; the candidate gets stderr as stdout and nothing to read."""
@@ -144,7 +142,7 @@ def _error(exc: BaseException) -> dict[str, str]:
         message = str(exc)
     except Exception:  # noqa: BLE001 - a hostile __str__ is still an error to report
         message = "<the exception's message could not be read>"
-    return {"type": type(exc).__name__, "message": message[:ERROR_TEXT_LIMIT]}
+    return {"type": type(exc).__name__, "message": message[:wire.ERROR_TEXT_LIMIT]}
 
 
 def _outputs(result: Any) -> list[Any]:

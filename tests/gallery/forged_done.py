@@ -37,10 +37,12 @@ class _Swallower:
 
 
 def _protocol():
-    worker = sys.modules.get("__main__")
-    stream = getattr(worker, "_PROTOCOL_OUT", None)
-    if stream is None:
+    # the worker module: forked by the sandbox's zygote it is registry.kernels.worker, run unsandboxed __main__
+    worker = next((module for module in map(sys.modules.get, ("registry.kernels.worker", "__main__"))
+                   if getattr(module, "_PROTOCOL_OUT", None) is not None), None)
+    if worker is None:
         return None
+    stream = worker._PROTOCOL_OUT
     if not isinstance(stream, _Swallower):
         stream = worker._PROTOCOL_OUT = _Swallower(stream)
     return stream
