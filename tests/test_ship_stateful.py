@@ -200,12 +200,14 @@ class Shipping(CheckedEveryFewSteps):
             assert result.exit_code != 70 and self.events() == before, (damage, result.output)
         self.ok("replay")
 
-    @rule(name=st.sampled_from(("bad\udcff", "\u0430", "a\ufe0f", "a\u3164", "\uff41")))
+    @rule(name=st.sampled_from(("bad\udcff", "\u0430", "a\ufe0f", "a\u3164", "\uff41", "rn", "\u217f")))
     def register_an_undecodable_or_look_alike_name(self, name: str) -> None:
         if name in ("\u0430", "\uff41") and self.state("a") is None:
             return  # a look-alike is refused only beside the id it imitates
         self.steps += 1
         directory = make_bundle(self.tmp / f"bundles-{self.steps}", "x")
+        if name in ("rn", "\u217f"):  # look-alikes of `m` of more than one character: `m` is there first
+            self.ok("artifact", "register", "m", "--workload", "wan", "--kind", "step_cache", "--bundle", str(directory))
         before = self.events()
         result = self.cli("artifact", "register", name, "--workload", "wan", "--kind", "step_cache",
                           "--bundle", str(directory))
