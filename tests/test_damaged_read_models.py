@@ -252,3 +252,19 @@ def test_a_deleted_row_among_a_workloads_artifacts_is_a_refusal(shared, command)
     assert events(shared) == before and not (shared.tmp / "x.lock").exists()
     assert shared("replay").exit_code == 0
     assert shared(*command).exit_code in (0, 3)
+
+
+def test_a_catch_up_does_not_begin_a_deleted_speed_record_again(sessions):
+    """An append that reads no record (a benchmark document) after the record's row was deleted: the catch-up
+    that meets it refuses, naming replay, rather than starting the record afresh from that event."""
+    sql(sessions, f"DELETE FROM {RECORDS}")
+    document = sessions.tmp / "benchmark.json"
+    document.write_text(json.dumps({"format": "registry.evidence/1", "artifact": "fast", "evidence": [
+        {"kind": "benchmark", "protocol": "paired", "device": "NVIDIA H200", "timer": "cuda_event",
+         "baseline_s": [2.0, 2.0], "candidate_s": [1.0, 1.0], "schedule": ["BC", "CB"]}]}))
+    imported = sessions("evidence", "import", str(document))
+    assert imported.exit_code in (0, 1) and imported.exit_code != 70, imported.output
+    for decision in (("promote", "fast"), ("bench", "status", "fast")):
+        refused_naming_replay(sessions(*decision))
+    assert sessions("replay").exit_code == 0
+    assert sessions("replay", "--verify").exit_code == 0

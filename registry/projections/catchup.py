@@ -40,6 +40,7 @@ from .collector import collector_paused
 from .fold import BENCH_PREFIX, OUTCOMES_PREFIX, fold
 from .log import PAGE, read_log
 from .payload_index import IndexRow, all_index_rows, as_mapping, count_deltas, index_rows
+from .row_checks import check_absent
 from .rows import MODELS, load_state, record_head
 from .schema import (CHECKPOINT, PAYLOAD_COUNTS, PAYLOADS, READ_MODEL_TABLES, RECORD_HEADS, VERDICTS,
                      WORKLOAD_COUNTS)
@@ -268,10 +269,13 @@ class ReadModels:
             touched[model] |= set(getattr(work, model))
 
     def _load_lazy(self, model: str, key: str, existing: dict[str, set[str]]) -> dict | None:
-        """One stored row of a lazily loaded model, when the fold first meets its key (None: no row yet)."""
+        """One stored row of a lazily loaded model, when the fold first meets its key (None: no row yet; a row
+        missing while its head stands was deleted, and is refused rather than begun again from this event)."""
         table, column, _ = MODELS[model]
         with self.engine.connect() as conn:
             text = conn.execute(select(table.c.state).where(table.c[column] == key)).scalar()
+            if text is None:
+                check_absent(conn, model, key, read_checkpoint(conn) or 0)  # a row deleted is not folded onto
         if text is None:
             return None
         existing[model].add(key)
