@@ -206,6 +206,11 @@ SESSION_DAMAGES = {
         cli, RECORDS, "workload", "wan", lambda s: s["entries"][0].update(position=s["entries"][0]["position"] - 1)),
     "record's entries not a list, with its hash": lambda cli: edit_row(
         cli, RECORDS, "workload", "wan", lambda s: s.update(entries={})),
+    "record's session moved to another event with its hash": lambda cli: edit_row(
+        cli, RECORDS, "workload", "wan", lambda s: next(iter(s["sessions"].values())).update(opened_position=1)),
+    "record given a session nobody opened, with its hash": lambda cli: edit_row(
+        cli, RECORDS, "workload", "wan", lambda s: s["sessions"].update(
+            forged={**next(iter(s["sessions"].values())), "opened_position": s["entries"][0]["position"]})),
     "bench stream deleted": lambda cli: sql(cli, f"DELETE FROM {STREAMS}"),
     "bench stream moved back with its hash": lambda cli: edit_row(
         cli, STREAMS, "identity", sql(cli, f"SELECT identity FROM {STREAMS}")[0][0], stream_moved_back),

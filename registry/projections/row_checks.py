@@ -19,7 +19,8 @@ lookups for a whole page of rows, never a fold:
   `projection_record_heads` says it stands (a deleted row, or one moved
   back), and its entries must run in log order, each naming its event in
   its own stream, at or before the row's last position (an entry pasted
-  twice, moved to another event or left after the end);
+  twice, moved to another event or left after the end), as must the
+  opening of each session it lists;
 - a listing of a workload's artifacts must find as many rows as
   `projection_workload_counts` says it has (a deleted row among many).
 
@@ -135,6 +136,15 @@ def _check_records(conn: Connection, model: str, rows: list[tuple[str, int, dict
                                               f"({previous}) and at or before the row's last position {position}")
             previous = at
             wanted[at] = (key, stream, entry.get("event_id"))
+        sessions = state.get("sessions")
+        if not isinstance(sessions, dict) or not all(isinstance(session, dict) for session in sessions.values()):
+            raise damaged("records", key, "its sessions are not a mapping of sessions")
+        for session in sessions.values():  # each opened by an event of its identity's stream (its id unkept)
+            at = session.get("opened_position")
+            if not isinstance(at, int) or at > position or at in wanted:
+                raise damaged("records", key, f"a session opened at position {at} is not at or before the row's "
+                                              f"last position {position}, apart from its entries")
+            wanted[at] = (key, BENCH_PREFIX + str(session.get("identity")), None)
     found = {}
     positions = sorted(wanted)
     for start in range(0, len(positions), CHUNK):
@@ -142,9 +152,10 @@ def _check_records(conn: Connection, model: str, rows: list[tuple[str, int, dict
             select(EVENTS.c.position, EVENTS.c.stream, EVENTS.c.event_id)
             .where(EVENTS.c.position.in_(positions[start:start + CHUNK]))))
     for position, (key, stream, event_id) in wanted.items():
-        if found.get(position) != (stream, event_id):
-            raise damaged("records", key, f"its entry at position {position} is not event {event_id} of "
-                                          f"stream {stream}")
+        at = found.get(position, (None, None))
+        if at[0] != stream or event_id not in (None, at[1]):
+            raise damaged("records", key, f"its entry at position {position} is not event {event_id or 'opening'} "
+                                          f"of stream {stream}")
 
 
 def check_workload_count(conn: Connection, workload: str, found: int) -> None:
