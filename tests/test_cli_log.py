@@ -95,3 +95,32 @@ def test_real_process_with_environment_url(tmp_path):
     assert verified.returncode == 0 and json.loads(verified.stdout)["count"] == 0
     missing = subprocess.run([*registry, "history", "nothing"], env=env, capture_output=True, text=True, cwd=CHECKOUT)
     assert missing.returncode == 1 and missing.stderr.strip() == "error: no events in stream artifact:nothing"
+
+
+CONTRACT = """workload: wan
+fidelity: {tier: perceptual, min_ssim: 0.98, frame_set: wan-8, seed: 1024}
+speed: {min_speedup: 1.1, runs_per_arm: 2, protocol: paired, decision: point}
+"""
+
+
+def test_history_shows_a_redeclared_contract_as_what_changed_across_pages(runner, sqlite_url, tmp_path, monkeypatch):
+    """Each redeclaration, old -> new per field by dotted path, also when the one before is on another page."""
+    import registry.app.history
+
+    monkeypatch.setattr(registry.app.history, "HISTORY_PAGE", 1)  # every event on a page of its own
+    run(runner, sqlite_url, "init")
+    declared = tmp_path / "wan.yaml"
+    for text in (CONTRACT, CONTRACT.replace("0.98", "0.99").replace("runs_per_arm: 2", "runs_per_arm: 4"),
+                 CONTRACT.replace("0.98", "0.99").replace("runs_per_arm: 2", "runs_per_arm: 4")
+                 + "tags: [nightly]\n"):
+        declared.write_text(text)
+        assert run(runner, sqlite_url, "workload", "declare", str(declared)).exit_code == 0
+    shown = run(runner, sqlite_url, "history", "workload:wan")
+    assert shown.exit_code == 0, shown.output
+    assert "contract v2: fidelity.min_ssim 0.98 -> 0.99; speed.runs_per_arm 2 -> 4" in shown.output
+    assert 'contract v3: tags [] -> ["nightly"]' in shown.output
+    records = json.loads(run(runner, sqlite_url, "history", "workload:wan", "--json").output)
+    assert [r["payload"]["contract"]["fidelity"]["min_ssim"] for r in records] == [0.98, 0.99, 0.99]
+    assert records[2]["payload"]["contract"]["speed"] == {
+        "ceiling_share": None, "max_cv": None, "max_peak_memory_regression": None, "min_speedup": 1.1,
+        "protocol": "paired", "require_conclusive": False, "runs_per_arm": 4}  # whole, not a summary

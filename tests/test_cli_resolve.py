@@ -108,6 +108,23 @@ def test_the_choice_is_deterministic_among_several_matches(cli):
     assert codes(document) == {"b-tie": "not_selected", "c-tie": "not_selected", "slower": "not_selected"}
 
 
+def test_every_ci_lower_bound_in_the_ranking_states_its_level(cli):
+    """The "not chosen" table and the JSON details name the level of each interval, as every other label does."""
+    import re
+
+    root = cli.tmp / "bundles"
+    ship(cli, root, "faster", 1.6, source="def replacement(x):\n    return 'faster'\n")
+    ship(cli, root, "slower", 1.3)
+    args = ("--workload", "wan", "--arch", "sm100", "--torch", "2.13.0", "--cuda", "12.8")
+    table = cli("resolve", *args)
+    assert table.exit_code == 0, table.output
+    # The line of the one that ships and the row of the other, which names both (the table may wrap a cell).
+    assert table.output.count("CI lower bound") == 3 == table.output.count("two-sided"), table.output
+    detail = resolved(cli, *args)[1]["others"][0]["detail"]
+    levels = re.findall(r"CI lower bound [0-9.]+ \(([^)]*)\)", detail)
+    assert len(levels) == 2 and all(re.fullmatch(r"[0-9]+% two-sided", level) for level in levels), detail
+
+
 def test_ranking_uses_the_ci_lower_bound_then_the_id(tmp_path):
     manifest = parse_manifest(json.loads((make_bundle(tmp_path, "x") / "bundle.json").read_text()))
 

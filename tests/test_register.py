@@ -187,7 +187,10 @@ def test_a_name_holding_an_invisible_character_is_refused(registry, hidden):
 
 @pytest.mark.parametrize("existing, look_alike", [("cache", "\u0441ache"),  # Cyrillic es
                                                   ("cache", "\uff43\uff41\uff43\uff48\uff45"),  # full-width
-                                                  ("model-v1", "model-vl"), ("fa3", "f\u04303")])
+                                                  ("model-v1", "model-vl"), ("fa3", "f\u04303"),
+                                                  # prototypes of two or more characters (confusables.txt 14.0)
+                                                  ("m-fused", "rn-fused"), ("rn-fused", "m-fused"),
+                                                  ("file-cache", "\ufb01le-cache"), ("ll-fused", "\u2161-fused")])
 def test_a_look_alike_of_an_id_in_the_workload_is_refused_naming_it(registry, existing, look_alike):
     register_artifact(registry, existing, workload="w", kind="step_cache", payload_sha256=A)
     with pytest.raises(UserError, match=f"looks like '{existing}', already an artifact of workload w"):

@@ -18,7 +18,8 @@ Issue 30's hostile steps, each checking its own invariant as it runs (no
 whole-log work per step): a link planted at an output name (nothing outside
 the named output is changed), a refresh of an edited signed lock (nothing is
 signed that the registry did not decide), a deleted or dropped read-model
-row or table (no decision is made on a row that does not match its log),
+row or table, a deleted speed record or its head, a row deleted among a
+workload's (no decision is made on a row that does not match its log),
 and undecodable or look-alike names (refused, nothing appended).
 """
 from __future__ import annotations
@@ -37,6 +38,7 @@ from hypothesis.stateful import initialize, rule
 
 from registry.bundles import Profile
 from registry.cli.main import main
+from registry.projections.state import FINAL
 from registry.runtime import resolve as runtime_resolve
 from ship_helpers import MANIFEST, evidence, make_bundle
 from stateful_checks import CheckedEveryFewSteps, checked_after_every_step
@@ -192,7 +194,9 @@ class Shipping(CheckedEveryFewSteps):
         with sqlite3.connect(self.url.removeprefix("sqlite:///")) as conn:
             conn.execute(damage.format(a=artifact))
         before = self.events()
-        for decision in (("promote", artifact), ("revoke", artifact, "--reason", "machine")):
+        # revoke reads no payload index: with only the index damaged it decides, rightly, and appends.
+        revoke = () if "projection_payloads" in damage else (("revoke", artifact, "--reason", "machine"),)
+        for decision in (("promote", artifact), *revoke):
             result = self.cli(*decision)
             # The payload index is read only by a promote that decides (not by a standing verdict, nor revoke).
             if "projection_payloads" not in damage:
@@ -200,12 +204,44 @@ class Shipping(CheckedEveryFewSteps):
             assert result.exit_code != 70 and self.events() == before, (damage, result.output)
         self.ok("replay")
 
-    @rule(name=st.sampled_from(("bad\udcff", "\u0430", "a\ufe0f", "a\u3164", "\uff41")))
+    @rule(artifact=st.sampled_from(ARTIFACTS), damage=st.sampled_from((
+        "its speed record deleted", "its speed record's head deleted", "the other artifact's row deleted")))
+    def damage_a_shared_or_listed_row(self, artifact: str, damage: str) -> None:
+        """Rows no stream of the decision's own vouches for: a speed record, a row among the workload's."""
+        state = self.state(artifact)
+        if state is None:
+            return
+        other = next(name for name in ARTIFACTS if name != artifact)
+        record = f"wan:{state['payload_sha256']}"
+        out = self.tmp / f"listed-{self.steps}.json"
+        with sqlite3.connect(self.url.removeprefix("sqlite:///")) as conn:
+            if damage == "the other artifact's row deleted":
+                decisions = [("resolve", "--workload", "wan", *PROFILE_ARGS),
+                             ("lock", "--workload", "wan", "--unsigned", "--out", str(out))]
+                deleted = conn.execute("DELETE FROM projection_artifacts WHERE artifact = ?", (other,)).rowcount
+            else:
+                if state["decision"] in FINAL:
+                    return  # promote returns a standing verdict without reading the record
+                decisions = [("promote", artifact)]
+                table = "projection_speed_records" if damage == "its speed record deleted" else "projection_record_heads"
+                deleted = conn.execute(f"DELETE FROM {table} WHERE record = ?", (record,)).rowcount
+        if not deleted:
+            return  # nothing there to damage: the rule's invariant is about rows that were
+        before = self.events()
+        for decision in decisions:
+            result = self.cli(*decision)
+            assert result.exit_code == 1 and "registry replay" in result.stderr, (damage, decision, result.output)
+        assert self.events() == before and not out.exists()  # no decision on a row that does not match its log
+        self.ok("replay")
+
+    @rule(name=st.sampled_from(("bad\udcff", "\u0430", "a\ufe0f", "a\u3164", "\uff41", "rn", "\u217f")))
     def register_an_undecodable_or_look_alike_name(self, name: str) -> None:
         if name in ("\u0430", "\uff41") and self.state("a") is None:
             return  # a look-alike is refused only beside the id it imitates
         self.steps += 1
         directory = make_bundle(self.tmp / f"bundles-{self.steps}", "x")
+        if name in ("rn", "\u217f"):  # look-alikes of `m` of more than one character: `m` is there first
+            self.ok("artifact", "register", "m", "--workload", "wan", "--kind", "step_cache", "--bundle", str(directory))
         before = self.events()
         result = self.cli("artifact", "register", name, "--workload", "wan", "--kind", "step_cache",
                           "--bundle", str(directory))

@@ -1,15 +1,18 @@
-"""`history`: every event of one stream in order, a page at a time, and what each verdict rested on.
+"""`history`: every event of one stream in order, a page at a time, what each verdict rested on and what
+each contract redeclaration changed.
 
 A stream of any length is read in pages of `HISTORY_PAGE` events up to one
 fixed end (the head when the history was asked for, or the --as-of
 position), so the pages, each read on its own, show one prefix of the log
-and the command's memory stays flat.
+and the command's memory stays flat. A workload's stream is read from its
+first event, so each `WorkloadDeclared` after the first is compared with
+the contract it replaced, whichever page that one was on.
 """
 from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Any, Iterator
 
 from registry.events.store import StoredEvent
 from registry.formats.errors import UserError
@@ -52,6 +55,45 @@ def history_pages(registry: Registry, stream: str, as_of: str | None = None) -> 
 def _pages(events: Iterator[StoredEvent], size: int) -> Iterator[list[StoredEvent]]:
     while page := list(itertools.islice(events, size)):
         yield page
+
+
+@dataclass(frozen=True)
+class FieldChange:
+    """One field of a redeclared contract: its dotted path, and its value before and after (None when absent)."""
+
+    path: str
+    old: Any
+    new: Any
+
+
+def contract_changes(pages: Iterator[list[StoredEvent]]) -> Iterator[tuple[list[StoredEvent], dict[int, list[FieldChange]]]]:
+    """Each page with, by position, what each `WorkloadDeclared` on it changed in the contract before it.
+
+    The first declaration has nothing before it and gets no entry; a
+    redeclaration gets every field whose value differs, nested fields by
+    dotted path (`fidelity.min_ssim`), lists compared whole.
+    """
+    contract = None
+    for page in pages:
+        changes = {}
+        for event in page:
+            if event.type == "WorkloadDeclared":
+                if contract is not None:
+                    changes[event.position] = changed_fields(contract, event.payload["contract"])
+                contract = event.payload["contract"]
+        yield page, changes
+
+
+def changed_fields(old: dict[str, Any], new: dict[str, Any], prefix: str = "") -> list[FieldChange]:
+    """Every leaf whose value differs between two documents, in key order, nested objects by dotted path."""
+    found = []
+    for key in sorted(old.keys() | new.keys()):
+        before, after = old.get(key), new.get(key)
+        if isinstance(before, dict) and isinstance(after, dict):
+            found += changed_fields(before, after, f"{prefix}{key}.")
+        elif before != after:
+            found.append(FieldChange(prefix + key, before, after))
+    return found
 
 
 def verdict_bases(registry: Registry, page: list[StoredEvent]) -> list[VerdictBasis]:

@@ -26,7 +26,7 @@ def must_rejudge(registry: Registry, workload: str) -> list[dict[str, Any]]:
     declared = current_contract(registry, workload)
     return [{"artifact": state["artifact"], "decision": state["decision"],
              "contract_version": state["contract_version"], "current_contract_version": declared.version}
-            for state in registry.reads.artifacts(workload=workload)
+            for state in registry.reads.workload_artifacts(workload)[2]
             if state["decision"] in FINAL and state["verdict"] is not None
             and state["contract_version"] != declared.version]
 

@@ -51,7 +51,7 @@ def candidate_from_state(state: ArtifactState, current_contract: int | None) -> 
                 f"(`registry rejudge {state['workload']}`)"
     return Candidate(state["artifact"], state["decision"], manifest, state.get("speedup"),
                      tuple(ci) if ci else None, standing_revocation(state), record, stale,
-                     regression_detail(state))
+                     regression_detail(state), (state.get("verdict") or {}).get("speedup_ci_level"))
 
 
 def regression_detail(state: ArtifactState) -> str | None:

@@ -103,6 +103,7 @@ class Candidate:
     record: dict[str, Any] = field(default_factory=dict)  # what callers report beside the code
     stale_contract: str | None = None  # set when promoted under an older contract than the current one: why
     regressed: str | None = None  # set when its monitor detected a regression: which alarm, at which pair
+    speedup_ci_level: float | None = None  # the two-sided level `speedup_ci` holds at, when recorded
 
     def rank(self) -> tuple[float, float, str]:
         """Sort key, best first: speedup, CI lower bound (both descending; unknown last), id."""
@@ -241,7 +242,10 @@ def resolve(candidates: list[Candidate], profile: Profile, site: CallSite = Call
 def _ranking(candidate: Candidate) -> str:
     speed = "speedup unknown" if candidate.speedup is None else f"speedup {candidate.speedup:.4g}x"
     if candidate.speedup_ci:
-        speed += f", CI lower bound {candidate.speedup_ci[0]:.4g}"
+        level = candidate.speedup_ci_level
+        # The interval's level, as every other interval the registry prints states it.
+        speed += (f", CI lower bound {candidate.speedup_ci[0]:.4g} "
+                  f"({f'{level:.0%} two-sided' if level else 'level not recorded'})")
     return speed
 
 

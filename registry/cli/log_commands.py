@@ -1,6 +1,7 @@
 """Commands over the log itself: init, history, verify, db."""
 from __future__ import annotations
 
+import json
 from typing import Iterable
 
 import click
@@ -33,9 +34,21 @@ def open_for_reading(session: Session) -> Registry:
     return open_registry(session.url, actor=session.actor, read_only=True)
 
 
+def _contract_why(event, changes: list) -> str:
+    """A redeclared contract as what changed, old -> new per field (`history --json` prints it whole)."""
+    listed = "; ".join(f"{c.path} {_value(c.old)} -> {_value(c.new)}" for c in changes) or "no field changed"
+    return f"contract v{event.payload['contract_version']}: {listed}"
+
+
+def _value(value) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
 def _why(event) -> str:
     """What a reviewer needs from one event: the decision and reasons, or the payload in short."""
     payload = event.payload
+    if event.type == "WorkloadDeclared":
+        return f"contract v{payload['contract_version']} declared ({payload['contract_hash'][:12]})"
     if event.type == "VerdictRendered":
         verdict = payload["verdict"]
         return f"{verdict['decision']} ({verdict['rule']}): " + " | ".join(verdict["reasons"])
@@ -58,15 +71,15 @@ def history(session: Session, stream: str, as_of: str | None, as_json: bool) -> 
     Events are read and printed a page at a time, so a stream of any length
     prints in bounded memory (the table is drawn once per page of events).
     """
-    from registry.app.history import history_pages
+    from registry.app.history import contract_changes, history_pages
 
     registry = open_for_reading(session)
     name, pages = history_pages(registry, stream, as_of)
     if as_json:
         _emit_json_array(event.to_dict() for page in pages for event in page)
         return
-    for page in pages:
-        _history_page(registry, name, page)
+    for page, changes in contract_changes(pages):
+        _history_page(registry, name, page, changes)
 
 
 def _emit_json_array(items: Iterable[dict]) -> None:
@@ -83,7 +96,7 @@ def _emit_json_array(items: Iterable[dict]) -> None:
     click.echo("]")
 
 
-def _history_page(registry: Registry, name: str, events: list) -> None:
+def _history_page(registry: Registry, name: str, events: list, changes: dict[int, list]) -> None:
     """One page of the history table, then what each verdict on it rested on."""
     from registry.app.history import verdict_bases
 
@@ -91,7 +104,8 @@ def _history_page(registry: Registry, name: str, events: list) -> None:
         name,
         ["pos", "ver", "type", "time (UTC)", "actor", "why / what"],
         (
-            (e.position, e.version, e.type, e.recorded_at.strftime("%Y-%m-%d %H:%M:%S"), e.actor, _why(e))
+            (e.position, e.version, e.type, e.recorded_at.strftime("%Y-%m-%d %H:%M:%S"), e.actor,
+             _contract_why(e, changes[e.position]) if e.position in changes else _why(e))
             for e in events
         ),
     )

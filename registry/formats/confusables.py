@@ -2,18 +2,29 @@
 
 `skeleton(name)` is NFD of the name, each character replaced by its
 prototype, then NFD again, as TS #39 defines it, with a compact prototype
-table limited to what an id needs: single characters whose prototype is an
-ASCII character (Cyrillic `а` -> `a`, full-width `ａ` -> `a`, mathematical
-`𝐚` -> `a`, `O` -> `0`, `l` -> `1`, `|` -> `1`, ...), 1,476 of them.
+table limited to what an id needs, prototypes made of ASCII characters:
 
-Where the table came from: the `confusables.json` of the PyPI package
-confusable-homoglyphs 3.3.1 (itself built from Unicode's confusables.txt),
-read once, offline, when this module was written; nothing is fetched at run
-time. For each single character, the prototype is the ASCII character of
-lowest code point among it and its listed homoglyphs (when there is one),
-followed to a fixed point so a chain (`|` -> `l` -> `1`) ends at one
-prototype. Multi-character confusables (`rn` and `m`) are not in the table.
-docs/names.md, "One name, one look", states the rule that uses it.
+- 1,476 single characters whose prototype is one ASCII character (Cyrillic
+  `а` -> `a`, full-width `ａ` -> `a`, mathematical `𝐚` -> `a`, `O` -> `0`,
+  `l` -> `1`, `|` -> `1`, ...). Where they came from: the `confusables.json`
+  of the PyPI package confusable-homoglyphs 3.3.1 (itself built from
+  Unicode's confusables.txt), read once, offline. For each character, the
+  prototype is the ASCII character of lowest code point among it and its
+  listed homoglyphs (when there is one), followed to a fixed point so a
+  chain (`|` -> `l` -> `1`) ends at one prototype.
+- 265 characters whose prototype is a sequence of two or more characters
+  (`m` -> `rn`, so `m-fused` and `rn-fused` share a skeleton; `ǳ` -> `dz`,
+  `ﬁ` -> `fi`, `‼` -> `!!`, `⒜` -> `(a)`). Where they came from: every line
+  of Unicode's confusables.txt version 14.0.0 (2021-05-29) whose target
+  has two or more characters, read once, offline, keeping a source that
+  NFD leaves alone (NFD runs first, so another could never be looked up)
+  and whose target, each character mapped by the single-character table
+  above, is ASCII.
+
+Nothing is fetched at run time. Pairs Unicode's data does not list are not
+look-alikes here: `vv` and `w`, `cl` and `d`, `ii` and `u` (`w`, `d` and `u` are
+their own prototypes in that data). docs/names.md, "One name, one look",
+states the rule that uses it.
 """
 from __future__ import annotations
 
@@ -166,7 +177,51 @@ _PAIRS = (
     "\U0001d7fd7\U0001d7fe8\U0001d7ff9\U0001f74cC\U0001f768T\U0001fbf00\U0001fbf11\U0001fbf22\U0001fbf33"
     "\U0001fbf44\U0001fbf55\U0001fbf66\U0001fbf77\U0001fbf88\U0001fbf99"
 )
-PROTOTYPE = {_PAIRS[index]: _PAIRS[index + 1] for index in range(0, len(_PAIRS), 2)}
+# Characters whose prototype is a sequence (`m` -> `rn`, `ǳ` -> `dz`, `‼` -> `!!`): one per line, the
+# character, a tab, its prototype.
+_SEQUENCES = (
+    "\x22\t''\nm\trn\n\xc6\tAE\n\xe6\tae\n\u0132\t1J\n\u0133\tij\n\u0149\t'n\n\u0152\t0E\n\u0153\toe\n"
+    "\u0181\t'B\n\u0187\tC'\n\u018a\t'D\n\u0193\tG'\n\u0198\tK'\n\u01a4\t'P\n\u01ac\t'T\n\u01b3\t'Y\n"
+    "\u01c1\t11\n\u01c7\tLJ\n\u01c8\tLj\n\u01c9\t1j\n\u01ca\tNJ\n\u01cb\tNj\n\u01cc\tnj\n\u01f1\tDZ\n"
+    "\u01f2\tDz\n\u01f3\tdz\n\u02a3\tdz\n\u02a6\tts\n\u02aa\t1s\n\u02ab\t1z\n\u02ba\t''\n\u02dd\t''\n"
+    "\u02ee\t''\n\u02f6\t''\n\u042b\tb1\n\u042e\t10\n\u0491\tr'\n\u04d4\tAE\n\u04d5\tae\n\u05f0\t11\n"
+    "\u05f1\t1'\n\u05f2\t''\n\u05f4\t''\n\u13a4\t0'\n\u1467\tU'\n\u1486\tP'\n\u1487\td'\n\u1488\tb'\n"
+    "\u1cd3\t''\n\u1d6b\tue\n\u2016\t11\n\u201c\t''\n\u201d\t''\n\u201f\t''\n\u2025\t..\n\u2026\t...\n"
+    "\u2033\t''\n\u2034\t'''\n\u2036\t''\n\u2037\t'''\n\u203c\t!!\n\u2047\t??\n\u2048\t?!\n\u2049\t!?\n"
+    "\u2057\t''''\n\u20a8\tRs\n\u20b6\t1t\n\u2100\ta/c\n\u2101\ta/s\n\u2105\tc/o\n\u2106\tc/u\n"
+    "\u2116\tNo\n\u2121\tTEL\n\u213b\tFAX\n\u2161\t11\n\u2162\t111\n\u2163\t1V\n\u2165\tV1\n"
+    "\u2166\tV11\n\u2167\tV111\n\u2168\t1X\n\u216a\tX1\n\u216b\tX11\n\u2171\tii\n\u2172\tiii\n"
+    "\u2173\tiv\n\u2175\tvi\n\u2176\tvii\n\u2177\tviii\n\u2178\tix\n\u217a\txi\n\u217b\txii\n"
+    "\u217f\trn\n\u221e\too\n\u2225\t11\n\u226a\t<<\n\u226b\t>>\n\u22d8\t<<<\n\u22d9\t>>>\n"
+    "\u244a\t\x5c\x5c\n\u2474\t(1)\n\u2475\t(2)\n\u2476\t(3)\n\u2477\t(4)\n\u2478\t(5)\n\u2479\t(6)\n"
+    "\u247a\t(7)\n\u247b\t(8)\n\u247c\t(9)\n\u247d\t(10)\n\u247e\t(11)\n\u247f\t(12)\n\u2480\t(13)\n"
+    "\u2481\t(14)\n\u2482\t(15)\n\u2483\t(16)\n\u2484\t(17)\n\u2485\t(18)\n\u2486\t(19)\n\u2487\t(20)\n"
+    "\u2488\t1.\n\u2489\t2.\n\u248a\t3.\n\u248b\t4.\n\u248c\t5.\n\u248d\t6.\n\u248e\t7.\n\u248f\t8.\n"
+    "\u2490\t9.\n\u2491\t10.\n\u2492\t11.\n\u2493\t12.\n\u2494\t13.\n\u2495\t14.\n\u2496\t15.\n"
+    "\u2497\t16.\n\u2498\t17.\n\u2499\t18.\n\u249a\t19.\n\u249b\t20.\n\u249c\t(a)\n\u249d\t(b)\n"
+    "\u249e\t(c)\n\u249f\t(d)\n\u24a0\t(e)\n\u24a1\t(f)\n\u24a2\t(g)\n\u24a3\t(h)\n\u24a4\t(i)\n"
+    "\u24a5\t(j)\n\u24a6\t(k)\n\u24a7\t(1)\n\u24a8\t(rn)\n\u24a9\t(n)\n\u24aa\t(o)\n\u24ab\t(p)\n"
+    "\u24ac\t(q)\n\u24ad\t(r)\n\u24ae\t(s)\n\u24af\t(t)\n\u24b0\t(u)\n\u24b1\t(v)\n\u24b2\t(w)\n"
+    "\u24b3\t(x)\n\u24b4\t(y)\n\u24b5\t(z)\n\u2a20\t>>\n\u2a74\t::=\n\u2a75\t==\n\u2a76\t===\n"
+    "\u2aa5\t><\n\u2afb\t///\n\u2afd\t//\n\u2cf9\t\x5c\x5c\n\u2e28\t((\n\u2e29\t))\n\u3003\t''\n"
+    "\ua4fa\t..\n\ua4fb\t.,\n\ua4fe\t-.\n\ua698\t00\n\ua699\too\n\ua728\tT3\n\ua732\tAA\n\ua733\taa\n"
+    "\ua734\tA0\n\ua735\tao\n\ua736\tAU\n\ua737\tau\n\ua738\tAV\n\ua739\tav\n\ua73a\tAV\n\ua73b\tav\n"
+    "\ua73c\tAY\n\ua73d\tay\n\ua74e\t00\n\ua74f\too\n\ua777\ttf\n\uab63\tuo\n\ufb00\tff\n\ufb01\tfi\n"
+    "\ufb02\tf1\n\ufb03\tffi\n\ufb04\tff1\n\ufb06\tst\n\uff02\t''\n\U00011700\trn\n\U000118e3\trn\n"
+    "\U0001d426\trn\n\U0001d45a\trn\n\U0001d48e\trn\n\U0001d4c2\trn\n\U0001d4f6\trn\n\U0001d52a\trn\n"
+    "\U0001d55e\trn\n\U0001d592\trn\n\U0001d5c6\trn\n\U0001d5fa\trn\n\U0001d62e\trn\n\U0001d662\trn\n"
+    "\U0001d696\trn\n\U0001f100\t0.\n\U0001f101\t0,\n\U0001f102\t1,\n\U0001f103\t2,\n\U0001f104\t3,\n"
+    "\U0001f105\t4,\n\U0001f106\t5,\n\U0001f107\t6,\n\U0001f108\t7,\n\U0001f109\t8,\n\U0001f10a\t9,\n"
+    "\U0001f110\t(A)\n\U0001f111\t(B)\n\U0001f112\t(C)\n\U0001f113\t(D)\n\U0001f114\t(E)\n"
+    "\U0001f115\t(F)\n\U0001f116\t(G)\n\U0001f117\t(H)\n\U0001f118\t(1)\n\U0001f119\t(J)\n"
+    "\U0001f11a\t(K)\n\U0001f11b\t(L)\n\U0001f11c\t(M)\n\U0001f11d\t(N)\n\U0001f11e\t(0)\n"
+    "\U0001f11f\t(P)\n\U0001f120\t(Q)\n\U0001f121\t(R)\n\U0001f122\t(S)\n\U0001f123\t(T)\n"
+    "\U0001f124\t(U)\n\U0001f125\t(V)\n\U0001f126\t(W)\n\U0001f127\t(X)\n\U0001f128\t(Y)\n"
+    "\U0001f129\t(Z)\n\U0001f12a\t(S)\n\U0001f700\tQE\n\U0001f707\tAR\n\U0001f75c\tsss\n\U0001f76b\tMB\n"
+    "\U0001f76c\tVB\n"
+)
+PROTOTYPE = {_PAIRS[index]: _PAIRS[index + 1] for index in range(0, len(_PAIRS), 2)} | {
+    line[0]: line[2:] for line in _SEQUENCES.splitlines()}
 
 
 def skeleton(name: str) -> str:

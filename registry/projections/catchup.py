@@ -21,6 +21,7 @@ up or says which log prefix to fold instead.
 """
 from __future__ import annotations
 
+from collections import Counter
 from contextlib import contextmanager
 from typing import Iterator
 
@@ -39,8 +40,10 @@ from .collector import collector_paused
 from .fold import BENCH_PREFIX, OUTCOMES_PREFIX, fold
 from .log import PAGE, read_log
 from .payload_index import IndexRow, all_index_rows, as_mapping, count_deltas, index_rows
-from .rows import MODELS, load_state
-from .schema import CHECKPOINT, PAYLOAD_COUNTS, PAYLOADS, READ_MODEL_TABLES, VERDICTS
+from .row_checks import check_absent
+from .rows import MODELS, load_state, record_head
+from .schema import (CHECKPOINT, PAYLOAD_COUNTS, PAYLOADS, READ_MODEL_TABLES, RECORD_HEADS, VERDICTS,
+                     WORKLOAD_COUNTS)
 from .snapshot import CHECKPOINT_NAME, read_checkpoint
 from .state import ProjectionError, RegistryState
 from .verdict_history import HISTORY_KEY, records_of
@@ -175,6 +178,8 @@ class ReadModels:
                     conn.execute(VERDICTS.delete())
                     conn.execute(PAYLOADS.delete())
                     conn.execute(PAYLOAD_COUNTS.delete())
+                    conn.execute(WORKLOAD_COUNTS.delete())
+                    conn.execute(RECORD_HEADS.delete())
                     conn.execute(insert(CHECKPOINT).values(name=CHECKPOINT_NAME, position=head))
                     for model, (table, _, to_row) in MODELS.items():
                         rows = [to_row(value) for value in getattr(state, model).values()]
@@ -189,6 +194,12 @@ class ReadModels:
                         conn.execute(insert(PAYLOAD_COUNTS), [
                             {"workload": workload, "payload_sha256": payload, "artifacts": count}
                             for (workload, payload), count in sorted(count_deltas((), indexed).items())])
+                    counts = Counter(value["workload"] for value in state.artifacts.values())
+                    if counts:
+                        conn.execute(insert(WORKLOAD_COUNTS), [{"workload": workload, "artifacts": count}
+                                                               for workload, count in sorted(counts.items())])
+                    if state.records:
+                        conn.execute(insert(RECORD_HEADS), [record_head(value) for value in state.records.values()])
             except IntegrityError:
                 continue  # a concurrent catch-up inserted a row first: fold again
             return head
@@ -258,10 +269,13 @@ class ReadModels:
             touched[model] |= set(getattr(work, model))
 
     def _load_lazy(self, model: str, key: str, existing: dict[str, set[str]]) -> dict | None:
-        """One stored row of a lazily loaded model, when the fold first meets its key (None: no row yet)."""
+        """One stored row of a lazily loaded model, when the fold first meets its key (None: no row yet; a row
+        missing while its head stands was deleted, and is refused rather than begun again from this event)."""
         table, column, _ = MODELS[model]
         with self.engine.connect() as conn:
             text = conn.execute(select(table.c.state).where(table.c[column] == key)).scalar()
+            if text is None:
+                check_absent(conn, model, key, read_checkpoint(conn) or 0)  # a row deleted is not folded onto
         if text is None:
             return None
         existing[model].add(key)
@@ -323,6 +337,21 @@ class ReadModels:
             if moved.rowcount == 0:
                 conn.execute(insert(PAYLOAD_COUNTS).values(workload=workload, payload_sha256=payload,
                                                            artifacts=delta))
+        # A workload's artifact rows only ever grow (an artifact never changes workload): count the new ones.
+        born = Counter(work.artifacts[name]["workload"] for name in touched["artifacts"]
+                       if name not in existing["artifacts"])
+        for workload, delta in sorted(born.items()):
+            moved = conn.execute(update(WORKLOAD_COUNTS).where(WORKLOAD_COUNTS.c.workload == workload)
+                                 .values(artifacts=WORKLOAD_COUNTS.c.artifacts + delta))
+            if moved.rowcount == 0:
+                conn.execute(insert(WORKLOAD_COUNTS).values(workload=workload, artifacts=delta))
+        for name in sorted(touched["records"]):
+            head = record_head(work.records[name])
+            if name not in existing["records"]:
+                conn.execute(insert(RECORD_HEADS).values(**head))
+            else:
+                conn.execute(update(RECORD_HEADS).where(RECORD_HEADS.c.record == name)
+                             .values(last_position=head["last_position"]))
 
     def position_to_fold(self, as_of: int | None) -> int | None:
         """None when the live tables are current; else the position to fold the log up to.

@@ -55,6 +55,11 @@ def speed_record_row(state: dict[str, Any]) -> dict[str, Any]:
             "last_position": state["last_position"], **_content(state)}
 
 
+def record_head(state: dict[str, Any]) -> dict[str, Any]:
+    """Where a speed record stands, kept beside its row (`projection_record_heads`, row_checks.py)."""
+    return {"record": state["record"], "workload": state["workload"], "last_position": state["last_position"]}
+
+
 def load_state(text: str) -> dict[str, Any]:
     """A row's state; a row that is not a JSON object is refused in one line (the read models are derived)."""
     try:

@@ -95,10 +95,29 @@ PAYLOAD_COUNTS = Table(
     Column("artifacts", BigInteger, nullable=False),
 )
 
+# How many artifact rows each workload has, kept beside them: a read of a workload's artifacts (resolve, lock,
+# rejudge) compares what it found with this count, so a deleted artifact row is a refusal, never an artifact
+# that is not there (shipping.py).
+WORKLOAD_COUNTS = Table(
+    "projection_workload_counts", METADATA,
+    Column("workload", String(200), primary_key=True),
+    Column("artifacts", BigInteger, nullable=False),
+)
+
+# Where each speed record stands (its row's last_position), kept beside the records: a deleted record row, or
+# one moved back, is a refusal, never a record with fewer pairs (row_checks.py).
+RECORD_HEADS = Table(
+    "projection_record_heads", METADATA,
+    Column("record", String(300), primary_key=True),
+    Column("workload", String(200), nullable=False, index=True),
+    Column("last_position", BigInteger, nullable=False),
+)
+
 # Every read-model table, which `replay` (and `init`, `db upgrade`) creates again when one is missing.
 READ_MODEL_TABLES = ("projection_checkpoint", "projection_artifacts", "projection_verdicts", "projection_payloads",
                      "projection_payload_counts", "projection_workloads", "projection_framesets",
-                     "projection_outcomes")
+                     "projection_outcomes", "projection_bench_streams", "projection_speed_records",
+                     "projection_workload_counts", "projection_record_heads")
 
 # The log position the read models are folded up to; the row concurrent catch-ups race on.
 CHECKPOINT = Table(

@@ -12,7 +12,7 @@ from sqlalchemy import select
 from .asof import fold_log
 from .catchup import ReadModels
 from .read_models import ArtifactState, WorkloadState
-from .row_checks import check_absent, checked_states, row_columns
+from .row_checks import check_absent, check_workload_count, checked_states, row_columns
 from .schema import ARTIFACTS, WORKLOADS
 from .snapshot import read_checkpoint, reading
 
@@ -25,8 +25,10 @@ class ShippingReads(ReadModels):
 
         Read in one snapshot of the live tables (an indexed lookup by
         workload), so the position names exactly the log prefix the answer
-        reflects; a connection that may not write the read models folds the
-        log to its head instead.
+        reflects; every row is checked (row_checks.py), and their number
+        against the workload's count, so a deleted row is a refusal, never an
+        artifact left out. A connection that may not write the read models
+        folds the log to its head instead.
         """
         as_of = self.position_to_fold(None)
         if as_of is not None:
@@ -43,5 +45,6 @@ class ShippingReads(ReadModels):
                                 .order_by(ARTIFACTS.c.artifact)).all()
             contract = None if declared is None else checked_states(conn, "workloads", [declared], position)[0]
             artifacts = checked_states(conn, "artifacts", rows, position)
+            check_workload_count(conn, workload, len(rows))
         self.served_position = position
         return position, contract, artifacts

@@ -23,8 +23,8 @@ from .items import attach_items
 from .record_items import attach_documents
 from .fold import BENCH_PREFIX, record_key
 from .read_models import ArtifactState, BenchStreamState, FrameSetState, SpeedRecordState, WorkloadState
-from .row_checks import check_absent, checked_states, row_columns
-from .rows import MODELS, load_state
+from .row_checks import check_absent, check_record_count, checked_states, row_columns
+from .rows import MODELS
 from .schema import ARTIFACTS, VERDICTS
 from .snapshot import read_checkpoint, reading
 from .verdict_history import VerdictRecord, with_history
@@ -82,10 +82,11 @@ class SubjectReads(ReadModels):
         self.position_to_fold(None)
         table = MODELS["records"][0]
         with reading(self.engine) as conn:
-            self.served_position = read_checkpoint(conn) or 0
-            texts = conn.execute(select(table.c.state).where(table.c.workload == workload)
-                                 .order_by(table.c.record)).scalars().all()
-        found = [load_state(text) for text in texts]
+            checkpoint = self.served_position = read_checkpoint(conn) or 0
+            rows = conn.execute(select(*row_columns("records")).where(table.c.workload == workload)
+                                .order_by(table.c.record)).all()
+            found = checked_states(conn, "records", rows, checkpoint)
+            check_record_count(conn, workload, len(rows))
         attach_documents(self.store, found)
         return found
 
