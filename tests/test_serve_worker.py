@@ -46,42 +46,6 @@ def evaluate(served, token, cwd):
                           capture_output=True, text=True, cwd=cwd, env=env, timeout=600)
 
 
-def test_a_worker_without_a_database_records_evidence_and_pairs_through_the_server(served, tmp_path):
-    done = evaluate(served, served.tokens["gpu-1"], tmp_path)
-    assert done.returncode == 0, done.stderr
-    result = json.loads(done.stdout)
-    assert result["appended"] is True and result["session"]["pairs"] == 4
-    assert list(tmp_path.iterdir()) == []  # no registry.db, nothing else written where the worker ran
-    store = open_registry(served.url).store
-    events = store.read_stream("artifact:modln")
-    assert [e.type for e in events[1:]] == ["ParityMeasured", "ExecutionObserved"]  # the pairs are in a session
-    key = next(e for e in store.read_all() if e.type == "TokenIssued" and e.payload["principal"] == "gpu-1")
-    assert {e.actor for e in events[1:]} == {f"gpu-1/{key.payload['key_id']}"}
-    bench = [e for e in store.read_all() if e.stream.startswith("bench:")]
-    assert sum(len(e.payload.get("baseline_s", [])) for e in bench) == 4
-
-
-def test_a_worker_for_another_workload_records_nothing(served, tmp_path):
-    before = open_registry(served.url).store.head_position()
-    done = evaluate(served, served.tokens["ltx-gpu"], tmp_path)
-    assert done.returncode == 1 and done.stderr.count("\n") == 1
-    assert "does not reach workload wan-modln-op" in done.stderr
-    assert open_registry(served.url).store.head_position() == before
-
-
-def test_the_demo_runs_its_kernel_candidate_through_the_server(served, tmp_path):
-    env = {k: v for k, v in os.environ.items() if k not in ("REGISTRY_DATABASE_URL", "REGISTRY_TOKEN")}
-    done = subprocess.run([sys.executable, "-m", "registry", "demo", "--server", served.base, "--token",
-                           served.tokens["demo"], "--warmup", "0", "--runs", "10", "--json"],
-                          capture_output=True, text=True, cwd=tmp_path, env=env, timeout=600)
-    assert done.returncode == 0, done.stderr
-    result = json.loads(done.stdout)
-    assert result["workload"]["workload"] == "tiny-dit-modln-op" and result["session"]["pairs"] >= 1
-    # Timed under the interpreter on a CPU: held, as the demo promises there.
-    assert result["verdict"]["decision"] in ("held", "promoted", "rejected") and result["verdict"]["appended"]
-    assert list(tmp_path.iterdir()) == []
-
-
 # -- the worker's client: resends under the same key, with backoff ------------------------------------------------
 
 class _Scripted:
@@ -161,3 +125,41 @@ def test_resends_back_off_exponentially_with_full_jitter():
 
     draws = [backoff_seconds(4, random.Random(seed).random) for seed in range(200)]
     assert 0 <= min(draws) < 0.1 * 16 * BACKOFF_BASE and 0.9 * 16 * BACKOFF_BASE < max(draws) <= 16 * BACKOFF_BASE
+
+
+# -- a worker through a real server process -----------------------------------------------------------------------
+
+def test_a_worker_without_a_database_records_evidence_and_pairs_through_the_server(served, tmp_path):
+    done = evaluate(served, served.tokens["gpu-1"], tmp_path)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result["appended"] is True and result["session"]["pairs"] == 4
+    assert list(tmp_path.iterdir()) == []  # no registry.db, nothing else written where the worker ran
+    store = open_registry(served.url).store
+    events = store.read_stream("artifact:modln")
+    assert [e.type for e in events[1:]] == ["ParityMeasured", "ExecutionObserved"]  # the pairs are in a session
+    key = next(e for e in store.read_all() if e.type == "TokenIssued" and e.payload["principal"] == "gpu-1")
+    assert {e.actor for e in events[1:]} == {f"gpu-1/{key.payload['key_id']}"}
+    bench = [e for e in store.read_all() if e.stream.startswith("bench:")]
+    assert sum(len(e.payload.get("baseline_s", [])) for e in bench) == 4
+
+
+def test_a_worker_for_another_workload_records_nothing(served, tmp_path):
+    before = open_registry(served.url).store.head_position()
+    done = evaluate(served, served.tokens["ltx-gpu"], tmp_path)
+    assert done.returncode == 1 and done.stderr.count("\n") == 1
+    assert "does not reach workload wan-modln-op" in done.stderr
+    assert open_registry(served.url).store.head_position() == before
+
+
+def test_the_demo_runs_its_kernel_candidate_through_the_server(served, tmp_path):
+    env = {k: v for k, v in os.environ.items() if k not in ("REGISTRY_DATABASE_URL", "REGISTRY_TOKEN")}
+    done = subprocess.run([sys.executable, "-m", "registry", "demo", "--server", served.base, "--token",
+                           served.tokens["demo"], "--warmup", "0", "--runs", "10", "--json"],
+                          capture_output=True, text=True, cwd=tmp_path, env=env, timeout=600)
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result["workload"]["workload"] == "tiny-dit-modln-op" and result["session"]["pairs"] >= 1
+    # Timed under the interpreter on a CPU: held, as the demo promises there.
+    assert result["verdict"]["decision"] in ("held", "promoted", "rejected") and result["verdict"]["appended"]
+    assert list(tmp_path.iterdir()) == []
