@@ -253,7 +253,8 @@ operations = st.lists(st.one_of(
 @given(operations)
 def test_any_sequence_of_opens_and_batches_keeps_one_ordered_record(tmp_path_factory, ops):
     """Whatever is tried, the record holds exactly the accepted batches in order, refusals write nothing,
-    and its decision is the rule's reading of those pairs."""
+    and its decision is the rule's reading of those pairs. Each answer (the rows read before the append with
+    the new event folded in) is what a fresh read of the record then says."""
     tmp = tmp_path_factory.mktemp("ops")
     registry = open_registry(f"sqlite:///{tmp / 'r.db'}", actor="w", create=True)
     from registry.app.workloads import declare_workload
@@ -271,12 +272,15 @@ def test_any_sequence_of_opens_and_batches_keeps_one_ordered_record(tmp_path_fac
         head = registry.store.head_position()
         try:
             if op[0] == "open":
-                name, _ = open_session(registry, op[1], "d", "t")
+                name, answer = open_session(registry, op[1], "d", "t")
+                assert answer == read_record(registry, op[1])
                 sessions.append(name)
                 continue
             _, artifact, index, key, pairs = op
             session = sessions[index] if index < len(sessions) else "bs-unknown"
-            appended, _ = record_pairs(registry, artifact, session, [b for b, _ in pairs], [c for _, c in pairs], key)
+            appended, answer = record_pairs(registry, artifact, session, [b for b, _ in pairs], [c for _, c in pairs],
+                                            key)
+            assert answer == read_record(registry, artifact)
             if appended:
                 batches[(session, key)] = pairs
                 accepted.extend(b / c for b, c in pairs)

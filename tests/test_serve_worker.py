@@ -50,6 +50,89 @@ def evaluate(served, token, cwd):
                           capture_output=True, text=True, cwd=cwd, env=env, timeout=600)
 
 
+# -- the worker's client: resends under the same key, with backoff ------------------------------------------------
+
+class _Scripted:
+    """A real HTTP server on a free loopback port that answers each request by the next step of a script:
+    ("slow", seconds) answers 200 only after that long, (status, headers) answers at once."""
+
+    def __init__(self, steps):
+        import http.server
+        import threading
+
+        self.steps, self.bodies = list(steps), []
+        scripted = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self):
+                scripted.bodies.append(self.rfile.read(int(self.headers["Content-Length"])))
+                step = scripted.steps.pop(0)
+                if step[0] == "slow":
+                    import time
+
+                    time.sleep(step[1])
+                    step = (200, {})
+                status, headers = step
+                body = json.dumps({"appended": True} if status == 200 else {"error": "lost a race"}).encode()
+                self.send_response(status)
+                for name, value in {**headers, "Content-Type": "application/json",
+                                    "Content-Length": str(len(body))}.items():
+                    self.send_header(name, value)
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *_args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.block_on_close = False  # a late answer's thread is not waited for at the end
+        self.thread = threading.Thread(target=self.server.serve_forever, args=(0.02,), daemon=True)
+
+    def __enter__(self):
+        self.thread.start()
+        return f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def __exit__(self, *_exc):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_a_batch_whose_answer_is_late_or_that_lost_a_race_is_sent_again_under_its_key():
+    from registry.serve.client import RegistryClient
+
+    server = _Scripted([("slow", 0.5), (409, {"Retry-After": "0"}), (200, {})])
+    with server as base, RegistryClient(base, "t", timeout=0.2) as client:
+        assert client.record_batch("a", "s", "b0", [2.0], [1.0]) == {"appended": True}
+        assert client.resent == 2
+    # The same body each time: the batch key in it is what lets the server append it once.
+    assert len(server.bodies) == 3 and len(set(server.bodies)) == 1 and json.loads(server.bodies[0])["batch"] == "b0"
+
+
+def test_a_refusal_not_marked_for_retry_is_raised_at_once():
+    """A 409 without Retry-After (other pairs under a used key) is final: one request, the server's line."""
+    from registry.serve.client import RegistryClient, ServerRefused
+
+    server = _Scripted([(409, {}), (200, {})])
+    with server as base, RegistryClient(base, "t", timeout=5) as client:
+        with pytest.raises(ServerRefused, match=r"\(409\): lost a race"):
+            client.record_batch("a", "s", "b0", [2.0], [1.0])
+        assert client.resent == 0
+    assert len(server.bodies) == 1
+
+
+def test_resends_back_off_exponentially_with_full_jitter():
+    from registry.serve.client import BACKOFF_BASE, BACKOFF_CAP, backoff_seconds
+
+    assert [backoff_seconds(k, lambda: 1.0) for k in range(3)] == [BACKOFF_BASE, 2 * BACKOFF_BASE, 4 * BACKOFF_BASE]
+    assert backoff_seconds(30, lambda: 1.0) == BACKOFF_CAP and backoff_seconds(30, lambda: 0.0) == 0.0
+    import random
+
+    draws = [backoff_seconds(4, random.Random(seed).random) for seed in range(200)]
+    assert 0 <= min(draws) < 0.1 * 16 * BACKOFF_BASE and 0.9 * 16 * BACKOFF_BASE < max(draws) <= 16 * BACKOFF_BASE
+
+
+# -- a worker through a real server process -----------------------------------------------------------------------
+
 def test_a_worker_without_a_database_records_evidence_and_pairs_through_the_server(served, tmp_path):
     done = evaluate(served, served.tokens["gpu-1"], tmp_path)
     assert done.returncode == 0, done.stderr

@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 import uuid
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from registry.formats.errors import UserError
 from registry.formats.fields import ARCH
@@ -98,25 +98,54 @@ def _stop(record: BenchRecord) -> str:
 
 def read_record(registry: Registry, artifact: str) -> BenchRecord:
     """The speed record of the artifact's bytes, as its current identity reads it, under its workload's contract."""
-    from .evidence import capture_subject
+    return _record(_target(registry, artifact))
 
-    subject = capture_subject(registry, artifact)
+
+@dataclass(frozen=True)
+class _Target:
+    """What a session's open or append reads first (`Projections.bench_subject`), and the contract's speed block."""
+
+    subject: Any  # app/evidence.py Subject
+    speed: Any  # registry.contracts SpeedGate, whose decision is confident
+    rows: Any  # registry.projections.subject BenchSubject
+
+    @property
+    def workload(self) -> dict[str, Any]:
+        return self.rows.workload
+
+    @property
+    def position(self) -> int:
+        """The log position the rows were read at (or the event last folded into them)."""
+        return self.rows.position
+
+
+def _target(registry: Registry, artifact: str, authorize: Callable[[str], None] | None = None) -> _Target:
+    """The artifact's rows, read once; `authorize(workload)` runs before anything else is checked."""
+    from .evidence import subject_of
+
+    found = registry.reads.bench_subject(artifact)
+    subject = subject_of(artifact, found.artifact)
     workload = subject.registration["workload"]
-    return _read(registry, subject.identity, workload, subject.payload_sha256, _confident_speed(registry, workload))
+    if authorize is not None:
+        authorize(workload)
+    if found.workload is None:
+        raise UserError(f"unknown workload {workload!r} (declare it with `registry workload declare`)")
+    return _Target(subject, _confident_speed(workload, found.workload), found)
 
 
 @text_arguments
 def open_session(registry: Registry, artifact: str, device: str, timer: str,
-                 arch: str | None = None) -> tuple[str, BenchRecord]:
-    """Open a session for the artifact's current identity; refused when its record is already closed."""
+                 arch: str | None = None, *, authorize: Callable[[str], None] | None = None) -> tuple[str, BenchRecord]:
+    """Open a session for the artifact's current identity; refused when its record is already closed.
+
+    `authorize(workload)` (the server's scope check) runs once the artifact's workload is known, before any other
+    check.
+    """
     from registry.events.store import NewEvent
     from registry.events.types import BenchmarkSessionOpened
 
-    from .evidence import capture_subject
-
-    subject = capture_subject(registry, artifact)
-    workload = subject.registration["workload"]
-    speed = _confident_speed(registry, workload)
+    target = _target(registry, artifact, authorize)
+    subject = target.subject
     for value, what in ((device, "device"), (timer, "timer")):
         check_line(value, what)
     if arch is not None and (not isinstance(arch, str) or not ARCH.fullmatch(arch)):
@@ -124,41 +153,43 @@ def open_session(registry: Registry, artifact: str, device: str, timer: str,
     if subject.payload_sha256 is None:
         raise UserError(f"{artifact} was registered without a payload, so it has no speed record of its own and "
                         "borrows none: register its bytes (`registry artifact register --payload`); no session opened")
-    record = _read(registry, subject.identity, workload, subject.payload_sha256, speed)
+    record = _record(target)
     if record.closed:
         raise UserError(f"the benchmark record of {artifact} is closed ({_closed_text(record)}); no session opened")
     session = f"bs-{uuid.uuid4().hex[:16]}"
     payload = BenchmarkSessionOpened(session=session, artifact=artifact, identity=subject.identity,
-                                     payload_sha256=subject.payload_sha256, workload=workload, device=device,
-                                     timer=timer, arch=arch)
-    registry.store.append(record_stream(subject.identity), [NewEvent(payload.type, payload)],
-                          expected_version=record.version, actor=registry.actor)
-    return session, _read(registry, subject.identity, workload, subject.payload_sha256, speed)
+                                     payload_sha256=subject.payload_sha256, workload=target.workload["workload"],
+                                     device=device, timer=timer, arch=arch)
+    positions = registry.store.append(record_stream(subject.identity), [NewEvent(payload.type, payload)],
+                                      expected_version=record.version, actor=registry.actor)
+    return session, _record(_with_appended(target, payload, positions[0]))
 
 
 @text_arguments
 def record_pairs(registry: Registry, artifact: str, session: str, baseline: list[float], candidate: list[float],
-                 batch: str) -> tuple[bool, BenchRecord]:
+                 batch: str, *, authorize: Callable[[str], None] | None = None) -> tuple[bool, BenchRecord]:
     """Append one batch of pairs to an open session of the artifact's current identity.
 
-    Returns (appended, record). A batch key already recorded with the same
-    pairs appends nothing (appended False); with other pairs it is refused.
-    Refused, nothing written: an unknown session or one of another identity,
-    a closed record, a time that is not a positive finite number, arms of
-    unequal length, or a batch that would pass max_pairs.
+    Returns (appended, record): the record as read before the append with
+    this batch folded in. A batch key already recorded with the same pairs
+    appends nothing (appended False); with other pairs it is refused (the
+    store's idempotency index decides, IdempotencyConflict). Refused, nothing
+    written: an unknown session or one of another identity, a closed record,
+    a time that is not a positive finite number, arms of unequal length, or a
+    batch that would pass max_pairs. `authorize(workload)` (the server's
+    scope check) runs once the artifact's workload is known, before any other
+    check. One catch-up and one snapshot of four rows are read
+    (`Projections.bench_subject`), then one append.
     """
     from registry.events.store import NewEvent
     from registry.events.types import BenchmarkPairsRecorded
 
-    from .evidence import capture_subject
-
+    target = _target(registry, artifact, authorize)
     check_name(batch, "batch key")
     check_name(session, "session")
     _check_times(baseline, candidate)
-    subject = capture_subject(registry, artifact)
-    workload = subject.registration["workload"]
-    speed = _confident_speed(registry, workload)
-    record = _read(registry, subject.identity, workload, subject.payload_sha256, speed)
+    subject = target.subject
+    record = _record(target)
     key = f"bench:{subject.identity}:{session}:{batch}"
     if session not in {s.session for s in record.sessions if s.identity == subject.identity}:
         raise UserError(f"session {session} is not open for the current identity of {artifact} "
@@ -166,18 +197,24 @@ def record_pairs(registry: Registry, artifact: str, session: str, baseline: list
     payload = BenchmarkPairsRecorded(session=session, artifact=artifact, identity=subject.identity, batch=batch,
                                      baseline_s=[float(t) for t in baseline], candidate_s=[float(t) for t in candidate])
     if f"{session}:{batch}" in record.batch_ids:  # a retry: the store appends it once, or refuses other pairs
-        head = registry.store.head_position()
         positions = registry.store.append(record_stream(subject.identity), [NewEvent(payload.type, payload)],
                                           idempotency_key=key, actor=registry.actor)
-        return positions[0] > head, record
+        return positions[0] > target.position, record
     if record.closed:
         raise UserError(f"the benchmark record of {artifact} is closed ({_closed_text(record)}); nothing recorded")
     if len(record.ratios) + len(baseline) > record.max_pairs:
         raise UserError(f"{len(baseline)} pairs would take the record of {artifact} past speed.max_pairs "
                          f"{record.max_pairs} ({len(record.ratios)} recorded); nothing recorded")
-    registry.store.append(record_stream(subject.identity), [NewEvent(payload.type, payload)],
-                          expected_version=record.version, idempotency_key=key, actor=registry.actor)
-    return True, _read(registry, subject.identity, workload, subject.payload_sha256, speed)
+    positions = registry.store.append(record_stream(subject.identity), [NewEvent(payload.type, payload)],
+                                      expected_version=record.version, idempotency_key=key, actor=registry.actor)
+    return True, _record(_with_appended(target, payload, positions[0]))
+
+
+def _with_appended(target: _Target, payload, position: int) -> _Target:
+    """The target with the event just appended at `position` folded into its rows, so the answer needs no second
+    read: the record as read, and this event."""
+    rows = target.rows.with_appended(position, payload.type, dict(payload.__dict__))
+    return _Target(target.subject, target.speed, rows)
 
 
 # Pairs timed between two questions to the registry: one BC and one CB, so every batch is interleaved ABBA.
@@ -269,10 +306,11 @@ def _check_times(baseline: list[float], candidate: list[float]) -> None:
                              "nothing recorded")
 
 
-def _confident_speed(registry: Registry, workload: str):
-    from .workloads import current_contract
+def _confident_speed(workload: str, declared: dict[str, Any]):
+    """The speed block of the workload's current contract (its read-model row), which sessions need confident."""
+    from registry.contracts import Contract
 
-    speed = current_contract(registry, workload).contract.speed
+    speed = Contract.from_stored(declared["contract"]).speed
     if speed is None:
         raise UserError(f"workload {workload} declares no speed block: there is no gate to benchmark against")
     if speed.decision != "confident":
@@ -378,20 +416,19 @@ def speed_record(registry: Registry, state: dict[str, Any]):
     return SpeedRecord(payload, found["entries"], len(found["sessions"]), versions)
 
 
-def _read(registry: Registry, identity: str, workload: str, payload_sha256: str | None, speed) -> BenchRecord:
-    """The benchmark record of an identity's bytes now, from the read models (two rows and the workload's)."""
+def _record(target: _Target) -> BenchRecord:
+    """The benchmark record of an identity's bytes from the rows read (`_target`), under the contract's rule."""
     from registry.gate import SpeedRecord
     from registry.gate.record import read_record as read_speed_record
 
-    projections = registry.reads
-    stream = projections.bench_stream(identity)
-    found = projections.speed_record(workload, payload_sha256) if payload_sha256 is not None else None
-    versions = projections.workload(workload)["versions"]
+    speed, found, stream = target.speed, target.rows.record, target.rows.stream
     entries = found["entries"] if found is not None else []
     sessions = found["sessions"] if found is not None else {}
-    reading = read_speed_record(SpeedRecord(payload_sha256, entries, len(sessions), versions), speed)
+    reading = read_speed_record(SpeedRecord(target.subject.payload_sha256, entries, len(sessions),
+                                            target.workload["versions"]), speed)
     return BenchRecord(
-        identity=identity, workload=workload, gate=speed.gate, max_pairs=speed.max_pairs,
+        identity=target.subject.identity, workload=target.workload["workload"], gate=speed.gate,
+        max_pairs=speed.max_pairs,
         sessions=[Session(name, s["identity"], s["artifact"], s["opened_position"], s["pairs"])
                   for name, s in _in_opened_order(sessions)],
         ratios=reading.ratios, batch_ids=stream["batches"] if stream is not None else [], result=reading.result,

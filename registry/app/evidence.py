@@ -49,16 +49,20 @@ def capture_subject(registry: Registry, artifact: str) -> Subject:
     One indexed row, however long the artifact's stream: the read model keeps
     the latest registration's facts, which are what its identity is made of.
     """
-    subject = known_subject(registry, artifact)
-    if subject is None:
+    return subject_of(artifact, registry.reads.current_artifact(artifact))
+
+
+def subject_of(artifact: str, state: dict[str, Any] | None) -> Subject:
+    """The registration an artifact's read-model row holds; a one-line error for an artifact without one."""
+    if state is None:
         raise UserError(f"unknown artifact {artifact!r} (register it with `registry artifact register`)")
-    return subject
+    return Subject(artifact, {key: state.get(key) for key in REGISTRATION_FIELDS})
 
 
 def known_subject(registry: Registry, artifact: str) -> Subject | None:
     """The artifact's current registration from its caught-up read model, or None if it was never registered."""
     state = registry.reads.current_artifact(artifact)
-    return None if state is None else Subject(artifact, {key: state.get(key) for key in REGISTRATION_FIELDS})
+    return None if state is None else subject_of(artifact, state)
 
 
 def _short(digest: str | None) -> str:

@@ -13,7 +13,8 @@ written and starts again from the new checkpoint, so two catch-ups can never
 both apply the same events. On SQLite the write transaction begins with
 `BEGIN IMMEDIATE` (the writer lock up front); on Postgres the UPDATE takes
 the checkpoint row's lock and re-checks its WHERE clause after any concurrent
-writer commits.
+writer commits. Threads of one process take turns instead of racing
+(`_folding`): one that waited mostly finds its head folded already.
 
 The questions (one module each: subject.py, shipping.py, attempts.py,
 whole_registry.py) read through `ReadModels.position_to_fold`, which catches
@@ -21,11 +22,14 @@ up or says which log prefix to fold instead.
 """
 from __future__ import annotations
 
+import os
+import threading
+import weakref
 from collections import Counter
 from contextlib import contextmanager
 from typing import Iterator
 
-from sqlalchemy import Connection, bindparam, delete, func, insert, select, tuple_, update
+from sqlalchemy import Connection, Engine, bindparam, delete, func, insert, select, tuple_, update
 from sqlalchemy.exc import DBAPIError, IntegrityError
 
 from registry.events.errors import StoreError
@@ -112,6 +116,27 @@ STREAM_MODEL = {ARTIFACT_PREFIX: "artifacts", WORKLOAD_PREFIX: "workloads", FRAM
 LAZY_MODELS = ("records",)
 
 
+_FOLDING: "weakref.WeakKeyDictionary[Engine, tuple[int, threading.Lock]]" = weakref.WeakKeyDictionary()
+_FOLDING_GUARD = threading.Lock()
+
+
+def _folding(engine: Engine) -> threading.Lock:
+    """The lock under which this process's threads catch one database's read models up, one at a time.
+
+    Threads of one process (the server's) that fold at once all race for the
+    checkpoint and all but one fold again: under load nearly every catch-up
+    lost once. Taking turns, a thread that waited finds the checkpoint already
+    past the head it wanted, most often, and folds nothing. Other processes
+    still race as the module docstring says. A forked child makes its own
+    (a parent's thread may have held the parent's at the fork).
+    """
+    with _FOLDING_GUARD:
+        pid, lock = _FOLDING.get(engine, (None, None))
+        if pid != os.getpid():
+            pid, lock = _FOLDING[engine] = (os.getpid(), threading.Lock())
+        return lock
+
+
 class ReadModels:
     """The live read models of one store: caught up before a read, rebuilt by `reset`."""
 
@@ -144,18 +169,28 @@ class ReadModels:
                 f"projection checkpoint {checkpoint} is ahead of the log's head {head}: "
                 "the read models belong to another log (rebuild them with Projections.reset)"
             )
-        stalls = 0
-        while (checkpoint or 0) < head:
-            if self._advance(checkpoint, head):
-                return head
+        if (checkpoint or 0) >= head:
+            return checkpoint or 0
+        lock = _folding(self.engine)
+        if not lock.acquire(blocking=False):
+            lock.acquire()
             with self.engine.connect() as conn:
-                moved = read_checkpoint(conn)
-            if moved == checkpoint:
-                stalls += 1
-                if stalls >= MAX_ATTEMPTS:
-                    raise ProjectionError(f"could not catch up to position {head}: the checkpoint refused "
-                                          f"{MAX_ATTEMPTS} updates without moving")
-            checkpoint = moved
+                checkpoint = read_checkpoint(conn)  # the thread waited for most likely folded past `head`
+        try:
+            stalls = 0
+            while (checkpoint or 0) < head:
+                if self._advance(checkpoint, head):
+                    return head
+                with self.engine.connect() as conn:
+                    moved = read_checkpoint(conn)
+                if moved == checkpoint:
+                    stalls += 1
+                    if stalls >= MAX_ATTEMPTS:
+                        raise ProjectionError(f"could not catch up to position {head}: the checkpoint refused "
+                                              f"{MAX_ATTEMPTS} updates without moving")
+                checkpoint = moved
+        finally:
+            lock.release()
         return checkpoint or 0
 
     def reset(self) -> int:
@@ -291,17 +326,28 @@ class ReadModels:
         """
         with self.engine.connect() as conn:
             for model, keys in wanted.items():
-                table, key, _ = MODELS[model]
-                missing = sorted(keys - touched[model])
-                for index in range(0, len(missing), LOAD_CHUNK):
-                    chunk = missing[index:index + LOAD_CHUNK]
-                    for row in conn.execute(select(table.c[key], table.c.state).where(table.c[key].in_(chunk))):
-                        state = load_state(row[1])
-                        if model == "artifacts":
-                            state[HISTORY_KEY] = []  # the stored history stays; verdicts folded now are added to it
-                            indexed |= index_rows(state)
-                        getattr(work, model)[row[0]] = state
-                        existing[model].add(row[0])
+                self._load_rows(conn, work, model, keys - touched[model], existing, indexed)
+            # The speed records the batch's bench streams feed, in the same read rather than one read each
+            # when the fold meets them (the lazy load then finds them loaded).
+            records = {work.bench_streams[identity]["record"] for identity in wanted.get("bench_streams", ())
+                       if identity in work.bench_streams}
+            self._load_rows(conn, work, "records", records - {None} - touched["records"] - set(work.records),
+                            existing, indexed)
+
+    @staticmethod
+    def _load_rows(conn: Connection, work: RegistryState, model: str, keys: set[str], existing: dict[str, set[str]],
+                   indexed: set[IndexRow]) -> None:
+        table, key, _ = MODELS[model]
+        missing = sorted(keys)
+        for index in range(0, len(missing), LOAD_CHUNK):
+            chunk = missing[index:index + LOAD_CHUNK]
+            for row in conn.execute(select(table.c[key], table.c.state).where(table.c[key].in_(chunk))):
+                state = load_state(row[1])
+                if model == "artifacts":
+                    state[HISTORY_KEY] = []  # the stored history stays; verdicts folded now are added to it
+                    indexed |= index_rows(state)
+                getattr(work, model)[row[0]] = state
+                existing[model].add(row[0])
 
     @staticmethod
     def _write_rows(conn: Connection, work: RegistryState, existing: dict[str, set[str]],

@@ -11,7 +11,7 @@ state names (items.py).
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 from sqlalchemy import Connection, func, select
 
@@ -34,6 +34,37 @@ def read_history(conn: Connection, artifact_id: str) -> list[VerdictRecord]:
     """One artifact's verdict history rows, in position order (an indexed range of the primary key)."""
     rows = conn.execute(select(VERDICTS).where(VERDICTS.c.artifact == artifact_id).order_by(VERDICTS.c.position))
     return [VerdictRecord.from_row(row) for row in rows]
+
+
+class BenchSubject(NamedTuple):
+    """What a benchmark session's append reads, from one snapshot: the artifact's row (without its verdict
+    history or evidence items), its workload's row, its identity's `bench:` stream row and its bytes' speed
+    record row (each None where there is none), and the checkpoint they were read at."""
+
+    artifact: ArtifactState | None
+    workload: WorkloadState | None
+    stream: BenchStreamState | None
+    record: SpeedRecordState | None
+    position: int
+
+    def with_appended(self, position: int, event_type: str, payload: dict[str, Any]) -> "BenchSubject":
+        """These rows with the bench event just appended at `position` folded in (in place, by the read models'
+        own fold): what the rows will say once a catch-up reaches it, if nothing else touched them in between."""
+        from .fold import fold
+        from .log import LogEvent
+        from .state import RegistryState
+
+        identity, record = self.artifact["identity"], self.record
+        key = record_key(self.artifact["workload"], self.artifact["payload_sha256"])
+        work = RegistryState(position=self.position)
+        if self.stream is not None:
+            work.bench_streams[identity] = self.stream
+        if record is not None:
+            work.records[key] = record
+        # No event id: nothing read from these rows shows one.
+        fold(work, [LogEvent(position, "", BENCH_PREFIX + identity, event_type, None, None, None, None, payload)])
+        return self._replace(stream=work.bench_streams.get(identity), record=work.records.get(key),
+                             position=position)
 
 
 class SubjectReads(ReadModels):
@@ -98,6 +129,39 @@ class SubjectReads(ReadModels):
         with reading(self.engine) as conn:
             return self._row(conn, "bench_streams", identity)
 
+    def bench_subject(self, artifact_id: str) -> BenchSubject:
+        """Everything a benchmark append checks, after one catch-up and in one snapshot (`BenchSubject`).
+
+        A pair batch costs one catch-up and four indexed rows, each checked as
+        row_checks.py says, however long the artifact's, the workload's or the
+        bench stream is. A connection that cannot catch the read models up
+        folds each subject's own stream instead (slower, never stale).
+        """
+        artifact_id = normalized_name(artifact_id)
+        as_of = self.position_to_fold(None)
+        if as_of is not None:
+            artifact = self._folded("artifacts", ARTIFACT_PREFIX, artifact_id, as_of)
+            if artifact is None:
+                return BenchSubject(None, None, None, None, as_of)
+            payload = artifact["payload_sha256"]
+            return BenchSubject(artifact, self.workload(artifact["workload"], as_of),
+                                self.bench_stream(artifact["identity"]),
+                                None if payload is None else self.speed_record(artifact["workload"], payload, as_of),
+                                as_of)
+        with reading(self.engine) as conn:
+            artifact = self._row(conn, "artifacts", artifact_id)
+            if artifact is None:
+                return BenchSubject(None, None, None, None, self.served_position)
+            position = self.served_position
+            workload = self._row(conn, "workloads", artifact["workload"], position)
+            stream = self._row(conn, "bench_streams", artifact["identity"], position)
+            payload = artifact["payload_sha256"]
+            record = None if payload is None else self._row(conn, "records", record_key(artifact["workload"], payload),
+                                                            position)
+        if record is not None:
+            attach_documents(self.store, [record])
+        return BenchSubject(artifact, workload, stream, record, position)
+
     def shown_artifact(self, artifact_id: str, latest: int,
                        as_of: int | None = None) -> tuple[ArtifactState | None, int]:
         """The artifact's state with only its `latest` verdicts (in position order), and how many it has in all.
@@ -156,10 +220,14 @@ class SubjectReads(ReadModels):
         state = fold_log(self.store, check_position(self.store, as_of), stream=prefix + key)
         return getattr(state, model).get(key)
 
-    def _row(self, conn: Connection, model: str, key: str) -> Any:
-        """The subject's live row, loaded (None if it has none); notes the checkpoint it was read at."""
+    def _row(self, conn: Connection, model: str, key: str, checkpoint: int | None = None) -> Any:
+        """The subject's live row, loaded (None if it has none); notes the checkpoint it was read at.
+
+        `checkpoint` is the one this snapshot (`conn`) already read, if it did.
+        """
         table, column, _ = MODELS[model]
-        checkpoint = self.served_position = read_checkpoint(conn) or 0
+        if checkpoint is None:
+            checkpoint = self.served_position = read_checkpoint(conn) or 0
         row = conn.execute(select(*row_columns(model)).where(table.c[column] == key)).first()
         if row is None:
             check_absent(conn, model, key, checkpoint)

@@ -11,7 +11,8 @@ server appends is by `principal/key id`.
 Errors: a refusal (registry.formats.errors.UserError, a StoreError) is a 4xx
 whose body is `{"error": <the CLI's one line>}`: 401 for a missing or bad
 token, 403 for a scope that does not cover the request, 409 for a write that
-lost a race, 400 otherwise. Anything else is a defect: a 500 whose body
+lost a race (with `Retry-After: 0`: the same request again may pass) or
+reused an idempotency key for other content (without it), 400 otherwise. Anything else is a defect: a 500 whose body
 names a crash id, with the traceback in the server's log only.
 """
 from __future__ import annotations
@@ -88,7 +89,8 @@ def create_app(config: ServerConfig) -> FastAPI:
     @app.exception_handler(UserError)
     @app.exception_handler(StoreError)
     async def refused(_request: Request, exc: Exception) -> JSONResponse:
-        headers = {"WWW-Authenticate": "Bearer"} if isinstance(exc, TokenRefused) else None
+        headers = ({"WWW-Authenticate": "Bearer"} if isinstance(exc, TokenRefused)
+                   else {"Retry-After": "0"} if isinstance(exc, ConcurrencyError) else None)
         return JSONResponse({"error": _one_line(exc)}, status_code=_status(exc), headers=headers)
 
     @app.exception_handler(RequestValidationError)
@@ -115,6 +117,10 @@ def create_app(config: ServerConfig) -> FastAPI:
             grant.holds(scope, person=person)
             return grant
         return dependency
+
+    def ingesting(grant: Grant) -> Callable[[str], None]:
+        """The scope check a session's use case runs on the workload of the artifact it has just read."""
+        return lambda workload: grant.require("ingest", workload)
 
     def workload_of(artifact: str) -> str:
         from registry.app.evidence import capture_subject
@@ -228,8 +234,8 @@ def create_app(config: ServerConfig) -> FastAPI:
         """Open a benchmark session (`registry bench open`)."""
         from registry.app.bench import open_session as open_one
 
-        grant.require("ingest", workload_of(artifact))
-        name, record = open_one(acting(grant), artifact, body.device, body.timer, body.arch)
+        name, record = open_one(acting(grant), artifact, body.device, body.timer, body.arch,
+                                authorize=ingesting(grant))
         return {"session": name, "artifact": artifact, **record.to_dict()}
 
     @app.post("/api/artifacts/{artifact}/sessions/{session}/batches", tags=["ingest"])
@@ -237,9 +243,8 @@ def create_app(config: ServerConfig) -> FastAPI:
         """Append one batch of pairs (`registry bench record`); the same batch key again appends nothing."""
         from registry.app.bench import record_pairs
 
-        grant.require("ingest", workload_of(artifact))
         appended, record = record_pairs(acting(grant), artifact, session, body.baseline_s, body.candidate_s,
-                                        body.batch)
+                                        body.batch, authorize=ingesting(grant))
         return {"artifact": artifact, "session": session, "batch": body.batch, "appended": appended,
                 **record.to_dict()}
 

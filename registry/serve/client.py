@@ -10,6 +10,8 @@ so the command prints it as it prints its own.
 """
 from __future__ import annotations
 
+import random
+import time
 from typing import Any, Callable
 
 import httpx
@@ -19,6 +21,16 @@ from registry.formats.errors import UserError
 # How many times a request whose answer was lost is sent again (idempotent requests only).
 RETRIES = 5
 TIMEOUT_SECONDS = 120.0
+# The wait before the k-th resend is drawn uniformly from [0, min(BACKOFF_CAP, BACKOFF_BASE * 2**k)] seconds
+# ("full jitter"): clients that timed out together do not come back together, so a slow server is not met
+# with a storm of resends.
+BACKOFF_BASE = 0.05
+BACKOFF_CAP = 2.0
+
+
+def backoff_seconds(attempt: int, draw: Callable[[], float] = random.random) -> float:
+    """How long to wait before resend number `attempt` (0 for the first): exponential with full jitter."""
+    return draw() * min(BACKOFF_CAP, BACKOFF_BASE * 2 ** attempt)
 
 
 class ServerRefused(UserError):
@@ -34,6 +46,7 @@ class RegistryClient:
             raise UserError(f"--server {base_url!r}: expected an http:// or https:// URL")
         self.http = httpx.Client(base_url=base_url.rstrip("/"), headers={"Authorization": f"Bearer {token}"},
                                  timeout=timeout, transport=transport)
+        self.resent = 0  # requests sent again, over this client's life
 
     def close(self) -> None:
         self.http.close()
@@ -45,15 +58,26 @@ class RegistryClient:
         self.close()
 
     def request(self, method: str, path: str, body: Any = None, *, retry: bool = False) -> dict[str, Any]:
-        """The JSON answer; a 4xx raised as ServerRefused; lost answers retried when `retry` (idempotent only)."""
-        tries = RETRIES if retry else 1
+        """The JSON answer; a 4xx raised as ServerRefused.
+
+        With `retry` (idempotent requests only), a lost answer (a timeout, a
+        dropped connection) and a refusal the server marks as worth repeating
+        (`Retry-After`: a write that lost a race) are sent again, up to
+        RETRIES times, each after `backoff_seconds`.
+        """
+        tries = RETRIES + 1 if retry else 1
         for attempt in range(tries):
+            if attempt:
+                self.resent += 1
+                time.sleep(backoff_seconds(attempt - 1))
             try:
                 response = self.http.request(method, path, json=body)
-                break
             except (httpx.TimeoutException, httpx.NetworkError, httpx.RemoteProtocolError) as exc:
                 if attempt == tries - 1:
                     raise UserError(f"{self.http.base_url}: no answer ({type(exc).__name__}: {exc})") from None
+                continue
+            if response.status_code < 400 or "retry-after" not in response.headers or attempt == tries - 1:
+                break
         if response.status_code >= 400:
             try:
                 line = response.json()["error"]
