@@ -38,6 +38,10 @@ profile evidence names when ``--insecure-no-sandbox`` ran the candidate as the h
 MEMORY_BYTES = 16 << 30
 """RLIMIT_AS of a CPU worker (torch and Triton map about 3 GiB of address space before any kernel).
 A CUDA worker gets none: the driver reserves address space for unified memory far past any limit."""
+JAIL_MEMORY_BYTES = 16 << 30
+"""Memory and swap of everything one jail holds together (its processes, their tmpfs pages), where the
+launcher can make a memory cgroup (a root harness with a writable controller): the candidate's and the
+baseline's workers with torch use under 2 GiB on a CPU."""
 OPEN_FILES = 1024
 PROCESSES = 512  # RLIMIT_NPROC counts threads of the sandbox's own uid, which no other process has
 FILE_BYTES = 256 << 20
@@ -156,7 +160,7 @@ class Sandbox:
                 "env": worker_env(self.device_type), "user_namespace": not root, "set_ids": root,
                 "uid": os.getuid(), "gid": os.getgid(), "probe_ids": _draw_ids(),
                 "workers": [dict(_draw_ids(), fds=fds) for fds in workers],
-                "tmp_bytes": TMP_BYTES, "tmp_inodes": TMP_INODES, "shm_bytes": SHM_BYTES}
+                "memory_bytes": JAIL_MEMORY_BYTES, "tmp_bytes": TMP_BYTES, "tmp_inodes": TMP_INODES, "shm_bytes": SHM_BYTES}
 
     def command(self, workers: list[dict[str, int]]) -> list[str]:
         """The launcher's command line (an isolated interpreter without site: it starts in milliseconds),

@@ -33,6 +33,15 @@ order:
    back to ``clone``, whose flags the filter can read; a foreign
    architecture is killed.
 
+Before step 1, a harness that is root and finds a memory controller it may
+write (cgroup v2, or v1's ``memory`` hierarchy) puts the launcher into a
+cgroup of its own under its current one, with ``memory_bytes`` as the limit
+of memory and swap for everything the jail holds together (its processes and
+the tmpfs pages they write); the OOM killer ends a process of the jail, never
+one outside it. The launcher's parent moves back out and removes the cgroup
+when pid 1 has ended. Where no such controller can be written, only the
+per-process limits bound memory (docs/kernels.md says so).
+
 Any failure before the ``execve`` exits with ``SETUP_FAILED`` after one line
 on stderr starting with ``sandbox:`` (the zygote's workers do the same); the
 harness turns that into a refusal or a recorded failure, never an
@@ -96,6 +105,85 @@ _RLIMITS = {"as": "RLIMIT_AS", "nofile": "RLIMIT_NOFILE", "nproc": "RLIMIT_NPROC
 
 class SetupError(Exception):
     """A step of building the jail failed: the worker must not start."""
+
+
+CGROUP_ROOT = "/sys/fs/cgroup"
+
+
+def _memory_cgroup_parent() -> tuple[str, str] | None:
+    """This process's memory cgroup folder and its version ("v2" or "v1"), or None without a writable one."""
+    try:
+        with open("/proc/self/cgroup") as fh:
+            lines = [line.rstrip("\n").split(":", 2) for line in fh]
+    except OSError:
+        return None
+    for _, controllers, path in lines:
+        if "memory" in controllers.split(","):
+            folder = f"{CGROUP_ROOT}/memory{path}"
+            if os.access(folder, os.W_OK) and os.path.exists(f"{folder}/memory.limit_in_bytes"):
+                return folder.rstrip("/"), "v1"
+    for _, controllers, path in lines:
+        if controllers == "":
+            folder = f"{CGROUP_ROOT}{path}".rstrip("/")
+            try:
+                with open(f"{folder}/cgroup.subtree_control") as fh:
+                    delegated = "memory" in fh.read().split()
+            except OSError:
+                continue
+            if delegated and os.access(folder, os.W_OK):
+                return folder, "v2"
+    return None
+
+
+def _write(path: str, value: str) -> None:
+    with open(path, "w") as fh:
+        fh.write(value)
+
+
+def enter_memory_cgroup(limit: int) -> tuple[int, int, str] | None:
+    """Move this process into a new memory cgroup limited to ``limit`` bytes of memory and swap (see the
+    module docstring). Returns what leaving needs, held open now: the jail's ``pivot_root`` moves this
+    process's root too (one mount namespace), so no path of the machine's resolves afterwards."""
+    found = _memory_cgroup_parent()
+    if found is None:
+        return None
+    parent, version = found
+    for name in os.listdir(parent):  # the empty cgroups of launchers killed before they could remove theirs
+        if name.startswith("registry-sandbox-") and not os.path.exists(f"/proc/{name.rpartition('-')[2]}"):
+            try:
+                os.rmdir(f"{parent}/{name}")
+            except OSError:
+                pass
+    name = f"registry-sandbox-{os.getpid()}"
+    folder = f"{parent}/{name}"
+    os.mkdir(folder)
+    try:
+        if version == "v1":
+            _write(f"{folder}/memory.limit_in_bytes", str(limit))
+            if os.path.exists(f"{folder}/memory.memsw.limit_in_bytes"):
+                _write(f"{folder}/memory.memsw.limit_in_bytes", str(limit))
+        else:
+            _write(f"{folder}/memory.max", str(limit))
+            if os.path.exists(f"{folder}/memory.swap.max"):
+                _write(f"{folder}/memory.swap.max", "0")
+        held = os.open(parent, os.O_RDONLY | os.O_DIRECTORY), os.open(f"{parent}/cgroup.procs", os.O_WRONLY)
+        _write(f"{folder}/cgroup.procs", str(os.getpid()))
+    except OSError:
+        os.rmdir(folder)
+        raise
+    return (*held, name)
+
+
+def leave_memory_cgroup(cgroup: tuple[int, int, str] | None) -> None:
+    """Back into the cgroup it left, then remove the jail's (empty now: pid 1's end killed the rest)."""
+    if cgroup is None:
+        return
+    parent, procs, name = cgroup
+    try:
+        os.write(procs, str(os.getpid()).encode())
+        os.rmdir(name, dir_fd=parent)
+    except OSError:
+        pass  # an empty cgroup left behind holds no process; the next launcher removes it
 
 
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -311,6 +399,7 @@ def main(argv: list[str]) -> None:
         config = json.loads(argv[1])
         arch()  # refuse an unknown architecture before anything changes
         _prctl(PR_SET_PDEATHSIG, signal.SIGKILL, "parent-death signal")
+        cgroup = enter_memory_cgroup(config["memory_bytes"]) if config["set_ids"] else None
         if config["user_namespace"]:
             _check(_libc.unshare(NAMESPACE_FLAGS), "unshare")
             _user_namespace(config["uid"], config["gid"])
@@ -340,6 +429,7 @@ def main(argv: list[str]) -> None:
             os._exit(SETUP_FAILED)
         except InterruptedError:
             continue
+    leave_memory_cgroup(cgroup)
     os._exit(os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 128 + os.WTERMSIG(status))
 
 
