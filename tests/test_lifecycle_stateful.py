@@ -1,11 +1,11 @@
-"""Random lifecycles through the CLI on a real SQLite file, checked after every step.
+"""Random lifecycles through the CLI on a real SQLite file, checked as they go.
 
 A hypothesis state machine registers and re-registers artifacts of the three
 tiers (perceptual, advisory, exact; bundle and backend changes, and back to
 earlier claims), registers the same bundle under new ids, imports evidence
 of every kind (passing, failing, contradictory, for another payload),
 records failures, promotes, approves, revokes and re-declares contracts
-(then approves or revokes what was decided before). Every few steps and at
+(then approves or revokes what was decided before). Midway through and at
 the end of each example (after every step in one example: tests/stateful_checks.py):
 (a) an artifact shown promoted rests on a verdict for its current identity,
     decided with no open failure on evidence of that identity (bound to its
@@ -20,6 +20,7 @@ the end of each example (after every step in one example: tests/stateful_checks.
 """
 from __future__ import annotations
 
+import atexit
 import json
 import shutil
 import tempfile
@@ -143,20 +144,44 @@ def decided_on(stream: list, verdict_position: int, identity: str) -> list:
             if e.type == "EvaluationFailed" or (e.type in EVIDENCE_TYPES.values() and e.position > revoked)]
 
 
+# Every example starts from the same registry (init, three workloads, three bundles, three artifacts): the first
+# example of a process builds it through the CLI and leaves a copy here, the others start from a copy of it (about
+# a second of CLI calls each, of the five or so an example takes).
+_START: dict = {}
+
+
 class Lifecycle(CheckedEveryFewSteps):
+    # Counting the start, checked after the 7th and the 15th rule, twice an example: every 5 checked four times, and a
+    # third of the machine's time went to checks.
+    CHECK_EVERY = 8
+
     @initialize()
     def open_registry_file(self):
         self.folder = Path(tempfile.mkdtemp(prefix="lifecycle-"))
         self.url = f"sqlite:///{self.folder / 'registry.db'}"
         self.runner = CliRunner()
+        self.artifacts = dict(ARTIFACTS)  # the fixed three, and any the `rename` rule adds
+        self.renamed = 0
+        if _START:
+            shutil.copytree(_START["folder"], self.folder, dirs_exist_ok=True,
+                            ignore=shutil.ignore_patterns("*-shm"))  # SQLite rebuilds the WAL index on open
+            self.files, self.payload_digests = _START["files"], dict(_START["payload_digests"])
+            self.min_ssim = {workload: dict(versions) for workload, versions in _START["min_ssim"].items()}
+            return
+        self.start_registry()
+        template = Path(tempfile.mkdtemp(prefix="lifecycle-start-")) / "start"
+        shutil.copytree(self.folder, template, ignore=shutil.ignore_patterns("*-shm"))
+        atexit.register(shutil.rmtree, template.parent, ignore_errors=True)
+        _START.update(folder=template, files=self.files, payload_digests=dict(self.payload_digests),
+                      min_ssim={workload: dict(versions) for workload, versions in self.min_ssim.items()})
+
+    def start_registry(self):
         self.files = 0
         self.min_ssim = {"wan": {}, "ltx": {}, "exact": {}}  # workload -> contract version -> min_ssim
         self.run_ok("init")
         for workload in self.min_ssim:
             self.declare(workload, MIN_SSIM[0])
         self.payload_digests = {}
-        self.artifacts = dict(ARTIFACTS)  # the fixed three, and any the `rename` rule adds
-        self.renamed = 0
         for name in PAYLOADS:  # each payload is a bundle, so `resolve` can ship what is promoted
             directory = make_bundle(self.folder / "bundles", name, source=f"def replacement(x):\n    return ({name!r}, x)\n")
             self.payload_digests[name] = verify_directory(directory).digest
@@ -367,21 +392,22 @@ class Lifecycle(CheckedEveryFewSteps):
     # -- invariants --------------------------------------------------------------------------------
 
     def whole_checks(self):
-        self.promoted_means_shown_good()
-        self.whatever_ships_is_promoted_for_its_current_identity()
-        self.replay_gives_the_same_state()
-
-    def promoted_means_shown_good(self):
-        """(a) for every artifact shown promoted."""
         if not hasattr(self, "folder"):
             return
+        shown = {artifact: self.state(artifact) for artifact in self.artifacts}  # nothing changes while checking
+        self.promoted_means_shown_good(shown)
+        self.whatever_ships_is_promoted_for_its_current_identity(shown)
+        self.replay_gives_the_same_state()
+
+    def promoted_means_shown_good(self, shown: dict):
+        """(a) for every artifact shown promoted."""
         registry = open_registry(self.url)
         try:
             store = registry.store
             by_id = {event.event_id: event for event in store.read_all()}
             registrations = {e.stream: e.payload for e in by_id.values() if e.type == "ArtifactRegistered"}
             for artifact, (workload, _) in self.artifacts.items():
-                state = self.state(artifact)
+                state = shown[artifact]
                 registration = [e.payload for e in store.read_stream(f"artifact:{artifact}")
                                 if e.type == "ArtifactRegistered"][-1]
                 identity = artifact_identity(registration)
@@ -420,21 +446,19 @@ class Lifecycle(CheckedEveryFewSteps):
         finally:
             registry.engine.dispose()
 
-    def whatever_ships_is_promoted_for_its_current_identity(self):
+    def whatever_ships_is_promoted_for_its_current_identity(self, shown: dict):
         """`resolve` ships only an artifact promoted for the identity it claims now, on the bundle it registered.
 
         (That the promotion was judged under the workload's current contract is
         resolve's contract-version rule; its check belongs beside the lock rules below.)
         """
-        if not hasattr(self, "folder"):
-            return
         for workload in ("wan", "ltx", "exact"):
             result = self.run("resolve", "--workload", workload, "--arch", "sm90", "--torch", "2.5.0", "--cuda", "12.4",
                               "--json")
             match = json.loads(result.output)["match"] if result.exit_code == 0 else None
             if match is None:
                 continue
-            state = self.state(match["artifact"])
+            state = shown[match["artifact"]]
             assert state["decision"] == "promoted", (match, state["decision"])
             assert state["workload"] == workload
             registration = self.registration(match["artifact"])
@@ -453,8 +477,6 @@ class Lifecycle(CheckedEveryFewSteps):
 
     def replay_gives_the_same_state(self):
         """(b) the live read models equal a full replay, by either reader."""
-        if not hasattr(self, "folder"):
-            return
         registry = open_registry(self.url)
         try:
             report = verify_projections(registry.store)
