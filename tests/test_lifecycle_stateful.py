@@ -20,7 +20,6 @@ the end of each example (after every step in one example: tests/stateful_checks.
 """
 from __future__ import annotations
 
-import atexit
 import json
 import shutil
 import tempfile
@@ -40,7 +39,7 @@ from registry.projections.fold import fold
 from registry.projections.items import attach_items
 from registry.projections.record_items import attach_state_documents
 from ship_helpers import make_bundle
-from stateful_checks import CheckedEveryFewSteps, checked_after_every_step
+from stateful_checks import CheckedEveryFewSteps, CopiedStart, checked_after_every_step
 from test_read_model_shapes import registry_shape_problems
 
 ARTIFACTS = {"sage": ("wan", "attention_backend"), "cache": ("ltx", "step_cache"), "kernel": ("exact", "fused_kernel")}
@@ -144,16 +143,11 @@ def decided_on(stream: list, verdict_position: int, identity: str) -> list:
             if e.type == "EvaluationFailed" or (e.type in EVIDENCE_TYPES.values() and e.position > revoked)]
 
 
-# Every example starts from the same registry (init, three workloads, three bundles, three artifacts): the first
-# example of a process builds it through the CLI and leaves a copy here, the others start from a copy of it (about
-# a second of CLI calls each, of the five or so an example takes).
-_START: dict = {}
-
-
 class Lifecycle(CheckedEveryFewSteps):
     # Counting the start, checked after the 7th and the 15th rule, twice an example: every 5 checked four times, and a
     # third of the machine's time went to checks.
     CHECK_EVERY = 8
+    START = CopiedStart()  # init, three workloads, three bundles, three artifacts: about a second of CLI calls
 
     @initialize()
     def open_registry_file(self):
@@ -162,20 +156,9 @@ class Lifecycle(CheckedEveryFewSteps):
         self.runner = CliRunner()
         self.artifacts = dict(ARTIFACTS)  # the fixed three, and any the `rename` rule adds
         self.renamed = 0
-        if _START:
-            shutil.copytree(_START["folder"], self.folder, dirs_exist_ok=True,
-                            ignore=shutil.ignore_patterns("*-shm"))  # SQLite rebuilds the WAL index on open
-            self.files, self.payload_digests = _START["files"], dict(_START["payload_digests"])
-            self.min_ssim = {workload: dict(versions) for workload, versions in _START["min_ssim"].items()}
-            return
-        self.start_registry()
-        template = Path(tempfile.mkdtemp(prefix="lifecycle-start-")) / "start"
-        shutil.copytree(self.folder, template, ignore=shutil.ignore_patterns("*-shm"))
-        atexit.register(shutil.rmtree, template.parent, ignore_errors=True)
-        _START.update(folder=template, files=self.files, payload_digests=dict(self.payload_digests),
-                      min_ssim={workload: dict(versions) for workload, versions in self.min_ssim.items()})
+        self.__dict__.update(self.START.start(self.folder, self.start_registry))
 
-    def start_registry(self):
+    def start_registry(self) -> dict:
         self.files = 0
         self.min_ssim = {"wan": {}, "ltx": {}, "exact": {}}  # workload -> contract version -> min_ssim
         self.run_ok("init")
@@ -187,6 +170,7 @@ class Lifecycle(CheckedEveryFewSteps):
             self.payload_digests[name] = verify_directory(directory).digest
         for artifact in ARTIFACTS:
             self.register(artifact, PAYLOADS[0], BACKENDS[0])
+        return {"files": self.files, "min_ssim": self.min_ssim, "payload_digests": self.payload_digests}
 
     def release(self):
         folder = getattr(self, "folder", None)
