@@ -254,9 +254,9 @@ operations = st.lists(st.one_of(
 @given(operations)
 def test_any_sequence_of_opens_and_batches_keeps_one_ordered_record(tmp_path_factory, sqlite_template, ops):
     """Whatever is tried, the record holds exactly the accepted batches in order, refusals write nothing,
-    and its decision is the rule's reading of those pairs (each example on a copy of the migrated template)."""
+    and its decision is the rule's reading of those pairs."""
     tmp = tmp_path_factory.mktemp("ops")
-    shutil.copyfile(sqlite_template, tmp / "r.db")
+    shutil.copyfile(sqlite_template, tmp / "r.db")  # each example on a copy of the migrated template
     registry = open_registry(f"sqlite:///{tmp / 'r.db'}", actor="w")
     from registry.app.workloads import declare_workload
     from registry.contracts import Contract
