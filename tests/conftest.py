@@ -17,6 +17,13 @@ the one Postgres server and creates its own databases under unique names,
 and its own files under its own tmp_path; the skip summary and strict mode
 count the skips every worker reports, on the controller.
 
+Order: the files whose tests take longest (LONGEST_FIRST, named with why in
+docs/benchmarks.md, "The suite") are collected first, the rest in their own
+order. Under `--dist loadfile --no-loadscope-reorder` (scripts/run_tests.sh)
+xdist hands files out in this order, so no long file starts last while the
+other worker has nothing left to do (xdist's own order, most tests first,
+left the two-test stateful file to the end).
+
 Process-wide state: every test must leave torch's thread count and
 os.environ as it found them (a leak would change what later modules measure);
 `no_leaked_process_state` restores both and fails the test that leaked.
@@ -123,6 +130,20 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         write(f"{STRICT_ENV}=1: {len(refused)} skipped tests fail the run; first: {refused[0][0]}", red=True)
     elif not STRICT:
         write(f"(with {STRICT_ENV}=1, as CI runs, any skip not marked `device` fails the run)")
+
+
+# Longest first (seconds per file on the 2-core machine: docs/benchmarks.md, "The suite").
+LONGEST_FIRST = (
+    "test_lifecycle_stateful.py", "test_escape_gallery.py", "test_suite_guards.py", "test_crash.py",
+    "test_concurrency.py", "test_jobs.py", "test_serve_fuzz.py", "test_cheat_gallery.py", "test_demo.py",
+    "test_evaluate_runner.py", "test_plain_payloads.py", "test_cli_evaluate.py", "test_serve_worker.py",
+    "test_ship_stateful.py",
+)
+
+
+def pytest_collection_modifyitems(items):
+    first = {name: rank for rank, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: first.get(item.path.name, len(first)))  # stable: each file's tests keep their order
 
 
 PG_URL = os.environ.get("REGISTRY_TEST_POSTGRES_URL")

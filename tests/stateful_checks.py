@@ -7,10 +7,20 @@ few steps and once more when the example ends finds every state the
 per-step checks would, a few steps later. One example of each machine still
 checks after every step (`checked_after_every_step`), so a state that a later
 step would hide again is looked at too.
+
+Every example of a machine starts from the same registry (`CopiedStart`):
+the first example of a process sets it up through the CLI, the others start
+from a copy of its folder (a file copy against several CLI commands each).
 """
 from __future__ import annotations
 
+import atexit
+import copy
+import shutil
 import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
 
 from hypothesis import settings
 from hypothesis.stateful import RuleBasedStateMachine, invariant
@@ -49,3 +59,26 @@ def checked_after_every_step(machine: type[CheckedEveryFewSteps], examples: sett
     every_step = type(f"{machine.__name__}EveryStep", (machine,), {"CHECK_EVERY": 1})
     every_step.TestCase.settings = settings(examples, max_examples=1)
     return every_step.TestCase
+
+
+class CopiedStart:
+    """The folder each example of a machine starts from, set up once per process and copied for the others."""
+
+    def __init__(self) -> None:
+        self._kept: tuple[Path, dict] | None = None
+
+    def start(self, folder: Path, build: Callable[[], dict]) -> dict:
+        """Set `folder` up: by `build()` the first time (it returns what the machine keeps about the folder), else
+        as a copy of the folder and of what `build` returned then. SQLite rebuilds a database's WAL index on open,
+        so the index files are not copied."""
+        skip = shutil.ignore_patterns("*-shm")
+        if self._kept is None:
+            kept = build()
+            template = Path(tempfile.mkdtemp(prefix="machine-start-")) / "start"
+            shutil.copytree(folder, template, ignore=skip)
+            atexit.register(shutil.rmtree, template.parent, ignore_errors=True)
+            self._kept = (template, copy.deepcopy(kept))
+            return kept
+        template, kept = self._kept
+        shutil.copytree(template, folder, dirs_exist_ok=True, ignore=skip)
+        return copy.deepcopy(kept)

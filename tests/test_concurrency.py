@@ -12,7 +12,6 @@ two processes sending the same key at the same moment.
 from __future__ import annotations
 
 import json
-import multiprocessing
 import queue
 import random
 import threading
@@ -31,21 +30,23 @@ from registry.events.errors import ConcurrencyError, StoreError
 from registry.events.store import APPEND_LOCK_KEY, EventStore, NewEvent
 
 from limits import HANG_GUARD_S
+from processes import FORKSERVER  # children start clean: no inherited connections or threads
 from store_helpers import SHA
 
 # The full size, 8 writers x 500 appends (4,000 commits, plus the conflicts'
 # retries), ran once on the 2-core machine in 13.6 s on SQLite and 26.6 s on
-# Postgres (figures in docs/postgres.md). The suite keeps 8 writers but 200
-# appends each so both backends together stay near 15 s.
-WRITERS = 8
-APPENDS_PER_WRITER = 200
+# Postgres (figures in docs/postgres.md). The suite keeps 6 writers, three
+# processes per core, so each is preempted mid-append, with 100 appends each
+# (600 commits on 32 streams): the conflict and retry that must happen is
+# forced by construction (FORCED_STREAM), not left to the volume of appends.
+WRITERS = 6
+APPENDS_PER_WRITER = 100
 READERS = 2
 STREAMS = 32
 MAX_ATTEMPTS = 200  # optimistic retries per append before a writer gives up (a livelock would fail the test)
 # Writers 0 and 1 open on this stream: writer 1 appends between writer 0's read of the version and
 # writer 0's append, so at least one conflict and retry happens by construction, not by luck.
 FORCED_STREAM = "s0"
-SPAWN = multiprocessing.get_context("spawn")  # children start clean: no inherited connections or threads
 
 
 def frameset(name: str, seed: int, source: str) -> NewEvent:
@@ -156,13 +157,13 @@ def run_processes(processes, results, expected: int) -> list:
 def test_writers_race_and_tailing_readers_see_every_event_once_in_order(backend_url):
     store = open_store(backend_url)
     total = WRITERS * APPENDS_PER_WRITER
-    start = SPAWN.Barrier(WRITERS + READERS)
-    stale_read, overtaken = SPAWN.Event(), SPAWN.Event()
-    results = SPAWN.Queue()
-    processes = [SPAWN.Process(target=race_writer,
+    start = FORKSERVER.Barrier(WRITERS + READERS)
+    stale_read, overtaken = FORKSERVER.Event(), FORKSERVER.Event()
+    results = FORKSERVER.Queue()
+    processes = [FORKSERVER.Process(target=race_writer,
                                args=(backend_url, i, APPENDS_PER_WRITER, start, stale_read, overtaken, results))
                  for i in range(WRITERS)]
-    processes += [SPAWN.Process(target=tail_reader, args=(backend_url, i, total, start, results))
+    processes += [FORKSERVER.Process(target=tail_reader, args=(backend_url, i, total, start, results))
                   for i in range(READERS)]
     collected = run_processes(processes, results, WRITERS + READERS)
 
@@ -325,9 +326,9 @@ def test_a_resent_evidence_run_is_recorded_once(backend_url, tmp_path):
 def test_the_same_key_from_two_processes_at_once_appends_once(backend_url):
     store = open_store(backend_url)
     keys, senders = 15, 2
-    barrier = SPAWN.Barrier(senders)
-    results = SPAWN.Queue()
-    processes = [SPAWN.Process(target=same_key_sender, args=(backend_url, keys, barrier, results))
+    barrier = FORKSERVER.Barrier(senders)
+    results = FORKSERVER.Queue()
+    processes = [FORKSERVER.Process(target=same_key_sender, args=(backend_url, keys, barrier, results))
                  for _ in range(senders)]
     got = run_processes(processes, results, senders)
     assert got[0] == got[1]
@@ -340,8 +341,8 @@ def test_the_same_key_from_two_processes_at_once_appends_once(backend_url):
 
 # -- readers of the read models while writers keep appending ----------------------------------
 
-IMPORTERS = 8
-IMPORT_ROUNDS = 40
+IMPORTERS = 6  # three per core: each catch-up is preempted by the others' appends
+IMPORT_ROUNDS = 25
 SHARED_ARTIFACTS = ("k0", "k1")  # every importer writes to and reads both, so their catch-ups collide
 
 
@@ -383,7 +384,7 @@ def importing_reader(url: str, index: int, rounds: int, start, results) -> None:
 
 
 def test_reads_through_the_read_models_never_fail_while_writers_append(backend_url):
-    """8 processes import, read and promote on two shared artifacts at once: every read answers.
+    """6 processes import, read and promote on two shared artifacts at once: every read answers.
 
     Catch-up folds up to the head it saw when it started and serves that,
     however many events writers append meanwhile (docs/projections.md). Every
@@ -400,9 +401,9 @@ def test_reads_through_the_read_models_never_fail_while_writers_append(backend_u
     declare_workload(registry, Contract.from_mapping({"workload": "w"}))
     for artifact in SHARED_ARTIFACTS:
         register_artifact(registry, artifact, workload="w", kind="fused_kernel")
-    start = SPAWN.Barrier(IMPORTERS)
-    results = SPAWN.Queue()
-    processes = [SPAWN.Process(target=importing_reader, args=(backend_url, i, IMPORT_ROUNDS, start, results))
+    start = FORKSERVER.Barrier(IMPORTERS)
+    results = FORKSERVER.Queue()
+    processes = [FORKSERVER.Process(target=importing_reader, args=(backend_url, i, IMPORT_ROUNDS, start, results))
                  for i in range(IMPORTERS)]
     reports = run_processes(processes, results, IMPORTERS)
     assert [failed for _, _, failed, _ in reports] == [[]] * IMPORTERS

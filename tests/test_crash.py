@@ -15,7 +15,6 @@ idempotency key), so no batch is lost and none is recorded twice.
 """
 from __future__ import annotations
 
-import multiprocessing
 import threading
 import time
 from collections import defaultdict
@@ -25,12 +24,11 @@ from registry.events.store import EventStore, NewEvent
 from registry.projections import Projections, rebuild, verify_projections
 
 from limits import HANG_GUARD_S
+from processes import FORKSERVER  # clean children, forked fast from a preloaded server
 from store_helpers import SHA
 
 KILLS = 20
 BATCH = 200  # events per append
-FORKSERVER = multiprocessing.get_context("forkserver")  # clean children, forked fast from a preloaded server
-FORKSERVER.set_forkserver_preload(["registry.events.store", "registry.events.database", "test_crash"])
 
 
 def batch_events(batch_id: int) -> tuple[str, list[NewEvent]]:

@@ -60,7 +60,7 @@ TESTS = ROOT / "tests"
 PACKAGES = sorted(path.name for path in (ROOT / "registry").iterdir() if (path / "__init__.py").exists())
 
 
-def tests_by_row() -> dict[str, list[str]]:
+def _tests_by_row() -> dict[str, list[str]]:
     """docs/architecture.md "Where the tests are": {row label: the test files it names}."""
     text = (ROOT / "docs" / "architecture.md").read_text()
     section = text.split("## Where the tests are", 1)[1].split("\n## ", 1)[0]
@@ -69,12 +69,12 @@ def tests_by_row() -> dict[str, list[str]]:
 
 
 def test_every_package_has_a_row_of_tests():
-    labels = set(tests_by_row())
+    labels = set(_tests_by_row())
     assert [package for package in PACKAGES if f"`{package}/`" not in labels] == []
 
 
 def test_every_test_file_sits_in_one_row_and_every_file_named_exists():
-    named = [name for files in tests_by_row().values() for name in files]
+    named = [name for files in _tests_by_row().values() for name in files]
     on_disk = sorted(path.name for path in TESTS.glob("test_*.py"))
     assert sorted(set(named) - set(on_disk)) == []
     assert sorted({name for name in named if named.count(name) > 1}) == []

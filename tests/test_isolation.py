@@ -165,3 +165,21 @@ def test_reading_the_worker_works_past_select_s_descriptor_limit():
         for fd in held:
             os.close(fd)
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+@pytest.mark.parametrize("raised,said", [("ValueError('bad\\nsecond line')", "ValueError: bad"),
+                                         ("ValueError()", "ValueError"), ("KeyError()", "KeyError")])
+def test_a_candidate_that_fails_at_import_is_named_by_the_first_line_of_its_error(tmp_path, raised, said):
+    """The worker's own loader (in this process: no worker started), an empty message included."""
+    import sys
+
+    from registry.kernels.entries import EntryError
+    from registry.kernels.worker import CANDIDATE_MODULE, _load_candidate
+
+    candidate = {"name": "cand.py", "function": "f", "source": f"raise {raised}\n"}
+    try:
+        with pytest.raises(EntryError) as refused:
+            _load_candidate("cand.py:f", candidate, str(tmp_path))
+    finally:
+        sys.modules.pop(CANDIDATE_MODULE, None)
+    assert str(refused.value) == f"entry 'cand.py:f': loading cand.py failed: {said}"

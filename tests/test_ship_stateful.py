@@ -41,7 +41,7 @@ from registry.cli.main import main
 from registry.projections.state import FINAL
 from registry.runtime import resolve as runtime_resolve
 from ship_helpers import MANIFEST, evidence, make_bundle
-from stateful_checks import CheckedEveryFewSteps, checked_after_every_step
+from stateful_checks import CheckedEveryFewSteps, CopiedStart, checked_after_every_step
 
 ARTIFACTS = ("a", "b")
 SOURCES = ("def replacement(x):\n    return ('one', x)\n", "def replacement(x):\n    return ('two', x)\n")
@@ -51,6 +51,8 @@ PROFILE = Profile("sm90", "2.13.0", "12.8")
 
 
 class Shipping(CheckedEveryFewSteps):
+    START = CopiedStart()  # init, a workload, a signing key
+
     @initialize()
     def start(self) -> None:
         self.tmp = Path(tempfile.mkdtemp(prefix="ship-machine-"))
@@ -58,10 +60,14 @@ class Shipping(CheckedEveryFewSteps):
         self.runner = CliRunner()
         self.steps = 0
         self.kept: list[tuple[Path, dict]] = []
+        self.key = self.tmp / "signing.key"
+        self.__dict__.update(self.START.start(self.tmp, self.start_registry))
+
+    def start_registry(self) -> dict:
         self.ok("init")
         self.declare(MIN_SSIM[0])
-        self.key = self.tmp / "signing.key"
         self.ok("keys", "init", str(self.key))
+        return {"version": self.version}
 
     def release(self) -> None:
         shutil.rmtree(getattr(self, "tmp", ""), ignore_errors=True)

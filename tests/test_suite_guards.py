@@ -49,11 +49,14 @@ def test_skips_for_want_of_a_device():
 def run_suite(tmp_path: Path, strict: bool, *select: str) -> subprocess.CompletedProcess:
     (tmp_path / "conftest.py").write_text(CONFTEST.read_text(encoding="utf-8"), encoding="utf-8")
     (tmp_path / "test_probe.py").write_text(SUITE, encoding="utf-8")
-    # The child is a run of its own, even when this test runs inside an xdist worker.
+    # The child is a run of its own, even when this test runs inside an xdist worker. It loads only the plugin
+    # the guards meet (xdist): the installed ones (hypothesis, schemathesis, playwright...) cost each of its
+    # interpreters about as much start-up as torch does, and the probe suite uses none of them.
     env = {k: v for k, v in os.environ.items() if k != "REGISTRY_TEST_STRICT" and not k.startswith("PYTEST_XDIST_")}
+    env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
     if strict:
         env["REGISTRY_TEST_STRICT"] = "1"
-    return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q",
+    return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "xdist", "-q",
                            "-W", "ignore::pytest.PytestUnknownMarkWarning", *select, str(tmp_path)],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=HANG_GUARD_S)
 

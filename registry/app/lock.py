@@ -31,7 +31,7 @@ from registry.bundles.lock import LOCK_FORMAT, locked_entry
 from registry.bundles.signed_lock import sign_lock
 from registry.bundles.resolution import SELECTED
 from registry.formats.names import artifact_stream
-from registry.formats.errors import UserError
+from registry.formats.errors import UserError, first_line
 from registry.projections import Projections
 from registry.formats.text import text_arguments
 
@@ -239,7 +239,7 @@ def _scratch_request(data: Any, path: str) -> tuple[Lock, dict[str, str | None]]
         try:
             data = payload_json(parse_envelope(data).payload, path)
         except ValueError as exc:
-            raise UserError(f"--refresh {path}: {str(exc).splitlines()[0]}") from None
+            raise UserError(f"--refresh {path}: {first_line(exc)}") from None
     if not isinstance(data, dict) or not isinstance(data.get("artifacts"), list):
         raise UserError(f"--refresh {path}: not a lock document (an object with an artifacts list)")
     wanted = {check_name(entry.get("artifact") if isinstance(entry, dict) else None, "artifacts[].artifact"): None

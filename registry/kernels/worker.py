@@ -38,6 +38,7 @@ import time
 
 import torch
 
+from registry.formats.errors import first_line
 from registry.kernels import wire
 from registry.kernels.launches import counting
 
@@ -199,8 +200,9 @@ def _load_candidate(entry: str, candidate: dict[str, Any], scratch: str | None) 
     try:
         spec.loader.exec_module(module)
     except Exception as exc:  # the candidate's own top-level code failed
-        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else "no message"
-        raise EntryError(f"entry {entry!r}: loading {name} failed: {type(exc).__name__}: {reason}") from None
+        reason = first_line(exc)  # the type's name alone when the message is empty
+        said = reason if reason == type(exc).__name__ else f"{type(exc).__name__}: {reason}"
+        raise EntryError(f"entry {entry!r}: loading {name} failed: {said}") from None
     return entry_function(module, entry, function)
 
 
