@@ -24,9 +24,12 @@ xdist hands files out in this order, so no long file starts last while the
 other worker has nothing left to do (xdist's own order, most tests first,
 left the two-test stateful file to the end).
 
-Process-wide state: every test must leave torch's thread count and
-os.environ as it found them (a leak would change what later modules measure);
-`no_leaked_process_state` restores both and fails the test that leaked.
+Process-wide state: every test must leave torch's thread count, os.environ
+and the functions of `torch` and `torch.nn.functional` as it found them (a
+leak would change what later modules measure: a gallery candidate imported
+into a test's own process once slowed every later `F.layer_norm` of its
+worker by a second); `no_leaked_process_state` restores them and fails the
+test that leaked.
 
 Skips: at the end of every run a summary lists what was skipped and why. With
 REGISTRY_TEST_STRICT=1 (what CI sets) any skip fails the run, except a test
@@ -55,12 +58,25 @@ def _environment() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k != PYTEST_OWN_VARIABLE}
 
 
+_PATCHABLE = (torch, torch.nn.functional)
+
+
+def _functions() -> list[dict[str, object]]:
+    return [{name: value for name, value in vars(module).items() if callable(value)} for module in _PATCHABLE]
+
+
 @pytest.fixture(autouse=True)
 def no_leaked_process_state():
-    """Fail a test that changed torch's thread count or os.environ, after putting both back."""
-    threads, environment = torch.get_num_threads(), _environment()
+    """Fail a test that changed torch's thread count, os.environ or a torch function, after putting them back."""
+    threads, environment, functions = torch.get_num_threads(), _environment(), _functions()
     yield
     leaks = []
+    for module, before in zip(_PATCHABLE, functions):
+        replaced = sorted(name for name, value in before.items() if getattr(module, name, None) is not value)
+        if replaced:
+            leaks.append(f"{module.__name__} functions {', '.join(replaced)}")
+            for name in replaced:
+                setattr(module, name, before[name])
     if torch.get_num_threads() != threads:
         leaks.append(f"torch threads {threads} -> {torch.get_num_threads()}")
         torch.set_num_threads(threads)

@@ -25,6 +25,7 @@ quick end); the module's setup copies the package and writes its manifest (about
 """
 from __future__ import annotations
 
+import ast
 import json
 import os
 import re
@@ -263,6 +264,16 @@ def test_07_sitecustomize_in_the_candidate_s_folder_is_never_imported(home, atte
     assert not (tried.folder / "sitecustomize.py").exists()
 
 
+def _candidate_constant(module: str, name: str):
+    """A constant of a gallery candidate, read from its source: importing the module would run its attack in
+    this test's own process (this one's would slow F.layer_norm for every later test of the worker)."""
+    tree = ast.parse((Path(__file__).parent / "gallery" / f"{module}.py").read_text())
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(getattr(target, "id", None) == name for target in node.targets):
+            return ast.literal_eval(node.value)
+    raise LookupError(f"{module} has no constant {name}")
+
+
 # -- the baseline, sabotaged -----------------------------------------------------------------------
 
 def test_08_the_baseline_slowed_in_the_candidate_s_process(home, attempt):
@@ -270,10 +281,9 @@ def test_08_the_baseline_slowed_in_the_candidate_s_process(home, attempt):
     BASELINE_DELAY_S the candidate's F.layer_norm slept, and the honest kernel's recorded speedup rose with
     it. Refused means the baseline ran where the candidate's patch does not reach: every baseline call (four
     layer norms) took less than one delay (a bound the sleep guarantees, not a timing race)."""
-    from gallery.escape_baseline_slowdown import BASELINE_DELAY_S
-
+    delay = _candidate_constant("escape_baseline_slowdown", "BASELINE_DELAY_S")
     benchmark = without_effect(home, attempt("escape_baseline_slowdown"))["item"]
-    assert max(benchmark["baseline_s"]) < BASELINE_DELAY_S, benchmark["baseline_s"]
+    assert max(benchmark["baseline_s"]) < delay, benchmark["baseline_s"]
 
 
 # -- the checks, told apart or forged --------------------------------------------------------------
