@@ -85,11 +85,18 @@ class _LostRace(Exception):
     """The checkpoint moved under a catch-up: roll its writes back and fold again."""
 
 
+# The tables the catalogue lists, one plain statement a backend: SQLAlchemy's reflection built and compiled its own
+# query on every catch-up (about a millisecond of CPU a pair batch on the server).
+_TABLE_NAMES = {
+    "postgresql": "SELECT c.relname FROM pg_catalog.pg_class c WHERE c.relkind IN ('r', 'p') "
+                  "AND c.relpersistence != 't' AND pg_catalog.pg_table_is_visible(c.oid)",
+    "sqlite": "SELECT name FROM sqlite_master WHERE type = 'table'",
+}
+
+
 def missing_tables(conn: Connection) -> list[str]:
     """The read-model tables the database lacks (one catalogue read; a dropped table is never caught up)."""
-    from sqlalchemy import inspect
-
-    present = set(inspect(conn).get_table_names())
+    present = set(conn.exec_driver_sql(_TABLE_NAMES[conn.dialect.name]).scalars())
     return [name for name in READ_MODEL_TABLES if name not in present]
 
 
@@ -163,8 +170,10 @@ class ReadModels:
             if missing:
                 raise ProjectionError(f"the read-model table {missing[0]} is missing; `registry replay` creates it "
                                       "again and rebuilds the read models from the log")
-            checkpoint = read_checkpoint(conn)
-            head = conn.execute(select(func.max(EVENTS.c.position))).scalar() or 0
+            checkpoint, head = conn.execute(select(
+                select(CHECKPOINT.c.position).where(CHECKPOINT.c.name == CHECKPOINT_NAME).scalar_subquery(),
+                select(func.max(EVENTS.c.position)).scalar_subquery())).one()
+            head = head or 0
         if (checkpoint or 0) > head:
             raise ProjectionError(
                 f"projection checkpoint {checkpoint} is ahead of the log's head {head}: "
