@@ -40,8 +40,9 @@ def serve(registry: Registry, host: str, port: int, *, signing_key=None, ready=N
     threads. That is safe for the log: appends serialize under the store's
     lock in the database, whichever process sends them, and the read models'
     catch-up is optimistic across processes. The parent only waits: a
-    SIGTERM or SIGINT is passed on to the workers, and when one worker ends
-    the others are stopped and the server ends with its status.
+    SIGTERM or SIGINT stops the workers and then the parent by the same
+    signal (as one process ends), and when one worker ends by itself the
+    others are stopped and the server ends with its status.
     """
     import socket
 
@@ -57,10 +58,13 @@ def serve(registry: Registry, host: str, port: int, *, signing_key=None, ready=N
         _answer(registry, signing_key, sock)
         return
     registry.engine.dispose()
-    children = []
+    children: list[int] = []
+    received = _stop_on_signals(children)  # before the first fork: no signal may find the parent without it
     for _ in range(workers):
         pid = os.fork()
         if pid == 0:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)  # uvicorn installs its own once it runs
+            signal.signal(signal.SIGINT, signal.default_int_handler)
             try:
                 _answer(registry, signing_key, sock)
             except BaseException:
@@ -69,7 +73,11 @@ def serve(registry: Registry, host: str, port: int, *, signing_key=None, ready=N
             os._exit(0)
         children.append(pid)
     sock.close()
-    raise SystemExit(_supervise(children))
+    status = _supervise(children)
+    for signum in received[:1]:  # stopped by a signal: end by it, as one process does once uvicorn has stopped
+        signal.signal(signum, signal.SIG_DFL)
+        signal.raise_signal(signum)
+    raise SystemExit(status)
 
 
 def _answer(registry: Registry, signing_key, sock) -> None:
@@ -86,22 +94,37 @@ def _answer(registry: Registry, signing_key, sock) -> None:
     uvicorn.Server(config).run(sockets=[sock])
 
 
-def _supervise(children: list[int]) -> int:
-    """Wait for the worker processes; stop them all on a signal or when one ends; the first one's exit status."""
-    def stop(*_signal) -> None:
-        for pid in children:
-            try:
-                os.kill(pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
+def _stop(children: list[int]) -> None:
+    """Ask every worker process still running to stop."""
+    for pid in children:
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
 
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
+
+def _stop_on_signals(children: list[int]) -> list[int]:
+    """SIGTERM or SIGINT to the parent stops the workers (the parent then ends once they have); the signals
+    received, in order."""
+    received: list[int] = []
+
+    def handler(signum, _frame) -> None:
+        received.append(signum)
+        _stop(children)
+
+    signal.signal(signal.SIGTERM, handler)
+    signal.signal(signal.SIGINT, handler)
+    return received
+
+
+def _supervise(children: list[int]) -> int:
+    """Wait for the worker processes; stop them all when one ends; the first one's exit status."""
     first = None
     while children:
         pid, status = os.wait()
         children.remove(pid)
         if first is None:
-            first = os.waitstatus_to_exitcode(status)
-            stop()
-    return max(first or 0, 0)
+            code = os.waitstatus_to_exitcode(status)
+            first = code if code >= 0 else 128 - code  # killed by a signal: the shell's 128 + its number
+            _stop(children)
+    return first or 0
