@@ -16,7 +16,7 @@ seconds a batch, and `registry verify` on the log afterwards. On a shared
 machine the absolute rates move with the neighbours; the ratio comes from
 one run.
 
-    .venv/bin/python benchmarks/serve.py --postgres URL [--clients 16] [--batches 40] [--cli-batches 24]
+    .venv/bin/python benchmarks/serve.py --postgres URL [--clients 16] [--batches 40] [--cli-batches 24] [--workers 1]
 """
 from __future__ import annotations
 
@@ -108,13 +108,16 @@ def count_from_log(url: str, sessions: dict[str, str], batches: int) -> tuple[in
 
 
 def cpu_seconds(pid: int) -> float | None:
-    """User + system CPU seconds of a process so far, from /proc (None where there is none): what the server
-    spent, which the neighbours on a shared machine move far less than its wall-clock rate."""
+    """User + system CPU seconds of a process and its running children so far (the server's worker processes),
+    from /proc (None where there is none): what the server spent, which the neighbours on a shared machine move
+    far less than its wall-clock rate."""
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
     except OSError:
         return None
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    spent = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return spent + sum(cpu_seconds(int(child)) or 0.0 for child in children)
 
 
 def chain_verified(url: str) -> str:
@@ -146,6 +149,7 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=16)
     parser.add_argument("--batches", type=int, default=40, help="Batches per client.")
     parser.add_argument("--cli-batches", type=int, default=24)
+    parser.add_argument("--workers", type=int, default=1, help="The server's worker processes (`serve --workers`).")
     args = parser.parse_args()
     url = fresh_database(args.postgres)
     workers = seed(url, args.clients)
@@ -160,16 +164,18 @@ def main() -> None:
         except BaseException as exc:  # reported below: a client that gave up is a failed run, not a slow one
             failed.append(exc)
 
-    with ServerProcess(url) as server:
+    with ServerProcess(url, "--workers", str(args.workers)) as server:
         threads = [threading.Thread(target=worker, args=(server.base, artifact, token, args.batches, latencies,
                                                          resent, sessions)) for artifact, token in workers]
         cpu_before = cpu_seconds(server.process.pid)
+        clients_before = time.process_time()
         started = time.perf_counter()
         for thread in threads:
             thread.start()
         for thread in threads:
             thread.join()
         elapsed = time.perf_counter() - started
+        clients_cpu = time.process_time() - clients_before
         cpu_after = cpu_seconds(server.process.pid)
     if failed:
         raise SystemExit(f"{len(failed)} of {args.clients} clients gave up; the first: {failed[0]}")
@@ -185,7 +191,7 @@ def main() -> None:
           f"{sum(resent)} resent; lost {lost}, duplicated {duplicated} (from the log)")
     if cpu_before is not None and cpu_after is not None:
         print(f"server CPU: {cpu_after - cpu_before:.2f} s = {(cpu_after - cpu_before) / total * 1000:.1f} ms a batch "
-              f"(sessions included)")
+              f"(sessions included); the clients' process: {clients_cpu / total * 1000:.1f} ms a batch")
     print(f"registry verify: {verified}")
     print(f"cli: {args.cli_batches} batches through `registry bench record` = {cli_rate:.2f} batches/s; "
           f"server/cli {rate / cli_rate:.1f}x")

@@ -27,7 +27,9 @@ def served(request, tmp_path_factory):
             pytest.skip(PG_SKIP)
         url = _fresh_postgres_database()
     seeded = seed(url)
-    with ServerProcess(url) as server:
+    # On Postgres the server runs as two worker processes (`serve --workers`), so every test below also holds
+    # for requests answered by either of them.
+    with ServerProcess(url, *(() if request.param == "sqlite" else ("--workers", "2"))) as server:
         server.url, server.seeded, server.clients = url, seeded, {}
         worker = server.client(seeded.tokens["ingest"])
         server.session = worker.post("/api/artifacts/wan-fast/sessions",
@@ -248,3 +250,29 @@ def test_a_defect_is_a_500_naming_a_crash_id_and_the_traceback_stays_in_the_log(
     assert answer.status_code == 500 and set(body) == {"error", "crash_id"}
     assert "ZeroDivisionError" not in answer.text and "Traceback" not in answer.text
     assert body["crash_id"] in caplog.text and "ZeroDivisionError" in caplog.text
+
+
+def test_workers_answer_on_one_port_and_a_sigterm_stops_them_all(tmp_path):
+    """`serve --workers 2`: two processes answer (each request by one), and stopping the server stops both.
+
+    Needs seconds: a server of its own (its stop is what is tested), on a SQLite file."""
+    import signal
+    import time
+    from pathlib import Path
+
+    url = f"sqlite:///{tmp_path / 'registry.db'}"
+    reader = seed(url).tokens["read"]
+    with ServerProcess(url, "--workers", "2") as server:
+        pid = server.process.pid
+        for _ in range(200):  # the listening line comes before the fork: the socket queues requests meanwhile
+            children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+            if len(children) == 2:
+                break
+            time.sleep(0.05)
+        assert len(children) == 2
+        for _ in range(4):  # a fresh connection each, so either worker may answer
+            with server.client(reader) as client:
+                assert client.get("/api/artifacts/wan-fast").json()["artifact"] == "wan-fast"
+        server.process.terminate()
+        assert server.process.wait(timeout=20) == -signal.SIGTERM  # as one process ends (uvicorn re-raises it)
+    assert not any(Path(f"/proc/{child}").exists() for child in children)

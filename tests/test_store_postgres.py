@@ -1,5 +1,5 @@
 """The store's conformance suite on Postgres, and what only Postgres's side of it can show: the append
-connection each thread keeps, and what happens when the server drops it."""
+connection each thread keeps, and what happens when the server drops it or a pooled one."""
 from __future__ import annotations
 
 import gc
@@ -10,7 +10,7 @@ import psycopg
 import pytest
 from sqlalchemy.engine import make_url
 
-from registry.events.database import make_engine, upgrade
+from registry.events.database import PG_PING_AFTER_IDLE_S, make_engine, upgrade
 from registry.events.errors import StoreError
 from registry.events.store import EventStore
 
@@ -23,6 +23,13 @@ pytestmark = pytest.mark.postgres
 
 def _libpq(url: str) -> str:
     return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+
+
+def _drop_connections(url: str) -> int:
+    """Terminate every other connection to the database (the server dropping them); how many there were."""
+    with psycopg.connect(_libpq(url), autocommit=True) as admin:
+        return admin.execute("SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity"
+                             " WHERE datname = current_database() AND pid <> pg_backend_pid()").fetchone()[0]
 
 
 class _DroppedAtCommit(EventStore):
@@ -54,16 +61,25 @@ class TestPostgresStore(StoreConformance):
         upgrade(engine)
         store = EventStore(engine)
         store.append("s:a", [frame_event("a")], actor="t")
-        with psycopg.connect(_libpq(url), autocommit=True) as admin:
-            dropped = admin.execute(
-                "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity"
-                " WHERE datname = current_database() AND pid <> pg_backend_pid()"
-            ).fetchone()[0]
-        assert dropped >= 1
+        assert _drop_connections(url) >= 1
         # The kept connection fails in its first round trip, before anything is sent to be written; it is replaced once.
         assert store.append("s:a", [frame_event("b"), frame_event("c")], actor="t") == [2, 3]
         assert [e.version for e in store.read_stream("s:a")] == [1, 2, 3]
         assert store.verify().intact
+        engine.dispose()
+
+    def test_a_pooled_connection_the_server_dropped_while_idle_is_replaced_on_checkout(self, url):
+        """A connection idle in the pool over PG_PING_AFTER_IDLE_S is pinged on checkout and replaced when the
+        server has dropped it (one used more recently is not pinged: docs/serve.md). Needs a second: the idle
+        time itself."""
+        engine = make_engine(url)
+        upgrade(engine)
+        store = EventStore(engine)
+        store.append("s:a", [frame_event("a")], actor="t")
+        assert len(store.read_stream("s:a")) == 1
+        assert _drop_connections(url) >= 1
+        time.sleep(PG_PING_AFTER_IDLE_S + 0.2)
+        assert len(store.read_stream("s:a")) == 1
         engine.dispose()
 
     def test_append_connections_return_to_the_pool_with_ordinary_transactions(self, url):

@@ -16,8 +16,10 @@ from .session import Session, pass_session
 @click.option("--key", "key_file", type=click.Path(dir_okay=False),
               help="Signing key for the locks the server exports (else $REGISTRY_SIGNING_KEY; without either, "
                    "the lock route refuses).")
+@click.option("--workers", type=click.IntRange(1, 64), default=1, show_default=True,
+              help="Processes answering on the one socket (more than one uses more cores; docs/serve.md).")
 @pass_session
-def serve(session: Session, host: str, port: int, allow_remote: bool, key_file: str | None) -> None:
+def serve(session: Session, host: str, port: int, allow_remote: bool, key_file: str | None, workers: int) -> None:
     """Serve the registry over HTTP: the API of docs/serve.md and a live view at /, behind scoped tokens."""
     import os
 
@@ -34,7 +36,7 @@ def serve(session: Session, host: str, port: int, allow_remote: bool, key_file: 
             f" (live view at http://{shown}:{bound}/#token=...)")
         click.get_text_stream("stdout").flush()
 
-    run(registry, host, port, signing_key=key, ready=ready)
+    run(registry, host, port, signing_key=key, ready=ready, workers=workers)
 
 
 @click.group()

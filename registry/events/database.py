@@ -18,14 +18,17 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from typing import Iterator
 from urllib.parse import quote
 
-from sqlalchemy import Engine, create_engine, event, inspect
+from sqlalchemy import Connection, Engine, create_engine, event, inspect
 from sqlalchemy.engine import URL, make_url
-from sqlalchemy.exc import ArgumentError, DBAPIError
+from sqlalchemy.exc import ArgumentError, DBAPIError, DisconnectionError
 
 from registry.formats.errors import first_line
 
@@ -35,6 +38,10 @@ DEFAULT_URL = "sqlite:///registry.db"
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 PG_LOCK_TIMEOUT_MS = 30_000
 PG_IDLE_IN_TRANSACTION_TIMEOUT_MS = 60_000
+# A pooled Postgres connection idle longer than this is pinged when checked out (and replaced if the server has
+# dropped it); one given back more recently is used as it is, since a busy server checks out a connection for every
+# read and a ping each time was a sixth of a pair batch's round trips.
+PG_PING_AFTER_IDLE_S = 1.0
 SUPPORTED = "sqlite:///PATH or postgresql+psycopg://USER@HOST/DBNAME (postgresql:// means the latter)"
 # The URL options a SQLite registry URL may carry (SQLite's URI form: `sqlite:///file:PATH?mode=ro&uri=true`).
 _SQLITE_OPTIONS = {"uri": {"true"}, "mode": {"ro", "rw", "rwc"}, "immutable": {"0", "1"}}
@@ -146,17 +153,46 @@ def _sqlite_engine(url: URL, uri: str) -> Engine:
 
 def _postgres_engine(url: URL) -> Engine:
     options = f"-c lock_timeout={PG_LOCK_TIMEOUT_MS} -c idle_in_transaction_session_timeout={PG_IDLE_IN_TRANSACTION_TIMEOUT_MS}"
-    engine = create_engine(url, connect_args={"options": options}, pool_pre_ping=True)
+    engine = create_engine(url, connect_args={"options": options})
+
+    @event.listens_for(engine, "checkout")
+    def _on_checkout(dbapi_connection, record, _proxy):
+        # A connection idle in the pool for a while may have been dropped by the server: ping it, and let the
+        # pool replace it (SQLAlchemy retries a checkout that raises DisconnectionError with a fresh connection).
+        idle_since = record.info.pop("idle_since", None)
+        if idle_since is None or time.monotonic() - idle_since < PG_PING_AFTER_IDLE_S:
+            return
+        try:
+            engine.dialect.do_ping(dbapi_connection)
+        except engine.dialect.loaded_dbapi.Error as exc:
+            raise DisconnectionError(first_line(exc)) from exc
 
     @event.listens_for(engine, "checkin")
-    def _on_checkin(dbapi_connection, _record):
+    def _on_checkin(dbapi_connection, record):
         # An append connection runs in autocommit and sends its own BEGIN
-        # (registry/events/postgres.py); whoever checks it out next gets the
-        # driver's ordinary transactions back.
+        # (registry/events/postgres.py), as do statement reads (statement_reads
+        # below); whoever checks it out next gets the driver's ordinary
+        # transactions back.
         if dbapi_connection is not None and not dbapi_connection.closed and dbapi_connection.autocommit:
             dbapi_connection.autocommit = False
+        record.info["idle_since"] = time.monotonic()
 
     return engine
+
+
+@contextmanager
+def statement_reads(engine: Engine) -> Iterator[Connection]:
+    """A connection whose every statement is its own read: on Postgres in autocommit, without BEGIN and ROLLBACK.
+
+    For reads that need no snapshot across statements. A READ COMMITTED
+    transaction re-snapshots at every statement anyway, so its reads see
+    what these see; the transaction only cost two round trips. A read that
+    must see one state across statements takes `projections.snapshot`.
+    SQLite keeps its BEGIN (the engine issues it itself, and it costs no
+    round trip).
+    """
+    with engine.connect() as conn:
+        yield conn.execution_options(isolation_level="AUTOCOMMIT") if engine.dialect.name == "postgresql" else conn
 
 
 def make_engine(url: str, *, must_exist: bool = False, read_only: bool = False) -> Engine:

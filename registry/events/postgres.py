@@ -78,6 +78,11 @@ class PostgresRecorder(Recorder):
         # one would cost a round trip. The engine restores this when the pool takes it back.
         connection.autocommit = True
 
+    def _prepare_reader(self, connection: Any) -> None:
+        # Each page is one statement and its own read (database.statement_reads): no BEGIN and ROLLBACK round
+        # trips. The engine restores this too.
+        connection.autocommit = True
+
     def _insert(self, batch: AppendBatch, before_commit: BeforeCommit) -> list[int]:
         """Two round trips, each one pipeline: begin, lock and read; then the rows and the commit.
 

@@ -32,6 +32,7 @@ from sqlalchemy.exc import DBAPIError
 from registry.formats.errors import first_line
 
 from .canonical import strict_json_loads
+from .database import statement_reads
 from .chain import GENESIS_HASH, UnplacedBatch, link_batch, unplaced_bodies
 from .errors import ConcurrencyError, IdempotencyConflict, StoreError
 from .ids import positional_event_ids
@@ -244,6 +245,9 @@ class Recorder(ABC):
     def _prepare_writer(self, connection: Any) -> None:
         """Set up a driver connection this thread is about to keep for appends (nothing by default)."""
 
+    def _prepare_reader(self, connection: Any) -> None:
+        """Set up a driver connection for reads of a page a statement (nothing by default)."""
+
     # -- writing -------------------------------------------------------------
 
     def insert(self, batch: AppendBatch, before_commit: BeforeCommit) -> list[int]:
@@ -292,9 +296,10 @@ class Recorder(ABC):
 
     @contextmanager
     def _reading(self) -> Iterator[Connection]:
-        """A read connection; a driver error (Postgres refusing a NUL in a name, say) becomes a StoreError."""
+        """A read connection, each statement its own read (statement_reads); a driver error (Postgres refusing a
+        NUL in a name, say) becomes a StoreError."""
         try:
-            with self.engine.connect() as conn:
+            with statement_reads(self.engine) as conn:
                 yield conn
         except DBAPIError as exc:
             raise StoreError(f"could not read the log: {first_line(exc.orig)}") from None
@@ -371,6 +376,7 @@ class Recorder(ABC):
         """
         sql = self._log_page_sql(stream is not None)
         raw = self.engine.raw_connection()
+        self._prepare_reader(raw.driver_connection)
         try:
             cursor = raw.cursor()
             at = after
@@ -398,6 +404,7 @@ class Recorder(ABC):
         """
         ordered = sorted(set(positions))
         raw = self.engine.raw_connection()
+        self._prepare_reader(raw.driver_connection)
         try:
             cursor = raw.cursor()
             for start in range(0, len(ordered), page):

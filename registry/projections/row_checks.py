@@ -73,30 +73,42 @@ def row_columns(model: str) -> list:
 
 def checked_states(conn: Connection, model: str, rows: Sequence[Sequence[Any]], checkpoint: int) -> list[dict]:
     """The states of `rows` (selected with `row_columns(model)`), each checked as the module docstring says."""
-    states = []
-    for row in rows:
-        key, text, row_hash = row[0], row[1], row[2]
-        if sha256_hex(text) != row_hash:
-            raise damaged(model, key, "its state does not hash to its row_hash")
-        state = load_state(text)
-        if state.get(MODELS[model][1]) != key:
-            raise damaged(model, key, "its state is another subject's")
-        states.append(state)
-    check = _check_against_log if model in LOGGED else _check_records if model == "records" else None
-    if check is not None:
-        checked = [(row[0], row[3], state) for row, state in zip(rows, states)]
-        for start in range(0, len(checked), CHUNK):
-            check(conn, model, checked[start:start + CHUNK], checkpoint)
+    return checked_rows(conn, [(model, row) for row in rows], checkpoint)
+
+
+def state_of(model: str, row: Sequence[Any]) -> dict:
+    """A row's state, checked against its own hash and key (the checks that need no read)."""
+    key, text, row_hash = row[0], row[1], row[2]
+    if sha256_hex(text) != row_hash:
+        raise damaged(model, key, "its state does not hash to its row_hash")
+    state = load_state(text)
+    if state.get(MODELS[model][1]) != key:
+        raise damaged(model, key, "its state is another subject's")
+    return state
+
+
+def checked_rows(conn: Connection, rows: Sequence[tuple[str, Sequence[Any]]], checkpoint: int) -> list[dict]:
+    """The states of (model, row) pairs of any models, each checked as the module docstring says; the rows of
+    all the models checked against their own streams share their two reads."""
+    states = [state_of(model, row) for model, row in rows]
+    logged = [(model, row[0], row[3], state) for (model, row), state in zip(rows, states) if model in LOGGED]
+    for start in range(0, len(logged), CHUNK):
+        _check_against_log(conn, logged[start:start + CHUNK], checkpoint)
+    records = [(row[0], row[3], state) for (model, row), state in zip(rows, states) if model == "records"]
+    for start in range(0, len(records), CHUNK):
+        _check_records(conn, "records", records[start:start + CHUNK], checkpoint)
     return states
 
 
-def _check_against_log(conn: Connection, model: str, rows: list[tuple[str, int, dict]], checkpoint: int) -> None:
-    prefix = STREAM_PREFIX[model]
+def _check_against_log(conn: Connection, rows: list[tuple[str, str, int, dict]], checkpoint: int) -> None:
+    """(model, key, last position, state) rows against their own streams, in one read of their events and one
+    of any later ones."""
     found = {position: (stream, version) for position, stream, version in conn.execute(
         select(EVENTS.c.position, EVENTS.c.stream, EVENTS.c.version)
-        .where(EVENTS.c.position.in_([position for _, position, _ in rows])))}
-    following = []
-    for key, position, state in rows:
+        .where(EVENTS.c.position.in_(sorted({position for _, _, position, _ in rows}))))}
+    following, model_of = [], {}
+    for model, key, position, state in rows:
+        prefix = STREAM_PREFIX[model]
         stream, version = found.get(position, (None, None))
         if stream != prefix + key or position > checkpoint:
             raise damaged(model, key, f"position {position} is not an event of stream {prefix + key} "
@@ -106,12 +118,14 @@ def _check_against_log(conn: Connection, model: str, rows: list[tuple[str, int, 
             raise damaged(model, key, f"its stream is at version {version} at position {position}, "
                                       f"the row says {state.get(version_key)}")
         following.append((stream, version + 1))
+        model_of[stream] = model
     later = conn.execute(select(EVENTS.c.stream, EVENTS.c.position)
                          .where(tuple_(EVENTS.c.stream, EVENTS.c.version).in_(following),
                                 EVENTS.c.position <= checkpoint)).first()
     if later is not None:
-        raise damaged(model, later[0][len(prefix):], f"its stream has an event at position {later[1]} that the "
-                                                     "row does not fold")
+        model = model_of[later[0]]
+        raise damaged(model, later[0][len(STREAM_PREFIX[model]):], f"its stream has an event at position "
+                                                                  f"{later[1]} that the row does not fold")
 
 
 def _check_records(conn: Connection, model: str, rows: list[tuple[str, int, dict]], checkpoint: int) -> None:

@@ -23,7 +23,7 @@ from .items import attach_items
 from .record_items import attach_documents
 from .fold import BENCH_PREFIX, record_key
 from .read_models import ArtifactState, BenchStreamState, FrameSetState, SpeedRecordState, WorkloadState
-from .row_checks import check_absent, check_record_count, checked_states, row_columns
+from .row_checks import check_absent, check_record_count, checked_rows, checked_states, row_columns, state_of
 from .rows import MODELS
 from .schema import ARTIFACTS, VERDICTS
 from .snapshot import read_checkpoint, reading
@@ -149,15 +149,19 @@ class SubjectReads(ReadModels):
                                 None if payload is None else self.speed_record(artifact["workload"], payload, as_of),
                                 as_of)
         with reading(self.engine) as conn:
-            artifact = self._row(conn, "artifacts", artifact_id)
-            if artifact is None:
-                return BenchSubject(None, None, None, None, self.served_position)
-            position = self.served_position
-            workload = self._row(conn, "workloads", artifact["workload"], position)
-            stream = self._row(conn, "bench_streams", artifact["identity"], position)
+            position = self.served_position = read_checkpoint(conn) or 0
+            found = self._stored_row(conn, "artifacts", artifact_id, position)
+            if found is None:
+                return BenchSubject(None, None, None, None, position)
+            artifact = state_of("artifacts", found)  # its keys name the other rows; checked with them below
             payload = artifact["payload_sha256"]
-            record = None if payload is None else self._row(conn, "records", record_key(artifact["workload"], payload),
-                                                            position)
+            wanted = [("workloads", artifact["workload"]), ("bench_streams", artifact["identity"]),
+                      ("records", None if payload is None else record_key(artifact["workload"], payload))]
+            stored = [(model, self._stored_row(conn, model, key, position) if key is not None else None)
+                      for model, key in wanted]
+            present = [("artifacts", found), *((model, row) for model, row in stored if row is not None)]
+            states = iter(checked_rows(conn, present, position)[1:])
+            workload, stream, record = (None if row is None else next(states) for _, row in stored)
         if record is not None:
             attach_documents(self.store, [record])
         return BenchSubject(artifact, workload, stream, record, position)
@@ -225,11 +229,16 @@ class SubjectReads(ReadModels):
 
         `checkpoint` is the one this snapshot (`conn`) already read, if it did.
         """
-        table, column, _ = MODELS[model]
         if checkpoint is None:
             checkpoint = self.served_position = read_checkpoint(conn) or 0
+        row = self._stored_row(conn, model, key, checkpoint)
+        return None if row is None else checked_states(conn, model, [row], checkpoint)[0]
+
+    @staticmethod
+    def _stored_row(conn: Connection, model: str, key: str, checkpoint: int) -> Any:
+        """The subject's row as stored, its log checks still to run (None if it has none and never had)."""
+        table, column, _ = MODELS[model]
         row = conn.execute(select(*row_columns(model)).where(table.c[column] == key)).first()
         if row is None:
             check_absent(conn, model, key, checkpoint)
-            return None
-        return checked_states(conn, model, [row], checkpoint)[0]
+        return row

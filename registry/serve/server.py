@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import ipaddress
 import logging
+import os
+import signal
+import traceback
 
 from registry.app import Registry
 from registry.formats.errors import UserError
@@ -29,15 +32,20 @@ def check_bind(host: str, allow_remote: bool) -> str:
     return host
 
 
-def serve(registry: Registry, host: str, port: int, *, signing_key=None, ready=None) -> None:
-    """Serve until interrupted; `ready(port)` is called once the socket listens (the port chosen when 0)."""
+def serve(registry: Registry, host: str, port: int, *, signing_key=None, ready=None, workers: int = 1) -> None:
+    """Serve until interrupted; `ready(port)` is called once the socket listens (the port chosen when 0).
+
+    With `workers` above 1, that many forked processes answer on the one
+    socket, each with its own connections (none crosses the fork) and its own
+    threads. That is safe for the log: appends serialize under the store's
+    lock in the database, whichever process sends them, and the read models'
+    catch-up is optimistic across processes. The parent only waits: a
+    SIGTERM or SIGINT stops the workers and then the parent by the same
+    signal (as one process ends), and when one worker ends by itself the
+    others are stopped and the server ends with its status.
+    """
     import socket
 
-    import uvicorn
-
-    from .api import ServerConfig, create_app
-
-    app = create_app(ServerConfig(registry, signing_key))
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -46,8 +54,77 @@ def serve(registry: Registry, host: str, port: int, *, signing_key=None, ready=N
     if ready is not None:
         ready(sock.getsockname()[1])
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    if workers == 1:
+        _answer(registry, signing_key, sock)
+        return
+    registry.engine.dispose()
+    children: list[int] = []
+    received = _stop_on_signals(children)  # before the first fork: no signal may find the parent without it
+    for _ in range(workers):
+        pid = os.fork()
+        if pid == 0:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)  # uvicorn installs its own once it runs
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+            try:
+                _answer(registry, signing_key, sock)
+            except BaseException:
+                traceback.print_exc()
+                os._exit(70)
+            os._exit(0)
+        children.append(pid)
+    sock.close()
+    status = _supervise(children)
+    for signum in received[:1]:  # stopped by a signal: end by it, as one process does once uvicorn has stopped
+        signal.signal(signum, signal.SIG_DFL)
+        signal.raise_signal(signum)
+    raise SystemExit(status)
+
+
+def _answer(registry: Registry, signing_key, sock) -> None:
+    """Answer requests on `sock` in this process until told to stop."""
+    import uvicorn
+
+    from .api import ServerConfig, create_app
+
+    app = create_app(ServerConfig(registry, signing_key))
     # Idle keep-alive connections are kept 75 s (uvicorn's default is 5 s): a client reusing one the server has
     # just closed gets no answer, so a short limit turns ordinary pauses between a worker's requests into errors.
     config = uvicorn.Config(app, log_level="warning", access_log=False, timeout_graceful_shutdown=2,
                             timeout_keep_alive=75, lifespan="on")
     uvicorn.Server(config).run(sockets=[sock])
+
+
+def _stop(children: list[int]) -> None:
+    """Ask every worker process still running to stop."""
+    for pid in children:
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+
+
+def _stop_on_signals(children: list[int]) -> list[int]:
+    """SIGTERM or SIGINT to the parent stops the workers (the parent then ends once they have); the signals
+    received, in order."""
+    received: list[int] = []
+
+    def handler(signum, _frame) -> None:
+        received.append(signum)
+        _stop(children)
+
+    signal.signal(signal.SIGTERM, handler)
+    signal.signal(signal.SIGINT, handler)
+    return received
+
+
+def _supervise(children: list[int]) -> int:
+    """Wait for the worker processes; stop them all when one ends; the first one's exit status."""
+    first = None
+    while children:
+        pid, status = os.wait()
+        children.remove(pid)
+        if first is None:
+            code = os.waitstatus_to_exitcode(status)
+            first = code if code >= 0 else 128 - code  # killed by a signal: the shell's 128 + its number
+            _stop(children)
+    return first or 0
