@@ -32,7 +32,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from registry.app import Registry
 from registry.app.tokens import Grant, NotPermitted, TokenRefused, authenticate
 from registry.events.errors import ConcurrencyError, IdempotencyConflict, StoreError
-from registry.formats.errors import UserError
+from registry.formats.errors import UserError, first_line
 
 from . import live
 from .models import Declaration, EvidenceDocument, HumanDecisionBody, LockRequest, PairBatch, Registration, SessionOpen
@@ -62,11 +62,6 @@ def _status(exc: Exception) -> int:
     return 400
 
 
-def _one_line(exc: Exception) -> str:
-    text = str(exc)
-    return text.splitlines()[0] if text else type(exc).__name__
-
-
 # Threads answering requests at once. Each may keep a writer connection of its own (events/recorder.py) beside
 # the one it reads with, so two per thread must fit the engine's pool (SQLAlchemy's default: 5 + 10 overflow);
 # more threads would wait on the pool rather than on the database.
@@ -91,7 +86,7 @@ def create_app(config: ServerConfig) -> FastAPI:
     async def refused(_request: Request, exc: Exception) -> JSONResponse:
         headers = ({"WWW-Authenticate": "Bearer"} if isinstance(exc, TokenRefused)
                    else {"Retry-After": "0"} if isinstance(exc, ConcurrencyError) else None)
-        return JSONResponse({"error": _one_line(exc)}, status_code=_status(exc), headers=headers)
+        return JSONResponse({"error": first_line(exc)}, status_code=_status(exc), headers=headers)
 
     @app.exception_handler(RequestValidationError)
     async def invalid(_request: Request, exc: RequestValidationError) -> JSONResponse:
