@@ -110,3 +110,28 @@ class TestPostgresStore(StoreConformance):
         assert store.append("s:a", [frame_event("a")], idempotency_key="run-1", actor="t") == [1]
         assert store.verify().count == 1
         engine.dispose()
+
+
+def test_a_speed_record_written_by_another_catch_up_between_reads_is_loaded_not_refused(migrated_postgres_url):
+    """A catch-up meets a record with no row; before it checks the record's head, another process's catch-up
+    commits the row and head together. The row is loaded: a refusal here said 'deleted' of a row that stood."""
+    from sqlalchemy import create_engine, event, insert
+
+    from registry.projections.catchup import ReadModels
+    from registry.projections.schema import RECORD_HEADS, SPEED_RECORDS
+
+    engine, other = make_engine(migrated_postgres_url), create_engine(migrated_postgres_url)
+    committed = []
+
+    @event.listens_for(engine, "after_cursor_execute")
+    def _another_catch_up(_conn, _cursor, statement, *_):
+        if "projection_speed_records" in statement and not committed:
+            committed.append(True)
+            with other.begin() as conn:
+                conn.execute(insert(SPEED_RECORDS).values(record="r", workload="wan", payload_sha256="0" * 64,
+                                                          last_position=1, state="{}", row_hash="0" * 64))
+                conn.execute(insert(RECORD_HEADS).values(record="r", workload="wan", last_position=1))
+
+    assert ReadModels(EventStore(engine))._load_lazy("records", "r", {"records": set()}) == {}
+    engine.dispose()
+    other.dispose()

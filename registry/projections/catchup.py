@@ -49,7 +49,7 @@ from .row_checks import check_absent
 from .rows import MODELS, load_state, record_head
 from .schema import (CHECKPOINT, PAYLOAD_COUNTS, PAYLOADS, READ_MODEL_TABLES, RECORD_HEADS, VERDICTS,
                      WORKLOAD_COUNTS)
-from .snapshot import CHECKPOINT_NAME, read_checkpoint
+from .snapshot import CHECKPOINT_NAME, read_checkpoint, snapshot
 from .state import ProjectionError, RegistryState
 from .verdict_history import HISTORY_KEY, records_of
 
@@ -317,10 +317,16 @@ class ReadModels:
         """One stored row of a lazily loaded model, when the fold first meets its key (None: no row yet; a row
         missing while its head stands was deleted, and is refused rather than begun again from this event)."""
         table, column, _ = MODELS[model]
+        query = select(table.c.state).where(table.c[column] == key)
         with statement_reads(self.engine) as conn:
-            text = conn.execute(select(table.c.state).where(table.c[column] == key)).scalar()
-            if text is None:
-                check_absent(conn, model, key, read_checkpoint(conn) or 0)  # a row deleted is not folded onto
+            text = conn.execute(query).scalar()
+        if text is None:
+            # Read again with the head in one snapshot: another process's catch-up commits a row and its head
+            # together, so a row missing where its head stands was deleted, not written since the read above.
+            with snapshot(self.engine) as conn:
+                text = conn.execute(query).scalar()
+                if text is None:
+                    check_absent(conn, model, key, read_checkpoint(conn) or 0)  # a row deleted is not folded onto
         if text is None:
             return None
         existing[model].add(key)
