@@ -60,11 +60,16 @@ def serve(registry: Registry, host: str, port: int, *, signing_key=None, ready=N
     registry.engine.dispose()
     children: list[int] = []
     received = _stop_on_signals(children)  # before the first fork: no signal may find the parent without it
+    stopping = {signal.SIGTERM, signal.SIGINT}
     for _ in range(workers):
+        # Held across the fork: the parent's handler must see every child it started, and never run in a child
+        # before the child has put back its own.
+        signal.pthread_sigmask(signal.SIG_BLOCK, stopping)
         pid = os.fork()
         if pid == 0:
             signal.signal(signal.SIGTERM, signal.SIG_DFL)  # uvicorn installs its own once it runs
             signal.signal(signal.SIGINT, signal.default_int_handler)
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, stopping)
             try:
                 _answer(registry, signing_key, sock)
             except BaseException:
@@ -72,6 +77,7 @@ def serve(registry: Registry, host: str, port: int, *, signing_key=None, ready=N
                 os._exit(70)
             os._exit(0)
         children.append(pid)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, stopping)
     sock.close()
     status = _supervise(children)
     for signum in received[:1]:  # stopped by a signal: end by it, as one process does once uvicorn has stopped
