@@ -63,6 +63,9 @@ def test_emit_writes_an_import_file_and_appends_nothing(cli):
     document = json.loads(out.read_text())
     assert document["format"] == "registry.evidence/1" and document["run"] == "gpu-7"
     assert (document["sandbox"], document["harness_sha256"]) == ("linux-ns-seccomp/1", harness_digest())
+    execution = next(item for item in document["evidence"] if item["kind"] == "execution")
+    assert document["confinement"] == execution["confinement"]  # the launcher's report, named by both
+    assert document["confinement"]["memory"] in ("jail_cgroup", "process_rlimits")
     assert cli("evidence", "import", str(out)).exit_code == 0
     assert types(cli.url, "rms")[1:] == ["ParityMeasured", "BenchmarkMeasured", "ExecutionObserved"]
 

@@ -64,10 +64,19 @@ def _evaluate(entry, op="modulated_layernorm", **overrides):
     return evaluate_kernel(op, entry, **kwargs)
 
 
+def _execution(calls: int, fallbacks: int, observed: dict) -> dict:
+    """The execution item `evaluate_kernel` writes: the confinement is the one its jail's launcher reported."""
+    assert observed["confinement"]["identity"] in ("sandbox_uid", "user_namespace")
+    return {"kind": "execution", "candidate_calls": calls, "fallbacks": fallbacks, "sandbox": PROFILE,
+            "harness_sha256": harness_digest(), "confinement": observed["confinement"],
+            "launch_signal": "candidate_process"}
+
+
 def test_builtin_kernel_yields_parity_benchmark_and_execution_evidence():
     seen = []
+    observed = {}
     items = _evaluate("registry.kernels.modln:modulated_layernorm_triton", runs=3,
-                      progress=lambda done, total: seen.append((done, total)))
+                      progress=lambda done, total: seen.append((done, total)), observed=observed)
     assert [i["kind"] for i in items] == ["parity", "benchmark", "execution"]
     parity, bench, execution = items
     assert parity["policy"] == "byte_equal" and parity["approx_math"] == []
@@ -81,8 +90,7 @@ def test_builtin_kernel_yields_parity_benchmark_and_execution_evidence():
     assert bench["timer"] == "interpreter" and bench["device"] == "cpu (triton interpreter)"
     assert len(bench["baseline_s"]) == len(bench["candidate_s"]) == 3
     # one launch per case: parity once, then warm-up and timed calls each run the corpus
-    assert execution == {"kind": "execution", "candidate_calls": len(CASES) * (1 + 1 + 3), "fallbacks": 0,
-                         "sandbox": PROFILE, "harness_sha256": harness_digest(), "launch_signal": "candidate_process"}
+    assert execution == _execution(len(CASES) * (1 + 1 + 3), 0, observed)
     assert seen[-1] == (len(CASES) + 2 * (1 + 3),) * 2 and len(seen) == seen[-1][1]
     json.dumps(items, allow_nan=False)  # evidence is plain JSON
 
@@ -138,10 +146,10 @@ def test_candidate_that_writes_to_its_input_is_a_parity_failure(candidates):
 
 
 def test_fallback_is_counted_and_no_launch_is_credited(candidates):
-    parity, _, execution = _evaluate(candidates("falls_back"))
+    observed = {}
+    parity, _, execution = _evaluate(candidates("falls_back"), observed=observed)
     assert all(leaf["byte_equal"] for leaf in parity["leaves"])  # the eager op matches itself...
-    assert execution == {"kind": "execution", "candidate_calls": 0, "fallbacks": len(CASES) * (1 + 1 + 2),
-                         "sandbox": PROFILE, "harness_sha256": harness_digest(), "launch_signal": "candidate_process"}
+    assert execution == _execution(0, len(CASES) * (1 + 1 + 2), observed)
 
 
 def test_approximate_math_in_the_candidate_source_is_recorded(candidates):
@@ -182,14 +190,15 @@ class ScriptedBatches:
 
 def test_batches_go_to_the_session_until_it_asks_for_none():
     session = ScriptedBatches([2, 1])
-    items = _evaluate("registry.kernels.modln:modulated_layernorm_triton", runs=3, open_batches=session)
+    observed = {}
+    items = _evaluate("registry.kernels.modln:modulated_layernorm_triton", runs=3, open_batches=session,
+                      observed=observed)
     assert [i["kind"] for i in items] == ["parity", "execution"]  # the session holds the timings
     assert session.opened == ("interpreter", "cpu (triton interpreter)")
     assert [(len(b), len(c)) for b, c in session.batches] == [(2, 2), (1, 1)]
     assert all(t > 0 for b, c in session.batches for t in b + c)
     # parity once, one warm-up pair (first batch only), then three timed pairs
-    assert items[1] == {"kind": "execution", "candidate_calls": len(CASES) * (1 + 1 + 3), "fallbacks": 0,
-                        "sandbox": PROFILE, "harness_sha256": harness_digest(), "launch_signal": "candidate_process"}
+    assert items[1] == _execution(len(CASES) * (1 + 1 + 3), 0, observed)
 
 
 def test_a_refused_session_is_raised_not_recorded_as_a_failure():

@@ -172,6 +172,7 @@ def sandbox_run(tmp_path_factory):
         with pytest.raises(CandidateError) as raised:
             worker.__enter__()
         daemons_during = _processes_with(MARKER)
+        cgroups_during = [_read(f"/proc/{pid}/cgroup") for pid in daemons_during]  # seen from outside the jail
     finally:
         worker.close()
         del os.environ["REGISTRY_SIGNING_KEY"]
@@ -179,9 +180,17 @@ def sandbox_run(tmp_path_factory):
     report = str(raised.value)
     yield {"report": report, "secret": secret, "name": name, "before": before, "memory": memory,
            "memory_before": f"harness-memory-{secret}".encode(), "signals": signals, "listeners": (listener, unix_listener),
-           "daemons_during": daemons_during, "daemons_after": _processes_with(MARKER)}
+           "daemons_during": daemons_during, "daemons_after": _processes_with(MARKER),
+           "cgroups_during": cgroups_during, "confinement": worker.confinement}
     listener.close()
     unix_listener.close()
+
+
+def _read(path: str) -> str:
+    try:
+        return Path(path).read_text()
+    except OSError:
+        return ""
 
 
 def _processes_with(marker: str) -> list[int]:
@@ -243,6 +252,17 @@ def test_a_candidate_leaves_no_process_behind(sandbox_run):
     assert sandbox_run["daemons_after"] == []
 
 
+def test_the_launcher_reports_the_memory_bound_that_held(sandbox_run):
+    """What the evidence names as the jail's confinement is what the launcher achieved: the daemon the attack
+    left in the jail is in a registry-sandbox cgroup (read from outside) exactly when the report says
+    jail_cgroup; otherwise the per-process address-space limit of a CPU worker is the bound."""
+    in_jail_cgroup = [("/registry-sandbox-" in text) for text in sandbox_run["cgroups_during"]]
+    assert in_jail_cgroup and len(set(in_jail_cgroup)) == 1
+    assert sandbox_run["confinement"] == {
+        "identity": "sandbox_uid" if os.geteuid() == 0 else "user_namespace",
+        "memory": "jail_cgroup" if in_jail_cgroup[0] else "process_rlimits"}
+
+
 # ---- what evidence says about the sandbox, and what the gate makes of it ----
 
 def _decide(**execution_fields):
@@ -292,6 +312,19 @@ def test_the_gate_holds_launch_counts_taken_inside_the_candidates_process():
     ({"sandbox": "chroot", "harness_sha256": DIGEST}, "is not one of"),
     ({"sandbox": "none", "harness_sha256": "not-a-digest"}, "sha256"),
     ({"launch_signal": "outside"}, "is not one of"),
+    ({"confinement": {"identity": "sandbox_uid", "memory": "jail_cgroup"}}, "no sandbox is named"),
+    ({"sandbox": "linux-ns-seccomp/1", "harness_sha256": DIGEST,
+      "confinement": {"identity": "harness_user", "memory": "process_rlimits"}}, "is not what"),
+    ({"sandbox": "none", "harness_sha256": DIGEST,
+      "confinement": {"identity": "user_namespace", "memory": "none"}}, "is not what"),
+    ({"sandbox": "none", "harness_sha256": DIGEST,
+      "confinement": {"identity": "harness_user", "memory": "jail_cgroup"}}, "bounds nothing"),
+    ({"sandbox": "linux-ns-seccomp/1", "harness_sha256": DIGEST,
+      "confinement": {"identity": "unreported", "memory": "jail_cgroup"}}, "reported together"),
+    ({"sandbox": "linux-ns-seccomp/1", "harness_sha256": DIGEST,
+      "confinement": {"identity": "sandbox_uid", "memory": "swap"}}, "is not one of"),
+    ({"sandbox": "linux-ns-seccomp/1", "harness_sha256": DIGEST, "confinement": {"identity": "sandbox_uid"}},
+     "required"),
 ])
 def test_sandbox_fields_that_say_nothing_or_something_unknown_are_refused(fields, message):
     from registry.formats.evidence.errors import EvidenceError
@@ -304,9 +337,14 @@ def test_sandbox_fields_that_say_nothing_or_something_unknown_are_refused(fields
 @pytest.mark.parametrize("document, message", [
     ({"sandbox": "none"}, "name the harness together"),
     ({"sandbox": "none", "harness_sha256": DIGEST, "item": {"sandbox": "linux-ns-seccomp/1", "harness_sha256": DIGEST}},
-     "another sandbox or harness"),
+     "another sandbox, harness"),
     ({"sandbox": "none", "harness_sha256": DIGEST, "item": {"sandbox": "none", "harness_sha256": "cd" * 32}},
-     "another sandbox or harness"),
+     "another sandbox, harness"),
+    ({"sandbox": "linux-ns-seccomp/1", "harness_sha256": DIGEST,
+      "confinement": {"identity": "sandbox_uid", "memory": "jail_cgroup"},
+      "item": {"sandbox": "linux-ns-seccomp/1", "harness_sha256": DIGEST,
+               "confinement": {"identity": "sandbox_uid", "memory": "process_rlimits"}}}, "or confinement"),
+    ({"confinement": {"identity": "unreported", "memory": "unreported"}}, "no sandbox is named"),
 ])
 def test_a_document_naming_its_harness_must_agree_with_its_items(document, message):
     from registry.formats.evidence.document import parse_document
@@ -315,10 +353,13 @@ def test_a_document_naming_its_harness_must_agree_with_its_items(document, messa
     item = {"kind": "execution", "candidate_calls": 1, "fallbacks": 0, **document.pop("item", {})}
     with pytest.raises(EvidenceError, match=message):
         parse_document({"format": "registry.evidence/1", "artifact": "modln", **document, "evidence": [item]})
-    agreeing = parse_document({"format": "registry.evidence/1", "artifact": "modln", "sandbox": "none",
-                               "harness_sha256": DIGEST, "evidence": [{"kind": "failure", "stage": "load",
-                                                                       "error": "EntryError: no such module"}]})
-    assert (agreeing.sandbox, agreeing.harness_sha256) == ("none", DIGEST)
+    unreported = {"identity": "unreported", "memory": "unreported"}  # a jail never built: nothing of it ran
+    agreeing = parse_document({"format": "registry.evidence/1", "artifact": "modln", "sandbox": "linux-ns-seccomp/1",
+                               "harness_sha256": DIGEST, "confinement": unreported,
+                               "evidence": [{"kind": "failure", "stage": "load",
+                                             "error": "WorkerDied: the sandbox for the candidate could not be built"}]})
+    assert (agreeing.sandbox, agreeing.harness_sha256, agreeing.confinement) == ("linux-ns-seccomp/1", DIGEST,
+                                                                                  unreported)
 
 
 MANIFEST = """
@@ -342,6 +383,7 @@ def test_evaluate_insecure_no_sandbox_records_it_and_promote_holds_it(registry_c
     assert evaluated.exit_code == 0, evaluated.output
     execution = next(item for item in json.loads(evaluated.output)["evidence"] if item["kind"] == "execution")
     assert execution["sandbox"] == "none" and execution["harness_sha256"] == harness_digest()
+    assert execution["confinement"] == {"identity": "harness_user", "memory": "none"}
     verdict = json.loads(cli("promote", "modln", "--json").output)
     assert verdict["decision"] == "held" and verdict["rule"] == "execution.unsandboxed"
 

@@ -133,13 +133,15 @@ def measure_kernel(artifact: str, registered: dict[str, Any], canonical: dict[st
         from registry.kernels.evaluate import evaluate_kernel, evidence_document
         from registry.kernels.sandbox import PROFILE, UNSANDBOXED
 
+        observed: dict[str, Any] = {}
         items = evaluate_kernel(
             registered["op"], registered["entry"], corpus=corpus or device, runs=runs, warmup=warmup,
             policy=canonical["parity"]["policy"], tolerances_by_dtype=declared_tolerances(canonical["parity"]["tolerances"]),
             progress=progress, open_batches=open_batches, sandboxed=not insecure_no_sandbox,
-            entry_sha256=registered.get("payload_sha256"),
+            entry_sha256=registered.get("payload_sha256"), observed=observed,
         )
-    document = evidence_document(artifact, items, run=run, sandbox=UNSANDBOXED if insecure_no_sandbox else PROFILE)
+    document = evidence_document(artifact, items, run=run, sandbox=UNSANDBOXED if insecure_no_sandbox else PROFILE,
+                                 confinement=observed.get("confinement"))
     if registered.get("payload_sha256") is not None:
         document["payload_sha256"] = registered["payload_sha256"]
     return document, parse_document(document)

@@ -35,7 +35,7 @@ from typing import Any, Protocol
 import torch
 
 from registry.formats.errors import UserError
-from registry.formats.evidence.schemas import LAUNCH_SIGNALS
+from registry.formats.evidence.schemas import LAUNCH_SIGNALS, UNREPORTED
 from registry.evidence.parity import POLICIES, compare_outputs, dtype_name, validate_tolerance
 from registry.evidence.source_screen import screen_source
 from registry.evidence.timing import abba_schedule, peak_bandwidth, triton_interpreter_active
@@ -346,14 +346,18 @@ def integrity(session: _Session, cases: Sequence[Any]) -> None:
 
 
 def open_workers(stack: ExitStack, entry: str, reference: str, device: torch.device, *, screen: bool,
-                 sandboxed: bool, candidate: dict[str, str] | None = None) -> tuple[CandidateWorker, CandidateWorker]:
+                 sandboxed: bool, candidate: dict[str, str] | None = None,
+                 observed: dict[str, Any] | None = None) -> tuple[CandidateWorker, CandidateWorker]:
     """The candidate's worker and the baseline's (the reference alone), started together (one jail, whose
-    zygote imports torch once and forks both) and answering their hellos; closed when ``stack`` ends."""
+    zygote imports torch once and forks both) and answering their hellos; closed when ``stack`` ends.
+    ``observed["confinement"]`` is set to what the jail's launcher reported, before either hello."""
     worker = CandidateWorker(entry, device, screen=screen, sandboxed=sandboxed, candidate=candidate)
     stack.callback(worker.close)
     baseline = CandidateWorker(reference, device, screen=False, sandboxed=sandboxed)
     stack.callback(baseline.close)
     start_workers([worker, baseline], sandboxed=sandboxed)
+    if observed is not None:
+        observed["confinement"] = worker.confinement
     worker.begin()
     baseline.begin()
     return worker.finish(), baseline.finish()
@@ -361,16 +365,19 @@ def open_workers(stack: ExitStack, entry: str, reference: str, device: torch.dev
 
 def execution_item(session: _Session, profile: str) -> dict[str, Any]:
     """The execution item: launches and fallbacks as the candidate's worker counted them, the sandbox the
-    candidate ran in, the digest of the harness that measured, and where the launch count came from."""
+    candidate ran in and the bounds its launcher reported, the digest of the harness that measured, and where
+    the launch count came from."""
     return {"kind": "execution", "candidate_calls": session.launches, "fallbacks": session.fallbacks,
-            "sandbox": profile, "harness_sha256": harness_digest(), "launch_signal": LAUNCH_SIGNAL}
+            "sandbox": profile, "harness_sha256": harness_digest(), "confinement": dict(session.worker.confinement),
+            "launch_signal": LAUNCH_SIGNAL}
 
 
 def evaluate_kernel(op_name: str, entry: str, *, corpus: str, runs: int, warmup: int, policy: str,
                     tolerances_by_dtype: Mapping[str, Mapping[str, float]] | None,
                     progress: Callable[[int, int], None] | None = None,
                     open_batches: Callable[[str, str], PairBatches] | None = None,
-                    sandboxed: bool = True, entry_sha256: str | None = None) -> list[dict[str, Any]]:
+                    sandboxed: bool = True, entry_sha256: str | None = None,
+                    observed: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     """Evidence items [parity, benchmark, execution] for ``entry`` as an ``op_name`` kernel,
     or [failure] naming the stage that raised or the check that refused the candidate.
 
@@ -383,6 +390,8 @@ def evaluate_kernel(op_name: str, entry: str, *, corpus: str, runs: int, warmup:
     batch by batch (``time_batches``; at most ``runs`` of them) and the items
     are [parity, execution]: the session's events are the timing evidence.
     A refusal of the session is raised (as the UserError it is), not recorded.
+    ``observed`` (a dict), when given, receives the ``confinement`` the sandbox's launcher reported, for the
+    document around a failure too (``evidence_document``); it stays empty when no worker was started.
     """
     spec = get_operation(op_name)
     cases = spec.corpus(corpus)
@@ -403,7 +412,7 @@ def evaluate_kernel(op_name: str, entry: str, *, corpus: str, runs: int, warmup:
             # a candidate file is screened as the text read here, never as what its worker says it is
             worker, baseline = open_workers(stack, entry, spec.reference, device,
                                             screen=policy == "byte_equal" and candidate is None,
-                                            sandboxed=sandboxed, candidate=candidate)
+                                            sandboxed=sandboxed, candidate=candidate, observed=observed)
             source = candidate["source"] if candidate is not None else worker.source
             approx_math = screen_source(source) if policy == "byte_equal" else None
             inputs = [spec.make_inputs(case, device) for case in cases]
@@ -432,10 +441,11 @@ def evaluate_kernel(op_name: str, entry: str, *, corpus: str, runs: int, warmup:
 
 
 def evidence_document(artifact: str, items: Sequence[Mapping[str, Any]], run: str | None = None, *,
-                      sandbox: str | None = None) -> dict[str, Any]:
+                      sandbox: str | None = None, confinement: Mapping[str, str] | None = None) -> dict[str, Any]:
     """Wrap evidence items as a ``registry.evidence/1`` document for ``registry evidence import``; with
-    ``sandbox`` (what ``registry evaluate`` passes), naming that profile and this harness's digest, so a
-    document of nothing but a failure says what ran it too."""
+    ``sandbox`` (what ``registry evaluate`` passes), naming that profile, this harness's digest and the
+    ``confinement`` the launcher reported (both unreported when none was), so a document of nothing but a
+    failure says what ran it too."""
     if not isinstance(artifact, str) or not artifact.strip():
         raise ValueError(f"artifact must be a non-empty string, got {artifact!r}")
     if run is not None and (not isinstance(run, str) or not run.strip()):
@@ -450,5 +460,6 @@ def evidence_document(artifact: str, items: Sequence[Mapping[str, Any]], run: st
         doc["run"] = run
     if sandbox is not None:
         doc["sandbox"], doc["harness_sha256"] = sandbox, harness_digest()
+        doc["confinement"] = dict(confinement or {"identity": UNREPORTED, "memory": UNREPORTED})
     doc["evidence"] = [dict(item) for item in items]
     return doc

@@ -16,6 +16,7 @@ did work the clock did not see.
 from __future__ import annotations
 
 import io
+import json
 import math
 import os
 import select
@@ -31,6 +32,7 @@ from typing import Any, Sequence
 
 import torch
 
+from registry.formats.evidence.schemas import IDENTITIES, MEMORY_BOUNDS, UNREPORTED
 from registry.kernels import wire
 from registry.kernels.sandbox import Sandbox, make_harness_undumpable, setup_failure
 
@@ -144,6 +146,8 @@ class _Jail:
                 for name, fd in fds.items():
                     if name != "stderr":
                         os.close(fd)
+        for worker in workers:  # the launcher's first line, written before the jail existed
+            worker.confinement = confinement_reported(worker._status_text(START_TIMEOUT_S))
 
     def host_pid(self, jail_pid: int) -> int | None:
         """The pid this process sees for the worker the zygote forked as ``jail_pid`` (NSpid in /proc)."""
@@ -173,6 +177,19 @@ class _Jail:
                 pass
             self.process.wait()
         self.sandbox.close()
+
+
+def confinement_reported(line: str | None) -> dict[str, str]:
+    """The launcher's report of what it achieved ({identity, memory}), or both unreported when it wrote none
+    (it failed before the jail existed: the worker's start fails the same way) or not one it could write."""
+    try:
+        report = json.loads(line) if line is not None else None
+    except ValueError:
+        report = None
+    if (isinstance(report, dict) and set(report) == {"identity", "memory"} and report["identity"] in IDENTITIES
+            and report["memory"] in MEMORY_BOUNDS):
+        return report
+    return {"identity": UNREPORTED, "memory": UNREPORTED}
 
 
 def worker_command() -> list[str]:
@@ -251,6 +268,7 @@ class CandidateWorker:
         self.exit_code: int | None = None
         self.pid: int | None = None  # the worker's own pid, as this process sees it
         self.stderr = tempfile.TemporaryFile()
+        self.confinement = confinement_reported(None)  # what its jail's launcher reported (sandboxed)
 
     def attach(self, jail: _Jail, requests: int, answers: int, status: int) -> None:
         """Take this worker's ends of its pipes in ``jail``: requests written here, answers and status read."""
@@ -263,6 +281,7 @@ class CandidateWorker:
                                         stderr=self.stderr, start_new_session=True, bufsize=0)
         self.to_worker = io.BufferedWriter(self.process.stdin)
         self.answers, self.pid, self.started = self.process.stdout.fileno(), self.process.pid, True
+        self.confinement = {"identity": "harness_user", "memory": "none"}
 
     def start(self) -> None:
         """Start this worker alone; the entry is loaded only by the hello that follows."""
@@ -293,18 +312,23 @@ class CandidateWorker:
     def __exit__(self, *exc: Any) -> None:
         self.close()
 
-    def _status_line(self, timeout: float) -> int | None:
-        """The next number the zygote wrote on this worker's status pipe (its pid, then its exit status)."""
+    def _status_text(self, timeout: float) -> str | None:
+        """The next line on this worker's status pipe: the launcher's report, then the zygote's numbers."""
         reader, line = _DeadlineReader(self.status, time.monotonic() + timeout), b""
         try:
-            while not line.endswith(b"\n"):
+            while not line.endswith(b"\n") and len(line) < 4096:
                 data = reader.read(1)
                 if not data:
                     return None
                 line += data
         except (TimeoutError, OSError):
             return None
-        return int(line) if line.strip().isdigit() else None
+        return line.decode("ascii", "replace")
+
+    def _status_line(self, timeout: float) -> int | None:
+        """The next number the zygote wrote on this worker's status pipe (its pid, then its exit status)."""
+        line = self._status_text(timeout)
+        return int(line) if line is not None and line.strip().isdigit() else None
 
     def _ended(self, timeout: float) -> bool:
         """Whether the worker has exited within ``timeout`` seconds; its exit status is kept."""

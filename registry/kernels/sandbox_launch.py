@@ -40,7 +40,10 @@ of memory and swap for everything the jail holds together (its processes and
 the tmpfs pages they write); the OOM killer ends a process of the jail, never
 one outside it. The launcher's parent moves back out and removes the cgroup
 when pid 1 has ended. Where no such controller can be written, only the
-per-process limits bound memory (docs/kernels.md says so).
+per-process limits bound memory (docs/kernels.md says so). Which of the two
+held, and the identity the workers get, the launcher writes as the first line
+of each worker's status pipe before it forks pid 1 (``report_confinement``):
+what every evidence document of the evaluation names as its ``confinement``.
 
 Any failure before the ``execve`` exits with ``SETUP_FAILED`` after one line
 on stderr starting with ``sandbox:`` (the zygote's workers do the same); the
@@ -184,6 +187,17 @@ def leave_memory_cgroup(cgroup: tuple[int, int, str] | None) -> None:
         os.rmdir(name, dir_fd=parent)
     except OSError:
         pass  # an empty cgroup left behind holds no process; the next launcher removes it
+
+
+def report_confinement(config: dict, cgroup: tuple | None) -> None:
+    """Tell the harness, on each worker's status pipe and before the jail exists, what this launch achieved:
+    the identity its workers get and the bound on the jail's memory (the cgroup entered, else the per-process
+    address-space limit where there is one, else none). No worker ever holds a status pipe."""
+    memory = "jail_cgroup" if cgroup is not None else "process_rlimits" if "as" in config["limits"] else "none"
+    line = json.dumps({"identity": "user_namespace" if config["user_namespace"] else "sandbox_uid",
+                       "memory": memory}) + "\n"
+    for worker in config["workers"]:
+        os.write(worker["fds"]["status"], line.encode())
 
 
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -405,6 +419,7 @@ def main(argv: list[str]) -> None:
             _user_namespace(config["uid"], config["gid"])
         else:
             _check(_libc.unshare(NAMESPACE_FLAGS & ~CLONE_NEWUSER), "unshare")
+        report_confinement(config, cgroup)
     except (SetupError, OSError, ValueError, KeyError, IndexError) as exc:
         print(f"sandbox: {exc}", file=sys.stderr, flush=True)
         os._exit(SETUP_FAILED)

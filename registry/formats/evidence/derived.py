@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from registry.formats.evidence.errors import EvidenceError
-from registry.formats.evidence.schemas import METRICS
+from registry.formats.evidence.schemas import METRICS, check_confinement
 from registry.formats.stats import summarize_benchmark
 
 
@@ -24,6 +24,7 @@ def _execution(item: dict[str, Any], where: str) -> dict[str, Any]:
     if ("sandbox" in item) != ("harness_sha256" in item):
         raise EvidenceError(f"{where}: sandbox and harness_sha256 name the harness together; one without the "
                             "other says nothing")
+    check_confinement(item.get("sandbox"), item.get("confinement"), where)
     return {"ran": item["candidate_calls"] > 0 and item["fallbacks"] == 0}
 
 

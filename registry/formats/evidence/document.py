@@ -13,7 +13,7 @@ from typing import Any
 
 from registry.formats.documents import MAX_EVIDENCE_BYTES, DocumentError, load_json, read_document
 from registry.formats.evidence.errors import KIT, EvidenceError, only_known
-from registry.formats.evidence.schemas import SANDBOX_PROFILES
+from registry.formats.evidence.schemas import SANDBOX_PROFILES, check_confinement, confinement
 from registry.formats.evidence.items import parse_item
 from registry.formats.fields import describe, quoted
 
@@ -30,6 +30,8 @@ class EvidenceDocument:
     # The sandbox profile and harness digest of the run that wrote it (registry evaluate), or None.
     sandbox: str | None = None
     harness_sha256: str | None = None
+    # What the sandbox's launcher reported it achieved: {identity, memory} (docs/evidence-format.md), or None.
+    confinement: dict[str, str] | None = None
 
 
 def read_document_file(path: str | Path) -> str:
@@ -54,7 +56,8 @@ def parse_document_text(text: str) -> EvidenceDocument:
 
 def parse_document(obj: Any) -> EvidenceDocument:
     doc = KIT.mapping(obj, "document")
-    only_known(doc, ("format", "artifact", "run", "payload_sha256", "sandbox", "harness_sha256", "evidence"),
+    only_known(doc, ("format", "artifact", "run", "payload_sha256", "sandbox", "harness_sha256", "confinement",
+                     "evidence"),
                "document")
     if doc.get("format") != FORMAT:
         raise EvidenceError(f"format: expected {FORMAT!r}, got {quoted(doc.get('format'))}")
@@ -65,6 +68,8 @@ def parse_document(obj: Any) -> EvidenceDocument:
     harness = KIT.optional(doc, "harness_sha256", "", KIT.sha256)
     if (sandbox is None) != (harness is None):
         raise EvidenceError("sandbox and harness_sha256 name the harness together; one without the other says nothing")
+    bounds = KIT.optional(doc, "confinement", "", confinement)
+    check_confinement(sandbox, bounds, "document")
     items = KIT.required(doc, "evidence", "")
     if not isinstance(items, list):
         raise EvidenceError(f"evidence: expected a list, got {describe(items)}")
@@ -72,8 +77,8 @@ def parse_document(obj: Any) -> EvidenceDocument:
         raise EvidenceError("evidence: empty list; a document must carry at least one item")
     parsed = [parse_item(item, f"evidence[{i}]") for i, item in enumerate(items)]
     for i, item in enumerate(parsed):
-        named = (item.get("sandbox"), item.get("harness_sha256"))
-        if sandbox is not None and named != (None, None) and named != (sandbox, harness):
-            raise EvidenceError(f"evidence[{i}]: names another sandbox or harness than the document does")
+        named = (item.get("sandbox"), item.get("harness_sha256"), item.get("confinement"))
+        if sandbox is not None and named != (None, None, None) and named != (sandbox, harness, bounds):
+            raise EvidenceError(f"evidence[{i}]: names another sandbox, harness or confinement than the document does")
     return EvidenceDocument(artifact=artifact, run=run, items=parsed, payload_sha256=payload_sha256,
-                            sandbox=sandbox, harness_sha256=harness)
+                            sandbox=sandbox, harness_sha256=harness, confinement=bounds)

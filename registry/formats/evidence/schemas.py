@@ -18,6 +18,37 @@ ORDERS = ("BC", "CB")
 METRICS = ("ssim", "lpips", "vbench")
 SANDBOX_PROFILES = ("linux-ns-seccomp/1", "none")  # registry/kernels/sandbox.py: PROFILE, UNSANDBOXED
 LAUNCH_SIGNALS = ("candidate_process",)  # where registry evaluate's launch count came from (docs/kernels.md)
+UNREPORTED = "unreported"  # the launcher never said: the jail was not built, no candidate code ran
+IDENTITIES = ("sandbox_uid", "user_namespace", "harness_user", UNREPORTED)
+MEMORY_BOUNDS = ("jail_cgroup", "process_rlimits", "none", UNREPORTED)
+"""What the launcher reports it achieved for one jail (docs/evidence-format.md, "confinement"): the identity its
+workers run under and the bound that held the jail's memory."""
+
+
+def confinement(value: Any, path: str) -> dict[str, str]:
+    """{identity, memory}: both reported, or both unreported."""
+    block = KIT.mapping(value, path)
+    KIT.only_known(block, ("identity", "memory"), path)
+    checked = KIT.fields(block, {"identity": (True, KIT.one_of(IDENTITIES)),
+                                 "memory": (True, KIT.one_of(MEMORY_BOUNDS))}, path)
+    if (checked["identity"] == UNREPORTED) != (checked["memory"] == UNREPORTED):
+        raise EvidenceError(f"{path}: identity and memory are reported together; one unreported means neither was")
+    return checked
+
+
+def check_confinement(sandbox: str | None, bounds: dict[str, str] | None, path: str) -> None:
+    """Refuse a confinement no run of that sandbox profile could report."""
+    if bounds is None:
+        return
+    if sandbox is None:
+        raise EvidenceError(f"{path}.confinement: names the bounds of a sandbox, and no sandbox is named")
+    unsandboxed = sandbox == SANDBOX_PROFILES[1]
+    if (bounds["identity"] == "harness_user") != unsandboxed and bounds["identity"] != UNREPORTED:
+        raise EvidenceError(f"{path}.confinement.identity: {bounds['identity']!r} is not what the {sandbox!r} profile "
+                            "runs a candidate as")
+    if unsandboxed and bounds["memory"] not in ("none", UNREPORTED):
+        raise EvidenceError(f"{path}.confinement.memory: {bounds['memory']!r}, but the {sandbox!r} profile bounds "
+                            "nothing")
 
 
 def _positive_time(value: Any, path: str) -> float:
@@ -59,6 +90,7 @@ SPECS: dict[str, dict[str, tuple[bool, Any]]] = {
         "sandbox": (False, KIT.one_of(SANDBOX_PROFILES)),
         "harness_sha256": (False, KIT.sha256),
         "launch_signal": (False, KIT.one_of(LAUNCH_SIGNALS)),
+        "confinement": (False, confinement),
     },
     "benchmark": {
         "protocol": (True, KIT.one_of(("paired", "sequential"))),
