@@ -20,18 +20,23 @@ import json
 import os
 import pwd
 import secrets
+import shlex
+import shutil
 import signal
 import socket
 import sqlite3
 import subprocess
 import sys
+import tempfile
 import textwrap
 from pathlib import Path
 
 import pytest
 import torch
+from limits import HANG_GUARD_S
 
 import registry
+from registry.app import open_registry
 from registry.kernels.isolation import CandidateError, CandidateWorker, candidate_text
 from registry.kernels.sandbox import harness_digest, require_sandbox
 
@@ -464,6 +469,119 @@ def test_a_harness_that_is_not_root_confines_through_a_user_namespace():
     assert (seen["write package"], seen["socket"], seen["setsid"], seen["write tmp"]) == (
         "Read-only file system", "Operation not permitted", "Operation not permitted", "GOT")
     assert not (PACKAGE / "userns_written").exists()
+
+
+HONEST_CANDIDATE = """
+from registry.kernels.modln import modulated_layernorm_triton
+
+
+def modulated_layernorm(x, scale, shift):
+    return modulated_layernorm_triton(x, scale, shift)
+"""
+
+RUN_AS_USER = r"""
+import json, subprocess, sys
+done = [subprocess.run([sys.executable, "-m", "registry", *argv], capture_output=True, text=True)
+        for argv in json.loads(sys.argv[1])]
+print(json.dumps([[d.returncode, d.stdout, d.stderr] for d in done]))
+"""
+
+
+def _blocked_ancestor(path: Path) -> Path | None:
+    """The outermost folder on ``path``'s way that a user owning nothing may not enter, or None."""
+    for folder in [*reversed(path.parents), path]:
+        if not os.stat(folder).st_mode & 0o001:
+            return folder
+    return None
+
+
+def _as_fresh_user(uid: int, argv: list[str], home: Path) -> list[str]:
+    """``argv`` run as ``uid`` (no groups, no capabilities) with a bare environment, in a mount namespace of
+    its own where each folder of this interpreter's, its venv's and this checkout's, hidden from other users
+    by a closed folder above it (a pyenv under /root), is reachable again through a tmpfs laid over that folder
+    with only these paths bound into it; nothing else of the machine's changes."""
+    needed = sorted({Path(p).resolve() for p in (sys.base_prefix, sys.prefix, PACKAGE.parent)})
+    needed = [p for p in needed if not any(q != p and q in p.parents for q in needed)]
+    by_blocked: dict[Path, list[Path]] = {}
+    for path in needed:
+        blocked = _blocked_ancestor(path)
+        if blocked == path:
+            pytest.skip(f"{path} is closed to every other user: no unprivileged harness could run this interpreter")
+        if blocked is not None:
+            by_blocked.setdefault(blocked, []).append(path)
+    script = ["set -e"]
+    for n, (blocked, paths) in enumerate(by_blocked.items()):
+        holds = [home / f".hold-{n}-{i}" for i in range(len(paths))]
+        script += [f"mkdir {shlex.quote(str(h))} && mount --bind {shlex.quote(str(p))} {shlex.quote(str(h))}"
+                   for h, p in zip(holds, paths)]
+        script.append(f"mount -t tmpfs -o mode=0755 registry-test {shlex.quote(str(blocked))}")
+        script += [f"mkdir -p {shlex.quote(str(p))} && mount --move {shlex.quote(str(h))} {shlex.quote(str(p))}"
+                   for h, p in zip(holds, paths)]
+    env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(home), "USER": f"u{uid}", "LOGNAME": f"u{uid}",
+           "LANG": "C.UTF-8", **{k: os.environ[k] for k in ("TRITON_INTERPRET",) if k in os.environ}}
+    script.append("exec " + shlex.join(["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "env", "-i",
+                                        *(f"{k}={v}" for k, v in env.items()), *argv]))
+    return ["unshare", "--mount", "--propagation", "private", "sh", "-c", "\n".join(script)]
+
+
+def test_a_whole_evaluation_by_a_harness_that_is_not_root(request, sqlite_template):
+    """`artifact register`, `evaluate` (two pairs) and `promote` of an honest candidate file, run by a harness
+    that is not root (a fresh uid with no groups and no capabilities when this suite runs as root) on a SQLite
+    file and a candidate in a folder of that user's: the jail is built through a user namespace, the evidence
+    says so, and the registry records and judges the evaluation exactly as it does a root harness's
+    (tests/test_cli_evaluate.py). Needs seconds (one evaluation under the interpreter, about ten on a quiet
+    machine): the only check that the unprivileged path carries a whole evaluation, which no root run can
+    show. Skips, as lacking the kind of machine, only where this kernel refuses unprivileged user namespaces."""
+    from click.testing import CliRunner
+
+    from registry.cli.main import main
+
+    try:
+        require_sandbox()
+    except ValueError as exc:
+        pytest.skip(str(exc))
+    if os.geteuid() == 0 and not (shutil.which("setpriv") and shutil.which("unshare")):
+        pytest.skip("util-linux's setpriv and unshare are needed to run a harness as another user")
+    uid = os.geteuid() if os.geteuid() != 0 else 0x30000000 + secrets.randbelow(0x0FFF0000)
+    if os.geteuid() == 0:
+        probe = subprocess.run(["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "unshare", "--user",
+                                "true"], capture_output=True, text=True, timeout=60)
+        if probe.returncode != 0:
+            request.node.add_marker(pytest.mark.device)  # another kind of machine: strict mode lets this skip pass
+            pytest.skip(f"this kernel gives no user namespace to a user that is not root ({probe.stderr.strip()})")
+    home = Path(tempfile.mkdtemp(prefix="registry-unprivileged-"))
+    try:
+        url = f"sqlite:///{home / 'registry.db'}"
+        shutil.copyfile(sqlite_template, home / "registry.db")
+        (home / "op.yaml").write_text(MANIFEST)
+        (home / "honest.py").write_text(HONEST_CANDIDATE)
+        declared = CliRunner().invoke(main, ["--db", url, "workload", "declare", str(home / "op.yaml")])
+        assert declared.exit_code == 0, declared.output
+        for path in (home, *home.iterdir()):
+            os.chown(path, uid, uid)
+        commands = [["--db", url, "--actor", "tester", *args] for args in (
+            ("artifact", "register", "honest", "--workload", "wan-modln-op", "--kind", "fused_kernel", "--op",
+             "modulated_layernorm", "--entry", f"{home / 'honest.py'}:modulated_layernorm"),
+            ("evaluate", "honest", "--warmup", "0"), ("promote", "honest", "--json"))]
+        argv = [sys.executable, "-c", RUN_AS_USER, json.dumps(commands)]
+        done = subprocess.run(_as_fresh_user(uid, argv, home) if os.geteuid() == 0 else argv, cwd=home,
+                              capture_output=True, text=True, timeout=HANG_GUARD_S)
+        assert done.returncode == 0, done.stderr
+        (registered, _, register_err), (evaluated, _, evaluate_err), (promoted, verdict, _) = json.loads(done.stdout)
+        assert (registered, evaluated, promoted) == (0, 0, 3), register_err + evaluate_err
+        events = list(open_registry(url).store.read_stream("artifact:honest"))
+        assert [e.type for e in events] == ["ArtifactRegistered", "ParityMeasured", "BenchmarkMeasured",
+                                            "ExecutionObserved", "VerdictRendered"]
+        execution = events[3].payload["item"]
+        assert execution["sandbox"] == "linux-ns-seccomp/1" and execution["harness_sha256"] == harness_digest()
+        on_gpu = torch.cuda.is_available() and os.environ.get("TRITON_INTERPRET") != "1"  # no address-space limit
+        assert execution["confinement"] == {"identity": "user_namespace", "memory": "none" if on_gpu else "process_rlimits"}
+        assert execution["candidate_calls"] > 0 and execution["fallbacks"] == 0
+        assert json.loads(verdict)["rule"] == "execution.launches_unverified"
+        verified = CliRunner().invoke(main, ["--db", url, "verify"])
+        assert verified.exit_code == 0, verified.output
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
 
 
 MEMORY_HOG = r'''
