@@ -6,7 +6,7 @@ package and its ``__pycache__``, site-packages, its own folder, the harness's
 working directory, the database's folder), to read the database, the signing
 key and the harness's environment, to read and write the harness's memory, to
 signal it, to reach a socket it listens on, and to leave a double-forked,
-``setsid`` daemon behind. It reports what it got in the error it raises,
+``setsid`` daemon behind, and to count the descriptors it inherited. It reports what it got in the error it raises,
 which is all it can send back; each test then checks one of those effects
 from outside: files unchanged, secrets absent from anything that came back,
 the harness's memory and signal count as they were, no connection accepted,
@@ -15,6 +15,7 @@ each start imports torch, which takes seconds.
 """
 from __future__ import annotations
 
+import ast
 import ctypes
 import json
 import os
@@ -119,9 +120,17 @@ def daemon():
                                       "b'up'); time.sleep(600)", str(ready_w), {marker!r}])
         os._exit(0)
     os.close(ready_w)
-    return os.read(ready_r, 2)
+    try:
+        return os.read(ready_r, 2)
+    finally:
+        os.close(ready_r)
 
 attempt("daemon", daemon)
+def descriptors():
+    return sorted((int(fd), os.readlink(f"/proc/self/fd/{{fd}}")) for fd in os.listdir("/proc/self/fd")
+                  if os.path.exists(f"/proc/self/fd/{{fd}}"))
+
+attempt("descriptors", descriptors)
 raise RuntimeError(" | ".join(found))
 
 
@@ -176,6 +185,7 @@ def sandbox_run(tmp_path_factory):
     try:
         with pytest.raises(CandidateError) as raised:
             worker.__enter__()
+        channel = {f"pipe:[{os.fstat(fd).st_ino}]" for fd in (worker.to_worker.fileno(), worker.answers)}
         daemons_during = _processes_with(MARKER)
         cgroups_during = [_read(f"/proc/{pid}/cgroup") for pid in daemons_during]  # seen from outside the jail
     finally:
@@ -186,7 +196,7 @@ def sandbox_run(tmp_path_factory):
     yield {"report": report, "secret": secret, "name": name, "before": before, "memory": memory,
            "memory_before": f"harness-memory-{secret}".encode(), "signals": signals, "listeners": (listener, unix_listener),
            "daemons_during": daemons_during, "daemons_after": _processes_with(MARKER),
-           "cgroups_during": cgroups_during, "confinement": worker.confinement}
+           "cgroups_during": cgroups_during, "confinement": worker.confinement, "channel": channel}
     listener.close()
     unix_listener.close()
 
@@ -255,6 +265,17 @@ def test_a_candidate_cannot_open_a_network_socket(sandbox_run):
 def test_a_candidate_leaves_no_process_behind(sandbox_run):
     assert "daemon: GOT b'up'" in sandbox_run["report"] and sandbox_run["daemons_during"]  # it did start one
     assert sandbox_run["daemons_after"] == []
+
+
+def test_a_candidate_inherits_no_descriptor_but_its_own(sandbox_run):
+    """The zygote holds every worker's pipes when it forks one (an evaluation's baseline's requests, answers
+    and status among them), and the launcher was handed them all; a worker that kept any could answer for
+    another or forge its status. The candidate holds /dev/null, its stderr file and its own two pipes to the
+    harness, nothing else (a new hostile variant: before the sandbox each worker was a process of its own,
+    started with only its three standard descriptors)."""
+    held = dict(ast.literal_eval(_outcome(sandbox_run["report"], "descriptors").partition("GOT ")[2]))
+    assert held[0] == "/dev/null" and held[1] == held[2] != held[0]  # stdout and stderr: its stderr file
+    assert {target for fd, target in held.items() if fd > 2} == sandbox_run["channel"]
 
 
 def test_the_launcher_reports_the_memory_bound_that_held(sandbox_run):
