@@ -38,7 +38,8 @@ from limits import HANG_GUARD_S
 
 import registry
 from registry.app import open_registry
-from registry.kernels.isolation import CandidateError, CandidateWorker, candidate_text
+from registry.kernels.isolation import CandidateError, CandidateWorker, candidate_text, start_workers
+from registry.kernels.ops import get_operation
 from registry.kernels.sandbox import harness_digest, require_sandbox
 
 PACKAGE = Path(registry.__file__).resolve().parent
@@ -101,6 +102,21 @@ def attach():
     return "attached"
 
 attempt("ptrace attach", attach)
+attempt("processes", lambda: sorted(int(name) for name in os.listdir("/proc") if name.isdigit()))
+
+def reachable():
+    found = []
+    for pid in range(2, 4096):
+        try:
+            os.kill(pid, 0)
+            found.append(pid)
+        except ProcessLookupError:
+            pass
+        except PermissionError:
+            found.append(-pid)
+    return found
+
+attempt("pids in reach", reachable)
 attempt("signal harness", lambda: os.kill({harness}, signal.SIGUSR1))
 attempt("signal everyone", lambda: os.kill(-1, signal.SIGUSR1))
 attempt("signal harness group", lambda: os.killpg({harness_group}, signal.SIGUSR1))
@@ -182,7 +198,9 @@ def sandbox_run(tmp_path_factory):
     os.environ["REGISTRY_SIGNING_KEY"] = key.read_text()
     entry = f"{candidate_dir / 'attack_candidate.py'}:kernel"  # a candidate is its file, sent as text
     worker = CandidateWorker(entry, torch.device("cpu"), screen=False, candidate=candidate_text(entry))
+    baseline = CandidateWorker(get_operation("modulated_layernorm").reference, torch.device("cpu"), screen=False)
     try:
+        start_workers([worker, baseline], sandboxed=True)  # one jail, as an evaluation's two workers share
         with pytest.raises(CandidateError) as raised:
             worker.__enter__()
         channel = {f"pipe:[{os.fstat(fd).st_ino}]" for fd in (worker.to_worker.fileno(), worker.answers)}
@@ -190,6 +208,7 @@ def sandbox_run(tmp_path_factory):
         cgroups_during = [_read(f"/proc/{pid}/cgroup") for pid in daemons_during]  # seen from outside the jail
     finally:
         worker.close()
+        baseline.close()
         del os.environ["REGISTRY_SIGNING_KEY"]
         signal.signal(signal.SIGUSR1, previous)
     report = str(raised.value)
@@ -265,6 +284,15 @@ def test_a_candidate_cannot_open_a_network_socket(sandbox_run):
 def test_a_candidate_leaves_no_process_behind(sandbox_run):
     assert "daemon: GOT b'up'" in sandbox_run["report"] and sandbox_run["daemons_during"]  # it did start one
     assert sandbox_run["daemons_after"] == []
+
+
+def test_a_candidate_names_no_process_but_its_own(sandbox_run):
+    """Started beside a baseline worker in one jail, as in an evaluation, the candidate is pid 1 of a pid
+    namespace of its own: /proc shows only itself, and no pid names another process, so it can signal
+    neither the baseline's worker nor the zygote (in the user-namespace path all three share one uid: before
+    each worker had its own pid namespace, a candidate there stopped and continued the baseline's worker)."""
+    assert _outcome(sandbox_run["report"], "processes") == "processes: GOT [1]"
+    assert _outcome(sandbox_run["report"], "pids in reach") == "pids in reach: GOT []"
 
 
 def test_a_candidate_inherits_no_descriptor_but_its_own(sandbox_run):

@@ -160,7 +160,7 @@ class _Jail:
                 except OSError:
                     continue
                 nspid = next((line.split()[1:] for line in status.splitlines() if line.startswith("NSpid:")), [])
-                if nspid and nspid[-1] == str(jail_pid):
+                if len(nspid) > 1 and nspid[1] == str(jail_pid):  # this namespace's, the jail's, its own
                     return int(child)
         return None
 

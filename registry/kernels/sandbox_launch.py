@@ -19,9 +19,10 @@ order:
    detached, the new root remounted read-only; then it makes itself
    non-dumpable and execs the config's ``argv`` (the zygote,
    :mod:`registry.kernels.zygote`) with the scrubbed environment;
-3. ``confine`` runs in each worker the zygote forks, before the worker
+3. ``confine`` runs in each worker the zygote forks (each the pid 1 of a pid
+   namespace of its own, ``pid_namespace_for_next_worker``), before the worker
    serves: its own mount namespace with a private ``/tmp`` and ``/dev/shm``
-   (tmpfs, size-limited), resource limits, every capability dropped from the
+   (tmpfs, size-limited) and a ``/proc`` of its pid namespace, resource limits, every capability dropped from the
    bounding and ambient sets and cleared, supplementary groups cleared, the
    worker's own uid and gid (a root harness), ``PR_SET_NO_NEW_PRIVS``,
    non-dumpable, parent-death SIGKILL, and a seccomp-BPF filter refusing
@@ -343,13 +344,27 @@ def _user_namespace(uid: int, gid: int) -> None:
         fh.write(f"0 {gid} 1")
 
 
+def pid_namespace_for_next_worker() -> None:
+    """In the zygote, before it forks a worker: that worker is pid 1 of a pid namespace of its own, inside the
+    jail's, so no worker can name (signal, or find in /proc) another, the zygote or anything outside. The
+    kernel makes a new one only from the caller's own: the namespace the last worker got is left first."""
+    own = os.open("/proc/self/ns/pid", os.O_RDONLY)
+    try:
+        _check(_libc.setns(own, CLONE_NEWPID), "back to the jail's pid namespace")
+    finally:
+        os.close(own)
+    _check(_libc.unshare(CLONE_NEWPID), "unshare the next worker's pid namespace")
+
+
 def confine(config: dict, worker: dict) -> None:
     """In a process forked by the zygote, before any candidate code: its own mount namespace with a fresh
-    /tmp and /dev/shm, then limits, identity, no capabilities, no new privileges, and the syscall filter."""
+    /tmp and /dev/shm and a /proc of its own pid namespace, then limits, identity, no capabilities, no new
+    privileges, and the syscall filter."""
     import resource
 
     _check(_libc.unshare(CLONE_NEWNS), "unshare the worker's mounts")
     _mount(None, "/", None, MS_REC | MS_PRIVATE)
+    _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
     _mount("sandbox-shm", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, f"mode=1777,size={config['shm_bytes']}")
     under_tmp = [path for path in config["binds"] if path.startswith("/tmp/") and os.path.lexists(path)]
     if under_tmp:  # hold the jail's /tmp (and the binds in it) while this worker's own is mounted

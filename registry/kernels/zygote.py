@@ -8,12 +8,14 @@ Starting an evaluation's two workers (the candidate's and the baseline's)
 costs one import of torch instead of two, which is what keeps a sandboxed
 evaluation's start near the unsandboxed one's (docs/benchmarks.md).
 
-For each worker in its config, in order: fork; the child closes every
+For each worker in its config, in order: a new pid namespace for its next
+child, so the worker is pid 1 there and names no other process of the jail
+(not the other worker, not the zygote); fork; the child closes every
 descriptor but its own three (requests in, answers out, stderr), is confined
 (``sandbox_launch.confine``: its own /tmp and /dev/shm, limits, its own uid,
 no capabilities, the syscall filter) and serves as
 :mod:`registry.kernels.worker`. The zygote writes each worker's pid (in the
-jail's pid namespace) and later its exit status to that worker's status
+jail's pid namespace, the zygote's) and later its exit status to that worker's status
 pipe, which no worker holds, then exits once every worker has: the kernel
 then kills whatever they left in the namespace.
 """
@@ -23,7 +25,7 @@ import json
 import os
 import sys
 
-from registry.kernels.sandbox_launch import SETUP_FAILED, confine
+from registry.kernels.sandbox_launch import SETUP_FAILED, SetupError, confine, pid_namespace_for_next_worker
 
 
 def _serve(config: dict, worker: dict) -> None:
@@ -44,6 +46,11 @@ def main(argv: list[str]) -> None:
     worker_module.preload()
     pids = {}
     for worker in config["workers"]:
+        try:
+            pid_namespace_for_next_worker()
+        except SetupError as exc:  # no worker starts: each status pipe closes unwritten
+            os.write(2, f"sandbox: {exc}\n".encode())
+            os._exit(SETUP_FAILED)
         pid = os.fork()
         if pid == 0:
             try:
@@ -63,7 +70,7 @@ def main(argv: list[str]) -> None:
             pid, code = os.wait()
         except ChildProcessError:
             break
-        if pid in pids:  # anything else is an orphan of a worker's, reparented to this pid 1
+        if pid in pids:  # a worker's orphans are its own (pid 1 of their namespace), never this one's
             status = pids.pop(pid)
             exit_code = os.waitstatus_to_exitcode(code)
             os.write(status, f"{exit_code if exit_code >= 0 else 128 - exit_code}\n".encode())
