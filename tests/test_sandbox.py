@@ -6,8 +6,10 @@ package and its ``__pycache__``, site-packages, its own folder, the harness's
 working directory, the database's folder), to read the database, the signing
 key and the harness's environment, to read and write the harness's memory, to
 signal it, to reach a socket it listens on, and to leave a double-forked,
-``setsid`` daemon behind, and to count the descriptors it inherited. It reports what it got in the error it raises,
-which is all it can send back; each test then checks one of those effects
+``setsid`` daemon behind, and to list the descriptors it inherited and the
+processes it can see or signal (it runs beside a baseline worker in one
+jail, as an evaluation's candidate does). It reports what it got in the
+error it raises, which is all it can send back; each test then checks one of those effects
 from outside: files unchanged, secrets absent from anything that came back,
 the harness's memory and signal count as they were, no connection accepted,
 no process left. The worker is started once for all of them (module scope):
