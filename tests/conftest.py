@@ -7,8 +7,8 @@ variable must be set before any kernel module is imported.
 SQLite file under tmp_path, and a new database on the Postgres server named by
 REGISTRY_TEST_POSTGRES_URL (`make test` starts a throwaway one). Without a
 server the Postgres cases skip, saying how to run them. `migrated_sqlite_url`,
-`migrated_postgres_url` (and `registry_cli`) give a fresh registry at this
-code's schema head: a copy of a template migrated once per worker process (a file copy for SQLite, CREATE
+`migrated_postgres_url`, `migrated_backend_url` (either, as `backend_url`) and
+`registry_cli` give a fresh registry at this code's schema head: a copy of a template migrated once per worker process (a file copy for SQLite, CREATE
 DATABASE ... TEMPLATE for Postgres), since migrating costs each test about
 three times what copying does.
 
@@ -224,6 +224,14 @@ def backend_url(request, tmp_path):
     if not PG_URL:
         pytest.skip(PG_SKIP)
     return _fresh_postgres_database()
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def migrated_backend_url(request, tmp_path):
+    """As `backend_url`, at the schema head: a copy of the worker's migrated template on either backend."""
+    if request.param == "sqlite":
+        return request.getfixturevalue("migrated_sqlite_url")
+    return request.getfixturevalue("migrated_postgres_url")
 
 
 @pytest.fixture
