@@ -7,8 +7,8 @@ variable must be set before any kernel module is imported.
 SQLite file under tmp_path, and a new database on the Postgres server named by
 REGISTRY_TEST_POSTGRES_URL (`make test` starts a throwaway one). Without a
 server the Postgres cases skip, saying how to run them. `migrated_sqlite_url`,
-`migrated_postgres_url` (and `registry_cli`) give a fresh registry at this
-code's schema head: a copy of a template migrated once per worker process (a file copy for SQLite, CREATE
+`migrated_postgres_url`, `migrated_backend_url` (either, as `backend_url`) and
+`registry_cli` give a fresh registry at this code's schema head: a copy of a template migrated once per worker process (a file copy for SQLite, CREATE
 DATABASE ... TEMPLATE for Postgres), since migrating costs each test about
 three times what copying does.
 
@@ -61,18 +61,21 @@ def _environment() -> dict[str, str]:
 _PATCHABLE = (torch, torch.nn.functional)
 
 
-def _functions() -> list[dict[str, object]]:
-    return [{name: value for name, value in vars(module).items() if callable(value)} for module in _PATCHABLE]
+def _namespaces() -> list[dict[str, object]]:
+    # A plain copy of each namespace (callable() on its thousand names doubled a trivial test's overhead): which
+    # of the names that changed were functions is asked only of those, after the test.
+    return [dict(vars(module)) for module in _PATCHABLE]
 
 
 @pytest.fixture(autouse=True)
 def no_leaked_process_state():
     """Fail a test that changed torch's thread count, os.environ or a torch function, after putting them back."""
-    threads, environment, functions = torch.get_num_threads(), _environment(), _functions()
+    threads, environment, namespaces = torch.get_num_threads(), _environment(), _namespaces()
     yield
     leaks = []
-    for module, before in zip(_PATCHABLE, functions):
-        replaced = sorted(name for name, value in before.items() if getattr(module, name, None) is not value)
+    for module, before in zip(_PATCHABLE, namespaces):
+        now = vars(module)
+        replaced = sorted(name for name, value in before.items() if now.get(name) is not value and callable(value))
         if replaced:
             leaks.append(f"{module.__name__} functions {', '.join(replaced)}")
             for name in replaced:
@@ -221,6 +224,14 @@ def backend_url(request, tmp_path):
     if not PG_URL:
         pytest.skip(PG_SKIP)
     return _fresh_postgres_database()
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def migrated_backend_url(request, tmp_path):
+    """As `backend_url`, at the schema head: a copy of the worker's migrated template on either backend."""
+    if request.param == "sqlite":
+        return request.getfixturevalue("migrated_sqlite_url")
+    return request.getfixturevalue("migrated_postgres_url")
 
 
 @pytest.fixture

@@ -1,14 +1,18 @@
 """The escape gallery: candidates in tests/gallery/escape_*.py that attack the log, the harness, the installed
 code and the checks, each through `registry artifact register`, `evaluate` and `promote`.
 
-Every command runs as its own `registry` process (a candidate that kills or rewrites its harness must hit
-that process, never pytest), on one SQLite registry per module, with a throwaway copy of the registry
-package as the installed code: the harness imports the copy, so an escape that writes "the installed
-package" writes only the copy (and each escape that writes one checks the copy's marker first). Each test
-asserts what a refusal means here: the evaluation recorded as the one failure naming what stopped it (or,
-for a candidate honest underneath, no effect of its attack), `promote` not promoting, `registry verify` and
-`registry verify --install` passing, no process or file of the candidate's left behind, and no event
-beyond the registration, one evaluation and one verdict.
+`evaluate` and `promote` run as `registry` processes (a candidate that kills or rewrites its harness must
+hit that process, never pytest; a patched package must meet the next process that imports it), on one
+SQLite registry per module, with a throwaway copy of the registry package as the installed code: the
+harness imports the copy, so an escape that writes "the installed package" writes only the copy (and each
+escape that writes one checks the copy's marker first). Registering (before any candidate code runs) and
+the checks afterwards (the chain's walk, the copy against its manifest) are the same use cases called in
+this process, by the code under test rather than by the copy the candidate could have reached: about two
+seconds of CPU less per escape than three more `registry` processes. Each test asserts what a refusal
+means here: the evaluation recorded as the one failure naming what stopped it (or, for a candidate honest
+underneath, no effect of its attack), `promote` not promoting, the chain and the installed copy intact,
+no process or file of the candidate's left behind, and no event beyond the registration, one evaluation
+and one verdict.
 
 Each escape's docstring says what it did against the code of `main` before issue 27 (a scratch clone at
 that commit, its CLI run with the candidate registered as a module: ``--entry escape_x:modulated_layernorm``
@@ -21,7 +25,7 @@ later: 13 and 14 were shown against the harness before it screened its own copy 
 a frame's error text; the three resource ones are bounded by limits that already existed and are not run
 against an unbounded harness (they would take the machine's process table, memory or disk).
 Each test takes one evaluation under the interpreter (5-40 s on a shared CPU; one refused at load is the
-quick end); the module's setup copies the package and writes its manifest (about 3 s).
+quick end); the module's setup copies the package and writes its manifest (a second or two).
 """
 from __future__ import annotations
 
@@ -40,10 +44,14 @@ from pathlib import Path
 from typing import Iterator
 
 import pytest
+from click.testing import CliRunner
 
 from gallery import candidate_file
 from gallery._escape import COPY_MARKER
-from registry.app.install import package_folder
+from registry.app.context import open_registry
+from registry.app.install import check_install, package_folder, write_manifest
+from registry.app.workloads import register_artifact
+from registry.cli.main import main
 from registry.kernels.sandbox import SandboxUnavailable, require_sandbox
 
 pytestmark = [pytest.mark.device, pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1",
@@ -68,6 +76,7 @@ class Home:
     url: str
     env: dict[str, str]
     manifest: Path
+    package: Path  # the copy the registry processes import
 
 
 def _command(home: Home, *args: str) -> list[str]:
@@ -97,12 +106,12 @@ def home(tmp_path_factory) -> Iterator[Home]:
     (copy / COPY_MARKER).write_text("a throwaway copy: the escape gallery may write it\n")
     env = {key: value for key, value in os.environ.items() if not key.startswith(("REGISTRY_", "PYTHON"))}
     env.update(PYTHONPATH=str(copy.parent), TRITON_INTERPRET="1")
-    home = Home(root, f"sqlite:///{root / 'registry.db'}", env, root / "install-manifest.json")
+    home = Home(root, f"sqlite:///{root / 'registry.db'}", env, root / "install-manifest.json", copy)
     (root / "workload.yaml").write_text(WORKLOAD)
-    for args in (("init",), ("workload", "declare", "workload.yaml"),
-                 ("install-manifest", "--manifest", str(home.manifest))):
-        done = _run(home, *args)
-        assert done.returncode == 0, done.stderr
+    for args in (("init",), ("workload", "declare", str(root / "workload.yaml"))):  # no candidate yet: in process
+        done = CliRunner().invoke(main, ["--db", home.url, "--actor", "reviewer", *args])
+        assert done.exit_code == 0, done.output
+    write_manifest(home.manifest, package=copy)  # what `install-manifest` run from the copy writes
     yield home
     shutil.rmtree(installed)
 
@@ -149,9 +158,13 @@ def attempt(home):
         folder = home.root / escape
         folder.mkdir()
         entry = f"{candidate_file(escape, folder)}:modulated_layernorm"
-        registered = _run(home, "artifact", "register", artifact, "--workload", "escape-modln", "--kind",
-                          "fused_kernel", "--op", "modulated_layernorm", "--entry", entry, cwd=folder)
-        assert registered.returncode == 0, registered.stderr
+        registry = open_registry(home.url, actor="reviewer")  # reads the file for its digest, never imports it
+        try:
+            registered = register_artifact(registry, artifact, workload="escape-modln", kind="fused_kernel",
+                                           op="modulated_layernorm", entry=entry)
+        finally:
+            registry.engine.dispose()
+        assert registered.appended
         evaluated = _run(home, "evaluate", artifact, "--warmup", "0", cwd=folder)
         promoted = _run(home, "promote", artifact, "--json", cwd=folder)
         verdict = json.loads(promoted.stdout) if promoted.stdout.strip() else {"decision": promoted.stderr}
@@ -172,12 +185,14 @@ def _verified(home: Home, attempt: Attempt) -> None:
     """Nothing outside the escape's own stream, nothing left running, the chain and the install intact."""
     assert attempt.elsewhere == [], attempt.elsewhere
     assert _leftovers() == [], "the candidate left processes behind"
-    checks = [subprocess.Popen(_command(home, *args), cwd=home.root, env=home.env, stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True)  # two readers of the registry: side by side
-              for args in (("verify",), ("verify", "--install", "--manifest", str(home.manifest)))]
-    for check in checks:
-        out, err = check.communicate(timeout=COMMAND_TIMEOUT_S)
-        assert check.returncode == 0, err or out
+    registry = open_registry(home.url, actor="reviewer", read_only=True)
+    try:
+        chain = registry.store.verify()
+    finally:
+        registry.engine.dispose()
+    assert chain.intact, (chain.broken_at, chain.problem)
+    install = check_install(home.manifest, package=home.package)
+    assert install.intact, install.summary()
 
 
 def refused(home: Home, attempt: Attempt, *classes: str) -> str:

@@ -5,8 +5,8 @@ tiers (perceptual, advisory, exact; bundle and backend changes, and back to
 earlier claims), registers the same bundle under new ids, imports evidence
 of every kind (passing, failing, contradictory, for another payload),
 records failures, promotes, approves, revokes and re-declares contracts
-(then approves or revokes what was decided before). Midway through and at
-the end of each example (after every step in one example: tests/stateful_checks.py):
+(then approves or revokes what was decided before). At the end of each
+example (after every step in one example: tests/stateful_checks.py):
 (a) an artifact shown promoted rests on a verdict for its current identity,
     decided with no open failure on evidence of that identity (bound to its
     payload) that passes, by this test's own reading of the contract it was
@@ -39,7 +39,7 @@ from registry.projections.fold import fold
 from registry.projections.items import attach_items
 from registry.projections.record_items import attach_state_documents
 from ship_helpers import make_bundle
-from stateful_checks import CheckedEveryFewSteps, CopiedStart, checked_after_every_step
+from stateful_checks import CheckedAtTheEnd, CopiedStart, checked_after_every_step
 from test_read_model_shapes import registry_shape_problems
 
 ARTIFACTS = {"sage": ("wan", "attention_backend"), "cache": ("ltx", "step_cache"), "kernel": ("exact", "fused_kernel")}
@@ -143,10 +143,7 @@ def decided_on(stream: list, verdict_position: int, identity: str) -> list:
             if e.type == "EvaluationFailed" or (e.type in EVIDENCE_TYPES.values() and e.position > revoked)]
 
 
-class Lifecycle(CheckedEveryFewSteps):
-    # Counting the start, checked after the 7th and the 15th rule, twice an example: every 5 checked four times, and a
-    # third of the machine's time went to checks.
-    CHECK_EVERY = 8
+class Lifecycle(CheckedAtTheEnd):
     START = CopiedStart()  # init, three workloads, three bundles, three artifacts: about a second of CLI calls
 
     @initialize()

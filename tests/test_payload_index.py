@@ -20,6 +20,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from sqlalchemy import select
 
 from registry.app.decisions import payload_attempts
+from registry.events.database import make_engine
 from registry.events.identity import artifact_identity
 from registry.events.store import EventStore, NewEvent
 from registry.projections import Projections, verify_projections
@@ -127,8 +128,8 @@ def scripted(log: Log) -> None:
 
 
 @pytest.fixture
-def store(backend_url):
-    store = open_store(backend_url)
+def store(migrated_backend_url):
+    store = EventStore(make_engine(migrated_backend_url))
     yield store
     store.close()
     store.engine.dispose()

@@ -221,8 +221,8 @@ def open_store(url: str) -> EventStore:
 
 
 @pytest.fixture
-def store(backend_url):
-    store = open_store(backend_url)
+def store(migrated_backend_url):
+    store = EventStore(make_engine(migrated_backend_url))
     yield store
     store.engine.dispose()
 

@@ -14,6 +14,7 @@ dicts (read through typing.get_type_hints). The lifecycle state machine
 """
 from __future__ import annotations
 
+import shutil
 import types
 import typing
 from typing import Any, Literal, Union
@@ -22,8 +23,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from registry.events.database import make_engine
 from registry.events.identity import artifact_identity
-from registry.events.store import NewEvent
+from registry.events.store import EventStore, NewEvent
 from registry.gate.model import Margin as GateMargin
 from registry.gate.model import Verdict
 from registry.projections import Projections, RegistryState, rebuild
@@ -35,7 +37,6 @@ from registry.projections.read_models import (
 from registry.projections.snapshot import snapshot
 from registry.projections.whole_registry import read_live
 from registry.projections.state import IDENTITY_SCOPED, new_artifact
-from test_projections import open_store
 
 MODEL_TYPES = {"artifacts": ArtifactState, "workloads": WorkloadState, "framesets": FrameSetState,
                "outcomes": OutcomesState, "bench_streams": BenchStreamState, "records": SpeedRecordState}
@@ -246,8 +247,10 @@ class Log:
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                   HealthCheck.function_scoped_fixture])
 @given(st.lists(steps, max_size=25))
-def test_every_state_folded_from_a_generated_log_has_its_declared_shape(tmp_path_factory, generated):
-    store = open_store(f"sqlite:///{tmp_path_factory.mktemp('shapes') / 'registry.db'}")
+def test_every_state_folded_from_a_generated_log_has_its_declared_shape(tmp_path_factory, sqlite_template, generated):
+    path = tmp_path_factory.mktemp("shapes") / "registry.db"
+    shutil.copyfile(sqlite_template, path)  # each example on a copy of the migrated template, not a migration
+    store = EventStore(make_engine(f"sqlite:///{path}"))
     try:
         log = Log(store)
         for step in generated:

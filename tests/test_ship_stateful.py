@@ -3,8 +3,8 @@
 A hypothesis state machine ships bundles of one workload through the CLI on a
 real SQLite file: registers (and re-registers to earlier or other bytes),
 imports evidence, promotes, revokes, re-declares the contract, re-judges,
-and exports locks it keeps. Every few steps and at the end of each example
-(after every step in one example: tests/stateful_checks.py):
+and exports locks it keeps. At the end of each example (after every step
+in one example: tests/stateful_checks.py):
 (a) what `resolve` chooses, what the runtime (registry.runtime.resolve over
     the database) chooses and every entry of a fresh lock is promoted, under
     the workload's current contract version, for its current identity, and
@@ -41,7 +41,7 @@ from registry.cli.main import main
 from registry.projections.state import FINAL
 from registry.runtime import resolve as runtime_resolve
 from ship_helpers import MANIFEST, evidence, make_bundle
-from stateful_checks import CheckedEveryFewSteps, CopiedStart, checked_after_every_step
+from stateful_checks import CheckedAtTheEnd, CopiedStart, checked_after_every_step
 
 ARTIFACTS = ("a", "b")
 SOURCES = ("def replacement(x):\n    return ('one', x)\n", "def replacement(x):\n    return ('two', x)\n")
@@ -50,7 +50,7 @@ PROFILE_ARGS = ("--arch", "sm90", "--torch", "2.13.0", "--cuda", "12.8")
 PROFILE = Profile("sm90", "2.13.0", "12.8")
 
 
-class Shipping(CheckedEveryFewSteps):
+class Shipping(CheckedAtTheEnd):
     START = CopiedStart()  # init, a workload, a signing key
 
     @initialize()
