@@ -372,11 +372,15 @@ def summarize_record(found: dict[str, Any], workload: dict[str, Any], rule: tupl
 
 
 def workload_rule(workload: dict[str, Any]) -> tuple:
-    """(the workload's current speed gate, its confident versions' terms): what reading its records needs."""
-    from registry.contracts import Contract
+    """(the workload's current speed gate, its confident versions' terms): what reading its records needs.
+
+    Only the stored contract's speed block is read, as `contract_terms` reads each version's.
+    """
+    from registry.contracts import SpeedGate
     from registry.gate.record import contract_terms
 
-    speed = Contract.from_stored(workload["contract"]).speed
+    block = workload["contract"].get("speed")
+    speed = None if block is None else SpeedGate.from_mapping(block, stored=True)
     if speed is None or speed.decision != "confident":
         return speed, []
     return speed, contract_terms(workload["versions"])

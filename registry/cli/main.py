@@ -6,7 +6,6 @@ nothing written); 2 usage error; 3 a promote whose verdict is not `promoted`;
 """
 from __future__ import annotations
 
-import importlib
 import os
 import sys
 
@@ -81,7 +80,7 @@ class RegistryGroup(click.Group):
     def get_command(self, ctx: click.Context | None, name: str) -> click.Command | None:
         """The command named, its module imported on first use (COMMAND_MODULES)."""
         if name not in self.commands and name in COMMAND_MODULES:
-            module = importlib.import_module(f"{__package__}.{COMMAND_MODULES[name]}")
+            module = __import__(f"{__package__}.{COMMAND_MODULES[name]}", fromlist=["COMMANDS"])
             for command in module.COMMANDS:
                 self.add_command(command)
         return super().get_command(ctx, name)
