@@ -143,7 +143,7 @@ def main() -> None:
     parser.add_argument("--db", help="an existing registry to read (default: a demo-like one built in a temporary directory)")
     parser.add_argument("--artifact", default=SHOWN, help="the artifact to show and promote (its verdict must stand)")
     parser.add_argument("--compare", type=Path, metavar="DIR",
-                        help="another checkout whose show and promote join each round (say, the code before a change)")
+                        help="another checkout whose show and promote join each round (the code before a change)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     if args.rounds < 1:
