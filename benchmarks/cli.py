@@ -14,12 +14,16 @@ a shared machine falls on all alike:
 
 Prints the medians, each command's ratio of the medians to the floor and the
 median of per-round ratios, for wall time and for the processes' CPU time
-(user + system, which other jobs on a shared machine disturb less). Without --db it builds a demo-like registry in a temporary directory
+(user + system, which other jobs on a shared machine disturb less). With
+--compare DIR the same two commands run from another checkout (DIR, say the
+code before a change) join each round, as show_compared and
+promote_compared, so a before-and-after comparison shares every round's
+load. Without --db it builds a demo-like registry in a temporary directory
 through the app layer (the demo's two workloads and five candidates, their
 evidence and the gate's verdicts, 27 events) instead of running the demo's
 measurements.
 
-    .venv/bin/python benchmarks/cli.py [--rounds 20] [--db URL --artifact ID] [--json]
+    .venv/bin/python benchmarks/cli.py [--rounds 20] [--db URL --artifact ID] [--compare DIR] [--json]
 """
 from __future__ import annotations
 
@@ -94,10 +98,10 @@ def children_cpu_s() -> float:
     return used.ru_utime + used.ru_stime
 
 
-def run_once(command: list[str]) -> tuple[float, float]:
-    """(wall, CPU) seconds of one whole process."""
+def run_once(command: list[str], cwd: Path = ROOT) -> tuple[float, float]:
+    """(wall, CPU) seconds of one whole process, run in `cwd` (whose `registry` package `-m` imports)."""
     cpu, started = children_cpu_s(), time.perf_counter()
-    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True)
+    done = subprocess.run(command, cwd=cwd, capture_output=True, text=True)
     elapsed, cpu = time.perf_counter() - started, children_cpu_s() - cpu
     if done.returncode != 0:
         raise SystemExit(f"{' '.join(command)} failed ({done.returncode}): {done.stderr.strip()}")
@@ -110,21 +114,23 @@ def compared(name: str, floor: list[float], runs: list[float], unit: str) -> dic
             f"{name}_{unit}_median_round_ratio": statistics.median(r / f for r, f in zip(runs, floor))}
 
 
-def measure(url: str, artifact: str, rounds: int) -> dict:
-    commands = {"floor": [sys.executable, "-c", "import sqlalchemy, click"],
-                "show": [sys.executable, "-m", "registry", "--db", url, "show", artifact, "--json"],
-                "promote": [sys.executable, "-m", "registry", "--db", url, "promote", artifact, "--json"]}
-    for command in commands.values():
-        run_once(command)
+def measure(url: str, artifact: str, rounds: int, compare: Path | None = None) -> dict:
+    reads = {name: [sys.executable, "-m", "registry", "--db", url, name, artifact, "--json"]
+             for name in ("show", "promote")}
+    commands = {"floor": ([sys.executable, "-c", "import sqlalchemy, click"], ROOT),
+                **{name: (command, ROOT) for name, command in reads.items()},
+                **({f"{name}_compared": (command, compare) for name, command in reads.items()} if compare else {})}
+    for command, cwd in commands.values():
+        run_once(command, cwd)
     runs: dict[str, list[tuple[float, float]]] = {name: [] for name in commands}
     for _ in range(rounds):
-        for name, command in commands.items():
-            runs[name].append(run_once(command))
+        for name, (command, cwd) in commands.items():
+            runs[name].append(run_once(command, cwd))
     figures: dict = {"rounds": rounds}
     for unit, index in (("wall", 0), ("cpu", 1)):
         floor = [run[index] for run in runs["floor"]]
         figures[f"floor_{unit}_median_ms"] = statistics.median(floor) * 1000
-        for name in ("show", "promote"):
+        for name in list(commands)[1:]:
             figures.update(compared(name, floor, [run[index] for run in runs[name]], unit))
     return {**figures, "floor_command": 'python -c "import sqlalchemy, click"',
             "show_command": f"python -m registry --db URL show {artifact} --json",
@@ -136,6 +142,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--db", help="an existing registry to read (default: a demo-like one built in a temporary directory)")
     parser.add_argument("--artifact", default=SHOWN, help="the artifact to show and promote (its verdict must stand)")
+    parser.add_argument("--compare", type=Path, metavar="DIR",
+                        help="another checkout whose show and promote join each round (the code before a change)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     if args.rounds < 1:
@@ -145,12 +153,12 @@ def main() -> None:
         if url is None:
             url = f"sqlite:///{Path(tmp) / 'cli.db'}"
             build(url)
-        figures = measure(url, args.artifact, args.rounds)
+        figures = measure(url, args.artifact, args.rounds, args.compare)
     if args.json:
         print(json.dumps(figures, indent=2))
         return
     for key, value in figures.items():
-        print(f"{key:<34}{value:,.3f}" if isinstance(value, float) else f"{key:<34}{value}")
+        print(f"{key:<42}{value:,.3f}" if isinstance(value, float) else f"{key:<42}{value}")
 
 
 if __name__ == "__main__":

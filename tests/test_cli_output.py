@@ -228,7 +228,8 @@ def _json_commands():
     from registry.cli.main import main
 
     def walk(group, path):
-        for name, command in sorted(group.commands.items()):
+        for name in group.list_commands(None):
+            command = group.get_command(None, name)
             if isinstance(command, click.Group):
                 yield from walk(command, (*path, name))
             if any("--json" in getattr(param, "opts", ()) for param in command.params):

@@ -28,8 +28,8 @@ def commands(command: click.Command = main, path: tuple[str, ...] = ()) -> list[
     """Every command and subcommand below `command`, by its path of names."""
     found = [(path, command)] if path else []
     if isinstance(command, click.Group):
-        for name in sorted(command.commands):
-            found += commands(command.commands[name], (*path, name))
+        for name in command.list_commands(None):  # `registry`'s own are imported as they are looked up
+            found += commands(command.get_command(None, name), (*path, name))
     return found
 
 

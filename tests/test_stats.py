@@ -1,4 +1,5 @@
-"""Timing statistics: checked against scipy and against their definitions."""
+"""Timing statistics: checked against scipy and against their definitions; the speed record's plain-Python order
+statistics (registry/formats/order_statistics.py) checked bit for bit against numpy's."""
 from __future__ import annotations
 
 import numpy as np
@@ -7,10 +8,11 @@ import scipy.stats
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from registry.formats.ranks import CI_LEVEL, min_conclusive_runs
+from registry.formats import order_statistics
+from registry.formats.order_statistics import is_interleaved
+from registry.formats.ranks import CI_LEVEL, median_rank, min_conclusive_runs
 from registry.formats.stats import (
     EXACT_MAX_N,
-    is_interleaved,
     median_interval,
     paired_ratios,
     population_cv,
@@ -185,3 +187,70 @@ def test_summary_of_a_sequential_benchmark_has_no_pair_statistics():
     assert summary["speedup"] == pytest.approx(1.0 / 0.55)
     assert (summary["baseline_runs"], summary["candidate_runs"], summary["runs_per_arm"]) == (3, 2, 2)
     assert summary["ratios"] is None and summary["wilcoxon_p"] is None and summary["interleaved"] is None
+
+
+# -- the speed record's order statistics without numpy: the same doubles as numpy's -----------------------------
+# Times as the evidence parser admits them: positive and finite, from the smallest subnormal to the largest
+# double, integers among them, with ties (a coarse timer) drawn often.
+TIMES = st.one_of(
+    st.floats(min_value=5e-324, max_value=1.7976931348623157e308, allow_nan=False, allow_infinity=False),
+    st.sampled_from([5e-324, 2.2250738585072014e-308, 1e-9, 0.5, 1.0, 2.0, 1.7976931348623157e308]),
+    st.integers(min_value=1, max_value=2**64),
+)
+ALPHAS = st.one_of(st.sampled_from([0.05, 0.01, 0.1, 0.25, 0.5, 1e-6]),
+                   st.floats(min_value=1e-9, max_value=0.5, exclude_min=True))
+
+
+def bits(value) -> str:
+    """A double's exact bits as text (every NaN alike), so that equal means bit-identical."""
+    value = float(value)
+    return "nan" if value != value else value.hex()
+
+
+def numpy_bounds(protocol, baseline, candidate, alpha):
+    """The confident rule's bounds as numpy computed them before the record was read without it."""
+    b, c = np.asarray(baseline, dtype=np.float64), np.asarray(candidate, dtype=np.float64)
+    tails = [(paired_ratios(b, c), alpha)] if protocol == "paired" else [(b, alpha / 2.0), (c, alpha / 2.0)]
+    if any(median_rank(values.shape[-1], tail)[0] == 0 for values, tail in tails):
+        return None
+    intervals = [median_interval(values, tail) for values, tail in tails]
+    if protocol == "paired":
+        return float(intervals[0][0]), float(intervals[0][1])
+    (b_low, b_high, _), (c_low, c_high, _) = intervals
+    return float(b_low / c_high), float(b_high / c_low)
+
+
+def numpy_halves(times, alpha):
+    """Each half's (low, median, high) and whether they are disjoint, as numpy computed them."""
+    values = np.asarray(times, dtype=np.float64)
+    middle, figures, checkable = len(values) // 2, [], True
+    for half in (values[:middle], values[middle:]):
+        rank = median_rank(len(half), alpha / 4.0)[0] if len(half) else 0
+        checkable = checkable and rank > 0
+        ordered = np.sort(half) if len(half) else np.array([np.nan])
+        low, high = (ordered[rank - 1], ordered[len(half) - rank]) if rank else (ordered[0], ordered[-1])
+        figures.append((float(low), float(np.median(ordered)), float(high)))
+    drifted = None if not checkable else (figures[0][2] < figures[1][0] or figures[1][2] < figures[0][0])
+    return drifted, figures
+
+
+@settings(max_examples=400, deadline=None, derandomize=True)
+@given(arms=st.integers(min_value=1, max_value=60).flatmap(
+    lambda n: st.tuples(st.lists(TIMES, min_size=n, max_size=n), st.lists(TIMES, min_size=n, max_size=n))),
+       unpaired=st.lists(TIMES, min_size=1, max_size=60), alpha=ALPHAS)
+@np.errstate(over="ignore", under="ignore")
+def test_the_record_s_order_statistics_are_numpy_s_bit_for_bit(arms, unpaired, alpha):
+    baseline, candidate = arms
+    ratios = order_statistics.ratios(baseline, candidate)
+    assert list(map(bits, ratios)) == list(map(bits, paired_ratios(baseline, candidate)))
+    for sample in (baseline, unpaired, ratios):
+        assert bits(order_statistics.median(sample)) == bits(np.median(np.asarray(sample, dtype=np.float64)))
+    for protocol, other in (("paired", candidate), ("sequential", unpaired)):
+        ours, theirs = (order_statistics.speedup_bounds(protocol, baseline, other, alpha),
+                        numpy_bounds(protocol, baseline, other, alpha))
+        assert (ours is None) == (theirs is None)
+        assert ours is None or list(map(bits, ours)) == list(map(bits, theirs))
+    for times in (baseline, unpaired, baseline[:1], []):
+        check, (drifted, figures) = order_statistics.drift_between_halves(times, alpha), numpy_halves(times, alpha)
+        assert check.drifted == drifted
+        assert [list(map(bits, half)) for half in (check.early, check.late)] == [list(map(bits, f)) for f in figures]

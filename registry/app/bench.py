@@ -33,6 +33,7 @@ from registry.formats.sequential import SequentialResult
 from registry.formats.text import check_line, text_arguments
 
 from .context import Registry
+from .record_summary import SHOWS, in_opened_order, stop_reason
 
 # The event models (pydantic), the gate and the app's write paths load only
 # where they are used: `show` and `report` read records without them
@@ -93,7 +94,7 @@ class BenchRecord:
 
 
 def _stop(record: BenchRecord) -> str:
-    return _stop_reason(record.result, len(record.ratios), record.max_pairs)
+    return stop_reason(record.result, len(record.ratios), record.max_pairs)
 
 
 def read_record(registry: Registry, artifact: str) -> BenchRecord:
@@ -319,86 +320,6 @@ def _confident_speed(workload: str, declared: dict[str, Any]):
     return speed
 
 
-def record_summary(registry: Registry, state: dict[str, Any], workload: dict[str, Any],
-                   up_to_position: int | None = None) -> dict | None:
-    """What `show` prints of the speed record of an artifact's bytes (as of a position): one row; None without one.
-
-    Read under `workload`, the workload's stored state as of the same position.
-    """
-    if state["payload_sha256"] is None:
-        return None
-    found = registry.reads.speed_record(state["workload"], state["payload_sha256"], up_to_position)
-    return None if found is None else summarize_record(found, workload)
-
-
-def summarize_record(found: dict[str, Any], workload: dict[str, Any], rule: tuple | None = None) -> dict[str, Any]:
-    """A speed record's row as `show`, `report` and the HTML report give it: sessions, documents, devices, archs,
-    timers, pairs, what it shows, the running bounds with their level, alpha and the stop reason.
-
-    A record under a contract that does not declare the confident rule is
-    given with its pairs, sessions and documents only (no rule reads it).
-    `rule` is `workload_rule(workload)`, computed once by a caller that
-    summarizes many records of one workload.
-    """
-    from registry.gate import SpeedRecord
-    from registry.gate.record import read_record
-
-    speed, terms = workload_rule(workload) if rule is None else rule
-    entries = found["entries"]
-    summary: dict[str, Any] = {
-        "record": found["record"], "workload": found["workload"], "payload_sha256": found["payload_sha256"],
-        "documents": found["documents"],
-        "sessions": [{"session": name, **{key: session[key] for key in ("artifact", "pairs", "device", "timer",
-                                                                       "arch", "opened_position")}}
-                     for name, session in _in_opened_order(found["sessions"])],
-        "artifacts": sorted({entry["artifact"] for entry in entries} | {s["artifact"]
-                                                                         for s in found["sessions"].values()}),
-        "devices": sorted({entry["device"] for entry in entries if entry["device"]}),
-        "archs": sorted({entry["arch"] for entry in entries if entry["arch"]}),
-        "timers": sorted({entry["timer"] for entry in entries if entry["timer"]}),
-    }
-    if speed is None or speed.decision != "confident":
-        return {**summary, "decision": None, "shows": None, "pairs": sum(len(e["baseline_s"]) for e in entries),
-                "stop": f"speed.decision is {speed.decision if speed else 'undeclared'}"}
-    reading = read_record(SpeedRecord(found["payload_sha256"], entries, len(found["sessions"]),
-                                      workload["versions"]), speed, terms)
-    result = reading.result
-    return {**summary, "decision": result.decision, "shows": SHOWS[result.decision], "pairs": len(reading.ratios),
-            "decided_at": result.decided_at, "lower": result.lower, "upper": result.upper,
-            "level": reading.level, "alpha": result.alpha, "gate": speed.gate, "max_pairs": speed.max_pairs,
-            "stop": _stop_reason(result, len(reading.ratios), speed.max_pairs),
-            "holds": [{"rule": hold.rule, "text": hold.text} for hold in reading.holds],
-            "running_bounds": [list(bound) for bound in reading.bounds]}
-
-
-def workload_rule(workload: dict[str, Any]) -> tuple:
-    """(the workload's current speed gate, its confident versions' terms): what reading its records needs."""
-    from registry.contracts import Contract
-    from registry.gate.record import contract_terms
-
-    speed = Contract.from_stored(workload["contract"]).speed
-    if speed is None or speed.decision != "confident":
-        return speed, []
-    return speed, contract_terms(workload["versions"])
-
-
-def _in_opened_order(sessions: dict[str, Any]) -> list[tuple[str, Any]]:
-    """A record's sessions in the order they were opened (a stored row keeps them keyed, in key order)."""
-    return sorted(sessions.items(), key=lambda item: item[1]["opened_position"])
-
-
-# What a speed record shows, in words that never name an artifact's state (the artifact's verdict does that).
-SHOWS = {"promoted": "shown above the gate", "rejected": "shown below the gate", "held": "undecided"}
-
-
-def _stop_reason(result: SequentialResult, pairs: int, max_pairs: int) -> str:
-    if result.stop == "rejected_before":
-        return "rejected_before"
-    if result.decision != "held":
-        return "decided"
-    return "max_pairs" if pairs >= max_pairs else "measuring"
-
-
 def speed_record(registry: Registry, state: dict[str, Any]):
     """The gate's view of the speed record of an artifact's bytes (registry/gate/model.py `SpeedRecord`): one row
     of the read model, with the workload's contract versions; no stream is read."""
@@ -430,7 +351,7 @@ def _record(target: _Target) -> BenchRecord:
         identity=target.subject.identity, workload=target.workload["workload"], gate=speed.gate,
         max_pairs=speed.max_pairs,
         sessions=[Session(name, s["identity"], s["artifact"], s["opened_position"], s["pairs"])
-                  for name, s in _in_opened_order(sessions)],
+                  for name, s in in_opened_order(sessions)],
         ratios=reading.ratios, batch_ids=stream["batches"] if stream is not None else [], result=reading.result,
         version=stream["version"] if stream is not None else 0, bounds=reading.bounds,
     )

@@ -12,7 +12,8 @@ decision is decided again, under the current contract.
 
 Returning a standing verdict reads two read-model rows and nothing else, so
 the gate, the contract model and the payload models (pydantic, numpy) are
-imported where a verdict or decision is made, not when this module loads:
+imported where a verdict or decision is made, not when this module loads
+(and the speed record's reading with them):
 `promote` of a decided artifact starts as fast as a read (benchmarks/cli.py).
 
 A human decision names the verdict it answers (by default the latest) and is
@@ -32,7 +33,6 @@ from registry.projections.read_models import ArtifactState
 from registry.projections.state import FINAL, attempts_on, contract_note
 from registry.formats.text import text_arguments
 
-from .bench import speed_record
 from .context import Registry
 from .retries import decided_on_a_still_stream
 
@@ -51,6 +51,8 @@ def gate_inputs(state: ArtifactState, attempts: int | None = None,
     """The gate's view of an artifact's projected state; `attempts` the payload's count (payload_attempts);
     given the registry, the speed record of its bytes too (one row of the read model)."""
     from registry.gate import ArtifactFacts, GateEvidence, Recorded
+
+    from .bench import speed_record
 
     latest = state["evidence"]
 

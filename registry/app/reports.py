@@ -46,9 +46,9 @@ def build(registry: Registry, *, workload: str | None, position: int | None, sta
 
 
 def benchmark_records(registry: Registry, state, workloads: dict[str, Any], position: int | None) -> list[dict]:
-    """Every in-scope speed record (registry/app/bench.py `summarize_record`), from the state's read-model rows:
+    """Every in-scope speed record (registry/app/record_summary.py `summarize_record`), from the state's rows:
     the records were read with the rest of the state (one query for the whole table), never a stream each."""
-    from .bench import summarize_record, workload_rule
+    from .record_summary import summarize_record, workload_rule
 
     rules = {name: workload_rule(state.workloads[name]) for name in workloads if name in state.workloads}
     records = []

@@ -11,7 +11,7 @@ from typing import Any
 
 from registry.formats.errors import UserError
 
-from .bench import record_summary
+from .record_summary import record_summary
 from .context import Registry
 
 

@@ -29,6 +29,25 @@ EXIT_BUG = 70
 _ARGUMENTS_KEY = "registry.arguments"
 
 
+# The module of each command, imported when the command is looked up: a command line imports the one module of
+# the command it runs (its start-up is a read's, benchmarks/cli.py), and help imports them all.
+# tests/test_cli_startup.py checks this table against every module's COMMANDS.
+COMMAND_MODULES = {
+    **dict.fromkeys(("init", "history", "verify", "install-manifest", "db"), "log_commands"),
+    **dict.fromkeys(("workload", "artifact", "frames"), "setup_commands"),
+    **dict.fromkeys(("evidence", "evaluate", "kernels"), "evidence_commands"),
+    "import": "import_commands",
+    **dict.fromkeys(("promote", "approve", "revoke", "what-if"), "decision_commands"),
+    **dict.fromkeys(("show", "report", "replay"), "query_commands"),
+    **dict.fromkeys(("resolve", "lock", "keys", "attest", "rejudge"), "ship_commands"),
+    "demo": "demo_command",
+    "bench": "bench_commands",
+    **dict.fromkeys(("serve", "token"), "serve_commands"),
+    "monitor": "monitor_commands",
+    **dict.fromkeys(("worker", "reverify", "jobs"), "job_commands"),
+}
+
+
 class RegistryGroup(click.Group):
     """Turns every refusal raised below into one line on stderr and exit 1, and anything else into a crash report.
 
@@ -54,6 +73,17 @@ class RegistryGroup(click.Group):
     flushed here, so a pipe closed while the output still sits in the buffer
     is caught too, not at interpreter exit.
     """
+
+    def list_commands(self, ctx: click.Context | None) -> list[str]:
+        return sorted({*self.commands, *COMMAND_MODULES})
+
+    def get_command(self, ctx: click.Context | None, name: str) -> click.Command | None:
+        """The command named, its module imported on first use (COMMAND_MODULES)."""
+        if name not in self.commands and name in COMMAND_MODULES:
+            module = __import__(f"{__package__}.{COMMAND_MODULES[name]}", fromlist=["COMMANDS"])
+            for command in module.COMMANDS:
+                self.add_command(command)
+        return super().get_command(ctx, name)
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         """Every argument, as given, is kept for the text check `invoke` makes before anything else runs."""
@@ -154,21 +184,6 @@ def main(ctx: click.Context, url: str | None, actor: str | None) -> None:
     """An event-sourced promotion registry for GPU kernel artifacts of video diffusion models."""
     ctx.obj = Session(url, actor)
 
-
-def _register_commands() -> None:
-    from . import (
-        bench_commands, decision_commands, demo_command, evidence_commands, import_commands, job_commands,
-        log_commands, monitor_commands, query_commands, serve_commands, setup_commands, ship_commands,
-    )
-
-    for module in (log_commands, setup_commands, evidence_commands, import_commands, decision_commands,
-                   query_commands, ship_commands, demo_command, bench_commands, serve_commands, monitor_commands,
-                   job_commands):
-        for command in module.COMMANDS:
-            main.add_command(command)
-
-
-_register_commands()
 
 if __name__ == "__main__":
     main(prog_name="registry")

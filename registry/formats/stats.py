@@ -33,17 +33,19 @@ functions turn per-run wall times into the numbers the gate reads.
   approximation with the tie-corrected variance and no continuity correction.
 - Interleaving (ABBA): a paired schedule is interleaved when it has at least
   two pairs and consecutive pairs run in opposite orders (BC, CB, BC, ...
-  or CB, BC, ...), so neither arm systematically runs first.
+  or CB, BC, ...), so neither arm systematically runs first
+  (registry/formats/order_statistics.py, with the confident rule's bounds
+  and the drift check, which the speed record reads without numpy).
 """
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
 
+from registry.formats.order_statistics import is_interleaved
 from registry.formats.ranks import ARM_TAIL, PAIRED_TAIL, median_rank
 
 EXACT_MAX_N = 25
@@ -97,34 +99,6 @@ def speedup_interval(
     raise ValueError(f"unknown protocol {protocol!r}")
 
 
-def speedup_bounds(
-    protocol: str, baseline: np.ndarray, candidate: np.ndarray, alpha: float,
-) -> tuple[float, float] | None:
-    """Bounds of the true speedup, each wrong (beyond it) with probability at most `alpha`; None if too few runs.
-
-    The confident rule's reading of a complete benchmark (docs/gate.md,
-    "Confident speed decisions"): the order-statistic interval above with
-    `alpha` in each tail (paired), or each arm's median interval with alpha / 2
-    in each tail, divided crosswise (sequential: a bound is wrong only if one
-    of the two arms' bounds is, probability at most alpha / 2 + alpha / 2).
-    When no rank reaches that level the runs cannot show anything at alpha.
-    """
-    if protocol == "paired":
-        tails = [(paired_ratios(baseline, candidate), alpha)]
-    elif protocol == "sequential":
-        tails = [(np.asarray(baseline, dtype=np.float64), alpha / 2.0),
-                 (np.asarray(candidate, dtype=np.float64), alpha / 2.0)]
-    else:
-        raise ValueError(f"unknown protocol {protocol!r}")
-    if any(median_rank(values.shape[-1], tail)[0] == 0 for values, tail in tails):
-        return None
-    intervals = [median_interval(values, tail) for values, tail in tails]
-    if protocol == "paired":
-        return float(intervals[0][0]), float(intervals[0][1])
-    (b_low, b_high, _), (c_low, c_high, _) = intervals
-    return float(b_low / c_high), float(b_high / c_low)
-
-
 def wilcoxon_signed_rank(differences: Sequence[float]) -> float:
     """Two-sided p-value of the signed-rank test that the differences centre on zero."""
     d = np.asarray(differences, dtype=np.float64)
@@ -143,11 +117,6 @@ def wilcoxon_signed_rank(differences: Sequence[float]) -> float:
         return 1.0
     z = (w_plus - mean) / math.sqrt(variance)
     return min(1.0, math.erfc(abs(z) / math.sqrt(2.0)))
-
-
-def is_interleaved(schedule: Sequence[str]) -> bool:
-    """ABBA rule: at least two pairs, and each pair's order differs from the previous one."""
-    return len(schedule) >= 2 and all(a != b for a, b in zip(schedule, schedule[1:]))
 
 
 @np.errstate(over="ignore", invalid="ignore", divide="ignore")
@@ -220,52 +189,3 @@ def _exact_p(w_plus: int, n: int) -> float:
     lower = sum(counts[: w_plus + 1]) / total
     upper = sum(counts[w_plus:]) / total
     return min(1.0, 2.0 * min(lower, upper))
-
-
-@dataclass(frozen=True)
-class DriftCheck:
-    """The baseline arm's early and late halves compared (docs/gate.md, "The drift check").
-
-    `drifted` is True when the halves' distribution-free median intervals are
-    disjoint, False when they overlap, None when a half is too short for an
-    interval at the level. Each half's (low, median, high) is kept so that a
-    verdict can show the figures.
-    """
-
-    drifted: bool | None
-    early: tuple[float, float, float]
-    late: tuple[float, float, float]
-    alpha: float
-
-    def text(self) -> str:
-        def half(name: str, figures: tuple[float, float, float]) -> str:
-            low, middle, high = figures
-            return f"{name} median {middle:.4g} s [{low:.4g}, {high:.4g}]"
-
-        return (f"baseline {half('early', self.early)}, {half('late', self.late)} "
-                f"(each half's interval at {1.0 - self.alpha / 2.0:.1%}, disjoint at most {self.alpha:.0%} "
-                "of the time without drift)")
-
-
-def drift_between_halves(times: Sequence[float], alpha: float) -> DriftCheck:
-    """Whether an arm timed in order moved between its first and second half, at level `alpha`.
-
-    Each half gets its order-statistic median interval with alpha / 4 in each
-    tail; if the runs are exchangeable both halves share one median, and the
-    intervals can be disjoint only when one of them misses it: probability at
-    most alpha / 2 + alpha / 2 = alpha, for any distribution of the times.
-    """
-    values = np.asarray(times, dtype=np.float64)
-    middle = len(values) // 2
-    halves = (values[:middle], values[middle:])
-    figures = []
-    checkable = True
-    for half in halves:
-        rank = median_rank(len(half), alpha / 4.0)[0] if len(half) else 0
-        checkable = checkable and rank > 0
-        ordered = np.sort(half) if len(half) else np.array([math.nan])
-        low, high = (ordered[rank - 1], ordered[len(half) - rank]) if rank else (ordered[0], ordered[-1])
-        figures.append((float(low), float(np.median(ordered)), float(high)))
-    early, late = figures
-    drifted = None if not checkable else (early[2] < late[0] or late[2] < early[0])
-    return DriftCheck(drifted, early, late, alpha)

@@ -26,7 +26,7 @@ Three rules close the record against re-reading:
   A document whose arms were not interleaved (the sequential protocol) joins
   the stream, its runs paired by index, only when the drift check passes:
   its baseline arm's early and late halves have overlapping median intervals
-  (registry/formats/stats.py `drift_between_halves`, level alpha), and its
+  (registry/formats/order_statistics.py `drift_between_halves`, level alpha), and its
   confident bounds overlap those of every earlier document of the record (two
   exchangeable runs of one speedup have disjoint bounds with probability at
   most 4 alpha). A document that fails holds the record (`speed.drift`, with
@@ -41,11 +41,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
 from registry.contracts import SpeedGate
+from registry.formats.order_statistics import (
+    as_doubles, drift_between_halves, is_interleaved, median, ratios as pair_ratios, speedup_bounds,
+)
 from registry.formats.sequential import SequentialResult, decide_terms
-from registry.formats.stats import drift_between_halves, is_interleaved, speedup_bounds
 from registry.gate.model import SpeedRecord
 
 
@@ -93,7 +93,7 @@ class Reading:
     def value(self) -> float | None:
         """The median of the pairs read (None before any)."""
         counted = self.ratios[: self.result.pairs]
-        return float(np.median(counted)) if counted else None
+        return median(counted) if counted else None
 
 
 def contract_terms(versions: Sequence[Mapping[str, Any]]) -> list[Terms]:
@@ -179,8 +179,7 @@ def _contributions(record: SpeedRecord, speed: SpeedGate):
             holds.append(Hold("evidence.invalid", f"benchmark evidence {event_id} in the speed record is not a "
                                                   "benchmark item, so the record cannot be read"))
             continue
-        baseline = np.asarray(entry["baseline_s"], dtype=np.float64)
-        candidate = np.asarray(entry["candidate_s"], dtype=np.float64)
+        baseline, candidate = as_doubles(entry["baseline_s"]), as_doubles(entry["candidate_s"])
         interleaved = entry["source"] == "session" or (
             protocol == "paired" and entry["schedule"] is not None and is_interleaved(entry["schedule"]))
         if entry["source"] == "document" and protocol == "paired" and not interleaved:
@@ -198,9 +197,9 @@ def _contributions(record: SpeedRecord, speed: SpeedGate):
                     continue
         if entry["source"] == "document":
             documents.append((event_id, _Arms(protocol, baseline, candidate)))
-        count = min(len(baseline), len(candidate))
-        ratios.extend((baseline[:count] / candidate[:count]).tolist())
-        positions.extend([entry["position"]] * count)
+        read = pair_ratios(baseline, candidate)
+        ratios.extend(read)
+        positions.extend([entry["position"]] * len(read))
         event_ids.append(event_id)
         source = f"{entry['timer']} {entry['device']}"
         if source not in sources:
@@ -213,14 +212,14 @@ class _Arms:
     """A document's arms, whose confident bounds are computed only when a drift check compares with them."""
 
     protocol: str
-    baseline: np.ndarray
-    candidate: np.ndarray
+    baseline: list[float]
+    candidate: list[float]
 
     def bounds(self, alpha: float) -> tuple[float, float] | None:
         return speedup_bounds(self.protocol, self.baseline, self.candidate, alpha)
 
 
-def _drift(event_id: str, baseline: np.ndarray, candidate: np.ndarray,
+def _drift(event_id: str, baseline: list[float], candidate: list[float],
            documents: list[tuple[str, _Arms]], alpha: float) -> Hold | None:
     """The drift check of a document that did not interleave its arms: None when it passes."""
     halves = drift_between_halves(baseline, alpha)

@@ -21,7 +21,7 @@ Which comparison decides is the contract's `speed.decision`. Under `point`
 (the seed project's rule, and what every contract declared before the rule
 existed means) the point speedup against the gate. Under `confident` the
 speedup's distribution-free bounds at `speed.alpha` per side
-(registry/formats/stats.py, `speedup_bounds`): a lower bound above the gate
+(registry/formats/order_statistics.py, `speedup_bounds`): a lower bound above the gate
 promotes, an upper bound below it rejects, anything else holds, naming the
 bounds; the verdict's `speedup_ci` is then those bounds. A bound equal to the
 gate shows nothing (a run exactly at the gate counts against both).
@@ -30,10 +30,8 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-
 from registry.contracts import SpeedGate
-from registry.formats.stats import drift_between_halves, speedup_bounds
+from registry.formats.order_statistics import drift_between_halves, speedup_bounds
 from registry.gate.ledger import Ledger
 from registry.gate.record import read_record
 from registry.gate.model import Recorded, SpeedRecord
@@ -194,8 +192,7 @@ def _judge(speed: SpeedGate, item: dict[str, Any], ledger: Ledger, compare: bool
 def _judge_bounds(speed: SpeedGate, item: dict[str, Any], shown: str, gate: str, basis: str,
                   ledger: Ledger) -> tuple[float, float] | None:
     """The confident rule on a complete benchmark: its bounds at alpha per side against the gate."""
-    bounds = speedup_bounds(item["protocol"], np.asarray(item["baseline_s"], dtype=np.float64),
-                            np.asarray(item["candidate_s"], dtype=np.float64), speed.alpha)
+    bounds = speedup_bounds(item["protocol"], item["baseline_s"], item["candidate_s"], speed.alpha)
     level = f"alpha {num(speed.alpha)} per side"
     if bounds is None:
         ledger.add(

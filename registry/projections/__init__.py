@@ -8,12 +8,14 @@
 - `rebuild(store)`, `verify_projections(store) -> ReplayReport`.
 - `apply(state, event)` / `fold(state, events)`: the pure fold over `RegistryState`.
 - Reports: `registry.projections.report` (imported on demand; it pulls in matplotlib for HTML).
+
+The replay check (`verify.py`) is imported when first asked for: a read
+command never verifies, and pays for only what it uses.
 """
 from .asof import resolve_as_of
 from .fold import apply, fold
 from .live import Projections
 from .state import EVIDENCE_KINDS, ProjectionError, RegistryState, relative_margin, tightest
-from .verify import Difference, ReplayReport, rebuild, verify_projections
 
 __all__ = [
     "EVIDENCE_KINDS",
@@ -30,3 +32,15 @@ __all__ = [
     "tightest",
     "verify_projections",
 ]
+
+_ON_DEMAND = {"Difference", "ReplayReport", "rebuild", "verify_projections"}
+
+
+def __getattr__(name: str):
+    if name not in _ON_DEMAND:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from . import verify
+
+    found = getattr(verify, name)
+    globals()[name] = found
+    return found
