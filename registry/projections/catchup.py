@@ -29,7 +29,8 @@ from collections import Counter
 from contextlib import contextmanager
 from typing import Iterator
 
-from sqlalchemy import Connection, Engine, bindparam, delete, func, insert, select, tuple_, update
+from sqlalchemy import (Connection, Engine, Integer, bindparam, column, delete, func, insert, select, text, tuple_,
+                        update)
 from sqlalchemy.exc import DBAPIError, IntegrityError
 
 from registry.events.database import statement_reads
@@ -94,6 +95,17 @@ _TABLE_NAMES = {
 }
 
 
+# The read-model tables the catalogue lists, counted inside the statement that reads the checkpoint and the head
+# (`_checkpoint_and_head`): a catch-up's first round trip checks that none was dropped; `missing_tables` names one.
+_TABLE_COUNT = {
+    dialect: text(f"SELECT count(*) AS tables FROM ({listing}) AS listed WHERE listed.name IN "
+                  f"({', '.join(repr(name) for name in READ_MODEL_TABLES)})").columns(column("tables", Integer))
+    for dialect, listing in (
+        ("postgresql", _TABLE_NAMES["postgresql"].replace("SELECT c.relname", "SELECT c.relname AS name")),
+        ("sqlite", _TABLE_NAMES["sqlite"]))
+}
+
+
 def missing_tables(conn: Connection) -> list[str]:
     """The read-model tables the database lacks (one catalogue read; a dropped table is never caught up)."""
     present = set(conn.exec_driver_sql(_TABLE_NAMES[conn.dialect.name]).scalars())
@@ -145,6 +157,26 @@ def _folding(engine: Engine) -> threading.Lock:
         return lock
 
 
+def _checkpoint_and_head(conn: Connection) -> tuple[int | None, int]:
+    """The checkpoint (None before the first catch-up) and the log's head (0 when empty), in one statement that
+    also counts the read-model tables; ProjectionError naming a missing (dropped) one."""
+    try:
+        checkpoint, head, tables = conn.execute(select(
+            select(CHECKPOINT.c.position).where(CHECKPOINT.c.name == CHECKPOINT_NAME).scalar_subquery(),
+            select(func.max(EVENTS.c.position)).scalar_subquery(),
+            _TABLE_COUNT[conn.dialect.name].scalar_subquery())).one()
+    except DBAPIError:
+        missing = missing_tables(conn)  # the checkpoint's own table dropped fails the statement
+        if not missing:
+            raise
+    else:
+        missing = missing_tables(conn) if tables != len(READ_MODEL_TABLES) else []
+    if missing:
+        raise ProjectionError(f"the read-model table {missing[0]} is missing; `registry replay` creates it "
+                              "again and rebuilds the read models from the log")
+    return checkpoint, head or 0
+
+
 class ReadModels:
     """The live read models of one store: caught up before a read, rebuilt by `reset`."""
 
@@ -157,23 +189,21 @@ class ReadModels:
     def catch_up(self) -> int:
         """Fold events up to the head seen at the start into the read models; return where they now stand.
 
-        The head is fixed once, at the start: events appended while this
-        catch-up works are left to the next read, so writers that keep
-        appending can never keep a read from finishing. When another catch-up
-        moves the checkpoint first, this one folds again from there, still
-        only up to its fixed head, and stops as soon as the checkpoint has
-        reached it. The answer is the log as of at least that head; the
-        position returned may be later, when another catch-up went further.
+        The head is fixed at the start: events appended while this catch-up
+        works are left to the next read, so writers that keep appending can
+        never keep a read from finishing. A thread that had to wait for
+        another of this process to finish folding reads the head once more
+        when its turn comes and fixes it there: the events appended during
+        the wait are folded in the same pass, so the threads queued behind it
+        find theirs folded (under a server's load one fold serves many
+        requests). When another catch-up moves the checkpoint first, this one
+        folds again from there, still only up to its fixed head, and stops as
+        soon as the checkpoint has reached it. The answer is the log as of at
+        least that head; the position returned may be later, when another
+        catch-up went further.
         """
         with statement_reads(self.engine) as conn:
-            missing = missing_tables(conn)
-            if missing:
-                raise ProjectionError(f"the read-model table {missing[0]} is missing; `registry replay` creates it "
-                                      "again and rebuilds the read models from the log")
-            checkpoint, head = conn.execute(select(
-                select(CHECKPOINT.c.position).where(CHECKPOINT.c.name == CHECKPOINT_NAME).scalar_subquery(),
-                select(func.max(EVENTS.c.position)).scalar_subquery())).one()
-            head = head or 0
+            checkpoint, head = _checkpoint_and_head(conn)
         if (checkpoint or 0) > head:
             raise ProjectionError(
                 f"projection checkpoint {checkpoint} is ahead of the log's head {head}: "
@@ -185,7 +215,8 @@ class ReadModels:
         if not lock.acquire(blocking=False):
             lock.acquire()
             with statement_reads(self.engine) as conn:
-                checkpoint = read_checkpoint(conn)  # the thread waited for most likely folded past `head`
+                # The thread waited for most likely folded past `head`; what was appended meanwhile is folded now.
+                checkpoint, head = _checkpoint_and_head(conn)
         try:
             stalls = 0
             while (checkpoint or 0) < head:
