@@ -27,6 +27,7 @@ import threading
 import weakref
 from collections import Counter
 from contextlib import contextmanager
+from functools import cache
 from typing import Iterator
 
 from sqlalchemy import (Connection, Engine, Integer, bindparam, column, delete, func, insert, select, text, tuple_,
@@ -157,14 +158,34 @@ def _folding(engine: Engine) -> threading.Lock:
         return lock
 
 
+@cache
+def _rows_of(model: str):
+    """The statement reading a model's (key, state) rows of the keys bound as `keys` (built once a model)."""
+    table, key, _ = MODELS[model]
+    return select(table.c[key], table.c.state).where(table.c[key].in_(bindparam("keys", expanding=True)))
+
+
+@cache
+def _row_update(model: str):
+    """The statement updating a model's rows by the key bound as `key_` (built once a model)."""
+    table, key, _ = MODELS[model]
+    return update(table).where(table.c[key] == bindparam("key_"))
+
+
+_WHERE_WE_STAND = {dialect: select(
+    select(CHECKPOINT.c.position).where(CHECKPOINT.c.name == CHECKPOINT_NAME).scalar_subquery(),
+    select(func.max(EVENTS.c.position)).scalar_subquery(),
+    count.scalar_subquery()) for dialect, count in _TABLE_COUNT.items()}
+_MOVE_CHECKPOINT = (update(CHECKPOINT).where(CHECKPOINT.c.name == CHECKPOINT_NAME,
+                                             CHECKPOINT.c.position == bindparam("was"))
+                    .values(position=bindparam("now")))
+
+
 def _checkpoint_and_head(conn: Connection) -> tuple[int | None, int]:
     """The checkpoint (None before the first catch-up) and the log's head (0 when empty), in one statement that
     also counts the read-model tables; ProjectionError naming a missing (dropped) one."""
     try:
-        checkpoint, head, tables = conn.execute(select(
-            select(CHECKPOINT.c.position).where(CHECKPOINT.c.name == CHECKPOINT_NAME).scalar_subquery(),
-            select(func.max(EVENTS.c.position)).scalar_subquery(),
-            _TABLE_COUNT[conn.dialect.name].scalar_subquery())).one()
+        checkpoint, head, tables = conn.execute(_WHERE_WE_STAND[conn.dialect.name]).one()
     except DBAPIError:
         missing = missing_tables(conn)  # the checkpoint's own table dropped fails the statement
         if not missing:
@@ -317,11 +338,7 @@ class ReadModels:
                 if checkpoint is None:
                     conn.execute(insert(CHECKPOINT).values(name=CHECKPOINT_NAME, position=head))
                 else:
-                    moved = conn.execute(
-                        update(CHECKPOINT)
-                        .where(CHECKPOINT.c.name == CHECKPOINT_NAME, CHECKPOINT.c.position == checkpoint)
-                        .values(position=head)
-                    )
+                    moved = conn.execute(_MOVE_CHECKPOINT, {"was": checkpoint, "now": head})
                     if moved.rowcount != 1:
                         raise _LostRace
                 self._write_rows(conn, work, existing, touched, indexed)
@@ -388,7 +405,7 @@ class ReadModels:
         missing = sorted(keys)
         for index in range(0, len(missing), LOAD_CHUNK):
             chunk = missing[index:index + LOAD_CHUNK]
-            for row in conn.execute(select(table.c[key], table.c.state).where(table.c[key].in_(chunk))):
+            for row in conn.execute(_rows_of(model), {"keys": chunk}):
                 state = load_state(row[1])
                 if model == "artifacts":
                     state[HISTORY_KEY] = []  # the stored history stays; verdicts folded now are added to it
@@ -407,7 +424,7 @@ class ReadModels:
             if fresh:
                 conn.execute(insert(table), fresh)
             if changed:
-                conn.execute(update(table).where(table.c[key] == bindparam("key_")), changed)
+                conn.execute(_row_update(model), changed)
         # Loaded rows start with an empty history, so every verdict in it was folded by this catch-up.
         history = [record.to_row() for name in sorted(touched["artifacts"])
                    for record in records_of(work.artifacts[name])]
