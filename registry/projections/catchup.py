@@ -90,7 +90,7 @@ class _LostRace(Exception):
 # The tables the catalogue lists, one plain statement a backend: SQLAlchemy's reflection built and compiled its own
 # query on every catch-up (about a millisecond of CPU a pair batch on the server).
 _TABLE_NAMES = {
-    "postgresql": "SELECT c.relname FROM pg_catalog.pg_class c WHERE c.relkind IN ('r', 'p') "
+    "postgresql": "SELECT c.relname AS name FROM pg_catalog.pg_class c WHERE c.relkind IN ('r', 'p') "
                   "AND c.relpersistence != 't' AND pg_catalog.pg_table_is_visible(c.oid)",
     "sqlite": "SELECT name FROM sqlite_master WHERE type = 'table'",
 }
@@ -101,9 +101,7 @@ _TABLE_NAMES = {
 _TABLE_COUNT = {
     dialect: text(f"SELECT count(*) AS tables FROM ({listing}) AS listed WHERE listed.name IN "
                   f"({', '.join(repr(name) for name in READ_MODEL_TABLES)})").columns(column("tables", Integer))
-    for dialect, listing in (
-        ("postgresql", _TABLE_NAMES["postgresql"].replace("SELECT c.relname", "SELECT c.relname AS name")),
-        ("sqlite", _TABLE_NAMES["sqlite"]))
+    for dialect, listing in _TABLE_NAMES.items()
 }
 
 
