@@ -170,6 +170,8 @@ def _row_update(model: str):
     return update(table).where(table.c[key] == bindparam("key_"))
 
 
+_MOVE_RECORD_HEAD = (update(RECORD_HEADS).where(RECORD_HEADS.c.record == bindparam("record_"))
+                     .values(last_position=bindparam("at")))
 _WHERE_WE_STAND = {dialect: select(
     select(CHECKPOINT.c.position).where(CHECKPOINT.c.name == CHECKPOINT_NAME).scalar_subquery(),
     select(func.max(EVENTS.c.position)).scalar_subquery(),
@@ -458,8 +460,7 @@ class ReadModels:
             if name not in existing["records"]:
                 conn.execute(insert(RECORD_HEADS).values(**head))
             else:
-                conn.execute(update(RECORD_HEADS).where(RECORD_HEADS.c.record == name)
-                             .values(last_position=head["last_position"]))
+                conn.execute(_MOVE_RECORD_HEAD, {"record_": name, "at": head["last_position"]})
 
     def position_to_fold(self, as_of: int | None) -> int | None:
         """None when the live tables are current; else the position to fold the log up to.
