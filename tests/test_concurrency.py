@@ -454,3 +454,31 @@ def test_a_catch_up_overtaken_every_time_still_answers(backend_url):
     served = reader.catch_up()
     assert reader.overtaken == 1 and head_at_start < served < store.head_position()
     assert reader.frameset("a") is not None  # the next read catches up to the new head
+
+
+def test_a_catch_up_that_waited_its_turn_folds_what_was_appended_meanwhile(backend_url, monkeypatch):
+    """A thread that found another of its process folding reads the head again once its turn comes: the event
+    appended while it waited is folded in the same pass, not left for the next request to fold."""
+    from registry.projections import Projections, catchup
+
+    store = open_store(backend_url)
+    store.append("frameset:a", [frameset("a", 0, "setup")], actor="t")
+    reader = Projections(store)
+    asked = threading.Event()
+    where_we_stand = catchup._checkpoint_and_head
+
+    def noted(conn):
+        found = where_we_stand(conn)
+        asked.set()
+        return found
+
+    monkeypatch.setattr(catchup, "_checkpoint_and_head", noted)
+    turn = catchup._folding(store.engine)
+    served = []
+    with turn:  # another thread of this process folding
+        waiting = threading.Thread(target=lambda: served.append(reader.catch_up()))
+        waiting.start()
+        assert asked.wait(HANG_GUARD_S)  # it has read the head (1) and now waits for its turn
+        later = store.append("frameset:a", [frameset("a", 1, "meanwhile")], actor="t")[0]
+    waiting.join(HANG_GUARD_S)
+    assert served == [later] == [store.head_position()]

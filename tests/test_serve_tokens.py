@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from registry.app import open_registry
-from registry.app.tokens import (NotPermitted, TokenRefused, authenticate, issue_token, new_token, revoke_token,
-                                 TOKEN_PATTERN)
+from registry.app.tokens import (KnownTokens, NotPermitted, TokenRefused, authenticate, issue_token, new_token,
+                                 revoke_token, TOKEN_PATTERN)
 from registry.formats.errors import UserError
 
 
@@ -48,10 +48,12 @@ def test_expired_and_revoked_tokens_are_refused(registry):
     with pytest.raises(TokenRefused, match="expired"):
         authenticate(registry, old)
     token, grant = issue_token(registry, "p", ["read"])
-    authenticate(registry, token)
+    known = KnownTokens()  # a server's: the stream's events kept until its version moves
+    assert authenticate(registry, token) == authenticate(registry, token, known=known) == grant
     revoke_token(registry, grant.key_id, "rotated")
-    with pytest.raises(TokenRefused, match="revoked"):
-        authenticate(registry, token)
+    for kept in (None, known):
+        with pytest.raises(TokenRefused, match="revoked"):
+            authenticate(registry, token, known=kept)
     with pytest.raises(UserError, match="already revoked"):
         revoke_token(registry, grant.key_id, "again")
 
@@ -63,8 +65,11 @@ def test_a_token_with_another_secret_under_a_known_key_is_unknown(registry):
     import zlib
 
     forged = f"{forged_body}_{zlib.crc32(forged_body.encode()):08x}"
-    with pytest.raises(TokenRefused, match="unknown token"):
-        authenticate(registry, forged)
+    known = KnownTokens()
+    authenticate(registry, token, known=known)  # the key's events now kept, as a server keeps them
+    for kept in (None, known):
+        with pytest.raises(TokenRefused, match="unknown token"):
+            authenticate(registry, forged, known=kept)
 
 
 @pytest.fixture(scope="module")

@@ -186,15 +186,45 @@ def revoke_token(registry: Registry, key_id: str, reason: str) -> int:
                                  expected_version=events[-1].version, actor=registry.actor)[0]
 
 
-def authenticate(registry: Registry, presented: str | None, now: datetime | None = None) -> Grant:
-    """The grant of a presented token, read from its stream now; TokenRefused in one line otherwise."""
+class KnownTokens:
+    """The token streams a long-running server has read, each with the version it was read at.
+
+    A stream is read again whenever its version has moved: a revocation is an
+    event of the token's own stream, so the version read on every request
+    (one indexed statement, no payload decoded) tells whether the events kept
+    are still all there is. Events are never updated or deleted, so the same
+    version means the same events. Only streams that exist are kept: one entry
+    an issued token, however many unknown key ids are presented.
+    """
+
+    def __init__(self) -> None:
+        self._read: dict[str, tuple[int, list]] = {}
+
+    def events(self, registry: Registry, key_id: str) -> list:
+        stream = token_stream(key_id)
+        version = registry.store.stream_version(stream)
+        kept = self._read.get(key_id)
+        if kept is not None and kept[0] == version:
+            return kept[1]
+        events = registry.store.read_stream(stream)
+        if events:
+            self._read[key_id] = (events[-1].version, events)
+        return events
+
+
+def authenticate(registry: Registry, presented: str | None, now: datetime | None = None,
+                 known: KnownTokens | None = None) -> Grant:
+    """The grant of a presented token, read from its stream now; TokenRefused in one line otherwise.
+
+    With `known` (a server's), the stream's events are read only when its version moved since they were last read.
+    """
     if not presented:
         raise TokenRefused("no token: send `Authorization: Bearer rgt_...` (issued by `registry token issue`)")
     match = TOKEN_PATTERN.fullmatch(presented)
     if match is None or not hmac.compare_digest(_checksum(presented[:-9]), match.group(3)):
         raise TokenRefused("not a registry token (wrong form or checksum)")
     key_id = match.group(1)
-    events = registry.store.read_stream(token_stream(key_id))
+    events = registry.store.read_stream(token_stream(key_id)) if known is None else known.events(registry, key_id)
     issued = next((event.payload for event in events if event.type == "TokenIssued"), None)
     if issued is None or not hmac.compare_digest(issued["secret_sha256"], secret_digest(presented)):
         raise TokenRefused("unknown token")

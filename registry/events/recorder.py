@@ -26,7 +26,7 @@ from datetime import datetime, timezone
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Connection, Engine, select
+from sqlalchemy import Connection, Engine, bindparam, select
 from sqlalchemy.exc import DBAPIError
 
 from registry.formats.errors import first_line
@@ -57,6 +57,11 @@ def payload_models():
 
 def utc(moment: datetime) -> datetime:
     return moment.replace(tzinfo=timezone.utc) if moment.tzinfo is None else moment.astimezone(timezone.utc)
+
+
+# A stream's version, built once (a server asks it of a token's stream on every request; app/tokens.py).
+_MAX_VERSION = (select(EVENTS.c.version).where(EVENTS.c.stream == bindparam("stream"))
+                .order_by(EVENTS.c.version.desc()).limit(1))
 
 
 @dataclass(frozen=True)
@@ -334,9 +339,7 @@ class Recorder(ABC):
 
     def max_version(self, stream: str) -> int:
         with self._reading() as conn:
-            found = conn.execute(
-                select(EVENTS.c.version).where(EVENTS.c.stream == stream).order_by(EVENTS.c.version.desc()).limit(1)
-            ).scalar()
+            found = conn.execute(_MAX_VERSION, {"stream": stream}).scalar()
         return found or 0
 
     def max_position(self) -> int:

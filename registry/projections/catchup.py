@@ -27,9 +27,11 @@ import threading
 import weakref
 from collections import Counter
 from contextlib import contextmanager
+from functools import cache
 from typing import Iterator
 
-from sqlalchemy import Connection, Engine, bindparam, delete, func, insert, select, tuple_, update
+from sqlalchemy import (Connection, Engine, Integer, bindparam, column, delete, func, insert, select, text, tuple_,
+                        update)
 from sqlalchemy.exc import DBAPIError, IntegrityError
 
 from registry.events.database import statement_reads
@@ -88,9 +90,18 @@ class _LostRace(Exception):
 # The tables the catalogue lists, one plain statement a backend: SQLAlchemy's reflection built and compiled its own
 # query on every catch-up (about a millisecond of CPU a pair batch on the server).
 _TABLE_NAMES = {
-    "postgresql": "SELECT c.relname FROM pg_catalog.pg_class c WHERE c.relkind IN ('r', 'p') "
+    "postgresql": "SELECT c.relname AS name FROM pg_catalog.pg_class c WHERE c.relkind IN ('r', 'p') "
                   "AND c.relpersistence != 't' AND pg_catalog.pg_table_is_visible(c.oid)",
     "sqlite": "SELECT name FROM sqlite_master WHERE type = 'table'",
+}
+
+
+# The read-model tables the catalogue lists, counted inside the statement that reads the checkpoint and the head
+# (`_checkpoint_and_head`): a catch-up's first round trip checks that none was dropped; `missing_tables` names one.
+_TABLE_COUNT = {
+    dialect: text(f"SELECT count(*) AS tables FROM ({listing}) AS listed WHERE listed.name IN "
+                  f"({', '.join(repr(name) for name in READ_MODEL_TABLES)})").columns(column("tables", Integer))
+    for dialect, listing in _TABLE_NAMES.items()
 }
 
 
@@ -145,6 +156,48 @@ def _folding(engine: Engine) -> threading.Lock:
         return lock
 
 
+@cache
+def _rows_of(model: str):
+    """The statement reading a model's (key, state) rows of the keys bound as `keys` (built once a model)."""
+    table, key, _ = MODELS[model]
+    return select(table.c[key], table.c.state).where(table.c[key].in_(bindparam("keys", expanding=True)))
+
+
+@cache
+def _row_update(model: str):
+    """The statement updating a model's rows by the key bound as `key_` (built once a model)."""
+    table, key, _ = MODELS[model]
+    return update(table).where(table.c[key] == bindparam("key_"))
+
+
+_MOVE_RECORD_HEAD = (update(RECORD_HEADS).where(RECORD_HEADS.c.record == bindparam("record_"))
+                     .values(last_position=bindparam("at")))
+_WHERE_WE_STAND = {dialect: select(
+    select(CHECKPOINT.c.position).where(CHECKPOINT.c.name == CHECKPOINT_NAME).scalar_subquery(),
+    select(func.max(EVENTS.c.position)).scalar_subquery(),
+    count.scalar_subquery()) for dialect, count in _TABLE_COUNT.items()}
+_MOVE_CHECKPOINT = (update(CHECKPOINT).where(CHECKPOINT.c.name == CHECKPOINT_NAME,
+                                             CHECKPOINT.c.position == bindparam("was"))
+                    .values(position=bindparam("now")))
+
+
+def _checkpoint_and_head(conn: Connection) -> tuple[int | None, int]:
+    """The checkpoint (None before the first catch-up) and the log's head (0 when empty), in one statement that
+    also counts the read-model tables; ProjectionError naming a missing (dropped) one."""
+    try:
+        checkpoint, head, tables = conn.execute(_WHERE_WE_STAND[conn.dialect.name]).one()
+    except DBAPIError:
+        missing = missing_tables(conn)  # the checkpoint's own table dropped fails the statement
+        if not missing:
+            raise
+    else:
+        missing = missing_tables(conn) if tables != len(READ_MODEL_TABLES) else []
+    if missing:
+        raise ProjectionError(f"the read-model table {missing[0]} is missing; `registry replay` creates it "
+                              "again and rebuilds the read models from the log")
+    return checkpoint, head or 0
+
+
 class ReadModels:
     """The live read models of one store: caught up before a read, rebuilt by `reset`."""
 
@@ -157,23 +210,21 @@ class ReadModels:
     def catch_up(self) -> int:
         """Fold events up to the head seen at the start into the read models; return where they now stand.
 
-        The head is fixed once, at the start: events appended while this
-        catch-up works are left to the next read, so writers that keep
-        appending can never keep a read from finishing. When another catch-up
-        moves the checkpoint first, this one folds again from there, still
-        only up to its fixed head, and stops as soon as the checkpoint has
-        reached it. The answer is the log as of at least that head; the
-        position returned may be later, when another catch-up went further.
+        The head is fixed at the start: events appended while this catch-up
+        works are left to the next read, so writers that keep appending can
+        never keep a read from finishing. A thread that had to wait for
+        another of this process to finish folding reads the head once more
+        when its turn comes and fixes it there: the events appended during
+        the wait are folded in the same pass, so the threads queued behind it
+        find theirs folded (under a server's load one fold serves many
+        requests). When another catch-up moves the checkpoint first, this one
+        folds again from there, still only up to its fixed head, and stops as
+        soon as the checkpoint has reached it. The answer is the log as of at
+        least that head; the position returned may be later, when another
+        catch-up went further.
         """
         with statement_reads(self.engine) as conn:
-            missing = missing_tables(conn)
-            if missing:
-                raise ProjectionError(f"the read-model table {missing[0]} is missing; `registry replay` creates it "
-                                      "again and rebuilds the read models from the log")
-            checkpoint, head = conn.execute(select(
-                select(CHECKPOINT.c.position).where(CHECKPOINT.c.name == CHECKPOINT_NAME).scalar_subquery(),
-                select(func.max(EVENTS.c.position)).scalar_subquery())).one()
-            head = head or 0
+            checkpoint, head = _checkpoint_and_head(conn)
         if (checkpoint or 0) > head:
             raise ProjectionError(
                 f"projection checkpoint {checkpoint} is ahead of the log's head {head}: "
@@ -185,7 +236,8 @@ class ReadModels:
         if not lock.acquire(blocking=False):
             lock.acquire()
             with statement_reads(self.engine) as conn:
-                checkpoint = read_checkpoint(conn)  # the thread waited for most likely folded past `head`
+                # The thread waited for most likely folded past `head`; what was appended meanwhile is folded now.
+                checkpoint, head = _checkpoint_and_head(conn)
         try:
             stalls = 0
             while (checkpoint or 0) < head:
@@ -286,11 +338,7 @@ class ReadModels:
                 if checkpoint is None:
                     conn.execute(insert(CHECKPOINT).values(name=CHECKPOINT_NAME, position=head))
                 else:
-                    moved = conn.execute(
-                        update(CHECKPOINT)
-                        .where(CHECKPOINT.c.name == CHECKPOINT_NAME, CHECKPOINT.c.position == checkpoint)
-                        .values(position=head)
-                    )
+                    moved = conn.execute(_MOVE_CHECKPOINT, {"was": checkpoint, "now": head})
                     if moved.rowcount != 1:
                         raise _LostRace
                 self._write_rows(conn, work, existing, touched, indexed)
@@ -357,7 +405,7 @@ class ReadModels:
         missing = sorted(keys)
         for index in range(0, len(missing), LOAD_CHUNK):
             chunk = missing[index:index + LOAD_CHUNK]
-            for row in conn.execute(select(table.c[key], table.c.state).where(table.c[key].in_(chunk))):
+            for row in conn.execute(_rows_of(model), {"keys": chunk}):
                 state = load_state(row[1])
                 if model == "artifacts":
                     state[HISTORY_KEY] = []  # the stored history stays; verdicts folded now are added to it
@@ -376,7 +424,7 @@ class ReadModels:
             if fresh:
                 conn.execute(insert(table), fresh)
             if changed:
-                conn.execute(update(table).where(table.c[key] == bindparam("key_")), changed)
+                conn.execute(_row_update(model), changed)
         # Loaded rows start with an empty history, so every verdict in it was folded by this catch-up.
         history = [record.to_row() for name in sorted(touched["artifacts"])
                    for record in records_of(work.artifacts[name])]
@@ -412,8 +460,7 @@ class ReadModels:
             if name not in existing["records"]:
                 conn.execute(insert(RECORD_HEADS).values(**head))
             else:
-                conn.execute(update(RECORD_HEADS).where(RECORD_HEADS.c.record == name)
-                             .values(last_position=head["last_position"]))
+                conn.execute(_MOVE_RECORD_HEAD, {"record_": name, "at": head["last_position"]})
 
     def position_to_fold(self, as_of: int | None) -> int | None:
         """None when the live tables are current; else the position to fold the log up to.

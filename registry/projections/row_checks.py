@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from sqlalchemy import Connection, func, select, tuple_
+from sqlalchemy import Connection, bindparam, func, select, tuple_
 
 from registry.events.canonical import sha256_hex
 from registry.events.schema import EVENTS
@@ -52,6 +52,19 @@ STREAM_PREFIX = {"artifacts": ARTIFACT_PREFIX, "workloads": WORKLOAD_PREFIX, "fr
 LOGGED = {"artifacts": "stream_version", "workloads": None, "bench_streams": "version"}
 _SINGULAR = {"artifacts": "artifact", "workloads": "workload", "framesets": "frame set", "outcomes": "outcomes",
              "bench_streams": "benchmark stream", "records": "speed record"}
+
+
+# The checks' statements, built once with their values bound (building a Core statement costs more CPU than
+# running one of these).
+_VERSIONS_AT = (select(EVENTS.c.position, EVENTS.c.stream, EVENTS.c.version)
+                .where(EVENTS.c.position.in_(bindparam("positions", expanding=True))))
+_LATER = (select(EVENTS.c.stream, EVENTS.c.position)
+          .where(tuple_(EVENTS.c.stream, EVENTS.c.version).in_(bindparam("following", expanding=True)),
+                 EVENTS.c.position <= bindparam("checkpoint")))
+_HEADS = (select(RECORD_HEADS.c.record, RECORD_HEADS.c.last_position)
+          .where(RECORD_HEADS.c.record.in_(bindparam("records", expanding=True))))
+_EVENTS_AT = (select(EVENTS.c.position, EVENTS.c.stream, EVENTS.c.event_id)
+              .where(EVENTS.c.position.in_(bindparam("positions", expanding=True))))
 
 
 class DamagedReadModel(ProjectionError):
@@ -104,8 +117,7 @@ def _check_against_log(conn: Connection, rows: list[tuple[str, str, int, dict]],
     """(model, key, last position, state) rows against their own streams, in one read of their events and one
     of any later ones."""
     found = {position: (stream, version) for position, stream, version in conn.execute(
-        select(EVENTS.c.position, EVENTS.c.stream, EVENTS.c.version)
-        .where(EVENTS.c.position.in_(sorted({position for _, _, position, _ in rows}))))}
+        _VERSIONS_AT, {"positions": sorted({position for _, _, position, _ in rows})})}
     following, model_of = [], {}
     for model, key, position, state in rows:
         prefix = STREAM_PREFIX[model]
@@ -119,9 +131,7 @@ def _check_against_log(conn: Connection, rows: list[tuple[str, str, int, dict]],
                                       f"the row says {state.get(version_key)}")
         following.append((stream, version + 1))
         model_of[stream] = model
-    later = conn.execute(select(EVENTS.c.stream, EVENTS.c.position)
-                         .where(tuple_(EVENTS.c.stream, EVENTS.c.version).in_(following),
-                                EVENTS.c.position <= checkpoint)).first()
+    later = conn.execute(_LATER, {"following": following, "checkpoint": checkpoint}).first()
     if later is not None:
         model = model_of[later[0]]
         raise damaged(model, later[0][len(STREAM_PREFIX[model]):], f"its stream has an event at position "
@@ -130,8 +140,7 @@ def _check_against_log(conn: Connection, rows: list[tuple[str, str, int, dict]],
 
 def _check_records(conn: Connection, model: str, rows: list[tuple[str, int, dict]], checkpoint: int) -> None:
     """Speed-record rows against their heads and their entries against the log (the module docstring)."""
-    heads = dict(conn.execute(select(RECORD_HEADS.c.record, RECORD_HEADS.c.last_position)
-                              .where(RECORD_HEADS.c.record.in_([key for key, _, _ in rows]))).all())
+    heads = dict(conn.execute(_HEADS, {"records": [key for key, _, _ in rows]}).all())
     wanted = {}
     for key, position, state in rows:
         if heads.get(key) != position or state.get("last_position") != position or position > checkpoint:
@@ -163,8 +172,7 @@ def _check_records(conn: Connection, model: str, rows: list[tuple[str, int, dict
     positions = sorted(wanted)
     for start in range(0, len(positions), CHUNK):
         found.update((row[0], (row[1], row[2])) for row in conn.execute(
-            select(EVENTS.c.position, EVENTS.c.stream, EVENTS.c.event_id)
-            .where(EVENTS.c.position.in_(positions[start:start + CHUNK]))))
+            _EVENTS_AT, {"positions": positions[start:start + CHUNK]}))
     for position, (key, stream, event_id) in wanted.items():
         at = found.get(position, (None, None))
         if at[0] != stream or event_id not in (None, at[1]):

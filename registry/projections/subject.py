@@ -11,9 +11,10 @@ state names (items.py).
 """
 from __future__ import annotations
 
+from functools import cache
 from typing import Any, NamedTuple
 
-from sqlalchemy import Connection, func, select
+from sqlalchemy import Connection, bindparam, func, literal, select, union_all
 
 from registry.formats.names import ARTIFACT_PREFIX, FRAMESET_PREFIX, WORKLOAD_PREFIX, normalized_name
 
@@ -34,6 +35,22 @@ def read_history(conn: Connection, artifact_id: str) -> list[VerdictRecord]:
     """One artifact's verdict history rows, in position order (an indexed range of the primary key)."""
     rows = conn.execute(select(VERDICTS).where(VERDICTS.c.artifact == artifact_id).order_by(VERDICTS.c.position))
     return [VerdictRecord.from_row(row) for row in rows]
+
+
+@cache
+def _row_asked(model: str):
+    """The statement reading one row of `model` by the key bound as `key` (`row_columns`; built once a model)."""
+    table, column, _ = MODELS[model]
+    return select(*row_columns(model)).where(table.c[column] == bindparam("key"))
+
+
+@cache
+def _rows_asked(asked: tuple[tuple[int, str], ...]):
+    """One statement reading a row of each (index, model) asked by the key bound as `key_<index>`, each row
+    led by its index (built once per combination)."""
+    parts = [select(literal(index).label("asked"), *row_columns(model))
+             .where(MODELS[model][0].c[MODELS[model][1]] == bindparam(f"key_{index}")) for index, model in asked]
+    return union_all(*parts) if len(parts) > 1 else parts[0]
 
 
 class BenchSubject(NamedTuple):
@@ -157,8 +174,7 @@ class SubjectReads(ReadModels):
             payload = artifact["payload_sha256"]
             wanted = [("workloads", artifact["workload"]), ("bench_streams", artifact["identity"]),
                       ("records", None if payload is None else record_key(artifact["workload"], payload))]
-            stored = [(model, self._stored_row(conn, model, key, position) if key is not None else None)
-                      for model, key in wanted]
+            stored = list(zip((model for model, _ in wanted), self._stored_rows(conn, wanted, position)))
             present = [("artifacts", found), *((model, row) for model, row in stored if row is not None)]
             states = iter(checked_rows(conn, present, position)[1:])
             workload, stream, record = (None if row is None else next(states) for _, row in stored)
@@ -235,10 +251,24 @@ class SubjectReads(ReadModels):
         return None if row is None else checked_states(conn, model, [row], checkpoint)[0]
 
     @staticmethod
+    def _stored_rows(conn: Connection, wanted: list[tuple[str, str | None]], checkpoint: int) -> list[Any]:
+        """The rows of (model, key) pairs of models whose rows have the same columns (`row_columns`), in one
+        statement, as `_stored_row` reads each (None for a key of None)."""
+        asked = [(index, model, key) for index, (model, key) in enumerate(wanted) if key is not None]
+        found: dict[int, Any] = {}
+        if asked:
+            statement = _rows_asked(tuple((index, model) for index, model, _ in asked))
+            for row in conn.execute(statement, {f"key_{index}": key for index, _, key in asked}):
+                found[row[0]] = row[1:]
+        for index, model, key in asked:
+            if index not in found:
+                check_absent(conn, model, key, checkpoint)
+        return [found.get(index) for index in range(len(wanted))]
+
+    @staticmethod
     def _stored_row(conn: Connection, model: str, key: str, checkpoint: int) -> Any:
         """The subject's row as stored, its log checks still to run (None if it has none and never had)."""
-        table, column, _ = MODELS[model]
-        row = conn.execute(select(*row_columns(model)).where(table.c[column] == key)).first()
+        row = conn.execute(_row_asked(model), {"key": key}).first()
         if row is None:
             check_absent(conn, model, key, checkpoint)
         return row

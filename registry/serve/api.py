@@ -2,7 +2,8 @@
 
 Every route names the one scope it needs (`read`, `ingest`, `decide`,
 `admin`; docs/serve.md has the table), and the token is read from its
-stream on every request (app/tokens.py), so a revoked or expired token is
+stream on every request (app/tokens.py; its events are read again whenever
+the stream's version moved, `KnownTokens`), so a revoked or expired token is
 refused on the very next one. A route that acts on a workload (ingest,
 decide) checks the token's workload glob against the workload of the
 artifact it touches, read from that artifact's read model. Every event the
@@ -30,7 +31,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from registry.app import Registry
-from registry.app.tokens import Grant, NotPermitted, TokenRefused, authenticate
+from registry.app.tokens import Grant, KnownTokens, NotPermitted, TokenRefused, authenticate
 from registry.events.errors import ConcurrencyError, IdempotencyConflict, StoreError
 from registry.formats.errors import UserError, first_line
 
@@ -101,8 +102,10 @@ def create_app(config: ServerConfig) -> FastAPI:
         return JSONResponse({"error": f"internal error (crash id {crash}); the server's log has the details",
                              "crash_id": crash}, status_code=500)
 
+    known = KnownTokens()
+
     def token(credentials: HTTPAuthorizationCredentials | None = Depends(_bearer)) -> Grant:
-        return authenticate(base, None if credentials is None else credentials.credentials)
+        return authenticate(base, None if credentials is None else credentials.credentials, known=known)
 
     def acting(grant: Grant) -> Registry:
         return Registry(engine=base.engine, store=base.store, actor=grant.actor)
