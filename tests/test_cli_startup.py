@@ -114,3 +114,16 @@ def test_each_command_is_found_in_the_module_the_table_names():
         for command in importlib.import_module(f"registry.cli.{module}").COMMANDS:
             found[command.name] = module
     assert found == COMMAND_MODULES
+
+
+@pytest.mark.parametrize("first", ["import registry.gate.decide",
+                                   "import importlib; importlib.import_module('registry.gate.decide')",
+                                   "from registry.gate import decide; import registry.gate.decide"])
+def test_the_gate_s_decide_is_the_function_whichever_import_comes_first(first):
+    """`decide` is imported when first asked for (registry/gate/__init__.py), and its submodule has the same
+    name: importing the submodule first must not leave the module where the function is asked for."""
+    probe = python("-c", f"{first}\nimport registry.gate, types\nfrom registry.gate import decide\n"
+                         "assert isinstance(decide, types.FunctionType), decide\n"
+                         "assert registry.gate.decide is decide\nprint(decide.__module__)")
+    assert probe.returncode == 0, probe.stderr
+    assert probe.stdout.strip() == "registry.gate.decide"
