@@ -277,6 +277,19 @@ def test_07_sitecustomize_in_the_candidate_s_folder_is_never_imported(home, atte
     tried = attempt("escape_sitecustomize")
     without_effect(home, tried)
     assert not (tried.folder / "sitecustomize.py").exists()
+    # The worker's copy and what it wrote are gone, so the attack is shown to work where it can: the same
+    # candidate run as a plain process (a second or two of CPU, torch's import) writes its sitecustomize.py,
+    # and the next interpreter with that folder on its path runs the promoting gate the file installs.
+    scratch = home.root / "escape_sitecustomize_unconfined"
+    scratch.mkdir()
+    wrote = subprocess.run([sys.executable, str(candidate_file("escape_sitecustomize", scratch))], cwd=scratch,
+                           env=home.env, capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S)
+    assert wrote.returncode == 0 and (scratch / "sitecustomize.py").exists(), wrote.stderr
+    poisoned = subprocess.run([sys.executable, "-c", "import registry.gate; print(registry.gate.decide.__code__"
+                               ".co_filename)"], cwd=home.root,
+                              env={**home.env, "PYTHONPATH": f"{scratch}{os.pathsep}{home.env['PYTHONPATH']}"},
+                              capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S)
+    assert poisoned.stdout.strip() == "gate", poisoned.stderr  # compiled by the sitecustomize, not from a file
 
 
 def _candidate_constant(module: str, name: str):

@@ -5,9 +5,9 @@ import os
 
 from gallery._escape import PROMOTING_GATE, honest_modln
 
-SITECUSTOMIZE = (  # registry.gate re-exports the function under its module's name: take the module itself
+SITECUSTOMIZE = (  # the gate's `decide`, patched in the module that defines it, wherever that module is
     "import sys, registry.gate\n"
-    "_gate = sys.modules['registry.gate.decide']\n"
+    "_gate = sys.modules[registry.gate.decide.__module__]\n"
     "exec(compile(" + repr(PROMOTING_GATE) + ", 'gate', 'exec'), vars(_gate))\n"
     "registry.gate.decide = _gate.decide\n")
 
