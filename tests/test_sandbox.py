@@ -381,6 +381,8 @@ def test_the_gate_holds_launch_counts_taken_inside_the_candidates_process():
       "confinement": {"identity": "sandbox_uid", "memory": "swap"}}, "is not one of"),
     ({"sandbox": "linux-ns-seccomp/1", "harness_sha256": DIGEST, "confinement": {"identity": "sandbox_uid"}},
      "required"),
+    ({"sandbox": "linux-ns-seccomp/1", "harness_sha256": DIGEST,  # counted calls, of a jail never built
+      "confinement": {"identity": "unreported", "memory": "unreported"}}, "no jail was built"),
 ])
 def test_sandbox_fields_that_say_nothing_or_something_unknown_are_refused(fields, message):
     from registry.formats.evidence.errors import EvidenceError
@@ -401,6 +403,8 @@ def test_sandbox_fields_that_say_nothing_or_something_unknown_are_refused(fields
       "item": {"sandbox": "linux-ns-seccomp/1", "harness_sha256": DIGEST,
                "confinement": {"identity": "sandbox_uid", "memory": "process_rlimits"}}}, "or confinement"),
     ({"confinement": {"identity": "unreported", "memory": "unreported"}}, "no sandbox is named"),
+    ({"sandbox": "linux-ns-seccomp/1", "harness_sha256": DIGEST,  # the item names no confinement of its own
+      "confinement": {"identity": "unreported", "memory": "unreported"}}, "nothing of the candidate's ran"),
 ])
 def test_a_document_naming_its_harness_must_agree_with_its_items(document, message):
     from registry.formats.evidence.document import parse_document

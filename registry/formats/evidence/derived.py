@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from registry.formats.evidence.errors import EvidenceError
-from registry.formats.evidence.schemas import METRICS, check_confinement
+from registry.formats.evidence.schemas import METRICS, UNREPORTED, check_confinement
 from registry.formats.stats import summarize_benchmark
 
 
@@ -25,6 +25,9 @@ def _execution(item: dict[str, Any], where: str) -> dict[str, Any]:
         raise EvidenceError(f"{where}: sandbox and harness_sha256 name the harness together; one without the "
                             "other says nothing")
     check_confinement(item.get("sandbox"), item.get("confinement"), where)
+    if (item.get("confinement") or {}).get("identity") == UNREPORTED:
+        raise EvidenceError(f"{where}.confinement: unreported means no jail was built, and an execution item "
+                            "counts the calls of a worker that started in one")
     return {"ran": item["candidate_calls"] > 0 and item["fallbacks"] == 0}
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from registry.formats.documents import MAX_EVIDENCE_BYTES, DocumentError, load_json, read_document
 from registry.formats.evidence.errors import KIT, EvidenceError, only_known
-from registry.formats.evidence.schemas import SANDBOX_PROFILES, check_confinement, confinement
+from registry.formats.evidence.schemas import SANDBOX_PROFILES, UNREPORTED, check_confinement, confinement
 from registry.formats.evidence.items import parse_item
 from registry.formats.fields import describe, quoted
 
@@ -76,6 +76,11 @@ def parse_document(obj: Any) -> EvidenceDocument:
     if not items:
         raise EvidenceError("evidence: empty list; a document must carry at least one item")
     parsed = [parse_item(item, f"evidence[{i}]") for i, item in enumerate(items)]
+    if bounds is not None and bounds["identity"] == UNREPORTED:
+        ran = next((i for i, item in enumerate(parsed) if item["kind"] != "failure"), None)
+        if ran is not None:
+            raise EvidenceError(f"evidence[{ran}]: a {parsed[ran]['kind']} item, and the document's confinement "
+                                "is unreported: no jail was built, so nothing of the candidate's ran")
     for i, item in enumerate(parsed):
         named = (item.get("sandbox"), item.get("harness_sha256"), item.get("confinement"))
         if sandbox is not None and named != (None, None, None) and named != (sandbox, harness, bounds):
