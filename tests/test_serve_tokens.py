@@ -50,6 +50,9 @@ def test_expired_and_revoked_tokens_are_refused(registry):
     token, grant = issue_token(registry, "p", ["read"])
     known = KnownTokens()  # a server's: the stream's events kept until its version moves
     assert authenticate(registry, token) == authenticate(registry, token, known=known) == grant
+    # Expiry is no event: the kept stream has not moved, and the very next request past `not_after` is refused.
+    with pytest.raises(TokenRefused, match="expired"):
+        authenticate(registry, token, now=grant.not_after, known=known)
     revoke_token(registry, grant.key_id, "rotated")
     for kept in (None, known):
         with pytest.raises(TokenRefused, match="revoked"):
