@@ -1,4 +1,4 @@
 """`python -m registry`: the `registry` command, for when the script is not on PATH."""
-from registry.cli.main import main
+from registry.cli.main import run
 
-main(prog_name="registry")
+run()

@@ -185,5 +185,37 @@ def main(ctx: click.Context, url: str | None, actor: str | None) -> None:
     ctx.obj = Session(url, actor)
 
 
+def run() -> None:
+    """The `registry` command as a process of its own (the installed script, `python -m registry`).
+
+    It ends as the interpreter would (other threads joined, atexit handlers
+    run, the standard streams flushed) but without the teardown that follows:
+    once a command has imported torch (`evaluate`, `demo`), freeing every
+    module object by object costs 0.7 to 1 s of CPU after the work is done
+    (docs/benchmarks.md). Only for a process that ends here: click's test
+    runner calls ``main`` itself.
+    """
+    import atexit
+    import threading
+
+    try:
+        main(prog_name="registry")
+        code = 0
+    except SystemExit as exc:
+        code = exc.code
+    if code is not None and not isinstance(code, int):  # sys.exit(text): the text on stderr, exit 1
+        print(code, file=sys.stderr)
+        code = 1
+    threading._shutdown()  # noqa: SLF001 - the interpreter's own first step at exit: join non-daemon threads
+    atexit._run_exitfuncs()  # noqa: SLF001 - then the atexit handlers, as at any exit
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            if stream is not None:
+                stream.flush()
+        except (OSError, ValueError):  # a reader that went away: what it missed is gone either way
+            pass
+    os._exit(code or 0)
+
+
 if __name__ == "__main__":
-    main(prog_name="registry")
+    run()
