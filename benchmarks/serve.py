@@ -14,9 +14,12 @@ batches appended through `registry bench record`, one process per batch as a
 shell loop runs it, for the ratio server/CLI, the server process's CPU
 seconds a batch, and `registry verify` on the log afterwards. On a shared
 machine the absolute rates move with the neighbours; the ratio comes from
-one run.
+one run. With --floor, the same clients then post the same batches to the
+web stack alone (benchmarks/serve_floor.py: the same routes, models and
+uvicorn settings, no registry behind them), for the ratio server/floor: the
+most this stack answers on this machine beside these clients.
 
-    .venv/bin/python benchmarks/serve.py --postgres URL [--clients 16] [--batches 40] [--cli-batches 24] [--workers 1]
+    .venv/bin/python benchmarks/serve.py --postgres URL [--clients 16] [--batches 40] [--cli-batches 24] [--workers 1] [--floor]
 """
 from __future__ import annotations
 
@@ -28,7 +31,10 @@ import sys
 import threading
 import time
 import uuid
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator
 
 import psycopg
 from sqlalchemy.engine import make_url
@@ -143,16 +149,32 @@ def through_cli(url: str, artifact: str, batches: int) -> float:
     return batches / (time.perf_counter() - started)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--postgres", required=True, help="A Postgres server this benchmark may create a database on.")
-    parser.add_argument("--clients", type=int, default=16)
-    parser.add_argument("--batches", type=int, default=40, help="Batches per client.")
-    parser.add_argument("--cli-batches", type=int, default=24)
-    parser.add_argument("--workers", type=int, default=1, help="The server's worker processes (`serve --workers`).")
-    args = parser.parse_args()
-    url = fresh_database(args.postgres)
-    workers = seed(url, args.clients)
+@dataclass
+class Run:
+    """One load run: every client's batches against one server."""
+
+    elapsed: float
+    latencies: list[float]
+    resent: int
+    sessions: dict[str, str]
+    server_cpu: float | None  # seconds, the server's processes
+    clients_cpu: float  # seconds, this process (the clients)
+
+    def line(self, batches: int) -> str:
+        ordered = sorted(self.latencies)
+        p50, p99 = statistics.median(ordered), ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))]
+        return (f"{batches} batches from {len(self.sessions)} clients in {self.elapsed:.2f} s = "
+                f"{batches / self.elapsed:.1f} batches/s (sessions opened first, inside the time); "
+                f"p50 {p50 * 1000:.1f} ms, p99 {p99 * 1000:.1f} ms; {self.resent} resent")
+
+    def cpu_line(self, batches: int) -> str:
+        server = ("unknown" if self.server_cpu is None
+                  else f"{self.server_cpu:.2f} s = {self.server_cpu / batches * 1000:.1f} ms a batch")
+        return f"server CPU {server} (sessions included); the clients' process: {self.clients_cpu / batches * 1000:.1f} ms a batch"
+
+
+def drive(base: str, pid: int, workers: list[tuple[str, str]], batches: int) -> Run:
+    """Every client in its own thread against the server at `base` (its process `pid`), until all are done."""
     latencies: list[float] = []
     resent: list[int] = []
     sessions: dict[str, str] = {}
@@ -164,37 +186,69 @@ def main() -> None:
         except BaseException as exc:  # reported below: a client that gave up is a failed run, not a slow one
             failed.append(exc)
 
-    with ServerProcess(url, "--workers", str(args.workers)) as server:
-        threads = [threading.Thread(target=worker, args=(server.base, artifact, token, args.batches, latencies,
-                                                         resent, sessions)) for artifact, token in workers]
-        cpu_before = cpu_seconds(server.process.pid)
-        clients_before = time.process_time()
-        started = time.perf_counter()
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-        elapsed = time.perf_counter() - started
-        clients_cpu = time.process_time() - clients_before
-        cpu_after = cpu_seconds(server.process.pid)
+    threads = [threading.Thread(target=worker, args=(base, artifact, token, batches, latencies, resent, sessions))
+               for artifact, token in workers]
+    cpu_before = cpu_seconds(pid)
+    clients_before = time.process_time()
+    started = time.perf_counter()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    elapsed = time.perf_counter() - started
+    clients_cpu = time.process_time() - clients_before
+    cpu_after = cpu_seconds(pid)
     if failed:
-        raise SystemExit(f"{len(failed)} of {args.clients} clients gave up; the first: {failed[0]}")
-    lost, duplicated = count_from_log(url, sessions, args.batches)
-    verified = chain_verified(url)
+        raise SystemExit(f"{len(failed)} of {len(workers)} clients gave up; the first: {failed[0]}")
+    server_cpu = None if cpu_before is None or cpu_after is None else cpu_after - cpu_before
+    return Run(elapsed, latencies, sum(resent), sessions, server_cpu, clients_cpu)
+
+
+@contextmanager
+def floor_server() -> Iterator[tuple[str, int]]:
+    """benchmarks/serve_floor.py as a process: (its base URL, its pid) while the block runs."""
+    process = subprocess.Popen([sys.executable, str(Path(__file__).with_name("serve_floor.py"))],
+                               stdout=subprocess.PIPE, text=True)
+    try:
+        line = process.stdout.readline()
+        if " on http://" not in line:
+            raise SystemExit(f"benchmarks/serve_floor.py did not start: {line!r}")
+        yield line.split(" on ")[1].strip(), process.pid
+    finally:
+        process.terminate()
+        process.wait(timeout=20)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--postgres", required=True, help="A Postgres server this benchmark may create a database on.")
+    parser.add_argument("--clients", type=int, default=16)
+    parser.add_argument("--batches", type=int, default=40, help="Batches per client.")
+    parser.add_argument("--cli-batches", type=int, default=24)
+    parser.add_argument("--workers", type=int, default=1, help="The server's worker processes (`serve --workers`).")
+    parser.add_argument("--floor", action="store_true",
+                        help="Also drive the same clients against the web stack alone (benchmarks/serve_floor.py).")
+    args = parser.parse_args()
+    url = fresh_database(args.postgres)
+    workers = seed(url, args.clients)
     total = args.clients * args.batches
-    rate = total / elapsed
-    ordered = sorted(latencies)
-    p50, p99 = statistics.median(ordered), ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))]
+    with ServerProcess(url, "--workers", str(args.workers)) as server:
+        run = drive(server.base, server.process.pid, workers, args.batches)
+    lost, duplicated = count_from_log(url, run.sessions, args.batches)
+    verified = chain_verified(url)
     cli_rate = through_cli(url, workers[0][0], args.cli_batches)
-    print(f"server: {total} batches from {args.clients} clients in {elapsed:.2f} s = {rate:.1f} batches/s "
-          f"(sessions opened first, inside the time); p50 {p50 * 1000:.1f} ms, p99 {p99 * 1000:.1f} ms; "
-          f"{sum(resent)} resent; lost {lost}, duplicated {duplicated} (from the log)")
-    if cpu_before is not None and cpu_after is not None:
-        print(f"server CPU: {cpu_after - cpu_before:.2f} s = {(cpu_after - cpu_before) / total * 1000:.1f} ms a batch "
-              f"(sessions included); the clients' process: {clients_cpu / total * 1000:.1f} ms a batch")
+    rate = total / run.elapsed
+    print(f"server: {run.line(total)}; lost {lost}, duplicated {duplicated} (from the log)")
+    print(f"server: {run.cpu_line(total)}")
     print(f"registry verify: {verified}")
     print(f"cli: {args.cli_batches} batches through `registry bench record` = {cli_rate:.2f} batches/s; "
           f"server/cli {rate / cli_rate:.1f}x")
+    if args.floor:
+        with floor_server() as (base, pid):
+            floor = drive(base, pid, workers, args.batches)
+        print(f"floor: {floor.line(total)}")
+        print(f"floor: {floor.cpu_line(total)}")
+        print(f"server/floor {floor.elapsed / run.elapsed:.2f}x of the web stack alone's rate")
 
 
 if __name__ == "__main__":
