@@ -11,7 +11,13 @@ outputs and of the inputs as the call left them; untimed).
 
 Between run and result this process looks at the worker from outside, in
 /proc: a call that leaves more threads or child processes alive than it found
-did work the clock did not see.
+did work the clock did not see. Around a baseline call's run it also reads
+how long the worker's threads and this process's timing thread waited for a
+CPU while runnable (`run_delay`, the second field of
+/proc/<pid>/task/<tid>/schedstat and of /proc/thread-self/schedstat): time
+the clock counted that neither spent running, which the monitor may use to
+leave out a preempted pair (docs/monitor.md). It is never read for the
+candidate's calls.
 """
 from __future__ import annotations
 
@@ -78,6 +84,7 @@ class CallResult:
     replaced: list[str]
     extra_tasks: int = 0
     extra_children: list[int] = field(default_factory=list)
+    waited_s: float | None = None  # a baseline call's wait for a CPU (`_waits`); None: unreported or a candidate's
 
 
 def _tasks(pid: int) -> tuple[set[str], set[str]] | None:
@@ -94,6 +101,49 @@ def _tasks(pid: int) -> tuple[set[str], set[str]] | None:
         return tids, children
     except OSError:
         return None
+
+
+def _run_delay(path: Path | str) -> tuple[int, int] | None:
+    """(run_delay ns, timeslices) from a schedstat file; None where unreadable or not three counts."""
+    try:
+        fields = Path(path).read_text().split()
+    except OSError:
+        return None
+    if len(fields) != 3 or not all(value.isdigit() for value in fields):
+        return None
+    return int(fields[1]), int(fields[2])
+
+
+def _waits(pid: int) -> dict[str, int] | None:
+    """Nanoseconds each thread of ``pid``, and this thread (key "harness"), has waited runnable for a CPU.
+
+    None where the signal is unreported: no schedstat (a kernel without
+    scheduler statistics, or /proc unreadable), the worker's main thread not
+    readable, or this thread's counts all zero (a kernel that prints "0 0 0"
+    for statistics it does not keep: this thread has certainly run).
+    """
+    own = _run_delay("/proc/thread-self/schedstat")
+    task_dir = Path(f"/proc/{pid}/task")
+    if own is None or own[1] == 0:
+        return None
+    try:
+        tids = os.listdir(task_dir)
+    except OSError:
+        return None
+    waits = {"harness": own[0]}
+    for tid in tids:
+        found = _run_delay(task_dir / tid / "schedstat")
+        if found is not None:  # a thread that ended between the listing and the read is not counted
+            waits[tid] = found[0]
+    return waits if str(pid) in waits else None
+
+
+def _waited_s(before: dict[str, int] | None, after: dict[str, int] | None) -> float | None:
+    """Seconds waited between two `_waits` readings: every thread alive at the second (one born since from 0);
+    a thread that ended in between is not counted, so the figure can only fall short."""
+    if before is None or after is None:
+        return None
+    return sum(max(0, ns - before.get(key, 0)) for key, ns in after.items()) / 1e9
 
 
 class _DeadlineReader:
@@ -444,20 +494,25 @@ class CandidateWorker:
              ablate: bool = False) -> CallResult:
         """Stage ``cases`` (each a tuple of inputs), run this worker's entry on all of them, collect.
 
-        ``arm`` "C" (the candidate) also brings the inputs back as the call left them; "B" does not.
+        ``arm`` "C" (the candidate) also brings the inputs back as the call left them; "B" does not, and
+        its result carries the time the run waited for a CPU (`_waits`, read just outside the clock).
         """
         flat = [t.detach().to("cpu").contiguous() for args in cases for t in args]
         self._request({"op": "stage", "arm": arm, "counts": [len(args) for args in cases]}, flat)
         watched = self.pid if self.pid is not None else -1
         before = _tasks(watched)
+        waits = _waits(watched) if arm == "B" else None
         self._send({"op": "run", "ablate": ablate})
         start = time.perf_counter_ns()
         self._receive(CALL_TIMEOUT_S)
         seconds = (time.perf_counter_ns() - start) / 1e9
+        waited = _waited_s(waits, _waits(watched) if waits is not None else None)
         after = _tasks(watched)
         input_bytes = sum(t.untyped_storage().nbytes() for t in flat)
         header, tensors = self._receive(CALL_TIMEOUT_S, byte_budget=output_bytes + input_bytes)
-        return self._result(header, tensors, cases, seconds, before, after)
+        result = self._result(header, tensors, cases, seconds, before, after)
+        result.waited_s = waited
+        return result
 
     def _result(self, header: dict[str, Any], tensors: list[torch.Tensor], cases: Sequence[Sequence[torch.Tensor]],
                 seconds: float, before: Any, after: Any) -> CallResult:
