@@ -7,8 +7,9 @@ Rules (docs/monitor.md):
 - A batch feeds its ratios to the detector (registry/formats/monitor.py) in
   recorded order, less the pairs whose baseline run the harness saw wait for
   a CPU past the monitor's `baseline_wait_share` (none without that term;
-  `batch_signs` says what a contended batch does), counted as `left_out`; at the first pair at which it crosses 1/alpha the monitor
-  is `crossed` there, and the detector stops: later pairs are counted as
+  `batch_signs` says what a contended batch does), counted as `left_out`;
+  at the first pair fed at which it crosses 1/alpha the monitor is
+  `crossed` there, and the detector stops: later pairs are counted as
   after the alarm, and no second alarm is due (a known regression is not
   alerted again). The shipping questions treat a crossed monitor as
   regressed even before its `RegressionDetected` is in the log.
