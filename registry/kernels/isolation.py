@@ -57,6 +57,9 @@ STDERR_TAIL_BYTES = 64 * 1024
 
 FLUSH_BYTES = 256 * 1024 * 1024  # the L2 eviction write on a GPU (an H200 has 60 MB of L2)
 
+SETTLE_TRIES = 200
+"""How many times the harness yields its CPU for a baseline worker to go to sleep before reading its waits."""
+
 
 class WorkerDied(RuntimeError):
     """The worker ended, answered nonsense or did not answer in time."""
@@ -103,47 +106,80 @@ def _tasks(pid: int) -> tuple[set[str], set[str]] | None:
         return None
 
 
-def _run_delay(path: Path | str) -> tuple[int, int] | None:
-    """(run_delay ns, timeslices) from a schedstat file; None where unreadable or not three counts."""
+def _schedstat(path: Path | str) -> tuple[int, int, int] | None:
+    """(ns on a CPU, ns runnable but waiting, timeslices) from a schedstat file; None where unreadable."""
     try:
         fields = Path(path).read_text().split()
     except OSError:
         return None
     if len(fields) != 3 or not all(value.isdigit() for value in fields):
         return None
-    return int(fields[1]), int(fields[2])
+    return int(fields[0]), int(fields[1]), int(fields[2])
 
 
-def _waits(pid: int) -> dict[str, int] | None:
-    """Nanoseconds each thread of ``pid``, and this thread (key "harness"), has waited runnable for a CPU.
+def _settle(pid: int, tries: int = SETTLE_TRIES) -> None:
+    """Yield this CPU until no thread of ``pid`` is runnable (at most ``tries`` times).
+
+    A thread's wait is added to its count only when it next runs, whole: a
+    worker still queued to finish its last answer when the first reading is
+    taken would add that wait, from before the clock, to the call. Once every
+    thread sleeps (the worker blocked on its next request) nothing is
+    pending. A worker that never settles (the CPU is that contended) is read
+    as it is, which can only count more wait, never less.
+    """
+    task_dir = Path(f"/proc/{pid}/task")
+    for _ in range(tries):
+        try:
+            states = [(task_dir / tid / "stat").read_text().rpartition(")")[2].split()[:1]
+                      for tid in os.listdir(task_dir)]
+        except OSError:
+            return
+        if ["R"] not in states:
+            return
+        os.sched_yield()
+
+
+def _waits(pid: int) -> dict[str, tuple[int, int]] | None:
+    """(ns run, ns waited runnable for a CPU) of each thread of ``pid``, and of this thread (key "harness").
 
     None where the signal is unreported: no schedstat (a kernel without
     scheduler statistics, or /proc unreadable), the worker's main thread not
     readable, or this thread's counts all zero (a kernel that prints "0 0 0"
     for statistics it does not keep: this thread has certainly run).
     """
-    own = _run_delay("/proc/thread-self/schedstat")
+    own = _schedstat("/proc/thread-self/schedstat")
     task_dir = Path(f"/proc/{pid}/task")
-    if own is None or own[1] == 0:
+    if own is None or own[2] == 0:
         return None
     try:
         tids = os.listdir(task_dir)
     except OSError:
         return None
-    waits = {"harness": own[0]}
+    waits = {"harness": own[:2]}
     for tid in tids:
-        found = _run_delay(task_dir / tid / "schedstat")
+        found = _schedstat(task_dir / tid / "schedstat")
         if found is not None:  # a thread that ended between the listing and the read is not counted
-            waits[tid] = found[0]
+            waits[tid] = found[:2]
     return waits if str(pid) in waits else None
 
 
-def _waited_s(before: dict[str, int] | None, after: dict[str, int] | None) -> float | None:
-    """Seconds waited between two `_waits` readings: every thread alive at the second (one born since from 0);
-    a thread that ended in between is not counted, so the figure can only fall short."""
+def _waited_s(before: dict[str, tuple[int, int]] | None, after: dict[str, tuple[int, int]] | None) -> float | None:
+    """Seconds a call was held up waiting for a CPU, between two `_waits` readings.
+
+    The worker's threads' waits (every thread alive at the second reading,
+    one born since from 0; one that ended in between is not counted), plus
+    this thread's wait less the time the worker's threads ran meanwhile: on a
+    shared CPU the worker woken by the request takes this thread's place,
+    and that wait is the call running, not the call held up. So the figure
+    can fall short, never over.
+    """
     if before is None or after is None:
         return None
-    return sum(max(0, ns - before.get(key, 0)) for key, ns in after.items()) / 1e9
+    delta = {key: (run - before.get(key, (0, 0))[0], wait - before.get(key, (0, 0))[1])
+             for key, (run, wait) in after.items()}
+    worker_run = sum(max(0, run) for key, (run, _) in delta.items() if key != "harness")
+    worker_wait = sum(max(0, wait) for key, (_, wait) in delta.items() if key != "harness")
+    return (worker_wait + max(0, delta["harness"][1] - worker_run)) / 1e9
 
 
 class _DeadlineReader:
@@ -501,9 +537,11 @@ class CandidateWorker:
         self._request({"op": "stage", "arm": arm, "counts": [len(args) for args in cases]}, flat)
         watched = self.pid if self.pid is not None else -1
         before = _tasks(watched)
+        if arm == "B":
+            _settle(watched)
         waits = _waits(watched) if arm == "B" else None
+        start = time.perf_counter_ns()  # before the write: a worker woken by it may run before the write returns
         self._send({"op": "run", "ablate": ablate})
-        start = time.perf_counter_ns()
         self._receive(CALL_TIMEOUT_S)
         seconds = (time.perf_counter_ns() - start) / 1e9
         waited = _waited_s(waits, _waits(watched) if waits is not None else None)
