@@ -15,9 +15,9 @@ did work the clock did not see. Around a baseline call's run it also reads
 how long the worker's threads and this process's timing thread waited for a
 CPU while runnable (`run_delay`, the second field of
 /proc/<pid>/task/<tid>/schedstat and of /proc/thread-self/schedstat): time
-the clock counted that neither spent running, which the monitor may use to
-leave out a preempted pair (docs/monitor.md). It is never read for the
-candidate's calls.
+the clock counted while the call was held up, which the monitor may use to
+leave out a preempted pair (docs/monitor.md; `_waits`, `_waited_s`). It is
+never read for the candidate's calls.
 """
 from __future__ import annotations
 
