@@ -41,6 +41,15 @@ a replay of the same pairs reproduces every alarm position exactly. The
 alarm threshold carries the same small relative margin as the speed rule's
 count table: rounding can delay an alarm, never advance it.
 
+Pairs left out. A pair whose baseline run, as the harness saw it from
+outside the timings, waited for a CPU past the monitor's declared share
+(`flagged_pairs`) is not fed, up to half a batch; a batch with more is
+contended and its flagged pairs are fed as below (`batch_signs`). The null
+is then "each pair fed is below the threshold with probability at most
+1/2", the proof runs over the pairs fed, and the ARL holds counted in them
+(docs/monitor.md, "Leaving out preempted pairs"). No share declared, or no
+waits recorded: every pair is fed, as before.
+
 What a sign detector cannot do. Its fastest alarm is when every pair is
 below m: R_n then grows like 1.96^n, so at alpha 1e-3 no alarm can come
 before pair 10 (`fewest_pairs_to_alarm`), however large the drop. And since

@@ -323,12 +323,11 @@ def monitors_table(monitors: list[dict[str, Any]]) -> Table:
     """Promoted identities watched for a regression: pairs, the detector against its level, the alarm."""
     return (
         "monitors (re-measured promoted artifacts)",
-        ["artifact", "workload", "status", "pairs", "below", "left out", "threshold", "alpha", "log statistic",
-         "alarm level", "alarm at pair", "acknowledged by"],
-        [(m["artifact"], m["workload"], m["status"], m["pairs"], m["below"], m["left_out"], number(m["threshold"]),
-          m["alpha"],
+        ["artifact", "workload", "status", "pairs", "below", "threshold", "alpha", "log statistic", "alarm level",
+         "alarm at pair", "acknowledged by", "left out"],
+        [(m["artifact"], m["workload"], m["status"], m["pairs"], m["below"], number(m["threshold"]), m["alpha"],
           number(m["log_statistic"]), number(m["log_alarm_level"]), m["crossed_at"],
-          (m["acknowledged"] or {}).get("person")) for m in monitors],
+          (m["acknowledged"] or {}).get("person"), m["left_out"]) for m in monitors],
     )
 
 
