@@ -1,4 +1,5 @@
-"""The monitor's detector (registry/formats/monitor.py) and its terms (registry/contracts/monitor.py).
+"""The monitor's detector (registry/formats/monitor.py), its terms (registry/contracts/monitor.py), and the rule
+that leaves out pairs whose baseline waited for a CPU, as the fold applies it.
 
 The error-rate figures are simulations that can fail (tests/monitor_sim.py,
 vectorised over streams); the larger runs are in benchmarks/monitor.py and
@@ -55,6 +56,25 @@ def test_the_simulated_screen_alarms_where_the_registry_fed_batch_by_batch_does(
                 break
             state = reading.state
         assert alarm == expected
+
+
+def test_a_batch_recorded_before_the_waits_existed_folds_as_one_that_declares_none():
+    """A stored PairsRemeasured without `baseline_waited_s` and `baseline_wait_share` (every batch before them)
+    folds to the same monitor as one holding them null: old logs replay to the same alarms."""
+    from registry.projections.log import LogEvent
+    from registry.projections.monitor_fold import remeasured
+
+    old = {"artifact": "a", "identity": "1" * 64, "payload_sha256": None, "verdict_event_id": "v", "batch": "b",
+           "baseline_s": [1.0] * 12, "candidate_s": [2.0] * 12, "threshold": 1.1, "alpha": ALPHA,
+           "reference": "gate", "contract_version": 1, "device": "d", "software": {"torch": "2.13.0"}}
+    folded = []
+    for payload in (old, {**old, "baseline_waited_s": None, "baseline_wait_share": None},
+                    {**old, "baseline_waited_s": [0.9] * 12, "baseline_wait_share": None}):
+        artifact = {"artifact": "a"}
+        remeasured(artifact, LogEvent(1, "e", "artifact:a", "PairsRemeasured", None, None, None, None, payload))
+        folded.append(artifact)
+    assert folded[0] == folded[1] == folded[2]  # waits without a declared share leave nothing out
+    assert folded[0]["monitors"]["1" * 64]["crossed_at"] == 10 and folded[0]["monitors"]["1" * 64]["left_out"] == 0
 
 
 def test_waits_flag_a_pair_only_past_a_declared_share_and_never_when_unreported():

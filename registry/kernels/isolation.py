@@ -58,7 +58,7 @@ STDERR_TAIL_BYTES = 64 * 1024
 FLUSH_BYTES = 256 * 1024 * 1024  # the L2 eviction write on a GPU (an H200 has 60 MB of L2)
 
 SETTLE_TRIES = 200
-"""How many times the harness yields its CPU for a baseline worker to go to sleep before reading its waits."""
+"""How many times the harness yields its CPU, before a run, for the worker to go to sleep on its next request."""
 
 
 class WorkerDied(RuntimeError):
@@ -130,13 +130,20 @@ def _settle(pid: int, tries: int = SETTLE_TRIES) -> None:
     task_dir = Path(f"/proc/{pid}/task")
     for _ in range(tries):
         try:
-            states = [(task_dir / tid / "stat").read_text().rpartition(")")[2].split()[:1]
-                      for tid in os.listdir(task_dir)]
+            tids = os.listdir(task_dir)
         except OSError:
             return
-        if ["R"] not in states:
+        if not any(_state(task_dir / tid / "stat") == "R" for tid in tids):
             return
         os.sched_yield()
+
+
+def _state(path: Path) -> str | None:
+    """A thread's scheduler state letter from its /proc stat (R: running or runnable); None once it is gone."""
+    try:
+        return path.read_text().rpartition(")")[2].split()[0]
+    except (OSError, IndexError):
+        return None
 
 
 def _waits(pid: int) -> dict[str, tuple[int, int]] | None:
@@ -537,8 +544,7 @@ class CandidateWorker:
         self._request({"op": "stage", "arm": arm, "counts": [len(args) for args in cases]}, flat)
         watched = self.pid if self.pid is not None else -1
         before = _tasks(watched)
-        if arm == "B":
-            _settle(watched)
+        _settle(watched)  # both arms alike: each clock starts with its worker asleep on the request
         waits = _waits(watched) if arm == "B" else None
         start = time.perf_counter_ns()  # before the write: a worker woken by it may run before the write returns
         self._send({"op": "run", "ablate": ablate})
