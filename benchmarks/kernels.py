@@ -102,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\nisolation overhead per call over the {args.corpus} corpus ({args.overhead_calls} calls, medians; "
               "in-process = the unisolated path)")
         print(f"{'op':26} {'in-process ms':>14} {'isolated clock ms':>18} {'overhead ms':>12} {'whole call ms':>14} "
-              f"{'eager ms':>10} {'eager iso ms':>12} {'eager ovh ms':>12}")
+              f"{'eager ms':>10} {'eager iso ms':>12} {'eager ovh ms':>12} {'eager waited ms':>15}")
         overhead = [harness_overhead(name, args.corpus, device, args.overhead_calls) for name in args.ops.split(",")]
     startup = startup_overhead(get_operation(args.ops.split(",")[0]), device, args.startup_runs) \
         if args.startup_runs > 0 else None
@@ -141,31 +141,37 @@ def _measure_overhead(spec, cases, device: torch.device, calls: int, seen: dict[
                     seen[f"{arm}_clock"].append(call.seconds)
                     if arm == "C":
                         seen["C_whole"].append(total)
+                    elif call.waited_s is not None:
+                        seen["B_waited"].append(call.waited_s)
 
 
 def harness_overhead(name: str, corpus: str, device: torch.device, calls: int) -> dict:
     """Median per-call times over the corpus, kernel and eager reference: in this process, and as the
     isolated harness's clock sees it; and the kernel's whole isolated call (staging, checks). Prints
     one line of the overhead table. The eager columns show the fixed cost of the round trip, which
-    interpreter times on CPU drown. Both paths run on one torch thread, as the worker does."""
+    interpreter times on CPU drown. Both paths run on one torch thread, as the worker does. Last, the
+    median time the eager reference's isolated call waited for a CPU, as the harness read it from
+    /proc (`baseline_waited_s`; "-" where unreported)."""
     spec = get_operation(name)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
-    seen: dict[str, list[float]] = {key: [] for key in ("C_in", "C_clock", "C_whole", "B_in", "B_clock")}
+    seen: dict[str, list[float]] = {key: [] for key in ("C_in", "C_clock", "C_whole", "B_in", "B_clock",
+                                                        "B_waited")}
     try:
         _measure_overhead(spec, spec.corpus(corpus), device, calls, seen)
     finally:
         torch.set_num_threads(threads)
-    median = {key: statistics.median(values) for key, values in seen.items()}
+    median = {key: statistics.median(values) if values else None for key, values in seen.items()}
     row = {"op": name, "corpus": corpus, "calls": calls, "in_process_s": median["C_in"],
            "isolated_clock_s": median["C_clock"], "isolated_whole_call_s": median["C_whole"],
            "clock_overhead_s": median["C_clock"] - median["C_in"],
            "eager_in_process_s": median["B_in"], "eager_isolated_clock_s": median["B_clock"],
-           "eager_clock_overhead_s": median["B_clock"] - median["B_in"]}
+           "eager_clock_overhead_s": median["B_clock"] - median["B_in"], "eager_waited_s": median["B_waited"]}
+    waited = "-" if row["eager_waited_s"] is None else f"{row['eager_waited_s'] * 1e3:.3f}"
     print(f"{name:26} {row['in_process_s'] * 1e3:14.3f} {row['isolated_clock_s'] * 1e3:18.3f} "
           f"{row['clock_overhead_s'] * 1e3:12.3f} {row['isolated_whole_call_s'] * 1e3:14.3f} "
           f"{row['eager_in_process_s'] * 1e3:10.3f} {row['eager_isolated_clock_s'] * 1e3:12.3f} "
-          f"{row['eager_clock_overhead_s'] * 1e3:12.3f}", flush=True)
+          f"{row['eager_clock_overhead_s'] * 1e3:12.3f} {waited:>15}", flush=True)
     return row
 
 

@@ -22,11 +22,12 @@ registry/formats/monitor.py, vectorised (tests/monitor_sim.py). Printed:
   buys a faster detection of a drop below the gate;
 - the same drop read by the detector with its prior moved toward the
   beliefs that noise implies (half on q = 0.97, half on 0.9: `SHIFTED`);
-- the same drop with every pair whose baseline run was preempted left out,
-  as if the harness recognised that preemption from a signal outside the
-  timings (it records none today; docs/monitor.md says why no timing-based
-  rule may do it): what such a signal would buy, the limit counted in all
-  pairs timed (the limit in kept pairs over the share kept, Wald's identity);
+- the same drop with the monitor's rule for the harness's baseline waits
+  (`monitor.baseline_wait_share: 0.05`, re-measured in batches of 10 pairs):
+  a preempted baseline run waited 0.6/1.6 of its time for a CPU, so its pair
+  is left out, through the registry's own functions (tests/monitor_sim.py
+  `screened_alarm_times`); the limit counted in all pairs timed (the limit
+  in kept pairs over the share kept, Wald's identity);
 - the worst-case share alarmed within 200 pairs, and the share of fair-coin
   sign streams holding a run of 12 pairs below (the limit any sign detector
   meets if it alarms within 12 pairs of a total drop).
@@ -42,7 +43,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-from monitor_sim import alarm_times, fastest_sign_detection, run_lengths  # noqa: E402
+from monitor_sim import alarm_times, fastest_sign_detection, run_lengths, screened_alarm_times  # noqa: E402
 from sequential_sim import ratio_streams  # noqa: E402
 
 from registry.formats.sequential import PRIOR  # noqa: E402
@@ -53,21 +54,16 @@ IN_CONTROL = 200
 NEAR = PROMOTED * (1 - 0.04)
 # A prior moved toward the beliefs a 10% drop under 5% noise implies (P(below) near 0.93), for comparison.
 SHIFTED = ((0.97, 0.5), (0.9, 0.5))
+PREEMPTED = 1.6  # a preempted run's time over its own
+WAIT_SHARE = 0.05  # the declared monitor.baseline_wait_share of the "recognised" rows
+BATCH = 10  # pairs per re-measured batch in those rows
 
 
 def preempted(rng: np.random.Generator, ratios: np.ndarray, share: float) -> tuple[np.ndarray, np.ndarray]:
     """`share` of pairs with one arm (either, at random) preempted to 1.6x its time; (ratios, baseline hit)."""
     hit = rng.random(ratios.shape) < share
     baseline = rng.random(ratios.shape) < 0.5
-    return np.where(hit, ratios * np.where(baseline, 1.6, 1 / 1.6), ratios), hit & baseline
-
-
-def kept_alarm_times(below: np.ndarray, kept: np.ndarray, alpha: float) -> np.ndarray:
-    """First alarm (1-based, counted in every pair timed) of the detector fed only the kept pairs; 0: none."""
-    order = np.argsort(~kept, axis=1, kind="stable")  # each stream's kept pairs first, in their order
-    alarms = alarm_times(np.take_along_axis(below & kept, order, axis=1), alpha)
-    timed = np.take_along_axis(order, np.maximum(alarms - 1, 0)[:, None], axis=1)[:, 0] + 1
-    return np.where((alarms > 0) & (alarms <= kept.sum(axis=1)), timed, 0)
+    return np.where(hit, ratios * np.where(baseline, PREEMPTED, 1 / PREEMPTED), ratios), hit & baseline
 
 
 def main() -> None:
@@ -108,9 +104,13 @@ def main() -> None:
         kept = np.ones(ratios.shape, dtype=bool)
         if share:
             ratios, baseline_hit = preempted(rng, ratios, share)
-            kept = ~baseline_hit if recognised else kept
-        alarms = (kept_alarm_times(ratios < threshold, kept, args.alpha) if recognised
-                  else alarm_times(ratios < threshold, args.alpha, prior))
+        if recognised:  # candidate times 1, so baseline times are the ratios; a preempted one waited 0.6 of 1.6
+            waited = np.where(baseline_hit, ratios * (1 - 1 / PREEMPTED), 0.0)
+            kept = waited <= WAIT_SHARE * ratios
+            alarms, contended = screened_alarm_times(ratios, np.ones_like(ratios), waited, threshold, WAIT_SHARE,
+                                                     args.alpha, BATCH)
+        else:
+            alarms, contended = alarm_times(ratios < threshold, args.alpha, prior), 0
         false = float(np.mean((alarms > 0) & (alarms <= IN_CONTROL)))
         delay = alarms[alarms > IN_CONTROL] - IN_CONTROL
         missed = float(np.mean(alarms == 0))
@@ -119,7 +119,8 @@ def main() -> None:
         label = f"{distribution} cv {cv}" + (f" + {share:.0%} preempted pairs" if share else "")
         label += "" if threshold == GATE else f", threshold {threshold:.3f}"
         label += "" if prior == PRIOR else ", prior 0.97/0.9"
-        label += ", baseline-preempted pairs recognised, left out" if recognised else ""
+        label += (f", baseline-preempted pairs recognised, left out ({contended} of "
+                  f"{args.streams * ratios.shape[1] // BATCH} batches contended)" if recognised else "")
         limit = (f"least mean possible {fastest / post_kept.mean():.1f}" if recognised
                  else f"least mean possible {fastest:.1f} (its p90 {fastest_p90})")
         rows.append((label, f"before change {false:.2%}",

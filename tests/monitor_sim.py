@@ -34,7 +34,7 @@ import numpy as np
 from scipy import sparse
 from scipy.sparse.linalg import spsolve
 
-from registry.formats.monitor import alarm_level
+from registry.formats.monitor import alarm_level, batch_signs, flagged_pairs
 from registry.formats.sequential import PRIOR
 
 
@@ -58,6 +58,38 @@ def alarm_times(below: np.ndarray, alpha: float,
         newly = (alarm == 0) & (statistic >= level)
         alarm[newly] = t + 1
     return alarm
+
+
+def screened_alarm_times(baseline: np.ndarray, candidate: np.ndarray, waited: np.ndarray, threshold: float,
+                         wait_share: float, alpha: float, batch: int) -> tuple[np.ndarray, int]:
+    """First alarm of each stream, counted in every pair timed (0: none), with the monitor's rule for the
+    harness's baseline waits applied batch by batch; and how many batches were contended.
+
+    The rule is the registry's own (registry/formats/monitor.py `flagged_pairs` and `batch_signs`, which
+    the fold applies to every `PairsRemeasured`): per batch of `batch` pairs, the pairs whose baseline
+    waited past `wait_share` of its time are left out, or, in a batch with more of them than may be left
+    out, counted as below. The signs fed are then read by the vectorised detector.
+    """
+    streams, pairs = baseline.shape
+    fed = np.zeros((streams, pairs), dtype=bool)
+    places = np.zeros((streams, pairs), dtype=np.int64)
+    counts = np.zeros(streams, dtype=np.int64)
+    contended = 0
+    for s in range(streams):
+        at = 0
+        for start in range(0, pairs, batch):
+            chunk = slice(start, start + batch)
+            b, c = baseline[s, chunk].tolist(), candidate[s, chunk].tolist()
+            signs = batch_signs([x / y for x, y in zip(b, c)], threshold,
+                                flagged_pairs(b, waited[s, chunk].tolist(), wait_share))
+            fed[s, at:at + len(signs.below)] = signs.below
+            places[s, at:at + len(signs.below)] = np.array(signs.places, dtype=np.int64) + start
+            at += len(signs.below)
+            contended += signs.contended
+        counts[s] = at
+    alarms = alarm_times(fed, alpha)
+    timed = np.take_along_axis(places, np.maximum(alarms - 1, 0)[:, None], axis=1)[:, 0] + 1
+    return np.where((alarms > 0) & (alarms <= counts), timed, 0), contended
 
 
 def run_lengths(rng: np.random.Generator, p_below: float, streams: int, pairs: int, alpha: float) -> np.ndarray:

@@ -89,6 +89,11 @@ def test_builtin_kernel_yields_parity_benchmark_and_execution_evidence():
     assert bench["protocol"] == "paired" and bench["schedule"] == ["BC", "CB", "BC"] and bench["warmup"] == 1
     assert bench["timer"] == "interpreter" and bench["device"] == "cpu (triton interpreter)"
     assert len(bench["baseline_s"]) == len(bench["candidate_s"]) == 3
+    # the harness read, from outside the jail, how long each timed baseline call waited for a CPU (this
+    # host's kernel keeps scheduler statistics, so every one is reported); the candidate's never
+    waits = bench["baseline_waited_s"]
+    assert len(waits) == 3 and all(isinstance(w, float) and 0.0 <= w < 60.0 for w in waits), waits
+    assert not any("waited" in key and key != "baseline_waited_s" for key in bench)
     # one launch per case: parity once, then warm-up and timed calls each run the corpus
     assert execution == _execution(len(CASES) * (1 + 1 + 3), 0, observed)
     assert seen[-1] == (len(CASES) + 2 * (1 + 3),) * 2 and len(seen) == seen[-1][1]

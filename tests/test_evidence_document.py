@@ -88,6 +88,15 @@ def test_benchmark_derivations():
     assert low <= derived["speedup"] <= high
 
 
+def test_baseline_waits_are_one_per_pair_with_unreported_ones_null_and_only_for_the_paired_protocol():
+    raw = {**BENCHMARK, "baseline_waited_s": [0.0, 0.004, None, 0.0]}
+    assert parse_item(raw)["baseline_waited_s"] == [0.0, 0.004, None, 0.0]  # stored as sent
+    assert parse_item({**BENCHMARK, "baseline_waited_s": None})["derived"] == parse_item(BENCHMARK)["derived"]
+    sequential = {key: value for key, value in raw.items() if key != "schedule"}
+    with pytest.raises(EvidenceError, match="only the paired protocol has a wait per pair"):
+        parse_item({**sequential, "protocol": "sequential"})
+
+
 def test_sequential_benchmark_allows_unequal_arms_and_no_schedule():
     raw = {**BENCHMARK, "protocol": "sequential", "candidate_s": [1.0, 1.0, 1.0]}
     del raw["schedule"]
@@ -188,6 +197,18 @@ def mutate(item: dict, path: str, value: object) -> dict:
         (BENCHMARK, "device", "", "evidence[1].device: expected a non-empty string"),
         (BENCHMARK, "warmup", -1, "evidence[1].warmup: -1 is negative"),
         (BENCHMARK, "bandwidth_share", math.nan, "evidence[1].bandwidth_share: nan is not a finite number"),
+        (BENCHMARK, "baseline_waited_s", [0.0, -0.1, None, 0.0],
+         "evidence[1].baseline_waited_s[1]: -0.1 is outside the wait range [0, inf)"),
+        (BENCHMARK, "baseline_waited_s", [0.0, math.nan, 0.0, 0.0],
+         "evidence[1].baseline_waited_s[1]: nan is not a finite number"),
+        (BENCHMARK, "baseline_waited_s", [0.0, 0.0, math.inf, 0.0],
+         "evidence[1].baseline_waited_s[2]: inf is not a finite number"),
+        (BENCHMARK, "baseline_waited_s", [False, 0.0, 0.0, 0.0],
+         "evidence[1].baseline_waited_s[0]: expected a number, got bool False"),
+        (BENCHMARK, "baseline_waited_s", [0.0, 0.0], "evidence[1].baseline_waited_s: 2 waits for 4 pairs"),
+        (BENCHMARK, "baseline_waited_s", [], "evidence[1].baseline_waited_s: empty list"),
+        (BENCHMARK, "baseline_waited_s", 0.0, "evidence[1].baseline_waited_s: expected a list"),
+        (BENCHMARK, "candidate_waited_s", [0.0] * 4, "evidence[1].candidate_waited_s"),  # never the candidate's
         (PARITY, "leaves", [], "evidence[1].leaves: empty list"),
         (PARITY, "all_byte_equal", True, "evidence[1].all_byte_equal: client-supplied summary refused"),
         (PARITY, "policy", "close", "evidence[1].policy: 'close' is not one of byte_equal, tolerance"),

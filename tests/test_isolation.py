@@ -183,3 +183,31 @@ def test_a_candidate_that_fails_at_import_is_named_by_the_first_line_of_its_erro
     finally:
         sys.modules.pop(CANDIDATE_MODULE, None)
     assert str(refused.value) == f"entry 'cand.py:f': loading cand.py failed: {said}"
+
+
+def test_a_baseline_wait_is_read_from_proc_and_unreported_where_proc_has_none():
+    """`_waits` reads this host's schedstat (real /proc); a pid without one is unreported, never 0 s waited.
+
+    `_waited_s` counts the worker's threads' waits (a thread born since from 0,
+    one gone not at all) and this thread's wait only beyond what the worker ran
+    meanwhile: woken by the request, the worker taking this thread's CPU is the
+    call running, not the call held up.
+    """
+    import subprocess
+    import sys
+
+    from registry.kernels.isolation import _waited_s, _waits
+
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        reading = _waits(child.pid)
+        assert reading is not None and set(reading) == {"harness", str(child.pid)}
+    finally:
+        child.kill()
+        child.wait()
+    assert _waits(child.pid) is None  # gone: no /proc entry to read
+    before = {"harness": (100, 50), "7": (1_000, 200), "8": (10, 10)}
+    after = {"harness": (200, 3_050), "7": (2_000, 700), "9": (500, 300)}  # 8 ended, 9 was born
+    # worker waits 500 + 300; the harness waited 3,000 while the worker ran 1,000 + 500 of it
+    assert _waited_s(before, after) == (800 + 1_500) / 1e9
+    assert _waited_s(before, None) is None and _waited_s(None, after) is None

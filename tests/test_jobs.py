@@ -61,9 +61,11 @@ def pg_registry(postgres_url, tmp_path):
 
 
 def batches(count: int) -> list[dict]:
-    """Short jobs: one in-control batch of two pairs each, alternating between the two artifacts."""
+    """Short jobs: one in-control batch of two pairs each, alternating between the two artifacts; every third
+    with the baseline's waits for a CPU, as a harness of its own records them."""
     return [{"artifact": ("fast", "steady")[i % 2], "batch": f"job-{i}", "baseline": [2.0, 2.0],
-             "candidate": [1.5, 1.5], "device": "NVIDIA H200", "software": {"torch": "2.13.0"}}
+             "candidate": [1.5, 1.5], "device": "NVIDIA H200", "software": {"torch": "2.13.0"},
+             **({"baseline_waited": [0.001, None]} if i % 3 == 0 else {})}
             for i in range(count)]
 
 
@@ -103,6 +105,9 @@ def test_eight_workers_drain_a_thousand_short_jobs_each_recorded_once(pg_registr
     assert statuses(registry) == {"succeeded": 1000}
     recorded = recorded_batches(registry)
     assert sorted(recorded) == sorted(f"job-{i}" for i in range(1000))
+    waits = [event.payload.get("baseline_waited_s") for event in registry.store.read_stream("artifact:fast")
+             if event.type == "PairsRemeasured"]
+    assert waits.count([0.001, None]) == 167 and waits.count(None) == 333
     assert CliRunner().invoke(main, ["--db", url, "replay", "--verify"]).exit_code == 0
 
 

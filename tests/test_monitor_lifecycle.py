@@ -27,11 +27,12 @@ def promoted(registry_cli):
     return registry_cli
 
 
-def remeasure(cli, artifact, ratio, batch, pairs=2):
+def remeasure(cli, artifact, ratio, batch, pairs=2, waited=None):
     baseline = ",".join(["2.0"] * pairs)
     candidate = ",".join([repr(2.0 / ratio)] * pairs)
+    waits = () if waited is None else ("--baseline-waited", waited)
     result = cli("monitor", "record", artifact, "--batch", batch, "--baseline", baseline, "--candidate", candidate,
-                 "--device", "NVIDIA H200", *SOFTWARE, "--json")
+                 "--device", "NVIDIA H200", *SOFTWARE, *waits, "--json")
     assert result.exit_code == 0, result.output
     return json.loads(result.output)
 
@@ -107,6 +108,52 @@ def test_refusals_write_nothing(promoted):
     head = registry.store.head_position()
     assert promoted(*base, "--baseline", "1.0", "--candidate", "1.0").exit_code == 1  # no longer promoted
     assert registry.store.head_position() == head
+
+
+def test_the_harness_waits_leave_out_pairs_only_under_a_declared_share_and_a_contended_batch_counts_below(
+        promoted):
+    """Waits recorded with each batch (2.0 s baseline runs; 0.5 s waited is a share of 0.25, 0.05 s one of 0.025).
+
+    Without `baseline_wait_share` (the fixture's contract) nothing is left
+    out, exactly as before the term; with 0.05 declared, a pair whose
+    baseline waited past it is not fed to the detector (so the alarm comes
+    at the tenth kept pair), and a batch with more than half its pairs
+    flagged is contended: those pairs count as below, however fast they read
+    (a candidate contending for the CPU during the baseline's runs).
+    """
+    out = remeasure(promoted, "fast", 0.99, "w0", pairs=4, waited="0.5,0.05,-,0.5")
+    assert out["monitor"]["pairs"] == 4 and out["monitor"]["left_out"] == 0
+    assert out["monitor"]["baseline_wait_share"] is None
+    assert "left out" not in promoted("monitor", "status", "fast").output
+    (promoted.tmp / "screened.yaml").write_text(
+        MANIFEST.replace("workload: wan", "workload: wan-screened")
+        + "monitor: {alpha: 0.001, reference: gate, margin: 0.0, baseline_wait_share: 0.05}\n")
+    assert promoted("workload", "declare", str(promoted.tmp / "screened.yaml")).exit_code == 0
+    root = promoted.tmp / "bundles"
+    for name, ratio in (("quick", 1.5), ("spinner", 1.5)):
+        assert promoted("artifact", "register", name, "--workload", "wan-screened", "--kind", "step_cache",
+                        "--bundle", str(make_bundle(root, name))).exit_code == 0
+        assert measure_and_promote(promoted, name, ratio) == "promoted"
+    for i in range(4):  # 3 of 4 pairs kept per batch; unreported ('-') is never left out
+        out = remeasure(promoted, "quick", 0.99, f"q{i}", pairs=4, waited="0.5,0.05,-,0.0")
+    monitor = out["monitor"]
+    assert (monitor["pairs"], monitor["left_out"], monitor["contended_batches"]) == (10, 4, 0)
+    assert monitor["crossed_at"] == 10 and monitor["pairs_after_alarm"] == 2  # the tenth kept pair, the 14th timed
+    assert "4 pairs left out" in promoted("monitor", "status", "quick").output
+    for i in range(5):  # both pairs flagged: contended, counted below although they read 1.6x
+        out = remeasure(promoted, "spinner", 1.6, f"s{i}", waited="0.5,0.5")
+    monitor = out["monitor"]
+    assert monitor["status"] == "regressed" and monitor["crossed_at"] == 10 and monitor["contended_batches"] == 5
+    history = json.loads(promoted("history", "artifact:quick", "--json").output)
+    batches = [e["payload"] for e in history if e["type"] == "PairsRemeasured"]
+    assert batches[0]["baseline_waited_s"] == [0.5, 0.05, None, 0.0] and batches[0]["baseline_wait_share"] == 0.05
+    assert promoted("replay", "--verify").exit_code == 0
+    head = open_registry(promoted.url).store.head_position()
+    for bad in ("0.5", "0.5,-1", "0.5,nan", "0.5,x"):  # one per pair, each finite and >= 0, or '-'
+        refused = promoted("monitor", "record", "quick", "--batch", "bad", "--baseline", "2.0,2.0", "--candidate",
+                           "1.0,1.0", "--device", "d", *SOFTWARE, "--baseline-waited", bad)
+        assert refused.exit_code in (1, 2), (bad, refused.output)
+    assert open_registry(promoted.url).store.head_position() == head
 
 
 def test_show_and_report_show_the_monitor_and_its_alert(promoted):

@@ -71,11 +71,11 @@ def job_app(registry: Registry):
 
     @app.task(name=RECORD_TASK, queue=JOB_QUEUE, retry=retry)
     def record(artifact: str, batch: str, baseline: list[float], candidate: list[float], device: str,
-               software: dict[str, str]) -> bool:
+               software: dict[str, str], baseline_waited: list[float | None] | None = None) -> bool:
         from .monitor import record_remeasurement
 
         appended, _ = record_remeasurement(registry, artifact, baseline, candidate, batch=batch, device=device,
-                                           software=software, summary=False)
+                                           software=software, baseline_waited=baseline_waited, summary=False)
         return appended
 
     return app

@@ -20,10 +20,11 @@ move the threshold under the detector's guarantee. See docs/monitor.md.
 """
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from registry.formats.errors import UserError
-from registry.formats.monitor import START, DetectorState, read
+from registry.formats.monitor import START, DetectorState, flagged_pairs, read
 from registry.formats.names import artifact_stream, check_name
 from registry.projections.monitor_fold import current_monitor, monitor_summary
 
@@ -60,8 +61,8 @@ def _terms(registry: Registry, state: dict[str, Any]) -> dict[str, Any]:
     monitor = current_monitor(state)
     if monitor is not None and (monitor["crossed_at"] is not None
                                 or monitor["verdict_event_id"] == state["verdict_event_id"]):
-        return {key: monitor[key] for key in ("threshold", "alpha", "reference", "contract_version",
-                                              "verdict_event_id")}
+        return {key: monitor[key] for key in ("threshold", "alpha", "reference", "baseline_wait_share",
+                                              "contract_version", "verdict_event_id")}
     declared = current_contract(registry, state["workload"])
     terms = declared.contract.monitor
     if terms is None:
@@ -69,21 +70,27 @@ def _terms(registry: Registry, state: dict[str, Any]) -> dict[str, Any]:
                          "watch the re-measurements under; nothing recorded")
     threshold = terms.threshold(declared.contract.speed_gate, state.get("speedup"))
     return {"threshold": threshold, "alpha": terms.alpha, "reference": terms.reference,
-            "contract_version": declared.version, "verdict_event_id": state["verdict_event_id"]}
+            "baseline_wait_share": terms.baseline_wait_share, "contract_version": declared.version,
+            "verdict_event_id": state["verdict_event_id"]}
 
 
 def record_remeasurement(registry: Registry, artifact: str, baseline: list[float], candidate: list[float], *,
                          batch: str, device: str, software: dict[str, str],
+                         baseline_waited: list[float | None] | None = None,
                          summary: bool = True) -> tuple[bool, dict[str, Any] | None]:
     """Append one batch of re-measured pairs of a promoted artifact; (appended, monitor summary or None).
 
     The state is read once before the append; the alarm is settled (one more
     read) only when the running detector, fed this batch, crosses or had
     crossed, and the summary is read again only when asked for (a job does not).
+    `baseline_waited` is the harness's record of how long each baseline run
+    waited for a CPU (None per pair where it could not tell); the monitor's
+    `baseline_wait_share`, when declared, leaves out the pairs that waited more.
 
     Refused, nothing written: an artifact not promoted now, a workload with
     no monitor block, times that are not positive finite seconds, arms of
-    unequal length, a device or software not named. A batch key already
+    unequal length, waits that are not one finite non-negative number (or
+    None) per pair, a device or software not named. A batch key already
     recorded with the same pairs appends nothing; with other pairs it is refused.
     """
     from registry.events.store import NewEvent
@@ -91,6 +98,7 @@ def record_remeasurement(registry: Registry, artifact: str, baseline: list[float
 
     check_name(batch, "batch key")
     _check_times(baseline, candidate)
+    _check_waits(baseline_waited, len(baseline))
     device = _text(device, "device")
     software = _software(software)
     state = _current(registry, artifact)
@@ -100,16 +108,31 @@ def record_remeasurement(registry: Registry, artifact: str, baseline: list[float
     terms = _terms(registry, state)
     payload = PairsRemeasured(artifact=artifact, identity=state["identity"], payload_sha256=state["payload_sha256"],
                               batch=batch, baseline_s=[float(t) for t in baseline],
-                              candidate_s=[float(t) for t in candidate], device=device, software=software, **terms)
+                              candidate_s=[float(t) for t in candidate], device=device, software=software,
+                              baseline_waited_s=None if baseline_waited is None else [
+                                  None if t is None else float(t) for t in baseline_waited], **terms)
     head = registry.store.head_position()
     positions = registry.store.append(artifact_stream(artifact), [NewEvent(payload.type, payload)],
                                       idempotency_key=f"monitor:{state['identity']}:{batch}", actor=registry.actor)
-    if _may_cross(state, terms, baseline, candidate):
+    if _may_cross(state, terms, baseline, candidate, baseline_waited):
         settle_alarm(registry, artifact)
     return positions[0] > head, monitor_summary(_current(registry, artifact)) if summary else None
 
 
-def _may_cross(state: dict[str, Any], terms: dict[str, Any], baseline: list[float], candidate: list[float]) -> bool:
+def _check_waits(waited: list[float | None] | None, pairs: int) -> None:
+    if waited is None:
+        return
+    if not isinstance(waited, list) or len(waited) != pairs:
+        raise UserError(f"baseline waits: expected one per pair ({pairs}); nothing recorded")
+    for i, value in enumerate(waited):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                  or not math.isfinite(value) or value < 0):
+            raise UserError(f"baseline wait[{i}]: {value!r} is not a finite number of seconds >= 0 (or "
+                             "unreported); nothing recorded")
+
+
+def _may_cross(state: dict[str, Any], terms: dict[str, Any], baseline: list[float], candidate: list[float],
+               baseline_waited: list[float | None] | None) -> bool:
     """Whether the monitor, as read before this batch, has crossed or crosses with it (then an alarm may be due)."""
     running = current_monitor(state)
     if running is not None and running["verdict_event_id"] != terms["verdict_event_id"] \
@@ -119,7 +142,8 @@ def _may_cross(state: dict[str, Any], terms: dict[str, Any], baseline: list[floa
         return running["alarm"] is None
     start = START if running is None else DetectorState.from_dict(running["detector"])
     ratios = [b / c for b, c in zip(baseline, candidate)]
-    return read(start, ratios, terms["threshold"], terms["alpha"]).alarm_at is not None
+    flagged = flagged_pairs(baseline, baseline_waited, terms["baseline_wait_share"])
+    return read(start, ratios, terms["threshold"], terms["alpha"], flagged).alarm_at is not None
 
 
 def settle_alarm(registry: Registry, artifact: str) -> bool:

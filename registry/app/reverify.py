@@ -103,7 +103,7 @@ def reverify_artifact(registry: Registry, artifact: str, *, pairs: int, run: str
     try:
         appended, summary = record_remeasurement(
             registry, artifact, benchmark["baseline_s"], benchmark["candidate_s"], batch=run,
-            device=benchmark["device"], software=software)
+            device=benchmark["device"], software=software, baseline_waited=benchmark["baseline_waited_s"])
     except IdempotencyConflict:
         return Reverified(artifact, "already_recorded", f"run {run} was recorded by an earlier attempt",
                           monitor_status(registry, artifact))

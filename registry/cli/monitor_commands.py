@@ -31,19 +31,30 @@ def _software(_ctx: click.Context, _param: click.Parameter, values: tuple[str, .
 @click.option("--device", required=True, help="The device the pairs were timed on (e.g. 'NVIDIA H200').")
 @click.option("--software", multiple=True, required=True, callback=_software, metavar="NAME=VERSION",
               help="A component of the software profile the pairs were timed under (repeat: torch=2.5.1, ...).")
+@click.option("--baseline-waited", help="Seconds each baseline run waited for a CPU, as the harness saw it, "
+                                        "comma-separated, one per pair ('-': unreported).")
 @click.option("--json", "as_json", is_flag=True, help="Print the monitor as JSON.")
 @pass_session
 def monitor_record(session: Session, artifact_id: str, batch: str, baseline: str, candidate: str, device: str,
-                   software: dict[str, str], as_json: bool) -> None:
+                   software: dict[str, str], baseline_waited: str | None, as_json: bool) -> None:
     """Append one batch of re-measured pairs of promoted ARTIFACT_ID; an alarm is appended when the detector crosses."""
     from registry.app.monitor import record_remeasurement
 
     appended, summary = record_remeasurement(session.open(), artifact_id, _times(baseline, "--baseline"),
                                              _times(candidate, "--candidate"), batch=batch, device=device,
-                                             software=software)
+                                             software=software, baseline_waited=_waits(baseline_waited))
     if not appended and not as_json:
         say(f"batch {batch} was already recorded; nothing appended")
     _print(artifact_id, summary, as_json, batch=batch, appended=appended)
+
+
+def _waits(text: str | None) -> list[float | None] | None:
+    if text is None:
+        return None
+    from registry.formats.numbers import parse_real
+
+    return [None if part == "-" else parse_real(part, "--baseline-waited (comma-separated seconds, or -)")
+            for part in text.split(",")]
 
 
 @monitor.command("status")
@@ -89,6 +100,9 @@ def monitor_text(summary: dict) -> str:
     text = (f"monitor {summary['status']} ({summary['pairs']} pairs, {summary['below']} below "
             f"{summary['threshold']:.4g}; log statistic {summary['log_statistic']:.3f} of "
             f"{summary['log_alarm_level']:.3f}; ARL >= {summary['arl_at_least']:g} pairs)")
+    if summary["baseline_wait_share"] is not None:
+        text += (f"\n  {summary['left_out']} pairs left out (baseline waited over "
+                 f"{summary['baseline_wait_share']:g} of its time), {summary['contended_batches']} contended batches")
     if summary["alarm"]:
         text += f"\n  alarm {summary['alarm']['event_id']} at pair {summary['crossed_at']}"
     elif summary["crossed_at"] is not None:

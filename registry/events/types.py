@@ -9,7 +9,7 @@ versions of the types are also listed, without pydantic, in `catalogue`.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, ClassVar, Literal
+from typing import Annotated, Any, Callable, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -233,6 +233,10 @@ class PairsRemeasured(EventPayload):
     names the promoting verdict it re-measures and the monitor's terms (the
     threshold and alpha, fixed when the monitor started: registry/app/monitor.py),
     and the device and software the pairs were timed on (docs/monitor.md).
+    `baseline_waited_s`, where the harness recorded it, is the time each
+    pair's baseline run spent waiting for a CPU (None per pair: unreported);
+    `baseline_wait_share` the monitor's term that leaves out pairs that
+    waited more (both absent in batches recorded before the term existed).
     """
 
     type: ClassVar[str] = "PairsRemeasured"
@@ -249,6 +253,8 @@ class PairsRemeasured(EventPayload):
     contract_version: int = Field(ge=1)
     device: str = Field(min_length=1, max_length=200)
     software: dict[str, str]
+    baseline_waited_s: list[Annotated[float, Field(ge=0, allow_inf_nan=False)] | None] | None = None
+    baseline_wait_share: float | None = Field(default=None, gt=0, le=1)
 
 
 class RegressionDetected(EventPayload):

@@ -41,6 +41,15 @@ a replay of the same pairs reproduces every alarm position exactly. The
 alarm threshold carries the same small relative margin as the speed rule's
 count table: rounding can delay an alarm, never advance it.
 
+Pairs left out. A pair whose baseline run, as the harness saw it from
+outside the timings, waited for a CPU past the monitor's declared share
+(`flagged_pairs`) is not fed, up to half a batch; a batch with more is
+contended and its flagged pairs are fed as below (`batch_signs`). The null
+is then "each pair fed is below the threshold with probability at most
+1/2", the proof runs over the pairs fed, and the ARL holds counted in them
+(docs/monitor.md, "Leaving out preempted pairs"). No share declared, or no
+waits recorded: every pair is fed, as before.
+
 What a sign detector cannot do. Its fastest alarm is when every pair is
 below m: R_n then grows like 1.96^n, so at alpha 1e-3 no alarm can come
 before pair 10 (`fewest_pairs_to_alarm`), however large the drop. And since
@@ -120,28 +129,86 @@ def step(state: DetectorState, below: bool) -> DetectorState:
     return DetectorState(state.pairs + 1, state.below + bool(below), components)
 
 
+MAX_LEFT_OUT_SHARE = 0.5
+"""The most of one batch's pairs the harness's flags may leave out. A batch with more flagged pairs is
+contended: none is left out, and each flagged pair counts as below the threshold (docs/monitor.md,
+"Leaving out preempted pairs")."""
+
+
+def flagged_pairs(baseline_s: list[float], waited_s: list[float | None] | None,
+                  wait_share: float | None) -> list[bool]:
+    """Per pair, whether its baseline run waited for a CPU more than `wait_share` of its time.
+
+    `waited_s` is what the harness recorded around each baseline call
+    (seconds runnable but not running; None: unreported, never flagged);
+    without it, or without a declared share, no pair is flagged.
+    """
+    if waited_s is None or wait_share is None:
+        return [False] * len(baseline_s)
+    return [waited is not None and waited > wait_share * baseline for baseline, waited in zip(baseline_s, waited_s)]
+
+
+@dataclass(frozen=True)
+class Signs:
+    """What one batch feeds the detector: the signs in recorded order, the place in the batch (0-based) of
+    each, the pairs left out, and whether the batch was contended (more flagged than may be left out)."""
+
+    below: tuple[bool, ...]
+    places: tuple[int, ...]
+    left_out: int
+    contended: bool
+
+
+def batch_signs(ratios: list[float], threshold: float, flagged: list[bool] | None = None) -> Signs:
+    """The signs a batch of ratios feeds the detector, the harness's flags applied.
+
+    A flagged pair (its baseline run waited for a CPU past the declared share)
+    is left out, unless more than MAX_LEFT_OUT_SHARE of the batch is flagged:
+    then the batch is contended, nothing is left out, and every flagged pair
+    counts as below. Waiting only slows the baseline run, which raises the
+    pair's ratio: a candidate that contends for the CPU during the baseline's
+    calls either has those pairs dropped (a bounded share of each batch) or
+    counted against it.
+    """
+    check_threshold(threshold)
+    flagged = flagged if flagged is not None else [False] * len(ratios)
+    if len(flagged) != len(ratios):
+        raise UserError(f"{len(flagged)} flags for {len(ratios)} pairs")
+    count = sum(flagged)
+    contended = count > MAX_LEFT_OUT_SHARE * len(ratios)
+    kept = [(i, flag or ratio < threshold) for i, (ratio, flag) in enumerate(zip(ratios, flagged))
+            if contended or not flag]
+    return Signs(tuple(below for _, below in kept), tuple(i for i, _ in kept), 0 if contended else count, contended)
+
+
 @dataclass(frozen=True)
 class Reading:
-    """What a run of ratios did to the detector: its state after them, and the pair that alarmed (or None)."""
+    """What a batch did to the detector: its state after it; the pair that alarmed, counted in pairs fed since
+    the monitor started (None: no alarm); the batch's pairs read, up to and including that one (all when none
+    alarmed); how many of those were left out; and whether the batch was contended."""
 
     state: DetectorState
     alarm_at: int | None
+    timed: int
+    left_out: int
+    contended: bool
 
 
-def read(state: DetectorState, ratios: list[float], threshold: float, alpha: float) -> Reading:
-    """Feed ratios in recorded order; stop at the first pair at which R_n >= 1/alpha.
+def read(state: DetectorState, ratios: list[float], threshold: float, alpha: float,
+         flagged: list[bool] | None = None) -> Reading:
+    """Feed a batch's signs (`batch_signs`) in recorded order; stop at the first pair at which R_n >= 1/alpha.
 
     Pairs after the alarming one are not fed: the detector stands alarmed
-    (a known regression is not alerted again). `alarm_at` counts pairs since
-    the monitor started, so it is the same in a replay.
+    (a known regression is not alerted again). `alarm_at` counts pairs fed
+    since the monitor started, so it is the same in a replay.
     """
-    check_threshold(threshold)
+    signs = batch_signs(ratios, threshold, flagged)
     level = alarm_level(alpha)
-    for ratio in ratios:
-        state = step(state, ratio < threshold)
+    for fed, (below, place) in enumerate(zip(signs.below, signs.places), start=1):
+        state = step(state, below)
         if state.log_statistic >= level:
-            return Reading(state, state.pairs)
-    return Reading(state, None)
+            return Reading(state, state.pairs, place + 1, place + 1 - fed, signs.contended)
+    return Reading(state, None, len(ratios), signs.left_out, signs.contended)
 
 
 def check_threshold(threshold: float) -> None:

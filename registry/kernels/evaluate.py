@@ -196,12 +196,16 @@ def time_pairs(session: _Session, cases: Sequence[Any], pairs: int, warmup: int,
     candidate call's outputs are checked against the reference on its inputs,
     and its inputs checked unchanged. The clock is this process's, around the
     worker's run-and-synchronise; a candidate time below the op's byte floor
-    over the device's peak bandwidth is refused.
+    over the device's peak bandwidth is refused. Each timed baseline call's
+    wait for a CPU, as this process saw it from outside the worker
+    (isolation.py `_waits`; None where unreported), is ``baseline_waited_s``;
+    the candidate's is never read.
     """
     schedule = abba_schedule(pairs)
     labels = [case.label for case in cases]
     floor = _floor_seconds(bytes_moved, session.worker.device_name)
     times: dict[str, list[float]] = {"B": [], "C": []}
+    waited: list[float | None] = []
     orders = [(order, False) for order in (abba_schedule(warmup) if warmup else [])]
     orders += [(order, True) for order in schedule]
     for index, (order, timed) in enumerate(orders):
@@ -218,13 +222,15 @@ def time_pairs(session: _Session, cases: Sequence[Any], pairs: int, warmup: int,
                         f"{bytes_moved} bytes takes at {session.worker.device_name}'s peak bandwidth"))
             if timed:
                 times[arm].append(call.seconds)
+                if arm == "B":
+                    waited.append(call.waited_s)
             tick()
     timer, device = timer_names(session)
     interpreted = timer == "interpreter"
     item: dict[str, Any] = {
         "kind": "benchmark", "protocol": "paired", "device": device, "timer": timer,
-        "baseline_s": times["B"], "candidate_s": times["C"], "schedule": schedule, "warmup": warmup,
-        "arch": session.worker.arch,
+        "baseline_s": times["B"], "candidate_s": times["C"], "baseline_waited_s": waited, "schedule": schedule,
+        "warmup": warmup, "arch": session.worker.arch,
     }
     if floor is not None and not interpreted:
         item["bandwidth_share"] = floor / statistics.median(times["C"])

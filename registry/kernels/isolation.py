@@ -11,7 +11,13 @@ outputs and of the inputs as the call left them; untimed).
 
 Between run and result this process looks at the worker from outside, in
 /proc: a call that leaves more threads or child processes alive than it found
-did work the clock did not see.
+did work the clock did not see. Around a baseline call's run it also reads
+how long the worker's threads and this process's timing thread waited for a
+CPU while runnable (`run_delay`, the second field of
+/proc/<pid>/task/<tid>/schedstat and of /proc/thread-self/schedstat): time
+the clock counted while the call was held up, which the monitor may use to
+leave out a preempted pair (docs/monitor.md; `_waits`, `_waited_s`). It is
+never read for the candidate's calls.
 """
 from __future__ import annotations
 
@@ -51,6 +57,9 @@ STDERR_TAIL_BYTES = 64 * 1024
 
 FLUSH_BYTES = 256 * 1024 * 1024  # the L2 eviction write on a GPU (an H200 has 60 MB of L2)
 
+SETTLE_TRIES = 200
+"""How many times the harness yields its CPU, before a run, for the worker to go to sleep on its next request."""
+
 
 class WorkerDied(RuntimeError):
     """The worker ended, answered nonsense or did not answer in time."""
@@ -78,6 +87,7 @@ class CallResult:
     replaced: list[str]
     extra_tasks: int = 0
     extra_children: list[int] = field(default_factory=list)
+    waited_s: float | None = None  # a baseline call's wait for a CPU (`_waits`); None: unreported or a candidate's
 
 
 def _tasks(pid: int) -> tuple[set[str], set[str]] | None:
@@ -94,6 +104,89 @@ def _tasks(pid: int) -> tuple[set[str], set[str]] | None:
         return tids, children
     except OSError:
         return None
+
+
+def _schedstat(path: Path | str) -> tuple[int, int, int] | None:
+    """(ns on a CPU, ns runnable but waiting, timeslices) from a schedstat file; None where unreadable."""
+    try:
+        fields = Path(path).read_text().split()
+    except OSError:
+        return None
+    if len(fields) != 3 or not all(value.isdigit() for value in fields):
+        return None
+    return int(fields[0]), int(fields[1]), int(fields[2])
+
+
+def _settle(pid: int, tries: int = SETTLE_TRIES) -> None:
+    """Yield this CPU until no thread of ``pid`` is runnable (at most ``tries`` times).
+
+    A thread's wait is added to its count only when it next runs, whole: a
+    worker still queued to finish its last answer when the first reading is
+    taken would add that wait, from before the clock, to the call. Once every
+    thread sleeps (the worker blocked on its next request) nothing is
+    pending. A worker that never settles (the CPU is that contended) is read
+    as it is, which can only count more wait, never less.
+    """
+    task_dir = Path(f"/proc/{pid}/task")
+    for _ in range(tries):
+        try:
+            tids = os.listdir(task_dir)
+        except OSError:
+            return
+        if not any(_state(task_dir / tid / "stat") == "R" for tid in tids):
+            return
+        os.sched_yield()
+
+
+def _state(path: Path) -> str | None:
+    """A thread's scheduler state letter from its /proc stat (R: running or runnable); None once it is gone."""
+    try:
+        return path.read_text().rpartition(")")[2].split()[0]
+    except (OSError, IndexError):
+        return None
+
+
+def _waits(pid: int) -> dict[str, tuple[int, int]] | None:
+    """(ns run, ns waited runnable for a CPU) of each thread of ``pid``, and of this thread (key "harness").
+
+    None where the signal is unreported: no schedstat (a kernel without
+    scheduler statistics, or /proc unreadable), the worker's main thread not
+    readable, or this thread's counts all zero (a kernel that prints "0 0 0"
+    for statistics it does not keep: this thread has certainly run).
+    """
+    own = _schedstat("/proc/thread-self/schedstat")
+    task_dir = Path(f"/proc/{pid}/task")
+    if own is None or own[2] == 0:
+        return None
+    try:
+        tids = os.listdir(task_dir)
+    except OSError:
+        return None
+    waits = {"harness": own[:2]}
+    for tid in tids:
+        found = _schedstat(task_dir / tid / "schedstat")
+        if found is not None:  # a thread that ended between the listing and the read is not counted
+            waits[tid] = found[:2]
+    return waits if str(pid) in waits else None
+
+
+def _waited_s(before: dict[str, tuple[int, int]] | None, after: dict[str, tuple[int, int]] | None) -> float | None:
+    """Seconds a call was held up waiting for a CPU, between two `_waits` readings.
+
+    The worker's threads' waits (every thread alive at the second reading,
+    one born since from 0; one that ended in between is not counted), plus
+    this thread's wait less the time the worker's threads ran meanwhile: on a
+    shared CPU the worker woken by the request takes this thread's place,
+    and that wait is the call running, not the call held up. So the figure
+    can fall short, never over.
+    """
+    if before is None or after is None:
+        return None
+    delta = {key: (run - before.get(key, (0, 0))[0], wait - before.get(key, (0, 0))[1])
+             for key, (run, wait) in after.items()}
+    worker_run = sum(max(0, run) for key, (run, _) in delta.items() if key != "harness")
+    worker_wait = sum(max(0, wait) for key, (_, wait) in delta.items() if key != "harness")
+    return (worker_wait + max(0, delta["harness"][1] - worker_run)) / 1e9
 
 
 class _DeadlineReader:
@@ -444,20 +537,26 @@ class CandidateWorker:
              ablate: bool = False) -> CallResult:
         """Stage ``cases`` (each a tuple of inputs), run this worker's entry on all of them, collect.
 
-        ``arm`` "C" (the candidate) also brings the inputs back as the call left them; "B" does not.
+        ``arm`` "C" (the candidate) also brings the inputs back as the call left them; "B" does not, and
+        its result carries the time the run waited for a CPU (`_waits`, read just outside the clock).
         """
         flat = [t.detach().to("cpu").contiguous() for args in cases for t in args]
         self._request({"op": "stage", "arm": arm, "counts": [len(args) for args in cases]}, flat)
         watched = self.pid if self.pid is not None else -1
         before = _tasks(watched)
+        _settle(watched)  # both arms alike: each clock starts with its worker asleep on the request
+        waits = _waits(watched) if arm == "B" else None
+        start = time.perf_counter_ns()  # before the write: a worker woken by it may run before the write returns
         self._send({"op": "run", "ablate": ablate})
-        start = time.perf_counter_ns()
         self._receive(CALL_TIMEOUT_S)
         seconds = (time.perf_counter_ns() - start) / 1e9
+        waited = _waited_s(waits, _waits(watched) if waits is not None else None)
         after = _tasks(watched)
         input_bytes = sum(t.untyped_storage().nbytes() for t in flat)
         header, tensors = self._receive(CALL_TIMEOUT_S, byte_budget=output_bytes + input_bytes)
-        return self._result(header, tensors, cases, seconds, before, after)
+        result = self._result(header, tensors, cases, seconds, before, after)
+        result.waited_s = waited
+        return result
 
     def _result(self, header: dict[str, Any], tensors: list[torch.Tensor], cases: Sequence[Sequence[torch.Tensor]],
                 seconds: float, before: Any, after: Any) -> CallResult:

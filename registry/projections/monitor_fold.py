@@ -5,8 +5,11 @@ Rules (docs/monitor.md):
   has pairs), each watching the promoting verdict its first batch named, with
   that batch's threshold and alpha for as long as it runs.
 - A batch feeds its ratios to the detector (registry/formats/monitor.py) in
-  recorded order; at the first pair at which it crosses 1/alpha the monitor
-  is `crossed` there, and the detector stops: later pairs are counted as
+  recorded order, less the pairs whose baseline run the harness saw wait for
+  a CPU past the monitor's `baseline_wait_share` (none without that term;
+  `batch_signs` says what a contended batch does), counted as `left_out`;
+  at the first pair fed at which it crosses 1/alpha the monitor is
+  `crossed` there, and the detector stops: later pairs are counted as
   after the alarm, and no second alarm is due (a known regression is not
   alerted again). The shipping questions treat a crossed monitor as
   regressed even before its `RegressionDetected` is in the log.
@@ -25,7 +28,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from registry.formats.monitor import START, DetectorState, alarm_level, read
+from registry.formats.monitor import START, DetectorState, alarm_level, flagged_pairs, read
 
 from .log import LogEvent
 from .state import ProjectionError
@@ -39,8 +42,10 @@ def _new_monitor(event: LogEvent, payload: dict[str, Any]) -> dict[str, Any]:
     return {
         "verdict_event_id": payload["verdict_event_id"], "threshold": payload["threshold"],
         "alpha": payload["alpha"], "reference": payload["reference"],
+        "baseline_wait_share": payload.get("baseline_wait_share"),
         "contract_version": payload["contract_version"], "started_position": event.position,
-        "detector": START.to_dict(), "crossed_at": None, "log_statistic_at_cross": None,
+        "detector": START.to_dict(), "left_out": 0, "contended_batches": 0, "crossed_at": None,
+        "log_statistic_at_cross": None,
         "below_at_cross": None, "pairs_after_alarm": 0, "profiles": [], "alarm": None, "acknowledged": None,
         "last_position": event.position,
     }
@@ -51,6 +56,10 @@ def remeasured(artifact: dict[str, Any], event: LogEvent) -> None:
     _named(artifact, event, payload)
     if len(payload["baseline_s"]) != len(payload["candidate_s"]):
         raise ProjectionError(f"event at position {event.position} (PairsRemeasured): arms of unequal length")
+    waited = payload.get("baseline_waited_s")
+    if waited is not None and len(waited) != len(payload["baseline_s"]):
+        raise ProjectionError(f"event at position {event.position} (PairsRemeasured): {len(waited)} baseline "
+                              f"waits for {len(payload['baseline_s'])} pairs")
     monitors = _monitors(artifact)
     monitor = monitors.get(payload["identity"])
     ratios = [b / c for b, c in zip(payload["baseline_s"], payload["candidate_s"])]
@@ -63,14 +72,17 @@ def remeasured(artifact: dict[str, Any], event: LogEvent) -> None:
     profile = {"device": payload["device"], "software": payload["software"]}
     if profile not in monitor["profiles"]:
         monitor["profiles"].append(profile)
-    before = DetectorState.from_dict(monitor["detector"])
-    reading = read(before, ratios, monitor["threshold"], monitor["alpha"])
+    flagged = flagged_pairs(payload["baseline_s"], waited, monitor["baseline_wait_share"])
+    reading = read(DetectorState.from_dict(monitor["detector"]), ratios, monitor["threshold"], monitor["alpha"],
+                   flagged)
     monitor["detector"] = reading.state.to_dict()
+    monitor["left_out"] += reading.left_out
+    monitor["contended_batches"] += reading.contended
     if reading.alarm_at is not None:
         monitor["crossed_at"] = reading.alarm_at
         monitor["log_statistic_at_cross"] = reading.state.log_statistic
         monitor["below_at_cross"] = reading.state.below
-        monitor["pairs_after_alarm"] = len(ratios) - (reading.alarm_at - before.pairs)
+        monitor["pairs_after_alarm"] = len(ratios) - reading.timed
 
 
 def _named(artifact: dict[str, Any], event: LogEvent, payload: dict[str, Any]) -> None:
@@ -149,6 +161,8 @@ def monitor_summary(state: dict[str, Any]) -> dict[str, Any] | None:
     return {
         "status": status, "watches_verdict": monitor["verdict_event_id"], "threshold": monitor["threshold"],
         "reference": monitor["reference"], "alpha": monitor["alpha"], "arl_at_least": 1.0 / monitor["alpha"],
+        "baseline_wait_share": monitor["baseline_wait_share"], "left_out": monitor["left_out"],
+        "contended_batches": monitor["contended_batches"],
         "pairs": detector.pairs, "below": detector.below, "log_statistic": detector.log_statistic,
         "log_alarm_level": alarm_level(monitor["alpha"]), "crossed_at": monitor["crossed_at"],
         "pairs_after_alarm": monitor["pairs_after_alarm"], "alarm": monitor["alarm"],

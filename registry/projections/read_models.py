@@ -176,16 +176,24 @@ class MonitorState(TypedDict):
     `detector` is registry/formats/monitor.py's `DetectorState.to_dict()`;
     `crossed_at` the pair at which it crossed 1/alpha (None while in
     control), with the log statistic and the count below the threshold there;
-    `profiles` every device and software the counted pairs were timed on.
+    `profiles` every device and software the counted pairs were timed on;
+    `left_out` the pairs not fed because the harness saw their baseline run
+    wait for a CPU past `baseline_wait_share` (None: the term was not
+    declared, nothing is left out), `contended_batches` the batches with
+    more such pairs than may be left out (registry/formats/monitor.py,
+    `batch_signs`).
     """
 
     verdict_event_id: str
     threshold: float
     alpha: float
     reference: str
+    baseline_wait_share: float | None
     contract_version: int
     started_position: int
     detector: dict[str, Any]
+    left_out: int
+    contended_batches: int
     crossed_at: int | None
     log_statistic_at_cross: float | None
     below_at_cross: int | None

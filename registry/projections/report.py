@@ -324,10 +324,10 @@ def monitors_table(monitors: list[dict[str, Any]]) -> Table:
     return (
         "monitors (re-measured promoted artifacts)",
         ["artifact", "workload", "status", "pairs", "below", "threshold", "alpha", "log statistic", "alarm level",
-         "alarm at pair", "acknowledged by"],
+         "alarm at pair", "acknowledged by", "left out"],
         [(m["artifact"], m["workload"], m["status"], m["pairs"], m["below"], number(m["threshold"]), m["alpha"],
           number(m["log_statistic"]), number(m["log_alarm_level"]), m["crossed_at"],
-          (m["acknowledged"] or {}).get("person")) for m in monitors],
+          (m["acknowledged"] or {}).get("person"), m["left_out"]) for m in monitors],
     )
 
 

@@ -40,12 +40,17 @@ def _benchmark(item: dict[str, Any], where: str) -> dict[str, Any]:
                 f"{where}.candidate_s: {len(candidate)} runs but baseline_s has {len(baseline)}; "
                 "paired arms must have one run each per pair"
             )
+        waited = item.get("baseline_waited_s")
+        if waited is not None and len(waited) != len(baseline):
+            raise EvidenceError(f"{where}.baseline_waited_s: {len(waited)} waits for {len(baseline)} pairs")
         if schedule is None:
             raise EvidenceError(f"{where}.schedule: required for the paired protocol")
         if len(schedule) != len(baseline):
             raise EvidenceError(f"{where}.schedule: {len(schedule)} entries for {len(baseline)} pairs")
     elif schedule is not None:
         raise EvidenceError(f"{where}.schedule: only the paired protocol has a pair schedule")
+    elif item.get("baseline_waited_s") is not None:
+        raise EvidenceError(f"{where}.baseline_waited_s: only the paired protocol has a wait per pair")
     derived = summarize_benchmark(item["protocol"], baseline, candidate, schedule)
     for key, value in derived.items():
         values = value if isinstance(value, list) else [value]

@@ -65,6 +65,14 @@ def _runs(value: Any, path: str) -> list[float]:
     return KIT.list_of(_positive_time)(value, path)
 
 
+def _waits(value: Any, path: str) -> list[float | None]:
+    """The baseline arm's waits for a CPU, one per pair: seconds >= 0, or null where the harness could not
+    tell (never 0 for that); the length is checked against the pairs in derived.py."""
+    if isinstance(value, list) and len(value) > MAX_RUNS_PER_ARM:
+        raise EvidenceError(f"{path}: {len(value)} waits; a benchmark arm carries at most {MAX_RUNS_PER_ARM}")
+    return KIT.list_of(KIT.nullable(KIT.bounded(0.0, None, "wait")))(value, path)
+
+
 def _frame_count(value: Any, path: str) -> int:
     if KIT.count(value, path) == 0:
         raise EvidenceError(f"{path}: 0 frames")
@@ -98,6 +106,7 @@ SPECS: dict[str, dict[str, tuple[bool, Any]]] = {
         "timer": (True, KIT.one_of(TIMERS)),
         "baseline_s": (True, _runs),
         "candidate_s": (True, _runs),
+        "baseline_waited_s": (False, KIT.nullable(_waits)),
         "schedule": (False, KIT.nullable(KIT.list_of(KIT.one_of(ORDERS)))),
         "warmup": (False, _nullable_count),
         "bandwidth_share": (False, KIT.nullable(KIT.bounded(0.0, None, "bandwidth share"))),
