@@ -31,6 +31,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from registry.app import Registry
+from registry.app.bench import PairWriter
 from registry.app.tokens import Grant, KnownTokens, NotPermitted, TokenRefused, authenticate
 from registry.events.errors import ConcurrencyError, IdempotencyConflict, StoreError
 from registry.formats.errors import UserError, first_line
@@ -103,6 +104,8 @@ def create_app(config: ServerConfig) -> FastAPI:
                              "crash_id": crash}, status_code=500)
 
     known = KnownTokens()
+    # Pair batches are recorded in groups by one writer thread (group commit, app/bench.py).
+    pair_writer = PairWriter()
 
     def token(credentials: HTTPAuthorizationCredentials | None = Depends(_bearer)) -> Grant:
         return authenticate(base, None if credentials is None else credentials.credentials, known=known)
@@ -239,10 +242,8 @@ def create_app(config: ServerConfig) -> FastAPI:
     @app.post("/api/artifacts/{artifact}/sessions/{session}/batches", tags=["ingest"])
     def record_batch(artifact: str, session: str, body: PairBatch, grant: Grant = Depends(scoped("ingest"))) -> dict:
         """Append one batch of pairs (`registry bench record`); the same batch key again appends nothing."""
-        from registry.app.bench import record_pairs
-
-        appended, record = record_pairs(acting(grant), artifact, session, body.baseline_s, body.candidate_s,
-                                        body.batch, authorize=ingesting(grant))
+        appended, record = pair_writer.record(acting(grant), artifact, session, body.baseline_s, body.candidate_s,
+                                              body.batch, authorize=ingesting(grant))
         return {"artifact": artifact, "session": session, "batch": body.batch, "appended": appended,
                 **record.to_dict()}
 
