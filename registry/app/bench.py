@@ -222,8 +222,8 @@ Recorded = tuple[bool, BenchRecord] | Exception | None
 
 
 def record_pair_group(group: list[Pairs]) -> list[Recorded]:
-    """Record several batches, in order, as `record_pairs` records each: one catch-up, one read of each
-    artifact's rows, one append transaction for all (group commit).
+    """Record several batches, in order, as `record_pairs` records each: one catch-up, one snapshot of the
+    artifacts' rows, one append transaction for all (group commit).
 
     Each batch is checked against its artifact's rows with the group's
     earlier batches of that artifact folded in, so a retry of a batch earlier
@@ -247,12 +247,16 @@ def record_pair_group(group: list[Pairs]) -> list[Recorded]:
     from .evidence import subject_of
 
     outcomes: list[Recorded] = [None] * len(group)
-    read: dict[str, Any] = {}  # artifact -> its rows, read once a group
+    read: dict[str, Any] = {}  # artifact -> its rows (`Projections.bench_subjects`), read once a group
     current: dict[str, tuple[_Target, BenchRecord]] = {}  # artifact -> its target and record after the group's batches
     owner: dict[str, str] = {}  # a bench stream or speed record -> the artifact whose batch in the group touched it
     appends: list[Append] = []
     answers: list[tuple[int, bool, BenchRecord]] = []
     position = 0  # the last position folded into any answer
+    try:
+        read.update(group[0].registry.reads.bench_subjects([request.artifact for request in group]))
+    except Exception:  # a damaged row among them: each batch reads its own rows below, and hears its own refusal
+        pass
     for index, request in enumerate(group):
         try:
             artifact = request.artifact
@@ -298,36 +302,30 @@ def record_pair_group(group: list[Pairs]) -> list[Recorded]:
 
 
 class PairWriter:
-    """Group commit for the pair batches of one process's threads (the server's request threads).
+    """Group commit for the pair batches of one process (the server's requests).
 
-    A thread hands its batch to `record` and waits. One writer thread takes
+    `submit` hands a batch over and returns at once; one writer thread takes
     every batch waiting at that moment, records them as one group
-    (`record_pair_group`) and answers each waiter with its own outcome; a
-    batch the group left over waits at the head of the next one. The writer
-    thread starts with the first batch of each process (a forked server
-    worker starts its own) and holds the process's one append connection for
-    pair batches.
+    (`record_pair_group`) and hands each batch's outcome to its `answer`
+    (from the writer thread); a batch the group left over waits at the head
+    of the next one. The writer thread starts with the first batch of each
+    process (a forked server worker starts its own) and holds the process's
+    one append connection for pair batches.
     """
 
     def __init__(self) -> None:
         self._ready = threading.Condition()
-        self._waiting: list[_Waiting] = []
+        self._waiting: list[tuple[Pairs, Callable[[Recorded], None]]] = []
         self._pid: int | None = None
 
-    def record(self, registry: Registry, artifact: str, session: str, baseline: list[float], candidate: list[float],
-               batch: str, *, authorize: Callable[[str], None] | None = None) -> tuple[bool, BenchRecord]:
-        """What `record_pairs` answers for this batch, recorded in the next group."""
-        waiting = _Waiting(pairs(registry, artifact, session, baseline, candidate, batch, authorize=authorize))
+    def submit(self, batch: Pairs, answer: Callable[[Recorded], None]) -> None:
+        """Record `batch` in the next group; `answer` gets what `record_pair_group` answered it (never None)."""
         with self._ready:
             if self._pid != os.getpid():
                 self._pid = os.getpid()
                 threading.Thread(target=self._write, name="pair-writer", daemon=True).start()
-            self._waiting.append(waiting)
+            self._waiting.append((batch, answer))
             self._ready.notify()
-        waiting.done.wait()
-        if isinstance(waiting.outcome, Exception):
-            raise waiting.outcome
-        return waiting.outcome
 
     def _write(self) -> None:
         while True:
@@ -336,28 +334,16 @@ class PairWriter:
                     self._ready.wait()
                 group, self._waiting = self._waiting, []
             try:
-                outcomes = record_pair_group([waiting.pairs for waiting in group])
-            except Exception as exc:  # nothing of the group's is answered otherwise: each waiter hears it
+                outcomes = record_pair_group([batch for batch, _ in group])
+            except Exception as exc:  # nothing of the group's is answered otherwise: each batch hears it
                 outcomes = [exc] * len(group)
-            left = []
-            for waiting, outcome in zip(group, outcomes):
-                if outcome is None:
-                    left.append(waiting)
-                else:
-                    waiting.outcome = outcome
-                    waiting.done.set()
+            left = [waiting for waiting, outcome in zip(group, outcomes) if outcome is None]
             if left:
                 with self._ready:
                     self._waiting[:0] = left
-
-
-@dataclass
-class _Waiting:
-    """A batch handed to the writer, and its outcome once `done` is set."""
-
-    pairs: Pairs
-    outcome: Recorded = None
-    done: threading.Event = field(default_factory=threading.Event)
+            for (_, answer), outcome in zip(group, outcomes):
+                if outcome is not None:
+                    answer(outcome)
 
 
 def _checked_batch(request: Pairs, target: _Target, record: BenchRecord) -> tuple[bool, BenchRecord]:
