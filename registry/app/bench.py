@@ -251,7 +251,7 @@ def record_pair_group(group: list[Pairs]) -> list[Recorded]:
     current: dict[str, tuple[_Target, BenchRecord]] = {}  # artifact -> its target and record after the group's batches
     owner: dict[str, str] = {}  # a bench stream or speed record -> the artifact whose batch in the group touched it
     appends: list[Append] = []
-    answers: list[tuple[int, bool, BenchRecord]] = []
+    answers: list[tuple[int, BenchRecord]] = []
     position = 0  # the last position folded into any answer
     try:
         read.update(group[0].registry.reads.bench_subjects([request.artifact for request in group]))
@@ -281,23 +281,28 @@ def record_pair_group(group: list[Pairs]) -> list[Recorded]:
             payload = BenchmarkPairsRecorded(session=request.session, artifact=artifact, identity=subject.identity,
                                              batch=request.batch, baseline_s=[float(t) for t in request.baseline],
                                              candidate_s=[float(t) for t in request.candidate])
+            # A retry names no version: its key answers it, or it is refused alone (other pairs under the key, or a
+            # first copy earlier in the group refused, with its stream's later batches).
             appends.append(Append(stream, [NewEvent(payload.type, payload)], request.registry.actor,
-                                  record.version, f"bench:{subject.identity}:{request.session}:{request.batch}"))
+                                  record.version if appended else None,
+                                  f"bench:{subject.identity}:{request.session}:{request.batch}"))
             if appended:
                 position = max(position, target.position) + 1
                 target = _with_appended(target, payload, position)
                 record = _record(target)
                 current[artifact] = target, record
                 owner.update(dict.fromkeys(fed, artifact))
-            answers.append((index, appended, record))
+            answers.append((index, record))
         except Exception as exc:  # the batch's own answer: a refusal, or a defect reported for it alone
             outcomes[index] = exc
     try:
         placed = group[0].registry.store.append_group(appends) if appends else []
     except Exception as exc:  # the database failed: every batch that was to be appended hears it
         placed = [exc] * len(appends)
-    for (index, appended, record), outcome in zip(answers, placed):
-        outcomes[index] = outcome if isinstance(outcome, Exception) else (appended, record)
+    for (index, record), outcome in zip(answers, placed):
+        # Appended or not as the store says: a new batch that another process's append of the same key
+        # reached first is not appended again.
+        outcomes[index] = outcome if isinstance(outcome, Exception) else (outcome.new, record)
     return outcomes
 
 

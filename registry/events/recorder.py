@@ -24,7 +24,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from functools import cache
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from sqlalchemy import Connection, Engine, bindparam, select
 from sqlalchemy.exc import DBAPIError
@@ -191,8 +191,16 @@ class ChainedBatch:
         return list(zip(*self.columns()))
 
 
-# What one batch of a group append came to: its positions (new, or where its key landed before), or its refusal.
-Placed = list[int] | StoreError
+class Appended(NamedTuple):
+    """Where one batch of a group append is in the log: its positions, and whether this append wrote them (False:
+    its key answered it with where the same batch landed before)."""
+
+    positions: list[int]
+    new: bool
+
+
+# What one batch of a group append came to.
+Placed = Appended | StoreError
 
 
 def place_group(batches: list[AppendBatch], earlier: dict[str, tuple], versions: dict[str, int | None],
@@ -205,9 +213,9 @@ def place_group(batches: list[AppendBatch], earlier: dict[str, tuple], versions:
     both are updated as batches are placed, so a key given twice in one group
     lands once (the second copy answers the first's positions) and each
     batch's expected version is checked against the batches before it. A
-    batch refused (ConcurrencyError, IdempotencyConflict) is left out, and so
-    is every later batch of its stream that its key does not answer: they
-    were written against it. Returns each batch's outcome, and the batches to
+    batch refused (ConcurrencyError, IdempotencyConflict) is left out; when it
+    named an expected version, so is every later batch of its stream that its
+    key does not answer (ConcurrencyError): they were checked against it. Returns each batch's outcome, and the batches to
     insert with their chained form, in order.
     """
     position, prev_hash = head
@@ -218,20 +226,21 @@ def place_group(batches: list[AppendBatch], earlier: dict[str, tuple], versions:
         try:
             landed = batch.earlier_positions(earlier.get(batch.idempotency_key)) if batch.idempotency_key else None
             if landed is not None:
-                outcomes.append(landed)
+                outcomes.append(Appended(landed, False))
                 continue
             if batch.stream in refused:
                 raise ConcurrencyError(f"stream {batch.stream}: an earlier batch of this append was refused")
             chained = batch.chained(versions.get(batch.stream), position, prev_hash, recorded, stamp)
         except (ConcurrencyError, IdempotencyConflict) as exc:
-            refused.add(batch.stream)
+            if batch.expected_version is not None:
+                refused.add(batch.stream)
             outcomes.append(exc)
             continue
         position, prev_hash = chained.positions[-1], chained.hashes[-1]
         versions[batch.stream] = chained.versions[-1]
         if batch.idempotency_key is not None:
             earlier[batch.idempotency_key] = (batch.digest, chained.positions[0], len(chained.positions))
-        outcomes.append(list(chained.positions))
+        outcomes.append(Appended(list(chained.positions), True))
         placed.append((batch, chained))
     return outcomes, placed
 

@@ -21,7 +21,7 @@ from .chain import ChainReport, walk_chain
 from .errors import PayloadError, StoreError
 from .ids import position_of_event_id, positional_event_id
 from .postgres import APPEND_LOCK_KEY
-from .recorder import AppendBatch, LogRow, Recorder, StoredEvent, payload_models
+from .recorder import Appended, AppendBatch, LogRow, Recorder, StoredEvent, payload_models
 from .schema import EVENTS
 
 if TYPE_CHECKING:
@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 
 # Names other modules import from here: the store is where callers look for them.
 __all__ = [
-    "APPEND_LOCK_KEY", "EVENTS", "Append", "EventStore", "LogRow", "NewEvent", "StoredEvent", "position_of_event_id",
+    "APPEND_LOCK_KEY", "EVENTS", "Append", "Appended", "EventStore", "LogRow", "NewEvent", "StoredEvent", "position_of_event_id",
     "positional_event_id", "system_clock",
 ]
 
@@ -167,21 +167,23 @@ class EventStore:
         placed, = self.append_group([Append(stream, events, actor, expected_version, idempotency_key)])
         if isinstance(placed, StoreError):
             raise placed
-        return placed
+        return placed.positions
 
-    def append_group(self, appends: Sequence[Append]) -> list[list[int] | StoreError]:
-        """Append several batches, in order, in one transaction under one writer lock; each one's positions or
-        the StoreError that refused it (nothing of it written).
+    def append_group(self, appends: Sequence[Append]) -> list[Appended | StoreError]:
+        """Append several batches, in order, in one transaction under one writer lock; each one's positions
+        (`Appended`: new, or where its key landed before) or the StoreError that refused it (nothing of it
+        written).
 
         Each batch is what `append` takes and is decided as `append` would
         decide it after the batches before it: a key given twice lands once,
         an expected version counts the group's earlier batches of its stream,
         and a batch refused (its names, its payloads, its version, its key)
-        leaves the others alone, but for its stream's later batches, which are
-        refused with it (ConcurrencyError). A failure of the database itself
-        raises, for all of them.
+        leaves the others alone; but when it named an expected version, its
+        stream's later batches were written against it and are refused with it
+        (ConcurrencyError) unless their key answers them. A failure of the
+        database itself raises, for all of them.
         """
-        outcomes: list[list[int] | StoreError | None] = []
+        outcomes: list[Appended | StoreError | None] = []
         batches: list[AppendBatch] = []
         for append in appends:
             try:
