@@ -249,7 +249,7 @@ def create_app(config: ServerConfig) -> FastAPI:
         answered: asyncio.Future = loop.create_future()
         batch = pairs(acting(grant), artifact, session, body.baseline_s, body.candidate_s, body.batch,
                       authorize=ingesting(grant))
-        pair_writer.submit(batch, lambda outcome: loop.call_soon_threadsafe(answered.set_result, outcome))
+        pair_writer.submit(batch, lambda outcome: loop.call_soon_threadsafe(_settle, answered, outcome))
         outcome = await answered
         if isinstance(outcome, Exception):
             raise outcome
@@ -327,6 +327,12 @@ def create_app(config: ServerConfig) -> FastAPI:
                 "must_rejudge": [entry["artifact"] for entry in must_rejudge(registry, contract.workload)]}
 
     return app
+
+
+def _settle(answered: asyncio.Future, outcome: Any) -> None:
+    """Give a waiting request its outcome, unless it was cancelled meanwhile (its client went away)."""
+    if not answered.done():
+        answered.set_result(outcome)
 
 
 def _version() -> str:
