@@ -25,6 +25,7 @@ from registry.events.errors import ConcurrencyError, IdempotencyConflict, Payloa
 from registry.events.store import (
     APPEND_LOCK_KEY,
     EVENTS,
+    Append,
     EventStore,
     NewEvent,
     position_of_event_id,
@@ -430,6 +431,32 @@ class StoreConformance:
         assert [e.prev_hash for e in stored[1:]] == [e.hash for e in stored[:-1]]
         assert store.append("s:big", events, idempotency_key="big", actor="t") == list(range(1, 251))
         assert store.verify().count == 250
+
+    def test_a_group_append_decides_each_batch_after_the_ones_before_it_in_one_transaction(self, store):
+        store.append("s:b", [frame_event("b0")], actor="t")
+        store.append("s:c", [frame_event("c0")], idempotency_key="old", actor="t")
+        group = [Append("s:a", [frame_event("a1"), frame_event("a2")], "t", 0, "k"),
+                 Append("s:a", [frame_event("a1"), frame_event("a2")], "u", None, "k"),  # its key answers it
+                 Append("s:a", [frame_event("a3")], "t", 2, "k2"),
+                 Append("s:a", [frame_event("other")], "t", None, "k"),  # other content under a used key
+                 Append("s:b", [frame_event("b1")], "t", 0),  # b is at version 1
+                 Append("s:b", [frame_event("b2")], "t", 2),  # written against the batch refused before it
+                 Append("s:c", [frame_event("c0")], "t", None, "old"),  # landed in an earlier transaction
+                 Append("", [frame_event()], "t"),
+                 Append("s:d", [frame_event("d1")], "w", 0)]
+        outcomes = store.append_group(group)
+        assert outcomes[:3] == [([3, 4], True), ([3, 4], False), ([5], True)]
+        assert outcomes[6] == ([2], False) and outcomes[8] == ([6], True)
+        assert isinstance(outcomes[3], IdempotencyConflict) and "different content" in str(outcomes[3])
+        assert isinstance(outcomes[4], ConcurrencyError) and "version 1, not the expected 0" in str(outcomes[4])
+        assert isinstance(outcomes[5], ConcurrencyError) and "earlier batch of this append" in str(outcomes[5])
+        assert type(outcomes[7]) is StoreError and "1 to 200 characters" in str(outcomes[7])
+        stored = store.read_all()
+        assert [(e.stream, e.version, e.payload["name"], e.actor) for e in stored[2:]] == [
+            ("s:a", 1, "a1", "t"), ("s:a", 2, "a2", "t"), ("s:a", 3, "a3", "t"), ("s:d", 1, "d1", "w")]
+        assert len({e.recorded_at for e in stored[2:]}) == 1 and store.verify().count == 6
+        assert store.append_group([Append("s:b", [frame_event("b1")], "t", 0)])[0].args == outcomes[4].args
+        assert store.verify().count == 6
 
     def test_a_batch_that_fails_before_its_commit_leaves_nothing(self, store):
         class FailsBeforeCommit(EventStore):

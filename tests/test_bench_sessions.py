@@ -12,7 +12,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from registry.app import open_registry
-from registry.app.bench import open_session, read_record, record_pairs
+from registry.app.bench import open_session, pairs, read_record, record_pair_group, record_pairs
+from registry.events.errors import IdempotencyConflict
+from registry.formats.errors import UserError
 from registry.app.workloads import register_artifact
 
 MANIFEST = "workload: wan\nspeed: {min_speedup: 1.2, runs_per_arm: 16, protocol: paired, max_pairs: 20}\n"
@@ -170,6 +172,30 @@ def test_the_python_api_decides_on_sqlite_and_postgres(backend_url, tmp_path):
     appended, again = record_pairs(registry, "k", session, [1.0, 1.0], [1.0, 1.0], "b0")
     assert not appended and len(again.ratios) == len(record.ratios)
     assert read_record(registry, "k").to_dict()["decision"] == "rejected"
+    # A group (group commit, as the server records batches): checked in order against one read of the rows with
+    # the group's earlier batches folded in, appended in one transaction; each refusal is its own batch's only.
+    (tmp_path / "g.bin").write_bytes(b"grouped kernel")
+    for name in ("g", "g-twin"):  # the twin's bytes are the same: one speed record for both
+        register_artifact(registry, name, workload="wan", kind="fused_kernel", payload=str(tmp_path / "g.bin"))
+    g, twin = (open_session(registry, name, "d", "t")[0] for name in ("g", "g-twin"))
+    at_gate = ([1.2, 1.2], [1.0, 1.0])  # a ratio at the gate decides nothing, so only max_pairs (20) closes it
+    head = registry.store.head_position()
+    group = [pairs(registry, "g", g, *at_gate, "a"), pairs(registry, "g", g, *at_gate, "a"),
+             pairs(registry, "g", g, [1.3, 1.3], [1.0, 1.0], "a"), pairs(registry, "g", "bs-nope", *at_gate, "b"),
+             pairs(registry, "g-twin", twin, *at_gate, "t"), pairs(registry, "g", g, [1.2] * 16, [1.0] * 16, "c"),
+             pairs(registry, "g", g, [1.2] * 3, [1.0] * 3, "d")]
+    first, retry, other, unknown, deferred, sixteen, past = record_pair_group(group)
+    assert first[0] is True and retry[0] is False and len(first[1].ratios) == len(retry[1].ratios) == 2
+    assert isinstance(other, IdempotencyConflict) and "different content" in str(other)
+    assert isinstance(unknown, UserError) and "session bs-nope is not open" in str(unknown)
+    assert deferred is None  # its record was touched by g's batch in this group: left to the next group
+    assert sixteen[0] is True and len(sixteen[1].ratios) == 18 and not sixteen[1].closed
+    assert isinstance(past, UserError) and "3 pairs would take the record of g past speed.max_pairs 20 (18 recorded)" in str(past)
+    appended = registry.store.read_all(after_position=head)
+    assert [(e.payload["batch"], e.position) for e in appended] == [("a", head + 1), ("c", head + 2)]
+    (twin_appended, twin_record), = record_pair_group([group[4]])
+    assert twin_appended and len(twin_record.ratios) == 20 and twin_record.closed
+    assert read_record(registry, "g").to_dict()["pairs"] == 20 and registry.store.verify().intact
 
 
 def test_the_worked_example_runs(tmp_path):

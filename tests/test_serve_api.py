@@ -9,10 +9,13 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
 from conftest import PG_SKIP, PG_URL, _fresh_postgres_database
+from registry.serve.client import RegistryClient, ServerRefused
 from serve_helpers import LTX, WAN, ServerProcess, seed
 
 pytestmark = pytest.mark.filterwarnings("ignore::ResourceWarning")
@@ -187,6 +190,41 @@ def test_a_retried_batch_appends_once_and_other_pairs_under_its_key_are_refused(
         identity = reader.get("/api/artifacts/wan-fast").json()["identity"]
         events = reader.get(f"/api/history/bench:{identity}?limit=1000").json()["events"]
     assert sum(e["payload"].get("batch") == "retry-me" and e["payload"]["session"] == session for e in events) == 1
+
+
+def test_batches_sent_at_once_append_once_each_and_a_refused_one_leaves_the_others(served):
+    """Batches in flight together are recorded in groups (one writer a server process): concurrent distinct
+    batches, four copies of one key racing each other, and a batch refused among them."""
+    with served.client(tokens(served)["decide"]) as decider:
+        assert decider.post("/api/artifacts", json={"artifact": "wan-grouped", "workload": "wan-t2v",
+                                                    "kind": "step_cache", "payload_sha256": "c" * 64}).status_code == 200
+    with served.client(tokens(served)["ingest"]) as worker:
+        session = worker.post("/api/artifacts/wan-grouped/sessions", json={"device": "d", "timer": "t"}).json()["session"]
+    at_gate = {"baseline": [1.2, 1.2], "candidate": [1.0, 1.0]}  # decides nothing: every batch is taken
+    sends = ([(session, f"d{i}") for i in range(8)] + [(session, "race")] * 4 + [("bs-unknown", "r")])
+    start = threading.Barrier(len(sends))
+
+    def send(where):
+        # The worker's own client: a 409 with Retry-After (the other server process's group moved the stream
+        # first) is sent again under the same key.
+        with RegistryClient(served.base, tokens(served)["ingest"]) as client:
+            start.wait()
+            try:
+                return client.record_batch("wan-grouped", where[0], where[1], **at_gate)["appended"]
+            except ServerRefused as refused:
+                return str(refused)
+
+    with ThreadPoolExecutor(len(sends)) as pool:
+        answers = list(pool.map(send, sends))
+    assert answers[:8] == [True] * 8 and sorted(answers[8:12]) == [False, False, False, True], answers
+    assert "(400): session bs-unknown is not open" in answers[12]
+    with served.client(tokens(served)["read"]) as reader:
+        identity = reader.get("/api/artifacts/wan-grouped").json()["identity"]
+        events = reader.get(f"/api/history/bench:{identity}?limit=1000").json()["events"]
+        assert reader.get("/api/artifacts/wan-grouped/bench").json()["pairs"] == 18
+        assert reader.get("/api/verify").json()["intact"]
+    batches = sorted(e["payload"]["batch"] for e in events if e["type"] == "BenchmarkPairsRecorded")
+    assert batches == sorted([f"d{i}" for i in range(8)] + ["race"])
 
 
 def test_a_token_revoked_on_the_command_line_is_refused_on_the_next_request(served):

@@ -22,6 +22,8 @@ their own streams; each append still reads the shared record first.)
 from __future__ import annotations
 
 import math
+import os
+import threading
 import uuid
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -126,12 +128,22 @@ def _target(registry: Registry, artifact: str, authorize: Callable[[str], None] 
 
     found = registry.reads.bench_subject(artifact)
     subject = subject_of(artifact, found.artifact)
-    workload = subject.registration["workload"]
     if authorize is not None:
-        authorize(workload)
+        authorize(subject.registration["workload"])
+    return _benchmarked(subject, found)
+
+
+def _benchmarked(subject, found, speeds: dict[tuple[str, int], Any] | None = None) -> _Target:
+    """The target of a subject whose rows were read (`Projections.bench_subject`): its workload must be declared
+    with a confident speed block. `speeds` keeps the block of each workload's contract version parsed."""
+    workload = subject.registration["workload"]
     if found.workload is None:
         raise UserError(f"unknown workload {workload!r} (declare it with `registry workload declare`)")
-    return _Target(subject, _confident_speed(workload, found.workload), found)
+    speeds = {} if speeds is None else speeds
+    declared = (workload, len(found.workload["versions"]))  # a contract declared between two reads is another
+    if declared not in speeds:
+        speeds[declared] = _confident_speed(workload, found.workload)
+    return _Target(subject, speeds[declared], found)
 
 
 @text_arguments
@@ -166,10 +178,29 @@ def open_session(registry: Registry, artifact: str, device: str, timer: str,
     return session, _record(_with_appended(target, payload, positions[0]))
 
 
+@dataclass(frozen=True)
+class Pairs:
+    """One batch of pairs to record, its arguments checked (`pairs`): an item of `record_pair_group`."""
+
+    registry: Registry
+    artifact: str
+    session: str
+    baseline: list[float]
+    candidate: list[float]
+    batch: str
+    authorize: Callable[[str], None] | None = None
+
+
 @text_arguments
+def pairs(registry: Registry, artifact: str, session: str, baseline: list[float], candidate: list[float],
+          batch: str, *, authorize: Callable[[str], None] | None = None) -> Pairs:
+    """A batch for `record_pair_group`, its text arguments checked and its names normalised."""
+    return Pairs(registry, artifact, session, baseline, candidate, batch, authorize)
+
+
 def record_pairs(registry: Registry, artifact: str, session: str, baseline: list[float], candidate: list[float],
                  batch: str, *, authorize: Callable[[str], None] | None = None) -> tuple[bool, BenchRecord]:
-    """Append one batch of pairs to an open session of the artifact's current identity.
+    """Append one batch of pairs to an open session of the artifact's current identity (a group of one).
 
     Returns (appended, record): the record as read before the append with
     this batch folded in. A batch key already recorded with the same pairs
@@ -182,33 +213,164 @@ def record_pairs(registry: Registry, artifact: str, session: str, baseline: list
     check. One catch-up and one snapshot of four rows are read
     (`Projections.bench_subject`), then one append.
     """
-    from registry.events.store import NewEvent
+    outcome, = record_pair_group([pairs(registry, artifact, session, baseline, candidate, batch,
+                                        authorize=authorize)])
+    if isinstance(outcome, Exception):
+        raise outcome
+    return outcome
+
+
+# What `record_pair_group` answers a batch: (appended, record) as `record_pairs` returns them, the exception
+# `record_pairs` would raise, or None for a batch left to the next group.
+Recorded = tuple[bool, BenchRecord] | Exception | None
+
+
+def record_pair_group(group: list[Pairs]) -> list[Recorded]:
+    """Record several batches, in order, as `record_pairs` records each: one catch-up, one snapshot of the
+    artifacts' rows, one append transaction for all (group commit).
+
+    Each batch is checked against its artifact's rows with the group's
+    earlier batches of that artifact folded in, so a retry of a batch earlier
+    in the group is answered as a retry, and one that would pass max_pairs
+    after them is refused. A batch refused is that batch's answer only. A
+    batch whose bench stream or speed record an earlier batch of another
+    artifact in the group has touched (two artifacts of the same bytes share
+    one record) is left to the next group (None), so that every check reads
+    rows the group itself keeps current. The append names each stream's
+    version as the group read it (`EventStore.append_group`): a batch whose
+    stream moved meanwhile is refused (ConcurrencyError), with its stream's
+    later batches of the group. The records answered are folded at positions
+    following the rows read, in order; a record's reading depends only on
+    the order of its pairs and on the contract versions declared before them,
+    which the rows read hold, so it is the same at the positions the append
+    gives.
+    """
+    from registry.events.store import Append, NewEvent
     from registry.events.types import BenchmarkPairsRecorded
 
-    target = _target(registry, artifact, authorize)
-    check_name(batch, "batch key")
-    check_name(session, "session")
-    _check_times(baseline, candidate)
-    subject = target.subject
-    record = _record(target)
-    key = f"bench:{subject.identity}:{session}:{batch}"
-    if session not in {s.session for s in record.sessions if s.identity == subject.identity}:
+    from .evidence import subject_of
+
+    outcomes: list[Recorded] = [None] * len(group)
+    read: dict[str, Any] = {}  # artifact -> its rows (`Projections.bench_subjects`), read once a group
+    speeds: dict[tuple[str, int], Any] = {}  # (workload, contract versions) -> its speed block, parsed once a group
+    current: dict[str, tuple[_Target, BenchRecord]] = {}  # artifact -> its target and record after the group's batches
+    owner: dict[str, str] = {}  # a bench stream or speed record -> the artifact whose batch in the group touched it
+    appends: list[Append] = []
+    answers: list[tuple[int, BenchRecord]] = []
+    position = 0  # the last position folded into any answer
+    try:
+        read.update(group[0].registry.reads.bench_subjects([request.artifact for request in group]))
+    except Exception:  # a damaged row among them: each batch reads its own rows below, and hears its own refusal
+        pass
+    for index, request in enumerate(group):
+        try:
+            artifact = request.artifact
+            if artifact not in read:
+                read[artifact] = request.registry.reads.bench_subject(artifact)
+            found = read[artifact]
+            subject = subject_of(artifact, found.artifact)
+            if request.authorize is not None:
+                request.authorize(subject.registration["workload"])
+            if artifact not in current:
+                target = _benchmarked(subject, found, speeds)
+                current[artifact] = target, _record(target)
+            target, record = current[artifact]
+            check_name(request.batch, "batch key")
+            check_name(request.session, "session")
+            _check_times(request.baseline, request.candidate)
+            stream = record_stream(subject.identity)
+            fed = [name for name in (stream, (target.rows.stream or {}).get("record")) if name is not None]
+            if any(owner.get(name, artifact) != artifact for name in fed):
+                continue
+            appended, record = _checked_batch(request, target, record)
+            payload = BenchmarkPairsRecorded(session=request.session, artifact=artifact, identity=subject.identity,
+                                             batch=request.batch, baseline_s=[float(t) for t in request.baseline],
+                                             candidate_s=[float(t) for t in request.candidate])
+            # A retry names no version: its key answers it, or it is refused alone (other pairs under the key, or a
+            # first copy earlier in the group refused, with its stream's later batches).
+            appends.append(Append(stream, [NewEvent(payload.type, payload)], request.registry.actor,
+                                  record.version if appended else None,
+                                  f"bench:{subject.identity}:{request.session}:{request.batch}"))
+            if appended:
+                position = max(position, target.position) + 1
+                target = _with_appended(target, payload, position)
+                record = _record(target)
+                current[artifact] = target, record
+                owner.update(dict.fromkeys(fed, artifact))
+            answers.append((index, record))
+        except Exception as exc:  # the batch's own answer: a refusal, or a defect reported for it alone
+            outcomes[index] = exc
+    try:
+        placed = group[0].registry.store.append_group(appends) if appends else []
+    except Exception as exc:  # the database failed: every batch that was to be appended hears it
+        placed = [exc] * len(appends)
+    for (index, record), outcome in zip(answers, placed):
+        # Appended or not as the store says: a new batch that another process's append of the same key
+        # reached first is not appended again.
+        outcomes[index] = outcome if isinstance(outcome, Exception) else (outcome.new, record)
+    return outcomes
+
+
+class PairWriter:
+    """Group commit for the pair batches of one process (the server's requests).
+
+    `submit` hands a batch over and returns at once; one writer thread takes
+    every batch waiting at that moment, records them as one group
+    (`record_pair_group`) and hands each batch's outcome to its `answer`
+    (from the writer thread); a batch the group left over waits at the head
+    of the next one. The writer thread starts with the first batch of each
+    process (a forked server worker starts its own) and holds the process's
+    one append connection for pair batches.
+    """
+
+    def __init__(self) -> None:
+        self._ready = threading.Condition()
+        self._waiting: list[tuple[Pairs, Callable[[Recorded], None]]] = []
+        self._pid: int | None = None
+
+    def submit(self, batch: Pairs, answer: Callable[[Recorded], None]) -> None:
+        """Record `batch` in the next group; `answer` gets what `record_pair_group` answered it (never None)."""
+        with self._ready:
+            if self._pid != os.getpid():
+                self._pid = os.getpid()
+                threading.Thread(target=self._write, name="pair-writer", daemon=True).start()
+            self._waiting.append((batch, answer))
+            self._ready.notify()
+
+    def _write(self) -> None:
+        while True:
+            with self._ready:
+                while not self._waiting:
+                    self._ready.wait()
+                group, self._waiting = self._waiting, []
+            try:
+                outcomes = record_pair_group([batch for batch, _ in group])
+            except Exception as exc:  # nothing of the group's is answered otherwise: each batch hears it
+                outcomes = [exc] * len(group)
+            left = [waiting for waiting, outcome in zip(group, outcomes) if outcome is None]
+            if left:
+                with self._ready:
+                    self._waiting[:0] = left
+            for (_, answer), outcome in zip(group, outcomes):
+                if outcome is not None:
+                    answer(outcome)
+
+
+def _checked_batch(request: Pairs, target: _Target, record: BenchRecord) -> tuple[bool, BenchRecord]:
+    """Whether the batch is new to the record (else a retry, answered by the record as it stands), after
+    `record_pairs`'s checks of the session, the record's state and max_pairs."""
+    artifact, session = request.artifact, request.session
+    if session not in {s.session for s in record.sessions if s.identity == target.subject.identity}:
         raise UserError(f"session {session} is not open for the current identity of {artifact} "
-                         "(unknown, or opened for another identity); nothing recorded")
-    payload = BenchmarkPairsRecorded(session=session, artifact=artifact, identity=subject.identity, batch=batch,
-                                     baseline_s=[float(t) for t in baseline], candidate_s=[float(t) for t in candidate])
-    if f"{session}:{batch}" in record.batch_ids:  # a retry: the store appends it once, or refuses other pairs
-        positions = registry.store.append(record_stream(subject.identity), [NewEvent(payload.type, payload)],
-                                          idempotency_key=key, actor=registry.actor)
-        return positions[0] > target.position, record
+                        "(unknown, or opened for another identity); nothing recorded")
+    if f"{session}:{request.batch}" in record.batch_ids:  # a retry: the store appends it once, or refuses other pairs
+        return False, record
     if record.closed:
         raise UserError(f"the benchmark record of {artifact} is closed ({_closed_text(record)}); nothing recorded")
-    if len(record.ratios) + len(baseline) > record.max_pairs:
-        raise UserError(f"{len(baseline)} pairs would take the record of {artifact} past speed.max_pairs "
-                         f"{record.max_pairs} ({len(record.ratios)} recorded); nothing recorded")
-    positions = registry.store.append(record_stream(subject.identity), [NewEvent(payload.type, payload)],
-                                      expected_version=record.version, idempotency_key=key, actor=registry.actor)
-    return True, _record(_with_appended(target, payload, positions[0]))
+    if len(record.ratios) + len(request.baseline) > record.max_pairs:
+        raise UserError(f"{len(request.baseline)} pairs would take the record of {artifact} past speed.max_pairs "
+                        f"{record.max_pairs} ({len(record.ratios)} recorded); nothing recorded")
+    return True, record
 
 
 def _with_appended(target: _Target, payload, position: int) -> _Target:

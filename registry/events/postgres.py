@@ -16,17 +16,20 @@ from registry.formats.errors import first_line
 
 from .chain import timestamp_text
 from .errors import StoreError
-from .recorder import AppendBatch, BeforeCommit, LogRow, Recorder, Writer
+from .recorder import AppendBatch, BeforeCommit, LogRow, Placed, Recorder, Writer, place_group
 
 # Any 64-bit constant identifies the append lock among Postgres advisory locks.
 APPEND_LOCK_KEY = 0x7265676973747279  # "registry"
 
 _LOCK = "SELECT pg_advisory_xact_lock(%s)"
-_IDEMPOTENCY = "SELECT digest, first_position, count FROM idempotency_keys WHERE key = %s"
-# The stream's version and the head's position and hash, in one row even for an empty log, with the
-# append's time from the server's clock, taken after the lock was granted and never earlier than the head's.
+# Where each keyed batch of an append landed before, if it did: one statement for all their keys.
+_EARLIER = "SELECT key, digest, first_position, count FROM idempotency_keys WHERE key = ANY(%s::varchar[])"
+# Each stream's version (in the order asked, NULL for a new stream) and the head's position and hash, in one row
+# even for an empty log, with the append's time from the server's clock, taken after the lock was granted and
+# never earlier than the head's.
 _STATE = (
-    "SELECT (SELECT max(version) FROM events WHERE stream = %s), head.position, head.hash,"
+    "SELECT (SELECT array_agg((SELECT max(version) FROM events WHERE events.stream = asked.stream) ORDER BY asked.n)"
+    " FROM unnest(%s::varchar[]) WITH ORDINALITY AS asked(stream, n)), head.position, head.hash,"
     " GREATEST(clock_timestamp(), head.recorded_at)"
     " FROM (SELECT 1) AS one LEFT JOIN (SELECT position, hash, recorded_at FROM events"
     " ORDER BY position DESC LIMIT 1) AS head ON true"
@@ -83,7 +86,7 @@ class PostgresRecorder(Recorder):
         # trips. The engine restores this too.
         connection.autocommit = True
 
-    def _insert(self, batch: AppendBatch, before_commit: BeforeCommit) -> list[int]:
+    def _insert(self, batches: list[AppendBatch], before_commit: BeforeCommit) -> list[Placed]:
         """Two round trips, each one pipeline: begin, lock and read; then the rows and the commit.
 
         A kept connection that the server dropped since its last append fails
@@ -91,28 +94,33 @@ class PostgresRecorder(Recorder):
         """
         writer = self.writer()
         try:
-            earlier, state = self._lock_and_read(writer, batch)
+            earlier, state = self._lock_and_read(writer, batches)
         except self.database_errors:
             if not (writer.served and writer.connection.broken):
                 raise
             self.drop_writer(failed=True)
             writer = self.writer()
-            earlier, state = self._lock_and_read(writer, batch)
+            earlier, state = self._lock_and_read(writer, batches)
         connection, cursor = writer.connection, writer.cursor
         try:
-            if earlier is not None:
+            versions, position, prev_hash, now = state
+            outcomes, placed = place_group(batches, earlier, dict(zip((batch.stream for batch in batches), versions)),
+                                           (position, prev_hash), timestamp_text(now), now)
+            if not placed:
                 connection.rollback()
-                return earlier
-            current, position, prev_hash, now = state
-            chained = batch.chained(current, position, prev_hash, timestamp_text(now), now)
+                return outcomes
             before_commit()
+            remembered = [batch.remembered(chained) for batch, chained in placed if batch.idempotency_key is not None]
             with connection.pipeline():
-                if len(chained.positions) == 1:
-                    cursor.execute(_INSERT, chained.rows()[0])
+                if len(placed) == 1 and len(placed[0][1].positions) == 1:
+                    cursor.execute(_INSERT, placed[0][1].rows()[0])
                 else:
-                    cursor.execute(_INSERT_ARRAYS, chained.columns())
-                if batch.idempotency_key is not None:
-                    cursor.execute(_REMEMBER, batch.remembered(chained))
+                    cursor.execute(_INSERT_ARRAYS, [sum(column, []) for column in
+                                                    zip(*(chained.columns() for _, chained in placed))])
+                if len(remembered) == 1:
+                    cursor.execute(_REMEMBER, remembered[0])
+                elif remembered:
+                    cursor.executemany(_REMEMBER, remembered)
                 cursor.execute("COMMIT")
         except self.database_errors as exc:
             if not connection.broken:
@@ -120,8 +128,9 @@ class PostgresRecorder(Recorder):
                 raise
             # The COMMIT may have reached the server before the connection went: never say "nothing written".
             self.drop_writer(failed=True)
+            streams = ", ".join(dict.fromkeys(batch.stream for batch in batches))
             raise StoreError(
-                f"append to {batch.stream}: the connection was lost while committing, so the batch may or may not "
+                f"append to {streams}: the connection was lost while committing, so the batch may or may not "
                 f"be in the log; resend it with the same idempotency key ({first_line(exc)})"
             ) from None
         except BaseException:
@@ -129,22 +138,23 @@ class PostgresRecorder(Recorder):
                 connection.rollback()
             raise
         writer.served = True
-        return list(chained.positions)
+        return outcomes
 
     @staticmethod
-    def _lock_and_read(writer: Writer, batch: AppendBatch) -> tuple[list[int] | None, tuple]:
-        """Begin, take the append lock, and read where a keyed batch landed before and the log's state."""
+    def _lock_and_read(writer: Writer, batches: list[AppendBatch]) -> tuple[dict[str, tuple], tuple]:
+        """Begin, take the append lock, and read where keyed batches landed before and the log's state."""
         connection, cursor = writer.connection, writer.cursor
         lookup, state = connection.cursor(), connection.cursor()
+        keys = [batch.idempotency_key for batch in batches if batch.idempotency_key is not None]
         try:
             with connection.pipeline():
                 cursor.execute("BEGIN")
                 cursor.execute(_LOCK, (APPEND_LOCK_KEY,))
-                if batch.idempotency_key is not None:
-                    lookup.execute(_IDEMPOTENCY, (batch.idempotency_key,))
-                state.execute(_STATE, (batch.stream,))
-            found = lookup.fetchone() if batch.idempotency_key is not None else None
-            return batch.earlier_positions(found), state.fetchone()
+                if keys:
+                    lookup.execute(_EARLIER, (keys,))
+                state.execute(_STATE, ([batch.stream for batch in batches],))
+            earlier = {key: found for key, *found in lookup.fetchall()} if keys else {}
+            return earlier, state.fetchone()
         except BaseException:
             if not connection.broken:
                 connection.rollback()

@@ -24,7 +24,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from functools import cache
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from sqlalchemy import Connection, Engine, bindparam, select
 from sqlalchemy.exc import DBAPIError
@@ -191,6 +191,60 @@ class ChainedBatch:
         return list(zip(*self.columns()))
 
 
+class Appended(NamedTuple):
+    """Where one batch of a group append is in the log: its positions, and whether this append wrote them (False:
+    its key answered it with where the same batch landed before)."""
+
+    positions: list[int]
+    new: bool
+
+
+# What one batch of a group append came to.
+Placed = Appended | StoreError
+
+
+def place_group(batches: list[AppendBatch], earlier: dict[str, tuple], versions: dict[str, int | None],
+                head: tuple[int | None, str | None], recorded: str,
+                stamp: Any) -> tuple[list[Placed], list[tuple[AppendBatch, ChainedBatch]]]:
+    """Place `batches` in order after the log's `head` (position, hash), under the writer lock.
+
+    `earlier` maps each key found in the log to its (digest, first position,
+    count) and `versions` each stream to its version, as read under the lock;
+    both are updated as batches are placed, so a key given twice in one group
+    lands once (the second copy answers the first's positions) and each
+    batch's expected version is checked against the batches before it. A
+    batch refused (ConcurrencyError, IdempotencyConflict) is left out; when it
+    named an expected version, so is every later batch of its stream that its
+    key does not answer (ConcurrencyError): they were checked against it. Returns each batch's outcome, and the batches to
+    insert with their chained form, in order.
+    """
+    position, prev_hash = head
+    outcomes: list[Placed] = []
+    placed: list[tuple[AppendBatch, ChainedBatch]] = []
+    refused: set[str] = set()
+    for batch in batches:
+        try:
+            landed = batch.earlier_positions(earlier.get(batch.idempotency_key)) if batch.idempotency_key else None
+            if landed is not None:
+                outcomes.append(Appended(landed, False))
+                continue
+            if batch.stream in refused:
+                raise ConcurrencyError(f"stream {batch.stream}: an earlier batch of this append was refused")
+            chained = batch.chained(versions.get(batch.stream), position, prev_hash, recorded, stamp)
+        except (ConcurrencyError, IdempotencyConflict) as exc:
+            if batch.expected_version is not None:
+                refused.add(batch.stream)
+            outcomes.append(exc)
+            continue
+        position, prev_hash = chained.positions[-1], chained.hashes[-1]
+        versions[batch.stream] = chained.versions[-1]
+        if batch.idempotency_key is not None:
+            earlier[batch.idempotency_key] = (batch.digest, chained.positions[0], len(chained.positions))
+        outcomes.append(Appended(list(chained.positions), True))
+        placed.append((batch, chained))
+    return outcomes, placed
+
+
 @dataclass
 class Writer:
     """A thread's append connection: the pool's checkout, its driver connection and a cursor."""
@@ -228,13 +282,14 @@ class Recorder(ABC):
         """The base of all the driver's errors."""
 
     @abstractmethod
-    def _insert(self, batch: AppendBatch, before_commit: BeforeCommit) -> list[int]:
-        """Append `batch` in one transaction under the log's writer lock and return its positions.
+    def _insert(self, batches: list[AppendBatch], before_commit: BeforeCommit) -> list[Placed]:
+        """Append `batches` in one transaction under the log's writer lock; each one's positions or refusal.
 
-        Holding the lock: return the earlier positions of a keyed batch seen
-        before; read the stream's version and the head; stamp the time (never
-        earlier than the head's); insert the chained rows and remember the
-        key; call `before_commit`; commit.
+        Holding the lock: read where each keyed batch landed before, each
+        stream's version and the head; stamp the time (never earlier than the
+        head's); place the batches in order (`place_group`); insert the rows
+        of those placed and remember their keys; call `before_commit`;
+        commit (or roll back when none was placed).
         """
 
     @abstractmethod
@@ -255,16 +310,18 @@ class Recorder(ABC):
 
     # -- writing -------------------------------------------------------------
 
-    def insert(self, batch: AppendBatch, before_commit: BeforeCommit) -> list[int]:
-        """Append `batch`; a unique-index violation is a ConcurrencyError, any other driver error a StoreError."""
+    def insert(self, batches: list[AppendBatch], before_commit: BeforeCommit) -> list[Placed]:
+        """Append `batches` in one transaction (`_insert`); a unique-index violation is a ConcurrencyError, any
+        other driver error a StoreError, for all of them (nothing written)."""
+        streams = ", ".join(dict.fromkeys(batch.stream for batch in batches))
         try:
-            return self._insert(batch, before_commit)
+            return self._insert(batches, before_commit)
         except self.integrity_errors as exc:
-            raise ConcurrencyError(f"append to {batch.stream} conflicted with another writer: {exc}") from None
+            raise ConcurrencyError(f"append to {streams} conflicted with another writer: {exc}") from None
         except self.database_errors as exc:
             # A refused privilege, a lock timeout, a lost connection: the batch rolled back.
             self.drop_writer(failed=True)
-            raise StoreError(f"append to {batch.stream} failed, nothing written: {first_line(exc)}") from None
+            raise StoreError(f"append to {streams} failed, nothing written: {first_line(exc)}") from None
 
     def writer(self) -> Writer:
         """This thread's append connection, checked out of the engine's pool once and kept.

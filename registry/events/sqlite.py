@@ -16,15 +16,12 @@ import json
 
 from .chain import timestamp_text
 from .errors import StoreError
-from .recorder import AppendBatch, BeforeCommit, LogRow, Recorder
+from .recorder import AppendBatch, BeforeCommit, ChainedBatch, LogRow, Placed, Recorder, place_group
 
 _IDEMPOTENCY = "SELECT digest, first_position, count FROM idempotency_keys WHERE key = ?"
-# The stream's version, and the head's position, hash and time. The head is read
-# as one row (a primary-key descent); an empty log gives no row.
-_STATE = (
-    "SELECT (SELECT max(version) FROM events WHERE stream = ?), position, hash, recorded_at"
-    " FROM events ORDER BY position DESC LIMIT 1"
-)
+_VERSION = "SELECT max(version) FROM events WHERE stream = ?"
+# The head's position, hash and time, read as one row (a primary-key descent); an empty log gives no row.
+_HEAD = "SELECT position, hash, recorded_at FROM events ORDER BY position DESC LIMIT 1"
 _COLUMNS = ("INSERT INTO events (position, event_id, stream, version, type, schema_version, payload, recorded_at,"
             " actor, idempotency_key, prev_hash, hash) VALUES ")
 # A batch is inserted as multi-row INSERTs of up to this many rows. SQLite copies every value it binds, so
@@ -77,39 +74,48 @@ class SqliteRecorder(Recorder):
         cursor.execute(_LOG_AT, (json.dumps(positions),))
         return cursor.fetchall()
 
-    def _insert(self, batch: AppendBatch, before_commit: BeforeCommit) -> list[int]:
+    def _insert(self, batches: list[AppendBatch], before_commit: BeforeCommit) -> list[Placed]:
         writer = self.writer()
         cursor = writer.cursor
         try:
             cursor.execute("BEGIN IMMEDIATE")
-            earlier = None
-            if batch.idempotency_key is not None:
-                cursor.execute(_IDEMPOTENCY, (batch.idempotency_key,))
-                earlier = batch.earlier_positions(cursor.fetchone())
-            if earlier is not None:
-                writer.connection.rollback()
-                return earlier
-            cursor.execute(_STATE, (batch.stream,))
-            current, position, prev_hash, previous_time = cursor.fetchone() or (None, None, None, None)
-            chained = batch.chained(current, position, prev_hash, *self._time(previous_time))
-            total, key = len(chained.positions), chained.idempotency_key
-            for start in range(0, total, _ROWS_PER_INSERT):
-                stop = min(start + _ROWS_PER_INSERT, total)
-                params = list(itertools.chain.from_iterable(zip(
-                    chained.event_ids[start:stop], chained.types[start:stop], chained.schema_versions[start:stop],
-                    chained.payloads[start:stop], chained.hashes[start:stop])))
-                params += (chained.positions[start], chained.versions[start], chained.prev_hashes[start],
-                           chained.stream, chained.recorded_at, chained.actor, key)
-                cursor.execute(_insert_rows(stop - start), params)
-                key = None  # the key is the batch's first row's only
-            if batch.idempotency_key is not None:
-                cursor.execute(_REMEMBER, batch.remembered(chained))
-            before_commit()
+            earlier = {}
+            for key in dict.fromkeys(batch.idempotency_key for batch in batches if batch.idempotency_key is not None):
+                found = cursor.execute(_IDEMPOTENCY, (key,)).fetchone()
+                if found is not None:
+                    earlier[key] = found
+            versions = {stream: cursor.execute(_VERSION, (stream,)).fetchone()[0]
+                        for stream in dict.fromkeys(batch.stream for batch in batches)}
+            position, prev_hash, previous_time = cursor.execute(_HEAD).fetchone() or (None, None, None)
+            outcomes, placed = place_group(batches, earlier, versions, (position, prev_hash),
+                                           *self._time(previous_time))
+            for batch, chained in placed:
+                self._insert_chained(cursor, chained)
+                if batch.idempotency_key is not None:
+                    cursor.execute(_REMEMBER, batch.remembered(chained))
+            if placed:
+                before_commit()
         except BaseException:
             writer.connection.rollback()
             raise
-        writer.connection.commit()
-        return list(chained.positions)
+        if placed:
+            writer.connection.commit()
+        else:
+            writer.connection.rollback()
+        return outcomes
+
+    @staticmethod
+    def _insert_chained(cursor: sqlite3.Cursor, chained: ChainedBatch) -> None:
+        total, key = len(chained.positions), chained.idempotency_key
+        for start in range(0, total, _ROWS_PER_INSERT):
+            stop = min(start + _ROWS_PER_INSERT, total)
+            params = list(itertools.chain.from_iterable(zip(
+                chained.event_ids[start:stop], chained.types[start:stop], chained.schema_versions[start:stop],
+                chained.payloads[start:stop], chained.hashes[start:stop])))
+            params += (chained.positions[start], chained.versions[start], chained.prev_hashes[start],
+                       chained.stream, chained.recorded_at, chained.actor, key)
+            cursor.execute(_insert_rows(stop - start), params)
+            key = None  # the key is the batch's first row's only
 
     def _time(self, previous: str | None) -> tuple[str, str]:
         """This append's time as chain text and as stored: the clock's, or the head's (`previous`) when later.

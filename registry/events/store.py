@@ -21,7 +21,7 @@ from .chain import ChainReport, walk_chain
 from .errors import PayloadError, StoreError
 from .ids import position_of_event_id, positional_event_id
 from .postgres import APPEND_LOCK_KEY
-from .recorder import AppendBatch, LogRow, Recorder, StoredEvent, payload_models
+from .recorder import Appended, AppendBatch, LogRow, Recorder, StoredEvent, payload_models
 from .schema import EVENTS
 
 if TYPE_CHECKING:
@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 
 # Names other modules import from here: the store is where callers look for them.
 __all__ = [
-    "APPEND_LOCK_KEY", "EVENTS", "EventStore", "LogRow", "NewEvent", "StoredEvent", "position_of_event_id",
+    "APPEND_LOCK_KEY", "EVENTS", "Append", "Appended", "EventStore", "LogRow", "NewEvent", "StoredEvent", "position_of_event_id",
     "positional_event_id", "system_clock",
 ]
 
@@ -40,6 +40,17 @@ class NewEvent:
 
     type: str
     payload: EventPayload | dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Append:
+    """One batch of a group append (`EventStore.append_group`): what `EventStore.append` takes."""
+
+    stream: str
+    events: Sequence[NewEvent]
+    actor: str
+    expected_version: int | None = None
+    idempotency_key: str | None = None
 
 
 def system_clock() -> datetime:
@@ -153,13 +164,42 @@ class EventStore:
         with the same content returns the original positions and writes
         nothing; with different content it raises IdempotencyConflict.
         """
-        if not events:
-            raise StoreError("append needs at least one event")
-        _check_names(stream, actor, idempotency_key)
-        prepared = _prepare_batch(events)
-        digest = _batch_digest(stream, prepared) if idempotency_key is not None else None
-        return self.recorder.insert(AppendBatch(stream, prepared, expected_version, idempotency_key, digest, actor),
-                                    self._before_commit)
+        placed, = self.append_group([Append(stream, events, actor, expected_version, idempotency_key)])
+        if isinstance(placed, StoreError):
+            raise placed
+        return placed.positions
+
+    def append_group(self, appends: Sequence[Append]) -> list[Appended | StoreError]:
+        """Append several batches, in order, in one transaction under one writer lock; each one's positions
+        (`Appended`: new, or where its key landed before) or the StoreError that refused it (nothing of it
+        written).
+
+        Each batch is what `append` takes and is decided as `append` would
+        decide it after the batches before it: a key given twice lands once,
+        an expected version counts the group's earlier batches of its stream,
+        and a batch refused (its names, its payloads, its version, its key)
+        leaves the others alone; but when it named an expected version, its
+        stream's later batches were written against it and are refused with it
+        (ConcurrencyError) unless their key answers them. A failure of the
+        database itself raises, for all of them.
+        """
+        outcomes: list[Appended | StoreError | None] = []
+        batches: list[AppendBatch] = []
+        for append in appends:
+            try:
+                if not append.events:
+                    raise StoreError("append needs at least one event")
+                _check_names(append.stream, append.actor, append.idempotency_key)
+                prepared = _prepare_batch(append.events)
+            except StoreError as exc:
+                outcomes.append(exc)
+                continue
+            digest = _batch_digest(append.stream, prepared) if append.idempotency_key is not None else None
+            batches.append(AppendBatch(append.stream, prepared, append.expected_version, append.idempotency_key,
+                                       digest, append.actor))
+            outcomes.append(None)
+        placed = iter(self.recorder.insert(batches, self._before_commit) if batches else ())
+        return [next(placed) if outcome is None else outcome for outcome in outcomes]
 
     def _before_commit(self) -> None:
         """Runs inside an append's transaction, lock held and positions assigned, just before the commit.

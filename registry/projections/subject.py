@@ -12,7 +12,7 @@ state names (items.py).
 from __future__ import annotations
 
 from functools import cache
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Sequence
 
 from sqlalchemy import Connection, bindparam, func, literal, select, union_all
 
@@ -45,12 +45,28 @@ def _row_asked(model: str):
 
 
 @cache
-def _rows_asked(asked: tuple[tuple[int, str], ...]):
-    """One statement reading a row of each (index, model) asked by the key bound as `key_<index>`, each row
-    led by its index (built once per combination)."""
+def _rows_in(models: tuple[str, ...]):
+    """One statement reading the rows of each model of `models` by the keys bound as `keys_<index>` (expanding),
+    each row led by its model's index (built once per combination)."""
     parts = [select(literal(index).label("asked"), *row_columns(model))
-             .where(MODELS[model][0].c[MODELS[model][1]] == bindparam(f"key_{index}")) for index, model in asked]
+             .where(MODELS[model][0].c[MODELS[model][1]].in_(bindparam(f"keys_{index}", expanding=True)))
+             for index, model in enumerate(models)]
     return union_all(*parts) if len(parts) > 1 else parts[0]
+
+
+def _stored_rows(conn: Connection, wanted: list[tuple[str, str]], checkpoint: int) -> list[Any]:
+    """The rows of (model, key) pairs of models whose rows have the same columns (`row_columns`), in one
+    statement, as `SubjectReads._stored_row` reads each (None for a subject that has none and never had)."""
+    if not wanted:
+        return []
+    models = tuple(dict.fromkeys(model for model, _ in wanted))
+    keys = {f"keys_{index}": sorted({key for asked, key in wanted if asked == model})
+            for index, model in enumerate(models)}
+    found = {(models[row[0]], row[1]): row[1:] for row in conn.execute(_rows_in(models), keys)}
+    for model, key in wanted:
+        if (model, key) not in found:
+            check_absent(conn, model, key, checkpoint)
+    return [found.get(pair) for pair in wanted]
 
 
 class BenchSubject(NamedTuple):
@@ -154,33 +170,51 @@ class SubjectReads(ReadModels):
         bench stream is. A connection that cannot catch the read models up
         folds each subject's own stream instead (slower, never stale).
         """
-        artifact_id = normalized_name(artifact_id)
+        return self.bench_subjects([artifact_id])[normalized_name(artifact_id)]
+
+    def bench_subjects(self, artifact_ids: Sequence[str]) -> dict[str, BenchSubject]:
+        """`bench_subject` of several artifacts (by NFC id) from one catch-up and one snapshot: the artifacts' rows
+        in one statement, then their workloads', bench streams' and speed records' in one more, all checked
+        together (a group of pair batches, app/bench.py)."""
+        ids = list(dict.fromkeys(normalized_name(artifact_id) for artifact_id in artifact_ids))
         as_of = self.position_to_fold(None)
         if as_of is not None:
-            artifact = self._folded("artifacts", ARTIFACT_PREFIX, artifact_id, as_of)
-            if artifact is None:
-                return BenchSubject(None, None, None, None, as_of)
-            payload = artifact["payload_sha256"]
-            return BenchSubject(artifact, self.workload(artifact["workload"], as_of),
-                                self.bench_stream(artifact["identity"]),
-                                None if payload is None else self.speed_record(artifact["workload"], payload, as_of),
-                                as_of)
+            return {artifact_id: self._folded_bench_subject(artifact_id, as_of) for artifact_id in ids}
         with reading(self.engine) as conn:
             position = self.served_position = read_checkpoint(conn) or 0
-            found = self._stored_row(conn, "artifacts", artifact_id, position)
-            if found is None:
-                return BenchSubject(None, None, None, None, position)
-            artifact = state_of("artifacts", found)  # its keys name the other rows; checked with them below
-            payload = artifact["payload_sha256"]
-            wanted = [("workloads", artifact["workload"]), ("bench_streams", artifact["identity"]),
-                      ("records", None if payload is None else record_key(artifact["workload"], payload))]
-            stored = list(zip((model for model, _ in wanted), self._stored_rows(conn, wanted, position)))
-            present = [("artifacts", found), *((model, row) for model, row in stored if row is not None)]
-            states = iter(checked_rows(conn, present, position)[1:])
-            workload, stream, record = (None if row is None else next(states) for _, row in stored)
-        if record is not None:
-            attach_documents(self.store, [record])
-        return BenchSubject(artifact, workload, stream, record, position)
+            stored = dict(zip(ids, _stored_rows(conn, [("artifacts", artifact_id) for artifact_id in ids], position)))
+            wanted: dict[str, tuple[tuple[str, str | None], ...]] = {}
+            for artifact_id, row in stored.items():
+                if row is not None:
+                    artifact = state_of("artifacts", row)  # its keys name the other rows; checked with them below
+                    payload = artifact["payload_sha256"]
+                    wanted[artifact_id] = (
+                        ("workloads", artifact["workload"]), ("bench_streams", artifact["identity"]),
+                        ("records", None if payload is None else record_key(artifact["workload"], payload)))
+            asked = list(dict.fromkeys(pair for pairs in wanted.values() for pair in pairs if pair[1] is not None))
+            rows = {**{("artifacts", artifact_id): row for artifact_id, row in stored.items()},
+                    **dict(zip(asked, _stored_rows(conn, asked, position)))}
+            present = [(pair, row) for pair, row in rows.items() if row is not None]
+            states = dict(zip((pair for pair, _ in present),
+                              checked_rows(conn, [(pair[0], row) for pair, row in present], position)))
+        records = [states[pair] for pairs in wanted.values() for pair in pairs[2:] if pair in states]
+        if records:
+            attach_documents(self.store, list({id(record): record for record in records}.values()))
+        return {artifact_id: BenchSubject(states.get(("artifacts", artifact_id)),
+                                          *(states.get(pair) for pair in wanted.get(artifact_id, ())),
+                                          position) if artifact_id in wanted
+                else BenchSubject(None, None, None, None, position) for artifact_id in ids}
+
+    def _folded_bench_subject(self, artifact_id: str, as_of: int) -> BenchSubject:
+        """`bench_subject` as of a position: each subject's own stream folded (a connection that may only read)."""
+        artifact = self._folded("artifacts", ARTIFACT_PREFIX, artifact_id, as_of)
+        if artifact is None:
+            return BenchSubject(None, None, None, None, as_of)
+        payload = artifact["payload_sha256"]
+        return BenchSubject(artifact, self.workload(artifact["workload"], as_of),
+                            self.bench_stream(artifact["identity"]),
+                            None if payload is None else self.speed_record(artifact["workload"], payload, as_of),
+                            as_of)
 
     def shown_artifact(self, artifact_id: str, latest: int,
                        as_of: int | None = None) -> tuple[ArtifactState | None, int]:
@@ -249,21 +283,6 @@ class SubjectReads(ReadModels):
             checkpoint = self.served_position = read_checkpoint(conn) or 0
         row = self._stored_row(conn, model, key, checkpoint)
         return None if row is None else checked_states(conn, model, [row], checkpoint)[0]
-
-    @staticmethod
-    def _stored_rows(conn: Connection, wanted: list[tuple[str, str | None]], checkpoint: int) -> list[Any]:
-        """The rows of (model, key) pairs of models whose rows have the same columns (`row_columns`), in one
-        statement, as `_stored_row` reads each (None for a key of None)."""
-        asked = [(index, model, key) for index, (model, key) in enumerate(wanted) if key is not None]
-        found: dict[int, Any] = {}
-        if asked:
-            statement = _rows_asked(tuple((index, model) for index, model, _ in asked))
-            for row in conn.execute(statement, {f"key_{index}": key for index, _, key in asked}):
-                found[row[0]] = row[1:]
-        for index, model, key in asked:
-            if index not in found:
-                check_absent(conn, model, key, checkpoint)
-        return [found.get(index) for index in range(len(wanted))]
 
     @staticmethod
     def _stored_row(conn: Connection, model: str, key: str, checkpoint: int) -> Any:

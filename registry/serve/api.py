@@ -18,6 +18,7 @@ names a crash id, with the traceback in the server's log only.
 """
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import uuid
@@ -31,6 +32,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from registry.app import Registry
+from registry.app.bench import PairWriter, pairs
 from registry.app.tokens import Grant, KnownTokens, NotPermitted, TokenRefused, authenticate
 from registry.events.errors import ConcurrencyError, IdempotencyConflict, StoreError
 from registry.formats.errors import UserError, first_line
@@ -103,6 +105,9 @@ def create_app(config: ServerConfig) -> FastAPI:
                              "crash_id": crash}, status_code=500)
 
     known = KnownTokens()
+    # Pair batches are recorded in groups by one writer thread (group commit, app/bench.py); their route waits
+    # for its answer without holding a request thread, so every batch in flight can join the next group.
+    pair_writer = PairWriter()
 
     def token(credentials: HTTPAuthorizationCredentials | None = Depends(_bearer)) -> Grant:
         return authenticate(base, None if credentials is None else credentials.credentials, known=known)
@@ -237,12 +242,18 @@ def create_app(config: ServerConfig) -> FastAPI:
         return {"session": name, "artifact": artifact, **record.to_dict()}
 
     @app.post("/api/artifacts/{artifact}/sessions/{session}/batches", tags=["ingest"])
-    def record_batch(artifact: str, session: str, body: PairBatch, grant: Grant = Depends(scoped("ingest"))) -> dict:
+    async def record_batch(artifact: str, session: str, body: PairBatch,
+                           grant: Grant = Depends(scoped("ingest"))) -> dict:
         """Append one batch of pairs (`registry bench record`); the same batch key again appends nothing."""
-        from registry.app.bench import record_pairs
-
-        appended, record = record_pairs(acting(grant), artifact, session, body.baseline_s, body.candidate_s,
-                                        body.batch, authorize=ingesting(grant))
+        loop = asyncio.get_running_loop()
+        answered: asyncio.Future = loop.create_future()
+        batch = pairs(acting(grant), artifact, session, body.baseline_s, body.candidate_s, body.batch,
+                      authorize=ingesting(grant))
+        pair_writer.submit(batch, lambda outcome: loop.call_soon_threadsafe(_settle, answered, outcome))
+        outcome = await answered
+        if isinstance(outcome, Exception):
+            raise outcome
+        appended, record = outcome
         return {"artifact": artifact, "session": session, "batch": body.batch, "appended": appended,
                 **record.to_dict()}
 
@@ -316,6 +327,12 @@ def create_app(config: ServerConfig) -> FastAPI:
                 "must_rejudge": [entry["artifact"] for entry in must_rejudge(registry, contract.workload)]}
 
     return app
+
+
+def _settle(answered: asyncio.Future, outcome: Any) -> None:
+    """Give a waiting request its outcome, unless it was cancelled meanwhile (its client went away)."""
+    if not answered.done():
+        answered.set_result(outcome)
 
 
 def _version() -> str:
