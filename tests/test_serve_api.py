@@ -314,3 +314,17 @@ def test_workers_answer_on_one_port_and_a_sigterm_stops_them_all(tmp_path):
         server.process.terminate()
         assert server.process.wait(timeout=20) == -signal.SIGTERM  # as one process ends (uvicorn re-raises it)
     assert not any(Path(f"/proc/{child}").exists() for child in children)
+
+
+def test_an_answer_for_a_request_whose_loop_has_closed_is_dropped():
+    """The pair writer hands every batch of its group its answer; one whose server loop has closed (the server
+    stopping) must not raise in the writer's thread, which would leave the group's other batches unanswered."""
+    import asyncio
+
+    from registry.serve.api import _deliver
+
+    loop = asyncio.new_event_loop()
+    answered = loop.create_future()
+    loop.close()
+    _deliver(loop, answered, (True, None))
+    assert not answered.done()

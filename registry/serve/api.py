@@ -249,7 +249,7 @@ def create_app(config: ServerConfig) -> FastAPI:
         answered: asyncio.Future = loop.create_future()
         batch = pairs(acting(grant), artifact, session, body.baseline_s, body.candidate_s, body.batch,
                       authorize=ingesting(grant))
-        pair_writer.submit(batch, lambda outcome: loop.call_soon_threadsafe(_settle, answered, outcome))
+        pair_writer.submit(batch, lambda outcome: _deliver(loop, answered, outcome))
         outcome = await answered
         if isinstance(outcome, Exception):
             raise outcome
@@ -327,6 +327,15 @@ def create_app(config: ServerConfig) -> FastAPI:
                 "must_rejudge": [entry["artifact"] for entry in must_rejudge(registry, contract.workload)]}
 
     return app
+
+
+def _deliver(loop: asyncio.AbstractEventLoop, answered: asyncio.Future, outcome: Any) -> None:
+    """From the pair writer's thread: hand `outcome` to the request waiting on `loop`. A loop already closed (the
+    server stopping) has no one waiting, and must not stop the writer, which answers the other batches too."""
+    try:
+        loop.call_soon_threadsafe(_settle, answered, outcome)
+    except RuntimeError:
+        pass
 
 
 def _settle(answered: asyncio.Future, outcome: Any) -> None:
