@@ -464,21 +464,30 @@ def test_a_catch_up_that_waited_its_turn_folds_what_was_appended_meanwhile(backe
     store = open_store(backend_url)
     store.append("frameset:a", [frameset("a", 0, "setup")], actor="t")
     reader = Projections(store)
-    asked = threading.Event()
-    where_we_stand = catchup._checkpoint_and_head
-
-    def noted(conn):
-        found = where_we_stand(conn)
-        asked.set()
-        return found
-
-    monkeypatch.setattr(catchup, "_checkpoint_and_head", noted)
     turn = catchup._folding(store.engine)
+    refused = threading.Event()
+
+    class NotingTurn:
+        """The process's folding lock, noting when a thread asks for it and finds it taken."""
+
+        def acquire(self, blocking: bool = True) -> bool:
+            got = turn.acquire(blocking)
+            if not got:
+                refused.set()
+            return got
+
+        def release(self) -> None:
+            turn.release()
+
+    monkeypatch.setattr(catchup, "_folding", lambda _engine: NotingTurn())
     served = []
     with turn:  # another thread of this process folding
         waiting = threading.Thread(target=lambda: served.append(reader.catch_up()))
         waiting.start()
-        assert asked.wait(HANG_GUARD_S)  # it has read the head (1) and now waits for its turn
+        # It has read the head (1) and found the turn taken: only now can an append fall in its wait (waiting
+        # for the head's read alone, the turn could come free before the thread asked for it, and it would
+        # rightly fold only to the head it read).
+        assert refused.wait(HANG_GUARD_S)
         later = store.append("frameset:a", [frameset("a", 1, "meanwhile")], actor="t")[0]
     waiting.join(HANG_GUARD_S)
     assert served == [later] == [store.head_position()]
