@@ -62,13 +62,15 @@ def test_a_foreign_database_is_not_initialised(backend_url):
 
 
 def test_rows_written_by_an_earlier_fold_are_folded_again_by_the_upgrade(backend_url):
-    """Revisions 0007 (rows without evidence items) and 0008 (speed records, each contract version's speed block)
-    change what a fresh fold writes; the upgrade empties the read models, the next read folds them again,
-    replay verification finds every row equal, and the answers are the same (items read from the log)."""
+    """Revisions 0007 (rows without evidence items), 0008 (speed records, each contract version's speed block)
+    and 0011 (monitors with their baseline-wait term and counts) change what a fresh fold writes; the upgrade
+    empties the read models, the next read folds them again, replay verification finds every row equal, and
+    the answers are the same (items read from the log; the monitor read as before the waits existed)."""
     from sqlalchemy import update
 
     from registry.events.store import EventStore
     from registry.projections import Projections, rebuild, verify_projections
+    from registry.projections.monitor_fold import monitor_summary
     from registry.projections.rows import artifact_row
     from registry.projections.schema import ARTIFACTS
     from test_projections import build_history
@@ -76,9 +78,25 @@ def test_rows_written_by_an_earlier_fold_are_folded_again_by_the_upgrade(backend
     engine = make_engine(backend_url)
     upgrade(engine)
     store = EventStore(engine)
-    build_history(store)
+    history = build_history(store)
+    history.add("cache_batch", "artifact:step-cache", "PairsRemeasured", {  # a batch from before the waits
+        "artifact": "step-cache", "identity": "1" * 64, "payload_sha256": None, "verdict_event_id": "v",
+        "batch": "b", "baseline_s": [2.0, 2.0], "candidate_s": [1.0, 1.0], "threshold": 1.1, "alpha": 0.001,
+        "reference": "gate", "contract_version": 1, "device": "d", "software": {"torch": "2.13.0"}})
     Projections(store).catch_up()
     answered = rebuild(store)
+    with engine.begin() as conn:  # the cache's monitor as the 0010 fold wrote it: no term, no counts
+        state = answered.artifacts["step-cache"]
+        old = {**state, "monitors": {key: {name: value for name, value in monitor.items()
+                                           if name not in ("baseline_wait_share", "left_out", "contended_batches")}
+                                     for key, monitor in state["monitors"].items()}}
+        conn.execute(update(ARTIFACTS).where(ARTIFACTS.c.artifact == "step-cache").values(artifact_row(old)))
+    assert verify_projections(store).differing_artifacts == ["step-cache"]
+    command.downgrade(alembic_config(backend_url), "0010")
+    upgrade(engine)
+    assert verify_projections(store).ok
+    summary = monitor_summary({**Projections(store).artifact("step-cache"), "identity": "1" * 64})
+    assert (summary["pairs"], summary["left_out"], summary["baseline_wait_share"]) == (2, 0, None)
     with engine.begin() as conn:  # the rows as the 0006 fold wrote them: each entry with its item
         for name, state in answered.artifacts.items():
             conn.execute(update(ARTIFACTS).where(ARTIFACTS.c.artifact == name).values(artifact_row(state)))
