@@ -7,6 +7,8 @@ from pathlib import Path
 import pytest
 
 from registry.app import open_registry
+from registry.app.monitor import record_remeasurement
+from registry.formats.errors import UserError
 from registry.projections import Projections
 from ship_helpers import MANIFEST, make_bundle, measure_and_promote, register
 
@@ -153,6 +155,11 @@ def test_the_harness_waits_leave_out_pairs_only_under_a_declared_share_and_a_con
         refused = promoted("monitor", "record", "quick", "--batch", "bad", "--baseline", "2.0,2.0", "--candidate",
                            "1.0,1.0", "--device", "d", *SOFTWARE, "--baseline-waited", bad)
         assert refused.exit_code in (1, 2), (bad, refused.output)
+    registry = open_registry(promoted.url)
+    for times, waits in (([2.0, 2.0], [10 ** 400, None]), ([10 ** 400, 2.0], None)):  # a job's JSON may hold such
+        with pytest.raises(UserError, match="nothing recorded"):  # one line, not an OverflowError retried
+            record_remeasurement(registry, "quick", times, [1.0, 1.0], batch="huge", device="d",
+                                 software={"torch": "2.13.0"}, baseline_waited=waits)
     assert open_registry(promoted.url).store.head_position() == head
 
 

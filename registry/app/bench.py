@@ -454,13 +454,24 @@ def _closed_text(record: BenchRecord) -> str:
     return f"held at speed.max_pairs {record.max_pairs}"
 
 
+def finite_number(value: Any) -> bool:
+    """Whether `value` is a number (not a bool) that a float holds finitely: an int past float's range is not
+    (a job's JSON or a caller of the app may carry one; math.isfinite would raise on it)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
+
+
 def _check_times(baseline: list[float], candidate: list[float]) -> None:
     if not baseline or len(baseline) != len(candidate):
         raise UserError(f"a batch needs as many candidate as baseline times, at least one each "
                          f"(got {len(baseline)} and {len(candidate)}); nothing recorded")
     for arm, times in (("baseline", baseline), ("candidate", candidate)):
         for i, value in enumerate(times):
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+            if not finite_number(value) or value <= 0:
                 raise UserError(f"{arm}[{i}]: {value!r} is not a positive finite time in seconds; nothing recorded")
     for i, (b, c) in enumerate(zip(baseline, candidate)):
         ratio = b / c

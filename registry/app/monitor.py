@@ -20,7 +20,6 @@ move the threshold under the detector's guarantee. See docs/monitor.md.
 """
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from registry.formats.errors import UserError
@@ -28,7 +27,7 @@ from registry.formats.monitor import START, DetectorState, flagged_pairs, read
 from registry.formats.names import artifact_stream, check_name
 from registry.projections.monitor_fold import current_monitor, monitor_summary
 
-from .bench import _check_times
+from .bench import _check_times, finite_number
 from .context import Registry
 
 MAX_TEXT = 200
@@ -125,8 +124,7 @@ def _check_waits(waited: list[float | None] | None, pairs: int) -> None:
     if not isinstance(waited, list) or len(waited) != pairs:
         raise UserError(f"baseline waits: expected one per pair ({pairs}); nothing recorded")
     for i, value in enumerate(waited):
-        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
-                                  or not math.isfinite(value) or value < 0):
+        if value is not None and (not finite_number(value) or value < 0):
             raise UserError(f"baseline wait[{i}]: {value!r} is not a finite number of seconds >= 0 (or "
                              "unreported); nothing recorded")
 
