@@ -117,7 +117,8 @@ def test_the_harness_waits_leave_out_pairs_only_under_a_declared_share_and_a_con
     """Waits recorded with each batch (2.0 s baseline runs; 0.5 s waited is a share of 0.25, 0.05 s one of 0.025).
 
     Without `baseline_wait_share` (the fixture's contract) nothing is left
-    out, exactly as before the term; with 0.05 declared, a pair whose
+    out, exactly as before the term, nor once the term is declared after the
+    monitor started (it is fixed then); with 0.05 declared, a pair whose
     baseline waited past it is not fed to the detector (so the alarm comes
     at the tenth kept pair), and a batch with more than half its pairs
     flagged is contended: those pairs count as below, however fast they read
@@ -127,6 +128,10 @@ def test_the_harness_waits_leave_out_pairs_only_under_a_declared_share_and_a_con
     assert out["monitor"]["pairs"] == 4 and out["monitor"]["left_out"] == 0
     assert out["monitor"]["baseline_wait_share"] is None
     assert "left out" not in promoted("monitor", "status", "fast").output
+    (promoted.tmp / "later.yaml").write_text(MONITORED.replace("margin: 0.0}", "margin: 0.0, baseline_wait_share: 0.05}"))
+    assert promoted("workload", "declare", str(promoted.tmp / "later.yaml")).exit_code == 0
+    out = remeasure(promoted, "fast", 0.99, "w1", pairs=4, waited="0.5,0.5,0.0,0.0")  # the term came after the data
+    assert (out["monitor"]["pairs"], out["monitor"]["left_out"], out["monitor"]["baseline_wait_share"]) == (8, 0, None)
     (promoted.tmp / "screened.yaml").write_text(
         MANIFEST.replace("workload: wan", "workload: wan-screened")
         + "monitor: {alpha: 0.001, reference: gate, margin: 0.0, baseline_wait_share: 0.05}\n")
