@@ -28,6 +28,11 @@ registry/formats/monitor.py, vectorised (tests/monitor_sim.py). Printed:
   is left out, through the registry's own functions (tests/monitor_sim.py
   `screened_alarm_times`); the limit counted in all pairs timed (the limit
   in kept pairs over the share kept, Wald's identity);
+- the run length of an artifact whose clean median sits at the threshold
+  when 10% or 20% of pairs are preempted (either arm, as below) and the
+  baseline-preempted ones are left out: the kept pairs keep the preempted
+  candidate runs, each below, so P(below) of a kept pair is 1/(2 - share),
+  past the 1/2 the guarantee needs (docs/monitor.md, "The guarantee");
 - the worst-case share alarmed within 200 pairs, and the share of fair-coin
   sign streams holding a run of 12 pairs below (the limit any sign detector
   meets if it alarms within 12 pairs of a total drop).
@@ -81,6 +86,14 @@ def main() -> None:
         never = float(np.mean(alarms == 0))
         rows.append((f"no change, P(below) = {p}", f"ARL >= {np.where(alarms > 0, alarms, args.arl_pairs).mean():.0f}",
                      f"never alarmed in {args.arl_pairs}: {never:.1%}", "", ""))
+    screened = np.random.default_rng(2027)  # its own draws: the rows after these read as they did before them
+    for share in (0.10, 0.20):  # a kept pair is clean (below half the time) or had its candidate preempted (below)
+        p = 1 / (2 - share)
+        alarms = run_lengths(screened, p, arl_streams, args.arl_pairs, args.alpha)
+        rows.append((f"no change, median at the threshold, {share:.0%} preempted pairs, baseline-preempted "
+                     f"pairs left out: P(below) of a kept pair 1/(2 - {share:g}) = {p:.3f}",
+                     f"ARL {np.where(alarms > 0, alarms, args.arl_pairs).mean():.0f}",
+                     f"never alarmed in {args.arl_pairs}: {np.mean(alarms == 0):.1%}", "", ""))
     early = run_lengths(rng, 0.5, args.streams, IN_CONTROL, args.alpha)
     rows.append((f"no change, P(below) = 0.5, first {IN_CONTROL} pairs", f"alarmed {np.mean(early > 0):.2%}", "", "", ""))
     flips = rng.random((args.streams, IN_CONTROL)) < 0.5
