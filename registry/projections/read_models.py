@@ -177,11 +177,11 @@ class MonitorState(TypedDict):
     `crossed_at` the pair at which it crossed 1/alpha (None while in
     control), with the log statistic and the count below the threshold there;
     `profiles` every device and software the counted pairs were timed on;
-    `left_out` the pairs not fed because the harness saw their baseline run
-    wait for a CPU past `baseline_wait_share` (None: the term was not
-    declared, nothing is left out), `contended_batches` the batches with
-    more such pairs than may be left out (registry/formats/monitor.py,
-    `batch_signs`).
+    `baseline_wait_share` the term fixed when the monitor started (None: not
+    declared, nothing is left out); `left_out` the pairs not fed because the
+    harness saw their baseline run wait for a CPU past it, `contended_batches`
+    the batches with more such pairs than may be left out
+    (registry/formats/monitor.py, `batch_signs`).
     """
 
     verdict_event_id: str
