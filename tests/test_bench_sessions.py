@@ -3,8 +3,11 @@ confident rule can, on real SQLite files and a real Postgres server; bad input r
 from __future__ import annotations
 
 import json
+import os
+import queue
 import shutil
 import sqlite3
+import threading
 from pathlib import Path
 
 import pytest
@@ -12,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from registry.app import open_registry
-from registry.app.bench import open_session, pairs, read_record, record_pair_group, record_pairs
+from registry.app.bench import PairWriter, open_session, pairs, read_record, record_pair_group, record_pairs
 from registry.events.errors import IdempotencyConflict
 from registry.formats.errors import UserError
 from registry.app.workloads import register_artifact
@@ -196,6 +199,45 @@ def test_the_python_api_decides_on_sqlite_and_postgres(backend_url, tmp_path):
     (twin_appended, twin_record), = record_pair_group([group[4]])
     assert twin_appended and len(twin_record.ratios) == 20 and twin_record.closed
     assert read_record(registry, "g").to_dict()["pairs"] == 20 and registry.store.verify().intact
+    # The server's pair writer answers every batch whatever its group raises (here one batch's own callback raising a
+    # BaseException), and goes on recording the batches after it.
+    writer, answers = PairWriter(), queue.Queue()
+    retry = pairs(registry, "k", session, [1.0, 1.0], [1.0, 1.0], "b0")  # answered from the record, nothing written
+
+    def stops(_workload):
+        raise SystemExit(3)
+
+    writer.submit(pairs(registry, "k", session, *at_gate, "x", authorize=stops), answers.put)
+    writer.submit(retry, answers.put)
+    stopped, answered = (answers.get(timeout=20) for _ in range(2))
+    assert isinstance(stopped, RuntimeError) and "stopped: SystemExit: 3" in str(stopped)
+    assert answered[0] is False and answered[1].result.decision == "rejected"
+    # A process forked while the writer's thread held its lock starts its own writer, which records the child's batch.
+    held, release = threading.Event(), threading.Event()
+
+    def hold():
+        with writer._ready:
+            held.set()
+            release.wait()
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    held.wait()
+    child = os.fork()
+    if child == 0:
+        done = queue.Queue()
+        sender = threading.Thread(target=lambda: writer.submit(
+            pairs(open_registry(backend_url, actor="forked"), "k", session, [1.0, 1.0], [1.0, 1.0], "b0"), done.put))
+        sender.start()
+        sender.join(20)
+        try:
+            os._exit(0 if done.get(timeout=20)[0] is False else 1)
+        except BaseException:
+            os._exit(2)
+    release.set()
+    holder.join()
+    assert os.waitstatus_to_exitcode(os.waitpid(child, 0)[1]) == 0
+    assert registry.store.verify().intact
 
 
 def test_the_worked_example_runs(tmp_path):

@@ -21,11 +21,14 @@ their own streams; each append still reads the shared record first.)
 """
 from __future__ import annotations
 
+import logging
 import math
 import os
 import threading
 import uuid
+import weakref
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Callable
 
 from registry.formats.errors import UserError
@@ -36,6 +39,8 @@ from registry.formats.text import check_line, text_arguments
 
 from .context import Registry
 from .record_summary import SHOWS, in_opened_order, stop_reason
+
+LOG = logging.getLogger("registry.app")
 
 # The event models (pydantic), the gate and the app's write paths load only
 # where they are used: `show` and `report` read records without them
@@ -319,21 +324,30 @@ class PairWriter:
     (`record_pair_group`) and hands each batch's outcome to its `answer`
     (from the writer thread); a batch the group left over waits at the head
     of the next one. The writer thread starts with the first batch of each
-    process (a forked server worker starts its own) and holds the process's
-    one append connection for pair batches.
+    process and holds the process's one append connection for pair batches.
+    A process forked from one whose writer had started starts its own, with
+    none of the parent's batches (the parent answers those). Whatever a
+    group raises, each of its batches is answered (`_each_answered`) and the
+    writer goes on.
     """
 
     def __init__(self) -> None:
+        self._started()
+        os.register_at_fork(after_in_child=partial(_forked, weakref.ref(self)))
+
+    def _started(self) -> None:
+        """No batch waiting and no writer thread yet (a new writer, or one in a forked child: the parent's thread
+        and the lock it may have held at the fork are not the child's)."""
         self._ready = threading.Condition()
         self._waiting: list[tuple[Pairs, Callable[[Recorded], None]]] = []
-        self._pid: int | None = None
+        self._thread: threading.Thread | None = None
 
     def submit(self, batch: Pairs, answer: Callable[[Recorded], None]) -> None:
         """Record `batch` in the next group; `answer` gets what `record_pair_group` answered it (never None)."""
         with self._ready:
-            if self._pid != os.getpid():
-                self._pid = os.getpid()
-                threading.Thread(target=self._write, name="pair-writer", daemon=True).start()
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._write, name="pair-writer", daemon=True)
+                self._thread.start()
             self._waiting.append((batch, answer))
             self._ready.notify()
 
@@ -343,17 +357,36 @@ class PairWriter:
                 while not self._waiting:
                     self._ready.wait()
                 group, self._waiting = self._waiting, []
-            try:
-                outcomes = record_pair_group([batch for batch, _ in group])
-            except Exception as exc:  # nothing of the group's is answered otherwise: each batch hears it
-                outcomes = [exc] * len(group)
+            outcomes = _each_answered([batch for batch, _ in group])
             left = [waiting for waiting, outcome in zip(group, outcomes) if outcome is None]
             if left:
                 with self._ready:
                     self._waiting[:0] = left
             for (_, answer), outcome in zip(group, outcomes):
                 if outcome is not None:
-                    answer(outcome)
+                    try:
+                        answer(outcome)
+                    except Exception:  # one request's delivery failing must not leave the others unanswered
+                        LOG.exception("a pair batch's answer could not be delivered")
+
+
+def _each_answered(group: list[Pairs]) -> list[Recorded]:
+    """`record_pair_group`, whatever it raises: a group that raised is recorded again batch by batch, so that only
+    the batch that raised hears it (a BaseException, such as one a batch's own callback raised, as a RuntimeError:
+    the writer thread must outlive it, or this group and every later batch of the process would go unanswered)."""
+    try:
+        return record_pair_group(group)
+    except BaseException as exc:
+        if len(group) > 1:
+            return [_each_answered([batch])[0] for batch in group]
+        return [exc if isinstance(exc, Exception) else
+                RuntimeError(f"recording a pair batch stopped: {type(exc).__name__}: {exc}")]
+
+
+def _forked(writer: Callable[[], PairWriter | None]) -> None:
+    """In a child process just forked: the writer of its parent, if still alive, starts afresh there."""
+    if (found := writer()) is not None:
+        found._started()
 
 
 def _checked_batch(request: Pairs, target: _Target, record: BenchRecord) -> tuple[bool, BenchRecord]:
