@@ -199,6 +199,16 @@ def test_the_python_api_decides_on_sqlite_and_postgres(backend_url, tmp_path):
     (twin_appended, twin_record), = record_pair_group([group[4]])
     assert twin_appended and len(twin_record.ratios) == 20 and twin_record.closed
     assert read_record(registry, "g").to_dict()["pairs"] == 20 and registry.store.verify().intact
+    # Batches of two registries in one group: each read from and appended to its own store.
+    other = open_registry(f"sqlite:///{tmp_path / 'other.db'}", actor="gpu-worker-2", create=True)
+    declare_workload(other, Contract.from_yaml(MANIFEST))
+    register_artifact(other, "k", workload="wan", kind="fused_kernel", payload=str(tmp_path / "g.bin"))
+    other_session = open_session(other, "k", "d", "t")[0]
+    heads = registry.store.head_position(), other.store.head_position()
+    there, here = record_pair_group([pairs(other, "k", other_session, *at_gate, "m"),
+                                     pairs(registry, "k", session, [1.0, 1.0], [1.0, 1.0], "b0")])
+    assert there[0] is True and here[0] is False and here[1].result.decision == "rejected"
+    assert (registry.store.head_position(), other.store.head_position()) == (heads[0], heads[1] + 1)
     # The server's pair writer answers every batch whatever its group raises (here one batch's own callback raising a
     # BaseException), and goes on recording the batches after it.
     writer, answers = PairWriter(), queue.Queue()

@@ -248,7 +248,8 @@ def record_pair_group(group: list[Pairs]) -> list[Recorded]:
     following the rows read, in order; a record's reading depends only on
     the order of its pairs and on the contract versions declared before them,
     which the rows read hold, so it is the same at the positions the append
-    gives.
+    gives. Batches of registries with different stores are recorded as one
+    group a store, each read from and appended to its own.
     """
     from registry.events.store import Append, NewEvent
     from registry.events.types import BenchmarkPairsRecorded
@@ -256,6 +257,13 @@ def record_pair_group(group: list[Pairs]) -> list[Recorded]:
     from .evidence import subject_of
 
     outcomes: list[Recorded] = [None] * len(group)
+    stores = list(dict.fromkeys(id(request.registry.store) for request in group))
+    if len(stores) > 1:
+        for store in stores:
+            indices = [index for index, request in enumerate(group) if id(request.registry.store) == store]
+            for index, outcome in zip(indices, record_pair_group([group[index] for index in indices])):
+                outcomes[index] = outcome
+        return outcomes
     read: dict[str, Any] = {}  # artifact -> its rows (`Projections.bench_subjects`), read once a group
     speeds: dict[tuple[str, int], Any] = {}  # (workload, contract versions) -> its speed block, parsed once a group
     current: dict[str, tuple[_Target, BenchRecord]] = {}  # artifact -> its target and record after the group's batches
