@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from registry.app import open_registry
 from registry.app.bench import PairWriter, open_session, pairs, read_record, record_pair_group, record_pairs
-from registry.events.errors import IdempotencyConflict
+from registry.events.errors import IdempotencyConflict, StoreError
 from registry.formats.errors import UserError
 from registry.app.workloads import register_artifact
 
@@ -209,6 +209,12 @@ def test_the_python_api_decides_on_sqlite_and_postgres(backend_url, tmp_path):
                                      pairs(registry, "k", session, [1.0, 1.0], [1.0, 1.0], "b0")])
     assert there[0] is True and here[0] is False and here[1].result.decision == "rejected"
     assert (registry.store.head_position(), other.store.head_position()) == (heads[0], heads[1] + 1)
+    # A batch the store refuses (its key, session and batch names together, too long) is not folded in before the
+    # batch after it: that one is appended.
+    long, after = record_pair_group([pairs(other, "k", other_session, *at_gate, "L" * 128),
+                                     pairs(other, "k", other_session, *at_gate, "n")])
+    assert isinstance(long, StoreError) and "idempotency key must be 1 to 200 characters" in str(long)
+    assert after[0] is True and len(after[1].ratios) == 4 and other.store.head_position() == heads[1] + 2
     # The server's pair writer answers every batch whatever its group raises (here one batch's own callback raising a
     # BaseException), and goes on recording the batches after it.
     writer, answers = PairWriter(), queue.Queue()

@@ -251,7 +251,7 @@ def record_pair_group(group: list[Pairs]) -> list[Recorded]:
     gives. Batches of registries with different stores are recorded as one
     group a store, each read from and appended to its own.
     """
-    from registry.events.store import Append, NewEvent
+    from registry.events.store import Append, NewEvent, check_names
     from registry.events.types import BenchmarkPairsRecorded
 
     from .evidence import subject_of
@@ -296,14 +296,17 @@ def record_pair_group(group: list[Pairs]) -> list[Recorded]:
             if any(owner.get(name, artifact) != artifact for name in fed):
                 continue
             appended, record = _checked_batch(request, target, record)
+            key = f"bench:{subject.identity}:{request.session}:{request.batch}"
+            # What the store would refuse (a key too long) is refused before the batch is folded in: the group's
+            # later batches of its stream are checked against the record with it.
+            check_names(stream, request.registry.actor, key)
             payload = BenchmarkPairsRecorded(session=request.session, artifact=artifact, identity=subject.identity,
                                              batch=request.batch, baseline_s=[float(t) for t in request.baseline],
                                              candidate_s=[float(t) for t in request.candidate])
             # A retry names no version: its key answers it, or it is refused alone (other pairs under the key, or a
             # first copy earlier in the group refused, with its stream's later batches).
             appends.append(Append(stream, [NewEvent(payload.type, payload)], request.registry.actor,
-                                  record.version if appended else None,
-                                  f"bench:{subject.identity}:{request.session}:{request.batch}"))
+                                  record.version if appended else None, key))
             if appended:
                 position = max(position, target.position) + 1
                 target = _with_appended(target, payload, position)
