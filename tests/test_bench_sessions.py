@@ -215,6 +215,19 @@ def test_the_python_api_decides_on_sqlite_and_postgres(backend_url, tmp_path):
                                      pairs(other, "k", other_session, *at_gate, "n")])
     assert isinstance(long, StoreError) and "idempotency key must be 1 to 200 characters" in str(long)
     assert after[0] is True and len(after[1].ratios) == 4 and other.store.head_position() == heads[1] + 2
+    # Another process appends a batch and then this group's batch under its key, after this group read its rows: the
+    # batch is not appended again, and is answered as a retry, by the record in the log.
+    (tmp_path / "h.bin").write_bytes(b"raced kernel")
+    register_artifact(registry, "h", workload="wan", kind="fused_kernel", payload=str(tmp_path / "h.bin"))
+    h = open_session(registry, "h", "d", "t")[0]
+    rival = open_registry(backend_url, actor="rival")
+
+    def raced(_workload):  # runs after the group's read, before its append
+        assert [outcome[0] for outcome in record_pair_group([pairs(rival, "h", h, [1.5, 1.5], [1.0, 1.0], "x"),
+                                                              pairs(rival, "h", h, *at_gate, "k")])] == [True, True]
+
+    (appended, record), = record_pair_group([pairs(registry, "h", h, *at_gate, "k", authorize=raced)])
+    assert appended is False and record.to_dict() == read_record(registry, "h").to_dict() and len(record.ratios) == 4
     # The server's pair writer answers every batch whatever its group raises (here one batch's own callback raising a
     # BaseException), and goes on recording the batches after it.
     writer, answers = PairWriter(), queue.Queue()

@@ -248,7 +248,9 @@ def record_pair_group(group: list[Pairs]) -> list[Recorded]:
     following the rows read, in order; a record's reading depends only on
     the order of its pairs and on the contract versions declared before them,
     which the rows read hold, so it is the same at the positions the append
-    gives. Batches of registries with different stores are recorded as one
+    gives. A new batch whose key another process's append reached first
+    (after the rows were read) is answered as a retry, by the record read
+    again. Batches of registries with different stores are recorded as one
     group a store, each read from and appended to its own.
     """
     from registry.events.store import Append, NewEvent, check_names
@@ -269,7 +271,7 @@ def record_pair_group(group: list[Pairs]) -> list[Recorded]:
     current: dict[str, tuple[_Target, BenchRecord]] = {}  # artifact -> its target and record after the group's batches
     owner: dict[str, str] = {}  # a bench stream or speed record -> the artifact whose batch in the group touched it
     appends: list[Append] = []
-    answers: list[tuple[int, BenchRecord]] = []
+    answers: list[tuple[int, bool, BenchRecord]] = []  # (index, new to the rows read, record answered)
     position = 0  # the last position folded into any answer
     try:
         read.update(group[0].registry.reads.bench_subjects([request.artifact for request in group]))
@@ -313,17 +315,23 @@ def record_pair_group(group: list[Pairs]) -> list[Recorded]:
                 record = _record(target)
                 current[artifact] = target, record
                 owner.update(dict.fromkeys(fed, artifact))
-            answers.append((index, record))
+            answers.append((index, appended, record))
         except Exception as exc:  # the batch's own answer: a refusal, or a defect reported for it alone
             outcomes[index] = exc
     try:
         placed = group[0].registry.store.append_group(appends) if appends else []
     except Exception as exc:  # the database failed: every batch that was to be appended hears it
         placed = [exc] * len(appends)
-    for (index, record), outcome in zip(answers, placed):
-        # Appended or not as the store says: a new batch that another process's append of the same key
-        # reached first is not appended again.
-        outcomes[index] = outcome if isinstance(outcome, Exception) else (outcome.new, record)
+    for (index, new, record), outcome in zip(answers, placed):
+        if isinstance(outcome, Exception) or outcome.new or not new:
+            outcomes[index] = outcome if isinstance(outcome, Exception) else (outcome.new, record)
+            continue
+        # A new batch that another process's append of the same key reached first is not appended again, and is a
+        # retry: answered by the record as it stands, which the rows read (without that process's appends) are not.
+        try:
+            outcomes[index] = False, read_record(group[index].registry, group[index].artifact)
+        except Exception as exc:
+            outcomes[index] = exc
     return outcomes
 
 
