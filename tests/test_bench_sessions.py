@@ -237,10 +237,11 @@ def test_the_python_api_decides_on_sqlite_and_postgres(backend_url, tmp_path):
         raise SystemExit(3)
 
     writer.submit(pairs(registry, "k", session, *at_gate, "x", authorize=stops), answers.put)
+    writer.submit(retry, lambda outcome: (answers.put(outcome), 1 / 0))  # its delivery fails once it is answered
     writer.submit(retry, answers.put)
-    stopped, answered = (answers.get(timeout=20) for _ in range(2))
+    stopped, answered, again = (answers.get(timeout=20) for _ in range(3))
     assert isinstance(stopped, RuntimeError) and "stopped: SystemExit: 3" in str(stopped)
-    assert answered[0] is False and answered[1].result.decision == "rejected"
+    assert answered[0] is again[0] is False and answered[1].result.decision == "rejected"
     # A process forked while the writer's thread held its lock starts its own writer, which records the child's batch.
     held, release = threading.Event(), threading.Event()
 

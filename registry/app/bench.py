@@ -385,7 +385,7 @@ class PairWriter:
                 if outcome is not None:
                     try:
                         answer(outcome)
-                    except Exception:  # one request's delivery failing must not leave the others unanswered
+                    except BaseException:  # one request's delivery failing must not leave the others unanswered
                         LOG.exception("a pair batch's answer could not be delivered")
 
 
