@@ -394,6 +394,61 @@ def test_any_sequence_of_opens_and_batches_keeps_one_ordered_record(tmp_path_fac
     assert record.result == decide_stream(accepted, 1.2, 0.05, 20)
 
 
+def _answered(outcome) -> tuple:
+    return (type(outcome).__name__, str(outcome)) if isinstance(outcome, Exception) else (outcome[0], outcome[1].to_dict())
+
+
+grouped = st.lists(st.tuples(st.sampled_from(["fast", "twin", "other"]), st.integers(0, 3),
+                             st.sampled_from(["a", "b", "c", "d", "L" * 120]),  # the last: a key the store refuses
+                             st.lists(st.tuples(times, st.sampled_from([1.0, 2.0])), min_size=0, max_size=6)),
+                   min_size=1, max_size=14)
+
+
+@settings(max_examples=10, deadline=None)  # about 0.12 s an example: two registries, several groups
+@given(grouped, st.lists(st.integers(1, 6), min_size=1, max_size=14))
+def test_batches_in_groups_are_recorded_as_one_by_one_in_the_order_the_groups_took_them(
+        tmp_path_factory, sqlite_template, batches, sizes):
+    """Any batches, cut into groups as the pair writer cuts them (a batch left over heads the next group): each
+    answer and every event are what `record_pairs` gives the batches one by one in the order the groups answered
+    them. Two copies of one registry (twins sharing a record, retries, other pairs under a key, refusals)."""
+    from registry.app.workloads import declare_workload
+    from registry.contracts import Contract
+
+    tmp = tmp_path_factory.mktemp("groups")
+    shutil.copyfile(sqlite_template, tmp / "grouped.db")
+    registry = open_registry(f"sqlite:///{tmp / 'grouped.db'}", actor="w")
+    declare_workload(registry, Contract.from_yaml(MANIFEST.replace("max_pairs: 20", "max_pairs: 12")))
+    for name, payload in (("fast", b"same bytes"), ("twin", b"same bytes"), ("other", b"other bytes")):
+        (tmp / f"{name}.bin").write_bytes(payload)
+        register_artifact(registry, name, workload="wan", kind="step_cache", payload=str(tmp / f"{name}.bin"))
+    sessions = {name: [open_session(registry, name, "d", "t")[0] for _ in range(2)] for name in ("fast", "twin", "other")}
+    with sqlite3.connect(tmp / "grouped.db") as source, sqlite3.connect(tmp / "alone.db") as copy:
+        source.backup(copy)
+    alone = open_registry(f"sqlite:///{tmp / 'alone.db'}", actor="w")
+    asked = [pairs(registry, artifact, (sessions[artifact] + ["bs-unknown"] * 2)[index], [b for b, _ in timed],
+                   [c for _, c in timed], key) for artifact, index, key, timed in batches]
+    answers, order, waiting, sizes = {}, [], [], iter(sizes)
+    while waiting or len(order) + len(waiting) < len(asked):
+        taken = len(order) + len(waiting)
+        group = waiting + list(range(taken, min(len(asked), taken + next(sizes, 6))))
+        outcomes = record_pair_group([asked[index] for index in group])
+        waiting = [index for index, outcome in zip(group, outcomes) if outcome is None]
+        for index, outcome in zip(group, outcomes):
+            if outcome is not None:
+                answers[index] = _answered(outcome)
+                order.append(index)
+    for index in order:
+        batch = asked[index]
+        try:
+            one = record_pairs(alone, batch.artifact, batch.session, batch.baseline, batch.candidate, batch.batch)
+        except Exception as exc:
+            one = exc
+        assert answers[index] == _answered(one), (index, batches[index])
+    logged = [[(e.position, e.stream, e.version, e.type, e.payload, e.actor, e.idempotency_key)
+               for e in found.store.read_all()] for found in (registry, alone)]
+    assert logged[0] == logged[1] and registry.store.verify().intact
+
+
 def test_a_record_under_a_contract_redeclared_as_point_is_shown_but_not_read(registry_cli, tmp_path):
     declare_and_register(registry_cli, tmp_path)
     name = run_json(registry_cli, "bench", "open", "fast", "--device", "d", "--timer", "t")["session"]
