@@ -322,7 +322,7 @@ def test_workers_answer_on_one_port_and_a_sigterm_stops_them_all(tmp_path):
     assert not any(Path(f"/proc/{child}").exists() for child in children)
 
 
-def test_an_answer_for_a_request_whose_loop_has_closed_is_dropped():
+def test_an_answer_for_a_request_whose_loop_has_closed_or_that_was_cancelled_is_dropped():
     """The pair writer hands every batch of its group its answer; one whose server loop has closed (the server
     stopping) must not raise in the writer's thread, which would leave the group's other batches unanswered."""
     import asyncio
@@ -334,3 +334,12 @@ def test_an_answer_for_a_request_whose_loop_has_closed_is_dropped():
     loop.close()
     _deliver(loop, answered, (True, None))
     assert not answered.done()
+    # A request cancelled while its batch waited (its client gone) is answered to no one, without an error in its loop.
+    loop, failed = asyncio.new_event_loop(), []
+    loop.set_exception_handler(lambda _loop, context: failed.append(context))
+    cancelled = loop.create_future()
+    cancelled.cancel()
+    _deliver(loop, cancelled, (True, None))
+    loop.run_until_complete(asyncio.sleep(0))
+    loop.close()
+    assert cancelled.cancelled() and failed == []
