@@ -202,7 +202,7 @@ def test_batches_sent_at_once_append_once_each_and_a_refused_one_leaves_the_othe
         session = worker.post("/api/artifacts/wan-grouped/sessions", json={"device": "d", "timer": "t"}).json()["session"]
     at_gate = {"baseline": [1.2, 1.2], "candidate": [1.0, 1.0]}  # decides nothing: every batch is taken
     sends = ([("ingest", session, f"d{i}") for i in range(8)] + [("ingest", session, "race")] * 4
-             + [("ingest", "bs-unknown", "r"), ("ingest-other", session, "elsewhere")])
+             + [("ingest", "bs-unknown", "r"), ("ingest-other", session, "elsewhere"), ("revoked", session, "gone")])
     start = threading.Barrier(len(sends))
 
     def send(where):
@@ -221,6 +221,7 @@ def test_batches_sent_at_once_append_once_each_and_a_refused_one_leaves_the_othe
     assert appended[:8] == [True] * 8 and sorted(appended[8:]) == [False, False, False, True], answers
     assert "(400): session bs-unknown is not open" in answers[12]
     assert "(403)" in answers[13] and "wan-t2v" in answers[13], answers[13]
+    assert "(401)" in answers[14] and "is revoked" in answers[14], answers[14]
     last = max(answers[:12], key=lambda answer: answer["pairs"])  # the answer of the batch appended last
     assert last["pairs"] == 18
     with served.client(tokens(served)["read"]) as reader:
