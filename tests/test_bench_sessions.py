@@ -3,8 +3,11 @@ confident rule can, on real SQLite files and a real Postgres server; bad input r
 from __future__ import annotations
 
 import json
+import os
+import queue
 import shutil
 import sqlite3
+import threading
 from pathlib import Path
 
 import pytest
@@ -12,8 +15,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from registry.app import open_registry
-from registry.app.bench import open_session, pairs, read_record, record_pair_group, record_pairs
-from registry.events.errors import IdempotencyConflict
+from registry.app.bench import PairWriter, open_session, pairs, read_record, record_pair_group, record_pairs
+from registry.events.errors import IdempotencyConflict, StoreError
 from registry.formats.errors import UserError
 from registry.app.workloads import register_artifact
 
@@ -196,6 +199,75 @@ def test_the_python_api_decides_on_sqlite_and_postgres(backend_url, tmp_path):
     (twin_appended, twin_record), = record_pair_group([group[4]])
     assert twin_appended and len(twin_record.ratios) == 20 and twin_record.closed
     assert read_record(registry, "g").to_dict()["pairs"] == 20 and registry.store.verify().intact
+    # Batches of two registries in one group: each read from and appended to its own store.
+    other = open_registry(f"sqlite:///{tmp_path / 'other.db'}", actor="gpu-worker-2", create=True)
+    declare_workload(other, Contract.from_yaml(MANIFEST))
+    register_artifact(other, "k", workload="wan", kind="fused_kernel", payload=str(tmp_path / "g.bin"))
+    other_session = open_session(other, "k", "d", "t")[0]
+    heads = registry.store.head_position(), other.store.head_position()
+    there, here = record_pair_group([pairs(other, "k", other_session, *at_gate, "m"),
+                                     pairs(registry, "k", session, [1.0, 1.0], [1.0, 1.0], "b0")])
+    assert there[0] is True and here[0] is False and here[1].result.decision == "rejected"
+    assert (registry.store.head_position(), other.store.head_position()) == (heads[0], heads[1] + 1)
+    # A batch the store refuses (its key, session and batch names together, too long) is not folded in before the
+    # batch after it: that one is appended.
+    long, after = record_pair_group([pairs(other, "k", other_session, *at_gate, "L" * 128),
+                                     pairs(other, "k", other_session, *at_gate, "n")])
+    assert isinstance(long, StoreError) and "idempotency key must be 1 to 200 characters" in str(long)
+    assert after[0] is True and len(after[1].ratios) == 4 and other.store.head_position() == heads[1] + 2
+    # Another process appends a batch and then this group's batch under its key, after this group read its rows: the
+    # batch is not appended again, and is answered as a retry, by the record in the log.
+    (tmp_path / "h.bin").write_bytes(b"raced kernel")
+    register_artifact(registry, "h", workload="wan", kind="fused_kernel", payload=str(tmp_path / "h.bin"))
+    h = open_session(registry, "h", "d", "t")[0]
+    rival = open_registry(backend_url, actor="rival")
+
+    def raced(_workload):  # runs after the group's read, before its append
+        assert [outcome[0] for outcome in record_pair_group([pairs(rival, "h", h, [1.5, 1.5], [1.0, 1.0], "x"),
+                                                              pairs(rival, "h", h, *at_gate, "k")])] == [True, True]
+
+    (appended, record), = record_pair_group([pairs(registry, "h", h, *at_gate, "k", authorize=raced)])
+    assert appended is False and record.to_dict() == read_record(registry, "h").to_dict() and len(record.ratios) == 4
+    # The server's pair writer answers every batch whatever its group raises (here one batch's own callback raising a
+    # BaseException), and goes on recording the batches after it.
+    writer, answers = PairWriter(), queue.Queue()
+    retry = pairs(registry, "k", session, [1.0, 1.0], [1.0, 1.0], "b0")  # answered from the record, nothing written
+
+    def stops(_workload):
+        raise SystemExit(3)
+
+    writer.submit(pairs(registry, "k", session, *at_gate, "x", authorize=stops), answers.put)
+    writer.submit(retry, lambda outcome: (answers.put(outcome), 1 / 0))  # its delivery fails once it is answered
+    writer.submit(retry, answers.put)
+    stopped, answered, again = (answers.get(timeout=20) for _ in range(3))
+    assert isinstance(stopped, RuntimeError) and "stopped: SystemExit: 3" in str(stopped)
+    assert answered[0] is again[0] is False and answered[1].result.decision == "rejected"
+    # A process forked while the writer's thread held its lock starts its own writer, which records the child's batch.
+    held, release = threading.Event(), threading.Event()
+
+    def hold():
+        with writer._ready:
+            held.set()
+            release.wait()
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    held.wait()
+    child = os.fork()
+    if child == 0:
+        done = queue.Queue()
+        sender = threading.Thread(target=lambda: writer.submit(
+            pairs(open_registry(backend_url, actor="forked"), "k", session, [1.0, 1.0], [1.0, 1.0], "b0"), done.put))
+        sender.start()
+        sender.join(20)
+        try:
+            os._exit(0 if done.get(timeout=20)[0] is False else 1)
+        except BaseException:
+            os._exit(2)
+    release.set()
+    holder.join()
+    assert os.waitstatus_to_exitcode(os.waitpid(child, 0)[1]) == 0
+    assert registry.store.verify().intact
 
 
 def test_the_worked_example_runs(tmp_path):
@@ -320,6 +392,61 @@ def test_any_sequence_of_opens_and_batches_keeps_one_ordered_record(tmp_path_fac
     record = read_record(registry, "renamed")
     assert record.ratios == accepted and len(record.ratios) <= record.max_pairs
     assert record.result == decide_stream(accepted, 1.2, 0.05, 20)
+
+
+def _answered(outcome) -> tuple:
+    return (type(outcome).__name__, str(outcome)) if isinstance(outcome, Exception) else (outcome[0], outcome[1].to_dict())
+
+
+grouped = st.lists(st.tuples(st.sampled_from(["fast", "twin", "other"]), st.integers(0, 3),
+                             st.sampled_from(["a", "b", "c", "d", "L" * 120]),  # the last: a key the store refuses
+                             st.lists(st.tuples(times, st.sampled_from([1.0, 2.0])), min_size=0, max_size=6)),
+                   min_size=1, max_size=14)
+
+
+@settings(max_examples=10, deadline=None)  # about 0.12 s an example: two registries, several groups
+@given(grouped, st.lists(st.integers(1, 6), min_size=1, max_size=14))
+def test_batches_in_groups_are_recorded_as_one_by_one_in_the_order_the_groups_took_them(
+        tmp_path_factory, sqlite_template, batches, sizes):
+    """Any batches, cut into groups as the pair writer cuts them (a batch left over heads the next group): each
+    answer and every event are what `record_pairs` gives the batches one by one in the order the groups answered
+    them. Two copies of one registry (twins sharing a record, retries, other pairs under a key, refusals)."""
+    from registry.app.workloads import declare_workload
+    from registry.contracts import Contract
+
+    tmp = tmp_path_factory.mktemp("groups")
+    shutil.copyfile(sqlite_template, tmp / "grouped.db")
+    registry = open_registry(f"sqlite:///{tmp / 'grouped.db'}", actor="w")
+    declare_workload(registry, Contract.from_yaml(MANIFEST.replace("max_pairs: 20", "max_pairs: 12")))
+    for name, payload in (("fast", b"same bytes"), ("twin", b"same bytes"), ("other", b"other bytes")):
+        (tmp / f"{name}.bin").write_bytes(payload)
+        register_artifact(registry, name, workload="wan", kind="step_cache", payload=str(tmp / f"{name}.bin"))
+    sessions = {name: [open_session(registry, name, "d", "t")[0] for _ in range(2)] for name in ("fast", "twin", "other")}
+    with sqlite3.connect(tmp / "grouped.db") as source, sqlite3.connect(tmp / "alone.db") as copy:
+        source.backup(copy)
+    alone = open_registry(f"sqlite:///{tmp / 'alone.db'}", actor="w")
+    asked = [pairs(registry, artifact, (sessions[artifact] + ["bs-unknown"] * 2)[index], [b for b, _ in timed],
+                   [c for _, c in timed], key) for artifact, index, key, timed in batches]
+    answers, order, waiting, sizes = {}, [], [], iter(sizes)
+    while waiting or len(order) + len(waiting) < len(asked):
+        taken = len(order) + len(waiting)
+        group = waiting + list(range(taken, min(len(asked), taken + next(sizes, 6))))
+        outcomes = record_pair_group([asked[index] for index in group])
+        waiting = [index for index, outcome in zip(group, outcomes) if outcome is None]
+        for index, outcome in zip(group, outcomes):
+            if outcome is not None:
+                answers[index] = _answered(outcome)
+                order.append(index)
+    for index in order:
+        batch = asked[index]
+        try:
+            one = record_pairs(alone, batch.artifact, batch.session, batch.baseline, batch.candidate, batch.batch)
+        except Exception as exc:
+            one = exc
+        assert answers[index] == _answered(one), (index, batches[index])
+    logged = [[(e.position, e.stream, e.version, e.type, e.payload, e.actor, e.idempotency_key)
+               for e in found.store.read_all()] for found in (registry, alone)]
+    assert logged[0] == logged[1] and registry.store.verify().intact
 
 
 def test_a_record_under_a_contract_redeclared_as_point_is_shown_but_not_read(registry_cli, tmp_path):

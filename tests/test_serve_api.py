@@ -201,27 +201,34 @@ def test_batches_sent_at_once_append_once_each_and_a_refused_one_leaves_the_othe
     with served.client(tokens(served)["ingest"]) as worker:
         session = worker.post("/api/artifacts/wan-grouped/sessions", json={"device": "d", "timer": "t"}).json()["session"]
     at_gate = {"baseline": [1.2, 1.2], "candidate": [1.0, 1.0]}  # decides nothing: every batch is taken
-    sends = ([(session, f"d{i}") for i in range(8)] + [(session, "race")] * 4 + [("bs-unknown", "r")])
+    sends = ([("ingest", session, f"d{i}") for i in range(8)] + [("ingest", session, "race")] * 4
+             + [("ingest", "bs-unknown", "r"), ("ingest-other", session, "elsewhere"), ("revoked", session, "gone")])
     start = threading.Barrier(len(sends))
 
     def send(where):
         # The worker's own client: a 409 with Retry-After (the other server process's group moved the stream
         # first) is sent again under the same key.
-        with RegistryClient(served.base, tokens(served)["ingest"]) as client:
+        with RegistryClient(served.base, tokens(served)[where[0]]) as client:
             start.wait()
             try:
-                return client.record_batch("wan-grouped", where[0], where[1], **at_gate)["appended"]
+                return client.record_batch("wan-grouped", where[1], where[2], **at_gate)
             except ServerRefused as refused:
                 return str(refused)
 
     with ThreadPoolExecutor(len(sends)) as pool:
         answers = list(pool.map(send, sends))
-    assert answers[:8] == [True] * 8 and sorted(answers[8:12]) == [False, False, False, True], answers
+    appended = [answer["appended"] for answer in answers[:12]]
+    assert appended[:8] == [True] * 8 and sorted(appended[8:]) == [False, False, False, True], answers
     assert "(400): session bs-unknown is not open" in answers[12]
+    assert "(403)" in answers[13] and "wan-t2v" in answers[13], answers[13]
+    assert "(401)" in answers[14] and "is revoked" in answers[14], answers[14]
+    last = max(answers[:12], key=lambda answer: answer["pairs"])  # the answer of the batch appended last
+    assert last["pairs"] == 18
     with served.client(tokens(served)["read"]) as reader:
         identity = reader.get("/api/artifacts/wan-grouped").json()["identity"]
         events = reader.get(f"/api/history/bench:{identity}?limit=1000").json()["events"]
-        assert reader.get("/api/artifacts/wan-grouped/bench").json()["pairs"] == 18
+        assert reader.get("/api/artifacts/wan-grouped/bench").json() == {
+            key: value for key, value in last.items() if key not in ("session", "batch", "appended")}
         assert reader.get("/api/verify").json()["intact"]
     batches = sorted(e["payload"]["batch"] for e in events if e["type"] == "BenchmarkPairsRecorded")
     assert batches == sorted([f"d{i}" for i in range(8)] + ["race"])
@@ -316,7 +323,7 @@ def test_workers_answer_on_one_port_and_a_sigterm_stops_them_all(tmp_path):
     assert not any(Path(f"/proc/{child}").exists() for child in children)
 
 
-def test_an_answer_for_a_request_whose_loop_has_closed_is_dropped():
+def test_an_answer_for_a_request_whose_loop_has_closed_or_that_was_cancelled_is_dropped():
     """The pair writer hands every batch of its group its answer; one whose server loop has closed (the server
     stopping) must not raise in the writer's thread, which would leave the group's other batches unanswered."""
     import asyncio
@@ -328,3 +335,12 @@ def test_an_answer_for_a_request_whose_loop_has_closed_is_dropped():
     loop.close()
     _deliver(loop, answered, (True, None))
     assert not answered.done()
+    # A request cancelled while its batch waited (its client gone) is answered to no one, without an error in its loop.
+    loop, failed = asyncio.new_event_loop(), []
+    loop.set_exception_handler(lambda _loop, context: failed.append(context))
+    cancelled = loop.create_future()
+    cancelled.cancel()
+    _deliver(loop, cancelled, (True, None))
+    loop.run_until_complete(asyncio.sleep(0))
+    loop.close()
+    assert cancelled.cancelled() and failed == []

@@ -21,11 +21,14 @@ their own streams; each append still reads the shared record first.)
 """
 from __future__ import annotations
 
+import logging
 import math
 import os
 import threading
 import uuid
+import weakref
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Callable
 
 from registry.formats.errors import UserError
@@ -36,6 +39,8 @@ from registry.formats.text import check_line, text_arguments
 
 from .context import Registry
 from .record_summary import SHOWS, in_opened_order, stop_reason
+
+LOG = logging.getLogger("registry.app")
 
 # The event models (pydantic), the gate and the app's write paths load only
 # where they are used: `show` and `report` read records without them
@@ -243,20 +248,30 @@ def record_pair_group(group: list[Pairs]) -> list[Recorded]:
     following the rows read, in order; a record's reading depends only on
     the order of its pairs and on the contract versions declared before them,
     which the rows read hold, so it is the same at the positions the append
-    gives.
+    gives. A new batch whose key another process's append reached first
+    (after the rows were read) is answered as a retry, by the record read
+    again. Batches of registries with different stores are recorded as one
+    group a store, each read from and appended to its own.
     """
-    from registry.events.store import Append, NewEvent
+    from registry.events.store import Append, NewEvent, check_names
     from registry.events.types import BenchmarkPairsRecorded
 
     from .evidence import subject_of
 
     outcomes: list[Recorded] = [None] * len(group)
+    stores = list(dict.fromkeys(id(request.registry.store) for request in group))
+    if len(stores) > 1:
+        for store in stores:
+            indices = [index for index, request in enumerate(group) if id(request.registry.store) == store]
+            for index, outcome in zip(indices, record_pair_group([group[index] for index in indices])):
+                outcomes[index] = outcome
+        return outcomes
     read: dict[str, Any] = {}  # artifact -> its rows (`Projections.bench_subjects`), read once a group
     speeds: dict[tuple[str, int], Any] = {}  # (workload, contract versions) -> its speed block, parsed once a group
     current: dict[str, tuple[_Target, BenchRecord]] = {}  # artifact -> its target and record after the group's batches
     owner: dict[str, str] = {}  # a bench stream or speed record -> the artifact whose batch in the group touched it
     appends: list[Append] = []
-    answers: list[tuple[int, BenchRecord]] = []
+    answers: list[tuple[int, bool, BenchRecord]] = []  # (index, new to the rows read, record answered)
     position = 0  # the last position folded into any answer
     try:
         read.update(group[0].registry.reads.bench_subjects([request.artifact for request in group]))
@@ -283,31 +298,40 @@ def record_pair_group(group: list[Pairs]) -> list[Recorded]:
             if any(owner.get(name, artifact) != artifact for name in fed):
                 continue
             appended, record = _checked_batch(request, target, record)
+            key = f"bench:{subject.identity}:{request.session}:{request.batch}"
+            # What the store would refuse (a key too long) is refused before the batch is folded in: the group's
+            # later batches of its stream are checked against the record with it.
+            check_names(stream, request.registry.actor, key)
             payload = BenchmarkPairsRecorded(session=request.session, artifact=artifact, identity=subject.identity,
                                              batch=request.batch, baseline_s=[float(t) for t in request.baseline],
                                              candidate_s=[float(t) for t in request.candidate])
             # A retry names no version: its key answers it, or it is refused alone (other pairs under the key, or a
             # first copy earlier in the group refused, with its stream's later batches).
             appends.append(Append(stream, [NewEvent(payload.type, payload)], request.registry.actor,
-                                  record.version if appended else None,
-                                  f"bench:{subject.identity}:{request.session}:{request.batch}"))
+                                  record.version if appended else None, key))
             if appended:
                 position = max(position, target.position) + 1
                 target = _with_appended(target, payload, position)
                 record = _record(target)
                 current[artifact] = target, record
                 owner.update(dict.fromkeys(fed, artifact))
-            answers.append((index, record))
+            answers.append((index, appended, record))
         except Exception as exc:  # the batch's own answer: a refusal, or a defect reported for it alone
             outcomes[index] = exc
     try:
         placed = group[0].registry.store.append_group(appends) if appends else []
     except Exception as exc:  # the database failed: every batch that was to be appended hears it
         placed = [exc] * len(appends)
-    for (index, record), outcome in zip(answers, placed):
-        # Appended or not as the store says: a new batch that another process's append of the same key
-        # reached first is not appended again.
-        outcomes[index] = outcome if isinstance(outcome, Exception) else (outcome.new, record)
+    for (index, new, record), outcome in zip(answers, placed):
+        if isinstance(outcome, Exception) or outcome.new or not new:
+            outcomes[index] = outcome if isinstance(outcome, Exception) else (outcome.new, record)
+            continue
+        # A new batch that another process's append of the same key reached first is not appended again, and is a
+        # retry: answered by the record as it stands, which the rows read (without that process's appends) are not.
+        try:
+            outcomes[index] = False, read_record(group[index].registry, group[index].artifact)
+        except Exception as exc:
+            outcomes[index] = exc
     return outcomes
 
 
@@ -319,21 +343,30 @@ class PairWriter:
     (`record_pair_group`) and hands each batch's outcome to its `answer`
     (from the writer thread); a batch the group left over waits at the head
     of the next one. The writer thread starts with the first batch of each
-    process (a forked server worker starts its own) and holds the process's
-    one append connection for pair batches.
+    process and holds the process's one append connection for pair batches.
+    A process forked from one whose writer had started starts its own, with
+    none of the parent's batches (the parent answers those). Whatever a
+    group raises, each of its batches is answered (`_each_answered`) and the
+    writer goes on.
     """
 
     def __init__(self) -> None:
+        self._started()
+        os.register_at_fork(after_in_child=partial(_forked, weakref.ref(self)))
+
+    def _started(self) -> None:
+        """No batch waiting and no writer thread yet (a new writer, or one in a forked child: the parent's thread
+        and the lock it may have held at the fork are not the child's)."""
         self._ready = threading.Condition()
         self._waiting: list[tuple[Pairs, Callable[[Recorded], None]]] = []
-        self._pid: int | None = None
+        self._thread: threading.Thread | None = None
 
     def submit(self, batch: Pairs, answer: Callable[[Recorded], None]) -> None:
         """Record `batch` in the next group; `answer` gets what `record_pair_group` answered it (never None)."""
         with self._ready:
-            if self._pid != os.getpid():
-                self._pid = os.getpid()
-                threading.Thread(target=self._write, name="pair-writer", daemon=True).start()
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._write, name="pair-writer", daemon=True)
+                self._thread.start()
             self._waiting.append((batch, answer))
             self._ready.notify()
 
@@ -343,17 +376,36 @@ class PairWriter:
                 while not self._waiting:
                     self._ready.wait()
                 group, self._waiting = self._waiting, []
-            try:
-                outcomes = record_pair_group([batch for batch, _ in group])
-            except Exception as exc:  # nothing of the group's is answered otherwise: each batch hears it
-                outcomes = [exc] * len(group)
+            outcomes = _each_answered([batch for batch, _ in group])
             left = [waiting for waiting, outcome in zip(group, outcomes) if outcome is None]
             if left:
                 with self._ready:
                     self._waiting[:0] = left
             for (_, answer), outcome in zip(group, outcomes):
                 if outcome is not None:
-                    answer(outcome)
+                    try:
+                        answer(outcome)
+                    except BaseException:  # one request's delivery failing must not leave the others unanswered
+                        LOG.exception("a pair batch's answer could not be delivered")
+
+
+def _each_answered(group: list[Pairs]) -> list[Recorded]:
+    """`record_pair_group`, whatever it raises: a group that raised is recorded again batch by batch, so that only
+    the batch that raised hears it (a BaseException, such as one a batch's own callback raised, as a RuntimeError:
+    the writer thread must outlive it, or this group and every later batch of the process would go unanswered)."""
+    try:
+        return record_pair_group(group)
+    except BaseException as exc:
+        if len(group) > 1:
+            return [_each_answered([batch])[0] for batch in group]
+        return [exc if isinstance(exc, Exception) else
+                RuntimeError(f"recording a pair batch stopped: {type(exc).__name__}: {exc}")]
+
+
+def _forked(writer: Callable[[], PairWriter | None]) -> None:
+    """In a child process just forked: the writer of its parent, if still alive, starts afresh there."""
+    if (found := writer()) is not None:
+        found._started()
 
 
 def _checked_batch(request: Pairs, target: _Target, record: BenchRecord) -> tuple[bool, BenchRecord]:

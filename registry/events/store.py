@@ -29,7 +29,8 @@ if TYPE_CHECKING:
 
 # Names other modules import from here: the store is where callers look for them.
 __all__ = [
-    "APPEND_LOCK_KEY", "EVENTS", "Append", "Appended", "EventStore", "LogRow", "NewEvent", "StoredEvent", "position_of_event_id",
+    "APPEND_LOCK_KEY", "EVENTS", "Append", "Appended", "EventStore", "LogRow", "NewEvent", "StoredEvent", "check_names",
+    "position_of_event_id",
     "positional_event_id", "system_clock",
 ]
 
@@ -98,7 +99,7 @@ def _batch_digest(stream: str, prepared: Sequence[tuple[str, int, str]]) -> str:
     return sha256_hex(canonical_json({"stream": stream, "events": [list(p) for p in prepared]}))
 
 
-def _check_names(stream: str, actor: str, idempotency_key: str | None) -> None:
+def check_names(stream: str, actor: str, idempotency_key: str | None) -> None:
     """Refuse a stream, actor or key either backend would refuse, so both refuse alike, before any lock."""
     if not stream or len(stream) > 200:
         raise StoreError("stream name must be 1 to 200 characters")
@@ -189,7 +190,7 @@ class EventStore:
             try:
                 if not append.events:
                     raise StoreError("append needs at least one event")
-                _check_names(append.stream, append.actor, append.idempotency_key)
+                check_names(append.stream, append.actor, append.idempotency_key)
                 prepared = _prepare_batch(append.events)
             except StoreError as exc:
                 outcomes.append(exc)
