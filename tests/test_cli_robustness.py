@@ -199,7 +199,7 @@ def test_every_refusal_error_is_a_user_error():
     from registry.evidence.frames import FrameError
     from registry.evidence.motionkernel import MotionKernelError
     from registry.kernels.ops import EntryError
-    from registry.projections.state import ProjectionError
+    from registry.projections import ProjectionError
 
     for error in (BundleError, ContractError, DocumentError, EvidenceError, FrameError, MotionKernelError,
                   EntryError, ProjectionError):

@@ -357,7 +357,7 @@ def importing_reader(url: str, index: int, rounds: int, start, results) -> None:
     from registry.app.decisions import promote
     from registry.app.evidence import capture_subject, record_evidence
     from registry.formats.evidence.items import parse_item
-    from registry.projections import Projections
+    from read_side import Reads
 
     registry = open_registry(url, actor=f"importer-{index}")
     item = parse_item({"kind": "execution", "candidate_calls": index + 1, "fallbacks": 0})
@@ -368,7 +368,7 @@ def importing_reader(url: str, index: int, rounds: int, start, results) -> None:
         artifact = SHARED_ARTIFACTS[(index + round_) % len(SHARED_ARTIFACTS)]
         record_evidence(registry, capture_subject(registry, artifact), [item])
         try:
-            state = Projections(registry.store).artifact(artifact)
+            state = Reads(registry.store).artifact(artifact)
             assert state is not None and state["evidence_counts"]["execution"] >= 1
             reads += 1
         except Exception as exc:  # the point of the test: no read may fail
@@ -432,38 +432,41 @@ def test_a_catch_up_overtaken_every_time_still_answers(backend_url):
     failed the read; one that fixed its head at the start sees that the
     checkpoint already passed it and answers at once.
     """
-    from registry.projections import Projections
+    from read_side import Reads
+    from registry.projections import ReadModels
 
     store = open_store(backend_url)
     store.append("frameset:a", [frameset("a", 0, "setup")], actor="t")
-    other = Projections(EventStore(make_engine(backend_url)))
+    other = Reads(EventStore(make_engine(backend_url)))
     appended = iter(range(1, 1000))
 
-    class Overtaken(Projections):
+    class Overtaken(ReadModels):
         overtaken = 0
 
-        def _advance(self, checkpoint, head):
+        def _advance(self, checkpoint, head, rebuild):
             store.append("frameset:a", [frameset("a", next(appended), "writer")], actor="t")
             other.catch_up()
             store.append("frameset:a", [frameset("a", next(appended), "writer")], actor="t")
             self.overtaken += 1
-            return super()._advance(checkpoint, head)
+            return super()._advance(checkpoint, head, rebuild)
 
+    other.catch_up()  # the read models stand at the setup, under this code's declarations
     reader = Overtaken(store)
     head_at_start = store.head_position()
     served = reader.catch_up()
     assert reader.overtaken == 1 and head_at_start < served < store.head_position()
-    assert reader.frameset("a") is not None  # the next read catches up to the new head
+    assert Reads(store).frameset("a") is not None  # the next read catches up to the new head
 
 
 def test_a_catch_up_that_waited_its_turn_folds_what_was_appended_meanwhile(backend_url, monkeypatch):
     """A thread that found another of its process folding reads the head again once its turn comes: the event
     appended while it waited is folded in the same pass, not left for the next request to fold."""
-    from registry.projections import Projections, catchup
+    from read_side import Reads
+    from registry.projections import catchup
 
     store = open_store(backend_url)
     store.append("frameset:a", [frameset("a", 0, "setup")], actor="t")
-    reader = Projections(store)
+    reader = Reads(store)
     turn = catchup._folding(store.engine)
     refused = threading.Event()
 

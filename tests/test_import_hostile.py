@@ -165,8 +165,8 @@ def test_an_import_racing_another_over_the_same_tree_finishes_with_each_document
     real = imports.known_subject
     raced = []
 
-    def another_import_meanwhile(registry, artifact):
-        subject = real(registry, artifact)
+    def another_import_meanwhile(view, artifact):
+        subject = real(view, artifact)
         if not raced:
             raced.append(artifact)
             other = open_registry(registry_cli.url, actor="other-importer")

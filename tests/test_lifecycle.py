@@ -254,18 +254,11 @@ def test_a_human_decision_on_a_verdict_that_is_no_longer_the_latest_is_refused(c
 
 def test_a_human_decision_is_appended_only_on_the_state_it_was_checked_against(cli, monkeypatch):
     """Evidence lands between reading the verdict and appending the revoke: the revoke is refused."""
-    import registry.app.decisions as decisions
+    from read_side import land_before_append
 
     cli.load("sage", [execution(), benchmark(), perceptual()])
     assert promote(cli, "sage")["decision"] == "promoted"
-    seen_version = decisions._seen_version
-
-    def import_meanwhile(registry, state):
-        version = seen_version(registry, state)
-        cli.load("sage", [benchmark(1.05)])
-        return version
-
-    monkeypatch.setattr(decisions, "_seen_version", import_meanwhile)
+    land_before_append(monkeypatch, lambda: cli.load("sage", [benchmark(1.05)]))
     before = head(cli)
     result = cli("revoke", "sage", "--reason", "too slow now")
     one_line_refusal(result)
@@ -363,7 +356,7 @@ def test_a_registry_upgraded_from_before_identities_folds_its_read_models_again(
 
     from registry.events.database import alembic_config, make_engine, upgrade
     from registry.events.store import EventStore, NewEvent
-    from registry.projections import Projections
+    from read_side import Reads
 
     url = f"sqlite:///{tmp_path / 'old.db'}"
     engine = make_engine(url, must_exist=False)
@@ -377,7 +370,7 @@ def test_a_registry_upgraded_from_before_identities_folds_its_read_models_again(
                      {"p": position, "s": old_shape, "h": "0" * 64})
         conn.execute(text("INSERT INTO projection_checkpoint VALUES ('log', :p)"), {"p": position})
     upgrade(engine)
-    state = Projections(EventStore(engine)).artifact("old")
+    state = Reads(EventStore(engine)).artifact("old")
     assert state["benchmark_attempts"] == 0 and state["identity"] is not None
     engine.dispose()
 

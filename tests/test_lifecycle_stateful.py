@@ -34,7 +34,8 @@ from registry.app import open_registry
 from registry.bundles import verify_directory
 from registry.cli.main import main
 from registry.events.identity import artifact_identity
-from registry.projections import Projections, RegistryState, verify_projections
+from read_side import Reads
+from registry.projections import RegistryState, verify_projections
 from registry.projections.fold import fold
 from registry.projections.items import attach_items
 from registry.projections.record_items import attach_state_documents
@@ -462,7 +463,7 @@ class Lifecycle(CheckedAtTheEnd):
         try:
             report = verify_projections(registry.store)
             assert report.ok, report.summary()
-            live = Projections(registry.store).state()
+            live = Reads(registry.store).state()
             from_stored = fold(RegistryState(), registry.store.read_all())
             attach_items(registry.store, from_stored.artifacts.values())  # the fold references items by position
             attach_state_documents(registry.store, from_stored)  # and speed records their documents

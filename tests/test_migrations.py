@@ -69,10 +69,13 @@ def test_rows_written_by_an_earlier_fold_are_folded_again_by_the_upgrade(backend
     from sqlalchemy import update
 
     from registry.events.store import EventStore
-    from registry.projections import Projections, rebuild, verify_projections
-    from registry.projections.monitor_fold import monitor_summary
-    from registry.projections.rows import artifact_row
-    from registry.projections.schema import ARTIFACTS
+    from read_side import Reads
+    from registry.projections import rebuild, verify_projections
+    from registry.projections.read_models import by_name
+    from registry.projections.read_models.artifacts import ARTIFACTS
+    from registry.projections.read_models.monitors import monitor_summary
+
+    artifact_row = by_name("artifacts").row
     from test_projections import build_history
 
     engine = make_engine(backend_url)
@@ -83,7 +86,7 @@ def test_rows_written_by_an_earlier_fold_are_folded_again_by_the_upgrade(backend
         "artifact": "step-cache", "identity": "1" * 64, "payload_sha256": None, "verdict_event_id": "v",
         "batch": "b", "baseline_s": [2.0, 2.0], "candidate_s": [1.0, 1.0], "threshold": 1.1, "alpha": 0.001,
         "reference": "gate", "contract_version": 1, "device": "d", "software": {"torch": "2.13.0"}})
-    Projections(store).catch_up()
+    Reads(store).catch_up()
     answered = rebuild(store)
     with engine.begin() as conn:  # the cache's monitor as the 0010 fold wrote it: no term, no counts
         state = answered.artifacts["step-cache"]
@@ -95,7 +98,7 @@ def test_rows_written_by_an_earlier_fold_are_folded_again_by_the_upgrade(backend
     command.downgrade(alembic_config(backend_url), "0010")
     upgrade(engine)
     assert verify_projections(store).ok
-    summary = monitor_summary({**Projections(store).artifact("step-cache"), "identity": "1" * 64})
+    summary = monitor_summary({**Reads(store).artifact("step-cache"), "identity": "1" * 64})
     assert (summary["pairs"], summary["left_out"], summary["baseline_wait_share"]) == (2, 0, None)
     with engine.begin() as conn:  # the rows as the 0006 fold wrote them: each entry with its item
         for name, state in answered.artifacts.items():
@@ -107,5 +110,5 @@ def test_rows_written_by_an_earlier_fold_are_folded_again_by_the_upgrade(backend
     assert current_revision(engine) == head_revision()
     after = verify_projections(store)
     assert after.ok, after.summary()
-    assert Projections(store).state() == answered
+    assert Reads(store).state() == answered
     engine.dispose()

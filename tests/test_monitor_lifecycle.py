@@ -9,7 +9,7 @@ import pytest
 from registry.app import open_registry
 from registry.app.monitor import record_remeasurement
 from registry.formats.errors import UserError
-from registry.projections import Projections
+from read_side import Reads
 from ship_helpers import MANIFEST, make_bundle, measure_and_promote, register
 
 PROFILE = ("--arch", "sm90", "--torch", "2.13.0", "--cuda", "12.8")
@@ -79,7 +79,7 @@ def test_a_retried_batch_appends_once_and_replay_reproduces_the_alarm(promoted):
     assert again["appended"] is False
     assert promoted("replay", "--verify").exit_code == 0
     registry = open_registry(promoted.url)
-    state = Projections(registry.store).current_artifact("fast")
+    state = Reads(registry.store).current_artifact("fast")
     assert state["monitors"][state["identity"]]["alarm"]["pairs"] == 10
 
 
@@ -198,17 +198,17 @@ def test_a_lock_taken_before_the_alarm_no_longer_verifies_and_one_after_leaves_i
 
 def test_an_alarm_the_detector_did_not_reach_cannot_be_folded(promoted):
     from registry.events.store import NewEvent
-    from registry.projections.state import ProjectionError
+    from registry.projections import ProjectionError
 
     remeasure(promoted, "fast", 0.9, "b0")  # 2 pairs below: far from an alarm
     registry = open_registry(promoted.url)
-    state = Projections(registry.store).current_artifact("fast")
+    state = Reads(registry.store).current_artifact("fast")
     forged = {"artifact": "fast", "identity": state["identity"], "payload_sha256": state["payload_sha256"],
               "verdict_event_id": state["verdict_event_id"], "pairs": 2, "below": 2, "log_statistic": 7.0,
               "threshold": 1.1, "alpha": 0.001, "profiles": []}
     registry.store.append("artifact:fast", [NewEvent("RegressionDetected", forged)], actor="mallory")
     with pytest.raises(ProjectionError, match="has not crossed"):
-        Projections(registry.store).current_artifact("fast")
+        Reads(registry.store).current_artifact("fast")
 
 
 def test_reverify_now_runs_each_job_in_process_and_says_why_nothing_was_recorded(promoted):

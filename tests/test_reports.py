@@ -11,7 +11,7 @@ import subprocess
 
 import pytest
 
-from registry.projections import Projections
+from read_side import Reads
 from registry.projections.html_report import report_html
 from registry.projections.report import (
     build_report,
@@ -32,7 +32,7 @@ IMAGE = re.compile(r'src="data:image/png;base64,([A-Za-z0-9+/=]+)"')
 def registry(tmp_path_factory):
     store = open_store(f"sqlite:///{tmp_path_factory.mktemp('reports') / 'registry.db'}")
     history = build_history(store)
-    yield store, history, Projections(store)
+    yield store, history, Reads(store)
     store.engine.dispose()
 
 

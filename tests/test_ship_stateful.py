@@ -38,7 +38,7 @@ from hypothesis.stateful import initialize, rule
 
 from registry.bundles import Profile
 from registry.cli.main import main
-from registry.projections.state import FINAL
+from registry.projections.read_models import FINAL
 from registry.runtime import resolve as runtime_resolve
 from ship_helpers import MANIFEST, evidence, make_bundle
 from stateful_checks import CheckedAtTheEnd, CopiedStart, checked_after_every_step

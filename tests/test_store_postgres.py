@@ -118,7 +118,7 @@ def test_a_speed_record_written_by_another_catch_up_between_reads_is_loaded_not_
     from sqlalchemy import create_engine, event, insert
 
     from registry.projections.catchup import ReadModels
-    from registry.projections.schema import RECORD_HEADS, SPEED_RECORDS
+    from registry.projections.read_models.speed_records import RECORD_HEADS, SPEED_RECORDS
 
     engine, other = make_engine(migrated_postgres_url), create_engine(migrated_postgres_url)
     committed = []

@@ -29,29 +29,25 @@ import uuid
 import weakref
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from registry.formats.errors import UserError
 from registry.formats.fields import ARCH
-from registry.formats.names import check_name
+from registry.formats.names import bench_stream, check_name
 from registry.formats.sequential import SequentialResult
 from registry.formats.text import check_line, text_arguments
 
 from .context import Registry
 from .record_summary import SHOWS, in_opened_order, stop_reason
 
+if TYPE_CHECKING:
+    from registry.projections.view import View
+
 LOG = logging.getLogger("registry.app")
 
 # The event models (pydantic), the gate and the app's write paths load only
 # where they are used: `show` and `report` read records without them
 # (tests/test_cli_startup.py).
-
-BENCH_PREFIX = "bench:"
-
-
-def record_stream(identity: str) -> str:
-    return BENCH_PREFIX + identity
-
 
 @dataclass(frozen=True)
 class Session:
@@ -106,16 +102,21 @@ def _stop(record: BenchRecord) -> str:
 
 def read_record(registry: Registry, artifact: str) -> BenchRecord:
     """The speed record of the artifact's bytes, as its current identity reads it, under its workload's contract."""
-    return _record(_target(registry, artifact))
+    with registry.view() as view:
+        return _record(_target(view, artifact))
 
 
 @dataclass(frozen=True)
 class _Target:
-    """What a session's open or append reads first (`Projections.bench_subject`), and the contract's speed block."""
+    """What a session's open or append reads first (`View.bench_subjects`), and the contract's confident rule."""
 
     subject: Any  # app/evidence.py Subject
-    speed: Any  # registry.contracts SpeedGate, whose decision is confident
+    rule: Any  # (SpeedGate, terms): registry.projections.speed_reading `speed_terms`, the gate confident
     rows: Any  # registry.projections.subject BenchSubject
+
+    @property
+    def speed(self) -> Any:
+        return self.rule[0]
 
     @property
     def workload(self) -> dict[str, Any]:
@@ -127,11 +128,11 @@ class _Target:
         return self.rows.position
 
 
-def _target(registry: Registry, artifact: str, authorize: Callable[[str], None] | None = None) -> _Target:
+def _target(view: View, artifact: str, authorize: Callable[[str], None] | None = None) -> _Target:
     """The artifact's rows, read once; `authorize(workload)` runs before anything else is checked."""
     from .evidence import subject_of
 
-    found = registry.reads.bench_subject(artifact)
+    found, = view.bench_subjects([artifact]).values()
     subject = subject_of(artifact, found.artifact)
     if authorize is not None:
         authorize(subject.registration["workload"])
@@ -139,15 +140,15 @@ def _target(registry: Registry, artifact: str, authorize: Callable[[str], None] 
 
 
 def _benchmarked(subject, found, speeds: dict[tuple[str, int], Any] | None = None) -> _Target:
-    """The target of a subject whose rows were read (`Projections.bench_subject`): its workload must be declared
-    with a confident speed block. `speeds` keeps the block of each workload's contract version parsed."""
+    """The target of a subject whose rows were read (`View.bench_subjects`): its workload must be declared with a
+    confident speed block. `speeds` keeps the rule of each workload's contract version read."""
     workload = subject.registration["workload"]
     if found.workload is None:
         raise UserError(f"unknown workload {workload!r} (declare it with `registry workload declare`)")
     speeds = {} if speeds is None else speeds
     declared = (workload, len(found.workload["versions"]))  # a contract declared between two reads is another
     if declared not in speeds:
-        speeds[declared] = _confident_speed(workload, found.workload)
+        speeds[declared] = _confident_rule(workload, found.workload)
     return _Target(subject, speeds[declared], found)
 
 
@@ -162,25 +163,28 @@ def open_session(registry: Registry, artifact: str, device: str, timer: str,
     from registry.events.store import NewEvent
     from registry.events.types import BenchmarkSessionOpened
 
-    target = _target(registry, artifact, authorize)
-    subject = target.subject
-    for value, what in ((device, "device"), (timer, "timer")):
-        check_line(value, what)
-    if arch is not None and (not isinstance(arch, str) or not ARCH.fullmatch(arch)):
-        raise UserError(f"arch: {arch!r} is not a device architecture such as sm90, sm100 or cpu")
-    if subject.payload_sha256 is None:
-        raise UserError(f"{artifact} was registered without a payload, so it has no speed record of its own and "
-                        "borrows none: register its bytes (`registry artifact register --payload`); no session opened")
-    record = _record(target)
-    if record.closed:
-        raise UserError(f"the benchmark record of {artifact} is closed ({_closed_text(record)}); no session opened")
-    session = f"bs-{uuid.uuid4().hex[:16]}"
-    payload = BenchmarkSessionOpened(session=session, artifact=artifact, identity=subject.identity,
-                                     payload_sha256=subject.payload_sha256, workload=target.workload["workload"],
-                                     device=device, timer=timer, arch=arch)
-    positions = registry.store.append(record_stream(subject.identity), [NewEvent(payload.type, payload)],
-                                      expected_version=record.version, actor=registry.actor)
-    return session, _record(_with_appended(target, payload, positions[0]))
+    with registry.view() as view:
+        target = _target(view, artifact, authorize)
+        subject = target.subject
+        for value, what in ((device, "device"), (timer, "timer")):
+            check_line(value, what)
+        if arch is not None and (not isinstance(arch, str) or not ARCH.fullmatch(arch)):
+            raise UserError(f"arch: {arch!r} is not a device architecture such as sm90, sm100 or cpu")
+        if subject.payload_sha256 is None:
+            raise UserError(f"{artifact} was registered without a payload, so it has no speed record of its own and "
+                            "borrows none: register its bytes (`registry artifact register --payload`); "
+                            "no session opened")
+        record = _record(target)
+        if record.closed:
+            raise UserError(f"the benchmark record of {artifact} is closed ({_closed_text(record)}); "
+                            "no session opened")
+        session = f"bs-{uuid.uuid4().hex[:16]}"
+        payload = BenchmarkSessionOpened(session=session, artifact=artifact, identity=subject.identity,
+                                         payload_sha256=subject.payload_sha256,
+                                         workload=target.workload["workload"], device=device, timer=timer, arch=arch)
+        placed = view.append(bench_stream(subject.identity), [NewEvent(payload.type, payload)],
+                             expected_version=record.version)
+    return session, _record(_with_appended(target, payload, placed.positions[0]))
 
 
 @dataclass(frozen=True)
@@ -274,14 +278,16 @@ def record_pair_group(group: list[Pairs]) -> list[Recorded]:
     answers: list[tuple[int, bool, BenchRecord]] = []  # (index, new to the rows read, record answered)
     position = 0  # the last position folded into any answer
     try:
-        read.update(group[0].registry.reads.bench_subjects([request.artifact for request in group]))
+        with group[0].registry.view() as view:
+            read.update(view.bench_subjects([request.artifact for request in group]))
     except Exception:  # a damaged row among them: each batch reads its own rows below, and hears its own refusal
         pass
     for index, request in enumerate(group):
         try:
             artifact = request.artifact
             if artifact not in read:
-                read[artifact] = request.registry.reads.bench_subject(artifact)
+                with request.registry.view() as view:
+                    read.update(view.bench_subjects([artifact]))
             found = read[artifact]
             subject = subject_of(artifact, found.artifact)
             if request.authorize is not None:
@@ -293,7 +299,7 @@ def record_pair_group(group: list[Pairs]) -> list[Recorded]:
             check_name(request.batch, "batch key")
             check_name(request.session, "session")
             _check_times(request.baseline, request.candidate)
-            stream = record_stream(subject.identity)
+            stream = bench_stream(subject.identity)
             fed = [name for name in (stream, (target.rows.stream or {}).get("record")) if name is not None]
             if any(owner.get(name, artifact) != artifact for name in fed):
                 continue
@@ -429,7 +435,7 @@ def _with_appended(target: _Target, payload, position: int) -> _Target:
     """The target with the event just appended at `position` folded into its rows, so the answer needs no second
     read: the record as read, and this event."""
     rows = target.rows.with_appended(position, payload.type, dict(payload.__dict__))
-    return _Target(target.subject, target.speed, rows)
+    return _Target(target.subject, target.rule, rows)
 
 
 # Pairs timed between two questions to the registry: one BC and one CB, so every batch is interleaved ABBA.
@@ -532,46 +538,28 @@ def _check_times(baseline: list[float], candidate: list[float]) -> None:
                              "nothing recorded")
 
 
-def _confident_speed(workload: str, declared: dict[str, Any]):
-    """The speed block of the workload's current contract (its read-model row), which sessions need confident."""
-    from registry.contracts import Contract
+def _confident_rule(workload: str, declared: dict[str, Any]):
+    """The rule of the workload's current contract (its read-model row: `speed_terms`), which sessions need
+    confident."""
+    from registry.projections.speed_reading import speed_terms
 
-    speed = Contract.from_stored(declared["contract"]).speed
+    speed, terms = speed_terms(declared)  # type: ignore[arg-type]
     if speed is None:
         raise UserError(f"workload {workload} declares no speed block: there is no gate to benchmark against")
     if speed.decision != "confident":
         raise UserError(f"workload {workload} declares speed.decision {speed.decision}: benchmark sessions are "
                          "read by the confident rule only")
-    return speed
-
-
-def speed_record(registry: Registry, state: dict[str, Any]):
-    """The gate's view of the speed record of an artifact's bytes (registry/gate/model.py `SpeedRecord`): one row
-    of the read model, with the workload's contract versions; no stream is read."""
-    from registry.gate import SpeedRecord
-
-    payload = state["payload_sha256"]
-    if payload is None:
-        return SpeedRecord(None)
-    projections = registry.reads
-    found = projections.speed_record(state["workload"], payload)
-    declared = projections.workload(state["workload"])
-    versions = declared["versions"] if declared is not None else []
-    if found is None:
-        return SpeedRecord(payload, (), 0, versions)
-    return SpeedRecord(payload, found["entries"], len(found["sessions"]), versions)
+    return speed, terms
 
 
 def _record(target: _Target) -> BenchRecord:
     """The benchmark record of an identity's bytes from the rows read (`_target`), under the contract's rule."""
-    from registry.gate import SpeedRecord
-    from registry.gate.record import read_record as read_speed_record
+    from registry.projections.speed_reading import read_speed_record
 
     speed, found, stream = target.speed, target.rows.record, target.rows.stream
-    entries = found["entries"] if found is not None else []
     sessions = found["sessions"] if found is not None else {}
-    reading = read_speed_record(SpeedRecord(target.subject.payload_sha256, entries, len(sessions),
-                                            target.workload["versions"]), speed)
+    reading = read_speed_record(found, target.workload, target.subject.payload_sha256, target.rule).reading
+    assert reading is not None  # the rule is confident (`_confident_rule`)
     return BenchRecord(
         identity=target.subject.identity, workload=target.workload["workload"], gate=speed.gate,
         max_pairs=speed.max_pairs,

@@ -6,12 +6,12 @@ from typing import Iterable
 
 import click
 
-from registry.app import Registry, open_registry
+from registry.app import Registry
 from registry.formats.errors import UserError
 from registry.events.database import current_revision, head_revision
 from registry.formats.digests import is_sha256
 
-from .session import Session, pass_session
+from .session import Session, closes_with_the_command, pass_session
 from .output import emit_json, exit_status_ahead, json_text, say, short, table
 
 
@@ -31,7 +31,7 @@ def init(session: Session, as_json: bool) -> None:
 
 def open_for_reading(session: Session) -> Registry:
     """The registry for a command that only reads the log: a SQLite file is opened read-only (mode=ro)."""
-    return open_registry(session.url, actor=session.actor, read_only=True)
+    return session.open(read_only=True)
 
 
 def _contract_why(event, changes: list) -> str:
@@ -225,7 +225,7 @@ def db() -> None:
 @pass_session
 def db_upgrade(session: Session) -> None:
     """Upgrade an existing registry's schema to this version's head (`init` creates one)."""
-    registry = open_registry(session.url, actor=session.actor, upgrading=True)
+    registry = session.open(upgrading=True)
     say(f"schema at {current_revision(registry.engine)}")
 
 
@@ -237,6 +237,7 @@ def db_current(session: Session, as_json: bool) -> None:
     from registry.events.database import make_engine, resolve_url
 
     engine = make_engine(resolve_url(session.url), read_only=True)
+    closes_with_the_command(engine.dispose)
     revision = current_revision(engine)
     if as_json:
         emit_json({"current": revision, "head": head_revision()})

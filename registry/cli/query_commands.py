@@ -199,17 +199,15 @@ def _matrix_page(matrix: dict) -> str:
 @pass_session
 def replay(session: Session, check: bool, as_json: bool) -> None:
     """Rebuild every projection from the log; with --verify, exit 1 on any difference."""
-    from registry.projections import verify_projections
+    from registry.app.replay import rebuild_read_models, verify_read_models
 
     registry = session.open()
     if not check:
         # Every row replaced by a fresh fold: a damaged or stale read model is rebuilt, not caught up.
-        position = registry.reads.reset()
-        state = registry.reads.state(as_of=position, items=False)  # counted, not shown
-        result = {"events": state.position, "artifacts": len(state.artifacts)}
+        result = rebuild_read_models(registry)
         emit_json(result) if as_json else say(f"rebuilt from {result['events']} events: {result['artifacts']} artifacts")
         return
-    outcome = verify_projections(registry.store)
+    outcome = verify_read_models(registry)
     exit_status_ahead(0 if outcome.ok else 1)
     if as_json:
         emit_json(outcome.to_dict())

@@ -165,10 +165,17 @@ class EventStore:
         with the same content returns the original positions and writes
         nothing; with different content it raises IdempotencyConflict.
         """
-        placed, = self.append_group([Append(stream, events, actor, expected_version, idempotency_key)])
+        return self.append_batch(Append(stream, events, actor, expected_version, idempotency_key)).positions
+
+    def append_batch(self, append: Append) -> Appended:
+        """Append one batch as `append` does; where it is in the log and whether this call wrote it (`new`
+        False: its idempotency key answered it with the same batch recorded before), from what the recorder did
+        under the writer lock, never from a read of the log's head before the append (which a concurrent writer
+        makes wrong). A refusal raises (StoreError)."""
+        placed, = self.append_group([append])
         if isinstance(placed, StoreError):
             raise placed
-        return placed.positions
+        return placed
 
     def append_group(self, appends: Sequence[Append]) -> list[Appended | StoreError]:
         """Append several batches, in order, in one transaction under one writer lock; each one's positions

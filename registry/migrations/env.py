@@ -6,7 +6,7 @@ same way the CLI does: REGISTRY_DATABASE_URL, else registry.db).
 """
 from alembic import context
 
-import registry.projections.schema  # noqa: F401  (adds the read models' tables to the metadata)
+import registry.projections.read_models  # noqa: F401  (adds the read models' tables to the metadata)
 from registry.events.schema import complete_metadata
 from registry.events.database import make_engine, resolve_url, use_wal
 

@@ -9,7 +9,7 @@ from typing import Any, Sequence
 from .plots import Plot, frame_plot, running_bounds_plot, speed_fidelity_plot
 from .matrix import cell_text
 from .report import head_text, matrix_table, report_tables
-from .state import RegistryState
+from .read_models import RegistryState
 
 STYLE = """
 body { font-family: system-ui, sans-serif; margin: 24px; color: #212121; max-width: 1150px; }

@@ -25,7 +25,7 @@ from registry.formats.names import ARTIFACT_PREFIX
 
 from .log import chain_time, row_payload
 from .read_models import ArtifactState
-from .state import ProjectionError
+from .errors import ProjectionError
 
 # Positions per read: a page of rows and their payload texts is in memory at a time.
 ITEM_PAGE = 5_000

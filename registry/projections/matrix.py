@@ -22,7 +22,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any, Iterable
 
 from registry.formats.errors import UserError
-from .state import RegistryState
+from .read_models import RegistryState
 
 OUTCOMES = ("promoted", "candidates_found", "no_worthwhile_candidate", "quarantined", "held", "not_attempted")
 RANK = {outcome: rank for rank, outcome in enumerate(OUTCOMES)}
@@ -119,7 +119,7 @@ def _native_contribution(artifact: dict[str, Any], records: dict[str, Any]) -> d
 
 
 def _record_arch(artifact: dict[str, Any], records: dict[str, Any]) -> str | None:
-    from .fold import record_key
+    from .read_models.speed_records import record_key
 
     if artifact["payload_sha256"] is None:
         return None

@@ -24,7 +24,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from .state import relative_margin, tightest
+from .read_models.artifacts import relative_margin, tightest
 
 DECISION_COLOURS = {
     "promoted": "#2e7d32", "rejected": "#ef6c00", "quarantined": "#c62828",

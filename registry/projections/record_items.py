@@ -22,7 +22,7 @@ from registry.formats.names import ARTIFACT_PREFIX
 from .items import ITEM_PAGE
 from .log import row_payload
 from .read_models import SpeedRecordState
-from .state import ProjectionError
+from .errors import ProjectionError
 
 
 def attach_documents(store: EventStore, records: Iterable[SpeedRecordState],

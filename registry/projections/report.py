@@ -33,8 +33,9 @@ from typing import Any
 from registry.contracts.speed import derived_gate
 from registry.formats.errors import UserError
 
-from .monitor_fold import monitor_summary
-from .state import RegistryState, contract_note, relative_margin
+from .read_models import RegistryState
+from .read_models.artifacts import contract_note, relative_margin
+from .read_models.monitors import monitor_summary
 
 NEAR_MISS_SHARE = 0.10
 CAUGHT = ("held", "quarantined", "rejected")

@@ -113,7 +113,8 @@ def create_app(config: ServerConfig) -> FastAPI:
         return authenticate(base, None if credentials is None else credentials.credentials, known=known)
 
     def acting(grant: Grant) -> Registry:
-        return Registry(engine=base.engine, store=base.store, actor=grant.actor)
+        """The one registry the server built, for the request's actor (it shares the engine; nothing is built)."""
+        return base.acting(grant.actor)
 
     def scoped(scope: str, *, person: bool = False) -> Callable[[Grant], Grant]:
         def dependency(grant: Grant = Depends(token)) -> Grant:
