@@ -39,6 +39,9 @@ class Reads:
         """Without its verdict history: what an append or a promote reads."""
         return self.ask("artifact", artifact_id)
 
+    def shown_artifact(self, artifact_id: str, latest: int, as_of: int | None = None) -> Any:
+        return self.ask("shown_artifact", artifact_id, latest, as_of=as_of)
+
     def artifacts(self, workload: str | None = None, as_of: int | None = None) -> Any:
         return self.ask("artifacts", workload, as_of=as_of)
 

@@ -450,7 +450,6 @@ def test_a_catch_up_overtaken_every_time_still_answers(backend_url):
             self.overtaken += 1
             return super()._advance(checkpoint, head, rebuild)
 
-    other.catch_up()  # the read models stand at the setup, under this code's declarations
     reader = Overtaken(store)
     head_at_start = store.head_position()
     served = reader.catch_up()

@@ -210,14 +210,14 @@ def test_an_interrupted_import_leaves_no_registration_without_its_document(regis
     """Ctrl-C as the document's evidence is appended: nothing of that document is in the log."""
     from registry.events.store import EventStore
 
-    real = EventStore.append
+    real = EventStore.append_batch
 
-    def interrupted(self, stream, events, **options):
-        if any(event.type == "BenchmarkMeasured" for event in events):
+    def interrupted(self, batch):
+        if any(event.type == "BenchmarkMeasured" for event in batch.events):
             raise KeyboardInterrupt
-        return real(self, stream, events, **options)
+        return real(self, batch)
 
-    monkeypatch.setattr(EventStore, "append", interrupted)
+    monkeypatch.setattr(EventStore, "append_batch", interrupted)
     registry_cli("import", "motionkernel", str(tree / DISPATCH))
     assert rows(registry_cli.url, "SELECT type FROM events WHERE stream LIKE 'artifact:%'") == []
 
