@@ -49,7 +49,8 @@ from .collector import collector_paused
 from .errors import ProjectionError
 from .fold import fold
 from .log import PAGE, read_log
-from .read_models import CHECKPOINT, DECLARATIONS, READ_MODEL_TABLES, VERSIONS, RegistryState, by_name
+from . import read_models
+from .read_models import CHECKPOINT, DECLARATIONS, READ_MODEL_TABLES, RegistryState, by_name
 from .read_models.declaration import load_state
 from .row_checks import check_absent
 from .snapshot import CHECKPOINT_NAME, read_checkpoint, snapshot
@@ -172,7 +173,16 @@ _WHERE_WE_STAND = {dialect: select(
 ) for dialect, count in _TABLE_COUNT.items()}
 _MOVE_CHECKPOINT = (update(CHECKPOINT).where(CHECKPOINT.c.name == CHECKPOINT_NAME,
                                              CHECKPOINT.c.position == bindparam("was"))
-                    .values(position=bindparam("now"), versions=VERSIONS))
+                    .values(position=bindparam("now"), versions=bindparam("versions")))
+
+
+def _refold(checkpoint: int | None, versions: str | None) -> bool:
+    """Whether read models that stand at a checkpoint were folded under other declarations than this code's."""
+    return checkpoint is not None and versions != read_models.VERSIONS
+
+
+def _first_checkpoint(head: int):
+    return insert(CHECKPOINT).values(name=CHECKPOINT_NAME, position=head, versions=read_models.VERSIONS)
 
 
 def _where_we_stand(conn: Connection) -> tuple[int | None, int, str | None]:
@@ -227,7 +237,7 @@ class ReadModels:
                 f"projection checkpoint {checkpoint} is ahead of the log's head {head}: "
                 "the read models belong to another log (rebuild them with `registry replay`)"
             )
-        if (checkpoint or 0) >= head and (checkpoint is None or versions == VERSIONS):
+        if (checkpoint or 0) >= head and not _refold(checkpoint, versions):
             return checkpoint or 0
         lock = _folding(self.engine)
         if not lock.acquire(blocking=False):
@@ -237,8 +247,8 @@ class ReadModels:
                 checkpoint, head, versions = _where_we_stand(conn)
         try:
             stalls = 0
-            while (checkpoint or 0) < head or (checkpoint is not None and versions != VERSIONS):
-                if self._advance(checkpoint, head, rebuild=checkpoint is None or versions != VERSIONS):
+            while (checkpoint or 0) < head or _refold(checkpoint, versions):
+                if self._advance(checkpoint, head, rebuild=checkpoint is None or _refold(checkpoint, versions)):
                     return head
                 with statement_reads(self.engine) as conn:
                     moved, _, versions = _where_we_stand(conn)
@@ -267,7 +277,7 @@ class ReadModels:
                 with self._writer() as conn:
                     # The checkpoint first: on Postgres this waits for a catch-up in flight.
                     conn.execute(CHECKPOINT.delete())
-                    conn.execute(insert(CHECKPOINT).values(name=CHECKPOINT_NAME, position=head, versions=VERSIONS))
+                    conn.execute(_first_checkpoint(head))
                     rebuild_rows(conn, state)
             except IntegrityError:
                 continue  # a concurrent catch-up inserted the checkpoint first: fold again
@@ -300,9 +310,10 @@ class ReadModels:
         try:
             with self._writer() as conn:
                 if checkpoint is None:
-                    conn.execute(insert(CHECKPOINT).values(name=CHECKPOINT_NAME, position=head, versions=VERSIONS))
+                    conn.execute(_first_checkpoint(head))
                 else:
-                    moved = conn.execute(_MOVE_CHECKPOINT, {"was": checkpoint, "now": head})
+                    moved = conn.execute(_MOVE_CHECKPOINT, {"was": checkpoint, "now": head,
+                                                            "versions": read_models.VERSIONS})
                     if moved.rowcount != 1:
                         raise _LostRace
                 if change is None:
