@@ -13,12 +13,11 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from registry.app import open_registry
 from registry.app.bench import PairWriter, open_session, pairs, read_record, record_pair_group, record_pairs
 from registry.events.errors import IdempotencyConflict, StoreError
 from registry.formats.errors import UserError
 from registry.app.workloads import register_artifact
+from store_helpers import opened
 
 MANIFEST = "workload: wan\nspeed: {min_speedup: 1.2, runs_per_arm: 16, protocol: paired, max_pairs: 20}\n"
 EXAMPLE = Path(__file__).parent.parent / "examples" / "bench_session.py"
@@ -158,7 +157,7 @@ def test_a_point_contract_has_no_sessions(registry_cli, tmp_path):
 
 
 def test_the_python_api_decides_on_sqlite_and_postgres(backend_url, tmp_path):
-    registry = open_registry(backend_url, actor="gpu-worker-1", create=True)
+    registry = opened(backend_url, actor="gpu-worker-1", create=True)
     from registry.app.workloads import declare_workload
     from registry.contracts import Contract
 
@@ -200,7 +199,7 @@ def test_the_python_api_decides_on_sqlite_and_postgres(backend_url, tmp_path):
     assert twin_appended and len(twin_record.ratios) == 20 and twin_record.closed
     assert read_record(registry, "g").to_dict()["pairs"] == 20 and registry.store.verify().intact
     # Batches of two registries in one group: each read from and appended to its own store.
-    other = open_registry(f"sqlite:///{tmp_path / 'other.db'}", actor="gpu-worker-2", create=True)
+    other = opened(f"sqlite:///{tmp_path / 'other.db'}", actor="gpu-worker-2", create=True)
     declare_workload(other, Contract.from_yaml(MANIFEST))
     register_artifact(other, "k", workload="wan", kind="fused_kernel", payload=str(tmp_path / "g.bin"))
     other_session = open_session(other, "k", "d", "t")[0]
@@ -220,7 +219,7 @@ def test_the_python_api_decides_on_sqlite_and_postgres(backend_url, tmp_path):
     (tmp_path / "h.bin").write_bytes(b"raced kernel")
     register_artifact(registry, "h", workload="wan", kind="fused_kernel", payload=str(tmp_path / "h.bin"))
     h = open_session(registry, "h", "d", "t")[0]
-    rival = open_registry(backend_url, actor="rival")
+    rival = opened(backend_url, actor="rival")
 
     def raced(_workload):  # runs after the group's read, before its append
         assert [outcome[0] for outcome in record_pair_group([pairs(rival, "h", h, [1.5, 1.5], [1.0, 1.0], "x"),
@@ -257,7 +256,7 @@ def test_the_python_api_decides_on_sqlite_and_postgres(backend_url, tmp_path):
     if child == 0:
         done = queue.Queue()
         sender = threading.Thread(target=lambda: writer.submit(
-            pairs(open_registry(backend_url, actor="forked"), "k", session, [1.0, 1.0], [1.0, 1.0], "b0"), done.put))
+            pairs(opened(backend_url, actor="forked"), "k", session, [1.0, 1.0], [1.0, 1.0], "b0"), done.put))
         sender.start()
         sender.join(20)
         try:
@@ -356,7 +355,7 @@ def test_any_sequence_of_opens_and_batches_keeps_one_ordered_record(tmp_path_fac
     the new event folded in) is what a fresh read of the record then says."""
     tmp = tmp_path_factory.mktemp("ops")
     shutil.copyfile(sqlite_template, tmp / "r.db")  # each example on a copy of the migrated template
-    registry = open_registry(f"sqlite:///{tmp / 'r.db'}", actor="w")
+    registry = opened(f"sqlite:///{tmp / 'r.db'}", actor="w")
     from registry.app.workloads import declare_workload
     from registry.contracts import Contract
     from registry.formats.sequential import decide_stream
@@ -416,7 +415,7 @@ def test_batches_in_groups_are_recorded_as_one_by_one_in_the_order_the_groups_to
 
     tmp = tmp_path_factory.mktemp("groups")
     shutil.copyfile(sqlite_template, tmp / "grouped.db")
-    registry = open_registry(f"sqlite:///{tmp / 'grouped.db'}", actor="w")
+    registry = opened(f"sqlite:///{tmp / 'grouped.db'}", actor="w")
     declare_workload(registry, Contract.from_yaml(MANIFEST.replace("max_pairs: 20", "max_pairs: 12")))
     for name, payload in (("fast", b"same bytes"), ("twin", b"same bytes"), ("other", b"other bytes")):
         (tmp / f"{name}.bin").write_bytes(payload)
@@ -424,7 +423,7 @@ def test_batches_in_groups_are_recorded_as_one_by_one_in_the_order_the_groups_to
     sessions = {name: [open_session(registry, name, "d", "t")[0] for _ in range(2)] for name in ("fast", "twin", "other")}
     with sqlite3.connect(tmp / "grouped.db") as source, sqlite3.connect(tmp / "alone.db") as copy:
         source.backup(copy)
-    alone = open_registry(f"sqlite:///{tmp / 'alone.db'}", actor="w")
+    alone = opened(f"sqlite:///{tmp / 'alone.db'}", actor="w")
     asked = [pairs(registry, artifact, (sessions[artifact] + ["bs-unknown"] * 2)[index], [b for b, _ in timed],
                    [c for _, c in timed], key) for artifact, index, key, timed in batches]
     answers, order, waiting, sizes = {}, [], [], iter(sizes)

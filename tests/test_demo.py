@@ -24,10 +24,9 @@ from pathlib import Path
 import pytest
 import torch
 from click.testing import CliRunner
-
-from registry.app import open_registry
 from registry.app.campaign import KERNEL_ARTIFACT, Row, check_expectations, near_gate_notes
 from registry.cli.main import main
+from store_helpers import opened
 
 ON_GPU = torch.cuda.is_available()
 RUNS = 6  # the fewest even pair count the confident rule at alpha 0.05 can decide in (5 pairs), rounded up
@@ -90,7 +89,7 @@ def test_reduced_demo_decides_as_promised(reduced_demo):
     assert outcome["pairs"] == {"spent": sum(row["pairs"] for row in outcome["rows"]), "fixed_design": 5 * RUNS,
                                 "saved": 5 * RUNS - sum(row["pairs"] for row in outcome["rows"])}
 
-    store = open_registry(url).store
+    store = opened(url).store
     verdicts = [e for e in store.read_all() if e.type == "VerdictRendered"]
     assert len(verdicts) == 5
     for verdict in verdicts:
@@ -257,12 +256,12 @@ def test_the_demo_run_again_on_its_registry_times_nothing_already_decided(reduce
     url = f"sqlite:///{folder / 'demo.db'}"
     args = demo_arguments(folder)
     closed = {row["artifact"] for row in json.loads(reduced_demo.output)["rows"] if row["stop"] in ("decided", "max_pairs")}
-    opened = len([e for e in open_registry(url).store.read_all() if e.type == "BenchmarkSessionOpened"])
+    opened = len([e for e in opened(url).store.read_all() if e.type == "BenchmarkSessionOpened"])
     again = CliRunner().invoke(main, args)
     assert again.exit_code == 0, again.output
     rows = {row["artifact"]: row for row in json.loads(again.output)["rows"]}
     assert all(rows[name]["pairs"] == 0 for name in closed)
-    assert len([e for e in open_registry(url).store.read_all()
+    assert len([e for e in opened(url).store.read_all()
                 if e.type == "BenchmarkSessionOpened"]) == opened + len(set(rows) - closed)
 
 

@@ -53,6 +53,7 @@ from registry.app.install import check_install, package_folder, write_manifest
 from registry.app.workloads import register_artifact
 from registry.cli.main import main
 from registry.kernels.sandbox import SandboxUnavailable, require_sandbox
+from store_helpers import opened
 
 pytestmark = [pytest.mark.device, pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1",
                                                      reason="the gallery runs under the interpreter")]
@@ -158,7 +159,7 @@ def attempt(home):
         folder = home.root / escape
         folder.mkdir()
         entry = f"{candidate_file(escape, folder)}:modulated_layernorm"
-        registry = open_registry(home.url, actor="reviewer")  # reads the file for its digest, never imports it
+        registry = opened(home.url, actor="reviewer")  # reads the file for its digest, never imports it
         try:
             registered = register_artifact(registry, artifact, workload="escape-modln", kind="fused_kernel",
                                            op="modulated_layernorm", entry=entry)
@@ -185,7 +186,7 @@ def _verified(home: Home, attempt: Attempt) -> None:
     """Nothing outside the escape's own stream, nothing left running, the chain and the install intact."""
     assert attempt.elsewhere == [], attempt.elsewhere
     assert _leftovers() == [], "the candidate left processes behind"
-    registry = open_registry(home.url, actor="reviewer", read_only=True)
+    registry = opened(home.url, actor="reviewer", read_only=True)
     try:
         chain = registry.store.verify()
     finally:

@@ -11,11 +11,10 @@ from __future__ import annotations
 
 
 import pytest
-
-from registry.app import open_registry
 from registry.app.workloads import artifact_stream, register_artifact
 from registry.formats.evidence.items import parse_item
 from test_lifecycle import benchmark, evidence_loader, execution, head, one_line_refusal, perceptual, promote, show
+from store_helpers import opened
 
 CAPPED = """
 workload: wan
@@ -127,7 +126,7 @@ def test_a_late_result_for_set_aside_bytes_counts_for_them_when_they_return(cli)
     from registry.app.evidence import capture_subject, evidence_events
 
     cli.register("sage", "x.bin")
-    registry = open_registry(cli.url)
+    registry = opened(cli.url)
     try:
         subject = capture_subject(registry, "sage")  # the measurement opens on X
         register_artifact(registry, "sage", workload="wan", kind="attention_backend", backend="SAGE_ATTN",

@@ -12,11 +12,10 @@ import json
 
 import numpy as np
 import pytest
-
-from registry.app import open_registry
 from registry.app.workloads import register_artifact
 from registry.formats.evidence.items import parse_item
 from registry.formats.names import artifact_stream
+from store_helpers import head_of, opened
 
 MANIFEST = """
 workload: wan
@@ -88,7 +87,7 @@ def promote(cli, artifact):
 
 
 def head(cli):
-    return open_registry(cli.url).store.head_position()
+    return head_of(cli.url)
 
 
 def one_line_refusal(result):
@@ -168,7 +167,7 @@ def test_a_re_registration_while_frames_are_measured_never_lends_them_to_the_new
 
     def measure_then_re_register(*args, **kwargs):
         item = measure(*args, **kwargs)
-        register_artifact(open_registry(cli.url, actor="other"), "sage", workload="wan", kind="attention_backend",
+        register_artifact(opened(cli.url, actor="other"), "sage", workload="wan", kind="attention_backend",
                           backend="SAGE_ATTN", payload=str(cli.tmp / "sage-2.bin"))
         return item
 
@@ -185,7 +184,7 @@ def test_evidence_appended_across_a_re_registration_counts_for_nothing(cli):
     """The race the append check cannot close: the event names its identity, and the fold holds it to that."""
     from registry.app.evidence import capture_subject, evidence_events
 
-    registry = open_registry(cli.url)
+    registry = opened(cli.url)
     subject = capture_subject(registry, "sage")  # captured before measuring
     register_artifact(registry, "sage", workload="wan", kind="attention_backend", backend="SAGE_ATTN",
                       payload=str(cli.tmp / "sage-2.bin"))
@@ -393,7 +392,7 @@ def kernel_cli(registry_cli):
 
 
 def _re_register_modln(url):
-    register_artifact(open_registry(url, actor="other"), "modln", workload="op", kind="fused_kernel",
+    register_artifact(opened(url, actor="other"), "modln", workload="op", kind="fused_kernel",
                       op=MODLN[1], entry=MODLN[3], payload_sha256="cd" * 32)
 
 

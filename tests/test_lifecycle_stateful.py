@@ -29,8 +29,6 @@ from click.testing import CliRunner
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import initialize, rule
-
-from registry.app import open_registry
 from registry.bundles import verify_directory
 from registry.cli.main import main
 from registry.events.identity import artifact_identity
@@ -42,6 +40,7 @@ from registry.projections.record_items import attach_state_documents
 from ship_helpers import make_bundle
 from stateful_checks import CheckedAtTheEnd, CopiedStart, checked_after_every_step
 from test_read_model_shapes import registry_shape_problems
+from store_helpers import opened
 
 ARTIFACTS = {"sage": ("wan", "attention_backend"), "cache": ("ltx", "step_cache"), "kernel": ("exact", "fused_kernel")}
 PAYLOADS = ("build-1", "build-2", "build-3")
@@ -292,7 +291,7 @@ class Lifecycle(CheckedAtTheEnd):
     @rule(artifact=st.sampled_from(sorted(ARTIFACTS)), back=st.integers(0, 5))
     def return_to_earlier_bytes(self, artifact, back):
         """Register claims this artifact had before: their own history counts again, nothing else's."""
-        registry = open_registry(self.url)
+        registry = opened(self.url)
         try:
             earlier = [e.payload for e in registry.store.read_stream(f"artifact:{artifact}")
                        if e.type == "ArtifactRegistered"]
@@ -383,7 +382,7 @@ class Lifecycle(CheckedAtTheEnd):
 
     def promoted_means_shown_good(self, shown: dict):
         """(a) for every artifact shown promoted."""
-        registry = open_registry(self.url)
+        registry = opened(self.url)
         try:
             store = registry.store
             by_id = {event.event_id: event for event in store.read_all()}
@@ -450,7 +449,7 @@ class Lifecycle(CheckedAtTheEnd):
             assert verdict["identity"] == state["identity"]
 
     def registration(self, artifact: str) -> dict:
-        registry = open_registry(self.url)
+        registry = opened(self.url)
         try:
             return [e.payload for e in registry.store.read_stream(f"artifact:{artifact}")
                     if e.type == "ArtifactRegistered"][-1]
@@ -459,7 +458,7 @@ class Lifecycle(CheckedAtTheEnd):
 
     def replay_gives_the_same_state(self):
         """(b) the live read models equal a full replay, by either reader."""
-        registry = open_registry(self.url)
+        registry = opened(self.url)
         try:
             report = verify_projections(registry.store)
             assert report.ok, report.summary()

@@ -6,10 +6,9 @@ import shutil
 
 import pytest
 from click.testing import CliRunner
-
-from registry.app import open_registry
 from registry.cli.main import main
 from ship_helpers import declare, make_bundle, measure_and_promote, register, ship
+from store_helpers import opened
 
 PROFILE = ("--arch", "sm90", "--torch", "2.13.0", "--cuda", "12.8")
 
@@ -42,7 +41,7 @@ def test_a_lock_records_everything_a_deployment_needs(shipped):
     result, out = export(shipped, *PROFILE)
     assert result.exit_code == 0, result.output
     document = json.loads(out.read_text())
-    registry = open_registry(shipped.url)
+    registry = opened(shipped.url)
     head = registry.store.head_position()
     assert document["format"] == "registry.lock/1" and document["workload"] == "wan"
     assert document["log_position"] == head

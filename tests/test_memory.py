@@ -21,6 +21,7 @@ from registry.formats.errors import UserError
 from registry.projections import ReadModels
 from registry.projections.asof import fold_log
 from test_projections import build_history
+from store_helpers import opened_store
 
 FOLDS = 1_000
 CATCH_UPS = 100
@@ -45,7 +46,7 @@ def live_objects() -> int:
 
 
 def test_a_thousand_folds_leave_nothing_frozen_and_memory_flat(migrated_sqlite_url):
-    store = EventStore(make_engine(migrated_sqlite_url))
+    store = opened_store(migrated_sqlite_url)
     try:
         build_history(store)
         models = ReadModels(store)

@@ -9,17 +9,17 @@ import pytest
 from alembic import command
 from sqlalchemy import inspect
 
-from registry.events.database import SCHEMA_HEAD, alembic_config, current_revision, head_revision, make_engine, upgrade
+from registry.events.database import SCHEMA_HEAD, alembic_config, current_revision, head_revision, upgrade
 from registry.events.errors import NotARegistry
 
-from store_helpers import raw
+from store_helpers import made_engine, raw
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_alembic_check_finds_nothing_to_generate(backend_url):
-    make_engine(backend_url)
-    upgrade(make_engine(backend_url))
+    made_engine(backend_url)
+    upgrade(made_engine(backend_url))
     env = {"REGISTRY_DATABASE_URL": backend_url, "PATH": "/usr/bin:/bin"}
     result = subprocess.run(
         [sys.executable, "-m", "alembic", "check"], cwd=ROOT, env=env, capture_output=True, text=True
@@ -33,7 +33,7 @@ def test_schema_head_constant_matches_the_migrations():
 
 
 def test_upgrade_downgrade_upgrade(backend_url):
-    engine = make_engine(backend_url)
+    engine = made_engine(backend_url)
     upgrade(engine)
     assert current_revision(engine) == head_revision()
     config = alembic_config(backend_url)
@@ -46,7 +46,7 @@ def test_upgrade_downgrade_upgrade(backend_url):
 
 
 def test_a_newer_schema_is_refused(backend_url):
-    engine = make_engine(backend_url)
+    engine = made_engine(backend_url)
     upgrade(engine)
     raw(engine, "UPDATE alembic_version SET version_num = 'ffffffffffff'")
     with pytest.raises(NotARegistry, match="newer than this registry"):
@@ -54,7 +54,7 @@ def test_a_newer_schema_is_refused(backend_url):
 
 
 def test_a_foreign_database_is_not_initialised(backend_url):
-    engine = make_engine(backend_url)
+    engine = made_engine(backend_url)
     raw(engine, "CREATE TABLE customers (id INTEGER PRIMARY KEY)")
     with pytest.raises(NotARegistry, match="not a registry"):
         upgrade(engine)
@@ -78,7 +78,7 @@ def test_rows_written_by_an_earlier_fold_are_folded_again_by_the_upgrade(backend
     artifact_row = by_name("artifacts").row
     from test_projections import build_history
 
-    engine = make_engine(backend_url)
+    engine = made_engine(backend_url)
     upgrade(engine)
     store = EventStore(engine)
     history = build_history(store)

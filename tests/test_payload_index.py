@@ -26,7 +26,7 @@ from registry.events.store import EventStore, NewEvent
 from read_side import Reads
 from registry.projections import verify_projections
 from registry.projections.read_models.payload_index import PAYLOADS
-from store_helpers import raw
+from store_helpers import opened_store, raw
 from test_projections import benchmark, open_store
 
 ARTIFACTS = ("a", "b", "c")
@@ -130,7 +130,7 @@ def scripted(log: Log) -> None:
 
 @pytest.fixture
 def store(migrated_backend_url):
-    store = EventStore(make_engine(migrated_backend_url))
+    store = opened_store(migrated_backend_url)
     yield store
     store.close()
     store.engine.dispose()

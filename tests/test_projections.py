@@ -43,7 +43,7 @@ from registry.events.canonical import canonical_json as state_text
 from registry.projections.read_models import CHECKPOINT
 from registry.projections.read_models.artifacts import ARTIFACTS
 
-from store_helpers import raw
+from store_helpers import opened_store, raw
 
 SHA_SAGE = "a1" * 32
 SHA_RMS = "b2" * 32
@@ -216,14 +216,13 @@ def build_history(store: EventStore) -> History:
 
 
 def open_store(url: str) -> EventStore:
-    engine = make_engine(url)
-    upgrade(engine)
-    return EventStore(engine)
+    """A store on `url`, its schema upgraded, disposed of when the test ends."""
+    return opened_store(url, migrate=True)
 
 
 @pytest.fixture
 def store(migrated_backend_url):
-    store = EventStore(make_engine(migrated_backend_url))
+    store = opened_store(migrated_backend_url)
     yield store
     store.engine.dispose()
 

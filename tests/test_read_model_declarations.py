@@ -19,7 +19,7 @@ from registry.events.catalogue import SCHEMA_VERSIONS
 from registry.projections import ReadModels, read_models, verify_projections
 from registry.projections.fold import HANDLERS
 from registry.projections.read_models import CHECKPOINT, DECLARATIONS, READ_MODEL_TABLES, versions_text
-from store_helpers import raw
+from store_helpers import opened_store, raw
 from test_projections import build_history
 
 
@@ -28,7 +28,7 @@ def store(migrated_backend_url):
     from registry.events.database import make_engine
     from registry.events.store import EventStore
 
-    store = EventStore(make_engine(migrated_backend_url))
+    store = opened_store(migrated_backend_url)
     build_history(store)
     yield store
     store.engine.dispose()

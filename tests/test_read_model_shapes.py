@@ -38,6 +38,7 @@ from registry.projections.read_models import (
 from registry.projections.snapshot import snapshot
 from registry.projections.whole_registry import read_live
 from registry.projections.read_models.artifacts import IDENTITY_SCOPED, new_artifact
+from store_helpers import opened_store
 
 MODEL_TYPES = {"artifacts": ArtifactState, "workloads": WorkloadState, "framesets": FrameSetState,
                "outcomes": OutcomesState, "bench_streams": BenchStreamState, "records": SpeedRecordState}
@@ -251,7 +252,7 @@ class Log:
 def test_every_state_folded_from_a_generated_log_has_its_declared_shape(tmp_path_factory, sqlite_template, generated):
     path = tmp_path_factory.mktemp("shapes") / "registry.db"
     shutil.copyfile(sqlite_template, path)  # each example on a copy of the migrated template, not a migration
-    store = EventStore(make_engine(f"sqlite:///{path}"))
+    store = opened_store(f"sqlite:///{path}")
     try:
         log = Log(store)
         for step in generated:

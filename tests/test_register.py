@@ -10,14 +10,13 @@ registrations end as if they had run one after the other.
 from __future__ import annotations
 
 import pytest
-
-from registry.app import open_registry
 from registry.app.workloads import REGISTER_TRIES, declare_workload, register_artifact
 from registry.contracts import Contract
 from registry.events.identity import artifact_identity
 from registry.events.store import NewEvent
 from registry.formats.errors import UserError
 from read_side import Reads, land_before_append
+from store_helpers import opened
 
 A, B = "aa" * 32, "bb" * 32
 LONG_STREAM = 2_000  # evidence events on the artifact before it is registered again
@@ -25,7 +24,7 @@ LONG_STREAM = 2_000  # evidence events on the artifact before it is registered a
 
 @pytest.fixture
 def registry(backend_url):
-    registry = open_registry(backend_url, actor="tester", create=True)
+    registry = opened(backend_url, actor="tester", create=True)
     declare_workload(registry, Contract.from_mapping({"workload": "w"}))
     declare_workload(registry, Contract.from_mapping({"workload": "v"}))
     yield registry
@@ -88,7 +87,7 @@ def land_meanwhile(monkeypatch, *landings):
 
 
 def other_writer(url):
-    return open_registry(url, actor="other")
+    return opened(url, actor="other")
 
 
 def test_a_registration_that_lands_first_with_other_claims_is_followed_by_this_one(registry, backend_url,

@@ -15,8 +15,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from registry.app import open_registry
 from registry.app.bench import open_session, record_pairs
 from registry.app.decisions import human_decision, promote
 from registry.app.evidence import capture_subject, record_evidence
@@ -24,6 +22,7 @@ from registry.app.workloads import register_artifact
 from registry.formats.errors import UserError
 from registry.formats.numbers import parse_integer, parse_real
 from registry.formats.text import TextError
+from store_helpers import opened
 
 MANIFEST = "workload: wan\nspeed: {min_speedup: 1.2, runs_per_arm: 16, protocol: paired, max_pairs: 20}\n"
 ROOT = Path(__file__).resolve().parents[1]
@@ -125,7 +124,7 @@ def test_the_number_rule():
 
 
 def test_the_python_api_refuses_lone_surrogates_with_the_refusal_root(bench, tmp_path):
-    registry = open_registry(bench.url, actor="api")
+    registry = opened(bench.url, actor="api")
     before = events(bench)
     (tmp_path / "b.bin").write_bytes(b"another")
     calls = [

@@ -219,7 +219,7 @@ class EventStore:
         """
 
     def close(self) -> None:
-        """Release this thread's append connection (the engine's pool keeps the rest)."""
+        """Give every thread's append connection back to the engine's pool (the registry then disposes of it)."""
         self.recorder.close()
 
     # -- reading -------------------------------------------------------------

@@ -31,11 +31,14 @@ def run_migrations_online() -> None:
         run_migrations(connection)
         return
     engine = make_engine(config.get_main_option("sqlalchemy.url") or resolve_url(None))
-    if engine.dialect.name == "sqlite":
-        use_wal(engine)
-    with engine.connect() as conn:
-        run_migrations(conn)
-        conn.commit()
+    try:
+        if engine.dialect.name == "sqlite":
+            use_wal(engine)
+        with engine.connect() as conn:
+            run_migrations(conn)
+            conn.commit()
+    finally:
+        engine.dispose()
 
 
 if context.is_offline_mode():
