@@ -101,9 +101,9 @@ def test_reduced_demo_decides_as_promised(reduced_demo):
             assert evidence.payload["artifact"] == verdict.payload["artifact"]
     assert store.verify().intact
     assert not [e for e in store.read_all() if e.type == "BenchmarkMeasured"]  # sessions, not complete benchmark items
-    opened = {e.payload["artifact"]: e.payload for e in store.read_all() if e.type == "BenchmarkSessionOpened"}
-    assert sorted(opened) == sorted(rows)
-    assert opened[KERNEL_ARTIFACT]["timer"] == ("perf_counter" if ON_GPU else "interpreter")
+    sessions = {e.payload["artifact"]: e.payload for e in store.read_all() if e.type == "BenchmarkSessionOpened"}
+    assert sorted(sessions) == sorted(rows)
+    assert sessions[KERNEL_ARTIFACT]["timer"] == ("perf_counter" if ON_GPU else "interpreter")
     html = (out / "report.html").read_text()
     assert "data:image/png;base64," in html
     # Every measured candidate is placed in the support matrix by its session's arch, and every speed record
@@ -256,13 +256,13 @@ def test_the_demo_run_again_on_its_registry_times_nothing_already_decided(reduce
     url = f"sqlite:///{folder / 'demo.db'}"
     args = demo_arguments(folder)
     closed = {row["artifact"] for row in json.loads(reduced_demo.output)["rows"] if row["stop"] in ("decided", "max_pairs")}
-    opened = len([e for e in opened(url).store.read_all() if e.type == "BenchmarkSessionOpened"])
+    sessions = len([e for e in opened(url).store.read_all() if e.type == "BenchmarkSessionOpened"])
     again = CliRunner().invoke(main, args)
     assert again.exit_code == 0, again.output
     rows = {row["artifact"]: row for row in json.loads(again.output)["rows"]}
     assert all(rows[name]["pairs"] == 0 for name in closed)
     assert len([e for e in opened(url).store.read_all()
-                if e.type == "BenchmarkSessionOpened"]) == opened + len(set(rows) - closed)
+                if e.type == "BenchmarkSessionOpened"]) == sessions + len(set(rows) - closed)
 
 
 def test_the_commands_the_demo_prints_run_as_printed(tmp_path):

@@ -38,7 +38,7 @@ def default_actor(explicit: str | None = None) -> str:
     return check_name(f"{user}@{socket.gethostname()}", "actor from the login and host names (give --actor)")
 
 
-@dataclass(frozen=True)
+@dataclass
 class Registry:
     engine: Engine
     store: EventStore
