@@ -1,6 +1,7 @@
 """Alembic owns the schema: models and migrations agree, and the chain of revisions walks both ways."""
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -112,3 +113,66 @@ def test_rows_written_by_an_earlier_fold_are_folded_again_by_the_upgrade(backend
     assert after.ok, after.summary()
     assert Reads(store).state() == answered
     engine.dispose()
+
+
+OLD_REGISTRY = ROOT / "tests" / "fixtures" / "registry_7b22681"
+# What `show --json` said then and must say now: every field the fold of that time kept, by the rules of that time
+# that still hold (tests/fixtures/registry_7b22681/make_fixture.py drives only those).
+SHOWN = ("artifact", "workload", "kind", "backend", "op", "entry", "payload_sha256", "identity", "identity_changed",
+         "registered_position", "last_position", "decision", "decided_by", "tier", "rule", "reasons", "margins",
+         "tightest_margin", "speedup", "speedup_ci", "verdict", "verdict_event_id", "verdict_position",
+         "contract_version", "contract_hash", "human", "open_failures", "benchmark_attempts", "evidence_counts",
+         "contract_note", "workload_declared")
+
+
+def as_then(now, then):
+    """`now` with only what `then` holds: the keys of each object at every depth, the items of each list."""
+    if isinstance(then, dict) and isinstance(now, dict):
+        return {key: as_then(now.get(key), value) for key, value in then.items()}
+    if isinstance(then, list) and isinstance(now, list) and len(now) == len(then):
+        return [as_then(found, value) for found, value in zip(now, then)]
+    return now
+
+
+def test_a_registry_written_by_the_code_at_7b22681_upgrades_and_reads_as_before(tmp_path):
+    """The registry the code at commit 7b22681 wrote (schema 0005, rows folded by that code, no versions at its
+    checkpoint) upgrades with `registry db upgrade`; its next read folds the log again by itself (no migration
+    empties anything now), the chain and every row verify, and `show`, `report` and `resolve` answer what that
+    code answered (answers.json)."""
+    import sqlite3
+
+    from click.testing import CliRunner
+
+    from registry.cli.main import main
+
+    path = tmp_path / "old.db"
+    with sqlite3.connect(path) as connection:
+        connection.executescript((OLD_REGISTRY / "registry.sql").read_text())
+    then = json.loads((OLD_REGISTRY / "answers.json").read_text())
+    runner = CliRunner()
+
+    def cli(*args):
+        result = runner.invoke(main, ["--db", f"sqlite:///{path}", "--actor", "reader", *args])
+        assert result.exit_code in (0, 3), result.output
+        return result
+
+    refused = runner.invoke(main, ["--db", f"sqlite:///{path}", "show", "sage"])
+    assert refused.exit_code == 1 and "registry db upgrade" in refused.output
+    cli("db", "upgrade")
+    assert json.loads(cli("verify", "--json").output)["intact"]
+    for name, shown in then["show"].items():
+        now = json.loads(cli("show", name, "--json").output)
+        if now["identity_changed"] is not None:  # it says now whether earlier claims returned (they did not)
+            assert now["identity_changed"].pop("returned") is False
+        assert {key: now[key] for key in SHOWN} == {key: shown[key] for key in SHOWN}, name
+        assert {kind: entry["event_id"] for kind, entry in now["evidence"].items()} == \
+            {kind: entry["event_id"] for kind, entry in shown["evidence"].items()}
+        assert [(v["position"], v["event_id"], v["decision"]) for v in now["verdicts"]] == \
+            [(v["position"], v["event_id"], v["decision"]) for v in shown["verdicts"]]
+    report = json.loads(cli("report", "--format", "json").output)
+    assert report["totals"] == then["report"]["totals"]
+    for section in ("leaderboard", "caught", "waiting"):  # every field of that time as it was (rows gained more)
+        assert as_then(report[section], then["report"][section]) == then["report"][section], section
+    resolved = json.loads(cli("resolve", "--workload", "op", "--arch", "sm90", "--json").output)
+    assert (resolved["match"] or {}).get("artifact") == (then["resolve"]["match"] or {}).get("artifact")
+    assert json.loads(cli("replay", "--verify", "--json").output)["ok"]
