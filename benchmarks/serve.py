@@ -183,7 +183,7 @@ def drive(base: str, pid: int, workers: list[tuple[str, str]], batches: int) -> 
     def worker(*arguments) -> None:
         try:
             client(*arguments)
-        except BaseException as exc:  # reported below: a client that gave up is a failed run, not a slow one
+        except BaseException as exc:  # noqa: BLE001 - reported below: a client that gave up is a failed run, not a slow one
             failed.append(exc)
 
     threads = [threading.Thread(target=worker, args=(base, artifact, token, batches, latencies, resent, sessions))

@@ -25,7 +25,6 @@ from sqlalchemy.engine import make_url
 
 from registry.cli.main import main
 from registry.events import database
-from registry.events.database import make_engine, upgrade
 from registry.events.errors import ConcurrencyError, StoreError
 from registry.events.store import APPEND_LOCK_KEY, EventStore, NewEvent
 

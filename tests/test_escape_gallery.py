@@ -48,7 +48,6 @@ from click.testing import CliRunner
 
 from gallery import candidate_file
 from gallery._escape import COPY_MARKER
-from registry.app.context import open_registry
 from registry.app.install import check_install, package_folder, write_manifest
 from registry.app.workloads import register_artifact
 from registry.cli.main import main

@@ -15,8 +15,7 @@ from __future__ import annotations
 
 import gc
 
-from registry.events.database import make_engine
-from registry.events.store import EventStore, NewEvent
+from registry.events.store import NewEvent
 from registry.formats.errors import UserError
 from registry.projections import ReadModels
 from registry.projections.asof import fold_log

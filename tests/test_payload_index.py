@@ -20,7 +20,6 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from sqlalchemy import select
 
 from registry.app.decisions import payload_attempts
-from registry.events.database import make_engine
 from registry.events.identity import artifact_identity
 from registry.events.store import EventStore, NewEvent
 from read_side import Reads
@@ -181,7 +180,7 @@ def test_verify_names_a_missing_or_stray_index_row_and_reset_rebuilds_it(store):
     scripted(Log(store))
     report = verify_projections(store)
     assert report.ok and report.payloads_checked == 3
-    raw(store.engine, f"DELETE FROM projection_payloads WHERE artifact = 'b'",
+    raw(store.engine, "DELETE FROM projection_payloads WHERE artifact = 'b'",
         f"INSERT INTO projection_payloads (workload, payload_sha256, artifact) VALUES ('w2', '{x}', 'c')")
     report = verify_projections(store)
     assert [(d.model, d.key, d.problem) for d in report.differences] == [

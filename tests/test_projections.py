@@ -20,7 +20,6 @@ from sqlalchemy import func, insert, select
 
 from registry.events.canonical import canonical_json
 from registry.events.catalogue import SCHEMA_VERSIONS
-from registry.events.database import make_engine, upgrade
 from registry.events.errors import StoreError
 from registry.events.store import EVENTS, EventStore, NewEvent
 from registry.events.types import UPCASTERS

@@ -25,8 +25,6 @@ from test_projections import build_history
 
 @pytest.fixture
 def store(migrated_backend_url):
-    from registry.events.database import make_engine
-    from registry.events.store import EventStore
 
     store = opened_store(migrated_backend_url)
     build_history(store)

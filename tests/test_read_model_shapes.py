@@ -23,9 +23,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from registry.events.database import make_engine
 from registry.events.identity import artifact_identity
-from registry.events.store import EventStore, NewEvent
+from registry.events.store import NewEvent
 from registry.gate.model import Margin as GateMargin
 from registry.gate.model import Verdict
 from read_side import Reads

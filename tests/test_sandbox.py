@@ -42,6 +42,7 @@ import registry
 from registry.kernels.isolation import CandidateError, CandidateWorker, candidate_text, start_workers
 from registry.kernels.ops import get_operation
 from registry.kernels.sandbox import harness_digest, require_sandbox
+from store_helpers import opened
 
 PACKAGE = Path(registry.__file__).resolve().parent
 MARKER = f"sandbox-daemon-{secrets.token_hex(8)}"
@@ -646,7 +647,6 @@ def test_a_whole_evaluation_by_a_harness_that_is_not_root(request, sqlite_templa
 
 MEMORY_HOG = r'''
 import os, signal, sys
-from store_helpers import opened
 with open("/proc/self/cgroup") as fh:
     print(fh.read().strip().replace("\n", "|"), flush=True)
 children = []

@@ -280,7 +280,7 @@ def record_pair_group(group: list[Pairs]) -> list[Recorded]:
     try:
         with group[0].registry.view() as view:
             read.update(view.bench_subjects([request.artifact for request in group]))
-    except Exception:  # a damaged row among them: each batch reads its own rows below, and hears its own refusal
+    except Exception:  # noqa: BLE001 - a damaged row among them: each batch reads its own rows below, and hears its own refusal
         pass
     for index, request in enumerate(group):
         try:
@@ -322,11 +322,11 @@ def record_pair_group(group: list[Pairs]) -> list[Recorded]:
                 current[artifact] = target, record
                 owner.update(dict.fromkeys(fed, artifact))
             answers.append((index, appended, record))
-        except Exception as exc:  # the batch's own answer: a refusal, or a defect reported for it alone
+        except Exception as exc:  # noqa: BLE001 - the batch's own answer: a refusal, or a defect reported for it alone
             outcomes[index] = exc
     try:
         placed = group[0].registry.store.append_group(appends) if appends else []
-    except Exception as exc:  # the database failed: every batch that was to be appended hears it
+    except Exception as exc:  # noqa: BLE001 - the database failed: every batch that was to be appended hears it
         placed = [exc] * len(appends)
     for (index, new, record), outcome in zip(answers, placed):
         if isinstance(outcome, Exception) or outcome.new or not new:
@@ -336,7 +336,7 @@ def record_pair_group(group: list[Pairs]) -> list[Recorded]:
         # retry: answered by the record as it stands, which the rows read (without that process's appends) are not.
         try:
             outcomes[index] = False, read_record(group[index].registry, group[index].artifact)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - this batch's answer alone
             outcomes[index] = exc
     return outcomes
 
@@ -401,7 +401,7 @@ def _each_answered(group: list[Pairs]) -> list[Recorded]:
     the writer thread must outlive it, or this group and every later batch of the process would go unanswered)."""
     try:
         return record_pair_group(group)
-    except BaseException as exc:
+    except BaseException as exc:  # noqa: BLE001 - answered batch by batch below, the writer thread goes on
         if len(group) > 1:
             return [_each_answered([batch])[0] for batch in group]
         return [exc if isinstance(exc, Exception) else

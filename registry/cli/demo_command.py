@@ -11,7 +11,7 @@ import click
 from registry.formats.errors import UserError
 
 from .session import Session, pass_session
-from .output import emit_json, exit_status_ahead, say, table, write_output
+from .output import emit_json, exit_status_ahead, say, table
 from .params import Integer
 from .progress import progress_bar
 from .ship_commands import print_resolution

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 import click
 
-from registry.formats.errors import UserError, first_line
+from registry.formats.errors import first_line
 from registry.formats.output_files import check_output as output_path, write_output  # noqa: F401 (for the commands)
 
 if TYPE_CHECKING:

@@ -5,7 +5,6 @@ import sys
 
 import click
 
-from registry.formats.errors import UserError
 from .output import (emit_json, exit_status_ahead, newline_terminated, output_path, say, table, tables_text,
                      write_output)
 from .params import Integer

@@ -8,7 +8,6 @@ lock with at least one artifact, 3 when nothing matched (no file written);
 from __future__ import annotations
 
 import functools
-import os
 import sys
 
 import click

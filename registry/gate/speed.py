@@ -257,7 +257,7 @@ def _judge_record(speed: SpeedGate, record: SpeedRecord, recorded: Recorded | No
         _check_timer({"timer": source, "device": ""}, ledger)
     result, value = reading.result, reading.value
     level = reading.level
-    bounds = None if result.lower is None else (result.lower, result.upper)
+    bounds = None if result.lower is None or result.upper is None else (result.lower, result.upper)
     if len(ledger.findings) > held_before or value is None:
         if value is None and len(ledger.findings) == held_before:
             ledger.add("speed.missing", "held", "the speed record of these bytes holds no pairs it can read")

@@ -35,7 +35,7 @@ from contextlib import contextmanager
 from functools import cache
 from typing import Any, Iterator
 
-from sqlalchemy import Connection, Engine, Integer, bindparam, column, delete, func, insert, select, text, update
+from sqlalchemy import Connection, Engine, Integer, bindparam, column, func, insert, select, text, update
 from sqlalchemy.exc import DBAPIError, IntegrityError
 
 from registry.events.database import statement_reads
@@ -150,10 +150,10 @@ def _folding(engine: Engine) -> threading.Lock:
     (a parent's thread may have held the parent's at the fork).
     """
     with _FOLDING_GUARD:
-        pid, lock = _FOLDING.get(engine, (None, None))
-        if pid != os.getpid():
-            pid, lock = _FOLDING[engine] = (os.getpid(), threading.Lock())
-        return lock
+        found = _FOLDING.get(engine)
+        if found is None or found[0] != os.getpid():
+            found = _FOLDING[engine] = (os.getpid(), threading.Lock())
+        return found[1]
 
 
 @cache
@@ -380,8 +380,8 @@ class ReadModels:
         with statement_reads(self.engine) as conn:
             for name, keys in wanted.items():
                 self._load_rows(conn, work, name, keys - change.touched[name], change)
-            fed = {work.bench_streams[identity]["record"] for identity in wanted.get("bench_streams", ())
-                   if identity in work.bench_streams} - {None}
+            fed = {record for identity in wanted.get("bench_streams", ()) if identity in work.bench_streams
+                   for record in (work.bench_streams[identity]["record"],) if record is not None}
             self._load_rows(conn, work, "records", fed - change.touched["records"] - set(work.records), change)
 
     def _load_rows(self, conn: Connection, work: RegistryState, name: str, keys: set[str], change: Change) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 import base64
 import re
 from html import escape
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from .plots import Plot, frame_plot, running_bounds_plot, speed_fidelity_plot
 from .matrix import cell_text
@@ -114,18 +114,18 @@ def matrix_grid(matrix: dict[str, Any]) -> str:
             f"<tbody>{''.join(body)}</tbody></table>")
 
 
-def speed_fidelity_figure(artifacts: list[dict[str, Any]], gates: dict[str, float | None]) -> str:
+def speed_fidelity_figure(artifacts: Sequence[Mapping[str, Any]], gates: dict[str, float | None]) -> str:
     """The speed-against-fidelity figure as the report draws it (the live view of `registry serve` too)."""
     return _figure(speed_fidelity_plot(artifacts, gates), "speedup against tightest fidelity margin")
 
 
-def has_frames(artifact: dict[str, Any]) -> bool:
+def has_frames(artifact: Mapping[str, Any]) -> bool:
     """Whether the artifact's latest perceptual evidence has per-frame values to draw."""
     entry = artifact["evidence"].get("perceptual")
     return entry is not None and bool(entry["item"].get("ssim") or entry["item"].get("lpips"))
 
 
-def frame_figure(artifact: dict[str, Any], declared: dict[str, Any] | None) -> str:
+def frame_figure(artifact: Mapping[str, Any], declared: Mapping[str, Any] | None) -> str:
     """An artifact's per-frame fidelity figure against its workload's thresholds (`declared`: the workload's
     state, None when undeclared), as the report draws it (the live view of `registry serve` too)."""
     fidelity = (declared["contract"].get("fidelity") or {}) if declared else {}
@@ -135,7 +135,7 @@ def frame_figure(artifact: dict[str, Any], declared: dict[str, Any] | None) -> s
                    f"per-frame fidelity of {artifact['artifact']}")
 
 
-def _frame_section(artifacts: list[dict[str, Any]], state: RegistryState, limit: int) -> list[str]:
+def _frame_section(artifacts: Sequence[Mapping[str, Any]], state: RegistryState, limit: int) -> list[str]:
     measured = [artifact for artifact in artifacts if has_frames(artifact)]
     parts = ["<h2>Per-frame fidelity (latest perceptual evidence)</h2>"]
     if not measured:

@@ -31,7 +31,7 @@ from .errors import ProjectionError
 ITEM_PAGE = 5_000
 
 
-def evidence_entries(artifact: ArtifactState) -> Iterator[tuple[str, dict[str, Any]]]:
+def evidence_entries(artifact: ArtifactState) -> Iterator[tuple[str, Any]]:
     """(kind, entry) of every evidence entry of the artifact: its current identity's and each set-aside one's."""
     yield from artifact["evidence"].items()
     for kept in artifact["earlier_identities"].values():

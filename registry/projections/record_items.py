@@ -32,7 +32,7 @@ def attach_documents(store: EventStore, records: Iterable[SpeedRecordState],
     `known` maps positions to benchmark items already read (the artifacts' latest evidence, attached by
     items.py in the same answer), which are not read again.
     """
-    wanted: dict[int, dict[str, Any]] = {}
+    wanted: dict[int, Any] = {}
     for record in records:
         for entry in record["entries"]:
             if entry["source"] == "document" and "protocol" not in entry:
@@ -66,7 +66,7 @@ def attach_state_documents(store: EventStore, state: Any) -> None:
     attach_documents(store, state.records.values(), read)
 
 
-def document_fields(item: dict[str, Any]) -> dict[str, Any]:
+def document_fields(item: dict[str, Any]) -> Any:
     """What a speed record reads of a benchmark item; no protocol and no times where it is not shaped as one."""
     arms = [item.get(arm) for arm in ("baseline_s", "candidate_s")]
     shaped = item.get("protocol") in ("paired", "sequential") and all(

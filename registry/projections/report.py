@@ -28,7 +28,7 @@ import csv
 import io
 import json
 import math
-from typing import Any
+from typing import Any, Mapping, Sequence
 
 from registry.contracts.speed import derived_gate
 from registry.formats.errors import UserError
@@ -57,7 +57,7 @@ def speed_gate(contract: dict[str, Any] | None) -> float | None:
     return None
 
 
-def _margin_entry(margin: dict[str, Any] | None) -> dict[str, Any] | None:
+def _margin_entry(margin: Mapping[str, Any] | None) -> dict[str, Any] | None:
     """The margin with its relative size; None where it has no finite one (a zero threshold)."""
     if margin is None:
         return None
@@ -66,7 +66,7 @@ def _margin_entry(margin: dict[str, Any] | None) -> dict[str, Any] | None:
 
 
 def build_report(state: RegistryState, workload: str | None = None, *,
-                 imported: list[dict[str, Any]] = (), matrix: dict[str, Any] | None = None) -> dict[str, Any]:
+                 imported: Sequence[dict[str, Any]] = (), matrix: dict[str, Any] | None = None) -> dict[str, Any]:
     """The report over every workload, or one (an unknown workload is refused, not reported empty).
 
     `imported` (imported verdicts beside the registry's, from the app layer,
@@ -103,7 +103,7 @@ def alerts_of(monitors: list[dict[str, Any]]) -> list[str]:
     return [m["artifact"] for m in monitors if m["status"] in ("regressed", "alarm_due")]
 
 
-def monitors_of(artifacts: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def monitors_of(artifacts: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """Each artifact's monitor summary (`monitor_summary`) with its id and workload, for those with one."""
     found = []
     for artifact in artifacts:
@@ -113,7 +113,7 @@ def monitors_of(artifacts: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return found
 
 
-def _workload_summary(declared: dict[str, Any] | None) -> dict[str, Any]:
+def _workload_summary(declared: Mapping[str, Any] | None) -> dict[str, Any]:
     if declared is None:
         return {"declared": False, "contract_version": None, "tier": None, "speed_gate": None}
     contract = declared["contract"]
@@ -123,14 +123,14 @@ def _workload_summary(declared: dict[str, Any] | None) -> dict[str, Any]:
     }
 
 
-def _totals(artifacts: list[dict[str, Any]]) -> dict[str, int]:
+def _totals(artifacts: Sequence[Mapping[str, Any]]) -> dict[str, int]:
     totals: dict[str, int] = {}
     for artifact in artifacts:
         totals[artifact["decision"]] = totals.get(artifact["decision"], 0) + 1
     return dict(sorted(totals.items()))
 
 
-def _leaderboard(artifacts: list[dict[str, Any]], scope: list[str]) -> dict[str, list[dict[str, Any]]]:
+def _leaderboard(artifacts: Sequence[Mapping[str, Any]], scope: list[str]) -> dict[str, list[dict[str, Any]]]:
     board: dict[str, list[dict[str, Any]]] = {w: [] for w in scope}
     for artifact in artifacts:
         if artifact["decision"] != "promoted":
@@ -150,7 +150,7 @@ def _leaderboard(artifacts: list[dict[str, Any]], scope: list[str]) -> dict[str,
     return board
 
 
-def _caught(artifacts: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+def _caught(artifacts: Sequence[Mapping[str, Any]]) -> dict[str, list[dict[str, Any]]]:
     groups: dict[str, dict[str, list[str]]] = {decision: {} for decision in CAUGHT}
     for artifact in artifacts:
         if artifact["decision"] in groups:
@@ -166,7 +166,7 @@ def _caught(artifacts: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
     }
 
 
-def _near_misses(artifacts: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _near_misses(artifacts: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     found = []
     for artifact in artifacts:
         margin = artifact["tightest_margin"]
@@ -174,11 +174,11 @@ def _near_misses(artifacts: list[dict[str, Any]]) -> list[dict[str, Any]]:
             continue
         if abs(margin["margin"]) <= NEAR_MISS_SHARE * abs(margin["threshold"]):
             found.append({"artifact": artifact["artifact"], "workload": artifact["workload"],
-                          "speedup": artifact["speedup"], **_margin_entry(margin)})
+                          "speedup": artifact["speedup"], **(_margin_entry(margin) or {})})
     return sorted(found, key=lambda entry: (entry["relative_margin"], entry["artifact"]))
 
 
-def _waiting(artifacts: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _waiting(artifacts: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     # `recorded` is only ever the gate's decision, and any later human decision replaces it.
     return [
         {"artifact": a["artifact"], "workload": a["workload"], "verdict_position": a["verdict_position"],
@@ -187,7 +187,8 @@ def _waiting(artifacts: list[dict[str, Any]]) -> list[dict[str, Any]]:
     ]
 
 
-def _contracts_moved(artifacts: list[dict[str, Any]], workloads: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+def _contracts_moved(artifacts: Sequence[Mapping[str, Any]],
+                     workloads: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]:
     found = []
     for artifact in artifacts:
         note = contract_note(artifact, workloads.get(artifact["workload"]))

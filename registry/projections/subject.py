@@ -155,13 +155,18 @@ def bench_rows(conn: Connection, ids: Sequence[str], checkpoint: int) -> dict[st
             wanted[artifact_id] = (
                 ("workloads", artifact["workload"]), ("bench_streams", artifact["identity"]),
                 ("records", None if payload is None else record_key(artifact["workload"], payload)))
-    asked = list(dict.fromkeys(pair for pairs in wanted.values() for pair in pairs if pair[1] is not None))
-    rows = {**{("artifacts", artifact_id): row for artifact_id, row in stored.items()},
-            **dict(zip(asked, stored_rows(conn, asked, checkpoint)))}  # type: ignore[arg-type]
+    asked = list(dict.fromkeys((name, key) for pairs in wanted.values() for name, key in pairs if key is not None))
+    rows: dict[tuple[str, str], Any] = {("artifacts", artifact_id): row for artifact_id, row in stored.items()}
+    rows.update(zip(asked, stored_rows(conn, asked, checkpoint)))
     present = [(pair, row) for pair, row in rows.items() if row is not None]
     states = dict(zip((pair for pair, _ in present), checked_rows(conn, [(pair[0], row) for pair, row in present],
                                                                    checkpoint)))
-    return {artifact_id: BenchSubject(states.get(("artifacts", artifact_id)),
-                                      *(states.get(pair) for pair in wanted.get(artifact_id, ())),
-                                      checkpoint) if artifact_id in wanted
-            else BenchSubject(None, None, None, None, checkpoint) for artifact_id in ids}
+    found = {}
+    for artifact_id in ids:
+        if artifact_id not in wanted:
+            found[artifact_id] = BenchSubject(None, None, None, None, checkpoint)
+            continue
+        workload, stream, record = (None if key is None else states.get((name, key)) for name, key in wanted[artifact_id])
+        found[artifact_id] = BenchSubject(states.get(("artifacts", artifact_id)), workload, stream, record,
+                                          checkpoint)
+    return found

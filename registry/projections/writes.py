@@ -163,11 +163,15 @@ def _upsert_statement(dialect: str, table: Table, key: tuple[str, ...], adding: 
     """`INSERT ... ON CONFLICT (key) DO UPDATE` of every other column, built once per table: replacing each,
     or with `adding`, adding the given value to the stored one (a side table of counts). The dialect's module
     is imported for the backend in use only (a read on SQLite never loads the Postgres dialect)."""
+    statement: Any
     if dialect == "postgresql":
-        from sqlalchemy.dialects.postgresql import insert as dialect_insert
+        from sqlalchemy.dialects.postgresql import insert as postgres_insert
+
+        statement = postgres_insert(table)
     else:
-        from sqlalchemy.dialects.sqlite import insert as dialect_insert
-    statement = dialect_insert(table)
+        from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+
+        statement = sqlite_insert(table)
     others = [column for column in table.columns.keys() if column not in key]
     if not others:  # every column is the key (the payload index): a row already there is the row
         return statement.on_conflict_do_nothing(index_elements=list(key))

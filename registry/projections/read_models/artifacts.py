@@ -40,7 +40,7 @@ workload has; a listing of a workload's rows must find that many
 """
 # No `from __future__ import annotations`: TypedDict reads NotRequired[...] only from evaluated annotations.
 import math
-from typing import Any, Literal, NotRequired, Protocol, TypedDict, cast
+from typing import Any, Literal, Mapping, NotRequired, Protocol, TypedDict, cast
 
 from sqlalchemy import BigInteger, Column, Connection, Float, String, Table, select
 
@@ -233,7 +233,7 @@ WORKLOAD_COUNTS = Table(
 
 # -- the identity's fields -------------------------------------------------------------------------------------
 
-def relative_margin(margin: Margin) -> float:
+def relative_margin(margin: Mapping[str, Any]) -> float:
     """margin / |threshold|: how far inside (+) or outside (-) its threshold a metric sits.
 
     Margins of different metrics (SSIM, a speedup, a CV) only compare on this
@@ -288,7 +288,7 @@ def take_up(state: ArtifactState, payload: dict[str, Any], position: int) -> boo
     describe(state, payload)
     state["identity"] = identity
     state["registered_position"] = position
-    state.update({key: kept[key] for key in IDENTITY_SCOPED})  # type: ignore[typeddict-item]
+    state.update({key: kept[key] for key in IDENTITY_SCOPED})  # type: ignore[literal-required, typeddict-item]
     return True
 
 
@@ -307,7 +307,7 @@ def describe(state: ArtifactState, payload: dict[str, Any]) -> None:
     digest is the payload hash, so it changes only with the identity.
     """
     for key in ("workload", "kind", "backend", "op", "entry", "payload_sha256", "bundle"):
-        state[key] = payload.get(key)  # type: ignore[literal-required]
+        state[key] = payload.get(key)
 
 
 def start_identity(state: ArtifactState, payload: dict[str, Any], position: int) -> None:
@@ -315,12 +315,12 @@ def start_identity(state: ArtifactState, payload: dict[str, Any], position: int)
     describe(state, payload)
     state["identity"] = artifact_identity(payload)
     state["registered_position"] = position
-    state.update(
-        decision="registered", decided_by=None, tier=None, rule=None, reasons=[], margins=[],
-        tightest_margin=None, speedup=None, speedup_ci=None, verdict=None, verdict_event_id=None,
-        verdict_position=None, contract_version=None, contract_hash=None, human=None,
-        benchmark_attempts=0, open_failures=[],
-    )
+    state.update({
+        "decision": "registered", "decided_by": None, "tier": None, "rule": None, "reasons": [], "margins": [],
+        "tightest_margin": None, "speedup": None, "speedup_ci": None, "verdict": None, "verdict_event_id": None,
+        "verdict_position": None, "contract_version": None, "contract_hash": None, "human": None,
+        "benchmark_attempts": 0, "open_failures": [],
+    })
     restart_evidence(state)
 
 
@@ -347,7 +347,7 @@ def identity_changes(before: ArtifactState, after: dict[str, Any]) -> dict[str, 
     return {key: [before.get(key), after.get(key)] for key in IDENTITY_FIELDS if before.get(key) != after.get(key)}
 
 
-def contract_note(artifact: ArtifactState, workload: dict[str, Any] | None) -> str | None:
+def contract_note(artifact: Mapping[str, Any], workload: Mapping[str, Any] | None) -> str | None:
     """Say when a final verdict was decided under an older contract than the workload's current one."""
     decided_under, current = artifact.get("contract_version"), (workload or {}).get("contract_version")
     if artifact["decision"] not in FINAL or decided_under is None or current is None or decided_under == current:
@@ -466,13 +466,13 @@ def _verdict(state: Artifacts, event: LogEvent) -> None:
     if scoped is None:
         return
     margins = verdict["margins"]
-    scoped[1].update(
-        decision=verdict["decision"], decided_by="gate", tier=verdict["tier"], rule=verdict["rule"],
-        reasons=verdict["reasons"], margins=margins, tightest_margin=tightest(margins),
-        speedup=verdict["speedup"], speedup_ci=verdict["speedup_ci"], verdict=verdict,
-        verdict_event_id=event.event_id, verdict_position=event.position,
-        contract_version=payload["contract_version"], contract_hash=payload["contract_hash"],
-    )
+    scoped[1].update({
+        "decision": verdict["decision"], "decided_by": "gate", "tier": verdict["tier"], "rule": verdict["rule"],
+        "reasons": verdict["reasons"], "margins": margins, "tightest_margin": tightest(margins),
+        "speedup": verdict["speedup"], "speedup_ci": verdict["speedup_ci"], "verdict": verdict,
+        "verdict_event_id": event.event_id, "verdict_position": event.position,
+        "contract_version": payload["contract_version"], "contract_hash": payload["contract_hash"],
+    })
 
 
 def _human(state: Artifacts, event: LogEvent) -> None:

@@ -29,7 +29,7 @@ Rules (docs/monitor.md):
 - An acknowledgment must name the monitor's recorded alarm.
 """
 # No `from __future__ import annotations`: TypedDict reads its annotations evaluated.
-from typing import Any, Protocol, TypedDict
+from typing import Any, Mapping, NoReturn, Protocol, TypedDict
 
 from registry.formats.monitor import START, DetectorState, alarm_level, flagged_pairs, read
 from registry.formats.names import ARTIFACT_PREFIX
@@ -155,7 +155,7 @@ def remeasured(state: Monitored, event: LogEvent) -> None:
         monitor["pairs_after_alarm"] = len(ratios) - reading.timed
 
 
-def _refuse(event: LogEvent, why: str) -> None:
+def _refuse(event: LogEvent, why: str) -> NoReturn:
     raise ProjectionError(f"event at position {event.position} ({event.type}): {why}")
 
 
@@ -207,18 +207,18 @@ def revoked(state: Monitored, event: LogEvent) -> None:
     artifact.get("monitors", {}).pop(identity, None)
 
 
-def regression_of(artifact: dict[str, Any]) -> dict[str, Any] | None:
+def regression_of(artifact: Mapping[str, Any]) -> dict[str, Any] | None:
     """The current identity's monitor when it has crossed (alarmed or about to be), else None."""
     monitor = artifact.get("monitors", {}).get(artifact["identity"])
     return monitor if monitor is not None and monitor["crossed_at"] is not None else None
 
 
-def current_monitor(state: dict[str, Any]) -> dict[str, Any] | None:
+def current_monitor(state: Mapping[str, Any]) -> dict[str, Any] | None:
     """The monitor of the artifact's current identity, or None before its first re-measured batch."""
     return state.get("monitors", {}).get(state["identity"])
 
 
-def monitor_summary(state: dict[str, Any]) -> dict[str, Any] | None:
+def monitor_summary(state: Mapping[str, Any]) -> dict[str, Any] | None:
     """What `show`, `report` and the live view print of the current identity's monitor (None: no re-measurement).
 
     status: `in_control`; `alarm_due` (crossed, its alarm not yet appended:

@@ -72,8 +72,7 @@ def _external(state: Outcomes, event: LogEvent) -> None:
         return
     workload = payload["workload"]
     same_subject(event, OUTCOMES_PREFIX + workload, event.stream)
-    entry = state.outcomes.setdefault(workload, {"workload": workload, "records": [],  # type: ignore[typeddict-item]
-                                                 "last_position": event.position})
+    entry = state.outcomes.setdefault(workload, {"workload": workload, "records": [], "last_position": event.position})
     entry["records"].append(outcome_record(event))
     entry["last_position"] = event.position
 

@@ -31,7 +31,7 @@ compares the table with the rows of a fresh fold.
 """
 from __future__ import annotations
 
-from typing import Any, Iterable, Protocol
+from typing import Any, Iterable, Mapping, Protocol
 
 from sqlalchemy import BigInteger, Column, Connection, String, Table, func, select
 
@@ -72,13 +72,13 @@ def payload_key(payload: Any) -> str:
     return sha256_hex(payload) if isinstance(payload, str) else NOT_TEXT
 
 
-def index_rows(state: dict[str, Any]) -> set[IndexRow]:
+def index_rows(state: Mapping[str, Any]) -> set[IndexRow]:
     """The index rows of one folded artifact state."""
     return {(state["workload"], payload_key(payload), state["artifact"])
             for payload in state.get("registered_payloads", ()) if payload is not None}
 
 
-def all_index_rows(states: Iterable[dict[str, Any]]) -> set[IndexRow]:
+def all_index_rows(states: Iterable[Mapping[str, Any]]) -> set[IndexRow]:
     return set().union(*(index_rows(state) for state in states))
 
 

@@ -232,7 +232,7 @@ def _check_records(conn: Connection, rows: Sequence[tuple[str, int, dict]], chec
                 raise damaged(key, f"a session opened at position {at} is not at or before the row's "
                                    f"last position {position}, apart from its entries")
             wanted[at] = (key, BENCH_PREFIX + str(session.get("identity")), None)
-    found = {}
+    found: dict[int, tuple[str, str]] = {}
     positions = sorted(wanted)
     for start in range(0, len(positions), CHUNK):
         found.update((row[0], (row[1], row[2])) for row in conn.execute(

@@ -59,10 +59,10 @@ def _declared(state: Workloads, event: LogEvent) -> None:
     same_subject(event, workload_stream(workload_id), event.stream)
     current = state.workloads.setdefault(workload_id, {"workload": workload_id,  # type: ignore[typeddict-item]
                                                        "versions": []})
-    current.update(
-        contract_version=payload["contract_version"], contract_hash=payload["contract_hash"],
-        contract=payload["contract"], last_position=event.position,
-    )
+    current.update({
+        "contract_version": payload["contract_version"], "contract_hash": payload["contract_hash"],
+        "contract": payload["contract"], "last_position": event.position,
+    })
     current["versions"].append(
         {"version": payload["contract_version"], "hash": payload["contract_hash"], "position": event.position,
          "speed": payload["contract"].get("speed")}
