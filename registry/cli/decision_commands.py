@@ -37,6 +37,12 @@ def promote(session: Session, artifact_id: str, as_json: bool) -> None:
     """Run the gate on ARTIFACT_ID's latest evidence and record the verdict.
 
     Exit 0 when promoted, 3 for any other verdict, 1 on invalid input.
+
+    Example:
+
+    \b
+      registry promote my-kernel
+      registry promote my-kernel --json
     """
     from registry.app.decisions import promote as run_promote
 

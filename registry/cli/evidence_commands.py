@@ -28,7 +28,13 @@ def evidence() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @pass_session
 def evidence_import(session: Session, document: str, as_json: bool) -> None:
-    """Record a registry.evidence/1 DOCUMENT (all of it, or nothing)."""
+    """Record a registry.evidence/1 DOCUMENT (all of it, or nothing).
+
+    Example:
+
+    \b
+      registry evidence import run-42.json
+    """
     from registry.app.evidence import import_document
     from registry.formats.evidence.document import read_document_file
 

@@ -19,7 +19,13 @@ from .output import emit_json, exit_status_ahead, json_text, say, short, table
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @pass_session
 def init(session: Session, as_json: bool) -> None:
-    """Create the registry database, or upgrade it to this version's schema."""
+    """Create the registry database, or upgrade it to this version's schema.
+
+    Example:
+
+    \b
+      registry --db sqlite:///registry.db init
+    """
     registry = session.open(create=True)
     revision = current_revision(registry.engine)
     where = registry.engine.url.render_as_string(hide_password=True)
@@ -70,6 +76,12 @@ def history(session: Session, stream: str, as_of: str | None, as_json: bool) -> 
     STREAM is an artifact id, or any stream name such as `workload:ID`.
     Events are read and printed a page at a time, so a stream of any length
     prints in bounded memory (the table is drawn once per page of events).
+
+    Example:
+
+    \b
+      registry history my-kernel
+      registry history workload:wan-t2v --json
     """
     from registry.app.history import contract_changes, history_pages
 

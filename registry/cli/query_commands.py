@@ -45,7 +45,14 @@ def bench_text(bench: dict) -> str:
                    "(`registry history artifact:ID` lists every one).")
 @pass_session
 def show(session: Session, artifact_id: str, as_of: str | None, as_json: bool, shown_verdicts: int) -> None:
-    """Show ARTIFACT_ID's state, latest verdict, margins, speedup, evidence and latest verdicts."""
+    """Show ARTIFACT_ID's state, latest verdict, margins, speedup, evidence and latest verdicts.
+
+    Example:
+
+    \b
+      registry show my-kernel
+      registry show my-kernel --as-of 120 --json
+    """
     from registry.app.show import show_artifact
 
     from .monitor_commands import monitor_text
@@ -134,7 +141,14 @@ def _say_verdicts(state: dict, verdict_count: int) -> None:
 def report(session: Session, workload_id: str | None, as_of: str | None, fmt: str | None, as_json: bool,
            out: str | None, force: bool, matrix_only: bool, stale_days: int, archs: tuple[str, ...]) -> None:
     """Leaderboard, what the gate caught, near misses, what waits for a person, imported verdicts
-    beside the registry's, and the support matrix (--matrix for the matrix alone)."""
+    beside the registry's, and the support matrix (--matrix for the matrix alone).
+
+    Example:
+
+    \b
+      registry report
+      registry report --format html --out report.html
+    """
     from registry.app.reports import build
     from registry.projections import resolve_as_of
     from registry.projections.report import report_csv, report_json, report_tables

@@ -114,6 +114,11 @@ def resolve(session: Session, workload_id: str, profile, site, as_of: str | None
     them), or --detect for this process. Every other artifact gets a stable
     reason code (docs/runtime.md). Exit 0 with a match, 3 with none, 1 on
     invalid input.
+
+    Example:
+
+    \b
+      registry resolve --workload wan-t2v --arch sm90 --torch 2.13.0 --cuda 12.8
     """
     from registry.app.resolve import resolve_workload
     from registry.projections import resolve_as_of
@@ -165,6 +170,11 @@ def lock(ctx: click.Context, session: Session, workload_id: str | None, profile,
     $REGISTRY_SIGNING_KEY) and expires after --valid-for (default 7 days);
     --unsigned writes one unsigned. Exit 3 (no file written) when none
     qualifies; a --refresh writes its lock even when nothing remains in it.
+
+    Example:
+
+    \b
+      registry lock --workload wan-t2v --key signing.key --out registry.lock.json
     """
     from registry.bundles import CallSite
 
