@@ -38,6 +38,7 @@ interpreter) and is reported as skipped for lack of that device.
 """
 import os
 import shutil
+import sys
 import uuid
 from collections import Counter
 from pathlib import Path
@@ -108,11 +109,11 @@ def closes_what_it_opened():
     """Fail a test that left a registry open: a registry is closed (`with open_registry(...)`, Registry.close),
     an engine disposed of, by whoever opened it (docs/architecture.md, "What is opened is closed"); the ones the
     helpers of store_helpers.py open are closed here, before the check."""
-    from store_helpers import close_opened
-
     ENGINES.watching = True
     yield
-    close_opened()
+    helpers = sys.modules.get("store_helpers")  # imported by the tests that use it
+    if helpers is not None:
+        helpers.close_opened()
     ENGINES.watching = False
     left = ENGINES.left_open()
     if left:

@@ -128,7 +128,7 @@ def test_unknown_sessions_other_identities_and_repeated_batches_write_nothing(re
     for args, message in cases:
         result = registry_cli(*args, "--baseline", "2.0", "--candidate", "1.0")
         assert result.exit_code == 1 and message in result.stderr, result.output
-    # The same batch again is a no-op, as a repeated evidence import is (issue 30).
+    # The same batch again is a no-op, as a repeated evidence import is.
     again = registry_cli("bench", "record", "fast", name, "--batch", "b", "--baseline", "2.0", "--candidate", "1.0",
                          "--json")
     assert again.exit_code == 0 and json.loads(again.stdout)["appended"] is False, again.output

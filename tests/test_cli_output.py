@@ -221,7 +221,7 @@ def test_make_clean_removes_demo_db_only_when_the_demo_made_it(tmp_path):
     assert remove_if_demo(tmp_path / "absent.db") is False
 
 
-# Issue 30, class 6: --json always answers.
+# --json always answers.
 
 def _json_commands():
     """(path, command) of every command that takes --json, subcommands of groups included."""

@@ -222,7 +222,7 @@ def test_detect_resolves_for_this_process(cli):
 
 
 def test_a_promotion_under_an_older_contract_does_not_ship_until_judged_again(cli):
-    """Issue 20: only what was promoted under the workload's current contract ships (resolve and lock)."""
+    """Only what was promoted under the workload's current contract ships (resolve and lock)."""
     ship(cli, cli.tmp / "bundles", "veteran", 1.5, worst_ssim=0.999)
     ship(cli, cli.tmp / "bundles", "marginal", 1.5, worst_ssim=0.992)
     newer = cli.tmp / "wan-v2.yaml"

@@ -1,4 +1,4 @@
-"""Nothing hangs, nothing crashes, nothing is lost (issue 20): aliases, closed stdout, damaged read models, --out.
+"""Nothing hangs, nothing crashes, nothing is lost: aliases, closed stdout, damaged read models, --out.
 
 And a bug never passes for a refusal: refusals are registry.formats.errors.UserError
 (one line, exit 1); anything else is a crash report asking for a bug report.

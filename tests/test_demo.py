@@ -266,7 +266,7 @@ def test_the_demo_run_again_on_its_registry_times_nothing_already_decided(reduce
 
 
 def test_the_commands_the_demo_prints_run_as_printed(tmp_path):
-    """Issue 30: the demo's "look further" lines start with a command that runs from a shell as printed,
+    """The demo's "look further" lines start with a command that runs from a shell as printed,
     whether or not the virtual environment's `registry` is on PATH (one process, about a second)."""
     import shlex
     import subprocess

@@ -14,9 +14,10 @@ underneath, no effect of its attack), `promote` not promoting, the chain and the
 no process or file of the candidate's left behind, and no event beyond the registration, one evaluation
 and one verdict.
 
-Each escape's docstring says what it did against the code of `main` before issue 27 (a scratch clone at
-that commit, its CLI run with the candidate registered as a module: ``--entry escape_x:modulated_layernorm``
-with the candidate's folder on PYTHONPATH, as that entry form required). Most are refused by the sandbox
+Each escape's docstring says what it did against the code of `main` before the sandbox's checks left
+the candidate's reach (a scratch clone at that commit, its CLI run with the candidate registered as a
+module: ``--entry escape_x:modulated_layernorm`` with the candidate's folder on PYTHONPATH, as that entry
+form required). Most are refused by the sandbox
 (registry/kernels/sandbox.py); the sitecustomize one by the candidate being a file loaded from a private
 copy. Two (the canary, the forged counter) are not caught by any check: what holds them is the gate's rule
 that a launch count from inside the candidate's process shows nothing (execution.launches_unverified).

@@ -1,6 +1,6 @@
 """An identity's history belongs to it, and an approval answers a verdict that still stands (docs/gate.md, "Lifecycle").
 
-Issue 20's first section, end to end through the CLI on a real SQLite file:
+Identities and their histories, end to end through the CLI on a real SQLite file:
 re-registering the same bytes again takes up their own evidence, failures,
 attempts and verdict; attempts count per payload within a workload; an
 approval is refused under a contract that no longer leaves the decision to a
@@ -63,7 +63,7 @@ def digest(cli, payload):
 # -- re-registering the same bytes again ---------------------------------------------------------
 
 def test_registering_other_bytes_and_back_keeps_failures_attempts_and_the_cap(cli):
-    """Issue 20's example: three slow benchmarks over a cap of 2 and an open failure survive X -> Y -> X."""
+    """Three slow benchmarks over a cap of 2 and an open failure survive X -> Y -> X."""
     cli.register("sage", "x.bin")
     for _ in range(3):
         assert cli.load("sage", [execution(), benchmark(1.0), perceptual()]).exit_code == 0
@@ -177,7 +177,7 @@ def _recorded(cli, artifact="cache", worst=0.5):
 
 
 def test_approve_is_refused_once_the_contract_no_longer_leaves_the_decision_to_a_person(cli):
-    """Issue 20's example: advisory, recorded at worst SSIM 0.5, re-declared perceptual at 0.98: approve refused."""
+    """Advisory, recorded at worst SSIM 0.5, re-declared perceptual at 0.98: approve refused."""
     _recorded(cli)
     cli.declare(ADVISORY.replace("tier: advisory, min_ssim: 0.4", "tier: perceptual, min_ssim: 0.98, seed: 1024"))
     before = head(cli)

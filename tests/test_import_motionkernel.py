@@ -376,7 +376,7 @@ def test_hostile_documents_are_one_line_refusals(registry_cli, tree, text, reaso
 
 
 def test_check_passes_on_the_seed_tree_and_names_every_file_it_did_not_read(registry_cli, tree):
-    """Issue 30: the seed's support_matrix.json (a MotionKernel summary the import does not read) is listed
+    """The seed's support_matrix.json (a MotionKernel summary the import does not read) is listed
     as not read, with why, in the table and in JSON; a document of a schema it reads that is broken still fails."""
     (tree / "support" / "support_matrix.json").write_text(json.dumps(
         {"schema": "motionkernel.support-matrix", "rows": []}))

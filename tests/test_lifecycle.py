@@ -1,9 +1,9 @@
 """The lifecycle of a decision through the CLI (docs/gate.md, "Lifecycle").
 
-Each case of issue 13 that the lifecycle answers, end to end on a real SQLite
-registry: a failure is cleared only by its own stage (2), evidence is bound to
-the payload it measured (3), a change of identity starts a new decision (4),
-a human decision names the verdict it answers (5), plus attempts, contract
+Each case the lifecycle answers, end to end on a real SQLite
+registry: a failure is cleared only by its own stage, evidence is bound to
+the payload it measured, a change of identity starts a new decision, a
+human decision names the verdict it answers, plus attempts, contract
 versions and promote racing an import.
 """
 from __future__ import annotations
@@ -95,7 +95,7 @@ def one_line_refusal(result):
     assert "Traceback" not in result.output and len(result.output.strip().splitlines()) == 1, result.output
 
 
-# -- 2: a failure is cleared only by a later success of its own stage -------------------------
+# -- a failure is cleared only by a later success of its own stage -------------------------
 
 def test_a_failed_stage_is_not_cleared_by_evidence_of_another_kind(cli):
     assert cli.load("sage", [execution(), benchmark(), perceptual()]).exit_code == 0
@@ -133,7 +133,7 @@ def test_a_revoke_does_not_clear_an_open_failure(cli):
     assert promote(cli, "sage")["decision"] == "promoted"
 
 
-# -- 3: evidence is bound to the payload it measured ------------------------------------------
+# -- evidence is bound to the payload it measured ------------------------------------------
 
 def test_a_document_for_another_payload_is_refused_and_writes_nothing(cli):
     before = head(cli)
@@ -196,7 +196,7 @@ def test_evidence_appended_across_a_re_registration_counts_for_nothing(cli):
     assert cli("replay", "--verify").exit_code == 0
 
 
-# -- 4: a change of what the artifact claims starts a new decision ---------------------------
+# -- a change of what the artifact claims starts a new decision ---------------------------
 
 @pytest.mark.parametrize("change", [["--backend", "FLASH_ATTN"], ["--payload", "sage-2.bin"]])
 def test_a_new_identity_starts_a_new_decision(cli, change):
@@ -227,7 +227,7 @@ def test_the_same_claims_again_continue_the_decision(cli):
     assert head(cli) == before and show(cli, "sage")["decision"] == "promoted"
 
 
-# -- 5: a human decision names the verdict it answers ------------------------------------------
+# -- a human decision names the verdict it answers ------------------------------------------
 
 def test_a_human_decision_on_a_verdict_that_is_no_longer_the_latest_is_refused(cli):
     cli("artifact", "register", "cache", "--workload", "ltx", "--kind", "step_cache")

@@ -326,7 +326,7 @@ class Lifecycle(CheckedAtTheEnd):
         self.import_a_passing_set(new_id)
         self.promote(new_id)
 
-    # -- hostile steps (issue 30): each checks its own invariant, no whole-log work -----------------
+    # -- hostile steps: each checks its own invariant, no whole-log work -----------------
 
     def events(self) -> int:
         import sqlite3

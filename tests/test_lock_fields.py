@@ -1,4 +1,4 @@
-"""Issue 20, lock files: online `lock verify` compares every field of an entry a runtime reads with the registry.
+"""Lock files: online `lock verify` compares every field of an entry a runtime reads with the registry.
 
 A lock entry copied from another workload's lock, an edited speedup, a
 verdict id pointing at an earlier held verdict, or any other edited field is

@@ -144,7 +144,7 @@ def test_a_registration_raced_on_every_try_is_refused_with_nothing_of_its_own_wr
     other.engine.dispose()
 
 
-# Issue 30, class 5: one name, one look (registry/formats/names.py, registry/formats/confusables.py).
+# One name, one look (registry/formats/names.py, registry/formats/confusables.py).
 
 NFC_E, NFD_E = "\u00e9-cache", "e\u0301-cache"
 

@@ -1,4 +1,4 @@
-"""Issue 20, "Nothing hangs": special files named as a lock file, a bundle manifest, a bundle file or a payload.
+""""Nothing hangs": special files named as a lock file, a bundle manifest, a bundle file or a payload.
 
 Each is refused in one line by the shared reader (registry.formats.documents: a
 regular file only, its size checked before a byte is read), never read. Each

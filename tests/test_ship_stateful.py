@@ -1,4 +1,4 @@
-"""Issue 20's shipping invariant under random lifecycles: whatever ships is promoted under the current contract.
+"""The shipping invariant under random lifecycles: whatever ships is promoted under the current contract.
 
 A hypothesis state machine ships bundles of one workload through the CLI on a
 real SQLite file: registers (and re-registers to earlier or other bytes),
@@ -14,7 +14,7 @@ in one example: tests/stateful_checks.py):
     of its entries still names the artifact's current verdict, promoted under
     the current contract, for the same bundle; otherwise it is refused.
 
-Issue 30's hostile steps, each checking its own invariant as it runs (no
+Hostile steps, each checking its own invariant as it runs (no
 whole-log work per step): a link planted at an output name (nothing outside
 the named output is changed), a refresh of an edited signed lock (nothing is
 signed that the registry did not decide), a deleted or dropped read-model
@@ -133,7 +133,7 @@ class Shipping(CheckedAtTheEnd):
         if self.cli("lock", "--workload", "wan", "--unsigned", "--out", str(out)).exit_code == 0:
             self.kept.append((out, json.loads(out.read_text())))
 
-    # -- hostile steps (issue 30) -----------------------------------------------------------------
+    # -- hostile steps -----------------------------------------------------------------------------
 
     def files(self) -> dict[str, str]:
         """Every file under the machine's folder, by path, with its digest (a link by its target)."""

@@ -1,4 +1,4 @@
-"""Issue 23: signed locks and attestations, checked by `lock verify --key` and by the runtime.
+"""Signed locks and attestations, checked by `lock verify --key` and by the runtime.
 
 A lock edited in any field, re-signed by an untrusted key, signed and then
 given another payload, expired, replayed after a newer one, unsigned, or with
@@ -378,7 +378,7 @@ def test_a_lock_of_another_registry_is_not_refreshed(signed, tmp_path_factory):
     assert result.exit_code == 1 and "cannot be refreshed here" in result.stderr and not out.exists()
 
 
-# Issue 30, class 2: signing only what the registry decides.
+# Signing only what the registry decides.
 
 def edited_unsigned_lock(signed, path):
     """The signed lock's document, unsigned, with its profile removed and an entry of another lock pasted in."""

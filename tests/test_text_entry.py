@@ -1,4 +1,4 @@
-"""Issue 30, class 4: text and numbers at every entry (registry/formats/text.py, registry/formats/numbers.py).
+"""Text and numbers at every entry (registry/formats/text.py, registry/formats/numbers.py).
 
 Undecodable bytes on a command line reach Python as lone surrogates (PEP
 383); every argument of every command is checked once, at the command
