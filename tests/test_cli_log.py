@@ -38,7 +38,7 @@ def test_init_history_verify(runner, sqlite_url):
                         "head_hash": records[1]["hash"], "expected_head": None, "broken_at": None, "problem": None}
 
 
-def test_verify_exits_1_at_the_first_break(runner, sqlite_url):
+def test_verify_exits_3_at_the_first_break(runner, sqlite_url):
     run(runner, sqlite_url, "init")
     registry = opened(sqlite_url, actor="tester")
     for name in "abc":
@@ -46,7 +46,7 @@ def test_verify_exits_1_at_the_first_break(runner, sqlite_url):
     drop_immutability(registry.engine)
     raw(registry.engine, "UPDATE events SET actor = 'mallory' WHERE position = 2")
     result = run(runner, sqlite_url, "verify")
-    assert result.exit_code == 1 and "position 2" in result.output
+    assert result.exit_code == 3 and "position 2" in result.output
 
 
 def test_db_current_and_upgrade(runner, sqlite_url):

@@ -246,7 +246,7 @@ def test_verify_reports_its_head_and_sees_a_cut_off_tail_against_a_noted_one(pop
     registry.engine.dispose()
     assert run(url, "verify").exit_code == 0  # the chain alone cannot see it
     cut = run(url, "verify", "--expect-head", head)
-    assert cut.exit_code == 1
+    assert cut.exit_code == 3
     last = populated.head
     assert (f"chain broken at position {last}: the log ends at position {last - 1}, before the expected head at "
             f"position {last}") in cut.output
@@ -277,7 +277,7 @@ def test_verify_finds_where_time_goes_backwards_in_a_tampered_file(populated):
             prev = link
     registry.engine.dispose()
     result = run(populated.url, "verify")
-    assert result.exit_code == 1
+    assert result.exit_code == 3
     assert "chain broken at position 2: time goes backwards" in result.output
 
 

@@ -107,7 +107,9 @@ def test_a_damaged_read_model_row_is_refused_in_one_line_and_replay_rebuilds_it(
     damage(cli.url, f"UPDATE projection_artifacts SET state = {row} WHERE artifact = 'cache'")
     for args in (("replay", "--verify"), ("report",), ("show", "cache")):
         result = cli(*args)
-        assert result.exit_code == 1 and "Traceback" not in result.output, (args, result.output)
+        # The replay check names a row it can read as a difference (3); one it cannot read at all is refused (1).
+        assert result.exit_code in ((1, 3) if args == ("replay", "--verify") else (1,)), (args, result.output)
+        assert "Traceback" not in result.output, (args, result.output)
     assert cli("replay").exit_code == 0
     assert json.loads(cli("show", "cache", "--json").output)["decision"] == "registered"
     assert cli("replay", "--verify").exit_code == 0

@@ -87,7 +87,7 @@ def test_a_bundle_changed_on_disk_fails_verify(shipped):
     (copy / "fast" / "op.py").write_text("def replacement(x):\n    return 'evil'\n")
     (copy / "faster" / "notes.txt").write_text("undeclared\n")
     result = offline(str(out), "--bundles", str(copy), "--json")
-    assert result.exit_code == 1
+    assert result.exit_code == 3
     problems = {p["artifact"]: p for p in json.loads(result.output)["problems"]}
     assert problems["fast"]["code"] == "bundle_mismatch" and "op.py" in problems["fast"]["detail"]
     assert problems["faster"]["code"] == "bundle_mismatch" and "notes.txt" in problems["faster"]["detail"]
@@ -111,7 +111,7 @@ def test_a_revocation_after_export_fails_verify_naming_who_and_why(shipped):
     assert shipped("lock", "verify", str(out), "--bundles", str(shipped.bundles)).exit_code == 0
     assert shipped("revoke", "faster", "--reason", "corrupts frames at 720p", actor="carol").exit_code == 0
     result = shipped("lock", "verify", str(out), "--bundles", str(shipped.bundles))
-    assert result.exit_code == 1
+    assert result.exit_code == 3
     assert "revoked: faster: faster was revoked at position" in result.stderr
     assert "by carol: corrupts frames at 720p" in result.stderr
     assert offline(str(out), "--bundles", str(shipped.bundles)).exit_code == 0  # offline cannot know
@@ -123,7 +123,7 @@ def test_a_revocation_after_export_then_a_new_promotion_still_fails_verify(shipp
     assert shipped("revoke", "faster", "--reason", "corrupts frames at 720p", actor="carol").exit_code == 0
     measure_and_promote(shipped, "faster", 1.8, 0.99)
     result = shipped("lock", "verify", str(out), "--bundles", str(shipped.bundles))
-    assert result.exit_code == 1
+    assert result.exit_code == 3
     assert "field_mismatch: faster: verdict_event_id" in result.stderr
 
 
@@ -154,4 +154,4 @@ def test_another_registry_fails_the_chain_check(shipped, tmp_path_factory):
     manifest = shipped.tmp / "wan.yaml"
     assert runner.invoke(main, ["--db", other_url, "workload", "declare", str(manifest)]).exit_code == 0
     result = runner.invoke(main, ["--db", other_url, "lock", "verify", str(out)])
-    assert result.exit_code == 1 and "chain_mismatch" in result.stderr
+    assert result.exit_code == 3 and "chain_mismatch" in result.stderr

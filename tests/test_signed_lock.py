@@ -69,7 +69,7 @@ def verify_codes(cli, path, *keys, extra=()) -> list[str]:
     """`lock verify --key` and its problem codes (online too: the test CLI names the registry with --db)."""
     args = [a for k in (keys or (cli.public,)) for a in ("--key", str(k))]
     result = cli("lock", "verify", str(path), *args, *extra, "--json")
-    assert result.exit_code in (0, 1), result.output
+    assert result.exit_code in (0, 3), result.output
     return [p["code"] for p in json.loads(result.output)["problems"]]
 
 
@@ -168,7 +168,7 @@ def test_an_expired_lock_is_refused(signed):
                         now=datetime.now(timezone.utc) - timedelta(days=8))
     refused_everywhere(signed, write(signed, "expired.json", expired), "expired")
     result = signed("lock", "verify", str(signed.tmp / "expired.json"), "--key", signed.public)
-    assert result.exit_code == 1 and result.stderr.startswith("expired: lock: ") and "refreshed lock" in result.stderr
+    assert result.exit_code == 3 and result.stderr.startswith("expired: lock: ") and "refreshed lock" in result.stderr
 
 
 def test_a_lock_older_than_one_already_seen_is_a_rollback(signed):
@@ -236,7 +236,7 @@ def test_refresh_drops_a_revoked_artifact_and_online_verify_names_the_revocation
     assert signed("revoke", "faster", "--reason", "wrong at 720p", actor="carol").exit_code == 0
     result = signed("lock", "verify", str(signed.lock), "--key", signed.public, "--json")
     problems = json.loads(result.output)["problems"]
-    assert result.exit_code == 1 and [(p["artifact"], p["code"]) for p in problems] == [("faster", "revoked")]
+    assert result.exit_code == 3 and [(p["artifact"], p["code"]) for p in problems] == [("faster", "revoked")]
     refreshed = signed.tmp / "refreshed.json"
     done = signed("lock", "--refresh", str(signed.lock), "--key", str(signed.key), "--out", str(refreshed))
     assert done.exit_code == 0, done.output

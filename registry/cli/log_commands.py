@@ -12,7 +12,7 @@ from registry.events.database import current_revision, head_revision
 from registry.formats.digests import is_sha256
 
 from .session import Session, closes_with_the_command, pass_session
-from .output import emit_json, exit_status_ahead, json_text, say, short, table
+from .output import EXIT_NO, emit_json, exit_status_ahead, json_text, say, short, table
 
 
 @click.command()
@@ -154,12 +154,12 @@ def parse_head(text: str) -> tuple[int, str]:
 @pass_session
 def verify(session: Session, expect_head: str | None, check_install_files: bool, manifest: str | None,
            expect_manifest: str | None, as_json: bool) -> None:
-    """Walk the hash chain and the order of times; print the head; exit 1 at the first break.
+    """Walk the hash chain and the order of times; print the head; exit 3 at the first break.
 
     Checks every link, that positions run 1..N, that no event is recorded
     earlier than the one before it, and (with --expect-head) that the log
     still holds a head noted before. With --install it checks the installed
-    code instead and says in one line what differs (exit 1).
+    code instead and says in one line what differs (exit 3).
     """
     if check_install_files:
         _verify_install(manifest, expect_manifest, expect_head, as_json)
@@ -169,7 +169,7 @@ def verify(session: Session, expect_head: str | None, check_install_files: bool,
     expected = None if expect_head is None else parse_head(expect_head)
     registry = open_for_reading(session)
     report = registry.store.verify(expect_head=expected)
-    exit_status_ahead(0 if report.intact else 1)
+    exit_status_ahead(0 if report.intact else EXIT_NO)
     head = f"{report.head_position}:{report.head_hash}"
     if as_json:
         emit_json(
@@ -184,7 +184,7 @@ def verify(session: Session, expect_head: str | None, check_install_files: bool,
     else:
         click.echo(f"chain broken at position {report.broken_at}: {report.problem}", err=True)
     if not report.intact:
-        raise SystemExit(1)
+        raise SystemExit(EXIT_NO)
 
 
 def _verify_install(manifest: str | None, expect_manifest: str | None, expect_head: str | None,
@@ -198,7 +198,7 @@ def _verify_install(manifest: str | None, expect_manifest: str | None, expect_he
     if expect_manifest is not None and not is_sha256(expect_manifest):
         raise UserError(f"--expect-manifest {expect_manifest!r} is not the 64 lowercase hex digits of a SHA-256")
     report = check_install(None if manifest is None else Path(manifest), expect_sha256=expect_manifest)
-    exit_status_ahead(0 if report.intact else 1)
+    exit_status_ahead(0 if report.intact else EXIT_NO)
     if as_json:
         emit_json({"intact": report.intact, "manifest": str(report.path), "manifest_sha256": report.sha256,
                    "files": report.files, "differences": report.differences})
@@ -207,7 +207,7 @@ def _verify_install(manifest: str | None, expect_manifest: str | None, expect_he
     else:
         click.echo(report.summary(), err=True)
     if not report.intact:
-        raise SystemExit(1)
+        raise SystemExit(EXIT_NO)
 
 
 @click.command("install-manifest")

@@ -5,7 +5,7 @@ import sys
 
 import click
 
-from .output import (emit_json, exit_status_ahead, newline_terminated, output_path, say, table, tables_text,
+from .output import (EXIT_NO, emit_json, exit_status_ahead, newline_terminated, output_path, say, table, tables_text,
                      write_output)
 from .params import Integer
 from .session import Session, pass_session
@@ -211,7 +211,7 @@ def _matrix_page(matrix: dict) -> str:
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @pass_session
 def replay(session: Session, check: bool, as_json: bool) -> None:
-    """Rebuild every projection from the log; with --verify, exit 1 on any difference."""
+    """Rebuild every projection from the log; with --verify, exit 3 on any difference."""
     from registry.app.replay import rebuild_read_models, verify_read_models
 
     registry = session.open()
@@ -221,7 +221,7 @@ def replay(session: Session, check: bool, as_json: bool) -> None:
         emit_json(result) if as_json else say(f"rebuilt from {result['events']} events: {result['artifacts']} artifacts")
         return
     outcome = verify_read_models(registry)
-    exit_status_ahead(0 if outcome.ok else 1)
+    exit_status_ahead(0 if outcome.ok else EXIT_NO)
     if as_json:
         emit_json(outcome.to_dict())
     elif outcome.ok:
@@ -229,7 +229,7 @@ def replay(session: Session, check: bool, as_json: bool) -> None:
     else:
         click.echo(f"projections differ from a rebuild: {outcome.summary()}", err=True)
     if not outcome.ok:
-        sys.exit(1)
+        sys.exit(EXIT_NO)
 
 
 COMMANDS = [show, report, replay]

@@ -14,10 +14,9 @@ import click
 
 from registry.formats.errors import UserError
 from .session import Session, pass_session
-from .output import emit_json, exit_status_ahead, output_path, say, table, write_output
+from .output import EXIT_NO, emit_json, exit_status_ahead, output_path, say, table, write_output
 from .query_commands import AS_OF_HELP
 
-EXIT_NO_MATCH = 3
 
 
 def _profile_options(command):
@@ -127,13 +126,13 @@ def resolve(session: Session, workload_id: str, profile, site, as_of: str | None
         raise UserError("resolve needs the runtime: --arch and --torch, or --detect")
     registry = session.open()
     found = resolve_workload(registry, workload_id, profile, site, resolve_as_of(registry.store, as_of))
-    exit_status_ahead(EXIT_NO_MATCH if found.resolution.chosen is None else 0)
+    exit_status_ahead(EXIT_NO if found.resolution.chosen is None else 0)
     if as_json:
         emit_json(found.to_dict())
     else:
         print_resolution(found)
     if found.resolution.chosen is None:
-        sys.exit(EXIT_NO_MATCH)
+        sys.exit(EXIT_NO)
 
 
 KEY_HELP = "Private signing key file (`registry keys init`); default: the PEM text in $REGISTRY_SIGNING_KEY."
@@ -209,12 +208,12 @@ def lock(ctx: click.Context, session: Session, workload_id: str | None, profile,
     else:
         document = export_lock(registry, workload_id, profile, site, resolve_as_of(registry.store, as_of))
     if not document["artifacts"] and refresh_file is None:
-        exit_status_ahead(EXIT_NO_MATCH)
+        exit_status_ahead(EXIT_NO)
         click.echo(f"nothing to lock: no promoted bundle of {workload_id} "
                    f"{'matches the profile' if profile else 'exists'} (no file written)", err=True)
         if as_json:
             emit_json({**document, "written": False})
-        sys.exit(EXIT_NO_MATCH)
+        sys.exit(EXIT_NO)
     content = document if key is None else signed_lock(document, key, validity)
     write_output(out, _lock_text(content), force=force)
     if as_json:
@@ -252,7 +251,7 @@ def lock_verify(session: Session, lock_file: str, bundles_dir: str | None, publi
     read. With --key the lock must be signed by a trusted key and not
     expired. With a database, every field of every locked artifact must equal
     the registry's, with no revocation since the export. Exit 0 when all
-    hold, 1 otherwise (each problem named with its code).
+    hold, 3 otherwise (each problem named with its code), 1 on invalid input.
     """
     from registry.app.lock import verify_lock
 
@@ -261,7 +260,7 @@ def lock_verify(session: Session, lock_file: str, bundles_dir: str | None, publi
     outcome = verify_lock(lock_file, public_keys=public_keys, seen_file=seen_file, bundles_dir=bundles_dir,
                           database=session.url, actor=session.actor)
     parsed, checked, problems = outcome.lock, outcome.checked, outcome.problems
-    exit_status_ahead(1 if problems else 0)
+    exit_status_ahead(EXIT_NO if problems else 0)
     if as_json:
         emit_json({"lock": lock_file, "workload": parsed and parsed.workload,
                    "artifacts": [a.artifact for a in parsed.artifacts] if parsed else [],
@@ -274,7 +273,7 @@ def lock_verify(session: Session, lock_file: str, bundles_dir: str | None, publi
         if not public_keys:
             say("  not authenticated: its signature was not checked (give --key PUB)")
     if problems:
-        sys.exit(1)
+        sys.exit(EXIT_NO)
 
 
 @click.group()
