@@ -216,7 +216,7 @@ class _Jail:
     and with the zygote the kernel kills everything left in the jail's pid namespace.
     """
 
-    def __init__(self, workers: Sequence["CandidateWorker"]) -> None:
+    def __init__(self, workers: Sequence["CandidateWorker"], serve: str = "worker") -> None:
         self.sandbox = Sandbox(workers[0].device.type)
         self.open = len(workers)
         theirs: list[dict[str, int]] = []
@@ -228,7 +228,7 @@ class _Jail:
                                "status": status[1]})
             make_harness_undumpable()
             self.process = subprocess.Popen(
-                self.sandbox.command(theirs), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                self.sandbox.command(theirs, serve), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                 stderr=workers[0].stderr, env={}, pass_fds=[fd for fds in theirs for fd in fds.values()],
                 start_new_session=True)
         except BaseException:
@@ -285,7 +285,7 @@ def confinement_reported(line: str | None) -> dict[str, str]:
     return {"identity": UNREPORTED, "memory": UNREPORTED}
 
 
-def worker_command() -> list[str]:
+def worker_command(module: str = "registry.kernels.worker") -> list[str]:
     """How an unsandboxed worker starts: isolated (``-I``: no PYTHONPATH, no working directory, no user site
     on its path, ``-B``: no bytecode written).
 
@@ -298,7 +298,7 @@ def worker_command() -> list[str]:
 
     home = str(Path(registry.__file__).resolve().parent.parent)
     boot = ("import runpy, sys; sys.path.insert(0, sys.argv.pop(1)); "
-            "runpy.run_module('registry.kernels.worker', run_name='__main__', alter_sys=True)")
+            f"runpy.run_module({module!r}, run_name='__main__', alter_sys=True)")
     return [sys.executable, "-I", "-B", "-c", boot, home]
 
 
@@ -324,13 +324,14 @@ def candidate_text(entry: str, expected_sha256: str | None = None) -> dict[str, 
     return {"name": parsed.path.name, "function": parsed.function, "source": source}
 
 
-def start_workers(workers: Sequence["CandidateWorker"], *, sandboxed: bool) -> None:
-    """Start ``workers`` together: one jail whose zygote forks each (sandboxed), else a process each."""
+def start_workers(workers: Sequence["CandidateWorker"], *, sandboxed: bool, serve: str = "worker") -> None:
+    """Start ``workers`` together: one jail whose zygote forks each (sandboxed), else a process each; each
+    serves ``serve`` (the evaluation worker, or the trusted launcher's: zygote.WORKER_MODULES)."""
     if sandboxed:
-        _Jail(workers)
+        _Jail(workers, serve)
     else:
         for worker in workers:
-            worker.start_unsandboxed()
+            worker.start_unsandboxed(serve)
 
 
 class CandidateWorker:
@@ -368,9 +369,11 @@ class CandidateWorker:
         self.jail, self.answers, self.status, self.started = jail, answers, status, True
         self.to_worker = io.BufferedWriter(io.FileIO(requests, "wb"))  # writes whole frames; answers stay raw
 
-    def start_unsandboxed(self) -> None:
+    def start_unsandboxed(self, serve: str = "worker") -> None:
+        from registry.kernels.zygote import WORKER_MODULES
+
         self.scratch = tempfile.mkdtemp(prefix="registry-candidate-")
-        self.process = subprocess.Popen(worker_command(), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        self.process = subprocess.Popen(worker_command(WORKER_MODULES[serve]), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                         stderr=self.stderr, start_new_session=True, bufsize=0)
         self.to_worker = io.BufferedWriter(self.process.stdin)
         self.answers, self.pid, self.started = self.process.stdout.fileno(), self.process.pid, True
@@ -392,6 +395,11 @@ class CandidateWorker:
         """Wait for the hello's answer: the entry imported in the worker, its source when screened."""
         source = self._receive(START_TIMEOUT_S)[0].get("source")
         self.source = source if isinstance(source, str) else ""
+        return self.locate()
+
+    def locate(self) -> "CandidateWorker":
+        """After the hello's answer: find the worker's pid as this process sees it (its threads and children
+        are counted by it)."""
         if self.jail is not None:
             jail_pid = self._status_line(EXIT_GRACE_S)
             self.pid = self.jail.host_pid(jail_pid) if jail_pid is not None else None

@@ -162,11 +162,12 @@ class Sandbox:
                 "workers": [dict(_draw_ids(), fds=fds) for fds in workers],
                 "memory_bytes": JAIL_MEMORY_BYTES, "tmp_bytes": TMP_BYTES, "tmp_inodes": TMP_INODES, "shm_bytes": SHM_BYTES}
 
-    def command(self, workers: list[dict[str, int]]) -> list[str]:
+    def command(self, workers: list[dict[str, int]], serve: str = "worker") -> list[str]:
         """The launcher's command line (an isolated interpreter without site: it starts in milliseconds),
-        for a jail whose zygote forks one worker per entry of ``workers``."""
+        for a jail whose zygote forks one worker per entry of ``workers``, each serving ``serve`` (a key of
+        ``zygote.WORKER_MODULES``: the evaluation worker, or the trusted launcher's)."""
         zygote = [sys.executable, "-s", "-B", "-m", "registry.kernels.zygote"]
-        return self._launcher(self.launch_config(zygote, workers))
+        return self._launcher(dict(self.launch_config(zygote, workers), serve=serve))
 
     def _launcher(self, config: dict) -> list[str]:
         return [sys.executable, "-I", "-S", str(_LAUNCHER), json.dumps(config)]
