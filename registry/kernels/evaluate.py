@@ -266,24 +266,31 @@ class SessionRefused(Exception):
 
 def time_batches(session: _Session, cases: Sequence[Any], open_batches: Callable[[str, str], PairBatches],
                  warmup: int, *, bytes_moved: int, tick: Callable[[], None], notes: str) -> None:
-    """Timed pairs in batches handed to a benchmark session, until it asks for none.
+    """Timed pairs in batches handed to a benchmark session, until it asks for none (``run_batches``), each
+    batch timed exactly as ``time_pairs`` times a whole benchmark."""
+    run_batches(lambda size, first: time_pairs(session, cases, size, warmup if first else 0,
+                                                bytes_moved=bytes_moved, tick=tick, notes=notes),
+                timer_names(session), session.worker.arch, open_batches)
+
+
+def run_batches(timed: Callable[[int, bool], dict[str, Any]], opened: tuple[str, str], arch: str,
+                open_batches: Callable[..., PairBatches]) -> None:
+    """Give a benchmark session batches of timed pairs until it asks for none.
 
     The session is opened (``open_batches(timer, device, arch)``) after parity and
     before the first timed call, with the names every batch is then timed
     under; a batch timed under another timer (the candidate started running
-    interpreted) is a failure, not a batch of that session. Each batch is
-    timed exactly as ``time_pairs`` times a whole benchmark; only the first
-    has warm-up pairs.
+    interpreted) is a failure, not a batch of that session. ``timed(size,
+    first)`` times one batch as a benchmark item; only the first has warm-up
+    pairs.
     """
-    opened = timer_names(session)
     try:
-        batches = open_batches(*opened, session.worker.arch)
+        batches = open_batches(*opened, arch)
     except UserError as exc:
         raise SessionRefused(exc) from exc
     first = True
     while size := batches.next_size():
-        item = time_pairs(session, cases, size, warmup if first else 0, bytes_moved=bytes_moved, tick=tick,
-                          notes=notes)
+        item = timed(size, first)
         first = False
         if (item["timer"], item["device"]) != opened:
             raise RuntimeError(f"a batch was timed by {item['timer']} on {item['device']}, but the session was "

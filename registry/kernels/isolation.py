@@ -88,6 +88,7 @@ class CallResult:
     extra_tasks: int = 0
     extra_children: list[int] = field(default_factory=list)
     waited_s: float | None = None  # a baseline call's wait for a CPU (`_waits`); None: unreported or a candidate's
+    device_s: float | None = None  # CUDA event time the worker measured, when asked (`events`; the baseline only)
 
 
 def _tasks(pid: int) -> tuple[set[str], set[str]] | None:
@@ -542,11 +543,13 @@ class CandidateWorker:
         return self._receive(timeout)[0]
 
     def call(self, arm: str, cases: Sequence[Sequence[torch.Tensor]], output_bytes: int, *,
-             ablate: bool = False) -> CallResult:
+             ablate: bool = False, events: bool = False) -> CallResult:
         """Stage ``cases`` (each a tuple of inputs), run this worker's entry on all of them, collect.
 
         ``arm`` "C" (the candidate) also brings the inputs back as the call left them; "B" does not, and
         its result carries the time the run waited for a CPU (`_waits`, read just outside the clock).
+        ``events`` (asked only of a worker that runs registry code) brings back the CUDA event time of its
+        calls, on a GPU, as ``device_s``.
         """
         flat = [t.detach().to("cpu").contiguous() for args in cases for t in args]
         self._request({"op": "stage", "arm": arm, "counts": [len(args) for args in cases]}, flat)
@@ -555,7 +558,7 @@ class CandidateWorker:
         _settle(watched)  # both arms alike: each clock starts with its worker asleep on the request
         waits = _waits(watched) if arm == "B" else None
         start = time.perf_counter_ns()  # before the write: a worker woken by it may run before the write returns
-        self._send({"op": "run", "ablate": ablate})
+        self._send({"op": "run", "ablate": ablate, "events": events})
         self._receive(CALL_TIMEOUT_S)
         seconds = (time.perf_counter_ns() - start) / 1e9
         waited = _waited_s(waits, _waits(watched) if waits is not None else None)
@@ -564,6 +567,9 @@ class CandidateWorker:
         header, tensors = self._receive(CALL_TIMEOUT_S, byte_budget=output_bytes + input_bytes)
         result = self._result(header, tensors, cases, seconds, before, after)
         result.waited_s = waited
+        reported = header.get("device_s")
+        if events and (isinstance(reported, float) and math.isfinite(reported) and reported > 0):
+            result.device_s = reported
         return result
 
     def _result(self, header: dict[str, Any], tensors: list[torch.Tensor], cases: Sequence[Sequence[torch.Tensor]],

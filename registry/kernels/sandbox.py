@@ -62,7 +62,9 @@ HARNESS_MODULES = ("registry.kernels.evaluate", "registry.kernels.isolation", "r
                    "registry.kernels.wire", "registry.kernels.checks", "registry.kernels.launches",
                    "registry.kernels.sandbox", "registry.kernels.sandbox_launch", "registry.kernels.ops",
                    "registry.kernels.corpus", "registry.kernels.reference", "registry.evidence.parity",
-                   "registry.evidence.timing", "registry.evidence.source_screen")
+                   "registry.evidence.timing", "registry.evidence.source_screen", "registry.kernels.launch_plan",
+                   "registry.kernels.launcher", "registry.kernels.launcher_worker", "registry.kernels.launcher_process",
+                   "registry.kernels.launch_evaluate", "registry.kernels.zygote")
 """The code whose digest every evidence document records: what measured, compared, timed and jailed."""
 
 

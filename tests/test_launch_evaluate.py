@@ -1,0 +1,194 @@
+"""Evaluating a compiled kernel through the trusted launcher (registry/kernels/launch_evaluate.py), on CPU.
+
+No GPU here, so the launcher runs the simulated driver: its timings are an
+emulator's (the benchmark says so and the gate never reads them as speed),
+and what is shown is the evaluation's own logic. The honest run uses a
+launcher in this process whose simulated kernel computes the modulated
+LayerNorm with the torch reference (nothing of that kind can cross into a
+jail), against the real baseline worker in its jail: parity byte-equal, every
+call's launches counted by the launcher, the cubins' digests in the
+execution item, a document the registry accepts. The hostile runs use the
+real jailed launcher with kernels whose effects are declared: a spin loop,
+a write past the output, an output never written, a kernel that faults; each
+ends as the one failure naming its class. Each test starts a jail (a few
+seconds: the baseline's zygote imports torch).
+"""
+from __future__ import annotations
+
+import re
+import struct
+
+import pytest
+import torch
+
+from registry.formats.evidence.document import parse_document
+from registry.gate import ArtifactFacts
+from registry.gate.execution import check_execution
+from registry.gate.ledger import Ledger
+from registry.gate.model import Recorded
+from registry.kernels.evaluate import evidence_document
+from registry.kernels.launch_evaluate import evaluate_compiled
+from registry.kernels.launch_plan import BufferArg, BufferSpec, Launch, LaunchPlan, ScalarArg
+from registry.kernels.launcher import Launcher, PlanRefused, cubin_digests
+from registry.kernels.launcher_process import SIMULATED_DEVICE, HarnessLauncher
+from registry.kernels.reference import modulated_layernorm
+from registry.kernels.sandbox import SandboxUnavailable, require_sandbox
+from registry.kernels.simulated_driver import FakeKernel, SimulatedDriver
+
+CUBINS = {("modln", "sm_90a"): b"registry-rebuilt modln cubin, sm_90a",
+          ("modln", "sm_100a"): b"registry-rebuilt modln cubin, sm_100a"}
+PARAMS = (8, 8, 8, 8, 4, 4, 4, 8, 8)  # x, scale, shift, y, B, S, D, then the two scratch pointers
+ENTRIES = {torch.bfloat16: "modln_bf16", torch.float16: "modln_fp16"}
+
+
+@pytest.fixture(scope="module")
+def jail():
+    try:
+        require_sandbox()
+    except SandboxUnavailable as exc:
+        pytest.skip(str(exc))
+
+
+class ModlnBundle:
+    """A hand-built stand-in for a triton_kernel bundle of the modulated LayerNorm: its plan for one call."""
+
+    inputs, outputs, cubins = ("x", "scale", "shift"), ("y",), CUBINS
+
+    def __init__(self, max_dim: int | None = None):
+        self.max_dim = max_dim
+
+    def plan(self, args):
+        x, scale, shift = args
+        batch, seq, dim = x.shape
+        if x.dtype not in ENTRIES or (self.max_dim is not None and dim > self.max_dim):
+            raise PlanRefused(f"no variant matches x {x.dtype} {tuple(x.shape)}")
+
+        def buffer(name, tensor, role):
+            nbytes = tensor.numel() * tensor.element_size()
+            return BufferSpec(name, role, str(tensor.dtype).removeprefix("torch."), tuple(tensor.shape),
+                              tuple(tensor.stride()), nbytes, 16)
+
+        buffers = (buffer("x", x, "input"), buffer("scale", scale, "input"), buffer("shift", shift, "input"),
+                   buffer("y", x, "output"))
+        launch = Launch("modln", "sm_90a", ENTRIES[x.dtype], (batch * seq, 1, 1), (128, 1, 1), 0,
+                        (BufferArg("x"), BufferArg("scale"), BufferArg("shift"), BufferArg("y"),
+                         ScalarArg("i32", batch), ScalarArg("i32", seq), ScalarArg("i32", dim)), 2)
+        return LaunchPlan(buffers, (launch,), f"{str(x.dtype).removeprefix('torch.')}-rows")
+
+
+def _simulated_modln(dtype: torch.dtype):
+    """The kernel's effect in the simulated driver: the torch reference on the bytes at its pointers."""
+    def run(memory, raw):
+        x_ptr, scale_ptr, shift_ptr, y_ptr = (int.from_bytes(raw[i], "little") for i in range(4))
+        batch, seq, dim = (struct.unpack("<i", raw[i])[0] for i in (4, 5, 6))
+        size = torch.empty((), dtype=dtype).element_size()
+
+        def tensor(pointer, shape, kind):
+            count = 1
+            for n in shape:
+                count *= n
+            data = memory.read(pointer, count * torch.empty((), dtype=kind).element_size())
+            return torch.frombuffer(bytearray(data), dtype=kind).reshape(shape)
+
+        x = tensor(x_ptr, (batch, seq, dim), dtype)
+        y = modulated_layernorm(x, tensor(scale_ptr, (batch, dim), torch.float32),
+                                tensor(shift_ptr, (batch, dim), torch.float32))
+        memory.write(y_ptr, y.contiguous().view(torch.uint8).numpy().tobytes())
+        assert y.numel() * size == len(y.contiguous().view(torch.uint8).numpy().tobytes())
+
+    return FakeKernel(PARAMS, seconds=3e-6, run=run)
+
+
+class InProcessLauncher:
+    """The Launcher itself on the simulated driver, in this process (a simulated kernel that runs Python cannot
+    cross into a jail); it names no jail, and the evaluation is run unsandboxed to match."""
+
+    timer, device_name = "emulator", SIMULATED_DEVICE
+    confinement = {"identity": "harness_user", "memory": "none"}
+
+    def __init__(self, cubins):
+        self.driver = SimulatedDriver({entry: _simulated_modln(dtype) for dtype, entry in ENTRIES.items()})
+        self.launcher = Launcher(self.driver, flush_bytes=4096)
+        self.digests = self.launcher.load(cubins)
+        self.calls = 0
+
+    def call(self, cases, *, deadline_s):
+        self.calls += 1
+        return self.launcher.call(cases, deadline_s=deadline_s)
+
+    def close(self):
+        self.launcher.close()
+
+
+def evaluate(launcher_for, *, sandboxed=True, bundle=None, runs=2, warmup=0, deadline_s=10.0):
+    return evaluate_compiled("modulated_layernorm", bundle or ModlnBundle(), launcher_for, device=torch.device("cpu"),
+                             capability=(9, 0), corpus="cpu", runs=runs, warmup=warmup, policy="byte_equal",
+                             tolerances_by_dtype=None, sandboxed=sandboxed, deadline_s=deadline_s)
+
+
+def test_an_honest_compiled_kernel_is_launched_compared_and_timed_by_the_harness_alone(jail):
+    made = []
+    items = evaluate(lambda cubins: made.append(InProcessLauncher(cubins)) or made[-1], sandboxed=False, warmup=1)
+    assert [item["kind"] for item in items] == ["parity", "benchmark", "execution"], items
+    parity, benchmark, execution = items
+    assert all(leaf["byte_equal"] for leaf in parity["leaves"]) and len(parity["leaves"]) == 4
+    assert (benchmark["timer"], benchmark["device"]) == ("emulator", SIMULATED_DEVICE)
+    assert len(benchmark["candidate_s"]) == 2
+    # parity launches each case alone; each warm-up and timed call (one and two) runs all four corpus cases,
+    # one launch each, of the sm_90a cubin only
+    assert execution["launches"] == [["modln@sm_90a"]] * 4 + [["modln@sm_90a"] * 4] * 3
+    assert execution["candidate_calls"] == 4 + 3 * 4
+    assert execution["cubins"] == cubin_digests({("modln", "sm_90a"): CUBINS[("modln", "sm_90a")]})
+    assert execution["launch_signal"] == "harness_launcher" and execution["fallbacks"] == 0
+    # the launches the simulated driver saw are the ones the execution item lists (held-out calls are not counted)
+    entries = [launch["entry"] for launch in made[0].driver.recorded.launches]
+    assert len(entries) >= execution["candidate_calls"] and set(entries) <= set(ENTRIES.values())
+    document = evidence_document("modln-compiled", items, sandbox="none",
+                                 confinement={"identity": "harness_user", "memory": "none"})
+    parsed = parse_document(document)  # the registry accepts what the evaluation wrote
+    ledger = Ledger()
+    facts = ArtifactFacts("modln-compiled", "triton_kernel", cubins=execution["cubins"])
+    check_execution(Recorded("ev", parsed.items[2]), facts, ledger)
+    assert [finding.rule for finding in ledger.findings] == ["execution.unsandboxed"]
+
+
+def jailed(kernel: dict):
+    """A jailed launcher whose modln kernels (both dtypes) have the declared effects."""
+    config = {"simulated": {"capability": [9, 0],
+                            "kernels": {entry: {"params": list(PARAMS), **kernel} for entry in ENTRIES.values()}}}
+    return lambda cubins: HarnessLauncher(torch.device("cpu"), cubins, driver=config, flush_bytes=4096)
+
+
+@pytest.mark.parametrize("kernel, stage, error", [
+    ({"effects": [{"hang": True}]}, "parity", "CandidateRefused: launch deadline: parity call on shape0: the launches "
+                                              "had not finished after 0.5 s; the launcher was killed and replaced"),
+    ({"effects": [{"fault": "CUDA_ERROR_ILLEGAL_ADDRESS"}]}, "parity",
+     "CandidateRefused: kernel fault: parity call on shape0: the launch failed: CUDA_ERROR_ILLEGAL_ADDRESS"),
+    ({"effects": [{"write": 3, "offset": -4, "bytes": 4, "value": 7}]}, "parity",
+     "CandidateRefused: out-of-bounds write: parity call on shape0 shape0: y: 4 guard bytes before it changed"),
+    ({"effects": [{"fill": 0, "bytes": 16, "value": 0}]}, "parity",
+     "CandidateRefused: out-of-bounds write: parity call on shape0 shape0: wrote to its input x"),
+    # never written: the launcher's pre-fill of random bits comes back (NaN among them, nearly always)
+    ({"effects": []}, "benchmark", r"CandidateRefused: (stale result|non-finite output): timed call 1: shape0\.y: "),
+])
+def test_a_hostile_compiled_kernel_ends_as_the_one_failure_naming_its_class(jail, kernel, stage, error):
+    items = evaluate(jailed(kernel), deadline_s=0.5)
+    assert len(items) == 1 and items[0]["kind"] == "failure", items
+    assert items[0]["stage"] == stage
+    assert re.match(re.escape(error) if "(" not in error else error, items[0]["error"]), items[0]["error"]
+
+
+def test_no_cubin_for_this_device_is_a_load_failure_naming_what_the_bundle_holds(jail):
+    items = evaluate_compiled("modulated_layernorm", ModlnBundle(), jailed({"effects": []}),
+                              device=torch.device("cpu"), capability=(8, 0), corpus="cpu", runs=2, warmup=0,
+                              policy="byte_equal", tolerances_by_dtype=None)
+    assert items == [{"kind": "failure", "stage": "load", "error": (
+        "PlanRefused: the bundle holds cubins for sm_100a, sm_90a, none for this device (sm_80)")}]
+
+
+def test_a_call_no_variant_matches_is_a_parity_failure_never_a_launch(jail):
+    made = []
+    items = evaluate(lambda cubins: made.append(InProcessLauncher(cubins)) or made[-1], sandboxed=False,
+                     bundle=ModlnBundle(max_dim=150))
+    assert items[0]["kind"] == "failure" and items[0]["stage"] == "parity"
+    assert "no variant matches x torch.bfloat16 (2, 5, 200)" in items[0]["error"]
