@@ -16,7 +16,6 @@ seconds: the baseline's zygote imports torch).
 from __future__ import annotations
 
 import re
-import struct
 
 import pytest
 import torch
@@ -28,18 +27,11 @@ from registry.gate.ledger import Ledger
 from registry.gate.model import Recorded
 from registry.kernels.evaluate import evidence_document
 from registry.kernels.launch_evaluate import evaluate_compiled
-from registry.kernels.launch_plan import BufferArg, BufferSpec, Launch, LaunchPlan, ScalarArg
-from registry.kernels.launcher import Launcher, PlanRefused, cubin_digests
+from registry.kernels.launcher import Launcher, cubin_digests
 from registry.kernels.launcher_process import SIMULATED_DEVICE, HarnessLauncher
-from registry.kernels.reference import modulated_layernorm
 from registry.kernels.sandbox import SandboxUnavailable, require_sandbox
-from registry.kernels.simulated_driver import FakeKernel, SimulatedDriver
-
-CUBINS = {("modln", "sm_90a"): b"registry-rebuilt modln cubin, sm_90a",
-          ("modln", "sm_100a"): b"registry-rebuilt modln cubin, sm_100a"}
-PARAMS = (8, 8, 8, 8, 4, 4, 4, 8, 8)  # x, scale, shift, y, B, S, D, then the two scratch pointers
-ENTRIES = {torch.bfloat16: "modln_bf16", torch.float16: "modln_fp16"}
-
+from registry.kernels.simulated_driver import SimulatedDriver
+from compiled_fixtures import CUBINS, ENTRIES, PARAMS, ModlnBundle, simulated_modln
 
 @pytest.fixture(scope="module")
 def jail():
@@ -47,56 +39,6 @@ def jail():
         require_sandbox()
     except SandboxUnavailable as exc:
         pytest.skip(str(exc))
-
-
-class ModlnBundle:
-    """A hand-built stand-in for a triton_kernel bundle of the modulated LayerNorm: its plan for one call."""
-
-    inputs, outputs, cubins = ("x", "scale", "shift"), ("y",), CUBINS
-
-    def __init__(self, max_dim: int | None = None):
-        self.max_dim = max_dim
-
-    def plan(self, args):
-        x, scale, shift = args
-        batch, seq, dim = x.shape
-        if x.dtype not in ENTRIES or (self.max_dim is not None and dim > self.max_dim):
-            raise PlanRefused(f"no variant matches x {x.dtype} {tuple(x.shape)}")
-
-        def buffer(name, tensor, role):
-            nbytes = tensor.numel() * tensor.element_size()
-            return BufferSpec(name, role, str(tensor.dtype).removeprefix("torch."), tuple(tensor.shape),
-                              tuple(tensor.stride()), nbytes, 16)
-
-        buffers = (buffer("x", x, "input"), buffer("scale", scale, "input"), buffer("shift", shift, "input"),
-                   buffer("y", x, "output"))
-        launch = Launch("modln", "sm_90a", ENTRIES[x.dtype], (batch * seq, 1, 1), (128, 1, 1), 0,
-                        (BufferArg("x"), BufferArg("scale"), BufferArg("shift"), BufferArg("y"),
-                         ScalarArg("i32", batch), ScalarArg("i32", seq), ScalarArg("i32", dim)), 2)
-        return LaunchPlan(buffers, (launch,), f"{str(x.dtype).removeprefix('torch.')}-rows")
-
-
-def _simulated_modln(dtype: torch.dtype):
-    """The kernel's effect in the simulated driver: the torch reference on the bytes at its pointers."""
-    def run(memory, raw):
-        x_ptr, scale_ptr, shift_ptr, y_ptr = (int.from_bytes(raw[i], "little") for i in range(4))
-        batch, seq, dim = (struct.unpack("<i", raw[i])[0] for i in (4, 5, 6))
-        size = torch.empty((), dtype=dtype).element_size()
-
-        def tensor(pointer, shape, kind):
-            count = 1
-            for n in shape:
-                count *= n
-            data = memory.read(pointer, count * torch.empty((), dtype=kind).element_size())
-            return torch.frombuffer(bytearray(data), dtype=kind).reshape(shape)
-
-        x = tensor(x_ptr, (batch, seq, dim), dtype)
-        y = modulated_layernorm(x, tensor(scale_ptr, (batch, dim), torch.float32),
-                                tensor(shift_ptr, (batch, dim), torch.float32))
-        memory.write(y_ptr, y.contiguous().view(torch.uint8).numpy().tobytes())
-        assert y.numel() * size == len(y.contiguous().view(torch.uint8).numpy().tobytes())
-
-    return FakeKernel(PARAMS, seconds=3e-6, run=run)
 
 
 class InProcessLauncher:
@@ -107,7 +49,7 @@ class InProcessLauncher:
     confinement = {"identity": "harness_user", "memory": "none"}
 
     def __init__(self, cubins):
-        self.driver = SimulatedDriver({entry: _simulated_modln(dtype) for dtype, entry in ENTRIES.items()})
+        self.driver = SimulatedDriver({entry: simulated_modln(dtype) for dtype, entry in ENTRIES.items()})
         self.launcher = Launcher(self.driver, flush_bytes=4096)
         self.digests = self.launcher.load(cubins)
         self.calls = 0

@@ -43,7 +43,6 @@ import torch
 from registry.evidence.parity import compare_outputs
 from registry.evidence.timing import abba_schedule
 from registry.formats.evidence.schemas import HARNESS_LAUNCHER
-from registry.kernels import wire
 from registry.kernels.checks import (DEADLINE, FAULT, HELD_OUT, IMPOSSIBLE_SPEED, NON_FINITE, NONDETERMINISTIC,
                                      OUT_OF_BOUNDS, STALE, CandidateRefused, spot_check)
 from registry.kernels.evaluate import (PairBatches, SessionRefused, _check_request, _floor_seconds, _held_out_cases,
@@ -53,6 +52,7 @@ from registry.kernels.launch_plan import LaunchPlan
 from registry.kernels.launcher import CallOutcome, DriverError, LaunchDeadline, PlanRefused, arch_capability
 from registry.kernels.ops import get_operation
 from registry.kernels.sandbox import PROFILE, UNSANDBOXED, harness_digest
+from registry.kernels.tensor_bytes import input_bytes, output_tensor
 
 LAUNCH_DEADLINE_S = 10.0
 """Longest one launcher call (every case's launches) may run before the launcher is killed: the gpu corpus's
@@ -98,20 +98,6 @@ def device_cubins(kernel: CompiledKernel, capability: tuple[int, int]) -> dict[t
     return found
 
 
-def input_bytes(kernel: CompiledKernel, args: Sequence[torch.Tensor]) -> dict[str, bytes]:
-    """Each input tensor's bytes by the spec's name (its elements, in its own layout made dense)."""
-    return {name: bytes(wire.storage_bytes(t.detach().to("cpu").contiguous().clone()))
-            for name, t in zip(kernel.inputs, args)}
-
-
-def output_tensor(plan: LaunchPlan, name: str, data: bytes) -> torch.Tensor:
-    """An output buffer's bytes as the tensor the plan declares (dtype, shape, strides)."""
-    spec = next(b for b in plan.buffers if b.name == name)
-    dtype = wire.dtype_from_name(spec.dtype)
-    flat = torch.frombuffer(bytearray(data), dtype=dtype) if data else torch.empty(0, dtype=dtype)
-    return flat.as_strided(spec.shape, spec.strides)
-
-
 @dataclass
 class _Run:
     """One evaluation's processes and what the launcher has made so far."""
@@ -135,7 +121,7 @@ class _Run:
                count: bool = True) -> tuple[list[list[torch.Tensor]], CallOutcome]:
         """One launcher call of these cases; refused when a plan is refused, a guard or input changed, the
         deadline passed or a kernel faulted. Returns each case's outputs in the op's order."""
-        cases = [(self.kernel.plan(args), input_bytes(self.kernel, args)) for args in inputs]
+        cases = [(self.kernel.plan(args), input_bytes(self.kernel.inputs, args)) for args in inputs]
         try:
             outcome = self.launcher.call(cases, deadline_s=self.deadline_s)
         except LaunchDeadline as exc:

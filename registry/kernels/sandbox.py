@@ -64,7 +64,7 @@ HARNESS_MODULES = ("registry.kernels.evaluate", "registry.kernels.isolation", "r
                    "registry.kernels.corpus", "registry.kernels.reference", "registry.evidence.parity",
                    "registry.evidence.timing", "registry.evidence.source_screen", "registry.kernels.launch_plan",
                    "registry.kernels.launcher", "registry.kernels.launcher_worker", "registry.kernels.launcher_process",
-                   "registry.kernels.launch_evaluate", "registry.kernels.zygote")
+                   "registry.kernels.launch_evaluate", "registry.kernels.tensor_bytes", "registry.kernels.zygote")
 """The code whose digest every evidence document records: what measured, compared, timed and jailed."""
 
 
