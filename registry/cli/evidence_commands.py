@@ -111,10 +111,12 @@ def evidence_frames(session: Session, artifact_id: str, frame_set: str, candidat
 @click.option("--insecure-no-sandbox", is_flag=True,
               help="Run the candidate as this user, outside the sandbox, where the machine has none; "
                    "the evidence says so and the gate holds it.")
+@click.option("--bundle", type=click.Path(file_okay=False), help="A triton_kernel's bundle directory (the one it "
+              "was registered from): its cubins are launched by the registry's launcher on a CUDA device.")
 @pass_session
 def evaluate(session: Session, artifact_id: str, runs: int | None, warmup: int, corpus: str | None,
              emit: str | None, force: bool, run_id: str | None, server_url: str | None, token: str | None,
-             as_json: bool, insecure_no_sandbox: bool) -> None:
+             as_json: bool, insecure_no_sandbox: bool, bundle: str | None) -> None:
     """Run ARTIFACT_ID's kernel against its reference and record parity, timing and execution.
 
     The evidence is recorded for the registration captured before the kernel
@@ -136,14 +138,14 @@ def evaluate(session: Session, artifact_id: str, runs: int | None, warmup: int, 
 
     if server_url is not None:
         _evaluate_through(server_url, token, artifact_id, runs, warmup, corpus, emit, run_id, as_json,
-                          insecure_no_sandbox)
+                          insecure_no_sandbox, bundle)
         return
     if emit:
         output_path(emit, force, "--emit")
     with progress_bar(f"evaluating {artifact_id}") as update:
         evaluation = evaluate_artifact(session.open(), artifact_id, corpus=corpus, runs=runs, warmup=warmup,
                                        run=run_id, record=emit is None, progress=update,
-                                       insecure_no_sandbox=insecure_no_sandbox)
+                                       insecure_no_sandbox=insecure_no_sandbox, bundle=bundle)
     failures = evaluation.failures
     exit_status_ahead(EXIT_EVALUATION_FAILED if failures else 0)
     if emit:
@@ -173,7 +175,7 @@ def evaluate(session: Session, artifact_id: str, runs: int | None, warmup: int, 
 
 def _evaluate_through(server_url: str, token: str | None, artifact_id: str, runs: int | None, warmup: int,
                       corpus: str | None, emit: str | None, run_id: str | None, as_json: bool,
-                      insecure_no_sandbox: bool) -> None:
+                      insecure_no_sandbox: bool, bundle: str | None) -> None:
     """`evaluate --server`: measured here, every read and append through the server (registry/serve/client.py)."""
     from registry.formats.errors import UserError
     from registry.serve.client import RegistryClient, evaluate_through
@@ -182,7 +184,7 @@ def _evaluate_through(server_url: str, token: str | None, artifact_id: str, runs
         raise UserError("--server records through the server: give --token (or $REGISTRY_TOKEN), and no --emit")
     with RegistryClient(server_url, token) as client, progress_bar(f"evaluating {artifact_id}") as update:
         result = evaluate_through(client, artifact_id, corpus=corpus, runs=runs, warmup=warmup, run=run_id,
-                                  progress=update, insecure_no_sandbox=insecure_no_sandbox)
+                                  progress=update, insecure_no_sandbox=insecure_no_sandbox, bundle=bundle)
     failures = [item for item in result["evidence"] if item["kind"] == "failure"]
     exit_status_ahead(EXIT_EVALUATION_FAILED if failures else 0)
     if as_json:
