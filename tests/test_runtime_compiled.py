@@ -29,7 +29,8 @@ def shipped(kernels=None, *, capability=(9, 0), bundle=None, cubins=CUBINS):
     bundle = bundle or ModlnBundle()
     driver = SimulatedDriver(kernels or {entry: simulated_modln(dtype) for dtype, entry in ENTRIES.items()},
                              capability=capability)
-    return ShippedKernel(cubins, bundle.plan, bundle.inputs, bundle.outputs, driver=driver), driver
+    bundle.cubins = cubins
+    return ShippedKernel(bundle, driver=driver), driver
 
 
 def inputs(index: int = 0):

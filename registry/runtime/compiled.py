@@ -36,24 +36,25 @@ class KernelCallError(RuntimeError):
 class ShippedKernel:
     """The callable a runtime gets for a promoted triton_kernel: ``kernel(*inputs) -> output(s)``.
 
-    ``planner(inputs)`` is the bundle's spec evaluated for one call
-    (``plan_call``); ``inputs`` and ``outputs`` are the spec's tensor names in
-    the op's order; ``cubins`` the promoted cubins, all archs (only those of
-    this device are loaded). ``driver`` is ``cuda.bindings.driver`` unless a
-    test passes the simulated one.
+    ``bundle`` is the promoted bundle as read (registry/app/compiled.py
+    ``BundleKernel``): its cubins for every arch (only those of this device
+    are loaded), its spec's input and output names in the op's order, and
+    ``plan`` (``plan_call`` for the device's arch). ``driver`` is
+    ``cuda.bindings.driver`` unless a test passes the simulated one.
     """
 
-    def __init__(self, cubins: Mapping[tuple[str, str], bytes], planner: Callable[[Sequence[Any]], LaunchPlan],
-                 inputs: Sequence[str], outputs: Sequence[str], *, driver: Any = None, device: int = 0,
+    def __init__(self, bundle: Any, *, driver: Any = None, device: int = 0,
                  deadline_s: float = CALL_DEADLINE_S) -> None:
         self.launcher = Launcher(driver if driver is not None else cuda_driver(), device)
+        cubins: Mapping[tuple[str, str], bytes] = bundle.cubins
         mine = {key: image for key, image in cubins.items() if arch_capability(key[1]) == self.launcher.capability}
         if not mine:
             archs = ", ".join(sorted({arch for _, arch in cubins}))
             self.launcher.close()
             raise PlanRefused(f"the bundle's cubins are built for {archs}, and this device is {self.launcher.arch}")
         self.digests = self.launcher.load(mine)
-        self.planner, self.inputs, self.outputs, self.deadline_s = planner, tuple(inputs), tuple(outputs), deadline_s
+        self.planner: Callable[[Sequence[Any]], LaunchPlan] = bundle.for_device(self.launcher.capability).plan
+        self.inputs, self.outputs, self.deadline_s = tuple(bundle.inputs), tuple(bundle.outputs), deadline_s
 
     def __call__(self, *tensors: Any) -> Any:
         import torch
