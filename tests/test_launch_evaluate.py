@@ -29,17 +29,8 @@ from registry.kernels.evaluate import evidence_document
 from registry.kernels.launch_evaluate import evaluate_compiled
 from registry.kernels.launcher import Launcher, cubin_digests
 from registry.kernels.launcher_process import SIMULATED_DEVICE, HarnessLauncher
-from registry.kernels.sandbox import SandboxUnavailable, require_sandbox
 from registry.kernels.simulated_driver import SimulatedDriver
-from compiled_fixtures import CUBINS, ENTRIES, PARAMS, ModlnBundle, simulated_modln
-
-@pytest.fixture(scope="module")
-def jail():
-    try:
-        require_sandbox()
-    except SandboxUnavailable as exc:
-        pytest.skip(str(exc))
-
+from compiled_fixtures import CUBINS, ENTRIES, PARAMS, ModlnBundle, jail, simulated_modln  # noqa: F401 - jail
 
 class InProcessLauncher:
     """The Launcher itself on the simulated driver, in this process (a simulated kernel that runs Python cannot

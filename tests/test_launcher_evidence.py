@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import pytest
 
-from registry.contracts import Contract
+from gate_evidence import decide_execution
 from registry.formats.evidence.errors import EvidenceError
 from registry.formats.evidence.items import parse_item
-from registry.gate import ArtifactFacts, GateEvidence, Recorded, decide
+from registry.gate import ArtifactFacts
 
 DIGEST, OTHER = "ab" * 32, "cd" * 32
 HARNESS = {"sandbox": "linux-ns-seccomp/1", "harness_sha256": "ef" * 32,
@@ -28,22 +28,7 @@ LAUNCHED = {"kind": "execution", "candidate_calls": 3, "fallbacks": 0, "launch_s
 
 
 def _decide(execution: dict, facts: ArtifactFacts):
-    leaf = {"name": "shape0.y", "reference_dtype": "bfloat16", "candidate_dtype": "bfloat16",
-            "reference_shape": [2, 3], "candidate_shape": [2, 3], "reference_strides": [3, 1],
-            "candidate_strides": [3, 1], "byte_equal": True, "max_abs_error": 0.0, "max_rel_error": 0.0,
-            "has_nan": False, "has_inf": False, "reference_has_nan": False, "reference_has_inf": False,
-            "nonfinite_mismatch": False}
-    candidate = [1.0 + 0.002 * (i % 4) for i in range(16)]
-    items = {"execution": execution,
-             "parity": {"kind": "parity", "policy": "byte_equal", "leaves": [leaf]},
-             "benchmark": {"kind": "benchmark", "protocol": "paired", "device": "NVIDIA H200", "timer": "cuda_event",
-                           "baseline_s": [1.5 * c for c in candidate], "candidate_s": candidate,
-                           "schedule": ["BC", "CB"] * 8}}
-    evidence = GateEvidence(**{kind: Recorded(f"ev-{kind}", parse_item(raw)) for kind, raw in items.items()})
-    contract = Contract.from_mapping({"workload": "wan-modln-op", "parity": {"policy": "byte_equal"},
-                                      "speed": {"min_speedup": 1.1, "runs_per_arm": 16, "protocol": "paired",
-                                                "decision": "point"}})
-    return decide(contract, evidence, facts)
+    return decide_execution(execution, facts, timer="cuda_event")
 
 
 def test_the_harness_launchers_evidence_promotes_the_triton_kernel_whose_cubins_it_names():

@@ -20,7 +20,7 @@ import torch
 from registry.kernels.launch_plan import BufferArg, BufferSpec, Launch, LaunchPlan, ScalarArg
 from registry.kernels.launcher import DriverError, LaunchDeadline, PlanRefused, cubin_digests
 from registry.kernels.launcher_process import HarnessLauncher
-from registry.kernels.sandbox import SandboxUnavailable, require_sandbox
+from compiled_fixtures import jail  # noqa: F401 - a fixture
 
 CUBINS = {("copy", "sm_90a"): b"registry cubin: copy", ("spin", "sm_90a"): b"registry cubin: spin"}
 N = 64
@@ -32,14 +32,6 @@ SIMULATED = {"simulated": {"capability": [9, 0], "kernels": {
     "overrun_kernel": {"params": [8, 8, 4, 8, 8],
                        "effects": [{"copy": [0, 1], "bytes": N}, {"write": 1, "offset": N, "bytes": 2, "value": 9}]},
 }}}
-
-
-@pytest.fixture(scope="module")
-def jail():
-    try:
-        require_sandbox()
-    except SandboxUnavailable as exc:
-        pytest.skip(str(exc))
 
 
 def plan(entry: str = "copy_kernel", kernel: str = "copy") -> LaunchPlan:

@@ -46,7 +46,7 @@ from registry.formats.evidence.schemas import HARNESS_LAUNCHER
 from registry.kernels.checks import (DEADLINE, FAULT, HELD_OUT, IMPOSSIBLE_SPEED, NON_FINITE, NONDETERMINISTIC,
                                      OUT_OF_BOUNDS, STALE, CandidateRefused, spot_check)
 from registry.kernels.evaluate import (PairBatches, SessionRefused, _check_request, _floor_seconds, _held_out_cases,
-                                       _rescaled, failure_item, fresh_inputs, run_batches)
+                                       _rescaled, failure_item, fresh_inputs, paired_calls, run_batches, ticker)
 from registry.kernels.isolation import CandidateError, CandidateWorker, start_workers
 from registry.kernels.launch_plan import LaunchPlan
 from registry.kernels.launcher import CallOutcome, DriverError, LaunchDeadline, PlanRefused, arch_capability
@@ -171,36 +171,32 @@ def _time_pairs(run: _Run, cases: Sequence[Any], pairs: int, warmup: int, *, byt
                 tick: Callable[[], None], notes: str) -> dict[str, Any]:
     """``warmup`` untimed then ``pairs`` timed ABBA pairs: the baseline's CUDA event time in its worker against
     the launcher's CUDA event time; every call on fresh inputs, every candidate call spot-checked."""
-    schedule = abba_schedule(pairs)
     labels = [case.label for case in cases]
     floor = _floor_seconds(bytes_moved, run.launcher.device_name)
     times: dict[str, list[float]] = {"B": [], "C": []}
     waited: list[float | None] = []
-    orders = [(order, False) for order in (abba_schedule(warmup) if warmup else [])]
-    orders += [(order, True) for order in schedule]
-    for index, (order, timed) in enumerate(orders):
-        for arm in order:
-            inputs = fresh_inputs(run.spec, cases, run.device)
-            where = f"{'timed' if timed else 'warm-up'} call {index + 1}"
-            if arm == "B":
-                call = run.reference(inputs, timed=True)
-                seconds = call.device_s if call.device_s is not None else call.seconds
-                if timed:
-                    waited.append(call.waited_s)
-            else:
-                outputs, outcome = run.launch(labels, inputs, where)
-                run.spot_check(STALE, where, labels, inputs, outputs)
-                seconds = outcome.device_s
-                if floor is not None and seconds < floor:
-                    raise CandidateRefused(IMPOSSIBLE_SPEED, (
-                        f"{where} took {seconds:.3g} s by the launcher's events, below the {floor:.3g} s that moving "
-                        f"{bytes_moved} bytes takes at {run.launcher.device_name}'s peak bandwidth"))
+    for arm, timed, where in paired_calls(pairs, warmup):
+        inputs = fresh_inputs(run.spec, cases, run.device)
+        if arm == "B":
+            call = run.reference(inputs, timed=True)
+            seconds = call.device_s if call.device_s is not None else call.seconds
             if timed:
-                times[arm].append(seconds)
-            tick()
+                waited.append(call.waited_s)
+        else:
+            outputs, outcome = run.launch(labels, inputs, where)
+            run.spot_check(STALE, where, labels, inputs, outputs)
+            seconds = outcome.device_s
+            if floor is not None and seconds < floor:
+                raise CandidateRefused(IMPOSSIBLE_SPEED, (
+                    f"{where} took {seconds:.3g} s by the launcher's events, below the {floor:.3g} s that moving "
+                    f"{bytes_moved} bytes takes at {run.launcher.device_name}'s peak bandwidth"))
+        if timed:
+            times[arm].append(seconds)
+        tick()
     item: dict[str, Any] = {
         "kind": "benchmark", "protocol": "paired", "device": run.launcher.device_name, "timer": run.launcher.timer,
-        "baseline_s": times["B"], "candidate_s": times["C"], "baseline_waited_s": waited, "schedule": schedule,
+        "baseline_s": times["B"], "candidate_s": times["C"], "baseline_waited_s": waited,
+        "schedule": abba_schedule(pairs),
         "warmup": warmup, "arch": run.baseline.arch, "notes": f"{notes}; {TIMING_NOTE}"}
     if floor is not None and run.launcher.timer == "cuda_event":
         item["bandwidth_share"] = floor / statistics.median(times["C"])
@@ -255,14 +251,7 @@ def evaluate_compiled(op_name: str, kernel: CompiledKernel, launcher_for: Callab
     spec = get_operation(op_name)
     cases = spec.corpus(corpus)
     _check_request(cases, runs, warmup, policy, tolerances_by_dtype)
-    total, done = len(cases) + 2 * (warmup + runs), 0
-
-    def tick() -> None:
-        nonlocal done
-        done += 1
-        if progress is not None:
-            progress(done, total)
-
+    tick = ticker(len(cases) + 2 * (warmup + runs), progress)
     stage = "load"
     try:
         with ExitStack() as stack:
