@@ -255,6 +255,12 @@ def test_a_spinning_kernel_raises_at_the_deadline_and_no_time_is_reported():
         launcher.call([(copy_plan(), {"x": DATA})], deadline_s=0.2)
     assert 0.2 <= time.monotonic() - started < 2
     assert not [c for c in driver.recorded.calls if c[0] == "cuEventElapsedTime"]
+    # nothing may wait for the kernel still running: no free now, none at close, and no further launch
+    frees = [c for c in driver.recorded.calls if c[0] == "cuMemFree"]
+    launcher.close()
+    assert [c for c in driver.recorded.calls if c[0] == "cuMemFree"] == frees == []
+    with pytest.raises(LaunchDeadline, match="may still be running"):
+        launcher.call([(copy_plan(), {"x": DATA})], deadline_s=0.2)
 
 
 @pytest.mark.parametrize("effects", [({"fault": "CUDA_ERROR_ILLEGAL_ADDRESS"},),

@@ -258,6 +258,7 @@ class Launcher:
         self.modules: dict[tuple[str, str], Any] = {}
         self.functions: dict[tuple[str, str, str], Any] = {}
         self.digests: dict[str, str] = {}
+        self.spinning = False  # a call passed its deadline: a kernel may still run, and nothing may wait for it
         self._resources: list[tuple[str, Any]] = []
         self._call("cuInit", 0)
         self.device = self._call("cuDeviceGet", device)
@@ -346,6 +347,8 @@ class Launcher:
         """
         if not cases:
             raise PlanRefused("a call with no case launches nothing")
+        if self.spinning:
+            raise LaunchDeadline("an earlier call's kernel may still be running: this launcher launches nothing more")
         for plan, inputs in cases:
             check_plan(plan, inputs, self.modules)
         staged: list[list[_Staged]] = []
@@ -364,6 +367,11 @@ class Launcher:
             self._wait(deadline_s)
             device_s = self._call("cuEventElapsedTime", self.start, self.stop) / 1000.0
             outcomes = tuple(self._collect(plan, buffers) for (plan, _), buffers in zip(cases, staged))
+        except LaunchDeadline:
+            # a kernel may still be running: freeing its memory would wait for it (cuMemFree synchronises), so
+            # nothing is freed, and this launcher's process must end (the harness kills it)
+            self.spinning = True
+            raise
         except BaseException:
             self._free([item for buffers in staged for item in buffers], quiet=True)
             raise
@@ -460,7 +468,10 @@ class Launcher:
                            tuple(violations), tuple(changed))
 
     def close(self) -> None:
-        """Free what this launcher holds, newest first; after a kernel fault some calls fail, which is expected."""
+        """Free what this launcher holds, newest first; after a kernel fault some calls fail, which is expected.
+        After a missed deadline it frees nothing (that would wait for the kernel): only the process's end does."""
+        if self.spinning:
+            return
         while self._resources:
             name, handle = self._resources.pop()
             try:
