@@ -22,6 +22,7 @@ from packaging.version import InvalidVersion, Version
 
 from registry.formats.errors import UserError
 from registry.events.canonical import canonical_json, sha256_hex
+from registry.formats.dtypes import ELEMENT_BYTES
 from registry.formats.fields import ARCH
 
 from .fields import FIELDS as f
@@ -43,8 +44,7 @@ _MODEL = ("id", "revision")
 _RANGE = ("min", "max_exclusive")
 VERSIONED = ("torch", "cuda", "triton")
 
-DTYPES = ("bool", "uint8", "int8", "int16", "int32", "int64", "float16", "bfloat16", "float32", "float64",
-          "float8_e4m3fn", "float8_e5m2")
+DTYPES = tuple(ELEMENT_BYTES)
 DEVICE_TYPES = ("cpu", "cuda")
 ANY = "*"
 _MODE = re.compile(r"[a-z][a-z0-9_]*")
