@@ -7,6 +7,7 @@ without a GPU.
 """
 from __future__ import annotations
 
+import hashlib
 import struct
 
 import pytest
@@ -66,7 +67,7 @@ class ModlnBundle:
 
 def simulated_modln(dtype: torch.dtype):
     """The kernel's effect in the simulated driver: the torch reference on the bytes at its pointers."""
-    def run(memory, raw):
+    def run(memory, raw, grid):
         x_ptr, scale_ptr, shift_ptr, y_ptr = (int.from_bytes(raw[i], "little") for i in range(4))
         batch, seq, dim = (struct.unpack("<i", raw[i])[0] for i in (4, 5, 6))
         size = torch.empty((), dtype=dtype).element_size()
@@ -87,3 +88,62 @@ def simulated_modln(dtype: torch.dtype):
     return FakeKernel(PARAMS, seconds=3e-6, run=run)
 
 
+
+
+class BuiltinSpecKernel:
+    """The built-in modulated LayerNorm's launch spec (registry/kernels/builtin_bundles.py, as its bundle declares
+    it), planned by `plan_call`, with stand-in cubins (one per kernel key, sm_90a) whose effects the simulated
+    driver computes per image: the launcher gets real plans, variant by variant."""
+
+    outputs = ("y",)
+
+    def __init__(self):
+        from registry.formats.launch_spec import parse_launch_spec
+        from registry.kernels.builtin_bundles import corpus_dims, kernel_key, spec_for
+        from registry.kernels.rowwise import row_launch_meta
+
+        cases = corpus_dims()
+        keys = {kernel_key("modulated_layernorm", d, t): (d, t) for d, t in cases}
+        warps = {key: row_launch_meta(d)["num_warps"] for key, (d, _) in keys.items()}
+        shared = {(key, "sm_90a"): 0 for key in keys}
+        self.spec = parse_launch_spec(spec_for("modulated_layernorm", cases, ["sm_90a"], shared, "_modln_kernel",
+                                               warps))
+        self.inputs = tuple(t.name for t in self.spec.tensors if t.role != "output")
+        self.cubins = {(key, "sm_90a"): f"stand-in cubin of {key}".encode() for key in keys}
+        self.images = {}
+        for key, (dim, dtype) in keys.items():
+            params = self.spec.kernels[key].param_bytes + (8, 8)
+            self.images[hashlib.sha256(self.cubins[(key, "sm_90a")]).hexdigest()] = {
+                "_modln_kernel": FakeKernel(params, seconds=4e-6, run=_modln_rows(dim, getattr(torch, dtype)))}
+
+    def for_device(self, capability):
+        assert tuple(capability) == (9, 0)
+        return self
+
+    def plan(self, args):
+        from registry.formats.launch_spec import CallRefused, CallTensor
+        from registry.kernels.plan import plan_call
+
+        given = {name: CallTensor(str(t.dtype).removeprefix("torch."), tuple(t.shape), tuple(t.stride()))
+                 for name, t in zip(self.inputs, args)}
+        try:
+            return plan_call(self.spec, given, arch="sm_90a")
+        except CallRefused as exc:
+            raise PlanRefused(str(exc)) from None
+
+
+def _modln_rows(dim: int, dtype: torch.dtype):
+    """The built-in kernel's effect for one (D, dtype): parameters x, scale, shift, y, seq (i32), eps (fp32); one
+    program per row, so the grid says how many rows (B * S)."""
+    def run(memory, raw, grid):
+        x_ptr, scale_ptr, shift_ptr, y_ptr = (int.from_bytes(raw[i], "little") for i in range(4))
+        (seq,) = struct.unpack("<i", raw[4])
+        rows, size = grid[0], torch.empty((), dtype=dtype).element_size()
+        batch = rows // seq
+        x = torch.frombuffer(bytearray(memory.read(x_ptr, rows * dim * size)), dtype=dtype)
+        scale = torch.frombuffer(bytearray(memory.read(scale_ptr, batch * dim * 4)), dtype=torch.float32)
+        shift = torch.frombuffer(bytearray(memory.read(shift_ptr, batch * dim * 4)), dtype=torch.float32)
+        y = modulated_layernorm(x.reshape(batch, seq, dim), scale.reshape(batch, dim), shift.reshape(batch, dim))
+        memory.write(y_ptr, y.contiguous().view(torch.uint8).numpy().tobytes())
+
+    return run

@@ -177,8 +177,8 @@ def test_only_the_registrys_cubins_are_loaded_and_their_digests_are_what_evidenc
 
 def test_a_write_past_a_buffer_or_before_it_lands_in_a_guard_and_is_named():
     kernels = {"copy_kernel": FakeKernel((8, 8, 4, 8, 8), effects=(
-        {"copy": [0, 1], "bytes": N}, {"write": 1, "offset": N, "bytes": 4, "value": 0},
-        {"write": 0, "offset": -1, "bytes": 1, "value": 0}))}
+        {"copy": [0, 1], "bytes": N}, {"write": 1, "offset": N, "bytes": 16, "value": 0},
+        {"write": 0, "offset": -16, "bytes": 16, "value": 0}))}  # 16 bytes: a random guard never holds them all
     launcher, _ = make(kernels, )
     outcome = launcher.call([(copy_plan(), {"x": DATA})], deadline_s=5)
     violations = outcome.cases[0].guard_violations

@@ -11,6 +11,7 @@ plan launches nothing and keeps the worker. Each test starts a real jail
 from __future__ import annotations
 
 import os
+import re
 import time
 from pathlib import Path
 
@@ -30,7 +31,7 @@ SIMULATED = {"simulated": {"capability": [9, 0], "kernels": {
     "spin_kernel": {"params": [8, 8, 4, 8, 8], "effects": [{"hang": True}]},
     "fault_kernel": {"params": [8, 8, 4, 8, 8], "effects": [{"fault": "CUDA_ERROR_ILLEGAL_ADDRESS"}]},
     "overrun_kernel": {"params": [8, 8, 4, 8, 8],
-                       "effects": [{"copy": [0, 1], "bytes": N}, {"write": 1, "offset": N, "bytes": 2, "value": 9}]},
+                       "effects": [{"copy": [0, 1], "bytes": N}, {"write": 1, "offset": N, "bytes": 16, "value": 9}]},
 }}}
 
 
@@ -70,7 +71,9 @@ def test_a_write_past_the_output_is_reported_through_the_process(jail):
     with launcher() as harness:
         outcome = harness.call([(plan("overrun_kernel"), {"x": DATA})], deadline_s=10)
         assert outcome.cases[0].outputs == {"y": DATA}
-        assert outcome.violations() == ["case 0: y: 2 guard bytes after it changed"]
+        # 16 bytes written; each guard byte is random, so one may have held 9 already
+        (violation,) = outcome.violations()
+        assert re.fullmatch(r"case 0: y: 1[0-6] guard bytes after it changed", violation), violation
 
 
 def test_a_launch_past_its_deadline_gets_the_launcher_killed_and_replaced_and_no_time_returned(jail):

@@ -65,9 +65,9 @@ def test_a_call_no_variant_matches_is_refused_and_nothing_is_launched():
 
 
 def test_a_kernel_writing_outside_its_output_is_raised_not_returned():
-    overrun = FakeKernel(PARAMS, effects=({"write": 3, "offset": -2, "bytes": 2, "value": 1},))
+    overrun = FakeKernel(PARAMS, effects=({"write": 3, "offset": -16, "bytes": 16, "value": 1},))
     kernel, _ = shipped({entry: overrun for entry in ENTRIES.values()})
-    with pytest.raises(KernelCallError, match="wrote outside its outputs: case 0: y: 2 guard bytes before it changed"):
+    with pytest.raises(KernelCallError, match=r"wrote outside its outputs: case 0: y: 1[0-6] guard bytes before it"):
         kernel(*inputs(0))
 
 

@@ -5,7 +5,8 @@ the same shapes (a ``CUresult`` first in every returned tuple, enums of the
 same names), over memory it keeps in byte arrays at made-up device
 addresses. Its kernels are declared, not compiled: each entry symbol has the
 byte sizes of its parameters (so the ``void**`` array a launch passes is read
-exactly as the driver would read it from a cubin's parameter layout), the
+exactly as the driver would read it from a cubin's parameter layout; kernels
+may be declared per loaded image, for cubins that share an entry name), the
 device time one launch takes, and its effects on memory, in order:
 
 - ``{"copy": [SRC, DST], "bytes": N}``: N bytes from the pointer passed as
@@ -19,7 +20,7 @@ device time one launch takes, and its effects on memory, in order:
 
 A write outside every allocation is that fault too, as on a device. Tests
 in one process may also give a kernel a Python function ``run(memory,
-params)`` (no JSON form). Nothing here is ever used to measure: a launcher
+params, grid)`` (no JSON form). Nothing here is ever used to measure: a launcher
 made with it runs on a made-up clock, and the registry's evaluation refuses
 to record anything from a machine without a CUDA device.
 """
@@ -77,7 +78,7 @@ class FakeKernel:
     params: tuple[int, ...]
     seconds: float = 1e-5
     effects: tuple[Mapping[str, Any], ...] = ()
-    run: Callable[["DeviceMemory", list[bytes]], None] | None = None
+    run: Callable[["DeviceMemory", list[bytes], tuple[int, int, int]], None] | None = None
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> "FakeKernel":
@@ -148,8 +149,12 @@ class SimulatedDriver:
     CUevent_flags = CUevent_flags
 
     def __init__(self, kernels: Mapping[str, FakeKernel], *, capability: tuple[int, int] = (9, 0),
-                 shared_optin: int = 227 * 1024, devices: int = 1) -> None:
+                 shared_optin: int = 227 * 1024, devices: int = 1,
+                 images: Mapping[str, Mapping[str, FakeKernel]] | None = None) -> None:
         self.kernels = dict(kernels)
+        # kernels of one image (by its sha256), before ``kernels``: cubins of one entry name compiled apart
+        self.images = {digest: dict(entries) for digest, entries in (images or {}).items()}
+        self.functions: dict[int, tuple[str, FakeKernel]] = {}
         self.capability, self.shared_optin, self.devices = capability, shared_optin, devices
         self.memory = DeviceMemory()
         self.recorded = Recorded()
@@ -160,7 +165,7 @@ class SimulatedDriver:
         self.modules: dict[int, str] = {}
         self.events: dict[int, _Event] = {}
         self.streams: set[int] = set()
-        self.shared_limits: dict[str, int] = {}
+        self.shared_limits: dict[int, int] = {}
         self._handles = 1
 
     @classmethod
@@ -307,17 +312,20 @@ class SimulatedDriver:
         self.modules.pop(module, None)
         return (self._record("cuModuleUnload", module) or CUresult.CUDA_SUCCESS,)
 
-    def cuModuleGetFunction(self, module: int, name: bytes) -> tuple[CUresult, str]:  # noqa: N802
+    def cuModuleGetFunction(self, module: int, name: bytes) -> tuple[CUresult, int]:  # noqa: N802
         failed = self._record("cuModuleGetFunction", module, name)
         if failed:
-            return failed, ""
+            return failed, 0
         entry = name.decode("ascii")
-        if module not in self.modules or entry not in self.kernels:
-            return CUresult.CUDA_ERROR_NOT_FOUND, ""
-        return CUresult.CUDA_SUCCESS, entry
+        kernel = self.images.get(self.modules.get(module, ""), {}).get(entry, self.kernels.get(entry))
+        if module not in self.modules or kernel is None:
+            return CUresult.CUDA_ERROR_NOT_FOUND, 0
+        function = self._handle()
+        self.functions[function] = (entry, kernel)
+        return CUresult.CUDA_SUCCESS, function
 
-    def cuFuncSetAttribute(self, function: str, attribute: CUfunction_attribute, value: int) -> tuple[CUresult]:  # noqa: N802
-        failed = self._record("cuFuncSetAttribute", function, int(attribute), value)
+    def cuFuncSetAttribute(self, function: int, attribute: CUfunction_attribute, value: int) -> tuple[CUresult]:  # noqa: N802
+        failed = self._record("cuFuncSetAttribute", self.functions[function][0], int(attribute), value)
         if failed:
             return (failed,)
         if value > self.shared_optin:
@@ -325,28 +333,28 @@ class SimulatedDriver:
         self.shared_limits[function] = value
         return (CUresult.CUDA_SUCCESS,)
 
-    def cuLaunchKernel(self, function: str, gx: int, gy: int, gz: int, bx: int, by: int, bz: int,  # noqa: N802
+    def cuLaunchKernel(self, function: int, gx: int, gy: int, gz: int, bx: int, by: int, bz: int,  # noqa: N802
                        shared: int, stream: int, params: int, extra: int) -> tuple[CUresult]:
-        failed = self._record("cuLaunchKernel", function, (gx, gy, gz), (bx, by, bz), shared, stream)
+        entry, kernel = self.functions[function]
+        failed = self._record("cuLaunchKernel", entry, (gx, gy, gz), (bx, by, bz), shared, stream)
         if failed:
             return (failed,)
-        kernel = self.kernels[function]
         if shared > self.shared_limits.get(function, 48 * 1024) or bx * by * bz > 1024 or extra:
             return (CUresult.CUDA_ERROR_INVALID_VALUE,)
         slots = ctypes.cast(params, ctypes.POINTER(ctypes.c_void_p))
         raw = [ctypes.string_at(slots[index], size) for index, size in enumerate(kernel.params)]
-        self.recorded.launches.append({"entry": function, "grid": (gx, gy, gz), "block": (bx, by, bz),
+        self.recorded.launches.append({"entry": entry, "grid": (gx, gy, gz), "block": (bx, by, bz),
                                        "shared": shared, "stream": stream, "params": raw})
         if self.hung:
             return (CUresult.CUDA_SUCCESS,)  # queued behind the kernel that never ends
         try:
-            self._effects(kernel, raw)
+            self._effects(kernel, raw, (gx, gy, gz))
         except Fault as fault:
             self.sticky = fault.name
         self.clock += kernel.seconds
         return (CUresult.CUDA_SUCCESS,)
 
-    def _effects(self, kernel: FakeKernel, raw: list[bytes]) -> None:
+    def _effects(self, kernel: FakeKernel, raw: list[bytes], grid: tuple[int, int, int]) -> None:
         def pointer(index: int) -> int:
             return int.from_bytes(raw[index], "little")
 
@@ -365,4 +373,4 @@ class SimulatedDriver:
                 self.memory.write(pointer(effect["write"]) + effect["offset"],
                                   bytes([effect["value"]]) * effect["bytes"])
         if kernel.run is not None:
-            kernel.run(self.memory, raw)
+            kernel.run(self.memory, raw, grid)
