@@ -83,12 +83,14 @@ def test_a_call_launches_what_the_plan_declares_in_order_with_its_block_shared_m
     assert outcome.cases[0].variant == "two-pass"
     assert outcome.launches == 2
     assert outcome.cases[0].outputs == {"y": DATA}
-    # the flush, the start event, the launches and the stop event, in that order, on the launcher's one stream
-    order = [name for name, _ in driver.recorded.calls
-             if name in ("cuMemsetD32Async", "cuEventRecord", "cuLaunchKernel")]
-    assert order == ["cuMemsetD32Async", "cuEventRecord", "cuLaunchKernel", "cuLaunchKernel", "cuEventRecord"]
-    flush = next(args for name, args in driver.recorded.calls if name == "cuMemsetD32Async")
-    assert flush[2] == 4096 // 4 and flush[3] == launcher.stream
+    # the output's pre-fill, the flush, the start event, the launches and the stop event, in that order, on the
+    # launcher's one stream
+    order = [(name, args[0] == launcher.flush if name == "cuMemsetD32Async" else None)
+             for name, args in driver.recorded.calls if name in ("cuMemsetD32Async", "cuEventRecord", "cuLaunchKernel")]
+    assert order == [("cuMemsetD32Async", False), ("cuMemsetD32Async", True), ("cuEventRecord", None),
+                     ("cuLaunchKernel", None), ("cuLaunchKernel", None), ("cuEventRecord", None)]
+    fills = [args for name, args in driver.recorded.calls if name == "cuMemsetD32Async"]
+    assert [(args[2], args[3]) for args in fills] == [(N // 4, launcher.stream), (4096 // 4, launcher.stream)]
 
 
 def test_parameters_are_the_declared_arguments_then_two_null_scratch_pointers_in_the_cubins_layout():
@@ -202,7 +204,24 @@ def test_an_output_the_kernel_never_writes_holds_fresh_random_bits_each_call_nev
     first = launcher.call([(copy_plan(), {"x": DATA})], deadline_s=5).cases[0].outputs["y"]
     second = launcher.call([(copy_plan(), {"x": DATA})], deadline_s=5).cases[0].outputs["y"]
     assert first != second and first != bytes(N) and first != DATA
-    assert len(set(first)) > 100  # random bits, not a pattern
+    # a 32-bit word drawn for this buffer and call, repeated (the device writes it at its bandwidth)
+    assert first == first[:4] * (N // 4) and second == second[:4] * (N // 4)
+
+
+@pytest.mark.parametrize("nbytes", [1, 2, 3, 5, 6, 7, 13, 255])
+def test_a_body_that_is_not_whole_words_is_filled_and_checked_to_its_last_byte(nbytes):
+    """The pre-fill covers whole 32-bit words; the last 0-3 bytes are random from the host, and the guard starts
+    right after the body: a kernel writing exactly the body touches no guard, one byte more does."""
+    exact = FakeKernel((8, 8, 4, 8, 8), effects=({"copy": [0, 1], "bytes": nbytes},))
+    over = FakeKernel((8, 8, 4, 8, 8), effects=({"copy": [0, 1], "bytes": nbytes},
+                                                {"write": 1, "offset": nbytes, "bytes": 8, "value": 0}))
+    launcher, _ = make({"copy_kernel": exact, "over_kernel": over})
+    plan = LaunchPlan((buffer("x", "input", nbytes), buffer("y", "output", nbytes)), (launch(),), "v")
+    outcome = launcher.call([(plan, {"x": DATA[:nbytes]})], deadline_s=5)
+    assert outcome.cases[0].outputs == {"y": DATA[:nbytes]} and outcome.violations() == []
+    plan = LaunchPlan((buffer("x", "input", nbytes), buffer("y", "output", nbytes)), (launch("over_kernel"),), "v")
+    (violation,) = launcher.call([(plan, {"x": DATA[:nbytes]})], deadline_s=5).violations()
+    assert re.fullmatch(r"case 0: y: [1-8] guard bytes after it changed", violation), violation
 
 
 def test_an_honest_call_leaves_guards_and_inputs_alone_and_frees_every_buffer():

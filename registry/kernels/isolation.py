@@ -515,16 +515,18 @@ class CandidateWorker:
             return WorkerDied(f"the sandbox for the candidate could not be built{self._stderr_tail()}")
         return WorkerDied(f"the candidate's worker process {why} (exit status {code}){self._stderr_tail()}")
 
-    def _send(self, header: dict[str, Any], tensors: Sequence[torch.Tensor] = ()) -> None:
+    def _send(self, header: dict[str, Any], tensors: Sequence[torch.Tensor] = (), *, plain: bool = False) -> None:
+        """Send a frame: tensors, or (``plain``) byte strings as uint8 tensors' storage, without a copy."""
         try:
-            wire.write_frame(self.to_worker, header, tensors)
+            (wire.write_byte_frame if plain else wire.write_frame)(self.to_worker, header, tensors)
         except (OSError, ValueError) as exc:
             raise self._died(f"stopped reading ({exc.__class__.__name__})") from None
 
-    def _receive(self, timeout: float, byte_budget: int = 0) -> tuple[dict[str, Any], list[torch.Tensor]]:
+    def _receive(self, timeout: float, byte_budget: int = 0, *, plain: bool = False) -> tuple[dict[str, Any], list]:
+        """The next frame: its header and tensors, or (``plain``) byte strings, for a worker that sends bytes."""
         reader = _DeadlineReader(self.answers, time.monotonic() + timeout)
         try:
-            header, tensors = wire.read_frame(reader, byte_budget)
+            header, tensors = (wire.read_byte_frame if plain else wire.read_frame)(reader, byte_budget)
         except TimeoutError:
             raise self._died(f"did not answer within {timeout:.0f} s") from None
         except (wire.WireError, OSError, ValueError) as exc:

@@ -13,8 +13,9 @@ For each call it:
 - allocates every buffer itself (``cuMemAlloc``), each inside an allocation
   with a guard region of random bytes before and after it, the body aligned
   as the plan says; inputs and inouts are filled with the caller's bytes,
-  outputs pre-filled with random bits (a kernel that writes nothing returns
-  noise, never a stale answer);
+  outputs pre-filled with a 32-bit pattern drawn at random for each buffer
+  and call (a kernel that writes nothing returns noise, never zeros or a
+  stale answer);
 - writes 256 MB on its stream (an L2 eviction), records its start event,
   launches each of the plan's launches with ``cuLaunchKernel`` (block =
   32 * num_warps, the declared dynamic shared memory, raised past 48 KiB
@@ -231,16 +232,27 @@ def pack_parameters(launch: Launch, pointers: Mapping[str, int]) -> tuple[ctypes
 
 @dataclass
 class _Staged:
-    """One buffer as allocated for a call: the allocation, where its body starts, and the bytes written."""
+    """One buffer as allocated for a call: the allocation, where its body starts, what was written around it.
+
+    ``front`` is the guard from the allocation's start to the body; ``tail``
+    starts at the body's last whole 4-byte word (``offset + words * 4``): the
+    body's last 0-3 bytes, then the guard to the allocation's end, all random.
+    Between them the body holds the input's bytes, or an output's pre-fill."""
 
     spec: BufferSpec
     allocation: int
     offset: int
-    written: bytes
+    front: bytes
+    tail: bytes
+    sent: bytes | None  # the input's bytes (input and inout), compared after the call for an input
 
     @property
     def pointer(self) -> int:
         return self.allocation + self.offset
+
+    @property
+    def words(self) -> int:
+        return self.spec.nbytes // 4
 
 
 class Launcher:
@@ -379,35 +391,52 @@ class Launcher:
         return CallOutcome(device_s, outcomes)
 
     def _stage(self, plan: LaunchPlan, inputs: Mapping[str, bytes]) -> list[_Staged]:
-        """Allocate each buffer with its guards; write random guards, random outputs, the inputs' bytes."""
+        """Allocate each buffer with its guards; write random guards, the inputs' bytes, outputs' random pre-fill.
+
+        An output's body is filled on the launcher's stream with a 32-bit
+        pattern drawn at random for this buffer and call (a GPU writes it at
+        its bandwidth; hundreds of megabytes of host randomness would not be),
+        its last 0-3 bytes with the random tail; the guards come from the host.
+        The regions do not overlap, so the stream's fill and the host's
+        synchronous copies never race.
+        """
         staged: list[_Staged] = []
         try:
             for spec in plan.buffers:
                 guard = _round_up(GUARD_BYTES, spec.align)
                 body = _round_up(max(spec.nbytes, 1), spec.align)
                 total = guard + body + guard + spec.align  # + align: room to align the body however cuMemAlloc aligns
-                allocation = self._call("cuMemAlloc", total)
-                address = int(allocation)
-                offset = _round_up(address + guard, spec.align) - address
-                written = bytearray(self.random_bytes(total))
-                if spec.role != "output":
-                    written[offset:offset + spec.nbytes] = inputs[spec.name]
-                staged.append(_Staged(spec, address, offset, bytes(written)))
+                address = int(self._call("cuMemAlloc", total))
                 self._resources.append(("cuMemFree", address))
-                self._copy_in(address, staged[-1].written)
+                offset = _round_up(address + guard, spec.align) - address
+                tail_start = offset + (spec.nbytes // 4) * 4
+                sent = bytes(inputs[spec.name]) if spec.role != "output" else None
+                item = _Staged(spec, address, offset, self.random_bytes(offset),
+                               self.random_bytes(total - tail_start), sent)
+                staged.append(item)
+                self._copy_in(address, item.front)
+                if sent is not None:
+                    self._copy_in(item.pointer, sent[:item.words * 4])
+                    item.tail = sent[item.words * 4:] + item.tail[spec.nbytes - item.words * 4:]
+                elif item.words:
+                    self._call("cuMemsetD32Async", item.pointer, secrets.randbits(32), item.words, self.stream)
+                self._copy_in(address + tail_start, item.tail)
         except BaseException:
             self._free(staged, quiet=True)
             raise
         return staged
 
     def _copy_in(self, address: int, data: bytes) -> None:
-        source = ctypes.create_string_buffer(data, len(data))
-        self._call("cuMemcpyHtoD", address, ctypes.addressof(source), len(data))
+        """A synchronous host-to-device copy straight from ``data``'s own buffer (no staging copy)."""
+        if data:
+            self._call("cuMemcpyHtoD", address, ctypes.cast(ctypes.c_char_p(data), ctypes.c_void_p).value,
+                       len(data))
 
     def _copy_out(self, address: int, size: int) -> bytes:
-        target = ctypes.create_string_buffer(size)
-        self._call("cuMemcpyDtoH", ctypes.addressof(target), address, size)
-        return target.raw
+        target = bytearray(size)
+        if size:
+            self._call("cuMemcpyDtoH", ctypes.addressof((ctypes.c_char * size).from_buffer(target)), address, size)
+        return bytes(target)
 
     def _free(self, staged: Sequence[_Staged], *, quiet: bool = False) -> None:
         """Free a call's allocations; ``quiet`` while another failure is on its way out (a lost context fails
@@ -449,17 +478,19 @@ class Launcher:
         violations: list[str] = []
         changed: list[str] = []
         for item in staged:
-            after = self._copy_out(item.allocation, len(item.written))
-            start, end = item.offset, item.offset + item.spec.nbytes
-            before_guard = _changed(item.written[:start], after[:start])
-            after_guard = _changed(item.written[end:], after[end:])
+            nbytes, tail_start = item.spec.nbytes, item.offset + item.words * 4
+            front = self._copy_out(item.allocation, item.offset)
+            body = self._copy_out(item.pointer, nbytes)
+            tail = self._copy_out(item.allocation + tail_start, len(item.tail))
+            body_in_tail = nbytes - item.words * 4
+            before_guard = _changed(item.front, front)
+            after_guard = _changed(item.tail[body_in_tail:], tail[body_in_tail:])
             if before_guard:
                 violations.append(f"{item.spec.name}: {before_guard} guard bytes before it changed")
             if after_guard:
                 violations.append(f"{item.spec.name}: {after_guard} guard bytes after it changed")
-            body = after[start:end]
             if item.spec.role == "input":
-                if body != item.written[start:end]:
+                if body != item.sent:
                     changed.append(item.spec.name)
             else:
                 outputs[item.spec.name] = body

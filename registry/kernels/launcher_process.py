@@ -30,10 +30,6 @@ LAUNCH_GRACE_S = 60.0
 kills the worker."""
 
 
-def _bytes(tensor: torch.Tensor) -> bytes:
-    return tensor.numpy().tobytes()
-
-
 class JailedLauncher(CandidateWorker):
     """One launcher worker process; ``driver`` is ``"cuda"`` or ``{"simulated": CONFIG}`` (tests only)."""
 
@@ -52,13 +48,13 @@ class JailedLauncher(CandidateWorker):
         names = sorted(self.cubins)
         self._send({"op": "hello", "driver": self.driver, "device": self.device.index or 0,
                     "flush_bytes": self.flush_bytes, "cubins": [list(name) for name in names]},
-                   [torch.frombuffer(bytearray(self.cubins[name]), dtype=torch.uint8) for name in names])
+                   [bytes(self.cubins[name]) for name in names], plain=True)
         return self
 
     def finish(self) -> "JailedLauncher":
         """The hello's answer: the device's arch, and the digests of what it loaded, which must be what was sent."""
         try:
-            header = self._receive(START_TIMEOUT_S)[0]
+            header = self._receive(START_TIMEOUT_S, plain=True)[0]
         except CandidateError as exc:
             raise _raised(exc) from None
         expected = cubin_digests(self.cubins)
@@ -71,24 +67,23 @@ class JailedLauncher(CandidateWorker):
     def launch(self, cases: Sequence[tuple[LaunchPlan, Mapping[str, bytes]]], *, deadline_s: float) -> CallOutcome:
         """One timed call of ``cases`` (plan, input bytes by buffer name) in the worker."""
         header: dict[str, Any] = {"op": "call", "deadline_s": deadline_s, "cases": []}
-        payloads: list[torch.Tensor] = []
+        payloads: list[bytes] = []
         expected = 0
         for plan, inputs in cases:
             names = sorted(inputs)
             header["cases"].append({"plan": plan_to_json(plan), "inputs": names})
-            payloads += [torch.frombuffer(bytearray(inputs[name]), dtype=torch.uint8) if inputs[name] else
-                         torch.empty(0, dtype=torch.uint8) for name in names]
+            payloads += [bytes(inputs[name]) for name in names]
             expected += sum(b.nbytes for b in plan.buffers if b.role != "input")
-        self._send(header, payloads)
+        self._send(header, payloads, plain=True)
         try:
-            answer, tensors = self._receive(deadline_s + LAUNCH_GRACE_S, byte_budget=expected)
+            answer, tensors = self._receive(deadline_s + LAUNCH_GRACE_S, byte_budget=expected, plain=True)
         except CandidateError as exc:
             raise _raised(exc) from None
         except WorkerDied as exc:
             raise LaunchDeadline(f"the launcher did not answer within {deadline_s:g} s and a grace ({exc})") from None
         return self._outcome(answer, tensors, cases)
 
-    def _outcome(self, answer: dict[str, Any], tensors: list[torch.Tensor],
+    def _outcome(self, answer: dict[str, Any], tensors: list[bytes],
                  cases: Sequence[tuple[LaunchPlan, Mapping[str, bytes]]]) -> CallOutcome:
         described, device_s = answer.get("cases"), answer.get("device_s")
         if not (isinstance(described, list) and len(described) == len(cases) and isinstance(device_s, float)):
@@ -99,7 +94,7 @@ class JailedLauncher(CandidateWorker):
             declared = [b.name for b in plan.buffers if b.role != "input"]
             if names != declared or at + len(names) > len(tensors):
                 raise self._died(f"sent outputs {names!r:.200} for buffers {declared}")
-            outputs = {name: _bytes(tensor) for name, tensor in zip(names, tensors[at:at + len(names)])}
+            outputs = dict(zip(names, tensors[at:at + len(names)]))
             at += len(names)
             outcomes.append(CaseOutcome(plan.variant, outputs, tuple(map(str, case.get("launches", ()))),
                                         tuple(map(str, case.get("guard_violations", ()))),
