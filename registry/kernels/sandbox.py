@@ -171,6 +171,11 @@ class Sandbox:
         zygote = [sys.executable, "-s", "-B", "-m", "registry.kernels.zygote"]
         return self._launcher(dict(self.launch_config(zygote, workers), serve=serve))
 
+    def module_command(self, module: str) -> list[str]:
+        """A jail whose pid 1 runs the registry's own `python -m module` with no worker beside it (a one-shot job:
+        rebuilding cubins), which confines itself first as a worker is confined (its config's ``probe_ids``)."""
+        return self._launcher(self.launch_config([sys.executable, "-s", "-B", "-m", module], []))
+
     def _launcher(self, config: dict) -> list[str]:
         return [sys.executable, "-I", "-S", str(_LAUNCHER), json.dumps(config)]
 
