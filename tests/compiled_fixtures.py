@@ -114,7 +114,7 @@ class BuiltinSpecKernel:
         for key, (dim, dtype) in keys.items():
             params = self.spec.kernels[key].param_bytes + (8, 8)
             self.images[hashlib.sha256(self.cubins[(key, "sm_90a")]).hexdigest()] = {
-                "_modln_kernel": FakeKernel(params, seconds=4e-6, run=_modln_rows(dim, getattr(torch, dtype)))}
+                "_modln_kernel": FakeKernel(params, seconds=4e-6, run=modln_rows(dim, getattr(torch, dtype)))}
 
     def for_device(self, capability):
         assert tuple(capability) == (9, 0)
@@ -132,7 +132,7 @@ class BuiltinSpecKernel:
             raise PlanRefused(str(exc)) from None
 
 
-def _modln_rows(dim: int, dtype: torch.dtype):
+def modln_rows(dim: int, dtype: torch.dtype):
     """The built-in kernel's effect for one (D, dtype): parameters x, scale, shift, y, seq (i32), eps (fp32); one
     program per row, so the grid says how many rows (B * S)."""
     def run(memory, raw, grid):

@@ -28,6 +28,7 @@ class BundleKernel:
 
     def __init__(self, manifest: Any, cubins: Mapping[tuple[str, str], bytes]) -> None:
         self.manifest, self.spec = manifest, manifest.spec
+        self.digest = manifest.digest
         self.inputs = tuple(t.name for t in self.spec.tensors if t.role != "output")
         self.outputs = tuple(t.name for t in self.spec.tensors if t.role != "input")
         self.cubins = dict(cubins)
@@ -63,6 +64,32 @@ class BundleKernel:
         return self
 
 
+def registered_cubins(bundle: Mapping[str, Any] | None) -> dict[str, str] | None:
+    """A triton_kernel registration's cubins, {kernel@arch: sha256}, from its stored manifest (what the gate binds
+    the harness launcher's evidence to); None for any other registration."""
+    from registry.bundles.kernel_manifest import parse_kernel_manifest
+    from registry.formats.kinds import TRITON_KERNEL_FORMAT
+
+    if not bundle or bundle.get("format") != TRITON_KERNEL_FORMAT:
+        return None
+    manifest = parse_kernel_manifest(bundle)
+    return {f"{key}@{target.arch}": manifest.file(target.cubin).sha256 for key, target in manifest.targets()}
+
+
+def operation_replaced(manifest: Any) -> str:
+    """The built-in operation whose reference the bundle replaces (its ``replaces.fingerprint``): what the
+    evaluation compares it with, on that operation's corpus. A bundle replacing anything else has no reference
+    here, and is refused in one line."""
+    from registry.bundles import reference_fingerprint
+    from registry.kernels.ops import list_operations, resolve_entry
+
+    for spec in list_operations():
+        if reference_fingerprint(resolve_entry(spec.reference)) == manifest.fingerprint:
+            return spec.name
+    raise UserError(f"the bundle replaces the operation {manifest.fingerprint[:19]}..., which is none of the "
+                    "registry's operations: nothing to compare it with (`registry kernels` lists them)")
+
+
 def read_bundle_kernel(directory: str | os.PathLike, manifest: Any) -> BundleKernel:
     """The bundle at ``directory``, which must be exactly ``manifest``'s files; its cubins read and re-hashed."""
     from registry.bundles import BundleError, verify_directory
@@ -83,15 +110,18 @@ def read_bundle_kernel(directory: str | os.PathLike, manifest: Any) -> BundleKer
     return BundleKernel(manifest, cubins)
 
 
-def registered_kernel(artifact: str, registered: Mapping[str, Any], directory: str | os.PathLike) -> BundleKernel:
-    """The triton_kernel ``artifact`` as registered, read from ``directory`` (one UserError line when that
-    directory is not the bundle registered)."""
-    import torch
-
+def registered_kernel(artifact: str, registered: Mapping[str, Any], directory: str | os.PathLike,
+                      capability: Sequence[int]) -> tuple[str, BundleKernel]:
+    """(the operation it replaces, the triton_kernel ``artifact`` as registered, read from ``directory``) for a
+    device of ``capability``; one UserError line when that directory is not the bundle registered."""
+    from registry.bundles import BundleError
     from registry.bundles.manifests import parse_manifest
 
-    manifest = parse_manifest(registered["bundle"])
+    try:
+        manifest = parse_manifest(registered["bundle"], f"artifact {artifact}'s registration")
+    except BundleError as exc:
+        raise UserError(str(exc)) from None
     if manifest.digest != registered["payload_sha256"]:
         raise UserError(f"artifact {artifact}: the recorded manifest does not hash to its payload")
-    kernel = read_bundle_kernel(directory, manifest)
-    return kernel.for_device(torch.cuda.get_device_capability())
+    op = operation_replaced(manifest)
+    return op, read_bundle_kernel(directory, manifest).for_device(capability)

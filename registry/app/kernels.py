@@ -125,15 +125,13 @@ def evaluate_artifact(
 
 def check_evaluable(artifact: str, registered: dict[str, Any], bundle: str | os.PathLike | None) -> None:
     """Refuse, in one line and before anything runs, an artifact `evaluate` cannot measure here: one with no
-    kernel entry, or a triton_kernel on a machine without a CUDA device, without its op or its bundle."""
+    kernel entry, or a triton_kernel on a machine without a CUDA device or without its bundle."""
     if registered["kind"] == "triton_kernel":
         import torch
 
         if not torch.cuda.is_available():
             raise UserError(f"artifact {artifact} is a triton_kernel: evaluating it launches its cubins, which needs "
                             "a CUDA device, and this machine has none; nothing was run or recorded")
-        if not registered["op"]:
-            raise UserError(f"artifact {artifact} names no --op: its kernels cannot be compared with a reference")
         if bundle is None:
             raise UserError(f"artifact {artifact} is a triton_kernel: give --bundle DIR, the bundle it was "
                             "registered from (its cubins are launched from there, checked against the registration)")
@@ -195,13 +193,14 @@ def measure_compiled(artifact: str, registered: dict[str, Any], canonical: dict[
 
     from .compiled import registered_kernel
 
-    kernel = registered_kernel(artifact, registered, bundle)
     device = torch.device("cuda", torch.cuda.current_device())
+    capability = tuple(torch.cuda.get_device_capability(device))
+    op, kernel = registered_kernel(artifact, registered, bundle, capability)
     sandboxed = not insecure_no_sandbox
     observed: dict[str, Any] = {}
     items = evaluate_compiled(
-        registered["op"], kernel, lambda cubins: HarnessLauncher(device, cubins, sandboxed=sandboxed),
-        device=device, capability=tuple(torch.cuda.get_device_capability(device)), corpus=corpus or "gpu",
+        op, kernel, lambda cubins: HarnessLauncher(device, cubins, sandboxed=sandboxed),
+        device=device, capability=capability, corpus=corpus or "gpu",
         runs=runs, warmup=warmup, policy=canonical["parity"]["policy"],
         tolerances_by_dtype=declared_tolerances(canonical["parity"]["tolerances"]), progress=progress,
         open_batches=open_batches, sandboxed=sandboxed, observed=observed)
