@@ -153,6 +153,10 @@ class _Reader:
     def check(self, kernel: KernelDecl, arch: str) -> CubinFacts:
         if self.data[:4] != b"\x7fELF":
             raise self.refuse("not_elf", "no ELF magic")
+        if len(self.data) > 5 and (self.data[4], self.data[5]) != (2, 1):
+            raise self.refuse("not_cuda", f"ELF class {self.data[4]}, data encoding {self.data[5]}; a cubin is "
+                                          "64-bit little-endian")
+        self._check_header_extent()
         elf = ELFFile(io.BytesIO(self.data))
         self._check_extent(elf)
         header = elf.header
@@ -166,19 +170,25 @@ class _Reader:
         built_for = self._arch(header["e_flags"], abi, sections.get(".nv.compat"))
         if built_for != arch:
             raise self.refuse("wrong_arch", f"it is built for {built_for}; the spec declares it for {arch}")
-        entries = self._check_symbols(elf, kernel.entry)
         attributes = self._check_attributes(sections)
+        entries = self._check_symbols(elf, kernel.entry)
         params = self._check_parameters(sections.get(f".nv.info.{kernel.entry}"), kernel)
         self._check_block(sections.get(f".nv.info.{kernel.entry}"), kernel)
         return CubinFacts(built_for, entries, params, frozenset(attributes))
 
-    def _check_extent(self, elf: ELFFile) -> None:
-        header, size = elf.header, len(self.data)
-        tables = ((header["e_shoff"], header["e_shnum"], header["e_shentsize"]),
-                  (header["e_phoff"], header["e_phnum"], header["e_phentsize"]))
-        for offset, count, entry in tables:
+    def _check_header_extent(self) -> None:
+        """The ELF header and the tables it locates lie inside the file (read before pyelftools reads them)."""
+        size = len(self.data)
+        if size < 64:
+            raise self.refuse("truncated", f"{size} bytes, fewer than an ELF header's 64")
+        phoff, shoff = struct.unpack_from("<QQ", self.data, 0x20)
+        phentsize, phnum, shentsize, shnum = struct.unpack_from("<HHHH", self.data, 0x36)
+        for offset, count, entry in ((shoff, shnum, shentsize), (phoff, phnum, phentsize)):
             if count and offset + count * entry > size:
                 raise self.refuse("truncated", f"{size} bytes; its headers reach byte {offset + count * entry}")
+
+    def _check_extent(self, elf: ELFFile) -> None:
+        size = len(self.data)
         for section in elf.iter_sections():
             if section["sh_type"] != "SHT_NOBITS" and section["sh_offset"] + section["sh_size"] > size:
                 raise self.refuse("truncated", f"{size} bytes; section {section.name} ends at byte "

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from registry.formats.errors import UserError
-from registry.formats.launch_spec import TARGET_ARCHES, TRITON_VERSION
+from registry.formats.launch_spec import TARGET_ARCHES
 
 EPS = 1e-6
 """LayerNorm's and RMSNorm's epsilon, as registry/kernels/reference.py declares it (a test holds the two equal)."""

@@ -1,0 +1,186 @@
+"""The built-in kernels as bundles: built by the registry, rebuilt byte for byte in the sandbox, for every target.
+
+The module builds every built-in operation for sm_90a and sm_100a once (4
+ops x 7 corpus cases x 2 targets = 56 cubins, each compiled from the
+portable TTIR) and rebuilds every cubin from its TTIR in a sandbox, as a
+registration does. That is the slow part of the file: about 12 s of CPU for
+the build and 10 s for the rebuilds here (more wall time on a busy machine);
+everything else reads what they produced.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from registry.app.kernel_bundles import build_builtin_bundles, check_kernel_bundle
+from registry.bundles import verify_directory
+from registry.formats.launch_spec import TARGET_ARCHES
+from registry.kernels.builtin_build import portable_ttir
+from registry.kernels.builtin_bundles import BUILTIN, BuildFailed, corpus_dims, kernel_key
+from registry.kernels.ttir_compile import CompileRefused, check_compile_environment
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory) -> dict:
+    out = tmp_path_factory.mktemp("builtin-bundles")
+    return {op: (out / op, manifest) for op, manifest in build_builtin_bundles(out).items()}
+
+
+def test_every_built_in_kernel_and_target_rebuilds_byte_identical_in_the_sandbox(built):
+    assert set(built) == set(BUILTIN)
+    for op, (directory, manifest) in built.items():
+        verified = verify_directory(directory)
+        assert verified.digest == manifest.digest
+        rebuilt = check_kernel_bundle(verified)
+        expected = {(kernel_key(op, dim, dtype), arch) for dim, dtype in corpus_dims() for arch in TARGET_ARCHES}
+        assert set(rebuilt) == expected
+        for (key, arch), cubin in rebuilt.items():
+            assert cubin == (directory / "kernels" / key / f"{arch}.cubin").read_bytes(), (op, key, arch)
+
+
+def test_the_bundles_carry_no_path_of_the_building_machine(built):
+    machine = [str(ROOT), sys.prefix, os.path.realpath(sys.prefix), "/tmp/", "/root/", "/home/"]
+    for directory, _ in built.values():
+        for path in directory.rglob("*"):
+            if path.is_file():
+                data = path.read_bytes()
+                assert not [root for root in machine if root.encode() in data], path
+                if path.suffix == ".ttir":
+                    assert 'loc("/' not in data.decode()
+
+
+def test_the_sources_shipped_are_the_registrys_own_files(built):
+    for op, (directory, manifest) in built.items():
+        assert "registry/kernels/rowwise.py" in manifest.sources
+        for source in manifest.sources:
+            assert (directory / source).read_bytes() == (ROOT / source).read_bytes()
+        assert BUILTIN[op].module.replace(".", "/") + ".py" in manifest.sources
+
+
+def test_the_window_is_the_devices_of_the_targets(built):
+    for _, manifest in built.values():
+        assert manifest.window.gpu_architectures == ("sm100", "sm90")
+        assert manifest.spec.arches == ("sm_100a", "sm_90a")
+
+
+def test_a_build_writes_only_into_new_directories_and_refuses_unknown_ops_and_targets(built, tmp_path):
+    existing = next(iter(built.values()))[0].parent
+    with pytest.raises(BuildFailed, match="exists; bundles are written only into new directories"):
+        build_builtin_bundles(existing, ["rms_norm"])
+    with pytest.raises(BuildFailed, match="is not a built-in operation"):
+        build_builtin_bundles(tmp_path, ["softmax"])
+    with pytest.raises(BuildFailed, match="is not a target"):
+        build_builtin_bundles(tmp_path, ["rms_norm"], ["sm_80"])
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_portable_ttir_refuses_a_location_outside_the_packages():
+    roots = {"/a/registry": "registry"}
+    assert portable_ttir('#loc = loc("/a/registry/k.py":1:2)', roots) == '#loc = loc("registry/k.py":1:2)'
+    with pytest.raises(ValueError, match="outside the registry and Triton packages"):
+        portable_ttir('#loc = loc("/b/k.py":1:2)', roots)
+
+
+@pytest.mark.parametrize("knob", ["TRITON_PTXAS_OPTIONS", "TRITON_KERNEL_OVERRIDE", "TRITON_DISABLE_LINE_INFO"])
+def test_a_triton_knob_in_the_environment_stops_any_compile(monkeypatch, knob):
+    monkeypatch.setenv(knob, "1")
+    with pytest.raises(CompileRefused, match=f"{knob} is set"):
+        check_compile_environment()
+
+
+_SOURCE_TTIR = '''
+import json, sys
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+import triton
+from registry.kernels import rmsnorm
+from registry.kernels.builtin_build import source_ttir
+from registry.kernels.builtin_bundles import triton_signature
+signature, pointers = triton_signature("rms_norm", "bfloat16")
+constants = {"D": 200, "BLOCK_D": 256, "IS_BF16": True}
+source = ASTSource(fn=rmsnorm._rms_norm_kernel, signature={**signature, **{k: "constexpr" for k in constants}},
+                   constexprs=constants, attrs={(i,): [["tt.divisibility", 16]] for i in pointers})
+target, options = GPUTarget("cuda", 100, 32), {"num_warps": 1, "enable_fp_fusion": False}
+print(json.dumps(source_ttir(source, target, options) == triton.compile(source, target=target,
+                                                                         options=options).asm["ttir"]))
+'''
+
+# Runs compile_ttir once to import everything, then again on a TTIR whose locations name a Python file that
+# writes a marker when run, and whose names hold Python code, under an audit hook.
+_AUDITED = '''
+import json, os, sys
+from registry.kernels.ttir_compile import compile_ttir
+ttir, marker, sentinel = sys.argv[1], sys.argv[2], sys.argv[3]
+text = open(ttir).read()
+options = {"num_warps": 1, "enable_fp_fusion": False}
+compile_ttir(text, "sm_90a", options)
+hostile = text.replace('loc("registry/kernels/', 'loc("' + os.path.dirname(sentinel) + '/')
+hostile = hostile.replace('loc("x_ptr"', 'loc("__import__(\\'os\\').system(\\'touch ' + marker + '\\')"')
+assert hostile != text
+events = []
+def hook(event, args):
+    if event in ("exec", "compile", "import", "os.system", "subprocess.Popen", "os.exec", "os.posix_spawn") or (
+            event == "open" and isinstance(args[0], str) and not args[0].startswith(("/proc/", "/dev/"))):
+        frame, where = sys._getframe(1), []
+        while frame is not None and len(where) < 8:
+            where.append(f"{frame.f_code.co_filename}:{frame.f_lineno}")
+            frame = frame.f_back
+        events.append([event, args[0] if event == "open" else repr(args)[:300], where])
+sys.addaudithook(hook)
+cubin, metadata = compile_ttir(hostile, "sm_90a", options)
+sys.stdout.write(json.dumps({"events": events, "name": metadata["name"]}))
+'''
+
+
+def _run(script: str, *args: str, tmp: Path) -> str:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TRITON_")}
+    env["TRITON_CACHE_DIR"] = str(tmp / "cache")
+    path = tmp / "script.py"
+    path.write_text(textwrap.dedent(script))
+    done = subprocess.run([sys.executable, str(path), *args], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout
+
+
+def test_the_build_reads_the_ttir_exactly_as_tritons_compile_writes_it(tmp_path):
+    assert json.loads(_run(_SOURCE_TTIR, tmp=tmp_path)) is True
+
+
+def test_compiling_a_ttir_runs_no_python_of_its_and_opens_no_file_it_names(built, tmp_path):
+    """triton.compiler.IRSource reads a TTIR with MLIR's parser: under an audit hook, compiling a TTIR whose
+    locations name a Python file (which would leave a marker if run) and whose names hold Python code imports
+    nothing, compiles and executes only the namedtuple Triton builds from its own metadata's field names, opens
+    nothing but its own temporary files and Triton's, and starts only ptxas."""
+    directory, _ = built["rms_norm"]
+    ttir = directory / "kernels" / kernel_key("rms_norm", 128, "bfloat16") / "sm_90a.ttir"
+    marker, sentinel = tmp_path / "ran", tmp_path / "sentinel" / "rmsnorm.py"
+    sentinel.parent.mkdir()
+    sentinel.write_text(f"open({str(marker)!r}, 'w').write('ran')\n")
+    answer = json.loads(_run(_AUDITED, str(ttir), str(marker), str(sentinel), tmp=tmp_path))
+    assert answer["name"] == "_rms_norm_kernel" and not marker.exists()
+    kinds = {event for event, *_ in answer["events"]}
+    assert kinds <= {"open", "subprocess.Popen", "os.posix_spawn", "compile", "exec"}, kinds
+    for event, args, where in answer["events"]:
+        if event in ("compile", "exec"):  # only the namedtuple Triton makes of its own metadata keys
+            assert where[0].rsplit(":", 1)[0].endswith("/collections/__init__.py"), (event, where)
+            assert where[1].rsplit(":", 1)[0].endswith("/triton/compiler/compiler.py"), (event, where)
+            assert "__import__" not in args and "sentinel" not in args, args
+            assert event == "exec" or args.startswith("(b'lambda _cls, allowed_dot_input_precisions, arch, "), args
+    opened = [args for event, args, _ in answer["events"] if event == "open"]
+    assert not [args for args in opened if str(sentinel.parent) in args], opened
+    import tempfile
+
+    import triton
+
+    allowed = (str(Path(triton.__file__).resolve().parent), str(tmp_path / "cache"), tempfile.gettempdir())
+    assert [path for path in opened if not path.startswith(allowed)] == []
+    spawned = [args for event, args, _ in answer["events"] if event in ("subprocess.Popen", "os.posix_spawn")]
+    assert spawned and all("ptxas" in args for args in spawned), spawned
