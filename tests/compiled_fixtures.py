@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from registry.kernels.launch_plan import BufferArg, BufferSpec, Launch, LaunchPlan, ScalarArg
+from registry.kernels.corpus import corpus_cases
 from registry.kernels.launcher import PlanRefused
 from registry.kernels.reference import modulated_layernorm
 from registry.kernels.sandbox import SandboxUnavailable, require_sandbox
@@ -147,3 +148,31 @@ def modln_rows(dim: int, dtype: torch.dtype):
         memory.write(y_ptr, y.contiguous().view(torch.uint8).numpy().tobytes())
 
     return run
+
+
+BUILT_CASES = sorted({(case.dim, case.dtype) for case in corpus_cases("cpu")})  # the cpu corpus's four (D, dtype)
+
+
+@pytest.fixture(scope="session")
+def built_modln(tmp_path_factory):
+    """The built-in modulated LayerNorm built as a registry.triton-kernel/1 bundle for the cpu corpus's four
+    (D, dtype), sm_90a: (its directory, its manifest). About 15 s of compiling on a loaded 2-core machine, once
+    per test process."""
+    from registry.app.kernel_bundles import build_builtin_bundles
+
+    out = tmp_path_factory.mktemp("bundles")
+    manifest = build_builtin_bundles(out, ops=["modulated_layernorm"], arches=["sm_90a"], cases=BUILT_CASES)
+    return out / "modulated_layernorm", manifest["modulated_layernorm"]
+
+
+def simulated_images(cubins, spec) -> dict:
+    """Kernels for the simulated driver, per real cubin of the built modulated LayerNorm: each computes the
+    reference for its (D, dtype), with the cubin's parameter layout (the spec's, then two scratch pointers)."""
+    images = {}
+    for (key, _), image in cubins.items():
+        dim, dtype = next((d, t) for d, t in BUILT_CASES if key == f"modln_d{d}_{t}")
+        kernel = spec.kernels[key]
+        images[hashlib.sha256(image).hexdigest()] = {
+            kernel.entry: FakeKernel(kernel.param_bytes + (8, 8), seconds=5e-6, run=modln_rows(dim, getattr(torch,
+                                                                                                          dtype)))}
+    return images

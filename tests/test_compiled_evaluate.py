@@ -31,16 +31,15 @@ import torch
 
 from registry.app import open_registry
 from registry.app.compiled import operation_replaced, read_bundle_kernel, registered_cubins, registered_kernel
-from registry.app.kernel_bundles import build_builtin_bundles
 from registry.formats.errors import UserError
 from registry.kernels.corpus import corpus_cases
 from registry.kernels.launch_evaluate import evaluate_compiled
 from registry.kernels.launcher import Launcher, PlanRefused
 from registry.kernels.ops import get_operation
-from registry.kernels.simulated_driver import FakeKernel, SimulatedDriver
-from compiled_fixtures import jail, modln_rows  # noqa: F401 - jail
+from registry.kernels.simulated_driver import SimulatedDriver
+from compiled_fixtures import BUILT_CASES, built_modln, jail, simulated_images  # noqa: F401 - fixtures
 
-CASES = sorted({(case.dim, case.dtype) for case in corpus_cases("cpu")})  # the cpu corpus's four (D, dtype)
+CASES = BUILT_CASES
 MANIFEST = """
 workload: wan-modln-op
 parity: {policy: byte_equal}
@@ -49,10 +48,8 @@ speed: {min_speedup: 1.1, runs_per_arm: 16, protocol: paired, decision: point}
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory):
-    out = tmp_path_factory.mktemp("bundles")
-    manifest = build_builtin_bundles(out, ops=["modulated_layernorm"], arches=["sm_90a"], cases=CASES)
-    return out / "modulated_layernorm", manifest["modulated_layernorm"]
+def built(built_modln):
+    return built_modln
 
 
 @pytest.fixture
@@ -112,12 +109,7 @@ class SimulatedBundleLauncher:
     confinement = {"identity": "harness_user", "memory": "none"}
 
     def __init__(self, cubins, spec):
-        images = {hashlib.sha256(image).hexdigest(): {
-            spec.kernels[key].entry: FakeKernel(spec.kernels[key].param_bytes + (8, 8), seconds=5e-6,
-                                                run=modln_rows(*next((d, getattr(torch, t)) for d, t in CASES
-                                                                     if key == f"modln_d{d}_{t}")))}
-            for (key, _), image in cubins.items()}
-        self.launcher = Launcher(SimulatedDriver({}, images=images), flush_bytes=4096)
+        self.launcher = Launcher(SimulatedDriver({}, images=simulated_images(cubins, spec)), flush_bytes=4096)
         self.digests = self.launcher.load(cubins)
 
     def call(self, cases, *, deadline_s):
