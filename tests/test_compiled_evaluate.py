@@ -24,7 +24,6 @@ import hashlib
 import json
 import re
 import shutil
-from pathlib import Path
 
 import pytest
 import torch

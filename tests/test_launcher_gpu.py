@@ -20,7 +20,7 @@ import pytest
 import torch
 
 from registry.kernels.launch_plan import BufferArg, BufferSpec, Launch, LaunchPlan, ScalarArg
-from registry.kernels.launcher import DriverError, LaunchDeadline, Launcher, cuda_driver
+from registry.kernels.launcher import DriverError, Launcher, cuda_driver
 
 pytestmark = [pytest.mark.device, pytest.mark.skipif(
     not torch.cuda.is_available() or os.environ.get("TRITON_INTERPRET") == "1",
