@@ -143,3 +143,10 @@ def test_metadata_the_rebuild_does_not_reproduce_is_refused(cli, bundle):
     path.write_text(json.dumps(dict(json.loads(path.read_text()), max_num_imprecise_acc_default=7)))
     refresh_manifest(bundle)
     refused(cli, "max_num_imprecise_acc_default: the bundle says 7; the rebuild gives", bundle)
+
+
+def test_a_ttir_naming_an_absolute_source_path_is_refused_before_the_rebuild(cli, bundle):
+    path = kernel_file(bundle, "sm_90a", "ttir")
+    path.write_text(path.read_text().replace('loc("registry/kernels/rmsnorm.py"', 'loc("/home/me/rmsnorm.py"', 1))
+    refresh_manifest(bundle)
+    refused(cli, "ttir refused (location): a location names '/home/me/rmsnorm.py'", bundle)
