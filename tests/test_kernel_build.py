@@ -181,6 +181,35 @@ def test_compiling_a_ttir_runs_no_python_of_its_and_opens_no_file_it_names(built
     import triton
 
     allowed = (str(Path(triton.__file__).resolve().parent), str(tmp_path / "cache"), tempfile.gettempdir())
-    assert [path for path in opened if not path.startswith(allowed)] == []
+    own = {"cwd", "kernel.ttir"}  # compile_ttir's temporary folder, removed through its descriptor
+    assert [path for path in opened if not path.startswith(allowed) and path not in own] == []
     spawned = [args for event, args, _ in answer["events"] if event in ("subprocess.Popen", "os.posix_spawn")]
     assert spawned and all("ptxas" in args for args in spawned), spawned
+
+
+_ELSEWHERE = '''
+import json, sys
+sys.path.insert(0, sys.argv[1])
+import registry
+assert registry.__file__.startswith(sys.argv[1]), registry.__file__
+from registry.kernels.builtin_build import build
+json.dump(build({"ops": ["rms_norm"], "arches": ["sm_90a", "sm_100a"], "cases": [[128, "bfloat16"]]}), sys.stdout)
+'''
+
+
+def test_a_copy_of_the_registry_at_another_path_builds_the_same_bytes(built, tmp_path):
+    """Where the registry was installed is in no built file: the same kernel built from a copy of the package at
+    another path gives the same TTIR, cubin and metadata."""
+    import base64
+    import shutil
+
+    elsewhere = tmp_path / "another" / "checkout"
+    shutil.copytree(ROOT / "registry", elsewhere / "registry", ignore=shutil.ignore_patterns("__pycache__"))
+    answer = json.loads(_run(_ELSEWHERE, str(elsewhere), tmp=tmp_path))["rms_norm"]
+    directory, _ = built["rms_norm"]
+    for arch in ("sm_90a", "sm_100a"):
+        compiled = answer["kernels"][f"128/bfloat16/{arch}"]
+        folder = directory / "kernels" / kernel_key("rms_norm", 128, "bfloat16")
+        assert compiled["ttir"] == (folder / f"{arch}.ttir").read_text()
+        assert base64.b64decode(compiled["cubin"]) == (folder / f"{arch}.cubin").read_bytes()
+        assert compiled["metadata"] == json.loads((folder / f"{arch}.json").read_text())

@@ -24,11 +24,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kernel_bundle_helpers import (ARCHES, KEY, block_size, build_small_bundle, cluster_attribute, device_launch,
-                                   extra_entry, flipped_arch, malformed_info, not_accelerated, other_machine,
-                                   parameter_size, renamed_entry, undefined_symbol, unknown_attribute, with_bytes)
+                                   extra_entry, flipped_arch, kernel_file, malformed_info, not_accelerated,
+                                   other_machine, parameter_size, renamed_entry, undefined_symbol, unknown_attribute,
+                                   with_bytes)
 from registry.bundles import BundleError, CallSite, Candidate, Profile, parse_manifest, resolve, verify_directory
 from registry.bundles.cubin import ATTRIBUTES, CUBIN_REFUSALS, CubinRefused, check_cubin
 from registry.bundles.triton_metadata import FIELDS, METADATA_REFUSALS, MetadataRefused, check_metadata
+from registry.bundles.ttir import TtirRefused, check_ttir_locations
 from registry.bundles.manifest import TensorSignature
 from registry.formats.launch_spec import KernelDecl, KernelTarget
 from registry.kernels.ttir_compile import REBUILD_OPTIONS
@@ -318,3 +320,20 @@ def test_resolution_asks_the_spec_whether_a_call_site_fits(manifest):
         assert outcome.code == "input_signature_mismatch" and fragment in outcome.detail, outcome.detail
     (outcome,) = resolve([candidate], Profile("sm80", "2.13.0", "12.8", None), fits).outcomes
     assert outcome.code == "gpu_architecture_mismatch"
+
+
+# ---- TTIR locations ----------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("location", ['"/home/me/kernels/k.py":3:4', '"../../usr/lib/os.py":1:1',
+                                      '"registry/../../x.py":1:1', '"~/k.py":1:1', '"C:/k.py":1:1',
+                                      '"a\\\\b.py":1:1', '"/abs/with \\"quote\\".py":2:3'])
+def test_a_ttir_location_a_rebuild_could_find_is_refused(bundle, location):
+    text = kernel_file(bundle, "sm_90a", "ttir").read_text() + f"\n#locX = loc({location})\n"
+    with pytest.raises(TtirRefused) as caught:
+        check_ttir_locations(text, "bundle: k@sm_90a: k.ttir")
+    assert "ttir refused (location)" in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_the_built_ttir_names_its_sources_by_relative_paths(bundle):
+    for arch in ARCHES:
+        check_ttir_locations(kernel_file(bundle, arch, "ttir").read_text(), "x")

@@ -96,50 +96,41 @@ def test_an_unknown_workload_is_refused_before_any_rebuild(cli, bundle):
     assert result.exit_code == 1 and "unknown workload 'nobody'" in result.stderr and head(cli) == before
 
 
-def test_a_cubin_with_an_extra_entry_is_refused_before_the_rebuild(cli, bundle):
-    path = kernel_file(bundle, "sm_90a", "cubin")
-    path.write_bytes(extra_entry(path.read_bytes()))
-    refresh_manifest(bundle)
-    refused(cli, "cubin refused (extra_entry)", bundle)
-
-
-def test_metadata_of_two_ctas_per_cluster_is_refused(cli, bundle):
-    path = kernel_file(bundle, "sm_100a", "json")
-    path.write_text(json.dumps(dict(json.loads(path.read_text()), num_ctas=2)))
-    refresh_manifest(bundle)
-    refused(cli, "metadata refused (cluster): num_ctas is 2", bundle)
-
-
-def test_a_cubin_its_ttir_does_not_rebuild_to_is_refused(cli, bundle):
-    """One instruction byte changed: every ELF check passes, the rebuild differs."""
-    path = kernel_file(bundle, "sm_90a", "cubin")
-    data = path.read_bytes()
+def flip_text_byte(data: bytes) -> bytes:
+    """One instruction byte changed: every ELF check passes, only the rebuild differs."""
     text = ELFFile(io.BytesIO(data)).get_section_by_name(".text._rms_norm_kernel")
     at = text["sh_offset"] + 16
-    path.write_bytes(with_bytes(data, at, bytes([data[at] ^ 0x01])))
+    return with_bytes(data, at, bytes([data[at] ^ 0x01]))
+
+
+def metadata_with(**fields):
+    return lambda data: json.dumps(dict(json.loads(data), **fields)).encode()
+
+
+EDITS = {
+    "extra_entry": ("sm_90a", "cubin", extra_entry, "cubin refused (extra_entry)"),
+    "num_ctas_2": ("sm_100a", "json", metadata_with(num_ctas=2), "metadata refused (cluster): num_ctas is 2"),
+    "absolute_location": ("sm_90a", "ttir", lambda d: d.replace(b'loc("registry/kernels/rmsnorm.py"',
+                                                                   b'loc("/home/me/rmsnorm.py"', 1),
+                          "ttir refused (location): a location names '/home/me/rmsnorm.py'"),
+    "cubin_not_its_ttirs": ("sm_90a", "cubin", flip_text_byte,
+                            "differs from the registry's rebuild of kernels/rms_d128_bfloat16/sm_90a.ttir"),
+    "ttir_edited": ("sm_100a", "ttir", lambda d: d.replace(b"1.000000e+00", b"2.000000e+00", 1),
+                    "metadata refused (rebuild_differs)"),
+    "ttir_not_compiling": ("sm_90a", "ttir", lambda d: d.replace(b"tt.func public", b"tt.func nonsense", 1),
+                           "the registry's rebuild of kernels/rms_d128_bfloat16/sm_90a.ttir failed"),
+    # a field no check before the rebuild reads: only the rebuilt metadata shows it false
+    "metadata_not_reproduced": ("sm_90a", "json", metadata_with(max_num_imprecise_acc_default=7),
+                                "max_num_imprecise_acc_default: the bundle says 7; the rebuild gives"),
+}
+
+
+@pytest.mark.parametrize("name", list(EDITS))
+def test_an_edited_kernel_file_is_refused_with_nothing_written(cli, bundle, name):
+    arch, suffix, change, fragment = EDITS[name]
+    path = kernel_file(bundle, arch, suffix)
+    edited = change(path.read_bytes())
+    assert edited != path.read_bytes()
+    path.write_bytes(edited)
     refresh_manifest(bundle)
-    refused(cli, "differs from the registry's rebuild of kernels/rms_d128_bfloat16/sm_90a.ttir", bundle)
-
-
-def test_a_ttir_edited_after_its_cubin_was_built_is_refused(cli, bundle):
-    path = kernel_file(bundle, "sm_100a", "ttir")
-    text = path.read_text()
-    assert "1.000000e+00" in text
-    path.write_text(text.replace("1.000000e+00", "2.000000e+00", 1))
-    refresh_manifest(bundle)
-    refused(cli, "metadata refused (rebuild_differs)", bundle)
-
-
-def test_a_ttir_that_does_not_compile_is_refused_naming_the_failure(cli, bundle):
-    path = kernel_file(bundle, "sm_90a", "ttir")
-    path.write_text(path.read_text().replace("tt.func public", "tt.func nonsense", 1))
-    refresh_manifest(bundle)
-    refused(cli, "the registry's rebuild of kernels/rms_d128_bfloat16/sm_90a.ttir failed", bundle)
-
-
-def test_metadata_the_rebuild_does_not_reproduce_is_refused(cli, bundle):
-    """A field the checks before the rebuild do not read: only the rebuilt metadata shows it false."""
-    path = kernel_file(bundle, "sm_90a", "json")
-    path.write_text(json.dumps(dict(json.loads(path.read_text()), max_num_imprecise_acc_default=7)))
-    refresh_manifest(bundle)
-    refused(cli, "max_num_imprecise_acc_default: the bundle says 7; the rebuild gives", bundle)
+    refused(cli, fragment, bundle)

@@ -12,7 +12,8 @@ refused, not checked in its new form):
    cluster (registry/bundles/cubin.py);
 2. Triton's metadata agrees with the spec and stays in version 1's limits
    (registry/bundles/triton_metadata.py);
-3. then all of the bundle's TTIR is rebuilt with the pinned Triton in the
+3. the TTIR names its sources by relative paths only (registry/bundles/ttir.py);
+4. then all of the bundle's TTIR is rebuilt with the pinned Triton in the
    sandbox (registry/kernels/rebuild.py), and every rebuilt cubin must equal
    the bundle's byte for byte, and its metadata the bundle's.
 
@@ -33,6 +34,7 @@ from registry.bundles.cubin import check_cubin
 from registry.bundles.files import read_regular
 from registry.bundles.fingerprint import fingerprint_of
 from registry.bundles.triton_metadata import MetadataRefused, check_metadata, rebuild_difference
+from registry.bundles.ttir import check_ttir_locations
 from registry.formats.documents import DocumentError, load_json
 from registry.formats.launch_spec import TARGET_ARCHES, TRITON_VERSION
 from registry.kernels.builtin_bundles import (BUILTIN, BuildFailed, check_request, compatibility, compile_builtins,
@@ -57,7 +59,9 @@ def check_kernel_bundle(verified: VerifiedBundle) -> dict[tuple[str, str], bytes
         except DocumentError as exc:
             raise MetadataRefused(metadata_where, "metadata_fields", str(exc)) from None
         options = check_metadata(metadata, kernel, target, metadata_where)
-        jobs.append(RebuildJob(_text(verified, target.ttir), target.arch, options))
+        ttir = _text(verified, target.ttir)
+        check_ttir_locations(ttir, f"{where}: {target.ttir}")
+        jobs.append(RebuildJob(ttir, target.arch, options))
         checked.append((key, target, cubin, metadata, where))
     rebuilt = {}
     for (key, target, cubin, metadata, where), result in zip(checked, rebuild(jobs)):

@@ -42,9 +42,8 @@ def candidate_from_state(state: ArtifactState, current_contract: int | None) -> 
         "decision": state["decision"], "rule": state.get("rule"), "payload_sha256": state.get("payload_sha256"),
         "speedup": state.get("speedup"), "speedup_ci": ci, "verdict_event_id": state.get("verdict_event_id"),
         "contract_version": state.get("contract_version"),
-        # a compiled kernel bundle has no Python entry point: its cubins are launched (runtime/compiled.py)
         "entry_point": {"file": manifest.entry_file, "symbol": manifest.entry_symbol}
-        if isinstance(manifest, BundleManifest) else None,
+        if isinstance(manifest, BundleManifest) else None,  # a compiled kernel bundle has launches, not an entry
     }
     stale = None
     if state["decision"] == "promoted" and state.get("contract_version") != current_contract:

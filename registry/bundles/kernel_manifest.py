@@ -27,14 +27,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from registry.events.canonical import canonical_json, sha256_hex
 from registry.formats.kinds import TRITON_KERNEL_FORMAT
 from registry.formats.launch_spec import (TARGET_ARCHES, TRITON_VERSION, CallRefused, CallTensor, KernelTarget,
                                           LaunchSpec, SpecError, match_call, parse_launch_spec)
 
 from .fields import FIELDS as f
 from .fields import BundleFieldError
-from .manifest import BundleFile, TensorSignature, Window, parse_files, parse_window
+from .manifest import BundleFile, DeclaredFiles, TensorSignature, Window, parse_files, parse_window
 
 _TOP = ("format", "files", "sources", "triton", "spec", "replaces", "compatibility")
 _REPLACES = ("fingerprint",)
@@ -42,7 +41,7 @@ TARGET_SUFFIXES = {"ttir": ".ttir", "cubin": ".cubin", "metadata": ".json"}
 
 
 @dataclass(frozen=True)
-class KernelBundleManifest:
+class KernelBundleManifest(DeclaredFiles):
     files: tuple[BundleFile, ...]
     sources: tuple[str, ...]
     triton: str
@@ -63,14 +62,6 @@ class KernelBundleManifest:
             "replaces": {"fingerprint": self.fingerprint},
             "compatibility": self.window.canonical(),
         }
-
-    @property
-    def digest(self) -> str:
-        """The bundle's identity: SHA-256 of the canonical manifest (which covers every file digest)."""
-        return sha256_hex(canonical_json(self.canonical()))
-
-    def file(self, path: str) -> BundleFile:
-        return next(x for x in self.files if x.path == path)
 
     def targets(self) -> list[tuple[str, KernelTarget]]:
         """Every (kernel key, target) the bundle carries a cubin for, in a stable order."""

@@ -147,8 +147,26 @@ class Window:
         }
 
 
+class DeclaredFiles:
+    """What every manifest format shares: the files it declares, and its identity (the SHA-256 of its canonical form,
+    which holds every file's digest, so any changed byte of any file is a new identity)."""
+
+    files: tuple[BundleFile, ...]
+
+    def canonical(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    @property
+    def digest(self) -> str:
+        """The bundle's identity: SHA-256 of the canonical manifest (which covers every file digest)."""
+        return sha256_hex(canonical_json(self.canonical()))
+
+    def file(self, path: str) -> BundleFile:
+        return next(x for x in self.files if x.path == path)
+
+
 @dataclass(frozen=True)
-class BundleManifest:
+class BundleManifest(DeclaredFiles):
     files: tuple[BundleFile, ...]
     entry_file: str
     entry_symbol: str
@@ -169,14 +187,6 @@ class BundleManifest:
                          "outputs": [s.canonical() for s in self.outputs]},
             "compatibility": self.window.canonical(),
         }
-
-    @property
-    def digest(self) -> str:
-        """The bundle's identity: SHA-256 of the canonical manifest (which covers every file digest)."""
-        return sha256_hex(canonical_json(self.canonical()))
-
-    def file(self, path: str) -> BundleFile:
-        return next(x for x in self.files if x.path == path)
 
     def input_problem(self, inputs: tuple[TensorSignature, ...]) -> str | None:
         """Why a call site with these input signatures does not fit (None when every one fits its declared one)."""

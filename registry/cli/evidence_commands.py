@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
@@ -211,10 +212,16 @@ def session_text(session: dict) -> str:
             f"{session['pairs_saved']} saved)")
 
 
-@click.command()
+@click.group(invoke_without_command=True)
 @click.option("--json", "as_json", is_flag=True, help="Print the operations as JSON.")
-def kernels(as_json: bool) -> None:
-    """List the built-in operations, their references, cost models and kernel entries."""
+@click.pass_context
+def kernels(ctx: click.Context, as_json: bool) -> None:
+    """List the built-in operations, their references, cost models and kernel entries.
+
+    `registry kernels build OUT` compiles their kernels into compiled kernel bundles.
+    """
+    if ctx.invoked_subcommand is not None:
+        return
     from registry.app.kernels import triton_runtime
 
     with triton_runtime():
@@ -227,6 +234,32 @@ def kernels(as_json: bool) -> None:
         return
     table("operations", ["name", "reference", "kernel entries", "cost model"],
           ((op["name"], op["reference"], "\n".join(op["kernels"]), op["cost_model"]) for op in ops))
+
+
+@kernels.command("build")
+@click.argument("out", type=click.Path(file_okay=False))
+@click.option("--op", "ops", multiple=True, help="A built-in operation to build (repeat it; default: every one).")
+@click.option("--arch", "arches", multiple=True,
+              help="A target to compile for, sm_90a or sm_100a (repeat it; default: both).")
+@click.option("--json", "as_json", is_flag=True, help="Print each bundle's directory and digest as JSON.")
+def kernels_build(out: str, ops: tuple[str, ...], arches: tuple[str, ...], as_json: bool) -> None:
+    """Compile the built-in kernels into one registry.triton-kernel/1 bundle per operation under OUT.
+
+    Triton's compiler and its bundled ptxas build every corpus case for each
+    target without a GPU; OUT/<op> must not exist yet. Register a bundle with
+    `registry artifact register ID --kind triton_kernel --bundle OUT/<op>`.
+    """
+    from registry.app.kernel_bundles import build_builtin_bundles
+
+    built = build_builtin_bundles(out, list(ops) or None, list(arches) or None)
+    rows = [{"op": op, "bundle": str(Path(out) / op), "digest": manifest.digest, "kernels": len(manifest.spec.kernels),
+             "targets": list(manifest.spec.arches)} for op, manifest in built.items()]
+    if as_json:
+        emit_json(rows)
+        return
+    for row in rows:
+        say(f"{row['op']}: {row['bundle']} ({row['kernels']} kernels for {', '.join(row['targets'])}; "
+            f"digest {row['digest'][:12]})")
 
 
 COMMANDS = [evidence, evaluate, kernels]

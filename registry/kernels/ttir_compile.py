@@ -10,6 +10,13 @@ caller, from a fixed list (`REBUILD_OPTIONS`), and a process whose
 environment holds a `TRITON_*` variable that changes Triton's output (an
 override directory, ptxas options, a line-info switch) refuses to compile.
 
+The cubin's line table names the TTIR's source files, and ptxas, finding
+such a file from where it runs, writes that file's modification time and
+size into the cubin. So the compile runs in an empty directory, and a
+bundle's TTIR may name its sources only by relative paths without `..`
+(registry/bundles/ttir.py): no file a location names is found, and the
+bytes depend on nothing of the machine compiling them.
+
 It imports Triton, not torch, and runs in a process of its own: the build
 of the built-in kernels (registry/kernels/builtin_bundles.py) and, for
 registration, the sandboxed rebuild (registry/kernels/rebuild.py).
@@ -62,8 +69,15 @@ def compile_ttir(ttir: str, arch: str, options: dict[str, Any]) -> tuple[bytes, 
     with tempfile.TemporaryDirectory(prefix="registry-ttir-") as folder:
         path = Path(folder) / "kernel.ttir"
         path.write_text(ttir, encoding="utf-8")
-        compiled = triton.compile(str(path), target=GPUTarget("cuda", TARGET_ARCHES[arch][1], 32),
-                                  options=dict(options))
+        empty = Path(folder) / "cwd"
+        empty.mkdir()
+        previous = os.getcwd()
+        os.chdir(empty)  # ptxas reads the times of the source files the TTIR names, where it finds them: nowhere here
+        try:
+            compiled = triton.compile(str(path), target=GPUTarget("cuda", TARGET_ARCHES[arch][1], 32),
+                                      options=dict(options))
+        finally:
+            os.chdir(previous)
     return compiled.asm["cubin"], metadata_json(compiled.metadata._asdict())
 
 
