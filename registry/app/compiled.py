@@ -26,9 +26,11 @@ from registry.kernels.launcher import PlanRefused, arch_capability
 class BundleKernel:
     """The CompiledKernel the evaluation and the runtime read (registry/kernels/launch_evaluate.py)."""
 
+    planning_arch: str | None = None
+    """The arch plans are made for, set once the device is known (``for_device``)."""
+
     def __init__(self, manifest: Any, cubins: Mapping[tuple[str, str], bytes]) -> None:
         self.manifest, self.spec = manifest, manifest.spec
-        self.digest = manifest.digest
         self.inputs = tuple(t.name for t in self.spec.tensors if t.role != "output")
         self.outputs = tuple(t.name for t in self.spec.tensors if t.role != "input")
         self.cubins = dict(cubins)
@@ -41,8 +43,9 @@ class BundleKernel:
         raise PlanRefused(f"the bundle's cubins are built for {', '.join(self.spec.arches)}, none for a device of "
                           f"compute capability {capability[0]}.{capability[1]}")
 
-    def plan(self, args: Sequence[Any], *, arch: str | None = None) -> LaunchPlan:
-        """The plan of one call on these tensors (dtype, shape, strides read from their attributes)."""
+    def plan(self, args: Sequence[Any]) -> LaunchPlan:
+        """The plan of one call on these tensors (dtype, shape, strides read from their attributes), for the
+        device ``for_device`` named; PlanRefused when no variant of the spec takes them."""
         from registry.formats.launch_spec import CallRefused, CallTensor
         from registry.kernels.plan import plan_call
 
@@ -50,14 +53,12 @@ class BundleKernel:
             raise PlanRefused(f"{len(args)} inputs; the bundle takes {', '.join(self.inputs)}")
         given = {name: CallTensor(str(t.dtype).removeprefix("torch."), tuple(t.shape), tuple(t.stride()))
                  for name, t in zip(self.inputs, args)}
-        chosen = arch or self.planning_arch
+        if self.planning_arch is None:
+            raise RuntimeError("BundleKernel.plan before for_device: plans are made for a device's arch")
         try:
-            return plan_call(self.spec, given, arch=chosen)
+            return plan_call(self.spec, given, arch=self.planning_arch)
         except CallRefused as exc:
             raise PlanRefused(str(exc)) from None
-
-    planning_arch: str | None = None
-    """The arch plans are made for (set once the device is known: ``for_device``)."""
 
     def for_device(self, capability: Sequence[int]) -> "BundleKernel":
         self.planning_arch = self.arch_for(capability)
