@@ -9,8 +9,10 @@ jail), against the real baseline worker in its jail: parity byte-equal, every
 call's launches counted by the launcher, the cubins' digests in the
 execution item, a document the registry accepts. The hostile runs use the
 real jailed launcher with kernels whose effects are declared: a spin loop,
-a write past the output, an output never written, a kernel that faults; each
-ends as the one failure naming its class. Each test starts a jail (a few
+a write before the output, an output never written; each ends as the one
+failure naming its class. How every outcome of a launcher call is named (a
+fault, a deadline, a guard, an input written) is checked on the call itself,
+without a jail. Each test starts a jail (a few
 seconds: the baseline's zygote imports torch).
 """
 from __future__ import annotations
@@ -28,7 +30,8 @@ from registry.gate.model import Recorded
 from registry.kernels.corpus import corpus_cases
 from registry.kernels.evaluate import evidence_document
 from registry.kernels.launch_evaluate import evaluate_compiled
-from registry.kernels.launcher import Launcher, cubin_digests
+from registry.kernels.launcher import (CallOutcome, CaseOutcome, DriverError, LaunchDeadline, Launcher,
+                                       cubin_digests)
 from registry.kernels.launcher_process import SIMULATED_DEVICE, HarnessLauncher
 from registry.kernels.simulated_driver import SimulatedDriver
 from compiled_fixtures import (CUBINS, ENTRIES, PARAMS, BuiltinSpecKernel, ModlnBundle, jail,  # noqa: F401 - jail
@@ -119,13 +122,9 @@ def jailed(kernel: dict):
     ({"effects": [{"hang": True}]}, "parity", re.escape(
         "CandidateRefused: launch deadline: parity call on shape0: the launches had not finished after 0.5 s; "
         "the launcher was killed and replaced")),
-    ({"effects": [{"fault": "CUDA_ERROR_ILLEGAL_ADDRESS"}]}, "parity", re.escape(
-        "CandidateRefused: kernel fault: parity call on shape0: the launch failed: CUDA_ERROR_ILLEGAL_ADDRESS")),
     # 16 bytes written before y: each guard byte is random, so one may have held 7 already
     ({"effects": [{"write": 3, "offset": -16, "bytes": 16, "value": 7}]}, "parity",
      r"CandidateRefused: out-of-bounds write: parity call on shape0 shape0: y: 1[0-6] guard bytes before it changed"),
-    ({"effects": [{"fill": 0, "bytes": 16, "value": 0}]}, "parity", re.escape(
-        "CandidateRefused: out-of-bounds write: parity call on shape0 shape0: wrote to its input x")),
     # never written: the launcher's pre-fill of random bits comes back (NaN among them, nearly always)
     ({"effects": []}, "benchmark", r"CandidateRefused: (stale result|non-finite output): timed call 1: shape0\.y: "),
 ])
@@ -150,3 +149,39 @@ def test_a_call_no_variant_matches_is_a_parity_failure_never_a_launch(jail):
                      bundle=ModlnBundle(max_dim=150))
     assert items[0]["kind"] == "failure" and items[0]["stage"] == "parity"
     assert "no variant matches x torch.bfloat16 (2, 5, 200)" in items[0]["error"]
+
+
+class Scripted:
+    """A launcher whose one call ends as scripted: an exception, or an outcome with violations."""
+
+    def __init__(self, result):
+        self.result = result
+
+    def call(self, cases, *, deadline_s):
+        if isinstance(self.result, Exception):
+            raise self.result
+        return self.result
+
+
+@pytest.mark.parametrize("result, refusal", [
+    (DriverError("cuEventQuery", "CUDA_ERROR_ILLEGAL_ADDRESS"),
+     "kernel fault: parity call: cuEventQuery failed: CUDA_ERROR_ILLEGAL_ADDRESS"),
+    (LaunchDeadline("the launches had not finished after 10 s"),
+     "launch deadline: parity call: the launches had not finished after 10 s; the launcher was killed and replaced"),
+    (CallOutcome(1e-5, (CaseOutcome("v", {"y": b""}, ("modln@sm_90a",), (), ("x",)),)),
+     "out-of-bounds write: parity call shape0: wrote to its input x"),
+    (CallOutcome(1e-5, (CaseOutcome("v", {"y": b""}, ("modln@sm_90a",), ("y: 3 guard bytes after it changed",), ()),)),
+     "out-of-bounds write: parity call shape0: y: 3 guard bytes after it changed"),
+])
+def test_every_way_a_launcher_call_goes_wrong_is_refused_by_its_class(result, refusal):
+    from registry.kernels.checks import CandidateRefused
+    from registry.kernels.launch_evaluate import _Run
+    from registry.kernels.ops import get_operation
+
+    spec = get_operation("modulated_layernorm")
+    run = _Run(ModlnBundle(), Scripted(result), None, spec, "byte_equal", None, torch.device("cpu"), 10.0)
+    args = spec.make_inputs(corpus_cases("cpu")[0], "cpu")
+    with pytest.raises(CandidateRefused) as caught:
+        run.launch(["shape0"], [args], "parity call")
+    assert str(caught.value) == refusal
+    assert run.launches == []  # a refused call is never counted
