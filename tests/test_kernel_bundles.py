@@ -1,13 +1,13 @@
 """Compiled Triton kernel bundles read as data: the manifest, and a corpus of mutated cubins and metadata files.
 
-The cubins are real: the built-in RMS norm for D=128 bf16, built here for
-sm_90a and sm_100a by the registry's own build (registry/app/kernel_bundles.py,
-about 5 s of compiling, once for the module), and small kernels compiled
-with the options version 1 refuses (num_ctas 2, a device printf, PDL, a
-cooperative grid: another 3 s). Each mutation is made from those bytes by
-editing the ELF in place (a symbol's flags, a string, a parameter entry, a
-header field) and must be refused with its named reason; random damage must
-be refused or checked, never crash the reader.
+The cubins are real: the built-in RMS norm for D=128 bf16, built for sm_90a
+and sm_100a by the registry's own build (about 3 s of compiling, once per
+run: `kernel_bundle_helpers.small_bundle`), and small kernels compiled with
+the options version 1 refuses (num_ctas 2, a device printf, PDL, a
+cooperative grid: eight compiles, about 3 s). Each mutation is made from
+those bytes by editing the ELF in place (a symbol's flags, a string, a
+parameter entry, a header field) and must be refused with its named reason;
+random damage must be refused or checked, never crash the reader.
 """
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kernel_bundle_helpers import (ARCHES, KEY, block_size, build_small_bundle, cluster_attribute, device_launch,
+from kernel_bundle_helpers import (ARCHES, KEY, block_size, small_bundle, cluster_attribute, device_launch,
                                    extra_entry, flipped_arch, kernel_file, malformed_info, not_accelerated,
                                    other_machine, parameter_size, renamed_entry, undefined_symbol, unknown_attribute,
                                    with_bytes)
@@ -38,7 +38,7 @@ from registry.kernels.ttir_compile import REBUILD_OPTIONS
 @pytest.fixture(scope="module")
 def bundle(tmp_path_factory) -> Path:
     """The built-in RMS norm bundle, D=128 bf16 only, both targets."""
-    return build_small_bundle(tmp_path_factory.mktemp("kernel-bundle"))
+    return small_bundle(tmp_path_factory)
 
 
 @pytest.fixture(scope="module")
