@@ -70,6 +70,10 @@ def test_a_checked_and_rebuilt_bundle_registers_under_its_manifest_digest(cli, b
     assert shown["bundle"]["spec"]["variants"][0]["name"] == "d128_bfloat16"
     again = register(cli, bundle, "--json")
     assert again.exit_code == 0 and json.loads(again.output)["appended"] is False
+    resolved = cli("resolve", "--workload", WORKLOAD, "--arch", "sm90", "--torch", "2.13.0", "--cuda", "12.8", "--json")
+    (other,) = json.loads(resolved.output)["others"]  # exit 3: nothing promoted yet, and no crash on the format
+    assert resolved.exit_code == 3 and other["artifact"] == "rms" and other["code"] == "not_promoted"
+    assert other["payload_sha256"] == digest and other["entry_point"] is None
 
 
 def test_a_kernel_bundle_under_another_kind_or_with_an_entry_is_refused(cli, bundle):
