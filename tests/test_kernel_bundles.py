@@ -211,9 +211,9 @@ def test_the_unrefused_compiles_pass_their_cubin_checks(hostile):
 METADATA_EDITS = [
     ("num_ctas", 2, "cluster"), ("launch_pdl", True, "pdl"), ("launch_cooperative_grid", True, "cooperative"),
     ("global_scratch_size", 64, "scratch"), ("profile_scratch_size", 1, "scratch"),
-    ("ir_override", "/tmp/x.ttgir", "compile_option"), ("ptx_options", "-O0", "compile_option"),
+    ("ir_override", "elsewhere/kernel.ttgir", "compile_option"), ("ptx_options", "-O0", "compile_option"),
     ("instrumentation_mode", "consan", "compile_option"), ("ptx_version", 80, "compile_option"),
-    ("extern_libs", [["libdevice", "/tmp/evil.bc"]], "compile_option"),
+    ("extern_libs", [["libdevice", "/opt/lib/evil.bc"]], "compile_option"),
     ("extern_libs", [["libdevice", "triton/backends/nvidia/lib/libdevice.10.bc"], ["x", "y.bc"]], "compile_option"),
     ("name", "_other", "metadata_disagrees"), ("num_warps", 2, "metadata_disagrees"),
     ("shared", 16, "metadata_disagrees"), ("triton_version", "3.6.0", "metadata_disagrees"),
