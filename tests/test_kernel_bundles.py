@@ -276,6 +276,8 @@ def rewritten(bundle: Path, tmp_path: Path, change) -> Path:
     (lambda d: d["spec"]["kernels"][KEY]["targets"]["sm_90a"].update(ttir="elsewhere.ttir"),
      "is not one of the declared files"),
     (lambda d: d["spec"].update(variants=[]), "spec.variants: empty list"),
+    (lambda d: next(f for f in d["files"] if f["path"].endswith("sm_90a.json")).update(size=(1 << 20) + 1),
+     "a metadata file may hold 1048576"),
     (lambda d: d["spec"]["tensors"][0].update(align=4), "spec.tensors[0].align"),
 ])
 def test_a_malformed_kernel_manifest_is_refused_in_one_line(bundle, tmp_path, change, fragment):
