@@ -25,6 +25,7 @@ from registry.bundles import verify_directory
 from registry.formats.launch_spec import TARGET_ARCHES
 from registry.kernels.builtin_build import portable_ttir
 from registry.kernels.builtin_bundles import BUILTIN, BuildFailed, corpus_dims, kernel_key
+from registry.kernels.rebuild import RebuildJob, rebuild
 from registry.kernels.ttir_compile import CompileRefused, check_compile_environment
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -231,3 +232,31 @@ def test_a_copy_of_the_registry_at_another_path_builds_the_same_bytes(built, tmp
         assert compiled["ttir"] == (folder / f"{arch}.ttir").read_text()
         assert base64.b64decode(compiled["cubin"]) == (folder / f"{arch}.cubin").read_bytes()
         assert compiled["metadata"] == json.loads((folder / f"{arch}.json").read_text())
+
+
+_BAD_PTX_TTIR = """module {
+  tt.func public @bad(%x: !tt.ptr<i32>, %y: !tt.ptr<i32>) attributes {noinline = false} {
+    %v = tt.make_range {end = 128 : i32, start = 0 : i32} : tensor<128xi32>
+    %v_0 = tt.splat %x : !tt.ptr<i32> -> tensor<128x!tt.ptr<i32>>
+    %v_1 = tt.addptr %v_0, %v : tensor<128x!tt.ptr<i32>>, tensor<128xi32>
+    %v_2 = tt.load %v_1 : tensor<128x!tt.ptr<i32>>
+    %w = tt.elementwise_inline_asm "bogus.instruction $0, $1;" {constraints = "=r,r", packed_element = 1 : i32, \
+pure = true} %v_2 : tensor<128xi32> -> tensor<128xi32>
+    %0 = tt.splat %y : !tt.ptr<i32> -> tensor<128x!tt.ptr<i32>>
+    %1 = tt.addptr %0, %v : tensor<128x!tt.ptr<i32>>, tensor<128xi32>
+    tt.store %1, %w : tensor<128x!tt.ptr<i32>>
+    tt.return
+  }
+}
+"""
+
+
+def test_a_compile_that_prints_on_failing_does_not_garble_the_rebuilds_answer(built):
+    """Triton prints a failed ptxas run's PTX on standard output; the jailed rebuild answers on a descriptor of its
+    own, so the job's answer is ptxas's error and the next job's cubin is still read."""
+    directory, _ = built["rms_norm"]
+    folder = directory / "kernels" / kernel_key("rms_norm", 128, "bfloat16")
+    good = RebuildJob((folder / "sm_90a.ttir").read_text(), "sm_90a", {"num_warps": 1, "enable_fp_fusion": False})
+    failed, rebuilt = rebuild([RebuildJob(_BAD_PTX_TTIR, "sm_90a", {"num_warps": 4}), good])
+    assert failed.cubin is None and failed.error.startswith("PTXASError"), failed.error
+    assert rebuilt.cubin == (folder / "sm_90a.cubin").read_bytes()
