@@ -10,6 +10,8 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import os
+import shutil
 import struct
 from pathlib import Path
 
@@ -21,11 +23,22 @@ KEY = "rms_d128_bfloat16"
 ARCHES = ("sm_90a", "sm_100a")
 
 
-def build_small_bundle(root: Path) -> Path:
-    """The built-in RMS norm bundle with only D=128 bf16, both targets (about 5 s of compiling)."""
+def small_bundle(tmp_path_factory) -> Path:
+    """The built-in RMS norm bundle with only D=128 bf16, both targets (about 3 s of compiling), built once per run
+    and shared by the files and xdist workers that read it: a test copies it before it edits anything."""
+    import fcntl
+
     from registry.app.kernel_bundles import build_builtin_bundles
 
-    build_builtin_bundles(root, ["rms_norm"], cases=[(128, "bfloat16")])
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        base = base.parent  # the run's folder, above each worker's own
+    root = base / "small-kernel-bundle"
+    with open(base / "small-kernel-bundle.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (root / "rms_norm" / "bundle.json").exists():
+            shutil.rmtree(root, ignore_errors=True)
+            build_builtin_bundles(root, ["rms_norm"], cases=[(128, "bfloat16")])
     return root / "rms_norm"
 
 

@@ -1,13 +1,13 @@
 """Compiled Triton kernel bundles read as data: the manifest, and a corpus of mutated cubins and metadata files.
 
-The cubins are real: the built-in RMS norm for D=128 bf16, built here for
-sm_90a and sm_100a by the registry's own build (registry/app/kernel_bundles.py,
-about 5 s of compiling, once for the module), and small kernels compiled
-with the options version 1 refuses (num_ctas 2, a device printf, PDL, a
-cooperative grid: another 3 s). Each mutation is made from those bytes by
-editing the ELF in place (a symbol's flags, a string, a parameter entry, a
-header field) and must be refused with its named reason; random damage must
-be refused or checked, never crash the reader.
+The cubins are real: the built-in RMS norm for D=128 bf16, built for sm_90a
+and sm_100a by the registry's own build (about 3 s of compiling, once per
+run: `kernel_bundle_helpers.small_bundle`), and small kernels compiled with
+the options version 1 refuses (num_ctas 2, a device printf, PDL, a
+cooperative grid: eight compiles, about 3 s). Each mutation is made from
+those bytes by editing the ELF in place (a symbol's flags, a string, a
+parameter entry, a header field) and must be refused with its named reason;
+random damage must be refused or checked, never crash the reader.
 """
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kernel_bundle_helpers import (ARCHES, KEY, block_size, build_small_bundle, cluster_attribute, device_launch,
+from kernel_bundle_helpers import (ARCHES, KEY, block_size, small_bundle, cluster_attribute, device_launch,
                                    extra_entry, flipped_arch, kernel_file, malformed_info, not_accelerated,
                                    other_machine, parameter_size, renamed_entry, undefined_symbol, unknown_attribute,
                                    with_bytes)
@@ -38,7 +38,7 @@ from registry.kernels.ttir_compile import REBUILD_OPTIONS
 @pytest.fixture(scope="module")
 def bundle(tmp_path_factory) -> Path:
     """The built-in RMS norm bundle, D=128 bf16 only, both targets."""
-    return build_small_bundle(tmp_path_factory.mktemp("kernel-bundle"))
+    return small_bundle(tmp_path_factory)
 
 
 @pytest.fixture(scope="module")
@@ -211,9 +211,9 @@ def test_the_unrefused_compiles_pass_their_cubin_checks(hostile):
 METADATA_EDITS = [
     ("num_ctas", 2, "cluster"), ("launch_pdl", True, "pdl"), ("launch_cooperative_grid", True, "cooperative"),
     ("global_scratch_size", 64, "scratch"), ("profile_scratch_size", 1, "scratch"),
-    ("ir_override", "/tmp/x.ttgir", "compile_option"), ("ptx_options", "-O0", "compile_option"),
+    ("ir_override", "elsewhere/kernel.ttgir", "compile_option"), ("ptx_options", "-O0", "compile_option"),
     ("instrumentation_mode", "consan", "compile_option"), ("ptx_version", 80, "compile_option"),
-    ("extern_libs", [["libdevice", "/tmp/evil.bc"]], "compile_option"),
+    ("extern_libs", [["libdevice", "/opt/lib/evil.bc"]], "compile_option"),
     ("extern_libs", [["libdevice", "triton/backends/nvidia/lib/libdevice.10.bc"], ["x", "y.bc"]], "compile_option"),
     ("name", "_other", "metadata_disagrees"), ("num_warps", 2, "metadata_disagrees"),
     ("shared", 16, "metadata_disagrees"), ("triton_version", "3.6.0", "metadata_disagrees"),
@@ -276,6 +276,8 @@ def rewritten(bundle: Path, tmp_path: Path, change) -> Path:
     (lambda d: d["spec"]["kernels"][KEY]["targets"]["sm_90a"].update(ttir="elsewhere.ttir"),
      "is not one of the declared files"),
     (lambda d: d["spec"].update(variants=[]), "spec.variants: empty list"),
+    (lambda d: next(f for f in d["files"] if f["path"].endswith("sm_90a.json")).update(size=(1 << 20) + 1),
+     "a metadata file may hold 1048576"),
     (lambda d: d["spec"]["tensors"][0].update(align=4), "spec.tensors[0].align"),
 ])
 def test_a_malformed_kernel_manifest_is_refused_in_one_line(bundle, tmp_path, change, fragment):

@@ -38,6 +38,9 @@ from .manifest import BundleFile, DeclaredFiles, TensorSignature, Window, parse_
 _TOP = ("format", "files", "sources", "triton", "spec", "replaces", "compatibility")
 _REPLACES = ("fingerprint",)
 TARGET_SUFFIXES = {"ttir": ".ttir", "cubin": ".cubin", "metadata": ".json"}
+MAX_TARGET_BYTES = {"ttir": 32 << 20, "cubin": 64 << 20, "metadata": 1 << 20}
+MAX_KERNEL_FILES_BYTES = 512 << 20
+"""What registration reads into memory and sends to the rebuild: each kernel file, and all of them together."""
 
 
 @dataclass(frozen=True)
@@ -103,7 +106,7 @@ def parse_kernel_manifest(data: Any) -> KernelBundleManifest:
         spec = parse_launch_spec(f.required(top, "spec", ""), "spec")
     except SpecError as exc:
         raise BundleFieldError(str(exc)) from None
-    used = _kernel_files(spec, paths)
+    used = _kernel_files(spec, {x.path: x.size for x in files})
     unexplained = sorted(paths - used - set(sources))
     if unexplained:
         raise BundleFieldError(f"files: {unexplained[0]!r} is neither a source nor a kernel's file")
@@ -134,9 +137,10 @@ def _sources(value: Any, paths: set[str]) -> tuple[str, ...]:
     return tuple(value)
 
 
-def _kernel_files(spec: LaunchSpec, paths: set[str]) -> set[str]:
-    """Every file the spec's kernel targets name: declared, of its kind's suffix, each named once."""
+def _kernel_files(spec: LaunchSpec, paths: dict[str, int]) -> set[str]:
+    """Every file the spec's kernel targets name: declared, of its kind's suffix and size, each named once."""
     used: set[str] = set()
+    total = 0
     for key, kernel in sorted(spec.kernels.items()):
         for arch, target in sorted(kernel.targets.items()):
             for kind, path in target.files().items():
@@ -147,5 +151,12 @@ def _kernel_files(spec: LaunchSpec, paths: set[str]) -> set[str]:
                     raise BundleFieldError(f"{where}: {path!r} does not end in {TARGET_SUFFIXES[kind]}")
                 if path in used:
                     raise BundleFieldError(f"{where}: {path!r} is named by another kernel target too")
+                if paths[path] > MAX_TARGET_BYTES[kind]:
+                    raise BundleFieldError(f"{where}: {path!r} is {paths[path]} bytes; a {kind} file may hold "
+                                           f"{MAX_TARGET_BYTES[kind]}")
+                total += paths[path]
                 used.add(path)
+    if total > MAX_KERNEL_FILES_BYTES:
+        raise BundleFieldError(f"spec.kernels: the kernels' files hold {total} bytes, more than the "
+                               f"{MAX_KERNEL_FILES_BYTES} a bundle may hold")
     return used

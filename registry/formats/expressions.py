@@ -193,8 +193,8 @@ class _Checker:
             what = "a boolean" if isinstance(value, bool) else f"a {type(value).__name__} literal" \
                 if value is not None and value is not ... else repr(value)
             raise self.refuse(f"{what} is not part of the expression language (integers only)")
-        written = ast.get_source_segment(self.source, node)
-        if written is None or not _DECIMAL.fullmatch(written):
+        written = self.source[node.col_offset:node.end_col_offset]  # one line of ASCII: columns are characters
+        if not _DECIMAL.fullmatch(written):
             raise self.refuse(f"the literal {written!r} is not written in plain decimal")
         if value > MAX_VALUE:
             raise self.refuse(f"the literal {value} is above {MAX_VALUE}")

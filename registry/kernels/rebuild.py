@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from registry.formats.errors import UserError, first_line
-from registry.kernels.sandbox import Sandbox, require_sandbox, setup_failure
+from registry.kernels.sandbox import Sandbox, sandbox_problem, setup_failure
 
 REBUILD_SECONDS_PER_JOB = 60
 REBUILD_START_SECONDS = 60
@@ -52,7 +52,10 @@ def rebuild(jobs: list[RebuildJob]) -> list[Rebuilt]:
     """Every job compiled in one sandboxed process, answers in the order of `jobs`."""
     if not jobs:
         return []
-    require_sandbox()
+    problem = sandbox_problem()
+    if problem is not None:
+        raise RebuildFailed(f"this machine cannot build the sandbox the registry rebuilds cubins in ({problem}); "
+                            "nothing recorded")
     sandbox = Sandbox("cpu")
     timeout = REBUILD_START_SECONDS + REBUILD_SECONDS_PER_JOB * len(jobs)
     request = json.dumps({"jobs": [{"ttir": j.ttir, "arch": j.arch, "options": j.options} for j in jobs]})
@@ -65,9 +68,11 @@ def rebuild(jobs: list[RebuildJob]) -> list[Rebuilt]:
     finally:
         sandbox.close()
     stderr = done.stderr.decode("utf-8", "replace").strip().splitlines()
-    if done.returncode != 0 or setup_failure(done.returncode):
+    if done.returncode != 0:
         why = stderr[-1] if stderr else f"exit status {done.returncode}"
-        raise RebuildFailed(f"the sandboxed rebuild failed ({why[:400]}); nothing recorded")
+        what = "the rebuild's sandbox could not be built" if setup_failure(done.returncode) else \
+            "the sandboxed rebuild failed"
+        raise RebuildFailed(f"{what} ({why[:400]}); nothing recorded")
     try:
         answers = json.loads(done.stdout[:MAX_ANSWER_BYTES])["answers"]
     except (ValueError, KeyError, TypeError) as exc:

@@ -45,7 +45,11 @@ def main(argv: list[str]) -> None:
     except (SetupError, OSError) as exc:
         os.write(2, f"sandbox: {exc}\n".encode())
         os._exit(SETUP_FAILED)
-    serve(sys.stdin, sys.stdout)
+    # The answer goes out on a descriptor of its own; everything else that writes to standard output (Triton
+    # prints a failed ptxas run's PTX there, ptxas inherits it) goes to standard error, never into the answer.
+    answers = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)
+    serve(sys.stdin, answers)
 
 
 if __name__ == "__main__":

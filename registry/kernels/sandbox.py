@@ -204,6 +204,11 @@ def _probe() -> str | None:
     return lines[-1] if lines else f"the sandbox launcher exited with status {done.returncode}"
 
 
+def sandbox_problem() -> str | None:
+    """Why this machine cannot build the sandbox (the launcher's own line), or None when it can."""
+    return _probe()
+
+
 def require_sandbox() -> None:
     """Refuse (one line) on a machine that cannot build the sandbox."""
     why = _probe()
