@@ -220,7 +220,7 @@ def record_pairs(registry: Registry, artifact: str, session: str, baseline: list
     batch that would pass max_pairs. `authorize(workload)` (the server's
     scope check) runs once the artifact's workload is known, before any other
     check. One catch-up and one snapshot of four rows are read
-    (`Projections.bench_subject`), then one append.
+    (`View.bench_subjects`), then one append.
     """
     outcome, = record_pair_group([pairs(registry, artifact, session, baseline, candidate, batch,
                                         authorize=authorize)])
@@ -270,7 +270,7 @@ def record_pair_group(group: list[Pairs]) -> list[Recorded]:
             for index, outcome in zip(indices, record_pair_group([group[index] for index in indices])):
                 outcomes[index] = outcome
         return outcomes
-    read: dict[str, Any] = {}  # artifact -> its rows (`Projections.bench_subjects`), read once a group
+    read: dict[str, Any] = {}  # artifact -> its rows (`View.bench_subjects`), read once a group
     speeds: dict[tuple[str, int], Any] = {}  # (workload, contract versions) -> its speed block, parsed once a group
     current: dict[str, tuple[_Target, BenchRecord]] = {}  # artifact -> its target and record after the group's batches
     owner: dict[str, str] = {}  # a bench stream or speed record -> the artifact whose batch in the group touched it

@@ -39,6 +39,7 @@ from registry.projections.read_models.artifacts import attempts_on, contract_not
 from registry.projections.view import DeclaredContract, View
 from registry.formats.text import text_arguments
 
+from .compiled import registered_cubins
 from .context import Registry
 from .retries import decided_on_a_still_stream
 
@@ -66,7 +67,8 @@ def gate_inputs(state: ArtifactState, attempts: int, record: SpeedRecord | None)
     evidence = GateEvidence(execution=recorded("execution"), benchmark=recorded("benchmark"),
                             parity=recorded("parity"), perceptual=recorded("perceptual"), failures=failures,
                             benchmark_attempts=attempts, record=record)
-    facts = ArtifactFacts(artifact_id=state["artifact"], kind=state["kind"], claimed_backend=state["backend"])
+    facts = ArtifactFacts(artifact_id=state["artifact"], kind=state["kind"], claimed_backend=state["backend"],
+                          cubins=registered_cubins(state.get("bundle")))
     return evidence, facts
 
 

@@ -25,7 +25,7 @@ from .context import Registry
 if TYPE_CHECKING:
     from registry.projections.view import View
 
-# The registration facts an artifact's read model keeps (projections/state.py, `describe`).
+# The registration facts an artifact's read model keeps (projections/read_models/artifacts.py, `describe`).
 REGISTRATION_FIELDS = ("artifact", "workload", "kind", "backend", "op", "entry", "payload_sha256", "bundle")
 
 

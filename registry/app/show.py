@@ -27,7 +27,7 @@ class ShownArtifact:
     workload_declared: bool
     contract_note: str | None  # set when a final decision stands under an older contract than the current one
     bench: dict[str, Any] | None  # the identity's benchmark record (app/bench.py), when the workload is declared
-    monitor: dict[str, Any] | None  # the current identity's monitor (projections/monitor_fold.py `monitor_summary`)
+    monitor: dict[str, Any] | None  # the current identity's monitor (projections/read_models/monitors.py `monitor_summary`)
 
     def to_dict(self) -> dict[str, Any]:
         """The `show --json` document (also `GET /api/artifacts/{id}` of `registry serve`): the projected state with

@@ -1,7 +1,7 @@
 """A speed record's complete documents, read from the log by position when a question reads the record.
 
 The fold keeps a document's entry in a speed record as a reference to its
-`BenchmarkMeasured` event (read_models.py `RecordEntry`), for the reason
+`BenchmarkMeasured` event (read_models/speed_records.py `RecordEntry`), for the reason
 evidence entries are references (items.py): decoding every benchmark item's
 arms halved the fold's rate. A question that reads a record (`promote`,
 `what-if`, `show`, `bench status`, `report`) attaches each document's

@@ -1,7 +1,7 @@
 """The registry report: what is promoted, what was caught and why, what is close, who is waiting.
 
 Sections (all computed from a RegistryState, so a report as of any past
-position is the same function over `Projections.state(as_of=...)`):
+position is the same function over `View(store, as_of=...).state()`):
 - leaderboard: per workload, promoted artifacts by speedup (descending), with
   the speedup's interval (speedup_ci), tier and tightest margin;
 - caught: held / quarantined / rejected artifacts grouped by the rule that

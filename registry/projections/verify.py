@@ -29,7 +29,7 @@ from .snapshot import read_checkpoint, snapshot
 
 def rebuild(store: EventStore) -> RegistryState:
     """The registry's state folded from nothing, in memory, up to the log's head, with its evidence items
-    (as `Projections.state()` answers it)."""
+    (as a view as of the head answers `state()`)."""
     state = fold_log(store, store.head_position())
     attach_items(store, state.artifacts.values())
     attach_state_documents(store, state)
