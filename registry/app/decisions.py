@@ -39,7 +39,6 @@ from registry.projections.read_models.artifacts import attempts_on, contract_not
 from registry.projections.view import DeclaredContract, View
 from registry.formats.text import text_arguments
 
-from .compiled import registered_cubins
 from .context import Registry
 from .retries import decided_on_a_still_stream
 
@@ -55,6 +54,8 @@ def gate_inputs(state: ArtifactState, attempts: int, record: SpeedRecord | None)
     """The gate's view of an artifact's projected state (its evidence items attached); `attempts` the payload's
     count (`payload_attempts`), `record` the speed record of its bytes (`View.speed_record`)."""
     from registry.gate import ArtifactFacts, GateEvidence, Recorded
+
+    from .compiled import registered_cubins
 
     latest = state["evidence"]
 
