@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from registry.app.bench import PairWriter, open_session, pairs, read_record, record_pair_group, record_pairs
+from registry.app.bench import PairWriter, open_session, pairs, benchmark_record, record_pair_group, record_pairs
 from registry.events.errors import IdempotencyConflict, StoreError
 from registry.formats.errors import UserError
 from registry.app.workloads import register_artifact
@@ -173,7 +173,7 @@ def test_the_python_api_decides_on_sqlite_and_postgres(backend_url, tmp_path):
     assert (record.result.decision, record.result.decided_at) == ("rejected", 5)
     appended, again = record_pairs(registry, "k", session, [1.0, 1.0], [1.0, 1.0], "b0")
     assert not appended and len(again.ratios) == len(record.ratios)
-    assert read_record(registry, "k").to_dict()["decision"] == "rejected"
+    assert benchmark_record(registry, "k").to_dict()["decision"] == "rejected"
     # A group (group commit, as the server records batches): checked in order against one read of the rows with
     # the group's earlier batches folded in, appended in one transaction; each refusal is its own batch's only.
     (tmp_path / "g.bin").write_bytes(b"grouped kernel")
@@ -197,7 +197,7 @@ def test_the_python_api_decides_on_sqlite_and_postgres(backend_url, tmp_path):
     assert [(e.payload["batch"], e.position) for e in appended] == [("a", head + 1), ("c", head + 2)]
     (twin_appended, twin_record), = record_pair_group([group[4]])
     assert twin_appended and len(twin_record.ratios) == 20 and twin_record.closed
-    assert read_record(registry, "g").to_dict()["pairs"] == 20 and registry.store.verify().intact
+    assert benchmark_record(registry, "g").to_dict()["pairs"] == 20 and registry.store.verify().intact
     # Batches of two registries in one group: each read from and appended to its own store.
     other = opened(f"sqlite:///{tmp_path / 'other.db'}", actor="gpu-worker-2", create=True)
     declare_workload(other, Contract.from_yaml(MANIFEST))
@@ -226,7 +226,7 @@ def test_the_python_api_decides_on_sqlite_and_postgres(backend_url, tmp_path):
                                                               pairs(rival, "h", h, *at_gate, "k")])] == [True, True]
 
     (appended, record), = record_pair_group([pairs(registry, "h", h, *at_gate, "k", authorize=raced)])
-    assert appended is False and record.to_dict() == read_record(registry, "h").to_dict() and len(record.ratios) == 4
+    assert appended is False and record.to_dict() == benchmark_record(registry, "h").to_dict() and len(record.ratios) == 4
     # The server's pair writer answers every batch whatever its group raises (here one batch's own callback raising a
     # BaseException), and goes on recording the batches after it.
     writer, answers = PairWriter(), queue.Queue()
@@ -372,14 +372,14 @@ def test_any_sequence_of_opens_and_batches_keeps_one_ordered_record(tmp_path_fac
         try:
             if op[0] == "open":
                 name, answer = open_session(registry, op[1], "d", "t")
-                assert answer == read_record(registry, op[1])
+                assert answer == benchmark_record(registry, op[1])
                 sessions.append(name)
                 continue
             _, artifact, index, key, pairs = op
             session = sessions[index] if index < len(sessions) else "bs-unknown"
             appended, answer = record_pairs(registry, artifact, session, [b for b, _ in pairs], [c for _, c in pairs],
                                             key)
-            assert answer == read_record(registry, artifact)
+            assert answer == benchmark_record(registry, artifact)
             if appended:
                 batches[(session, key)] = pairs
                 accepted.extend(b / c for b, c in pairs)
@@ -388,7 +388,7 @@ def test_any_sequence_of_opens_and_batches_keeps_one_ordered_record(tmp_path_fac
         except Exception as exc:  # every refusal is a one-line ValueError (or the store's own) with nothing written
             assert type(exc).__name__ in ("UserError", "IdempotencyConflict"), repr(exc)
             assert "\n" not in str(exc) and registry.store.head_position() == head
-    record = read_record(registry, "renamed")
+    record = benchmark_record(registry, "renamed")
     assert record.ratios == accepted and len(record.ratios) <= record.max_pairs
     assert record.result == decide_stream(accepted, 1.2, 0.05, 20)
 

@@ -50,7 +50,7 @@ LOG = logging.getLogger("registry.app")
 # (tests/test_cli_startup.py).
 
 @dataclass(frozen=True)
-class Session:
+class OpenedSession:
     session: str
     identity: str
     artifact: str
@@ -66,7 +66,7 @@ class BenchRecord:
     workload: str
     gate: float
     max_pairs: int
-    sessions: list[Session]
+    sessions: list[OpenedSession]
     ratios: list[float]
     batch_ids: list[str]
     result: SequentialResult
@@ -100,7 +100,7 @@ def _stop(record: BenchRecord) -> str:
     return stop_reason(record.result, len(record.ratios), record.max_pairs)
 
 
-def read_record(registry: Registry, artifact: str) -> BenchRecord:
+def benchmark_record(registry: Registry, artifact: str) -> BenchRecord:
     """The speed record of the artifact's bytes, as its current identity reads it, under its workload's contract."""
     with registry.view() as view:
         return _record(_target(view, artifact))
@@ -231,10 +231,10 @@ def record_pairs(registry: Registry, artifact: str, session: str, baseline: list
 
 # What `record_pair_group` answers a batch: (appended, record) as `record_pairs` returns them, the exception
 # `record_pairs` would raise, or None for a batch left to the next group.
-Recorded = tuple[bool, BenchRecord] | Exception | None
+BatchAnswer = tuple[bool, BenchRecord] | Exception | None
 
 
-def record_pair_group(group: list[Pairs]) -> list[Recorded]:
+def record_pair_group(group: list[Pairs]) -> list[BatchAnswer]:
     """Record several batches, in order, as `record_pairs` records each: one catch-up, one snapshot of the
     artifacts' rows, one append transaction for all (group commit).
 
@@ -262,7 +262,7 @@ def record_pair_group(group: list[Pairs]) -> list[Recorded]:
 
     from .evidence import subject_of
 
-    outcomes: list[Recorded] = [None] * len(group)
+    outcomes: list[BatchAnswer] = [None] * len(group)
     stores = list(dict.fromkeys(id(request.registry.store) for request in group))
     if len(stores) > 1:
         for store in stores:
@@ -335,7 +335,7 @@ def record_pair_group(group: list[Pairs]) -> list[Recorded]:
         # A new batch that another process's append of the same key reached first is not appended again, and is a
         # retry: answered by the record as it stands, which the rows read (without that process's appends) are not.
         try:
-            outcomes[index] = False, read_record(group[index].registry, group[index].artifact)
+            outcomes[index] = False, benchmark_record(group[index].registry, group[index].artifact)
         except Exception as exc:  # noqa: BLE001 - this batch's answer alone
             outcomes[index] = exc
     return outcomes
@@ -364,10 +364,10 @@ class PairWriter:
         """No batch waiting and no writer thread yet (a new writer, or one in a forked child: the parent's thread
         and the lock it may have held at the fork are not the child's)."""
         self._ready = threading.Condition()
-        self._waiting: list[tuple[Pairs, Callable[[Recorded], None]]] = []
+        self._waiting: list[tuple[Pairs, Callable[[BatchAnswer], None]]] = []
         self._thread: threading.Thread | None = None
 
-    def submit(self, batch: Pairs, answer: Callable[[Recorded], None]) -> None:
+    def submit(self, batch: Pairs, answer: Callable[[BatchAnswer], None]) -> None:
         """Record `batch` in the next group; `answer` gets what `record_pair_group` answered it (never None)."""
         with self._ready:
             if self._thread is None:
@@ -395,7 +395,7 @@ class PairWriter:
                         LOG.exception("a pair batch's answer could not be delivered")
 
 
-def _each_answered(group: list[Pairs]) -> list[Recorded]:
+def _each_answered(group: list[Pairs]) -> list[BatchAnswer]:
     """`record_pair_group`, whatever it raises: a group that raised is recorded again batch by batch, so that only
     the batch that raised hears it (a BaseException, such as one a batch's own callback raised, as a RuntimeError:
     the writer thread must outlive it, or this group and every later batch of the process would go unanswered)."""
@@ -563,7 +563,7 @@ def _record(target: _Target) -> BenchRecord:
     return BenchRecord(
         identity=target.subject.identity, workload=target.workload["workload"], gate=speed.gate,
         max_pairs=speed.max_pairs,
-        sessions=[Session(name, s["identity"], s["artifact"], s["opened_position"], s["pairs"])
+        sessions=[OpenedSession(name, s["identity"], s["artifact"], s["opened_position"], s["pairs"])
                   for name, s in in_opened_order(sessions)],
         ratios=reading.ratios, batch_ids=stream["batches"] if stream is not None else [], result=reading.result,
         version=stream["version"] if stream is not None else 0, bounds=reading.bounds,

@@ -148,9 +148,9 @@ def create_app(config: ServerConfig) -> FastAPI:
     @app.get("/api/artifacts/{artifact}/bench", tags=["read"])
     def bench_status(artifact: str, _grant: Grant = Depends(scoped("read"))) -> dict:
         """The artifact's benchmark record (`registry bench status --json`)."""
-        from registry.app.bench import read_record
+        from registry.app.bench import benchmark_record
 
-        return {"artifact": artifact, **read_record(base, artifact).to_dict()}
+        return {"artifact": artifact, **benchmark_record(base, artifact).to_dict()}
 
     @app.get("/api/history/{stream}", tags=["read"])
     def history(stream: str, after: int = Query(0, ge=0, le=2**62), limit: int = Query(100, ge=1, le=MOST_HISTORY_PAGE),
