@@ -147,7 +147,7 @@ def test_a_registry_written_by_the_code_at_7b22681_upgrades_and_reads_as_before(
 
     path = tmp_path / "old.db"
     with sqlite3.connect(path) as connection:
-        connection.executescript((OLD_REGISTRY / "registry.sql").read_text())
+        connection.executescript("\n".join(json.loads((OLD_REGISTRY / "registry.json").read_text())))
     then = json.loads((OLD_REGISTRY / "answers.json").read_text())
     runner = CliRunner()
 

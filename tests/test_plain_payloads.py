@@ -249,14 +249,12 @@ def test_models_with_anything_but_plain_fields_are_not_compiled():
 
 
 def test_the_written_forms_are_the_models_compiled_forms():
-    """plain_forms.py, what an append reads instead of the models, is what `compile_plain` makes of them now:
+    """plain_forms.json, what an append reads instead of the models, is what `compile_plain` makes of them now:
     a changed model with a stale written form fails here (`python -m registry.events.plain_payloads` rewrites it)."""
-    from pathlib import Path
-
     from registry.events import plain_payloads
 
-    written = Path(plain_payloads.__file__).with_name("plain_forms.py").read_text(encoding="utf-8")
-    assert written == plain_payloads.form_source(types.PAYLOAD_TYPES)
+    written = plain_payloads.FORMS_FILE.read_text(encoding="utf-8")
+    assert written == plain_payloads.written_forms(types.PAYLOAD_TYPES)
     for event_type in types.PAYLOAD_TYPES:
         compiled, stored = types.PLAIN_PAYLOADS[event_type], plain_payloads.WRITTEN_FORMS[event_type]
         assert (compiled is None) == (stored is None), event_type

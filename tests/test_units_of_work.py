@@ -94,3 +94,21 @@ def test_three_racing_imports_of_one_run_say_appended_once(kernel):
     assert len({tuple(answer["positions"]) for answer in answers}) == 1
     with open_registry(kernel.url) as registry:
         assert len(registry.store.read_stream("artifact:k")) == 1 + 3  # the registration and the one batch
+
+
+def test_a_deciding_promote_imports_neither_pydantic_nor_the_bundles(kernel):
+    """A promote that runs the gate and appends its verdict, in a fresh interpreter (about a second): the
+    verdict's plain payload is checked by its written form (registry/events/plain_forms.json), not by its
+    model, and a fused kernel's registration reads no bundle. Both imports were most of what a deciding
+    promote spent above the start-up floor (benchmarks/cli.py)."""
+    kernel.document.write_text(json.dumps(evidence(1.4)))
+    assert kernel("evidence", "import", str(kernel.document)).exit_code == 0
+    probe = ("import sys, json\nfrom registry.cli.main import main\n"
+             f"try: main(['--db', {kernel.url!r}, 'promote', 'k', '--json'])\n"
+             "except SystemExit as exc: assert not exc.code, exc.code\n"
+             "print(json.dumps(sorted(m for m in ('pydantic', 'registry.bundles') if m in sys.modules)))\n")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    *answer, imported = done.stdout.strip().splitlines()
+    assert json.loads("\n".join(answer))["decision"] == "promoted"
+    assert json.loads(imported) == []

@@ -82,7 +82,7 @@ def _prepare_batch(events: Sequence[NewEvent]) -> list[tuple[str, int, str]]:
     """Each event's type, schema version and canonical payload, validated.
 
     A payload given as a dict, of a type whose model has a compiled plain
-    form (plain_payloads.py, written down in plain_forms.py so that no model
+    form (plain_payloads.py, written down in plain_forms.json so that no model
     is imported for it), is checked and encoded by that form; whatever it
     does not accept, and every payload given as a model (validated when it
     was built), goes through `_prepare` and the model.

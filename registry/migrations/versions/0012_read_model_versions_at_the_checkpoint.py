@@ -26,17 +26,11 @@ def upgrade() -> None:
         batch.add_column(sa.Column('versions', sa.Text(), nullable=True))
 
 
-# The checkpoint first, then every table it covers (as of this revision).
-DERIVED = ("projection_checkpoint", "projection_artifacts", "projection_verdicts", "projection_payloads",
-           "projection_payload_counts", "projection_workloads", "projection_framesets", "projection_outcomes",
-           "projection_bench_streams", "projection_speed_records", "projection_workload_counts",
-           "projection_record_heads")
-
-
 def downgrade() -> None:
     # Code older than this revision cannot tell which declarations folded the rows, so it gets none: its next
-    # read folds the whole log with its own.
-    for table in DERIVED:
-        op.execute(f"DELETE FROM {table}")
+    # read folds the whole log with its own. Every read-model table's name begins projection_.
+    for table in sorted(sa.inspect(op.get_bind()).get_table_names()):
+        if table.startswith("projection_"):
+            op.execute(f"DELETE FROM {table}")
     with op.batch_alter_table('projection_checkpoint') as batch:
         batch.drop_column('versions')

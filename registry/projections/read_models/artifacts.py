@@ -447,26 +447,28 @@ def _succeeded(event: LogEvent, kind: str) -> bool:
     return event.payload["item"].get("stage_status") == "ok"
 
 
-def _failed(state: Artifacts, event: LogEvent) -> None:
-    artifact = named_in_stream(state, event)
+def _decided_about(state: Artifacts, event: LogEvent) -> IdentityScope | None:
+    """The fields of the identity a failure, verdict or human decision names (its payload's identity and bytes),
+    or None where it is about an identity the artifact no longer holds."""
     payload = event.payload
-    scoped = identity_scoped(artifact, payload.get("identity"), payload["payload_sha256"])
-    if scoped is None:
-        return
-    scoped[1]["open_failures"].append(
-        {"event_id": event.event_id, "position": event.position, "stage": payload["stage"], "error": payload["error"]}
-    )
+    scoped = identity_scoped(named_in_stream(state, event), payload.get("identity"), payload["payload_sha256"])
+    return None if scoped is None else scoped[1]
+
+
+def _failed(state: Artifacts, event: LogEvent) -> None:
+    fields, payload = _decided_about(state, event), event.payload
+    if fields is not None:
+        fields["open_failures"].append({"event_id": event.event_id, "position": event.position,
+                                        "stage": payload["stage"], "error": payload["error"]})
 
 
 def _verdict(state: Artifacts, event: LogEvent) -> None:
-    artifact = named_in_stream(state, event)
-    payload = event.payload
-    verdict = payload["verdict"]
-    scoped = identity_scoped(artifact, payload.get("identity"), payload["payload_sha256"])
-    if scoped is None:
+    fields, payload = _decided_about(state, event), event.payload
+    if fields is None:
         return
+    verdict = payload["verdict"]
     margins = verdict["margins"]
-    scoped[1].update({
+    fields.update({
         "decision": verdict["decision"], "decided_by": "gate", "tier": verdict["tier"], "rule": verdict["rule"],
         "reasons": verdict["reasons"], "margins": margins, "tightest_margin": tightest(margins),
         "speedup": verdict["speedup"], "speedup_ci": verdict["speedup_ci"], "verdict": verdict,
@@ -476,12 +478,9 @@ def _verdict(state: Artifacts, event: LogEvent) -> None:
 
 
 def _human(state: Artifacts, event: LogEvent) -> None:
-    artifact = named_in_stream(state, event)
-    payload = event.payload
-    scoped = identity_scoped(artifact, payload.get("identity"), payload["payload_sha256"])
-    if scoped is None:
+    fields, payload = _decided_about(state, event), event.payload
+    if fields is None:
         return
-    fields = scoped[1]
     action = payload["action"]
     if action not in HUMAN_DECISION:
         raise ProjectionError(f"event at position {event.position}: unknown human action {action!r}")
@@ -509,12 +508,6 @@ def _placed(state: Artifacts, event: LogEvent) -> None:
 
 # -- rows ----------------------------------------------------------------------------------------------------
 
-def _columns(state: dict[str, Any]) -> dict[str, Any]:
-    return {"artifact": state["artifact"], "workload": state["workload"], "decision": state["decision"],
-            "tier": state["tier"], "speedup": state["speedup"], "last_position": state["last_position"],
-            "stream_version": state["stream_version"], "identity": state["identity"]}
-
-
 def _without_history(state: dict[str, Any]) -> dict[str, Any]:
     """The artifact state as its row stores it: everything but the verdict history (verdicts.py's table)."""
     return {key: value for key, value in state.items() if key != HISTORY_KEY}
@@ -535,7 +528,7 @@ DECLARATION = ReadModel(
            "HumanDecision": _human, "ExternalOutcome": _external,
            **{name: _evidence for name in EVIDENCE_KIND_BY_TYPE},
            **{name: _placed for name in ("PairsRemeasured", "RegressionDetected", "RegressionAcknowledged")}},
-    table=ARTIFACTS, key=("artifact",), columns=_columns, stored=_without_history,
+    table=ARTIFACTS, key=("artifact",), stored=_without_history,
     stream_prefix=ARTIFACT_PREFIX, logged=True, stream_version="stream_version",
     side_tables=(SideTable(WORKLOAD_COUNTS, ("workload",),
                            lambda states: counted(("workload",), "artifacts",

@@ -73,6 +73,5 @@ DECLARATION = ReadModel(
     name="bench_streams", version=VERSION, row_type=BenchStreamState, singular="benchmark stream",
     folds={"BenchmarkSessionOpened": _opened, "BenchmarkPairsRecorded": _pairs},
     table=BENCH_STREAMS, key=("identity",),
-    columns=lambda state: {"identity": state["identity"], "last_position": state["last_position"]},
     stream_prefix=BENCH_PREFIX, logged=True, stream_version="version",
 )

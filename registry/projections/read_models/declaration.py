@@ -16,8 +16,8 @@ Three ways a model's rows are kept:
 
 - its own table, one row per state, keyed by `key` (artifacts, workloads,
   frame sets, outcomes, bench streams, speed records): the row holds the
-  state as canonical JSON with its sha256 (`row_hash`) and the `columns`
-  the declaration names for indexed listing;
+  state as canonical JSON with its sha256 (`row_hash`) and, for indexed
+  listing, the table's other columns, each the state's value of its name;
 - rows derived from a parent model's states (`parent`, `derive`: the
   verdict history, the payload index), written as the difference between
   the rows a catch-up loaded and the rows its fold leaves;
@@ -31,6 +31,7 @@ says whether a change adds to it (counts) or replaces it (heads).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Callable, Iterable, Literal, Mapping, Sequence
 
 from sqlalchemy import Column, Connection, String, Table, Text
@@ -77,8 +78,6 @@ class ReadModel:
     singular: str  # how a refusal names one row: "artifact", "speed record", ...
     table: Table | None = None
     key: tuple[str, ...] = ()
-    # Own rows: the indexed columns beside the key, the state and its hash.
-    columns: Callable[[dict[str, Any]], dict[str, Any]] | None = None
     # Own rows: the part of the state that is not stored in the row (kept in a derived model's table instead).
     stored: Callable[[dict[str, Any]], dict[str, Any]] = lambda state: state
     # The stream prefix whose events name this model's rows: a catch-up loads those rows before folding them.
@@ -104,11 +103,16 @@ class ReadModel:
     def own_rows(self) -> bool:
         return self.table is not None and self.parent is None
 
+    @cached_property
+    def indexed(self) -> tuple[str, ...]:
+        """An own-rows table's key and indexed columns: each holds the state's value of the same name."""
+        assert self.table is not None
+        return tuple(name for name in self.table.columns.keys() if name not in ("state", "row_hash"))
+
     def row(self, state: dict[str, Any]) -> dict[str, Any]:
         """The row of an own-rows model's state: its key, indexed columns, state text and hash."""
         text = canonical_json(self.stored(state))
-        assert self.columns is not None
-        return {**self.columns(state), "state": text, "row_hash": sha256_hex(text)}
+        return {**{name: state[name] for name in self.indexed}, "state": text, "row_hash": sha256_hex(text)}
 
     def key_of(self, row: Mapping[str, Any]) -> tuple:
         return tuple(row[column] for column in self.key)

@@ -51,6 +51,5 @@ DECLARATION = ReadModel(
     name="framesets", version=VERSION, row_type=FrameSetState, singular="frame set",
     folds={"FrameSetRegistered": _registered},
     table=FRAMESETS, key=("name",),
-    columns=lambda state: {"name": state["name"], "position": state["position"]},
     stream_prefix=FRAMESET_PREFIX,
 )

@@ -81,6 +81,5 @@ DECLARATION = ReadModel(
     name="outcomes", version=VERSION, row_type=OutcomesState, singular="outcomes",
     folds={"ExternalOutcome": _external},
     table=OUTCOMES, key=("workload",),
-    columns=lambda state: {"workload": state["workload"], "last_position": state["last_position"]},
     stream_prefix=OUTCOMES_PREFIX,
 )

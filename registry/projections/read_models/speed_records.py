@@ -269,8 +269,6 @@ DECLARATION = ReadModel(
     name="records", version=VERSION, row_type=SpeedRecordState, singular="speed record",
     folds={"BenchmarkSessionOpened": _session, "BenchmarkPairsRecorded": _pairs, "BenchmarkMeasured": _document},
     table=SPEED_RECORDS, key=("record",),
-    columns=lambda state: {"record": state["record"], "workload": state["workload"],
-                           "payload_sha256": state["payload_sha256"], "last_position": state["last_position"]},
     lazy=True, checks=check_records, absent=check_absent,
     side_tables=(SideTable(RECORD_HEADS, ("record",), _heads, "set"),),
 )

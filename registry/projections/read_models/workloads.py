@@ -73,7 +73,5 @@ DECLARATION = ReadModel(
     name="workloads", version=VERSION, row_type=WorkloadState, singular="workload",
     folds={"WorkloadDeclared": _declared},
     table=WORKLOADS, key=("workload",),
-    columns=lambda state: {"workload": state["workload"], "contract_version": state["contract_version"],
-                           "last_position": state["last_position"]},
     stream_prefix=WORKLOAD_PREFIX, logged=True,
 )
