@@ -301,7 +301,10 @@ def test_promote_decides_on_the_sessions_and_names_their_batches(registry_cli, t
     assert promoted.exit_code == 0, promoted.output
     verdict = json.loads(promoted.stdout)
     assert (verdict["decision"], verdict["rule"]) == ("promoted", "speed.passed")
-    assert verdict["reasons"][0].startswith("speedup 2.00x after 5 of 5 recorded pairs: running bounds [2.0, 2.0]")
+    assert verdict["reasons"][0].startswith(
+        "speedup 2.00x over the 5 pairs read up to the batch that decided (median of the pair ratios); decided at "
+        "pair 5 of 5 recorded: running bounds [2.0, 2.0]")
+    assert (verdict["speedup"], verdict["speedup_pairs"], verdict["speedup_ci_pair"]) == (2.0, 5, 5)
     assert verdict["speedup_ci"] == [2.0, 2.0] and len(verdict["evidence_ids"]) == 4
 
 
@@ -322,7 +325,8 @@ def test_show_and_report_give_the_running_bounds_pairs_stop_and_alpha(registry_c
     run_json(registry_cli, "bench", "record", "fast", name, "--batch", "a", "--baseline", "2,2,2,2,2,2",
              "--candidate", "1,1,1,1,1,1")
     shown = registry_cli("show", "fast")
-    assert ("speed record of these bytes: 6 pairs; shown above the gate (decided at pair 5); running bounds 2x to 2x "
+    assert ("speed record of these bytes: 6 pairs; speedup 2x over the 6 pairs read up to the batch that decided "
+            "(median of the pair ratios); shown above the gate (decided at pair 5); running bounds at pair 5 2x to 2x "
             "(two-sided 90%) against the gate 1.2x at alpha 0.05 per side") in shown.stdout
     assert "its bytes' speed record holds 2 session(s) and 0 complete document(s)" in shown.stdout
     bench = run_json(registry_cli, "show", "fast")["bench"]
