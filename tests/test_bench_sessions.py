@@ -318,6 +318,47 @@ def test_a_session_timed_under_the_interpreter_holds(registry_cli, tmp_path):
     assert "timings came from Triton's interpreter and are not speed evidence" in verdict["reasons"]
 
 
+def test_interpreter_pairs_never_decide_or_close_a_record_and_a_later_gpu_session_is_read(registry_cli, tmp_path):
+    """Pairs a CPU's interpreter timed (the candidate ten times slower there: enough to reject, had they been read)
+    decide nothing and leave the record open; a GPU session for the same bytes is then opened and decides alone,
+    and the verdict says what was set aside. On the code before, the interpreter's pairs rejected the record at
+    pair 5 and closed it, and the GPU session was refused."""
+    declare_and_register(registry_cli, tmp_path)
+    document = tmp_path / "evidence.json"
+    document.write_text(json.dumps({"format": "registry.evidence/1", "artifact": "fast", "evidence": [
+        {"kind": "execution", "candidate_calls": 4, "fallbacks": 0}, {"kind": "parity", "leaves": [PASSING_LEAF]}]}))
+    assert registry_cli("evidence", "import", str(document)).exit_code == 0
+    cpu = run_json(registry_cli, "bench", "open", "fast", "--device", "cpu (triton interpreter)",
+                   "--timer", "interpreter")["session"]
+    record = run_json(registry_cli, "bench", "record", "fast", cpu, "--batch", "a", "--baseline", "1,1,1,1,1,1",
+                      "--candidate", "10,10,10,10,10,10")
+    assert (record["decision"], record["closed"], record["pairs"], record["set_aside_pairs"]) == ("held", False, 0, 6)
+    gpu = run_json(registry_cli, "bench", "open", "fast", "--device", "NVIDIA H200", "--timer", "cuda_event")
+    record = run_json(registry_cli, "bench", "record", "fast", gpu["session"], "--batch", "b",
+                      "--baseline", "2,2,2,2,2", "--candidate", "1,1,1,1,1")
+    assert (record["decision"], record["decided_at"], record["pairs"], record["speedup"]) == ("promoted", 5, 5, 2.0)
+    verdict = run_json(registry_cli, "promote", "fast")
+    assert (verdict["decision"], verdict["speedup"], verdict["speedup_pairs"]) == ("promoted", 2.0, 5)
+    assert ("6 pairs timed by interpreter cpu (triton interpreter) set aside, never read: timings came from "
+            "Triton's interpreter and are not speed evidence") in verdict["reasons"]
+
+
+def test_a_batched_session_timed_by_an_interpreter_times_one_batch(registry_cli, tmp_path):
+    from registry.app.bench import BATCH_PAIRS, BatchedSession
+
+    declare_and_register(registry_cli, tmp_path)
+    registry = open_registry(registry_cli.url)
+    batches = BatchedSession(registry, "fast", device="cpu (triton interpreter)", timer="interpreter")
+    assert batches.next_size() == BATCH_PAIRS
+    batches.add([1.0] * BATCH_PAIRS, [9.0] * BATCH_PAIRS)
+    assert (batches.next_size(), batches.stop, batches.record.closed) == (0, "not_speed_evidence", False)
+    emulated = BatchedSession(registry, "fast", device="NVIDIA H200", timer="emulator", limit=4)
+    while size := emulated.next_size():
+        emulated.add([1.0] * size, [9.0] * size)
+    assert (emulated.pairs, emulated.stop, read_record(registry, "fast").to_dict()["set_aside_pairs"]) == (
+        4, "not_speed_evidence", 6)
+
+
 def test_show_and_report_give_the_running_bounds_pairs_stop_and_alpha(registry_cli, tmp_path):
     declare_and_register(registry_cli, tmp_path)
     name = run_json(registry_cli, "bench", "open", "fast", "--device", "d", "--timer", "t")["session"]
