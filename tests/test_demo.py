@@ -83,8 +83,12 @@ def test_reduced_demo_decides_as_promised(reduced_demo):
     assert outcome["problems"] == []
     assert all("held, not guessed" in note for note in outcome["near_gate"])
 
-    # Every candidate is timed in a session of at most RUNS pairs, stopped at the first batch that decides it.
+    # Every candidate is timed in a session of at most RUNS pairs, stopped at the first batch that decides it; on a
+    # CPU the kernel's session times one batch, which the record never reads (interpreter timings).
     for row in outcome["rows"]:
+        if row["artifact"] == KERNEL_ARTIFACT and not ON_GPU:
+            assert (row["pairs"], row["stop"], row["decision"]) == (2, "not_speed_evidence", "held")
+            continue
         assert 2 <= row["pairs"] <= RUNS and row["stop"] in ("decided", "max_pairs")
         assert row["pairs_saved"] == (RUNS - row["pairs"] if row["stop"] == "decided" else 0)
     assert outcome["pairs"] == {"spent": sum(row["pairs"] for row in outcome["rows"]), "fixed_design": 5 * RUNS,

@@ -509,3 +509,37 @@ def test_a_sequential_document_whose_baseline_drifted_is_held_with_the_figures()
     assert ("the arms were not interleaved and baseline shifted after run 8 of 16 by +30.0% (median 1 s before, "
             "1.3 s after; exact permutation p 0.00016): at most alpha / 2 = 0.025 per arm when the runs are "
             "exchangeable, so they are not read as one speedup") in verdict.reasons
+
+
+def test_every_view_shows_the_run_s_published_figure_and_names_the_deciding_pair_s_bounds(tmp_path):
+    """LTX run 1040 read as exchangeable under a 1.01x gate, promoted at pair 11: `promote`, `show`, `report` in every
+    format, the live view's data and the stored verdict give 1.2459 (its arm medians' ratio over all 15 pairs), and
+    the interval beside it is named as the running bounds at pair 11, with their level."""
+    from click.testing import CliRunner
+
+    from registry.cli.main import main
+    from registry.serve.live import snapshot
+
+    registry, artifact = ltx_registry(tmp_path, (LTX_1040,), "1.01", ", drift_check: none")
+    url = str(registry.store.engine.url)
+
+    def run(*args: str) -> str:
+        result = CliRunner().invoke(main, ["--db", url, *args])
+        assert result.exit_code in (0, 3), result.output
+        return result.output
+
+    named = "interval [1.047, 1.257] (90% two-sided, running bounds at pair 11)"
+    assert f"speedup 1.2459x over 15 pairs, {named}" in run("promote", artifact)
+    assert f"speedup 1.2459x over 15 pairs, {named}" in run("show", artifact)
+    [stored] = [e.payload["verdict"] for e in registry.store.read_all() if e.type == "VerdictRendered"]
+    assert (round(stored["speedup"], 4), stored["speedup_pairs"], stored["speedup_ci_pair"]) == (1.2459, 15, 11)
+    report = json.loads(run("report", "--format", "json"))
+    [entry] = report["leaderboard"]["ltx-t2v-480p"]
+    assert (round(entry["speedup"], 4), entry["speedup_ci_pair"]) == (1.2459, 11)
+    [record] = report["benchmark_records"]
+    assert (round(record["speedup"], 4), record["speedup_pairs"], record["decided_at"]) == (1.2459, 15, 11)
+    assert "1.2459" in run("report", "--format", "csv")
+    for text in (run("report"), run("report", "--format", "html")):
+        assert "1.2459" in text and "running bounds at pair 11" in text
+    [shown] = [a for w in snapshot(registry)["workloads"] for a in w["artifacts"] if a["artifact"] == artifact]
+    assert shown["speedup"] == stored["speedup"]
