@@ -16,7 +16,7 @@ example (after every step in one example: tests/stateful_checks.py):
 (c) no command exits with a traceback;
 (d) whatever `resolve` ships is promoted for its current identity;
 (e) every verdict's benchmark attempts are those of its bytes in its workload, counted from the log;
-(f) every state the read models hold has the shape registry/projections/read_models.py declares.
+(f) every state the read models hold has the shape its declaration in registry/projections/read_models/ gives.
 """
 from __future__ import annotations
 

@@ -250,7 +250,7 @@ def test_models_with_anything_but_plain_fields_are_not_compiled():
 
 def test_the_written_forms_are_the_models_compiled_forms():
     """plain_forms.json, what an append reads instead of the models, is what `compile_plain` makes of them now:
-    a changed model with a stale written form fails here (`python -m registry.events.plain_payloads` rewrites it)."""
+    a changed model with a stale written form fails here (`python -m registry.events.types` rewrites it)."""
     from registry.events import plain_payloads
 
     written = plain_payloads.FORMS_FILE.read_text(encoding="utf-8")

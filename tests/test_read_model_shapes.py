@@ -1,4 +1,4 @@
-"""Every folded state has exactly the shape registry/projections/read_models.py declares.
+"""Every folded state has exactly the shape the declarations in registry/projections/read_models/ declare.
 
 The read models are dicts (docs/projections.md, "Why the read models are
 declared dicts"), so nothing at run time stops the fold from adding a key or

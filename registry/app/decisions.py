@@ -50,9 +50,12 @@ if TYPE_CHECKING:
 PROMOTE_TRIES = 5
 
 
-def gate_inputs(state: ArtifactState, attempts: int, record: SpeedRecord | None) -> tuple[GateEvidence, ArtifactFacts]:
+def gate_inputs(state: ArtifactState, attempts: int, record: SpeedRecord | None,
+                sharing: list[ArtifactState] = ()) -> tuple[GateEvidence, ArtifactFacts]:
     """The gate's view of an artifact's projected state (its evidence items attached); `attempts` the payload's
-    count (`payload_attempts`), `record` the speed record of its bytes (`View.speed_record`)."""
+    count (`payload_attempts`), `record` the speed record of its bytes (`View.speed_record`), `sharing` the
+    artifacts of its workload that registered its bytes (or more, `View.sharing_payload`), for an earlier
+    rejection of them (`standing_rejection`)."""
     from registry.gate import ArtifactFacts, GateEvidence, Recorded
 
     from .compiled import registered_cubins
@@ -67,10 +70,39 @@ def gate_inputs(state: ArtifactState, attempts: int, record: SpeedRecord | None)
                 for f in state["open_failures"]]
     evidence = GateEvidence(execution=recorded("execution"), benchmark=recorded("benchmark"),
                             parity=recorded("parity"), perceptual=recorded("perceptual"), failures=failures,
-                            benchmark_attempts=attempts, record=record)
+                            benchmark_attempts=attempts, record=record,
+                            rejection=standing_rejection(state, sharing))
     facts = ArtifactFacts(artifact_id=state["artifact"], kind=state["kind"], claimed_backend=state["backend"],
                           cubins=registered_cubins(state.get("bundle")))
     return evidence, facts
+
+
+def standing_rejection(state: ArtifactState, sharing: list[ArtifactState] = ()):
+    """A verdict that rejected the state's bytes in its workload, if any (registry.gate `StandingRejection`).
+
+    Every identity scope, current or set aside, of the artifact and of those
+    in `sharing` that was registered with the same bytes, keeps its latest
+    verdict; once a verdict of given bytes is rejected, every later one is
+    too (the gate rejects on this), so a rejected latest verdict in any of
+    those scopes is every rejection there was. A person's revoke leaves the
+    scope's verdict in place, so it does not lift the rejection either. An
+    artifact registered without bytes has only its current identity's own.
+    """
+    from registry.gate.model import StandingRejection
+
+    payload = state["payload_sha256"]
+    scopes = [(state["artifact"], state)]
+    if payload is not None:
+        for found in (state, *(other for other in sharing if other["artifact"] != state["artifact"])):
+            if found["payload_sha256"] == payload and found is not state:
+                scopes.append((found["artifact"], found))
+            scopes.extend((found["artifact"], kept) for kept in found["earlier_identities"].values()
+                          if kept["payload_sha256"] == payload)
+    for artifact, scope in scopes:
+        verdict = scope["verdict"]
+        if verdict is not None and verdict["decision"] == "rejected":
+            return StandingRejection(scope["verdict_event_id"], artifact, scope["contract_version"])
+    return None
 
 
 def artifact_state(view: View, artifact: str) -> ArtifactState:
@@ -151,7 +183,8 @@ def promote(registry: Registry, artifact: str, *, rejudge: bool = False) -> Prom
 
 def _promote_once(view: View, artifact: str, rejudge: bool = False) -> PromoteOutcome:
     state = artifact_state(view, artifact)
-    attempts = payload_attempts(state, view.sharing_payload(state["workload"], state["payload_sha256"], artifact))
+    sharing = view.sharing_payload(state["workload"], state["payload_sha256"], artifact)
+    attempts = payload_attempts(state, sharing)
     workload = view.workload(state["workload"])
     moved = workload is not None and state["contract_version"] != workload["contract_version"]
     if state["decision"] in FINAL and state["verdict"] is not None and not (rejudge and moved):
@@ -163,7 +196,7 @@ def _promote_once(view: View, artifact: str, rejudge: bool = False) -> PromoteOu
     from registry.gate import decide
 
     contract = Contract.from_stored(workload["contract"])
-    evidence, facts = gate_inputs(state, attempts, view.speed_record(state, workload).record)
+    evidence, facts = gate_inputs(state, attempts, view.speed_record(state, workload).record, sharing)
     verdict = decide(contract, evidence, facts).to_dict()
     payload = {"artifact": artifact, "identity": state["identity"], "payload_sha256": state["payload_sha256"],
                "workload": state["workload"], "contract_version": workload["contract_version"],
@@ -288,7 +321,7 @@ def what_if(registry: Registry, contract: Contract) -> list[WhatIf]:
         artifacts = view.artifacts(workload=contract.workload)
         records = [view.speed_record(state, workload).record for state in artifacts]
     for state, record in zip(artifacts, records):
-        evidence, facts = gate_inputs(state, payload_attempts(state, artifacts), record)
+        evidence, facts = gate_inputs(state, payload_attempts(state, artifacts), record, artifacts)
         new = decide(contract, evidence, facts)
         old = _margins_by_metric(state["verdict"])
         moved = []

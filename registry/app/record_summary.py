@@ -15,7 +15,9 @@ if TYPE_CHECKING:
 
 def summarize_record(read: RecordReading) -> dict[str, Any]:
     """A speed record's row as `show`, `report` and the HTML report give it: sessions, documents, devices, archs,
-    timers, pairs, what it shows, the running bounds with their level, alpha and the stop reason.
+    timers, pairs, what it shows, its speedup over every pair read up to what decided (and how many, how
+    estimated), the running bounds with their level, alpha, the stop reason, and pairs set aside (timed by an
+    interpreter or emulator: never read).
 
     A record under a contract that does not declare the confident rule is
     given with its pairs, sessions and documents only (no rule reads it).
@@ -38,8 +40,11 @@ def summarize_record(read: RecordReading) -> dict[str, Any]:
     if speed is None or reading is None:
         return {**summary, "decision": None, "shows": None, "pairs": sum(len(e["baseline_s"]) for e in entries),
                 "stop": f"speed.decision is {speed.decision if speed else 'undeclared'}"}
-    result = reading.result
+    result, figure = reading.result, reading.figure
     return {**summary, "decision": result.decision, "shows": SHOWS[result.decision], "pairs": len(reading.ratios),
+            "speedup": figure and figure.value, "speedup_pairs": figure and figure.pairs,
+            "speedup_method": figure and figure.method, "speedup_source": figure and figure.source,
+            "set_aside_pairs": sum(aside.pairs for aside in reading.set_aside),
             "decided_at": result.decided_at, "lower": result.lower, "upper": result.upper,
             "level": reading.level, "alpha": result.alpha, "gate": speed.gate, "max_pairs": speed.max_pairs,
             "stop": stop_reason(result, len(reading.ratios), speed.max_pairs),

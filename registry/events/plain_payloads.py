@@ -180,7 +180,7 @@ def written_forms(models: dict[str, Any]) -> str:
     """The text of plain_forms.json: each model's compiled form (`compile_plain`) written down as data, so an
     append of a plain payload is checked and encoded without importing the models (pydantic). tests/
     test_plain_payloads.py holds the file to what this writes from the models as they stand; `python -m
-    registry.events.plain_payloads` writes it."""
+    registry.events.types` writes it."""
     forms = {}
     for name in sorted(models):
         plain = compile_plain(models[name])
@@ -211,9 +211,3 @@ def _forms() -> dict[str, Any]:
 
 
 WRITTEN_FORMS = WrittenForms()
-
-
-if __name__ == "__main__":
-    from . import types
-
-    FORMS_FILE.write_text(written_forms(types.PAYLOAD_TYPES), encoding="utf-8")

@@ -170,7 +170,7 @@ function render(data) {
       ["artifact", "kind", "state", "tier", "speedup", "monitor"],
       wl.artifacts.map((a) => [{"data-artifact": a.artifact}, [
         el("td", {}, a.artifact), el("td", {}, a.kind), el("td", {"class": a.decision}, a.decision),
-        el("td", {}, a.tier), el("td", {}, a.speedup === null ? null : a.speedup.toFixed(3) + "x"),
+        el("td", {}, a.tier), el("td", {}, a.speedup === null ? null : a.speedup.toFixed(4) + "x"),
         el("td", {"class": a.monitor || ""}, a.monitor)]])));
   }
   const m = data.monitors, monitors = $("monitors"); monitors.replaceChildren();
