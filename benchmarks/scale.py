@@ -123,7 +123,7 @@ def build(url: str, shape: str, total: int) -> float:
     for first in range(1, large, BATCH):
         store.append(f"artifact:{TARGET}", solo(step_events(0, range(first, min(first + BATCH, large)), pool)),
                      actor="bench")
-    registry.engine.dispose()
+    registry.close()
     return time.perf_counter() - started
 
 

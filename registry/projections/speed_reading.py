@@ -13,6 +13,7 @@ as cheaply as a row.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from .read_models import SpeedRecordState, WorkloadState
@@ -31,17 +32,29 @@ class RecordReading:
     the bytes yet, or for an artifact without a payload, which has no
     record); `record` what the gate reads; `speed` the workload's current
     speed block (None when it declares none); `reading` the confident rule's
-    reading of the record (None unless the block declares that rule).
+    reading of the record (None unless the block declares that rule), made
+    when first asked: `promote` hands the record to the gate, which reads it
+    itself, so a promote reads a record once.
     """
 
     row: SpeedRecordState | None
     record: SpeedRecord
     speed: SpeedGate | None
-    reading: Reading | None
+    terms: list[Terms]
 
     @property
     def confident(self) -> bool:
-        return self.reading is not None
+        return self.record.payload_sha256 is not None and self.speed is not None \
+            and self.speed.decision == "confident"
+
+    @cached_property
+    def reading(self) -> Reading | None:
+        from registry.gate.record import read_record
+
+        if not self.confident:
+            return None
+        assert self.speed is not None
+        return read_record(self.record, self.speed, self.terms)
 
 
 def speed_terms(workload: WorkloadState | None) -> tuple[SpeedGate | None, list[Terms]]:
@@ -68,7 +81,6 @@ def read_speed_record(row: SpeedRecordState | None, workload: WorkloadState | No
     records of one workload.
     """
     from registry.gate import SpeedRecord
-    from registry.gate.record import read_record
 
     versions: Any = workload["versions"] if workload is not None else []
     if row is None:
@@ -76,6 +88,4 @@ def read_speed_record(row: SpeedRecordState | None, workload: WorkloadState | No
     else:
         record = SpeedRecord(payload_sha256, row["entries"], len(row["sessions"]), versions)
     speed, terms = speed_terms(workload) if rule is None else rule
-    if payload_sha256 is None or speed is None or speed.decision != "confident":
-        return RecordReading(row, record, speed, None)
-    return RecordReading(row, record, speed, read_record(record, speed, terms))
+    return RecordReading(row, record, speed, terms)
