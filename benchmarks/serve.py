@@ -75,7 +75,7 @@ def seed(url: str, clients: int) -> list[tuple[str, str]]:
                           payload_sha256=f"{i:064x}")
         token, _ = issue_token(registry, f"gpu-{i}", ["ingest"], workload="wan-*")
         workers.append((artifact, token))
-    registry.engine.dispose()
+    registry.close()
     return workers
 
 
