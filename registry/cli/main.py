@@ -34,7 +34,7 @@ _ARGUMENTS_KEY = "registry.arguments"
 # tests/test_cli_startup.py checks this table against every module's COMMANDS.
 COMMAND_MODULES = {
     **dict.fromkeys(("init", "history", "verify", "install-manifest", "db"), "log_commands"),
-    **dict.fromkeys(("workload", "artifact", "frames"), "setup_commands"),
+    **dict.fromkeys(("workload", "artifact", "frames", "bundle"), "setup_commands"),
     **dict.fromkeys(("evidence", "evaluate", "kernels"), "evidence_commands"),
     "import": "import_commands",
     **dict.fromkeys(("promote", "approve", "revoke", "what-if"), "decision_commands"),

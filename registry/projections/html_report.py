@@ -6,7 +6,7 @@ import re
 from html import escape
 from typing import Any, Sequence
 
-from .plots import Plot, frame_plot, running_bounds_plot, speed_fidelity_plot
+from .plots import Plot, can_plot, frame_plot, running_bounds_plot, speed_fidelity_plot
 from .matrix import cell_text
 from .report import head_text, matrix_table, report_tables
 from .state import RegistryState
@@ -66,7 +66,7 @@ def report_html(report: dict[str, Any], state: RegistryState, *, max_frame_plots
         f"<p>{escape(totals)}</p>",
         _table(*workload_table),
         "<h2>Speed against fidelity</h2>",
-        speed_fidelity_figure(artifacts, {w: s["speed_gate"] for w, s in workloads.items()}),
+        speed_fidelity_section(artifacts, {w: s["speed_gate"] for w, s in workloads.items()}),
         *(_table(*table) for table in tables if table[0] != matrix_title),
         *([matrix_grid(report["matrix"])] if report["matrix"] is not None else []),
         *_bounds_section(report.get("benchmark_records") or [], max_frame_plots),
@@ -77,7 +77,7 @@ def report_html(report: dict[str, Any], state: RegistryState, *, max_frame_plots
 
 def _bounds_section(records: list[dict[str, Any]], limit: int) -> list[str]:
     """One running-bounds figure per benchmark record read by the confident rule (at most `limit`)."""
-    readable = [record for record in records if record.get("decision") is not None]
+    readable = [record for record in records if record.get("reading") is not None]
     if not readable:
         return []
     parts = ["<h2>Running bounds against the gate (speed records)</h2>"]
@@ -112,6 +112,15 @@ def matrix_grid(matrix: dict[str, Any]) -> str:
         body.append(f"<tr><td>{escape(row['family'])}</td><td>{escape(row['workload'])}</td>{''.join(cells)}</tr>")
     return (f"<h2>{escape(title)}</h2><table class=\"matrix\"><thead><tr>{head}</tr></thead>"
             f"<tbody>{''.join(body)}</tbody></table>")
+
+
+def speed_fidelity_section(artifacts: list[dict[str, Any]], gates: dict[str, float | None]) -> str:
+    """The speed-against-fidelity figure, or, when no artifact has both a measured speedup and a fidelity margin
+    (a registry of exact-tier kernels: byte-equal parity records no margin), why there is none."""
+    if not any(can_plot(artifact) for artifact in artifacts):
+        return ('<p class="none">nothing to plot: no artifact has both a measured speedup and a fidelity margin '
+                "(exact-tier parity that is byte-equal records no margin; perceptual metrics do)</p>")
+    return speed_fidelity_figure(artifacts, gates)
 
 
 def speed_fidelity_figure(artifacts: list[dict[str, Any]], gates: dict[str, float | None]) -> str:

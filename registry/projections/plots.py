@@ -30,6 +30,8 @@ DECISION_COLOURS = {
     "promoted": "#2e7d32", "rejected": "#ef6c00", "quarantined": "#c62828",
     "held": "#616161", "recorded": "#1565c0", "registered": "#bdbdbd",
 }
+# A speed record's reading (never an artifact's state) -> the colour of the pair it was decided at.
+READING_COLOURS = {"above": DECISION_COLOURS["promoted"], "below": DECISION_COLOURS["rejected"]}
 GATE_STYLES = ("--", "-.", ":", (0, (5, 1, 1, 1)))
 
 
@@ -65,12 +67,18 @@ class Plot:
     caption: str
 
 
+def can_plot(artifact: dict[str, Any]) -> bool:
+    """Whether the artifact is a point of the speed-against-fidelity figure: a speedup and a finite fidelity margin."""
+    margin = tightest_fidelity(artifact)
+    return artifact["speedup"] is not None and margin is not None and math.isfinite(relative_margin(margin))
+
+
 def speed_fidelity_plot(artifacts: list[dict[str, Any]], gates: dict[str, float | None]) -> Plot:
     points, left_out = [], []
     for artifact in artifacts:
         margin = tightest_fidelity(artifact)
         x = relative_margin(margin) if margin is not None else math.nan
-        if artifact["speedup"] is None or not math.isfinite(x):
+        if not can_plot(artifact):
             left_out.append(artifact["artifact"])
             continue
         points.append((x, artifact["speedup"], artifact))
@@ -170,7 +178,7 @@ def running_bounds_plot(record: dict[str, Any]) -> Plot:
                   ha="center", va="center", fontsize=9, color="#555")
     axes.axhline(record["gate"], color="#6a1b9a", linewidth=1.2, label=f"gate {record['gate']:.3g}x")
     if record.get("decided_at"):
-        axes.axvline(record["decided_at"], color=DECISION_COLOURS.get(record["decision"], "black"), linewidth=1.0,
+        axes.axvline(record["decided_at"], color=READING_COLOURS.get(record["reading"], "black"), linewidth=1.0,
                      label=f"{record['shows']} at pair {record['decided_at']}")
     axes.set_xlim(0, max(len(bounds), 1) + 1)
     axes.xaxis.set_major_locator(MaxNLocator(integer=True))

@@ -8,7 +8,10 @@ position is the same function over `Projections.state(as_of=...)`):
   decided them (a person's revoke counts as rule `human.revoke`);
 - near_misses: promoted artifacts whose tightest margin is within 10% of its
   threshold (|margin| <= 0.1 * |threshold|): promoted, but one noisy rerun
-  from the other side of the line;
+  from the other side of the line; for a metric bounded on its good side
+  (SSIM and VBench at 1) also within half the room between the threshold
+  and that bound, since a value near the best possible cannot be one rerun
+  from failing (an SSIM of 1.0 against 0.98 is no near miss);
 - waiting: advisory-tier artifacts the gate recorded and no person has
   decided since (docs/architecture.md: the advisory tier never promotes by itself);
 - contracts_moved: final decisions that stand under an older contract than
@@ -33,10 +36,15 @@ from typing import Any
 from registry.contracts.speed import derived_gate
 from registry.formats.errors import UserError
 
+from .headline import headline
 from .monitor_fold import monitor_summary
 from .state import RegistryState, contract_note, relative_margin
 
 NEAR_MISS_SHARE = 0.10
+# A margin past this share of the room between a threshold and the metric's best possible value is no near miss.
+NEAR_MISS_ROOM = 0.5
+# The best value a bounded metric can take (higher is better for both): the far side of a threshold's room.
+BEST_VALUE = {"ssim": 1.0, "vbench": 1.0}
 CAUGHT = ("held", "quarantined", "rejected")
 HUMAN_REVOKE_RULE = "human.revoke"
 CSV_COLUMNS = (
@@ -139,7 +147,7 @@ def _leaderboard(artifacts: list[dict[str, Any]], scope: list[str]) -> dict[str,
             "speedup": artifact["speedup"], "speedup_ci": artifact["speedup_ci"], "tier": artifact["tier"],
             "speedup_ci_level": (artifact["verdict"] or {}).get("speedup_ci_level"),
             "decided_by": artifact["decided_by"], "tightest_margin": _margin_entry(artifact["tightest_margin"]),
-            "benchmark_attempts": artifact["benchmark_attempts"],
+            "benchmark_attempts": artifact["benchmark_attempts"], "state": headline(artifact)["short"],
         })
     for entries in board.values():
         # Fastest first; an artifact promoted without a measured speedup (a person's approval) last.
@@ -171,10 +179,19 @@ def _near_misses(artifacts: list[dict[str, Any]]) -> list[dict[str, Any]]:
         margin = artifact["tightest_margin"]
         if artifact["decision"] != "promoted" or margin is None:
             continue
-        if abs(margin["margin"]) <= NEAR_MISS_SHARE * abs(margin["threshold"]):
+        if is_near_miss(margin):
             found.append({"artifact": artifact["artifact"], "workload": artifact["workload"],
                           "speedup": artifact["speedup"], **_margin_entry(margin)})
     return sorted(found, key=lambda entry: (entry["relative_margin"], entry["artifact"]))
+
+
+def is_near_miss(margin: dict[str, Any]) -> bool:
+    """A margin within NEAR_MISS_SHARE of its threshold and, for a bounded metric, within NEAR_MISS_ROOM of the
+    room between the threshold and the best value."""
+    if abs(margin["margin"]) > NEAR_MISS_SHARE * abs(margin["threshold"]):
+        return False
+    best = BEST_VALUE.get(margin["metric"])
+    return best is None or abs(margin["margin"]) <= NEAR_MISS_ROOM * abs(best - margin["threshold"])
 
 
 def _waiting(artifacts: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -220,6 +237,7 @@ def report_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
             low, high = e["speedup_ci"] or (None, None)
             row("leaderboard", workload=workload, artifact=e["artifact"], rank=e["rank"], decision="promoted",
                 decided_by=e["decided_by"], tier=e["tier"], speedup=e["speedup"], ci_low=low, ci_high=high,
+                note=None if e.get("state", "promoted") == "promoted" else e["state"],
                 **margin_cells(e["tightest_margin"]))
     for decision, groups in report["caught"].items():
         for group in groups:
@@ -277,10 +295,10 @@ def report_tables(report: dict[str, Any]) -> list[Table]:
     for workload, entries in report["leaderboard"].items():
         tables.append((
             f"leaderboard: {workload} (promoted, fastest first)",
-            ["rank", "artifact", "speedup", "interval (two-sided level)", "tier", "decided by", "tightest margin",
-             "benchmark attempts"],
-            [(e["rank"], e["artifact"], number(e["speedup"]), interval_text(e["speedup_ci"], e.get("speedup_ci_level")),
-              e["tier"], e["decided_by"],
+            ["rank", "artifact", "state", "speedup", "interval (two-sided level)", "tier", "decided by",
+             "tightest margin", "benchmark attempts"],
+            [(e["rank"], e["artifact"], e.get("state", "promoted"), number(e["speedup"]),
+              interval_text(e["speedup_ci"], e.get("speedup_ci_level")), e["tier"], e["decided_by"],
               margin_text(e["tightest_margin"]), e["benchmark_attempts"]) for e in entries],
         ))
     tables.append((
@@ -289,7 +307,8 @@ def report_tables(report: dict[str, Any]) -> list[Table]:
          for decision, groups in report["caught"].items() for g in groups],
     ))
     tables.append((
-        f"near misses (promoted within {NEAR_MISS_SHARE:.0%} of a threshold)",
+        f"near misses (promoted within {NEAR_MISS_SHARE:.0%} of a threshold, and within {NEAR_MISS_ROOM:.0%} of "
+        "the way to a bounded metric's best value)",
         ["artifact", "workload", "metric", "value", "threshold", "margin", "speedup"],
         [(e["artifact"], e["workload"], e["metric"], number(e["value"]), number(e["threshold"]),
           number(e["margin"]), number(e["speedup"])) for e in report["near_misses"]],

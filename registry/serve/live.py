@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 from functools import lru_cache
 from typing import Any, AsyncIterator
 
@@ -42,6 +43,7 @@ def snapshot(registry: Registry) -> dict[str, Any]:
     fidelity figure, the monitors' table (report.py `monitors_table`, rows from `monitor_summary`), each speed
     record's running-bounds figure and each artifact's per-frame fidelity figure."""
     from registry.app.reports import benchmark_records
+    from registry.projections.headline import headline
     from registry.projections.html_report import has_frames
     from registry.projections.report import alerts_of, monitors_of, monitors_table, speed_gate
 
@@ -55,14 +57,14 @@ def snapshot(registry: Registry) -> dict[str, Any]:
         declared = state.workloads.get(name)
         workloads.append({"workload": name, "contract_version": declared["contract_version"] if declared else None,
                           "artifacts": [{"artifact": a["artifact"], "kind": a["kind"], "decision": a["decision"],
-                                         "tier": a["tier"], "speedup": a["speedup"],
+                                         "state": headline(a)["short"], "tier": a["tier"], "speedup": a["speedup"],
                                          "monitor": status.get(a["artifact"])}
                                         for a in artifacts if a["workload"] == name]})
     gates = {name: speed_gate((state.workloads.get(name) or {}).get("contract")) for name in names}
     scatter = _drawn("speed_fidelity", {"artifacts": [{key: a[key] for key in SCATTER_FIELDS} for a in artifacts],
                                         "gates": gates})
     readable = [record for record in benchmark_records(registry, state, state.workloads, None)
-                if record.get("decision") is not None]
+                if record.get("reading") is not None]
     records = [{"record": record["record"], "workload": record["workload"], "artifacts": record["artifacts"],
                 "pairs": record["pairs"], "max_pairs": record["max_pairs"], "shows": record["shows"],
                 "stop": record["stop"], "figure": _drawn("bounds", record)}
@@ -100,19 +102,21 @@ def _draw(kind: str, inputs: str) -> str:
         return html_report.bounds_figure(given)
     if kind == "frames":
         return html_report.frame_figure(given["artifact"], given["declared"])
-    return html_report.speed_fidelity_figure(given["artifacts"], given["gates"])
+    return html_report.speed_fidelity_section(given["artifacts"], given["gates"])
 
 
-def event_stream(registry: Registry) -> StreamingResponse:
-    return StreamingResponse(_heads(registry), media_type="text/event-stream",
+def event_stream(registry: Registry, stopping: threading.Event | None = None) -> StreamingResponse:
+    """The log's head as server-sent events; the stream ends at its next poll once `stopping` is set (the server
+    is stopping), so a stop never waits for an open page."""
+    return StreamingResponse(_heads(registry, stopping or threading.Event()), media_type="text/event-stream",
                              headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
 
 
-async def _heads(registry: Registry) -> AsyncIterator[str]:
+async def _heads(registry: Registry, stopping: threading.Event) -> AsyncIterator[str]:
     loop = asyncio.get_running_loop()
     started = loop.time()
     last, quiet = None, 0.0
-    while loop.time() - started < STREAM_SECONDS:
+    while loop.time() - started < STREAM_SECONDS and not stopping.is_set():
         head = await run_in_threadpool(registry.store.head_position)
         if head != last:
             last, quiet = head, 0.0
@@ -168,7 +172,7 @@ function render(data) {
     workloads.append(el("h2", {}, wl.workload + " (" + version + ")"), table({"data-workload": wl.workload},
       ["artifact", "kind", "state", "tier", "speedup", "monitor"],
       wl.artifacts.map((a) => [{"data-artifact": a.artifact}, [
-        el("td", {}, a.artifact), el("td", {}, a.kind), el("td", {"class": a.decision}, a.decision),
+        el("td", {}, a.artifact), el("td", {}, a.kind), el("td", {"class": a.decision + (a.state === a.decision ? "" : " regressed")}, a.state),
         el("td", {}, a.tier), el("td", {}, a.speedup === null ? null : a.speedup.toFixed(3) + "x"),
         el("td", {"class": a.monitor || ""}, a.monitor)]])));
   }

@@ -7,6 +7,7 @@ terminates TLS.
 """
 from __future__ import annotations
 
+import errno
 import ipaddress
 import logging
 import os
@@ -49,7 +50,11 @@ def serve(registry: Registry, host: str, port: int, *, signing_key=None, ready=N
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, port))
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise UserError(bind_refusal(host, port, exc)) from None
     sock.listen(2048)
     if ready is not None:
         ready(sock.getsockname()[1])
@@ -86,18 +91,43 @@ def serve(registry: Registry, host: str, port: int, *, signing_key=None, ready=N
     raise SystemExit(status)
 
 
+def bind_refusal(host: str, port: int, exc: OSError) -> str:
+    """One line for a port the server cannot bind, naming it and the way out."""
+    if exc.errno == errno.EADDRINUSE:
+        why = "is already in use (another server, or an earlier `registry serve` still running)"
+    elif exc.errno == errno.EACCES:
+        why = "needs privileges this user lacks (ports below 1024)"
+    else:
+        why = f"cannot be bound ({exc.strerror})"
+    return f"--port {port} on {host} {why}; choose another --port, or --port 0 to take any free one (printed on start)"
+
+
+def _stopping_server(config, stopping):
+    """uvicorn's server, which also tells the app it is stopping (`ServerConfig.stopping`) the moment it is asked
+    to: the live view's event streams end at once instead of holding the stop until its grace period runs out."""
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        def handle_exit(self, sig, frame) -> None:
+            stopping.set()
+            super().handle_exit(sig, frame)
+
+    return Server(config)
+
+
 def _answer(registry: Registry, signing_key, sock) -> None:
     """Answer requests on `sock` in this process until told to stop."""
     import uvicorn
 
     from .api import ServerConfig, create_app
 
-    app = create_app(ServerConfig(registry, signing_key))
+    settings = ServerConfig(registry, signing_key)
+    app = create_app(settings)
     # Idle keep-alive connections are kept 75 s (uvicorn's default is 5 s): a client reusing one the server has
     # just closed gets no answer, so a short limit turns ordinary pauses between a worker's requests into errors.
     config = uvicorn.Config(app, log_level="warning", access_log=False, timeout_graceful_shutdown=2,
                             timeout_keep_alive=75, lifespan="on")
-    uvicorn.Server(config).run(sockets=[sock])
+    _stopping_server(config, settings.stopping).run(sockets=[sock])
 
 
 def _stop(children: list[int]) -> None:
