@@ -77,6 +77,7 @@ class BenchRecord:
     result: SequentialResult
     version: int
     bounds: list[tuple[float | None, float | None]] = field(default_factory=list)
+    runs_per_arm: int | None = None  # the contract's size of a complete document; a session is not held to it
 
     @property
     def closed(self) -> bool:
@@ -587,7 +588,7 @@ def _record(target: _Target) -> BenchRecord:
                                             target.workload["versions"]), speed)
     return BenchRecord(
         identity=target.subject.identity, workload=target.workload["workload"], gate=speed.gate,
-        max_pairs=speed.max_pairs,
+        max_pairs=speed.max_pairs, runs_per_arm=speed.runs_per_arm,
         sessions=[Session(name, s["identity"], s["artifact"], s["opened_position"], s["pairs"])
                   for name, s in in_opened_order(sessions)],
         ratios=reading.ratios, batch_ids=stream["batches"] if stream is not None else [], result=reading.result,
