@@ -133,7 +133,7 @@ def event_summary(event: StoredEvent) -> str | None:
 
     Every identifier a reader may type back (a digest, a session, a batch key) is printed in full.
     """
-    from registry.formats.catalogue import EVIDENCE_KIND_BY_TYPE
+    from registry.events.catalogue import EVIDENCE_KIND_BY_TYPE
 
     payload = event.payload
     kind = EVIDENCE_KIND_BY_TYPE.get(event.type)
@@ -163,6 +163,16 @@ def event_summary(event: StoredEvent) -> str | None:
     if event.type == "TokenIssued":
         return (f"token {payload['key_id']} issued to {payload['principal']}: {', '.join(payload['scopes'])}, "
                 f"until {payload['not_after']}")
+    if event.type == "HookAdded":
+        return (f"hook {payload['hook_id']} added: {payload['url']} for {', '.join(payload['events'])} (secret "
+                f"{payload['secret_id']} read from {payload['secret_file']})")
+    if event.type == "HookDeliveryAttempted":
+        answer = f" ({payload['status']})" if payload.get("status") else ""
+        return (f"{payload['event']} at position {payload['position']}, attempt {payload['attempt']}: "
+                f"{payload['outcome']}{answer}" + (f": {payload['error']}" if payload.get("error") else "")
+                + (f"; next after {payload['next_attempt_after']}" if payload.get("next_attempt_after") else ""))
+    if event.type == "HookRemoved":
+        return f"hook {payload['hook_id']} removed: {payload['reason']}"
     if event.type == "TokenRevoked":
         return f"token {payload['key_id']} revoked: {payload['reason']}"
     return None

@@ -46,6 +46,7 @@ COMMAND_MODULES = {
     "bench": "bench_commands",
     **dict.fromkeys(("serve", "token"), "serve_commands"),
     "monitor": "monitor_commands",
+    "hook": "hook_commands",
     **dict.fromkeys(("worker", "reverify", "jobs"), "job_commands"),
 }
 

@@ -60,13 +60,13 @@ def serve(registry: Registry, host: str, port: int, *, signing_key=None, ready=N
         ready(sock.getsockname()[1])
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     if workers == 1:
-        _answer(registry, signing_key, sock)
+        _answer(registry, signing_key, sock, deliver_hooks=True)
         return
     registry.engine.dispose()
     children: list[int] = []
     received = _stop_on_signals(children)  # before the first fork: no signal may find the parent without it
     stopping = {signal.SIGTERM, signal.SIGINT}
-    for _ in range(workers):
+    for index in range(workers):
         # Held across the fork: the parent's handler must see every child it started, and never run in a child
         # before the child has put back its own.
         signal.pthread_sigmask(signal.SIG_BLOCK, stopping)
@@ -76,7 +76,7 @@ def serve(registry: Registry, host: str, port: int, *, signing_key=None, ready=N
             signal.signal(signal.SIGINT, signal.default_int_handler)
             signal.pthread_sigmask(signal.SIG_UNBLOCK, stopping)
             try:
-                _answer(registry, signing_key, sock)
+                _answer(registry, signing_key, sock, deliver_hooks=index == 0)  # one deliverer per server
             except BaseException:
                 traceback.print_exc()
                 os._exit(70)
@@ -115,14 +115,19 @@ def _stopping_server(config, stopping):
     return Server(config)
 
 
-def _answer(registry: Registry, signing_key, sock) -> None:
-    """Answer requests on `sock` in this process until told to stop."""
+def _answer(registry: Registry, signing_key, sock, *, deliver_hooks: bool = False) -> None:
+    """Answer requests on `sock` in this process until told to stop; with `deliver_hooks`, run the webhook
+    deliverer beside the API (registry/app/hooks.py), stopped with it."""
     import uvicorn
 
     from .api import ServerConfig, create_app
 
     settings = ServerConfig(registry, signing_key)
     app = create_app(settings)
+    if deliver_hooks:
+        from registry.app.hooks import Deliverer
+
+        Deliverer(registry, settings.stopping).start()
     # Idle keep-alive connections are kept 75 s (uvicorn's default is 5 s): a client reusing one the server has
     # just closed gets no answer, so a short limit turns ordinary pauses between a worker's requests into errors.
     config = uvicorn.Config(app, log_level="warning", access_log=False, timeout_graceful_shutdown=2,
