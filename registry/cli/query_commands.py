@@ -167,7 +167,7 @@ def report(session: Session, workload_id: str | None, as_of: str | None, fmt: st
     else:
         tables = report_tables(built)
         documents = {"json": lambda: report_json(built), "csv": lambda: report_csv(built),
-                     "html": lambda: _report_page(built, state)}
+                     "html": lambda: _report_page(registry, built, state, position)}
     if fmt == "table" and not out:
         for spec in tables:
             table(*spec)
@@ -192,10 +192,13 @@ def _matrix_csv(matrix: dict) -> str:
     return matrix_csv(matrix)
 
 
-def _report_page(report: dict, state) -> str:
+def _report_page(registry, report: dict, state, position: int | None) -> str:
+    from registry.app.artifact_page import report_pages
     from registry.projections.html_report import report_html  # matplotlib, only for the page that plots
 
-    return report_html(report, state)
+    pages, more = report_pages(registry, [a["artifact"] for a in state.artifacts.values()
+                                          if a["workload"] in report["workloads"]], position)
+    return report_html(report, state, pages=pages, pages_left_out=more)
 
 
 def _matrix_page(matrix: dict) -> str:

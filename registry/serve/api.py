@@ -203,6 +203,11 @@ def create_app(config: ServerConfig) -> FastAPI:
         """What the live page draws: each workload's artifacts, the monitors, each speed record's bounds figure."""
         return live.snapshot(base)
 
+    @app.get("/api/artifacts/{artifact_id}/page", tags=["read"])
+    def artifact_page(artifact_id: str, _grant: Grant = Depends(scoped("read"))) -> dict:
+        """One artifact's page as the live view shows it: the HTML report's own section for it."""
+        return live.artifact_page(base, artifact_id)
+
     @app.get("/api/live/events", tags=["read"], response_class=Response)
     def live_events(_grant: Grant = Depends(scoped("read"))) -> Response:
         """Server-sent events: `head` with the log's position whenever it moves (polled every 0.5 s)."""

@@ -105,6 +105,24 @@ def _draw(kind: str, inputs: str) -> str:
     return html_report.speed_fidelity_section(given["artifacts"], given["gates"])
 
 
+def artifact_page(registry: Registry, artifact: str) -> dict[str, Any]:
+    """One artifact's page (app/artifact_page.py), drawn as the HTML report draws it (html_report.py
+    `artifact_section`), once per content."""
+    from registry.app.artifact_page import artifact_page as read_page
+    from registry.projections.headline import headline
+
+    page = read_page(registry, artifact).to_dict()
+    return {"artifact": page["state"]["artifact"], "state": headline(page["state"])["short"],
+            "html": _section(json.dumps(page, sort_keys=True, default=str))}
+
+
+@lru_cache(maxsize=64)
+def _section(page: str) -> str:
+    from registry.projections.html_report import artifact_section
+
+    return artifact_section(json.loads(page))
+
+
 def event_stream(registry: Registry, stopping: threading.Event | None = None) -> StreamingResponse:
     """The log's head as server-sent events; the stream ends at its next poll once `stopping` is set (the server
     is stopping), so a stop never waits for an open page."""
@@ -140,13 +158,19 @@ figure{margin:8px 0 20px}figure img{max-width:100%;border:1px solid #eee}figcapt
 <body>
 <h1>registry: live</h1>
 <p id="status">connecting</p><p>log head: <span id="head">-</span></p><p id="alerts"></p>
+<div id="artifact"></div>
 <div id="workloads"></div><div id="monitors"></div>
 <h2>Speed against fidelity</h2><div id="speed-fidelity"></div>
 <h2>Running bounds against the gate (speed records)</h2><div id="records"></div><p id="records-not-drawn"></p>
 <h2>Per-frame fidelity (latest perceptual evidence)</h2><div id="frames"></div><p id="frames-not-drawn"></p>
 <script>
 "use strict";
-const token = new URLSearchParams(location.hash.slice(1)).get("token");
+const fragment = () => new URLSearchParams(location.hash.slice(1));
+const token = fragment().get("token");
+function pageOf(artifact) {  // the fragment that opens an artifact's page (the token stays in the fragment)
+  const next = fragment(); if (artifact === null) next.delete("artifact"); else next.set("artifact", artifact);
+  return "#" + next.toString();
+}
 const headers = token ? {"Authorization": "Bearer " + token} : {};
 const $ = (id) => document.getElementById(id);
 function el(tag, attrs, ...children) {
@@ -172,7 +196,8 @@ function render(data) {
     workloads.append(el("h2", {}, wl.workload + " (" + version + ")"), table({"data-workload": wl.workload},
       ["artifact", "kind", "state", "tier", "speedup", "monitor"],
       wl.artifacts.map((a) => [{"data-artifact": a.artifact}, [
-        el("td", {}, a.artifact), el("td", {}, a.kind), el("td", {"class": a.decision + (a.state === a.decision ? "" : " regressed")}, a.state),
+        el("td", {}, el("a", {"href": pageOf(a.artifact), "class": "artifact-link"}, a.artifact)),
+        el("td", {}, a.kind), el("td", {"class": a.decision + (a.state === a.decision ? "" : " regressed")}, a.state),
         el("td", {}, a.tier), el("td", {}, a.speedup === null ? null : a.speedup.toFixed(3) + "x"),
         el("td", {"class": a.monitor || ""}, a.monitor)]])));
   }
@@ -201,12 +226,24 @@ function figures(container, items, key, attrs) {
     return node;
   }));
 }
+async function showArtifact() {  // the page of the artifact the fragment names, above the registry's tables
+  const artifact = fragment().get("artifact"), node = $("artifact");
+  if (!artifact) { node.replaceChildren(); return; }
+  const response = await fetch("/api/artifacts/" + encodeURIComponent(artifact) + "/page", {headers});
+  const body = await response.json();
+  if (!response.ok) { node.replaceChildren(el("p", {"class": "error"}, body.error)); return; }
+  const back = el("p", {}, el("a", {"href": pageOf(null), "id": "back"}, "back to the whole registry"));
+  const holder = el("div", {"id": "artifact-page", "data-artifact": body.artifact, "data-state": body.state});
+  holder.innerHTML = body.html;  // the HTML report's own section, escaped there
+  node.replaceChildren(back, holder);
+}
 async function refresh() {
   const response = await fetch("/api/live", {headers});
   const body = await response.json();
   if (!response.ok) { $("status").textContent = body.error; $("status").className = "error"; return false; }
-  render(body); return true;
+  render(body); await showArtifact(); return true;
 }
+window.addEventListener("hashchange", () => { if (token) showArtifact(); });
 async function listen() {
   for (;;) {
     try {
