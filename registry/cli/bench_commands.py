@@ -91,7 +91,7 @@ def status_text(artifact: str, record) -> str:
     from registry.formats.sequential import fewest_pairs_to_decide
 
     info = record.to_dict()
-    where = (f"at pair {info['decided_at']} of {info['pairs']} recorded" if info["decided_at"]
+    where = (f"at pair {info['decided_at']} of the {info['pairs']} in the record" if info["decided_at"]
              else f"after {info['pairs']} pairs")
     if info["lower"] is None and info["upper"] is None:
         bounds = (f"no bounds yet (the first come at pair {fewest_pairs_to_decide(info['alpha'])}, the fewest that "

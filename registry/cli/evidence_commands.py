@@ -208,7 +208,7 @@ def session_text(session: dict) -> str:
             "max_pairs": "the record ends undecided at speed.max_pairs",
             "limit": "--runs reached; the record stays open"}.get(session["stop"], session["stop"])
     return (f"  benchmark session {session['session']}: {session['pairs']} pairs in {session['batches']} batches, "
-            f"stopped because {stop} ({session['record_pairs']} of at most {session['max_pairs']} pairs recorded, "
+            f"stopped because {stop} ({session['record_pairs']} of at most {session['max_pairs']} pairs in the record, "
             f"{session['pairs_saved']} saved)")
 
 

@@ -86,7 +86,7 @@ def show(session: Session, artifact_id: str, as_of: str | None, as_json: bool, s
         say(f"  {human['action']} by {human['person']}: {human['reason']}")
     for reason in state["reasons"] or []:
         say(f"  - {reason}")
-    parity = parity_text(state) if state["tier"] == "exact" else None
+    parity = parity_text(state)
     if parity:
         say(f"  {parity}")
     if state["margins"]:

@@ -185,7 +185,7 @@ def artifact_section(page: dict[str, Any]) -> str:
              f'<h2>{escape(name)}: <span class="state {escape(shown["decision"])}'
              f'{" regressed" if shown["regressed"] else ""}">{escape(shown["text"])}</span></h2>',
              f"<p>{escape('; '.join(facts))}</p>"]
-    parity = parity_text(state) if state["tier"] == "exact" else None
+    parity = parity_text(state)
     if parity:
         parts.append(f'<p class="parity">{escape(parity)}</p>')
     if state.get("reasons"):
