@@ -15,7 +15,7 @@ import pytest
 from registry.app import open_registry
 from ship_helpers import make_bundle, measure_and_promote, register
 from test_monitor_lifecycle import MONITORED, remeasure
-from test_newcomer_path import KERNEL, WORKLOAD, evidence
+from test_newcomer_path import WORKLOAD, evidence
 
 # The words of an artifact's state: a speed record's reading must never be said in them.
 STATE_WORDS = re.compile(r"\b(promoted|rejected|held|quarantined|registered)\b")
