@@ -255,3 +255,25 @@ def test_every_speed_field_a_contract_accepts_is_in_docs_workloads(field):
     workloads = (Path(__file__).resolve().parents[1] / "docs" / "workloads.md").read_text()
     speed = workloads.split("### `speed`", 1)[1].split("\n### ", 1)[0]
     assert f"| `{field}` |" in speed
+
+
+def test_over_http_other_claims_for_a_registered_id_need_new_identity_too(migrated_sqlite_url):
+    """The API holds the rule `artifact register` holds: a changed payload digest is refused unless asked for."""
+    from fastapi.testclient import TestClient
+
+    from registry.app.tokens import issue_token
+    from registry.app.workloads import declare_workload
+    from registry.contracts import Contract
+    from registry.serve.api import ServerConfig, create_app
+
+    registry = open_registry(migrated_sqlite_url, actor="lead")
+    declare_workload(registry, Contract.from_yaml(CONFIDENT))
+    token, _ = issue_token(registry, "lead", ["decide"], workload="*", person=True)
+    client = TestClient(create_app(ServerConfig(registry)), headers={"Authorization": f"Bearer {token}"})
+    claims = {"artifact": "fast", "workload": "w", "kind": "step_cache", "payload_sha256": "a" * 64}
+    assert client.post("/api/artifacts", json=claims).status_code == 200
+    refused = client.post("/api/artifacts", json={**claims, "payload_sha256": "b" * 64})
+    assert refused.status_code == 400 and "--new-identity" in refused.json()["error"]
+    moved = client.post("/api/artifacts", json={**claims, "payload_sha256": "b" * 64, "new_identity": True})
+    assert moved.status_code == 200 and moved.json()["appended"] is True
+    registry.engine.dispose()

@@ -169,8 +169,8 @@ def identity_change_text(current: ArtifactState, claims: dict) -> str:
     stops = ", ".join(counted) or "none yet"
     return (f"artifact {current['artifact']} is registered with other claims ({changed}): these are a new identity, "
             f"so its evidence ({stops}), its benchmark attempts and its decision ({verdict}) would stop counting "
-            "and stay in its history; if the new claims are meant, register again with --new-identity (nothing "
-            "recorded)")
+            "and stay in its history; if the new claims are meant, register again with --new-identity "
+            "(\"new_identity\": true over the API); nothing recorded")
 
 
 def _refuse_look_alike(registry: Registry, artifact: str, workload: str) -> None:

@@ -278,7 +278,7 @@ def create_app(config: ServerConfig) -> FastAPI:
         grant.require("decide", body.workload)
         done = register_artifact(acting(grant), body.artifact, workload=body.workload, kind=body.kind,
                                  backend=body.backend, op=body.op, entry=body.entry,
-                                 payload_sha256=body.payload_sha256)
+                                 payload_sha256=body.payload_sha256, new_identity=body.new_identity)
         return {"artifact": done.artifact, "payload_sha256": done.payload_sha256, "appended": done.appended}
 
     @app.post("/api/artifacts/{artifact}/promote", tags=["decide"])

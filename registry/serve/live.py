@@ -210,8 +210,10 @@ function render(data) {
           (r) => ({"class": "record", "data-artifacts": r.artifacts.join(" "), "data-pairs": r.pairs,
                    "data-shows": r.shows}));
   figures($("frames"), data.frames, (f) => f.artifact, (f) => ({"class": "frames", "data-artifact": f.artifact}));
-  $("records-not-drawn").textContent = data.records_not_drawn ? data.records_not_drawn + " more not drawn" : "";
-  $("frames-not-drawn").textContent = data.frames_not_drawn ? data.frames_not_drawn + " more not drawn" : "";
+  $("records-not-drawn").textContent = data.records_not_drawn ? data.records_not_drawn + " more not drawn" :
+    data.records.length ? "" : "nothing to draw: no speed record is read by the confident rule yet";
+  $("frames-not-drawn").textContent = data.frames_not_drawn ? data.frames_not_drawn + " more not drawn" :
+    data.frames.length ? "" : "nothing to draw: no artifact has current per-frame perceptual evidence";
 }
 function show(node, figure) {  // the server's figure (the HTML report's markup, escaped there), set only when changed
   if (node.dataset.figure !== figure) { node.innerHTML = figure; node.dataset.figure = figure; }
