@@ -117,7 +117,7 @@ def test_evaluate_under_a_confident_contract_times_in_batches_until_the_record_c
     outcome = json.loads(first.output)
     session = outcome["session"]
     assert (session["pairs"], session["batches"], session["stop"]) == (3, 2, "limit")
-    assert (session["record_pairs"], session["decision"], session["pairs_saved"]) == (3, "held", 0)
+    assert (session["record_pairs"], session["reading"], session["pairs_saved"]) == (3, "undecided", 0)
     assert batches_of(cli.url, stream, session["session"]) == [2, 1]
     assert "benchmark" not in {item["kind"] for item in outcome["evidence"]}  # the session holds the timings
     assert types(cli.url, "modln")[1:] == ["ParityMeasured", "ExecutionObserved"]
@@ -130,7 +130,7 @@ def test_evaluate_under_a_confident_contract_times_in_batches_until_the_record_c
     assert recorded == [2] * session["batches"] and sum(recorded) == session["pairs"] == session["record_pairs"] - 3
     record = json.loads(cli("bench", "status", "modln", "--json").output)
     if session["stop"] == "decided":
-        assert record["decision"] in ("promoted", "rejected") and record["decided_at"] > session["record_pairs"] - 2
+        assert record["reading"] in ("above", "below") and record["decided_at"] > session["record_pairs"] - 2
         assert session["pairs_saved"] == 7 - session["record_pairs"]
     else:
         assert session["stop"] == "max_pairs" and session["record_pairs"] == 7 and session["pairs_saved"] == 0

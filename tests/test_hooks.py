@@ -28,13 +28,19 @@ from test_monitor_lifecycle import MONITORED, remeasure
 class Receiver:
     """A webhook receiver on a free loopback port: verifies each delivery, keeps the accepted ones."""
 
-    def __init__(self, secret: str, port: int = 0):
+    def __init__(self, secret: str, port: int = 0, forced: int | None = None):
         self.secret, self.accepted, self.refused, self.guard = secret, [], [], ReplayGuard()
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self):  # noqa: N802 - the http.server hook
                 body = self.rfile.read(int(self.headers["Content-Length"]))
+                if forced is not None:  # a receiver that answers this whatever it gets, with a large body
+                    self.send_response(forced)
+                    self.send_header("Location", "http://127.0.0.1:9/elsewhere")
+                    self.end_headers()
+                    self.wfile.write(b"x" * (1 << 20))
+                    return
                 try:
                     delivery = verify_delivery(receiver.secret, dict(self.headers.items()), body,
                                                guard=receiver.guard)
@@ -261,3 +267,13 @@ def test_the_helper_signs_what_it_verifies():
                          ({k: v for k, v in headers.items() if k != ID_HEADER}, "no Registry-Webhook-Id")):
         with pytest.raises(DeliveryRefused, match=said):
             verify_delivery("k" * 32, broken, body, now=1_000_000)
+
+
+@pytest.mark.parametrize("status", [500, 307])
+def test_an_error_or_a_redirect_is_a_failed_attempt_and_its_body_is_never_read(hooked, status):
+    with Receiver(hooked.secret, forced=status) as receiver:
+        add(hooked, receiver.url, "promotion")
+        promote_fast(hooked)
+        [attempt] = json.loads(hooked("hook", "deliver", "--json").output)
+    assert (attempt["outcome"], attempt["status"]) == ("failed", status) and attempt["next_attempt_after"]
+    assert attempt["error"].startswith(f"answered {status}")

@@ -277,15 +277,17 @@ class Answer:
 
 
 def post(url: str, body: bytes, headers: dict[str, str], timeout: float) -> Answer:
-    """POST the delivery once; a redirect is not followed (it is an answer other than 2xx)."""
+    """POST the delivery once and read the status line only: a redirect is not followed (it is an answer other
+    than 2xx), and whatever body a receiver sends back is never read (it could be of any size)."""
     import httpx
 
     try:
-        response = httpx.post(url, content=body, headers=headers, timeout=timeout, follow_redirects=False)
+        with httpx.Client(timeout=timeout, follow_redirects=False) as client, \
+                client.stream("POST", url, content=body, headers=headers) as response:
+            status, reason = response.status_code, response.reason_phrase
     except httpx.HTTPError as exc:
         return Answer(None, first_line(exc) or type(exc).__name__)
-    return Answer(response.status_code, None if 200 <= response.status_code < 300 else
-                  f"answered {response.status_code} {response.reason_phrase}")
+    return Answer(status, None if 200 <= status < 300 else f"answered {status} {reason}")
 
 
 @dataclass(frozen=True)
