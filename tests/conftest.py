@@ -157,8 +157,8 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
 LONGEST_FIRST = (
     "test_lifecycle_stateful.py", "test_escape_gallery.py", "test_suite_guards.py", "test_crash.py",
     "test_concurrency.py", "test_jobs.py", "test_serve_fuzz.py", "test_cheat_gallery.py", "test_demo.py",
-    "test_evaluate_runner.py", "test_plain_payloads.py", "test_cli_evaluate.py", "test_serve_worker.py",
-    "test_ship_stateful.py",
+    "test_evaluate_runner.py", "test_kernel_build.py", "test_plain_payloads.py", "test_cli_evaluate.py",
+    "test_serve_worker.py", "test_ship_stateful.py",
 )
 
 

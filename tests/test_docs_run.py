@@ -71,6 +71,9 @@ EXCUSED = {
         "binds the fixed port 8750 and leaves a server running, then runs the whole demo campaign through it "
         "(tests/test_serve_worker.py runs the served demo; the token it writes goes to a git-ignored path: "
         "test_every_token_a_documented_command_writes_is_git_ignored)",
+    ("docs/bundles.md", 'registry kernels build bundles                     # the bui'):
+        "compiles every built-in kernel for each target and rebuilds it in the sandbox (minutes of ptxas): "
+        "tests/test_kernel_build.py and tests/test_register_kernel_bundle.py run both commands",
     ("docs/bundles.md", 'registry lock --workload W [--arch sm90 --torch 2.13.0 --cud'):
         "a synopsis: W, FILE and the bracketed options are placeholders (tests/test_lock.py runs each form)",
     ("docs/hooks.md", 'registry hook remove HOOK_ID --reason "channel archived"'):
@@ -138,7 +141,8 @@ def run_block(block: Block, folder: Path, database: str | None = None) -> str:
     if block.follows is not None:
         printed = done.stdout + done.stderr
         missing = [line for line in block.follows.splitlines() if line.strip() and line.strip() not in printed]
-        assert missing == [], f"{block.document}:{block.line} does not print what the document says: {missing}"
+        assert missing == [], (f"{block.document}:{block.line} does not print what the document says: {missing}; "
+                               f"it printed:\n{printed}")
     return done.stdout
 
 

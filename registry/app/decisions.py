@@ -33,6 +33,7 @@ from registry.projections.read_models import ArtifactState
 from registry.projections.state import FINAL, attempts_on, contract_note
 from registry.formats.text import text_arguments
 
+from .compiled import registered_cubins
 from .context import Registry
 from .retries import decided_on_a_still_stream
 
@@ -66,7 +67,8 @@ def gate_inputs(state: ArtifactState, attempts: int | None = None,
                             parity=recorded("parity"), perceptual=recorded("perceptual"), failures=failures,
                             benchmark_attempts=state["benchmark_attempts"] if attempts is None else attempts,
                             record=speed_record(registry, state) if registry is not None else None)
-    facts = ArtifactFacts(artifact_id=state["artifact"], kind=state["kind"], claimed_backend=state["backend"])
+    facts = ArtifactFacts(artifact_id=state["artifact"], kind=state["kind"], claimed_backend=state["backend"],
+                          cubins=registered_cubins(state.get("bundle")))
     return evidence, facts
 
 

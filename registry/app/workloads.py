@@ -11,7 +11,7 @@ from registry.events.identity import artifact_identity
 from registry.events.store import NewEvent
 from registry.events.types import ArtifactRegistered, WorkloadDeclared
 from registry.formats.digests import is_sha256
-from registry.formats.kinds import ARTIFACT_KINDS
+from registry.formats.kinds import ARTIFACT_KINDS, TRITON_KERNEL_FORMAT
 from registry.formats.names import artifact_stream, check_name, workload_stream
 from registry.projections.read_models import ArtifactState
 from registry.formats.text import text_arguments
@@ -107,6 +107,9 @@ def register_artifact(
     register them.
     """
     entry_read = check_claims(artifact, workload=workload, kind=kind, backend=backend, op=op, entry=entry)
+    if (kind == "triton_kernel") != (bundle is not None and bundle.get("format") == TRITON_KERNEL_FORMAT):
+        raise UserError(f"a triton_kernel artifact is registered from a {TRITON_KERNEL_FORMAT} bundle (--bundle), "
+                        "and such a bundle only as a triton_kernel")
     if require_contract:
         current_contract(registry, workload)
     if entry_read is not None and entry_read.candidate and (payload is not None or payload_sha256 is not None):

@@ -23,8 +23,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from .manifest import (ANY, DEVICE_TYPES, DTYPES, BundleError, BundleManifest, TensorSignature, VersionRange,
-                       check_token, parse_version)
+from .manifest import ANY, DEVICE_TYPES, DTYPES, BundleError, TensorSignature, VersionRange, check_token, parse_version
+from .manifests import Manifest
 
 # Code -> what it means. Order is the order of the checks: an artifact gets the first code that applies.
 REASON_CODES: dict[str, str] = {
@@ -97,7 +97,7 @@ class Candidate:
 
     artifact: str
     decision: str
-    manifest: BundleManifest | None
+    manifest: Manifest | None
     speedup: float | None = None
     speedup_ci: tuple[float, float] | None = None
     revoked_by: dict[str, Any] | None = None  # {"person", "reason", "event_id"} of a standing revocation
@@ -143,18 +143,6 @@ class Resolution:
         return {"match": chosen.to_dict() if chosen else None, "others": [o.to_dict() for o in self.others]}
 
 
-def _signature_problem(index: int, given: TensorSignature, declared: TensorSignature) -> str | None:
-    label = f"input {index}" + (f" ({declared.name})" if declared.name else "")
-    if given.dtype != declared.dtype:
-        return f"{label}: dtype {given.dtype}, the bundle takes {declared.dtype}"
-    if given.device != declared.device:
-        return f"{label}: device {given.device}, the bundle takes {declared.device}"
-    for what, have, want in (("shape", given.shape, declared.shape), ("stride", given.stride, declared.stride)):
-        if len(have) != len(want) or any(w != ANY and h != w for h, w in zip(have, want)):
-            return f"{label}: {what} {list(have)}, the bundle takes {list(want)}"
-    return None
-
-
 def _version_problem(name: str, have: str | None, wanted: VersionRange) -> str | None:
     if wanted.contains(have):
         return None
@@ -165,7 +153,7 @@ def _version_problem(name: str, have: str | None, wanted: VersionRange) -> str |
     return f"{name} {have} is outside the bundle's range {wanted.describe()}"
 
 
-def mismatches(manifest: BundleManifest, profile: Profile, site: CallSite) -> list[tuple[str, str]]:
+def mismatches(manifest: Manifest, profile: Profile, site: CallSite) -> list[tuple[str, str]]:
     """Every (code, detail) by which this bundle does not fit; empty when it fits."""
     window = manifest.window
     found: list[tuple[str, str]] = []
@@ -178,14 +166,9 @@ def mismatches(manifest: BundleManifest, profile: Profile, site: CallSite) -> li
         found.append(("fingerprint_mismatch", f"fingerprint {site.fingerprint}; the bundle replaces "
                                               f"{manifest.fingerprint}"))
     if site.inputs is not None:
-        if len(site.inputs) != len(manifest.inputs):
-            found.append(("input_signature_mismatch", f"{len(site.inputs)} inputs; the bundle takes "
-                                                      f"{len(manifest.inputs)}"))
-        else:
-            problem = next((p for p in (_signature_problem(i, g, d) for i, (g, d)
-                                        in enumerate(zip(site.inputs, manifest.inputs))) if p), None)
-            if problem:
-                found.append(("input_signature_mismatch", problem))
+        problem = manifest.input_problem(site.inputs)
+        if problem:
+            found.append(("input_signature_mismatch", problem))
     if profile.gpu_architecture not in window.gpu_architectures:
         found.append(("gpu_architecture_mismatch", f"architecture {profile.gpu_architecture}; the bundle runs on "
                                                    f"{', '.join(window.gpu_architectures)}"))

@@ -15,7 +15,7 @@ DECISIONS = ("promoted", "rejected", "quarantined", "held", "recorded")
 RULES = (
     "evaluation_failed", "evidence.invalid",
     "execution.missing", "execution.fallback", "execution.backend_mismatch", "execution.backend_unknown",
-    "execution.unsandboxed", "execution.launches_unverified",
+    "execution.unsandboxed", "execution.launches_unverified", "execution.launcher_unbound",
     "parity.missing", "parity.failed", "parity.no_tolerance", "parity.undecidable",
     "fidelity.missing", "fidelity.frame_set_mismatch", "fidelity.stage_failed", "fidelity.metric_absent",
     "fidelity.failed",
@@ -74,6 +74,9 @@ class ArtifactFacts:
     artifact_id: str
     kind: str
     claimed_backend: str | None = None
+    # A triton_kernel's registered cubins, {kernel@arch: sha256}, from its bundle's manifest; None when unknown
+    # (any other kind). Evidence of the harness launcher must name these digests (gate/execution.py).
+    cubins: Mapping[str, str] | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in ARTIFACT_KINDS:
