@@ -39,7 +39,10 @@ class Receiver:
                     self.send_response(forced)
                     self.send_header("Location", "http://127.0.0.1:9/elsewhere")
                     self.end_headers()
-                    self.wfile.write(b"x" * (1 << 20))
+                    try:
+                        self.wfile.write(b"x" * (1 << 20))
+                    except (BrokenPipeError, ConnectionResetError):
+                        pass  # the registry read the status line and hung up, as it should
                     return
                 try:
                     delivery = verify_delivery(receiver.secret, dict(self.headers.items()), body,
@@ -98,7 +101,7 @@ def hooked(registry_cli):
 def add(cli, url: str, *events: str) -> str:
     result = cli("hook", "add", url, "--events", ",".join(events), "--secret-file", str(cli.secret_file), "--json")
     assert result.exit_code == 0, result.output
-    return json.loads(result.output)["hook"]
+    return json.loads(result.stdout)["hook"]
 
 
 def promote_fast(cli) -> None:
@@ -123,7 +126,7 @@ def test_a_promotion_and_an_alarm_are_delivered_signed_and_a_replay_is_refused(h
         regress_fast(hooked)
         delivered = hooked("hook", "deliver", "--json")
         assert delivered.exit_code == 0, delivered.output
-        attempts = json.loads(delivered.output)
+        attempts = json.loads(delivered.stdout)
         assert [(a["event"], a["outcome"], a["status"]) for a in attempts] == [("promotion", "delivered", 204),
                                                                            ("alarm", "delivered", 204)]
         (promotion, headers, body), (alarm, _, _) = receiver.accepted
@@ -151,7 +154,7 @@ def test_a_promotion_and_an_alarm_are_delivered_signed_and_a_replay_is_refused(h
     with pytest.raises(DeliveryRefused, match="no signature verifies"):
         verify_delivery("x" * 40, headers, body, now=int(headers[TIMESTAMP_HEADER]))
     # Nothing more is owed: a second pass delivers nothing; the secret is nowhere in the log.
-    assert json.loads(hooked("hook", "deliver", "--json").output) == []
+    assert json.loads(hooked("hook", "deliver", "--json").stdout) == []
     assert hooked.secret not in log_text(hooked.url)
 
 
@@ -188,7 +191,7 @@ def test_a_delivery_that_never_succeeds_is_given_up_after_the_last_delay(hooked)
         clock[0] += 10
     assert [(a.attempt, a.outcome, a.next_attempt_after is None) for a in outcomes] == [
         (1, "failed", False), (2, "failed", False), (3, "failed", True)]
-    listed = json.loads(hooked("hook", "list", "--json").output)
+    listed = json.loads(hooked("hook", "list", "--json").stdout)
     assert (listed[0]["given_up"], listed[0]["attempts"]) == (1, 3)
 
 
@@ -202,9 +205,9 @@ def test_hooks_are_added_listed_and_removed_and_a_removed_hook_is_told_nothing(h
         again = hooked("hook", "remove", hook, "--reason", "twice")
         assert again.exit_code == 1 and "was removed at position" in again.stderr
         promote_fast(hooked)
-        assert json.loads(hooked("hook", "deliver", "--json").output) == [] and receiver.accepted == []
-    assert json.loads(hooked("hook", "list", "--json").output) == []
-    assert [h["hook"] for h in json.loads(hooked("hook", "list", "--all", "--json").output)] == [hook]
+        assert json.loads(hooked("hook", "deliver", "--json").stdout) == [] and receiver.accepted == []
+    assert json.loads(hooked("hook", "list", "--json").stdout) == []
+    assert [h["hook"] for h in json.loads(hooked("hook", "list", "--all", "--json").stdout)] == [hook]
 
 
 def test_what_a_hook_is_refused_for_is_one_line_and_nothing_is_written(hooked):
@@ -238,7 +241,7 @@ def test_a_changed_secret_file_is_not_signed_with(hooked):
         add(hooked, receiver.url, "promotion")
         hooked.secret_file.write_text("t" * 48)
         promote_fast(hooked)
-        [attempt] = json.loads(hooked("hook", "deliver", "--json").output)
+        [attempt] = json.loads(hooked("hook", "deliver", "--json").stdout)
         assert attempt["outcome"] == "failed" and "the secret changed since the hook was added" in attempt["error"]
         assert receiver.accepted == [] and receiver.refused == []  # nothing was sent
 
@@ -274,6 +277,6 @@ def test_an_error_or_a_redirect_is_a_failed_attempt_and_its_body_is_never_read(h
     with Receiver(hooked.secret, forced=status) as receiver:
         add(hooked, receiver.url, "promotion")
         promote_fast(hooked)
-        [attempt] = json.loads(hooked("hook", "deliver", "--json").output)
+        [attempt] = json.loads(hooked("hook", "deliver", "--json").stdout)
     assert (attempt["outcome"], attempt["status"]) == ("failed", status) and attempt["next_attempt_after"]
     assert attempt["error"].startswith(f"answered {status}")
