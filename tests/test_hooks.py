@@ -15,6 +15,8 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from registry.app import open_registry
 from registry.app.hooks import RETRY_DELAYS_S, deliver, read_hook
@@ -280,3 +282,27 @@ def test_an_error_or_a_redirect_is_a_failed_attempt_and_its_body_is_never_read(h
         [attempt] = json.loads(hooked("hook", "deliver", "--json").stdout)
     assert (attempt["outcome"], attempt["status"]) == ("failed", status) and attempt["next_attempt_after"]
     assert attempt["error"].startswith(f"answered {status}")
+
+
+@settings(max_examples=200, deadline=None)
+@given(body=st.binary(min_size=0, max_size=200), delivery=st.text(st.characters(min_codepoint=33, max_codepoint=126),
+                                                                   min_size=1, max_size=40),
+       stamp=st.integers(min_value=0, max_value=10**10), where=st.sampled_from(("id", "timestamp", "body")),
+       at=st.integers(min_value=0, max_value=10**6))
+def test_any_change_to_the_id_the_timestamp_or_the_body_breaks_the_signature(body, delivery, stamp, where, at):
+    secret = "s" * 32
+    headers = signed_headers(secret, delivery, "decision", body, now=stamp)
+    if where == "body":
+        if not body:
+            body, changed = b"", b"x"
+        else:
+            index = at % len(body)
+            changed = body[:index] + bytes([body[index] ^ 0x01]) + body[index + 1:]
+        headers_after = headers
+    else:
+        changed = body
+        name = ID_HEADER if where == "id" else TIMESTAMP_HEADER
+        value = headers[name]
+        headers_after = {**headers, name: value + "0" if where == "timestamp" else value + "x"}
+    with pytest.raises(DeliveryRefused):
+        verify_delivery(secret, headers_after, changed, now=int(headers_after[TIMESTAMP_HEADER]))
