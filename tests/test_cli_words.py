@@ -65,6 +65,10 @@ def test_a_speed_records_reading_never_uses_a_states_word_in_the_cli_the_api_or_
     assert "decision" not in document and not STATE_WORDS.search(json.dumps(
         {key: document[key] for key in ("reading", "shows", "stop")}))
     assert example.startswith("shown above the gate at pair 5")
+    from pathlib import Path
+
+    documented = (Path(__file__).resolve().parents[1] / "docs" / "evidence-format.md").read_text()
+    assert example.strip() in documented  # the worked example prints what docs/evidence-format.md says it prints
 
 
 def example_output(folder) -> str:
