@@ -163,6 +163,12 @@ def event_summary(event: StoredEvent) -> str | None:
     if event.type == "TokenIssued":
         return (f"token {payload['key_id']} issued to {payload['principal']}: {', '.join(payload['scopes'])}, "
                 f"until {payload['not_after']}")
+    if event.type == "ExternalOutcome":
+        origin = payload.get("origin") or {}
+        what = payload.get("outcome") or (payload.get("recorded_verdict") or {}).get("decision") or "a summary"
+        return (f"imported {what} for workload {payload['workload']}"
+                + (f" on {payload['arch']}" if payload.get("arch") else "")
+                + f" from {origin.get('path', 'an import')} (never evidence: the gate does not read it)")
     if event.type == "HookAdded":
         return (f"hook {payload['hook_id']} added: {payload['url']} for {', '.join(payload['events'])} (secret "
                 f"{payload['secret_id']} read from {payload['secret_file']})")
