@@ -302,7 +302,10 @@ def test_promote_decides_on_the_sessions_and_names_their_batches(registry_cli, t
     assert promoted.exit_code == 0, promoted.output
     verdict = json.loads(promoted.stdout)
     assert (verdict["decision"], verdict["rule"]) == ("promoted", "speed.passed")
-    assert verdict["reasons"][0].startswith("speedup 2.00x after 5 of 5 recorded pairs: running bounds [2.0, 2.0]")
+    assert verdict["reasons"][0].startswith(
+        "speedup 2.00x over the 5 pairs read up to the batch that decided (median of the pair ratios); decided at "
+        "pair 5 of 5 recorded: running bounds [2.0, 2.0]")
+    assert (verdict["speedup"], verdict["speedup_pairs"], verdict["speedup_ci_pair"]) == (2.0, 5, 5)
     assert verdict["speedup_ci"] == [2.0, 2.0] and len(verdict["evidence_ids"]) == 4
 
 
@@ -316,6 +319,47 @@ def test_a_session_timed_under_the_interpreter_holds(registry_cli, tmp_path):
     assert "timings came from Triton's interpreter and are not speed evidence" in verdict["reasons"]
 
 
+def test_interpreter_pairs_never_decide_or_close_a_record_and_a_later_gpu_session_is_read(registry_cli, tmp_path):
+    """Pairs a CPU's interpreter timed (the candidate ten times slower there: enough to reject, had they been read)
+    decide nothing and leave the record open; a GPU session for the same bytes is then opened and decides alone,
+    and the verdict says what was set aside. On the code before, the interpreter's pairs rejected the record at
+    pair 5 and closed it, and the GPU session was refused."""
+    declare_and_register(registry_cli, tmp_path)
+    document = tmp_path / "evidence.json"
+    document.write_text(json.dumps({"format": "registry.evidence/1", "artifact": "fast", "evidence": [
+        {"kind": "execution", "candidate_calls": 4, "fallbacks": 0}, {"kind": "parity", "leaves": [PASSING_LEAF]}]}))
+    assert registry_cli("evidence", "import", str(document)).exit_code == 0
+    cpu = run_json(registry_cli, "bench", "open", "fast", "--device", "cpu (triton interpreter)",
+                   "--timer", "interpreter")["session"]
+    record = run_json(registry_cli, "bench", "record", "fast", cpu, "--batch", "a", "--baseline", "1,1,1,1,1,1",
+                      "--candidate", "10,10,10,10,10,10")
+    assert (record["reading"], record["closed"], record["pairs"], record["set_aside_pairs"]) == ("undecided", False, 0, 6)
+    gpu = run_json(registry_cli, "bench", "open", "fast", "--device", "NVIDIA H200", "--timer", "cuda_event")
+    record = run_json(registry_cli, "bench", "record", "fast", gpu["session"], "--batch", "b",
+                      "--baseline", "2,2,2,2,2", "--candidate", "1,1,1,1,1")
+    assert (record["reading"], record["decided_at"], record["pairs"], record["speedup"]) == ("above", 5, 5, 2.0)
+    verdict = run_json(registry_cli, "promote", "fast")
+    assert (verdict["decision"], verdict["speedup"], verdict["speedup_pairs"]) == ("promoted", 2.0, 5)
+    assert ("6 pairs timed by interpreter cpu (triton interpreter) set aside, never read: timings came from "
+            "Triton's interpreter and are not speed evidence") in verdict["reasons"]
+
+
+def test_a_batched_session_timed_by_an_interpreter_times_one_batch(registry_cli, tmp_path):
+    from registry.app.bench import BATCH_PAIRS, BatchedSession
+
+    declare_and_register(registry_cli, tmp_path)
+    registry = open_registry(registry_cli.url)
+    batches = BatchedSession(registry, "fast", device="cpu (triton interpreter)", timer="interpreter")
+    assert batches.next_size() == BATCH_PAIRS
+    batches.add([1.0] * BATCH_PAIRS, [9.0] * BATCH_PAIRS)
+    assert (batches.next_size(), batches.stop, batches.record.closed) == (0, "not_speed_evidence", False)
+    emulated = BatchedSession(registry, "fast", device="NVIDIA H200", timer="emulator", limit=4)
+    while size := emulated.next_size():
+        emulated.add([1.0] * size, [9.0] * size)
+    assert (emulated.pairs, emulated.stop, read_record(registry, "fast").to_dict()["set_aside_pairs"]) == (
+        4, "not_speed_evidence", 6)
+
+
 def test_show_and_report_give_the_running_bounds_pairs_stop_and_alpha(registry_cli, tmp_path):
     declare_and_register(registry_cli, tmp_path)
     name = run_json(registry_cli, "bench", "open", "fast", "--device", "d", "--timer", "perf_counter")["session"]
@@ -323,7 +367,8 @@ def test_show_and_report_give_the_running_bounds_pairs_stop_and_alpha(registry_c
     run_json(registry_cli, "bench", "record", "fast", name, "--batch", "a", "--baseline", "2,2,2,2,2,2",
              "--candidate", "1,1,1,1,1,1")
     shown = registry_cli("show", "fast")
-    assert ("speed record of these bytes: 6 pairs; shown above the gate (decided at pair 5); running bounds 2x to 2x "
+    assert ("speed record of these bytes: 6 pairs; speedup 2x over the 6 pairs read up to the batch that decided "
+            "(median of the pair ratios); shown above the gate (decided at pair 5); running bounds at pair 5 2x to 2x "
             "(two-sided 90%) against the gate 1.2x at alpha 0.05 per side") in shown.stdout
     assert "its bytes' speed record holds 2 session(s) and 0 complete document(s)" in shown.stdout
     bench = run_json(registry_cli, "show", "fast")["bench"]

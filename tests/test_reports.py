@@ -107,7 +107,7 @@ def test_tables_for_people(registry):
     tables = {title: (columns, rows) for title, columns, rows in
               report_tables(build_report(projections.state(as_of=h.at["rms_verdict"])))}
     columns, rows = tables["leaderboard: wan-t2v (promoted, fastest first)"]
-    assert rows == [(1, "sage-attn", "promoted", "1.45", "[1.407, 1.494] (level not recorded)", "perceptual", "gate", "ssim 0.975 vs 0.97 (margin 0.005)",
+    assert rows == [(1, "sage-attn", "1.4500", "[1.407, 1.494] (level not recorded)", "perceptual", "gate", "ssim 0.975 vs 0.97 (margin 0.005)",
                      1)]
     assert len(columns) == len(rows[0])
     assert tables["caught (by the rule that decided)"][1] == [("rejected", "speed.below_gate", 1, "rms-fused")]

@@ -77,6 +77,9 @@ class BenchRecord:
     result: SequentialResult
     version: int
     bounds: list[tuple[float | None, float | None]] = field(default_factory=list)
+    speedup: float | None = None  # over every pair read up to the batch or document that decided (gate/record.py)
+    speedup_pairs: int | None = None
+    set_aside: int = 0  # pairs timed by an interpreter or emulator: recorded, never read
     runs_per_arm: int | None = None  # the contract's size of a complete document; a session is not held to it
 
     @property
@@ -93,7 +96,9 @@ class BenchRecord:
         result = self.result
         return {
             "identity": self.identity, "workload": self.workload, "gate": self.gate, "alpha": result.alpha,
-            "max_pairs": self.max_pairs, "pairs": len(self.ratios), "reading": READINGS[result.decision],
+            "max_pairs": self.max_pairs, "pairs": len(self.ratios), "speedup": self.speedup,
+            "speedup_pairs": self.speedup_pairs, "set_aside_pairs": self.set_aside,
+            "reading": READINGS[result.decision],
             "shows": SHOWS[result.decision], "level": 1.0 - 2.0 * result.alpha,
             "decided_at": result.decided_at, "lower": result.lower, "upper": result.upper, "stop": _stop(self),
             "pairs_saved": self.pairs_saved, "closed": self.closed,
@@ -473,6 +478,13 @@ class BatchedSession:
 
     def __init__(self, registry: Registry, artifact: str, *, device: str, timer: str, limit: int | None = None,
                  arch: str | None = None):
+        from registry.gate.record import not_speed_evidence
+
+        # Pairs an interpreter or emulator times are recorded but never read (docs/gate.md, "The speed record"):
+        # timing more of them decides nothing, so such a session times one batch unless told otherwise.
+        self.speed_evidence = not_speed_evidence(timer, device) is None
+        if limit is None and not self.speed_evidence:
+            limit = BATCH_PAIRS
         self.registry, self.artifact, self.limit = registry, artifact, limit
         self.session, self.record = open_session(registry, artifact, device=device, timer=timer, arch=arch)
         self.pairs = 0
@@ -494,8 +506,11 @@ class BatchedSession:
 
     @property
     def stop(self) -> str:
-        """Why measuring stopped: decided, max_pairs (the record ends held), or limit (the record stays open)."""
-        return _stop(self.record) if self.record.closed else "limit"
+        """Why measuring stopped: decided, max_pairs (the record ends held), limit (the record stays open), or
+        not_speed_evidence (an interpreter or emulator timed the pairs: the record never reads them)."""
+        if self.record.closed:
+            return _stop(self.record)
+        return "limit" if self.speed_evidence else "not_speed_evidence"
 
     def to_dict(self) -> dict[str, Any]:
         return measured_summary(self.record.to_dict(), self.session, self.pairs, self.batches, self.stop)
@@ -592,5 +607,6 @@ def _record(target: _Target) -> BenchRecord:
         sessions=[Session(name, s["identity"], s["artifact"], s["opened_position"], s["pairs"])
                   for name, s in in_opened_order(sessions)],
         ratios=reading.ratios, batch_ids=stream["batches"] if stream is not None else [], result=reading.result,
-        version=stream["version"] if stream is not None else 0, bounds=reading.bounds,
+        version=stream["version"] if stream is not None else 0, bounds=reading.bounds, speedup=reading.value,
+        speedup_pairs=reading.figure and reading.figure.pairs, set_aside=sum(found.pairs for found in reading.set_aside),
     )

@@ -223,7 +223,11 @@ def _session_budget(registry: Registry, artifact: str, limit: int | None, opened
     budget = room if limit is None else min(room, limit)
 
     def open_batches(timer: str, device: str, arch: str | None = None) -> BatchedSession:
-        opened.append(BatchedSession(registry, artifact, device=device, timer=timer, limit=budget, arch=arch))
+        from registry.gate.record import not_speed_evidence
+
+        # An interpreter's pairs are never read: without --runs its session times one batch (BatchedSession).
+        cap = None if limit is None and not_speed_evidence(timer, device) is not None else budget
+        opened.append(BatchedSession(registry, artifact, device=device, timer=timer, limit=cap, arch=arch))
         return opened[-1]
 
     return budget, open_batches

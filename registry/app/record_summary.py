@@ -28,7 +28,9 @@ def record_summary(registry: Registry, state: dict[str, Any], workload: dict[str
 
 def summarize_record(found: dict[str, Any], workload: dict[str, Any], rule: tuple | None = None) -> dict[str, Any]:
     """A speed record's row as `show`, `report` and the HTML report give it: sessions, documents, devices, archs,
-    timers, pairs, what it shows, the running bounds with their level, alpha and the stop reason.
+    timers, pairs, what it shows, its speedup over every pair read up to what decided (and how many, how
+    estimated), the running bounds with their level, alpha, the stop reason, and pairs set aside (timed by an
+    interpreter or emulator: never read).
 
     A record under a contract that does not declare the confident rule is
     given with its pairs, sessions and documents only (no rule reads it).
@@ -57,9 +59,12 @@ def summarize_record(found: dict[str, Any], workload: dict[str, Any], rule: tupl
                 "stop": f"speed.decision is {speed.decision if speed else 'undeclared'}"}
     reading = read_record(SpeedRecord(found["payload_sha256"], entries, len(found["sessions"]),
                                       workload["versions"]), speed, terms)
-    result = reading.result
+    result, figure = reading.result, reading.figure
     return {**summary, "reading": READINGS[result.decision], "shows": SHOWS[result.decision],
             "pairs": len(reading.ratios),
+            "speedup": figure and figure.value, "speedup_pairs": figure and figure.pairs,
+            "speedup_method": figure and figure.method, "speedup_source": figure and figure.source,
+            "set_aside_pairs": sum(found.pairs for found in reading.set_aside),
             "decided_at": result.decided_at, "lower": result.lower, "upper": result.upper,
             "level": reading.level, "alpha": result.alpha, "gate": speed.gate, "max_pairs": speed.max_pairs,
             "stop": stop_reason(result, len(reading.ratios), speed.max_pairs),

@@ -22,10 +22,9 @@ def print_verdict(artifact: str, verdict: dict, contract_version: int | None, be
 
         table(None, ["metric", "value", "threshold", "margin", "meets the threshold"], margin_rows(verdict))
     if verdict["speedup"] is not None:
-        from registry.projections.report import interval_text
+        from registry.projections.report import speedup_text
 
-        ci = interval_text(verdict["speedup_ci"], verdict.get("speedup_ci_level"))
-        say(f"  speedup {verdict['speedup']:.3f}x" + (f", interval {ci}" if ci else ""))
+        say("  " + speedup_text(verdict))
     say(f"  evidence: {', '.join(verdict['evidence_ids']) or 'none'}")
 
 

@@ -31,10 +31,17 @@ def bench_text(bench: dict) -> str:
     def bound(value: float | None) -> str:
         return "-" if value is None else f"{value:.4g}x"
 
-    return (f"{head}; {bench['shows']} ({bench['stop']}"
+    speedup = "" if bench.get("speedup") is None else (
+        f"speedup {bench['speedup']:.4g}x over the {bench['speedup_pairs']} pairs read"
+        + (f" up to the {bench['speedup_source']} that decided" if bench["decided_at"] else "")
+        + f" ({bench['speedup_method']}); ")
+    aside = f"; {bench['set_aside_pairs']} pairs set aside (not speed evidence)" if bench.get("set_aside_pairs") else ""
+    return (f"{head}; {speedup}{bench['shows']} ({bench['stop']}"
             + (f" at pair {bench['decided_at']}" if bench["decided_at"] else f", max_pairs {bench['max_pairs']}")
-            + f"); running bounds {bound(bench['lower'])} to {bound(bench['upper'])} (two-sided "
-              f"{bench['level']:.0%}) against the gate {bench['gate']:.4g}x at alpha {bench['alpha']:g} per side")
+            + f"); running bounds{' at pair ' + str(bench['decided_at']) if bench['decided_at'] else ''} "
+              f"{bound(bench['lower'])} to {bound(bench['upper'])} (two-sided "
+              f"{bench['level']:.0%}) against the gate {bench['gate']:.4g}x at alpha {bench['alpha']:g} per side"
+            + aside)
 
 
 @click.command()
@@ -92,10 +99,10 @@ def show(session: Session, artifact_id: str, as_of: str | None, as_json: bool, s
     if state["margins"]:
         table("margins", ["metric", "value", "threshold", "margin", "meets the threshold"], margin_rows(state))
     if state["speedup"] is not None:
-        from registry.projections.report import interval_text
+        from registry.projections.report import speedup_text
 
-        ci = interval_text(state["speedup_ci"], (state["verdict"] or {}).get("speedup_ci_level"))
-        say(f"  speedup {state['speedup']:.3f}x" + (f", interval {ci}" if ci else ""))
+        say("  " + speedup_text({**(state["verdict"] or {}), "speedup": state["speedup"],
+                                 "speedup_ci": state["speedup_ci"]}))
     if bench is not None:
         say("  " + bench_text(bench))
     if monitor is not None:

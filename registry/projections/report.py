@@ -146,6 +146,7 @@ def _leaderboard(artifacts: list[dict[str, Any]], scope: list[str]) -> dict[str,
             "artifact": artifact["artifact"], "kind": artifact["kind"], "backend": artifact["backend"],
             "speedup": artifact["speedup"], "speedup_ci": artifact["speedup_ci"], "tier": artifact["tier"],
             "speedup_ci_level": (artifact["verdict"] or {}).get("speedup_ci_level"),
+            "speedup_ci_pair": (artifact["verdict"] or {}).get("speedup_ci_pair"),
             "decided_by": artifact["decided_by"], "tightest_margin": _margin_entry(artifact["tightest_margin"]),
             "benchmark_attempts": artifact["benchmark_attempts"], "state": headline(artifact)["short"],
         })
@@ -267,6 +268,11 @@ def number(value: Any) -> Any:
     return f"{value:.4g}" if isinstance(value, float) else value
 
 
+def speedup_number(value: float | None) -> str | None:
+    """A speedup for people, to four decimals: what a team compares with its own harness's figure."""
+    return None if value is None else f"{value:.4f}"
+
+
 def margin_text(margin: dict[str, Any] | None) -> str | None:
     if margin is None:
         return None
@@ -274,12 +280,23 @@ def margin_text(margin: dict[str, Any] | None) -> str | None:
             f" (margin {number(margin['margin'])})")
 
 
-def interval_text(ci: list[float] | None, level: float | None = None) -> str | None:
+def interval_text(ci: list[float] | None, level: float | None = None, at_pair: int | None = None) -> str | None:
     """An interval with the two-sided level it holds at (a verdict's `speedup_ci_level`), or says none was
-    recorded: an interval is never printed without its level."""
+    recorded: an interval is never printed without its level. `at_pair`: the interval is a speed record's running
+    bounds at that pair (a verdict's `speedup_ci_pair`), and says so."""
     if ci is None:
         return None
-    return f"[{number(ci[0])}, {number(ci[1])}] ({f'{level:.0%} two-sided' if level else 'level not recorded'})"
+    named = f", running bounds at pair {at_pair}" if at_pair else ""
+    return f"[{number(ci[0])}, {number(ci[1])}] ({f'{level:.0%} two-sided' if level else 'level not recorded'}{named})"
+
+
+def speedup_text(verdict: dict[str, Any]) -> str:
+    """A verdict's speedup as `promote` and `show` print it: the figure (over how many pairs, for a speed record),
+    then its interval named as what it is."""
+    pairs = verdict.get("speedup_pairs")
+    ci = interval_text(verdict["speedup_ci"], verdict.get("speedup_ci_level"), verdict.get("speedup_ci_pair"))
+    return (f"speedup {verdict['speedup']:.4f}x" + (f" over {pairs} pairs" if pairs else "")
+            + (f", interval {ci}" if ci else ""))
 
 
 Table = tuple[str, list[str], list[tuple[Any, ...]]]
@@ -295,10 +312,11 @@ def report_tables(report: dict[str, Any]) -> list[Table]:
     for workload, entries in report["leaderboard"].items():
         tables.append((
             f"leaderboard: {workload} (promoted, fastest first)",
-            ["rank", "artifact", "state", "speedup", "interval (two-sided level)", "tier", "decided by",
-             "tightest margin", "benchmark attempts"],
-            [(e["rank"], e["artifact"], e.get("state", "promoted"), number(e["speedup"]),
-              interval_text(e["speedup_ci"], e.get("speedup_ci_level")), e["tier"], e["decided_by"],
+            ["rank", "artifact", "speedup", "interval (two-sided level)", "tier", "decided by", "tightest margin",
+             "benchmark attempts"],
+            [(e["rank"], _ranked_name(e), speedup_number(e["speedup"]),
+              interval_text(e["speedup_ci"], e.get("speedup_ci_level"), e.get("speedup_ci_pair")),
+              e["tier"], e["decided_by"],
               margin_text(e["tightest_margin"]), e["benchmark_attempts"]) for e in entries],
         ))
     tables.append((
@@ -338,6 +356,12 @@ def report_tables(report: dict[str, Any]) -> list[Table]:
     return tables
 
 
+def _ranked_name(entry: dict[str, Any]) -> str:
+    """A leaderboard entry's artifact, marked with its state when that is more than promoted (a regression)."""
+    state = entry.get("state", "promoted")
+    return entry["artifact"] if state == "promoted" else f"{entry['artifact']} ({state}: resolve and lock skip it)"
+
+
 def monitors_table(monitors: list[dict[str, Any]]) -> Table:
     """Promoted identities watched for a regression: pairs, the detector against its level, the alarm."""
     return (
@@ -355,9 +379,10 @@ def benchmark_records_table(records: list[dict[str, Any]]) -> Table:
     the running bounds with their level, and why measuring stopped."""
     return (
         "speed records (one per payload within a workload; sessions and complete documents, confident rule)",
-        ["workload", "payload", "artifacts", "shows", "pairs", "decided at", "stop", "lower", "upper", "level",
-         "gate", "alpha", "sessions", "documents", "archs"],
+        ["workload", "payload", "artifacts", "shows", "pairs", "speedup (pairs up to what decided)", "decided at",
+         "stop", "running lower", "running upper", "level", "gate", "alpha", "sessions", "documents", "archs"],
         [(r["workload"], r["payload_sha256"][:12], ", ".join(r["artifacts"]), r["shows"] or "-", r["pairs"],
+          None if r.get("speedup") is None else f"{speedup_number(r['speedup'])} ({r['speedup_pairs']})",
           r.get("decided_at"), r["stop"], number(r.get("lower")), number(r.get("upper")),
           f"{r['level']:.0%} two-sided" if r.get("level") else None, number(r.get("gate")), r.get("alpha"),
           len(r["sessions"]), r["documents"], ", ".join(r["archs"]))

@@ -198,7 +198,7 @@ function render(data) {
       wl.artifacts.map((a) => [{"data-artifact": a.artifact}, [
         el("td", {}, el("a", {"href": pageOf(a.artifact), "class": "artifact-link"}, a.artifact)),
         el("td", {}, a.kind), el("td", {"class": a.decision + (a.state === a.decision ? "" : " regressed")}, a.state),
-        el("td", {}, a.tier), el("td", {}, a.speedup === null ? null : a.speedup.toFixed(3) + "x"),
+        el("td", {}, a.tier), el("td", {}, a.speedup === null ? null : a.speedup.toFixed(4) + "x"),
         el("td", {"class": a.monitor || ""}, a.monitor)]])));
   }
   const m = data.monitors, monitors = $("monitors"); monitors.replaceChildren();
