@@ -116,7 +116,7 @@ def test_the_html_report_has_a_page_per_artifact(browser_and_registry, page):
     assert steady.get_attribute("data-state") == "registered"
     assert steady.locator("table.verdicts").count() == 0 and "no verdict yet" in steady.inner_text()
     assert steady.locator(".monitor-figure").count() == 0  # never promoted, never re-measured
-    # The leaderboard marks the regressed artifact in its state column.
+    # The leaderboard marks the regressed artifact beside its name.
     assert "promoted, regressed" in page.locator("h2", has_text="leaderboard: wan-watched").locator(
         "xpath=following-sibling::table[1]").inner_text()
 

@@ -3,7 +3,9 @@
 Sections (all computed from a RegistryState, so a report as of any past
 position is the same function over `Projections.state(as_of=...)`):
 - leaderboard: per workload, promoted artifacts by speedup (descending), with
-  the speedup's interval (speedup_ci), tier and tightest margin;
+  the speedup's interval (speedup_ci), tier and tightest margin, and the
+  headline state (`promoted, regressed` for one whose monitor alarmed: it
+  ranks, but resolve and lock skip it, and its name says so);
 - caught: held / quarantined / rejected artifacts grouped by the rule that
   decided them (a person's revoke counts as rule `human.revoke`);
 - near_misses: promoted artifacts whose tightest margin is within 10% of its
