@@ -118,7 +118,7 @@ def test_evaluate_under_a_confident_contract_on_a_cpu_times_a_batch_the_record_n
     outcome = json.loads(first.output)
     session = outcome["session"]
     assert (session["pairs"], session["batches"], session["stop"]) == (3, 2, "not_speed_evidence")
-    assert (session["record_pairs"], session["decision"], session["pairs_saved"]) == (0, "held", 0)
+    assert (session["record_pairs"], session["reading"], session["pairs_saved"]) == (0, "undecided", 0)
     assert batches_of(cli.url, stream, session["session"]) == [2, 1]
     assert "benchmark" not in {item["kind"] for item in outcome["evidence"]}  # the session holds the timings
     assert types(cli.url, "modln")[1:] == ["ParityMeasured", "ExecutionObserved"]
@@ -128,14 +128,14 @@ def test_evaluate_under_a_confident_contract_on_a_cpu_times_a_batch_the_record_n
     assert (second["pairs"], second["batches"], second["stop"], second["record_pairs"]) == (
         2, 1, "not_speed_evidence", 0)
     record = json.loads(cli("bench", "status", "modln", "--json").output)
-    assert (record["closed"], record["set_aside_pairs"], record["decision"]) == (False, 5, "held")
+    assert (record["closed"], record["set_aside_pairs"], record["reading"]) == (False, 5, "undecided")
 
     # The same bytes on a GPU: the session opens, its pairs are read and decide.
     gpu = json.loads(cli("bench", "open", "modln", "--device", "NVIDIA H200", "--timer", "cuda_event",
                          "--json").output)["session"]
     record = json.loads(cli("bench", "record", "modln", gpu, "--batch", "b", "--baseline", "2,2,2,2,2",
                             "--candidate", "1,1,1,1,1", "--json").output)
-    assert (record["decision"], record["decided_at"], record["closed"]) == ("promoted", 5, True)
+    assert (record["reading"], record["decided_at"], record["closed"]) == ("above", 5, True)
 
     # The record is closed: a third evaluation is refused before anything runs, and writes nothing.
     before = len(opened(cli.url).store.read_all())

@@ -100,7 +100,7 @@ def edit_state(cli, artifact: str, change, rehash: bool) -> None:
 def set_aside_benchmark(cli) -> None:
     """Point b's benchmark entry at the benchmark event of an identity b set aside (same stream, other claims)."""
     register_again = cli("artifact", "register", "b", "--workload", "wan", "--kind", "step_cache",
-                         "--payload", str(cli.tmp / "b.bin"), "--backend", "other")
+                         "--payload", str(cli.tmp / "b.bin"), "--backend", "other", "--new-identity")
     assert register_again.exit_code == 0, register_again.output
     measure(cli, "b", 1.6)
     assert cli("show", "b").exit_code == 0

@@ -300,3 +300,17 @@ def test_the_commands_the_demo_prints_run_as_printed(tmp_path):
                           cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "x y.db").exists()
+
+
+def test_the_readme_and_runtime_blocks_run_as_printed_on_the_demos_registry(reduced_demo, tmp_path):
+    """README.md's "look further" and docs/runtime.md's fallback, as printed, on a copy of this campaign's
+    registry (tests/test_docs_run.py holds the blocks and how they run)."""
+    from test_docs_run import run_the_blocks_on_the_demo
+
+    run_the_blocks_on_the_demo(reduced_demo.folder, tmp_path)
+
+
+def test_the_readmes_demo_table_reads_as_the_demo_decides(reduced_demo):
+    from test_docs_run import check_the_readmes_demo_table
+
+    check_the_readmes_demo_table({row["artifact"]: row for row in json.loads(reduced_demo.output)["rows"]})

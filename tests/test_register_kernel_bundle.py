@@ -63,7 +63,8 @@ def test_a_checked_and_rebuilt_bundle_registers_under_its_manifest_digest(cli, b
     digest = verify_directory(bundle).digest
     result = register(cli, bundle, "--json")
     assert result.exit_code == 0, result.output
-    assert json.loads(result.output) == {"artifact": "rms", "payload_sha256": digest, "appended": True}
+    assert json.loads(result.output) == {"artifact": "rms", "payload_sha256": digest, "appended": True, "ships": True,
+                                         "note": None}
     shown = json.loads(cli("show", "rms", "--json").output)
     assert shown["kind"] == "triton_kernel" and shown["payload_sha256"] == digest
     assert shown["bundle"]["format"] == "registry.triton-kernel/1"

@@ -306,7 +306,7 @@ def test_a_payload_less_twin_borrows_no_record(registry):
         assert verdict["decision"] == "held"
         assert any(r.startswith("the artifact was registered without a payload") for r in verdict["reasons"])
     with pytest.raises(UserError, match="without a payload"):
-        open_session(registry, "twin", "d", "t")
+        open_session(registry, "twin", "d", "perf_counter")
 
 
 def test_a_loosened_contract_promotes_nothing_on_pairs_already_seen(registry, tmp_path):
@@ -477,7 +477,7 @@ def test_workload_declare_names_the_speed_records_a_loosening_affects(registry_c
     (tmp_path / "k.bin").write_bytes(b"kernel bytes")
     assert registry_cli("artifact", "register", "a1", "--workload", "w", "--kind", "module",
                         "--payload", str(tmp_path / "k.bin")).exit_code == 0
-    session = json.loads(registry_cli("bench", "open", "a1", "--device", "d", "--timer", "t", "--json").stdout)
+    session = json.loads(registry_cli("bench", "open", "a1", "--device", "d", "--timer", "perf_counter", "--json").stdout)
     assert registry_cli("bench", "record", "a1", session["session"], "--batch", "b", "--baseline", "1.2,1.0",
                         "--candidate", "1.0,1.0").exit_code == 0
     manifest.write_text(MANIFEST.replace("max_pairs: 400", "max_pairs: 400, alpha: 0.3"))

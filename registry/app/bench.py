@@ -32,13 +32,14 @@ from functools import partial
 from typing import TYPE_CHECKING, Any, Callable
 
 from registry.formats.errors import UserError
+from registry.formats.evidence.schemas import TIMERS
 from registry.formats.fields import ARCH
 from registry.formats.names import bench_stream, check_name
 from registry.formats.sequential import SequentialResult
 from registry.formats.text import check_line, text_arguments
 
 from .context import Registry
-from .record_summary import SHOWS, in_opened_order, stop_reason
+from .record_summary import READINGS, SHOWS, in_opened_order, stop_reason
 
 if TYPE_CHECKING:
     from registry.projections.view import View
@@ -75,6 +76,7 @@ class BenchRecord:
     speedup: float | None = None  # over every pair read up to the batch or document that decided (gate/record.py)
     speedup_pairs: int | None = None
     set_aside: int = 0  # pairs timed by an interpreter or emulator: recorded, never read
+    runs_per_arm: int | None = None  # the contract's size of a complete document; a session is not held to it
 
     @property
     def closed(self) -> bool:
@@ -91,7 +93,8 @@ class BenchRecord:
         return {
             "identity": self.identity, "workload": self.workload, "gate": self.gate, "alpha": result.alpha,
             "max_pairs": self.max_pairs, "pairs": len(self.ratios), "speedup": self.speedup,
-            "speedup_pairs": self.speedup_pairs, "set_aside_pairs": self.set_aside, "decision": result.decision,
+            "speedup_pairs": self.speedup_pairs, "set_aside_pairs": self.set_aside,
+            "reading": READINGS[result.decision],
             "shows": SHOWS[result.decision], "level": 1.0 - 2.0 * result.alpha,
             "decided_at": result.decided_at, "lower": result.lower, "upper": result.upper, "stop": _stop(self),
             "pairs_saved": self.pairs_saved, "closed": self.closed,
@@ -172,6 +175,11 @@ def open_session(registry: Registry, artifact: str, device: str, timer: str,
         subject = target.subject
         for value, what in ((device, "device"), (timer, "timer")):
             check_line(value, what)
+        if timer not in TIMERS:
+            # The four an evidence document may name: a typo would otherwise sit in the log for ever, and a session
+            # timed by an interpreter or emulator must say so to be held.
+            raise UserError(f"timer: {timer!r} is not one of {', '.join(TIMERS)} (the timers evidence documents "
+                            "name); no session opened")
         if arch is not None and (not isinstance(arch, str) or not ARCH.fullmatch(arch)):
             raise UserError(f"arch: {arch!r} is not a device architecture such as sm90, sm100 or cpu")
         if subject.payload_sha256 is None:
@@ -261,6 +269,7 @@ def record_pair_group(group: list[Pairs]) -> list[BatchAnswer]:
     again. Batches of registries with different stores are recorded as one
     group a store, each read from and appended to its own.
     """
+    from registry.events.errors import IdempotencyConflict
     from registry.events.store import Append, NewEvent, check_names
     from registry.events.types import BenchmarkPairsRecorded
 
@@ -333,6 +342,12 @@ def record_pair_group(group: list[Pairs]) -> list[BatchAnswer]:
     except Exception as exc:  # noqa: BLE001 - the database failed: every batch that was to be appended hears it
         placed = [exc] * len(appends)
     for (index, new, record), outcome in zip(answers, placed):
+        if isinstance(outcome, IdempotencyConflict):
+            # Named by the batch key the caller gave, never the store's internal key for it.
+            request = group[index]
+            outcome = IdempotencyConflict(f"batch {request.batch!r} of session {request.session} is already recorded "
+                                          "with other pairs; nothing appended (a batch key names one batch: give "
+                                          "new pairs a new key)")
         if isinstance(outcome, Exception) or outcome.new or not new:
             outcomes[index] = outcome if isinstance(outcome, Exception) else (outcome.new, record)
             continue
@@ -515,15 +530,15 @@ def closed_record_summary(record: dict[str, Any]) -> dict[str, Any]:
 def measured_summary(record: dict[str, Any], session: str | None, pairs: int, batches: int,
                      stop: str) -> dict[str, Any]:
     """What one session measured, beside the record (`BenchRecord.to_dict`, as the server also answers it)."""
-    return {"session": session, "pairs": pairs, "batches": batches, "stop": stop, "decision": record["decision"],
+    return {"session": session, "pairs": pairs, "batches": batches, "stop": stop, "reading": record["reading"],
             "record_pairs": record["pairs"], "max_pairs": record["max_pairs"], "pairs_saved": record["pairs_saved"]}
 
 
 def _closed_text(record: BenchRecord) -> str:
     result = record.result
     if result.decision != "held":
-        return f"{result.decision} after {result.decided_at} pairs"
-    return f"held at speed.max_pairs {record.max_pairs}"
+        return f"{SHOWS[result.decision]} after {result.decided_at} pairs"
+    return f"undecided at speed.max_pairs {record.max_pairs}"
 
 
 def finite_number(value: Any) -> bool:
@@ -576,7 +591,7 @@ def _record(target: _Target) -> BenchRecord:
     assert reading is not None  # the rule is confident (`_confident_rule`)
     return BenchRecord(
         identity=target.subject.identity, workload=target.workload["workload"], gate=speed.gate,
-        max_pairs=speed.max_pairs,
+        max_pairs=speed.max_pairs, runs_per_arm=speed.runs_per_arm,
         sessions=[OpenedSession(name, s["identity"], s["artifact"], s["opened_position"], s["pairs"])
                   for name, s in in_opened_order(sessions)],
         ratios=reading.ratios, batch_ids=stream["batches"] if stream is not None else [], result=reading.result,

@@ -38,10 +38,11 @@ def summarize_record(read: RecordReading) -> dict[str, Any]:
         "timers": sorted({entry["timer"] for entry in entries if entry["timer"]}),
     }
     if speed is None or reading is None:
-        return {**summary, "decision": None, "shows": None, "pairs": sum(len(e["baseline_s"]) for e in entries),
+        return {**summary, "reading": None, "shows": None, "pairs": sum(len(e["baseline_s"]) for e in entries),
                 "stop": f"speed.decision is {speed.decision if speed else 'undeclared'}"}
     result, figure = reading.result, reading.figure
-    return {**summary, "decision": result.decision, "shows": SHOWS[result.decision], "pairs": len(reading.ratios),
+    return {**summary, "reading": READINGS[result.decision], "shows": SHOWS[result.decision],
+            "pairs": len(reading.ratios),
             "speedup": figure and figure.value, "speedup_pairs": figure and figure.pairs,
             "speedup_method": figure and figure.method, "speedup_source": figure and figure.source,
             "set_aside_pairs": sum(aside.pairs for aside in reading.set_aside),
@@ -57,13 +58,18 @@ def in_opened_order(sessions: dict[str, Any]) -> list[tuple[str, Any]]:
     return sorted(sessions.items(), key=lambda item: item[1]["opened_position"])
 
 
-# What a speed record shows, in words that never name an artifact's state (the artifact's verdict does that).
+# What a speed record shows, in words that never name an artifact's state (the artifact's verdict does that):
+# the rule's outcome (`SequentialResult.decision`) as the record's `reading`, and as a phrase.
+READINGS = {"promoted": "above", "rejected": "below", "held": "undecided"}
 SHOWS = {"promoted": "shown above the gate", "rejected": "shown below the gate", "held": "undecided"}
+PHRASES = {READINGS[outcome]: phrase for outcome, phrase in SHOWS.items()}
 
 
 def stop_reason(result: SequentialResult, pairs: int, max_pairs: int) -> str:
+    """Why the record stopped or goes on: decided, max_pairs, measuring, or shown_below_earlier (shown below the
+    gate under an earlier contract version, which stands)."""
     if result.stop == "rejected_before":
-        return "rejected_before"
+        return "shown_below_earlier"
     if result.decision != "held":
         return "decided"
     return "max_pairs" if pairs >= max_pairs else "measuring"

@@ -35,7 +35,8 @@ REASON_CODES: dict[str, str] = {
                  "evidence (docs/monitor.md)",
     "stale_contract": "it was promoted under an older contract than the workload's current one: judge it again "
                       "(`registry rejudge WORKLOAD`)",
-    "no_bundle": "it was registered without a bundle, so there is nothing to ship",
+    "no_bundle": "it was registered without a bundle (a --payload, --entry or no payload), so there is nothing to "
+                 "ship: make one with `registry bundle create` and register it with --bundle",
     "model_mismatch": "the bundle's window names another model id or revision",
     "fingerprint_mismatch": "the bundle replaces an operation with another graph fingerprint",
     "input_signature_mismatch": "the call's input tensors differ from the bundle's declared inputs",
@@ -184,7 +185,19 @@ def mismatches(manifest: Manifest, profile: Profile, site: CallSite) -> list[tup
     return found
 
 
-def _why_not(candidate: Candidate, profile: Profile, site: CallSite) -> tuple[str, str] | None:
+# The detail of `no_bundle`: what the artifact is, and the commands that make it shippable.
+NO_BUNDLE = ("registered without a bundle, so there is nothing to ship: make one with `registry bundle create DIR "
+             "--entry FILE:SYMBOL --replaces ... --compatibility ...`, register it with --bundle DIR "
+             "--new-identity, and import its evidence under the bundle's digest")
+
+
+def registry_problem(candidate: Candidate) -> tuple[str, str] | None:
+    """Why the registry itself keeps this candidate from shipping anywhere (code, detail), or None.
+
+    The checks that need no runtime: its decision, revocation, monitor,
+    contract version and bundle. `resolve` applies them first; `lock`
+    without a profile applies only them.
+    """
     if candidate.decision != "promoted":
         if candidate.revoked_by is not None:
             by = candidate.revoked_by
@@ -196,9 +209,23 @@ def _why_not(candidate: Candidate, profile: Profile, site: CallSite) -> tuple[st
     if candidate.stale_contract is not None:
         return "stale_contract", candidate.stale_contract
     if candidate.manifest is None:
-        return "no_bundle", "registered without a bundle; nothing to ship"
+        return "no_bundle", NO_BUNDLE
+    return None
+
+
+def _why_not(candidate: Candidate, profile: Profile, site: CallSite) -> tuple[str, str] | None:
+    problem = registry_problem(candidate)
+    if problem is not None:
+        return problem
     found = mismatches(candidate.manifest, profile, site)
     return found[0] if found else None
+
+
+def left_out(outcomes: tuple[Outcome, ...] | list[Outcome]) -> list[Outcome]:
+    """The outcomes of artifacts that a person would expect to ship and that do not: promoted (or a promotion
+    revoked), yet skipped for a reason other than ranking below the one chosen."""
+    return [o for o in outcomes if o.code not in (SELECTED, "not_selected")
+            and (o.candidate.decision == "promoted" or o.code == "revoked")]
 
 
 def resolve(candidates: list[Candidate], profile: Profile, site: CallSite = CallSite()) -> Resolution:

@@ -17,9 +17,9 @@ def print_verdict(artifact: str, verdict: dict, contract_version: int | None, be
     for reason in verdict["reasons"]:
         say(f"  - {reason}")
     if verdict["margins"]:
-        table(None, ["metric", "value", "threshold", "margin", "passed"],
-              ((m["metric"], f"{m['value']:.6g}", f"{m['threshold']:.6g}", f"{m['margin']:+.6g}", m["passed"])
-               for m in verdict["margins"]))
+        from registry.projections.headline import margin_rows
+
+        table(None, ["metric", "value", "threshold", "margin", "meets the threshold"], margin_rows(verdict))
     if verdict["speedup"] is not None:
         from registry.projections.report import speedup_text
 

@@ -210,10 +210,13 @@ def _evaluate_through(server_url: str, token: str | None, artifact_id: str, runs
 
 def session_text(session: dict) -> str:
     """One line on an evaluation's benchmark session: pairs, batches, why it stopped, pairs saved."""
-    stop = {"decided": f"the record is {session['decision']}", "max_pairs": "the record ends held at speed.max_pairs",
-            "limit": "--runs reached; the record stays open"}[session["stop"]]
+    from registry.app.record_summary import PHRASES
+
+    stop = {"decided": f"the record is {PHRASES[session['reading']]}",
+            "max_pairs": "the record ends undecided at speed.max_pairs",
+            "limit": "--runs reached; the record stays open"}.get(session["stop"], session["stop"])
     return (f"  benchmark session {session['session']}: {session['pairs']} pairs in {session['batches']} batches, "
-            f"stopped because {stop} ({session['record_pairs']} of at most {session['max_pairs']} pairs recorded, "
+            f"stopped because {stop} ({session['record_pairs']} of at most {session['max_pairs']} pairs in the record, "
             f"{session['pairs_saved']} saved)")
 
 

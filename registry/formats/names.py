@@ -150,3 +150,11 @@ def bench_stream(identity: str) -> str:
 
 def outcomes_stream(workload: str) -> str:
     return f"{OUTCOMES_PREFIX}{workload}"
+
+
+HOOK_PREFIX = "hook:"
+
+
+def hook_stream(hook_id: str) -> str:
+    """The stream of one webhook: its addition, its delivery attempts, its removal (docs/hooks.md)."""
+    return f"{HOOK_PREFIX}{hook_id}"

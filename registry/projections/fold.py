@@ -10,14 +10,16 @@ another type). The state is never guessed.
 Token events (`TokenIssued`, `TokenRevoked`) are kept by no read model:
 `registry serve` reads a token from its one short stream on every request
 (registry/app/tokens.py); the fold only checks that each sits in the stream
-of the key it names.
+of the key it names. Webhook events likewise (`HookAdded`, `HookRemoved`,
+`HookDeliveryAttempted`: their deliverer reads the hook's own stream,
+registry/app/hooks.py).
 """
 from __future__ import annotations
 
 from typing import Iterable
 
 from registry.events.store import StoredEvent
-from registry.formats.names import TOKEN_PREFIX
+from registry.formats.names import HOOK_PREFIX, TOKEN_PREFIX
 
 from .errors import ProjectionError
 from .log import LogEvent
@@ -30,9 +32,18 @@ def _token(_state: RegistryState, event: LogEvent) -> None:
     same_subject(event, TOKEN_PREFIX + event.payload["key_id"], event.stream)
 
 
+def _hook(_state: RegistryState, event: LogEvent) -> None:
+    """A webhook's addition, delivery attempt or removal: it must sit in its hook's stream, and changes no read
+    model (its deliverer reads the hook's own stream, registry/app/hooks.py)."""
+    same_subject(event, HOOK_PREFIX + event.payload["hook_id"], event.stream)
+
+
 def _dispatch() -> dict[str, tuple[Handler, ...]]:
-    """Each event type's handlers, in the order of the declarations (the token events' check beside them)."""
-    handlers: dict[str, tuple[Handler, ...]] = {"TokenIssued": (_token,), "TokenRevoked": (_token,)}
+    """Each event type's handlers, in the order of the declarations (the token and hook events' checks beside
+    them)."""
+    handlers: dict[str, tuple[Handler, ...]] = {
+        "TokenIssued": (_token,), "TokenRevoked": (_token,),
+        "HookAdded": (_hook,), "HookRemoved": (_hook,), "HookDeliveryAttempted": (_hook,)}
     for model in DECLARATIONS:
         for event_type, handler in model.folds.items():
             handlers[event_type] = (*handlers.get(event_type, ()), handler)

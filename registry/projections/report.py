@@ -3,12 +3,17 @@
 Sections (all computed from a RegistryState, so a report as of any past
 position is the same function over `View(store, as_of=...).state()`):
 - leaderboard: per workload, promoted artifacts by speedup (descending), with
-  the speedup's interval (speedup_ci), tier and tightest margin;
+  the speedup's interval (speedup_ci), tier and tightest margin, and the
+  headline state (`promoted, regressed` for one whose monitor alarmed: it
+  ranks, but resolve and lock skip it, and its name says so);
 - caught: held / quarantined / rejected artifacts grouped by the rule that
   decided them (a person's revoke counts as rule `human.revoke`);
 - near_misses: promoted artifacts whose tightest margin is within 10% of its
   threshold (|margin| <= 0.1 * |threshold|): promoted, but one noisy rerun
-  from the other side of the line;
+  from the other side of the line; for a metric bounded on its good side
+  (SSIM and VBench at 1) also within half the room between the threshold
+  and that bound, since a value near the best possible cannot be one rerun
+  from failing (an SSIM of 1.0 against 0.98 is no near miss);
 - waiting: advisory-tier artifacts the gate recorded and no person has
   decided since (docs/architecture.md: the advisory tier never promotes by itself);
 - contracts_moved: final decisions that stand under an older contract than
@@ -33,11 +38,16 @@ from typing import Any, Mapping, Sequence
 from registry.contracts.speed import derived_gate
 from registry.formats.errors import UserError
 
+from .headline import headline
 from .read_models import RegistryState
 from .read_models.artifacts import contract_note, relative_margin
 from .read_models.monitors import monitor_summary
 
 NEAR_MISS_SHARE = 0.10
+# A margin past this share of the room between a threshold and the metric's best possible value is no near miss.
+NEAR_MISS_ROOM = 0.5
+# The best value a bounded metric can take (higher is better for both): the far side of a threshold's room.
+BEST_VALUE = {"ssim": 1.0, "vbench": 1.0}
 CAUGHT = ("held", "quarantined", "rejected")
 HUMAN_REVOKE_RULE = "human.revoke"
 CSV_COLUMNS = (
@@ -141,7 +151,7 @@ def _leaderboard(artifacts: Sequence[Mapping[str, Any]], scope: list[str]) -> di
             "speedup_ci_level": (artifact["verdict"] or {}).get("speedup_ci_level"),
             "speedup_ci_pair": (artifact["verdict"] or {}).get("speedup_ci_pair"),
             "decided_by": artifact["decided_by"], "tightest_margin": _margin_entry(artifact["tightest_margin"]),
-            "benchmark_attempts": artifact["benchmark_attempts"],
+            "benchmark_attempts": artifact["benchmark_attempts"], "state": headline(artifact)["short"],
         })
     for entries in board.values():
         # Fastest first; an artifact promoted without a measured speedup (a person's approval) last.
@@ -173,10 +183,19 @@ def _near_misses(artifacts: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]
         margin = artifact["tightest_margin"]
         if artifact["decision"] != "promoted" or margin is None:
             continue
-        if abs(margin["margin"]) <= NEAR_MISS_SHARE * abs(margin["threshold"]):
+        if is_near_miss(margin):
             found.append({"artifact": artifact["artifact"], "workload": artifact["workload"],
                           "speedup": artifact["speedup"], **(_margin_entry(margin) or {})})
     return sorted(found, key=lambda entry: (entry["relative_margin"], entry["artifact"]))
+
+
+def is_near_miss(margin: dict[str, Any]) -> bool:
+    """A margin within NEAR_MISS_SHARE of its threshold and, for a bounded metric, within NEAR_MISS_ROOM of the
+    room between the threshold and the best value."""
+    if abs(margin["margin"]) > NEAR_MISS_SHARE * abs(margin["threshold"]):
+        return False
+    best = BEST_VALUE.get(margin["metric"])
+    return best is None or abs(margin["margin"]) <= NEAR_MISS_ROOM * abs(best - margin["threshold"])
 
 
 def _waiting(artifacts: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
@@ -223,6 +242,7 @@ def report_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
             low, high = e["speedup_ci"] or (None, None)
             row("leaderboard", workload=workload, artifact=e["artifact"], rank=e["rank"], decision="promoted",
                 decided_by=e["decided_by"], tier=e["tier"], speedup=e["speedup"], ci_low=low, ci_high=high,
+                note=None if e.get("state", "promoted") == "promoted" else e["state"],
                 **margin_cells(e["tightest_margin"]))
     for decision, groups in report["caught"].items():
         for group in groups:
@@ -298,7 +318,7 @@ def report_tables(report: dict[str, Any]) -> list[Table]:
             f"leaderboard: {workload} (promoted, fastest first)",
             ["rank", "artifact", "speedup", "interval (two-sided level)", "tier", "decided by", "tightest margin",
              "benchmark attempts"],
-            [(e["rank"], e["artifact"], speedup_number(e["speedup"]),
+            [(e["rank"], _ranked_name(e), speedup_number(e["speedup"]),
               interval_text(e["speedup_ci"], e.get("speedup_ci_level"), e.get("speedup_ci_pair")),
               e["tier"], e["decided_by"],
               margin_text(e["tightest_margin"]), e["benchmark_attempts"]) for e in entries],
@@ -309,7 +329,8 @@ def report_tables(report: dict[str, Any]) -> list[Table]:
          for decision, groups in report["caught"].items() for g in groups],
     ))
     tables.append((
-        f"near misses (promoted within {NEAR_MISS_SHARE:.0%} of a threshold)",
+        f"near misses (promoted within {NEAR_MISS_SHARE:.0%} of a threshold, and within {NEAR_MISS_ROOM:.0%} of "
+        "the way to a bounded metric's best value)",
         ["artifact", "workload", "metric", "value", "threshold", "margin", "speedup"],
         [(e["artifact"], e["workload"], e["metric"], number(e["value"]), number(e["threshold"]),
           number(e["margin"]), number(e["speedup"])) for e in report["near_misses"]],
@@ -337,6 +358,12 @@ def report_tables(report: dict[str, Any]) -> list[Table]:
     if report["matrix"] is not None:
         tables.append(matrix_table(report["matrix"]))
     return tables
+
+
+def _ranked_name(entry: dict[str, Any]) -> str:
+    """A leaderboard entry's artifact, marked with its state when that is more than promoted (a regression)."""
+    state = entry.get("state", "promoted")
+    return entry["artifact"] if state == "promoted" else f"{entry['artifact']} ({state}: resolve and lock skip it)"
 
 
 def monitors_table(monitors: list[dict[str, Any]]) -> Table:

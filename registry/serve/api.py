@@ -21,9 +21,10 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import threading
 import uuid
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from fastapi import Depends, FastAPI, Query, Request
@@ -49,10 +50,15 @@ _bearer = HTTPBearer(auto_error=False, description="A token from `registry token
 
 @dataclass
 class ServerConfig:
-    """What the server was started with: the registry it serves and the key its locks are signed with."""
+    """What the server was started with: the registry it serves and the key its locks are signed with.
+
+    `stopping` is set when the server is asked to stop (server.py): the live view's event streams end at
+    their next poll, so a stop never waits for an open page.
+    """
 
     registry: Registry
     signing_key: Any | None = None
+    stopping: threading.Event = field(default_factory=threading.Event)
 
 
 def _status(exc: Exception) -> int:
@@ -198,10 +204,15 @@ def create_app(config: ServerConfig) -> FastAPI:
         """What the live page draws: each workload's artifacts, the monitors, each speed record's bounds figure."""
         return live.snapshot(base)
 
+    @app.get("/api/artifacts/{artifact_id}/page", tags=["read"])
+    def artifact_page(artifact_id: str, _grant: Grant = Depends(scoped("read"))) -> dict:
+        """One artifact's page as the live view shows it: the HTML report's own section for it."""
+        return live.artifact_page(base, artifact_id)
+
     @app.get("/api/live/events", tags=["read"], response_class=Response)
     def live_events(_grant: Grant = Depends(scoped("read"))) -> Response:
         """Server-sent events: `head` with the log's position whenever it moves (polled every 0.5 s)."""
-        return live.event_stream(base)
+        return live.event_stream(base, config.stopping)
 
     @app.get("/", response_class=HTMLResponse, include_in_schema=False)
     def page() -> HTMLResponse:
@@ -268,7 +279,7 @@ def create_app(config: ServerConfig) -> FastAPI:
         grant.require("decide", body.workload)
         done = register_artifact(acting(grant), body.artifact, workload=body.workload, kind=body.kind,
                                  backend=body.backend, op=body.op, entry=body.entry,
-                                 payload_sha256=body.payload_sha256)
+                                 payload_sha256=body.payload_sha256, new_identity=body.new_identity)
         return {"artifact": done.artifact, "payload_sha256": done.payload_sha256, "appended": done.appended}
 
     @app.post("/api/artifacts/{artifact}/promote", tags=["decide"])

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 from functools import lru_cache
 from typing import Any, AsyncIterator
 
@@ -42,6 +43,7 @@ def snapshot(registry: Registry) -> dict[str, Any]:
     fidelity figure, the monitors' table (report.py `monitors_table`, rows from `monitor_summary`), each speed
     record's running-bounds figure and each artifact's per-frame fidelity figure."""
     from registry.app.reports import benchmark_records
+    from registry.projections.headline import headline
     from registry.projections.html_report import has_frames
     from registry.projections.report import alerts_of, monitors_of, monitors_table, speed_gate
 
@@ -56,14 +58,14 @@ def snapshot(registry: Registry) -> dict[str, Any]:
         declared = state.workloads.get(name)
         workloads.append({"workload": name, "contract_version": declared["contract_version"] if declared else None,
                           "artifacts": [{"artifact": a["artifact"], "kind": a["kind"], "decision": a["decision"],
-                                         "tier": a["tier"], "speedup": a["speedup"],
+                                         "state": headline(a)["short"], "tier": a["tier"], "speedup": a["speedup"],
                                          "monitor": status.get(a["artifact"])}
                                         for a in artifacts if a["workload"] == name]})
     gates = {name: speed_gate((state.workloads.get(name) or {}).get("contract")) for name in names}
     scatter = _drawn("speed_fidelity", {"artifacts": [{key: a[key] for key in SCATTER_FIELDS} for a in artifacts],
                                         "gates": gates})
     readable = [record for record in benchmark_records(state, state.workloads)
-                if record.get("decision") is not None]
+                if record.get("reading") is not None]
     records = [{"record": record["record"], "workload": record["workload"], "artifacts": record["artifacts"],
                 "pairs": record["pairs"], "max_pairs": record["max_pairs"], "shows": record["shows"],
                 "stop": record["stop"], "figure": _drawn("bounds", record)}
@@ -101,19 +103,39 @@ def _draw(kind: str, inputs: str) -> str:
         return html_report.bounds_figure(given)
     if kind == "frames":
         return html_report.frame_figure(given["artifact"], given["declared"])
-    return html_report.speed_fidelity_figure(given["artifacts"], given["gates"])
+    return html_report.speed_fidelity_section(given["artifacts"], given["gates"])
 
 
-def event_stream(registry: Registry) -> StreamingResponse:
-    return StreamingResponse(_heads(registry), media_type="text/event-stream",
+def artifact_page(registry: Registry, artifact: str) -> dict[str, Any]:
+    """One artifact's page (app/artifact_page.py), drawn as the HTML report draws it (html_report.py
+    `artifact_section`), once per content."""
+    from registry.app.artifact_page import artifact_page as read_page
+    from registry.projections.headline import headline
+
+    page = read_page(registry, artifact).to_dict()
+    return {"artifact": page["state"]["artifact"], "state": headline(page["state"])["short"],
+            "html": _section(json.dumps(page, sort_keys=True, default=str))}
+
+
+@lru_cache(maxsize=64)
+def _section(page: str) -> str:
+    from registry.projections.html_report import artifact_section
+
+    return artifact_section(json.loads(page))
+
+
+def event_stream(registry: Registry, stopping: threading.Event | None = None) -> StreamingResponse:
+    """The log's head as server-sent events; the stream ends at its next poll once `stopping` is set (the server
+    is stopping), so a stop never waits for an open page."""
+    return StreamingResponse(_heads(registry, stopping or threading.Event()), media_type="text/event-stream",
                              headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
 
 
-async def _heads(registry: Registry) -> AsyncIterator[str]:
+async def _heads(registry: Registry, stopping: threading.Event) -> AsyncIterator[str]:
     loop = asyncio.get_running_loop()
     started = loop.time()
     last, quiet = None, 0.0
-    while loop.time() - started < STREAM_SECONDS:
+    while loop.time() - started < STREAM_SECONDS and not stopping.is_set():
         head = await run_in_threadpool(registry.store.head_position)
         if head != last:
             last, quiet = head, 0.0
@@ -137,13 +159,19 @@ figure{margin:8px 0 20px}figure img{max-width:100%;border:1px solid #eee}figcapt
 <body>
 <h1>registry: live</h1>
 <p id="status">connecting</p><p>log head: <span id="head">-</span></p><p id="alerts"></p>
+<div id="artifact"></div>
 <div id="workloads"></div><div id="monitors"></div>
 <h2>Speed against fidelity</h2><div id="speed-fidelity"></div>
 <h2>Running bounds against the gate (speed records)</h2><div id="records"></div><p id="records-not-drawn"></p>
 <h2>Per-frame fidelity (latest perceptual evidence)</h2><div id="frames"></div><p id="frames-not-drawn"></p>
 <script>
 "use strict";
-const token = new URLSearchParams(location.hash.slice(1)).get("token");
+const fragment = () => new URLSearchParams(location.hash.slice(1));
+const token = fragment().get("token");
+function pageOf(artifact) {  // the fragment that opens an artifact's page (the token stays in the fragment)
+  const next = fragment(); if (artifact === null) next.delete("artifact"); else next.set("artifact", artifact);
+  return "#" + next.toString();
+}
 const headers = token ? {"Authorization": "Bearer " + token} : {};
 const $ = (id) => document.getElementById(id);
 function el(tag, attrs, ...children) {
@@ -169,7 +197,8 @@ function render(data) {
     workloads.append(el("h2", {}, wl.workload + " (" + version + ")"), table({"data-workload": wl.workload},
       ["artifact", "kind", "state", "tier", "speedup", "monitor"],
       wl.artifacts.map((a) => [{"data-artifact": a.artifact}, [
-        el("td", {}, a.artifact), el("td", {}, a.kind), el("td", {"class": a.decision}, a.decision),
+        el("td", {}, el("a", {"href": pageOf(a.artifact), "class": "artifact-link"}, a.artifact)),
+        el("td", {}, a.kind), el("td", {"class": a.decision + (a.state === a.decision ? "" : " regressed")}, a.state),
         el("td", {}, a.tier), el("td", {}, a.speedup === null ? null : a.speedup.toFixed(4) + "x"),
         el("td", {"class": a.monitor || ""}, a.monitor)]])));
   }
@@ -182,8 +211,10 @@ function render(data) {
           (r) => ({"class": "record", "data-artifacts": r.artifacts.join(" "), "data-pairs": r.pairs,
                    "data-shows": r.shows}));
   figures($("frames"), data.frames, (f) => f.artifact, (f) => ({"class": "frames", "data-artifact": f.artifact}));
-  $("records-not-drawn").textContent = data.records_not_drawn ? data.records_not_drawn + " more not drawn" : "";
-  $("frames-not-drawn").textContent = data.frames_not_drawn ? data.frames_not_drawn + " more not drawn" : "";
+  $("records-not-drawn").textContent = data.records_not_drawn ? data.records_not_drawn + " more not drawn" :
+    data.records.length ? "" : "nothing to draw: no speed record is read by the confident rule yet";
+  $("frames-not-drawn").textContent = data.frames_not_drawn ? data.frames_not_drawn + " more not drawn" :
+    data.frames.length ? "" : "nothing to draw: no artifact has current per-frame perceptual evidence";
 }
 function show(node, figure) {  // the server's figure (the HTML report's markup, escaped there), set only when changed
   if (node.dataset.figure !== figure) { node.innerHTML = figure; node.dataset.figure = figure; }
@@ -198,12 +229,24 @@ function figures(container, items, key, attrs) {
     return node;
   }));
 }
+async function showArtifact() {  // the page of the artifact the fragment names, above the registry's tables
+  const artifact = fragment().get("artifact"), node = $("artifact");
+  if (!artifact) { node.replaceChildren(); return; }
+  const response = await fetch("/api/artifacts/" + encodeURIComponent(artifact) + "/page", {headers});
+  const body = await response.json();
+  if (!response.ok) { node.replaceChildren(el("p", {"class": "error"}, body.error)); return; }
+  const back = el("p", {}, el("a", {"href": pageOf(null), "id": "back"}, "back to the whole registry"));
+  const holder = el("div", {"id": "artifact-page", "data-artifact": body.artifact, "data-state": body.state});
+  holder.innerHTML = body.html;  // the HTML report's own section, escaped there
+  node.replaceChildren(back, holder);
+}
 async function refresh() {
   const response = await fetch("/api/live", {headers});
   const body = await response.json();
   if (!response.ok) { $("status").textContent = body.error; $("status").className = "error"; return false; }
-  render(body); return true;
+  render(body); await showArtifact(); return true;
 }
+window.addEventListener("hashchange", () => { if (token) showArtifact(); });
 async function listen() {
   for (;;) {
     try {
