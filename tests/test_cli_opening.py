@@ -85,7 +85,7 @@ def populated(registry_cli):
     late = NewEvent("EvaluationFailed", {"artifact": "k1", "payload_sha256": None, "stage": "benchmark",
                                          "error": "out of memory"})
     [registry_cli.head] = registry.store.append("artifact:k1", [late], actor="tester")  # the read models are behind
-    registry.engine.dispose()
+    registry.close()
     return registry_cli
 
 
@@ -156,6 +156,26 @@ def test_a_missing_database_is_created_only_by_init(tmp_path):
     assert list(tmp_path.iterdir()) == []
     assert run(url, "init").exit_code == 0
     assert (tmp_path / "registry.db").exists()
+
+
+def test_a_command_that_may_write_leaves_the_database_alone_in_its_folder_even_when_refused(populated):
+    """SQLite keeps a -wal and a -shm file beside the database while a connection is open, and the last
+    connection that may write removes them as it closes, once it has read. Opening looks at the file read-only
+    first (which leaves both behind), so every command that may write reads through a connection of its own
+    before it answers, even one refused at its input: afterwards the database is alone, and a test comparing
+    the folder's bytes sees no file come and go. A command that only reads (`history`, `verify`) opens the file
+    read-only, and the empty log and index SQLite leaves then go with the next command that may write."""
+    database = Path(populated.url.removeprefix("sqlite:///"))
+    (populated.tmp / "bad.json").write_text("{bad")
+
+    def beside() -> list[str]:
+        return sorted(path.name for path in database.parent.iterdir() if path.name.startswith(database.name))
+
+    for args in (("evidence", "import", str(populated.tmp / "bad.json")), ("promote", "nobody"), ("show", "k1")):
+        populated("history", "artifact:k1")
+        assert beside() == [database.name, f"{database.name}-shm", f"{database.name}-wal"]
+        assert populated(*args).exit_code in (0, 1)
+        assert beside() == [database.name], args
 
 
 # -- reading never needs write access -------------------------------------------------------------

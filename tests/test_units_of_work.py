@@ -112,3 +112,22 @@ def test_a_deciding_promote_imports_neither_pydantic_nor_the_bundles(kernel):
     *answer, imported = done.stdout.strip().splitlines()
     assert json.loads("\n".join(answer))["decision"] == "promoted"
     assert json.loads(imported) == []
+
+
+def test_a_view_that_fails_to_open_gives_its_connection_back(kernel, monkeypatch):
+    """A view that cannot read its checkpoint once its snapshot is open closes the snapshot before it says why:
+    no connection stays checked out for the garbage collector to close at a moment nobody chose."""
+    from registry.events.errors import StoreError
+    from registry.projections import view as view_module
+
+    def refused(_conn):
+        raise StoreError("the checkpoint could not be read")
+
+    with open_registry(kernel.url) as registry:
+        registry.view().__enter__().__exit__(None, None, None)  # caught up: the next view opens a snapshot
+        monkeypatch.setattr(view_module, "read_checkpoint", refused)
+        with pytest.raises(StoreError, match="checkpoint could not be read") as refusal:
+            with registry.view():
+                pass
+        assert refusal.tb is not None  # held, as a caller's traceback holds the view that failed: not its snapshot
+        assert registry.engine.pool.checkedout() == 0

@@ -22,6 +22,7 @@ log's head before the append, which a concurrent writer makes wrong.
 """
 from __future__ import annotations
 
+import sys
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterator, Sequence
@@ -89,8 +90,12 @@ class View:
         self._closing = snapshot(self.store.engine)
         self._conn = self._closing.__enter__()
         self._live = True
-        with self._reads() as conn:
-            self.position = read_checkpoint(conn) or 0
+        try:
+            with self._reads() as conn:
+                self.position = read_checkpoint(conn) or 0
+        except BaseException:  # noqa: BLE001 - a view that could not open closes its snapshot, then says why
+            self.__exit__(*sys.exc_info())
+            raise
         return self
 
     def __exit__(self, *exc_info: Any) -> None:
