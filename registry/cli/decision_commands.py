@@ -5,6 +5,8 @@ import sys
 
 import click
 
+from registry.formats.text import one_line
+
 from .session import Session, pass_session
 from .output import emit_json, exit_status_ahead, say, table
 
@@ -16,7 +18,7 @@ def print_verdict(artifact: str, verdict: dict, contract_version: int | None, be
     say(f"{artifact}: {verdict['decision'].upper()} (tier {verdict['tier'] or '-'}, rule {verdict['rule']}, "
         f"{contract}, {benchmark_attempts} benchmark attempt(s) for this identity)")
     for reason in verdict["reasons"]:
-        say(f"  - {reason}")
+        say(f"  - {one_line(reason)}")
     if verdict["margins"]:
         table(None, ["metric", "value", "threshold", "margin", "passed"],
               ((m["metric"], f"{m['value']:.6g}", f"{m['threshold']:.6g}", f"{m['margin']:+.6g}", m["passed"])
