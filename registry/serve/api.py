@@ -100,7 +100,8 @@ def create_app(config: ServerConfig) -> FastAPI:
     @app.exception_handler(StoreError)
     async def refused(_request: Request, exc: Exception) -> JSONResponse:
         headers = ({"WWW-Authenticate": "Bearer"} if isinstance(exc, TokenRefused)
-                   else {"Retry-After": "0"} if isinstance(exc, ConcurrencyError) else None)
+                   else {"Retry-After": "0"} if isinstance(exc, ConcurrencyError)
+                   else {"Connection": "close"} if isinstance(exc, RequestRefused) and exc.closes else None)
         return JSONResponse({"error": first_line(exc)}, status_code=_status(exc), headers=headers)
 
     @app.exception_handler(RequestValidationError)

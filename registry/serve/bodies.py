@@ -25,7 +25,7 @@ token first, and
   model does not name), each refusal one line in the error shape
   docs/serve.md names.
 
-A refusal made before the body was read whole closes the connection
+A refusal made before a large body was read whole closes the connection
 (`CloseOnUnreadBody`): otherwise the server would go on reading, and
 dropping, whatever the client still sends.
 """
@@ -57,17 +57,21 @@ Model = TypeVar("Model", bound=BaseModel)
 
 
 class RequestRefused(UserError):
-    """A request the server refuses before any use case runs; `status` is its HTTP status."""
+    """A request the server refuses before any use case runs; `status` is its HTTP status, and `closes` whether its
+    connection ends with the answer (a body left half read)."""
 
     status = 400
+    closes = False
 
 
 class BodyTooLarge(RequestRefused):
     status = 413
+    closes = True
 
 
 class BodyTooSlow(RequestRefused):
     status = 408
+    closes = True
 
 
 class BodyInvalid(RequestRefused):
@@ -191,15 +195,21 @@ def body_schema(schema: dict[str, Any] | type[BaseModel]) -> dict[str, Any]:
     return {"requestBody": {"required": True, "content": {"application/json": {"schema": schema}}}}
 
 
+# A body declared at most this long that is left unread is read and dropped by the server as usual, and its
+# connection kept: closing a connection whose client is still sending makes the kernel answer the late bytes with a
+# reset, which can reach the client before the refusal does.
+DRAINED_BODY_BYTES = 64 * 1024
+
+
 class CloseOnUnreadBody:
-    """ASGI middleware: a response sent before the request's body was read whole says `Connection: close`, so the
-    server stops reading there instead of reading and dropping the rest (a refused 200 MiB body, say)."""
+    """ASGI middleware: a response sent before a large (or chunked) request body was read whole says `Connection:
+    close`, so the server stops reading there instead of reading and dropping the rest (a refused 200 MiB body)."""
 
     def __init__(self, app):
         self.app = app
 
     async def __call__(self, scope, receive, send):
-        if scope["type"] != "http" or not _has_body(scope):
+        if scope["type"] != "http" or not _too_long_to_drain(scope):
             await self.app(scope, receive, send)
             return
         done = False
@@ -220,8 +230,11 @@ class CloseOnUnreadBody:
         await self.app(scope, receiving, sending)
 
 
-def _has_body(scope) -> bool:
+def _too_long_to_drain(scope) -> bool:
+    """Whether the request declares a body too long to drain: chunked, or past DRAINED_BODY_BYTES."""
     for name, value in scope.get("headers", ()):
-        if name == b"transfer-encoding" or (name == b"content-length" and value.strip() not in (b"0", b"")):
+        if name == b"transfer-encoding":
             return True
+        if name == b"content-length":
+            return not value.strip().isdigit() or int(value) > DRAINED_BODY_BYTES
     return False
