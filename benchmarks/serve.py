@@ -302,7 +302,7 @@ def soak_reader(base: str, reader: str, until: float, sent: Soaked) -> None:
         while time.monotonic() < until:
             looker.request("GET", "/api/live", retry=True)
             sent.live_reads += 1
-            time.sleep(LIVE_EVERY)
+            time.sleep(max(0.0, min(LIVE_EVERY, until - time.monotonic())))
 
 
 def soak_stream(base: str, reader: str, until: float, sent: Soaked) -> None:
