@@ -256,20 +256,12 @@ LEAF = {"name": "out", "reference_dtype": "bfloat16", "candidate_dtype": "bfloat
         "max_abs_error": 0.0, "max_rel_error": 0.0, "has_nan": False, "has_inf": False}
 
 
-def test_reverify_runs_the_real_timing_path_and_records_no_number_this_machine_cannot_vouch_for(registry_cli):
-    """The kernel really runs: sandboxed workers, parity on the corpus, ABBA pairs (under Triton's interpreter here).
-
-    Two promoted fused kernels of one operation, promoted on imported GPU
-    evidence: the built-in Triton kernel is timed and its interpreter timings
-    are refused with nothing written; a kernel that raises is recorded as the
-    evaluation failure it is. Takes a few seconds: each entry is evaluated in
-    its sandboxed worker processes (the same path `evaluate` takes).
-    """
-    cli = registry_cli
+def promote_kernels(cli, entries: dict[str, str]) -> None:
+    """Fused kernels of one operation (artifact -> entry) in a monitored workload, promoted on imported GPU
+    evidence."""
     (cli.tmp / "op.yaml").write_text(OPERATION)
     assert cli("workload", "declare", str(cli.tmp / "op.yaml")).exit_code == 0
-    for artifact, entry in (("modln", "registry.kernels.modln:modulated_layernorm_triton"),
-                            ("broken", f"{KERNEL_FIXTURES}:broken_modulated_layernorm")):
+    for artifact, entry in entries.items():
         registered = cli("artifact", "register", artifact, "--workload", "wan-modln-op", "--kind", "fused_kernel",
                          "--op", "modulated_layernorm", "--entry", entry)
         assert registered.exit_code == 0, registered.output
@@ -281,6 +273,20 @@ def test_reverify_runs_the_real_timing_path_and_records_no_number_this_machine_c
         assert cli("evidence", "import", str(document)).exit_code == 0
         promoted = cli("promote", artifact, "--json")
         assert json.loads(promoted.output)["decision"] == "promoted", promoted.output
+
+
+def test_reverify_runs_the_real_timing_path_and_records_no_number_this_machine_cannot_vouch_for(registry_cli):
+    """The kernel really runs: sandboxed workers, parity on the corpus, ABBA pairs (under Triton's interpreter here).
+
+    Two promoted fused kernels of one operation, promoted on imported GPU
+    evidence: the built-in Triton kernel is timed and its interpreter timings
+    are refused with nothing written; a kernel that raises is recorded as the
+    evaluation failure it is. Takes a few seconds: each entry is evaluated in
+    its sandboxed worker processes (the same path `evaluate` takes).
+    """
+    cli = registry_cli
+    promote_kernels(cli, {"modln": "registry.kernels.modln:modulated_layernorm_triton",
+                          "broken": f"{KERNEL_FIXTURES}:broken_modulated_layernorm"})
     registry = open_registry(cli.url)
     before = {a: [e.type for e in registry.store.read_stream(f"artifact:{a}")] for a in ("modln", "broken")}
     result = cli("reverify", "wan-modln-op", "--now", "--pairs", "2", "--run", "cpu-1", "--json")
@@ -305,22 +311,10 @@ def test_reverify_runs_only_the_registered_text_and_refuses_per_artifact(registr
     it. A run id that is empty or too long (alone, or with an artifact's id) is refused before anything runs.
     Takes a few seconds: the one artifact left is evaluated in its sandboxed workers."""
     cli = registry_cli
-    (cli.tmp / "op.yaml").write_text(OPERATION)
-    assert cli("workload", "declare", str(cli.tmp / "op.yaml")).exit_code == 0
-    files = {}
-    for artifact in ("gone", "kept", "swapped"):
-        files[artifact] = cli.tmp / f"{artifact}_kernel.py"
-        files[artifact].write_text(SWAPPABLE.format(said=f"{artifact} as promoted"))
-        registered = cli("artifact", "register", artifact, "--workload", "wan-modln-op", "--kind", "fused_kernel",
-                         "--op", "modulated_layernorm", "--entry", f"{files[artifact]}:modulated_layernorm")
-        assert registered.exit_code == 0, registered.output
-        document = cli.tmp / f"{artifact}.json"
-        document.write_text(json.dumps({"format": "registry.evidence/1", "artifact": artifact, "evidence": [
-            {"kind": "execution", "candidate_calls": 4, "fallbacks": 0}, {"kind": "parity", "leaves": [LEAF]},
-            {"kind": "benchmark", "protocol": "paired", "device": "NVIDIA H200", "timer": "cuda_event",
-             "baseline_s": [2.0, 2.02], "candidate_s": [1.0, 1.01], "schedule": ["BC", "CB"]}]}))
-        assert cli("evidence", "import", str(document)).exit_code == 0
-        assert json.loads(cli("promote", artifact, "--json").output)["decision"] == "promoted"
+    files = {artifact: cli.tmp / f"{artifact}_kernel.py" for artifact in ("gone", "kept", "swapped")}
+    for artifact, path in files.items():
+        path.write_text(SWAPPABLE.format(said=f"{artifact} as promoted"))
+    promote_kernels(cli, {artifact: f"{path}:modulated_layernorm" for artifact, path in files.items()})
     files["swapped"].write_text(SWAPPABLE.format(said="swapped in after promotion, and run"))
     files["gone"].unlink()
     registry = open_registry(cli.url)
