@@ -38,7 +38,8 @@ def worker(session: Session, device: int, heartbeat: float, drain: bool) -> None
                                                   "what an SQLite registry does).")
 @click.option("--schedule", metavar="CRON", help="Enqueue one re-verification per artifact now and at every "
                                                   "time CRON names (5 fields, UTC), until stopped.")
-@click.option("--run", "run_id", callback=name_value, help="The run's key (default: a fresh one); a retried run appends nothing.")
+@click.option("--run", "run_id", callback=name_value,
+              help="The run's key (default: a fresh one); a retried run appends nothing.")
 @click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON.")
 @pass_session
 def reverify(session: Session, workload_id: str, pairs: int, now: bool, schedule: str | None, run_id: str | None,

@@ -9,7 +9,9 @@ all the streams of a server process: `Streams`), so an append shows on an
 open page well within two seconds, and the page reads the snapshot again.
 A stream ends when its token is revoked (within a poll of the revocation)
 or expires, and after STREAM_SECONDS in any case; a token holds at most
-MOST_STREAMS_PER_TOKEN streams at once, a server process MOST_STREAMS. The snapshot is read as the report reads the registry
+MOST_STREAMS_PER_TOKEN streams at once, a server process MOST_STREAMS.
+
+The snapshot is read as the report reads the registry
 (app/reports.py) and drawn with the report's own renderers, never a copy:
 the figures are html_report.py's (`speed_fidelity_figure`, `bounds_figure`
 for each speed record: the running lower and upper bounds of the median
