@@ -241,6 +241,21 @@ class ServedRegistry(CheckedAtTheEnd):
         answer = self.http(token, "POST", f"/api/artifacts/{self.artifact(kind)}/{action}", {"reason": "looked"})
         self.expect(answer, token.refusal("decide", WORKLOADS[kind], person=True), 200, 400)
 
+    @rule(fast=st.booleans())
+    def advance_the_watched_artifact(self, fast):
+        """The next step of a watched artifact's life: the first token's evidence and promotion over HTTP (a worker
+        and lead on every workload, unless revoked since), then monitor batches on the command line (below the
+        threshold unless `fast`: two alarm at pair 10), then a person's acknowledgment of the alarm. The first rule
+        by name, so the simplest example (every draw zero) walks this path."""
+        state = self.state("watched")
+        monitor = state["monitor"] or {}
+        if state["decision"] != "promoted":
+            self.import_passing_evidence(0, 0)
+        elif monitor.get("alarm") and not monitor.get("acknowledged"):
+            self.acknowledge_the_alarm()
+        else:
+            self.record_a_monitor_batch(not fast)
+
     @rule(slow=st.booleans())
     def record_a_monitor_batch(self, slow):
         promoted = self.state("watched")["decision"] == "promoted"
@@ -303,7 +318,7 @@ class ServedRegistry(CheckedAtTheEnd):
         assert mine == set(self.batches)  # what the model says was recorded, and nothing else
 
 
-ServedRegistry.TestCase.settings = settings(max_examples=8, stateful_step_count=12, deadline=None,
+ServedRegistry.TestCase.settings = settings(max_examples=6, stateful_step_count=15, deadline=None,
                                             suppress_health_check=[HealthCheck.too_slow])
 TestServedRegistry = ServedRegistry.TestCase
 TestServedRegistryCheckedAfterEveryStep = checked_after_every_step(ServedRegistry, ServedRegistry.TestCase.settings)
