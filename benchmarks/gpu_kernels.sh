@@ -1,77 +1,56 @@
 #!/usr/bin/env bash
-# Kernel benchmark, evidence run and the GPU cheat gallery for one NVIDIA GPU (written for an H200;
-# about 10 minutes: the isolated harness moves every call's inputs and outputs through a pipe).
+# The GPU session's one script (written for an H200; about 5 minutes on a fresh clone). Every check here needs a
+# CUDA device; none of it has run on one yet (no device was lent to this work).
 #
 #   OUT=/some/folder bash benchmarks/gpu_kernels.sh
 #
-# Writes into "$OUT" (8 files):
-#   kernels_bench.txt / kernels_bench.json   benchmarks/kernels.py on the gpu corpus
-#   evidence_<op>.json                        registry.evidence/1 documents from evaluate_kernel
-#                                             (byte_equal policy, 15 ABBA pairs, 3 warm-up pairs)
-#   gallery_gpu.txt                           pytest on tests/test_cheat_gallery_gpu.py (needs pytest)
-#   summary.txt                               environment, then one line per op from the evidence
-# Needs python3 with a CUDA build of torch and Triton 3.6 or 3.7; run from anywhere inside the repo.
-set -euo pipefail
+# In order (a failing step is noted in summary.txt and the next one still runs):
+#   1. make install, then make test with the device tests live (REGISTRY_TEST_STRICT=1)    -> make_test.txt
+#   2. the built-in kernels' bundles built (the registry's own cubins for this device's arch) and launched by
+#      the trusted launcher on the gpu corpus: outputs byte-equal to the Triton-JIT launch       -> jit_equal.txt
+#   3. the launcher's CUDA event times against the kernels' CUPTI spans (within 2% from 20 us)   -> cupti.txt
+#   4. registry artifact register / evaluate / promote of each built-in bundle on a fresh registry,
+#      then lock, and the runtime loading the promoted bundle from the signed lock               -> promote.txt
+#   5. the hostile-cubin gallery (spin loop, out-of-bounds write, unmapped read, marker scan), each registered
+#      and evaluated; and tests/test_launcher_gpu.py                                            -> hostile.txt
+#   6. the Python-entry kind's forged early "done" (tests/gallery/forged_done.py) evaluated and promoted:
+#      held by execution.launches_unverified                                                    -> forged_done.txt
+#   7. each kernel's bandwidth as a share of the device's peak, as a table for docs/benchmarks.md -> bandwidth.md
+# summary.txt holds the environment and one line per step.
+set -uo pipefail
 : "${OUT:?set OUT to the folder that receives the results}"
-cd "$(dirname "$0")/.."
-PY="${PYTHON:-python3}"
-export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
-export PYTHONUNBUFFERED=1
-unset TRITON_INTERPRET  # compiled kernels, CUDA-event timing
+cd "$(dirname "$0")/.." || exit 1
 mkdir -p "$OUT"
+OUT="$(cd "$OUT" && pwd)"
+PY=.venv/bin/python
+unset TRITON_INTERPRET  # compiled kernels, CUDA events
+export PYTHONUNBUFFERED=1
 
-"$PY" -c 'import torch, triton, sys
+step() {  # step NAME TIMEOUT FILE COMMAND...: run, tee into FILE, note the outcome in summary.txt
+    local name=$1 limit=$2 file=$3
+    shift 3
+    local started=$SECONDS
+    if timeout "$limit" "$@" >"$OUT/$file" 2>&1; then
+        echo "ok     $name ($((SECONDS - started)) s)" | tee -a "$OUT/summary.txt"
+    else
+        echo "FAILED $name (exit $?, $((SECONDS - started)) s; see $file)" | tee -a "$OUT/summary.txt"
+    fi
+}
+
+make install >"$OUT/install.txt" 2>&1 || { echo "make install failed (see install.txt)" | tee "$OUT/summary.txt"; exit 1; }
+"$PY" -c 'import sys, torch, triton
+from cuda.bindings import driver
 assert torch.cuda.is_available(), "no CUDA device visible to torch"
-print(f"python {sys.version.split()[0]}  torch {torch.__version__}  triton {triton.__version__}")
-print(f"device {torch.cuda.get_device_name()}")' | tee "$OUT/summary.txt"
+err, version = driver.cuDriverGetVersion()
+print(f"python {sys.version.split()[0]}  torch {torch.__version__}  triton {triton.__version__}  driver {version}")
+print(f"device {torch.cuda.get_device_name()}  capability {torch.cuda.get_device_capability()}")' | tee "$OUT/summary.txt"
 
-# A failing step is reported in summary.txt and the next one still runs.
-timeout 120 "$PY" benchmarks/kernels.py --corpus gpu --runs 20 --warmup 5 --json "$OUT/kernels_bench.json" \
-    2>&1 | tee "$OUT/kernels_bench.txt" || echo "benchmarks/kernels.py failed (exit $?)" | tee -a "$OUT/summary.txt"
-
-EVALUATE='
-import json, sys, time
-from registry.kernels.evaluate import evaluate_kernel, evidence_document
-from registry.kernels.ops import get_operation
-op, corpus, path = sys.argv[1:4]
-entry = get_operation(op).kernels[0]
-items = evaluate_kernel(op, entry, corpus=corpus, runs=15, warmup=3, policy="byte_equal", tolerances_by_dtype=None)
-stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-doc = evidence_document(op + "-triton", items, run="-".join([corpus, op, stamp]))
-with open(path, "w") as fh:
-    json.dump(doc, fh, indent=1, allow_nan=False)
-print(op, [item["kind"] for item in items])
-'
-for op in modulated_layernorm gated_residual gated_residual_layernorm rms_norm; do
-    timeout 240 "$PY" -c "$EVALUATE" "$op" gpu "$OUT/evidence_$op.json" \
-        || echo "evaluate_kernel $op failed (exit $?)" | tee -a "$OUT/summary.txt"
-done
-
-# The device-marked cheat gallery: side streams, L2 persistence, times below the byte floor.
-timeout 300 "$PY" -m pytest -q -p no:cacheprovider tests/test_cheat_gallery_gpu.py 2>&1 | tee "$OUT/gallery_gpu.txt" \
-    || echo "GPU cheat gallery failed or could not run (exit $?)" | tee -a "$OUT/summary.txt"
-
-SUMMARY='
-import glob, json, os, statistics, sys
-for path in sorted(glob.glob(os.path.join(sys.argv[1], "evidence_*.json"))):
-    with open(path) as fh:
-        doc = json.load(fh)
-    name = doc["artifact"]
-    items = {item["kind"]: item for item in doc["evidence"]}
-    if "failure" in items:
-        failure = items["failure"]
-        print(name, "FAILED at", failure["stage"], "-", failure["error"])
-        continue
-    parity, bench, run = items["parity"], items["benchmark"], items["execution"]
-    leaves = parity["leaves"]
-    equal = sum(leaf["byte_equal"] for leaf in leaves)
-    worst = max(leaf["max_abs_error"] or 0.0 for leaf in leaves)
-    ratio = statistics.median(b / c for b, c in zip(bench["baseline_s"], bench["candidate_s"]))
-    share = bench.get("bandwidth_share")
-    share_text = "n/a" if share is None else "%.1f%%" % (100 * share)
-    print("%-30s byte_equal %d/%d leaves, max_abs %.3g; eager/kernel median of %d pairs %.2fx [%s]; "
-          "bandwidth share %s; launches %d, fallbacks %d; approx_math %s"
-          % (name, equal, len(leaves), worst, len(bench["schedule"]), ratio, bench["timer"], share_text,
-             run["candidate_calls"], run["fallbacks"], parity.get("approx_math")))
-'
-"$PY" -c "$SUMMARY" "$OUT" | tee -a "$OUT/summary.txt"
+step "make test, device tests live" 1500 make_test.txt env REGISTRY_TEST_STRICT=1 make test
+step "built-in kernels launched, byte-equal to Triton JIT" 300 jit_equal.txt "$PY" benchmarks/gpu_launcher.py jit-equal "$OUT"
+step "launcher events against CUPTI spans" 300 cupti.txt "$PY" benchmarks/gpu_launcher.py cupti "$OUT"
+step "evaluate and promote each built-in kernel" 900 promote.txt "$PY" benchmarks/gpu_launcher.py promote "$OUT"
+step "hostile-cubin gallery" 600 hostile.txt "$PY" benchmarks/gpu_launcher.py hostile "$OUT"
+step "forged early done on the Python-entry kind, held" 300 forged_done.txt \
+    "$PY" benchmarks/gpu_launcher.py forged-done "$OUT"
+step "bandwidth share per kernel" 300 bandwidth_log.txt "$PY" benchmarks/gpu_launcher.py bandwidth "$OUT"
+cat "$OUT/summary.txt"

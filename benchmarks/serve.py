@@ -104,7 +104,7 @@ def client(base: str, artifact: str, token: str, batches: int, latencies: list[f
     """One worker: a session, then `batches` batches through the worker's own client (registry/serve/client.py),
     which resends a batch whose answer does not come within TIMEOUT_SECONDS, after a jittered backoff."""
     with RegistryClient(base, token, timeout=TIMEOUT_SECONDS) as http:
-        session = http.open_session(artifact, "d", "t")["session"]
+        session = http.open_session(artifact, "d", "perf_counter")["session"]
         sessions[artifact] = session
         for i in range(batches):
             baseline, candidate = batch_times(i)
@@ -150,7 +150,7 @@ def chain_verified(url: str) -> str:
 def through_cli(url: str, artifact: str, batches: int) -> float:
     """Batches per second through `registry bench record`, one process per batch."""
     run = [sys.executable, "-m", "registry", "--db", url, "--actor", "cli-bench"]
-    opened = subprocess.run([*run, "bench", "open", artifact, "--device", "d", "--timer", "t", "--json"],
+    opened = subprocess.run([*run, "bench", "open", artifact, "--device", "d", "--timer", "perf_counter", "--json"],
                             capture_output=True, text=True, check=True)
     import json
 
@@ -276,7 +276,7 @@ def soak_client(base: str, index: int, token: str, lead: str, reader: str, until
                                                          "kind": "step_cache",
                                                          "payload_sha256": f"{index:08x}{generation:056x}"},
                               retry=True)
-            session = http.open_session(artifact, "d", "t")["session"]
+            session = http.open_session(artifact, "d", "perf_counter")["session"]
             keys = sent.batches.setdefault(session, [])
             for i in range(ROTATE):
                 if time.monotonic() >= until:

@@ -47,7 +47,7 @@ def main(url: str, work_dir: str) -> dict:
         _, record = record_pairs(registry, "step-cache-v1", session, [b for b, _ in pairs], [c for _, c in pairs],
                                  batch=f"batch-{measured}")
     summary = record.to_dict()
-    print(f"{summary['decision']} at pair {summary['decided_at']}, {summary['pairs']} recorded ({summary['pairs_saved']} of "
+    print(f"{summary['shows']} at pair {summary['decided_at']}, {summary['pairs']} in the record ({summary['pairs_saved']} of "
           f"{summary['max_pairs']} saved); bounds {summary['lower']:.3f}x to {summary['upper']:.3f}x, "
           f"gate {summary['gate']}x, alpha {summary['alpha']}")
     return summary

@@ -131,6 +131,8 @@ def _refused_skips() -> list[tuple[str, str, bool]]:
 
 
 def pytest_sessionfinish(session, exitstatus):
+    if PG_URL:
+        _drop_the_rest()
     if _refused_skips() and exitstatus == pytest.ExitCode.OK:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
@@ -155,8 +157,8 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
 LONGEST_FIRST = (
     "test_lifecycle_stateful.py", "test_escape_gallery.py", "test_suite_guards.py", "test_crash.py",
     "test_concurrency.py", "test_jobs.py", "test_serve_fuzz.py", "test_cheat_gallery.py", "test_demo.py",
-    "test_evaluate_runner.py", "test_plain_payloads.py", "test_cli_evaluate.py", "test_serve_worker.py",
-    "test_ship_stateful.py",
+    "test_evaluate_runner.py", "test_kernel_build.py", "test_plain_payloads.py", "test_cli_evaluate.py",
+    "test_serve_worker.py", "test_ship_stateful.py",
 )
 
 
@@ -176,7 +178,11 @@ def _postgres_admin_url() -> str:
 
 
 def _fresh_postgres_database(template: str | None = None) -> str:
-    """A new database under a name no other test or worker uses; a copy of `template` when one is named."""
+    """A new database under a name no other test or worker uses; a copy of `template` when one is named.
+
+    Every database made here is dropped: by the fixture that made it once its test ends (`_dropped_after`), and
+    whatever is left (a module's or the session's) when the worker's session ends (`pytest_sessionfinish`).
+    """
     import psycopg
     from sqlalchemy.engine import make_url
 
@@ -184,7 +190,70 @@ def _fresh_postgres_database(template: str | None = None) -> str:
     copy = f' TEMPLATE "{template}"' if template else ""
     with psycopg.connect(_postgres_admin_url(), autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{name}"{copy}')
+    _CREATED.append(name)
     return make_url(PG_URL).set(database=name).render_as_string(hide_password=False)
+
+
+# The Postgres databases this process made and has not dropped yet, in the order made.
+_CREATED: list[str] = []
+
+
+class _Dropper:
+    """Drops this worker's finished databases on a thread of its own, so no test waits for a DROP DATABASE.
+
+    A run leaves no database behind: a throwaway server torn down with hundreds of them spent minutes deleting
+    their files after the last test (docs/benchmarks.md, "The suite"). `WITH (FORCE)` ends any connection a
+    test left open.
+    """
+
+    def __init__(self) -> None:
+        import queue
+        import threading
+
+        self.pending: queue.Queue[str | None] = queue.Queue()
+        self.thread = threading.Thread(target=self._drop_each, name="drop-databases", daemon=True)
+        self.thread.start()
+
+    def _drop_each(self) -> None:
+        while (name := self.pending.get()) is not None:
+            _drop_database(name)
+
+    def finish(self) -> None:
+        self.pending.put(None)
+        self.thread.join()
+
+
+def _drop_database(name: str) -> None:
+    import psycopg
+
+    try:
+        with psycopg.connect(_postgres_admin_url(), autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    except psycopg.Error:  # a template still being copied by a test: the session's end drops it
+        return
+    if name in _CREATED:
+        _CREATED.remove(name)
+
+
+_DROPPER: _Dropper | None = None
+
+
+def _drop_later(url: str) -> None:
+    """Hand a finished test's database to the dropper thread."""
+    global _DROPPER
+    from sqlalchemy.engine import make_url
+
+    if _DROPPER is None:
+        _DROPPER = _Dropper()
+    _DROPPER.pending.put(make_url(url).database)
+
+
+def _drop_the_rest() -> None:
+    """At a worker's end: the dropper's queue drained, then every database of this process still standing."""
+    if _DROPPER is not None:
+        _DROPPER.finish()
+    for name in list(reversed(_CREATED)):  # copies before the templates they were made from
+        _drop_database(name)
 
 
 def _migrated(url: str) -> None:
@@ -220,10 +289,13 @@ def postgres_template() -> str:
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def backend_url(request, tmp_path):
     if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'registry.db'}"
+        yield f"sqlite:///{tmp_path / 'registry.db'}"
+        return
     if not PG_URL:
         pytest.skip(PG_SKIP)
-    return _fresh_postgres_database()
+    url = _fresh_postgres_database()
+    yield url
+    _drop_later(url)
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
@@ -251,13 +323,17 @@ def migrated_sqlite_url(tmp_path, sqlite_template):
 def postgres_url():
     if not PG_URL:
         pytest.skip(PG_SKIP)
-    return _fresh_postgres_database()
+    url = _fresh_postgres_database()
+    yield url
+    _drop_later(url)
 
 
 @pytest.fixture
 def migrated_postgres_url(postgres_template):
     """A fresh Postgres registry at the schema head, a copy of the worker's template database."""
-    return _fresh_postgres_database(postgres_template)
+    url = _fresh_postgres_database(postgres_template)
+    yield url
+    _drop_later(url)
 
 
 @pytest.fixture

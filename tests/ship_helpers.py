@@ -62,9 +62,9 @@ def declare(cli) -> None:
     assert cli("workload", "declare", str(path)).exit_code == 0
 
 
-def register(cli, artifact: str, directory: Path):
+def register(cli, artifact: str, directory: Path, *, new_identity: bool = False):
     return cli("artifact", "register", artifact, "--workload", WORKLOAD, "--kind", "step_cache",
-               "--bundle", str(directory))
+               "--bundle", str(directory), *(["--new-identity"] if new_identity else []))
 
 
 def measure_and_promote(cli, artifact: str, ratio: float, worst_ssim: float = 0.99) -> str:

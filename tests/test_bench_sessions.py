@@ -48,37 +48,37 @@ def test_a_clear_speedup_is_decided_after_five_pairs_and_the_record_closes(regis
     declare_and_register(registry_cli, tmp_path)
     session = run_json(registry_cli, "bench", "open", "fast", "--device", "NVIDIA H200", "--timer", "cuda_event")
     name = session["session"]
-    assert session["pairs"] == 0 and session["decision"] == "held"
+    assert session["pairs"] == 0 and session["reading"] == "undecided"
     first = run_json(registry_cli, "bench", "record", "fast", name, "--batch", "b1",
                      "--baseline", "2.0,2.0,2.0", "--candidate", "1.0,1.0,1.0")
-    assert (first["decision"], first["pairs"], first["stop"]) == ("held", 3, "measuring")
+    assert (first["reading"], first["pairs"], first["stop"]) == ("undecided", 3, "measuring")
     second = run_json(registry_cli, "bench", "record", "fast", name, "--batch", "b2",
                       "--baseline", "2.0,2.0", "--candidate", "1.0,1.0")
-    assert (second["decision"], second["decided_at"], second["stop"]) == ("promoted", 5, "decided")
+    assert (second["reading"], second["decided_at"], second["stop"]) == ("above", 5, "decided")
     assert second["lower"] == 2.0 and second["pairs_saved"] == 15 and second["alpha"] == 0.05
     before = events_count(registry_cli)
     closed = registry_cli("bench", "record", "fast", name, "--batch", "b3", "--baseline", "2.0", "--candidate", "1.0")
-    assert closed.exit_code == 1 and "closed (promoted after 5 pairs)" in closed.stderr
+    assert closed.exit_code == 1 and "closed (shown above the gate after 5 pairs)" in closed.stderr
     assert events_count(registry_cli) == before
     status = registry_cli("bench", "status", "fast")
-    assert status.exit_code == 0 and "speed record shown above the gate at pair 5 of 5 recorded (decided)" in status.stdout
+    assert status.exit_code == 0 and "speed record shown above the gate at pair 5 of the 5 in the record (decided)" in status.stdout
     assert registry_cli("verify").exit_code == 0
     assert registry_cli("replay", "--verify").exit_code == 0
 
 
 def test_all_sessions_of_an_identity_count_in_order_even_under_another_name(registry_cli, tmp_path):
     declare_and_register(registry_cli, tmp_path)
-    first = run_json(registry_cli, "bench", "open", "fast", "--device", "d", "--timer", "t")["session"]
+    first = run_json(registry_cli, "bench", "open", "fast", "--device", "d", "--timer", "perf_counter")["session"]
     run_json(registry_cli, "bench", "record", "fast", first, "--batch", "a", "--baseline", "1.0,1.0,1.0",
              "--candidate", "1.0,1.0,1.0")
     # A second session that never reports stays in the record and counts as an attempt.
-    run_json(registry_cli, "bench", "open", "fast", "--device", "d", "--timer", "t")
+    run_json(registry_cli, "bench", "open", "fast", "--device", "d", "--timer", "perf_counter")
     declare_and_register(registry_cli, tmp_path, name="renamed")  # the same bytes under another id
-    third = run_json(registry_cli, "bench", "open", "renamed", "--device", "d", "--timer", "t")
+    third = run_json(registry_cli, "bench", "open", "renamed", "--device", "d", "--timer", "perf_counter")
     assert third["pairs"] == 3 and len(third["sessions"]) == 3
     status = run_json(registry_cli, "bench", "record", "renamed", third["session"], "--batch", "a",
                       "--baseline", "1.0,1.0", "--candidate", "1.0,1.0")
-    assert status["pairs"] == 5 and status["decision"] == "rejected" and status["decided_at"] == 5
+    assert status["pairs"] == 5 and status["reading"] == "below" and status["decided_at"] == 5
     assert [s["pairs"] for s in status["sessions"]] == [3, 0, 2]
     shown = run_json(registry_cli, "show", "fast")["bench"]
     assert shown["pairs"] == 5 and len(shown["sessions"]) == 3  # the silent session is listed too
@@ -86,14 +86,14 @@ def test_all_sessions_of_an_identity_count_in_order_even_under_another_name(regi
 
 def test_max_pairs_ends_the_record_held(registry_cli, tmp_path):
     declare_and_register(registry_cli, tmp_path)
-    name = run_json(registry_cli, "bench", "open", "fast", "--device", "d", "--timer", "t")["session"]
+    name = run_json(registry_cli, "bench", "open", "fast", "--device", "d", "--timer", "perf_counter")["session"]
     at_gate = ",".join(["1.2"] * 20)
     record = run_json(registry_cli, "bench", "record", "fast", name, "--batch", "all", "--baseline", at_gate,
                       "--candidate", ",".join(["1.0"] * 20))
-    assert (record["decision"], record["stop"], record["closed"], record["pairs_saved"]) == ("held", "max_pairs",
+    assert (record["reading"], record["stop"], record["closed"], record["pairs_saved"]) == ("undecided", "max_pairs",
                                                                                              True, 0)
-    again = registry_cli("bench", "open", "fast", "--device", "d", "--timer", "t")
-    assert again.exit_code == 1 and "held at speed.max_pairs 20" in again.stderr
+    again = registry_cli("bench", "open", "fast", "--device", "d", "--timer", "perf_counter")
+    assert again.exit_code == 1 and "undecided at speed.max_pairs 20" in again.stderr
 
 
 @pytest.mark.parametrize("args, message", [
@@ -109,7 +109,7 @@ def test_max_pairs_ends_the_record_held(registry_cli, tmp_path):
 ])
 def test_bad_batches_are_one_line_refusals_that_write_nothing(registry_cli, tmp_path, args, message):
     declare_and_register(registry_cli, tmp_path)
-    name = run_json(registry_cli, "bench", "open", "fast", "--device", "d", "--timer", "t")["session"]
+    name = run_json(registry_cli, "bench", "open", "fast", "--device", "d", "--timer", "perf_counter")["session"]
     before = events_count(registry_cli)
     result = registry_cli("bench", "record", "fast", name, "--batch", "b", *args)
     assert result.exit_code == 1 and message in result.stderr and len(result.stderr.strip().splitlines()) == 1
@@ -119,7 +119,7 @@ def test_bad_batches_are_one_line_refusals_that_write_nothing(registry_cli, tmp_
 def test_unknown_sessions_other_identities_and_repeated_batches_write_nothing(registry_cli, tmp_path):
     declare_and_register(registry_cli, tmp_path)
     declare_and_register(registry_cli, tmp_path, name="other", payload=b"another build")
-    name = run_json(registry_cli, "bench", "open", "fast", "--device", "d", "--timer", "t")["session"]
+    name = run_json(registry_cli, "bench", "open", "fast", "--device", "d", "--timer", "perf_counter")["session"]
     run_json(registry_cli, "bench", "record", "fast", name, "--batch", "b", "--baseline", "2.0", "--candidate", "1.0")
     before = events_count(registry_cli)
     cases = [
@@ -140,10 +140,10 @@ def test_unknown_sessions_other_identities_and_repeated_batches_write_nothing(re
 
 def test_a_re_registered_artifact_starts_a_new_record_and_its_old_session_is_refused(registry_cli, tmp_path):
     declare_and_register(registry_cli, tmp_path)
-    old = run_json(registry_cli, "bench", "open", "fast", "--device", "d", "--timer", "t")["session"]
+    old = run_json(registry_cli, "bench", "open", "fast", "--device", "d", "--timer", "perf_counter")["session"]
     (tmp_path / "fast.bin").write_bytes(b"step cache build 2")
     assert registry_cli("artifact", "register", "fast", "--workload", "wan", "--kind", "step_cache",
-                        "--payload", str(tmp_path / "fast.bin")).exit_code == 0
+                        "--payload", str(tmp_path / "fast.bin"), "--new-identity").exit_code == 0
     stale = registry_cli("bench", "record", "fast", old, "--batch", "b", "--baseline", "2.0", "--candidate", "1.0")
     assert stale.exit_code == 1 and "is not open for the current identity" in stale.stderr
     assert run_json(registry_cli, "bench", "status", "fast")["pairs"] == 0
@@ -153,7 +153,7 @@ def test_a_point_contract_has_no_sessions(registry_cli, tmp_path):
     declare_and_register(registry_cli, tmp_path)
     (tmp_path / "wan.yaml").write_text(MANIFEST.replace("max_pairs: 20", "decision: point"))
     assert registry_cli("workload", "declare", str(tmp_path / "wan.yaml")).exit_code == 0
-    result = registry_cli("bench", "open", "fast", "--device", "d", "--timer", "t")
+    result = registry_cli("bench", "open", "fast", "--device", "d", "--timer", "perf_counter")
     assert result.exit_code == 1 and "speed.decision point" in result.stderr
 
 
@@ -174,13 +174,13 @@ def test_the_python_api_decides_on_sqlite_and_postgres(backend_url, tmp_path):
     assert (record.result.decision, record.result.decided_at) == ("rejected", 5)
     appended, again = record_pairs(registry, "k", session, [1.0, 1.0], [1.0, 1.0], "b0")
     assert not appended and len(again.ratios) == len(record.ratios)
-    assert read_record(registry, "k").to_dict()["decision"] == "rejected"
+    assert read_record(registry, "k").to_dict()["reading"] == "below"
     # A group (group commit, as the server records batches): checked in order against one read of the rows with
     # the group's earlier batches folded in, appended in one transaction; each refusal is its own batch's only.
     (tmp_path / "g.bin").write_bytes(b"grouped kernel")
     for name in ("g", "g-twin"):  # the twin's bytes are the same: one speed record for both
         register_artifact(registry, name, workload="wan", kind="fused_kernel", payload=str(tmp_path / "g.bin"))
-    g, twin = (open_session(registry, name, "d", "t")[0] for name in ("g", "g-twin"))
+    g, twin = (open_session(registry, name, "d", "perf_counter")[0] for name in ("g", "g-twin"))
     at_gate = ([1.2, 1.2], [1.0, 1.0])  # a ratio at the gate decides nothing, so only max_pairs (20) closes it
     head = registry.store.head_position()
     group = [pairs(registry, "g", g, *at_gate, "a"), pairs(registry, "g", g, *at_gate, "a"),
@@ -189,7 +189,8 @@ def test_the_python_api_decides_on_sqlite_and_postgres(backend_url, tmp_path):
              pairs(registry, "g", g, [1.2] * 3, [1.0] * 3, "d")]
     first, retry, other, unknown, deferred, sixteen, past = record_pair_group(group)
     assert first[0] is True and retry[0] is False and len(first[1].ratios) == len(retry[1].ratios) == 2
-    assert isinstance(other, IdempotencyConflict) and "different content" in str(other)
+    assert isinstance(other, IdempotencyConflict) and "batch 'a' of session" in str(other)
+    assert "already recorded with other pairs" in str(other) and "bench:" not in str(other)  # the caller's key
     assert isinstance(unknown, UserError) and "session bs-nope is not open" in str(unknown)
     assert deferred is None  # its record was touched by g's batch in this group: left to the next group
     assert sixteen[0] is True and len(sixteen[1].ratios) == 18 and not sixteen[1].closed
@@ -203,7 +204,7 @@ def test_the_python_api_decides_on_sqlite_and_postgres(backend_url, tmp_path):
     other = open_registry(f"sqlite:///{tmp_path / 'other.db'}", actor="gpu-worker-2", create=True)
     declare_workload(other, Contract.from_yaml(MANIFEST))
     register_artifact(other, "k", workload="wan", kind="fused_kernel", payload=str(tmp_path / "g.bin"))
-    other_session = open_session(other, "k", "d", "t")[0]
+    other_session = open_session(other, "k", "d", "perf_counter")[0]
     heads = registry.store.head_position(), other.store.head_position()
     there, here = record_pair_group([pairs(other, "k", other_session, *at_gate, "m"),
                                      pairs(registry, "k", session, [1.0, 1.0], [1.0, 1.0], "b0")])
@@ -219,7 +220,7 @@ def test_the_python_api_decides_on_sqlite_and_postgres(backend_url, tmp_path):
     # batch is not appended again, and is answered as a retry, by the record in the log.
     (tmp_path / "h.bin").write_bytes(b"raced kernel")
     register_artifact(registry, "h", workload="wan", kind="fused_kernel", payload=str(tmp_path / "h.bin"))
-    h = open_session(registry, "h", "d", "t")[0]
+    h = open_session(registry, "h", "d", "perf_counter")[0]
     rival = open_registry(backend_url, actor="rival")
 
     def raced(_workload):  # runs after the group's read, before its append
@@ -274,7 +275,7 @@ def test_the_worked_example_runs(tmp_path):
     namespace: dict = {}
     exec(compile(EXAMPLE.read_text(), str(EXAMPLE), "exec"), namespace)
     outcome = namespace["main"](f"sqlite:///{tmp_path / 'example.db'}", str(tmp_path))
-    assert (outcome["decision"], outcome["decided_at"], outcome["pairs"], outcome["pairs_saved"]) == ("promoted", 5, 6, 58)
+    assert (outcome["reading"], outcome["decided_at"], outcome["pairs"], outcome["pairs_saved"]) == ("above", 5, 6, 58)
 
 
 PASSING_LEAF = {"name": "out", "reference_dtype": "bfloat16", "candidate_dtype": "bfloat16", "reference_shape": [4],
@@ -301,7 +302,10 @@ def test_promote_decides_on_the_sessions_and_names_their_batches(registry_cli, t
     assert promoted.exit_code == 0, promoted.output
     verdict = json.loads(promoted.stdout)
     assert (verdict["decision"], verdict["rule"]) == ("promoted", "speed.passed")
-    assert verdict["reasons"][0].startswith("speedup 2.00x after 5 of 5 recorded pairs: running bounds [2.0, 2.0]")
+    assert verdict["reasons"][0].startswith(
+        "speedup 2.00x over the 5 pairs read up to the batch that decided (median of the pair ratios); decided at "
+        "pair 5 of 5 recorded: running bounds [2.0, 2.0]")
+    assert (verdict["speedup"], verdict["speedup_pairs"], verdict["speedup_ci_pair"]) == (2.0, 5, 5)
     assert verdict["speedup_ci"] == [2.0, 2.0] and len(verdict["evidence_ids"]) == 4
 
 
@@ -315,14 +319,56 @@ def test_a_session_timed_under_the_interpreter_holds(registry_cli, tmp_path):
     assert "timings came from Triton's interpreter and are not speed evidence" in verdict["reasons"]
 
 
+def test_interpreter_pairs_never_decide_or_close_a_record_and_a_later_gpu_session_is_read(registry_cli, tmp_path):
+    """Pairs a CPU's interpreter timed (the candidate ten times slower there: enough to reject, had they been read)
+    decide nothing and leave the record open; a GPU session for the same bytes is then opened and decides alone,
+    and the verdict says what was set aside. On the code before, the interpreter's pairs rejected the record at
+    pair 5 and closed it, and the GPU session was refused."""
+    declare_and_register(registry_cli, tmp_path)
+    document = tmp_path / "evidence.json"
+    document.write_text(json.dumps({"format": "registry.evidence/1", "artifact": "fast", "evidence": [
+        {"kind": "execution", "candidate_calls": 4, "fallbacks": 0}, {"kind": "parity", "leaves": [PASSING_LEAF]}]}))
+    assert registry_cli("evidence", "import", str(document)).exit_code == 0
+    cpu = run_json(registry_cli, "bench", "open", "fast", "--device", "cpu (triton interpreter)",
+                   "--timer", "interpreter")["session"]
+    record = run_json(registry_cli, "bench", "record", "fast", cpu, "--batch", "a", "--baseline", "1,1,1,1,1,1",
+                      "--candidate", "10,10,10,10,10,10")
+    assert (record["reading"], record["closed"], record["pairs"], record["set_aside_pairs"]) == ("undecided", False, 0, 6)
+    gpu = run_json(registry_cli, "bench", "open", "fast", "--device", "NVIDIA H200", "--timer", "cuda_event")
+    record = run_json(registry_cli, "bench", "record", "fast", gpu["session"], "--batch", "b",
+                      "--baseline", "2,2,2,2,2", "--candidate", "1,1,1,1,1")
+    assert (record["reading"], record["decided_at"], record["pairs"], record["speedup"]) == ("above", 5, 5, 2.0)
+    verdict = run_json(registry_cli, "promote", "fast")
+    assert (verdict["decision"], verdict["speedup"], verdict["speedup_pairs"]) == ("promoted", 2.0, 5)
+    assert ("6 pairs timed by interpreter cpu (triton interpreter) set aside, never read: timings came from "
+            "Triton's interpreter and are not speed evidence") in verdict["reasons"]
+
+
+def test_a_batched_session_timed_by_an_interpreter_times_one_batch(registry_cli, tmp_path):
+    from registry.app.bench import BATCH_PAIRS, BatchedSession
+
+    declare_and_register(registry_cli, tmp_path)
+    registry = open_registry(registry_cli.url)
+    batches = BatchedSession(registry, "fast", device="cpu (triton interpreter)", timer="interpreter")
+    assert batches.next_size() == BATCH_PAIRS
+    batches.add([1.0] * BATCH_PAIRS, [9.0] * BATCH_PAIRS)
+    assert (batches.next_size(), batches.stop, batches.record.closed) == (0, "not_speed_evidence", False)
+    emulated = BatchedSession(registry, "fast", device="NVIDIA H200", timer="emulator", limit=4)
+    while size := emulated.next_size():
+        emulated.add([1.0] * size, [9.0] * size)
+    assert (emulated.pairs, emulated.stop, read_record(registry, "fast").to_dict()["set_aside_pairs"]) == (
+        4, "not_speed_evidence", 6)
+
+
 def test_show_and_report_give_the_running_bounds_pairs_stop_and_alpha(registry_cli, tmp_path):
     declare_and_register(registry_cli, tmp_path)
-    name = run_json(registry_cli, "bench", "open", "fast", "--device", "d", "--timer", "t")["session"]
-    run_json(registry_cli, "bench", "open", "fast", "--device", "d", "--timer", "t")  # never reported
+    name = run_json(registry_cli, "bench", "open", "fast", "--device", "d", "--timer", "perf_counter")["session"]
+    run_json(registry_cli, "bench", "open", "fast", "--device", "d", "--timer", "perf_counter")  # never reported
     run_json(registry_cli, "bench", "record", "fast", name, "--batch", "a", "--baseline", "2,2,2,2,2,2",
              "--candidate", "1,1,1,1,1,1")
     shown = registry_cli("show", "fast")
-    assert ("speed record of these bytes: 6 pairs; shown above the gate (decided at pair 5); running bounds 2x to 2x "
+    assert ("speed record of these bytes: 6 pairs; speedup 2x over the 6 pairs read up to the batch that decided "
+            "(median of the pair ratios); shown above the gate (decided at pair 5); running bounds at pair 5 2x to 2x "
             "(two-sided 90%) against the gate 1.2x at alpha 0.05 per side") in shown.stdout
     assert "its bytes' speed record holds 2 session(s) and 0 complete document(s)" in shown.stdout
     bench = run_json(registry_cli, "show", "fast")["bench"]
@@ -372,7 +418,7 @@ def test_any_sequence_of_opens_and_batches_keeps_one_ordered_record(tmp_path_fac
         head = registry.store.head_position()
         try:
             if op[0] == "open":
-                name, answer = open_session(registry, op[1], "d", "t")
+                name, answer = open_session(registry, op[1], "d", "perf_counter")
                 assert answer == read_record(registry, op[1])
                 sessions.append(name)
                 continue
@@ -421,7 +467,7 @@ def test_batches_in_groups_are_recorded_as_one_by_one_in_the_order_the_groups_to
     for name, payload in (("fast", b"same bytes"), ("twin", b"same bytes"), ("other", b"other bytes")):
         (tmp / f"{name}.bin").write_bytes(payload)
         register_artifact(registry, name, workload="wan", kind="step_cache", payload=str(tmp / f"{name}.bin"))
-    sessions = {name: [open_session(registry, name, "d", "t")[0] for _ in range(2)] for name in ("fast", "twin", "other")}
+    sessions = {name: [open_session(registry, name, "d", "perf_counter")[0] for _ in range(2)] for name in ("fast", "twin", "other")}
     with sqlite3.connect(tmp / "grouped.db") as source, sqlite3.connect(tmp / "alone.db") as copy:
         source.backup(copy)
     alone = open_registry(f"sqlite:///{tmp / 'alone.db'}", actor="w")
@@ -451,7 +497,7 @@ def test_batches_in_groups_are_recorded_as_one_by_one_in_the_order_the_groups_to
 
 def test_a_record_under_a_contract_redeclared_as_point_is_shown_but_not_read(registry_cli, tmp_path):
     declare_and_register(registry_cli, tmp_path)
-    name = run_json(registry_cli, "bench", "open", "fast", "--device", "d", "--timer", "t")["session"]
+    name = run_json(registry_cli, "bench", "open", "fast", "--device", "d", "--timer", "perf_counter")["session"]
     run_json(registry_cli, "bench", "record", "fast", name, "--batch", "a", "--baseline", "2,2", "--candidate", "1,1")
     (tmp_path / "wan.yaml").write_text(MANIFEST.replace("max_pairs: 20", "decision: point"))
     assert registry_cli("workload", "declare", str(tmp_path / "wan.yaml")).exit_code == 0
@@ -459,7 +505,7 @@ def test_a_record_under_a_contract_redeclared_as_point_is_shown_but_not_read(reg
     assert "speed record of these bytes: 2 pairs; not read (speed.decision is point)" in shown.stdout
     assert "0 benchmark attempt(s); its bytes' speed record holds 1 session(s) and 0 complete document(s)" in shown.stdout
     report = json.loads(registry_cli("report", "--format", "json").stdout)
-    assert report["benchmark_records"][0]["decision"] is None
+    assert report["benchmark_records"][0]["reading"] is None
     assert "Running bounds against the gate" not in registry_cli("report", "--format", "html").stdout
     verdict = json.loads(registry_cli("promote", "fast", "--json").stdout)
     assert "1 benchmark session opened for these bytes holds pairs, which only speed.decision confident reads" \
@@ -468,6 +514,6 @@ def test_a_record_under_a_contract_redeclared_as_point_is_shown_but_not_read(reg
 
 def test_a_session_that_never_reports_is_named_in_the_verdict(registry_cli, tmp_path):
     declare_and_register(registry_cli, tmp_path)
-    run_json(registry_cli, "bench", "open", "fast", "--device", "d", "--timer", "t")
+    run_json(registry_cli, "bench", "open", "fast", "--device", "d", "--timer", "perf_counter")
     verdict = json.loads(registry_cli("promote", "fast", "--json").stdout)
     assert "1 benchmark session opened for these bytes recorded no pairs" in verdict["reasons"]

@@ -108,8 +108,10 @@ def batches_of(url, identity_stream, session):
             if e.type == "BenchmarkPairsRecorded" and e.payload["session"] == session]
 
 
-def test_evaluate_under_a_confident_contract_times_in_batches_until_the_record_closes(registry_cli):
-    """The batching, not a speed decision: interpreter timings hold whatever the record reads."""
+def test_evaluate_under_a_confident_contract_on_a_cpu_times_a_batch_the_record_never_reads(registry_cli):
+    """The batching, and interpreter timings: on a CPU the session's pairs are timed by Triton's interpreter, so they
+    are recorded but never read; they neither decide nor close the record, and a later session on a GPU is read
+    as if the CPU had never timed the bytes (on the code before, the interpreter's pairs decided and closed it)."""
     cli = registry_cli
     (cli.tmp / "confident.yaml").write_text(CONFIDENT)
     assert cli("workload", "declare", str(cli.tmp / "confident.yaml")).exit_code == 0
@@ -118,30 +120,30 @@ def test_evaluate_under_a_confident_contract_times_in_batches_until_the_record_c
                ).exit_code == 0
     stream = "bench:" + json.loads(cli("show", "modln", "--json").output)["identity"]
 
-    # --runs caps this session: 3 pairs are two batches (2, then 1), too few for any decision, so the record stays open.
+    # --runs caps this session: 3 pairs are two batches (2, then 1), none of them read.
     first = cli("evaluate", "modln", "--runs", "3", "--warmup", "0", "--json")
     assert first.exit_code == 0, first.output
     outcome = json.loads(first.output)
     session = outcome["session"]
-    assert (session["pairs"], session["batches"], session["stop"]) == (3, 2, "limit")
-    assert (session["record_pairs"], session["decision"], session["pairs_saved"]) == (3, "held", 0)
+    assert (session["pairs"], session["batches"], session["stop"]) == (3, 2, "not_speed_evidence")
+    assert (session["record_pairs"], session["reading"], session["pairs_saved"]) == (0, "undecided", 0)
     assert batches_of(cli.url, stream, session["session"]) == [2, 1]
     assert "benchmark" not in {item["kind"] for item in outcome["evidence"]}  # the session holds the timings
     assert types(cli.url, "modln")[1:] == ["ParityMeasured", "ExecutionObserved"]
 
-    # A second evaluation continues the same record, two pairs at a time, and stops at the first batch that closes it.
-    second = cli("evaluate", "modln", "--warmup", "0", "--json")
-    assert second.exit_code == 0, second.output
-    session = json.loads(second.output)["session"]
-    recorded = batches_of(cli.url, stream, session["session"])
-    assert recorded == [2] * session["batches"] and sum(recorded) == session["pairs"] == session["record_pairs"] - 3
+    # Without --runs an interpreter session times one batch: more of them would decide nothing.
+    second = json.loads(cli("evaluate", "modln", "--warmup", "0", "--json").output)["session"]
+    assert (second["pairs"], second["batches"], second["stop"], second["record_pairs"]) == (
+        2, 1, "not_speed_evidence", 0)
     record = json.loads(cli("bench", "status", "modln", "--json").output)
-    if session["stop"] == "decided":
-        assert record["decision"] in ("promoted", "rejected") and record["decided_at"] > session["record_pairs"] - 2
-        assert session["pairs_saved"] == 7 - session["record_pairs"]
-    else:
-        assert session["stop"] == "max_pairs" and session["record_pairs"] == 7 and session["pairs_saved"] == 0
-    assert record["pairs"] == session["record_pairs"] and record["closed"] is True
+    assert (record["closed"], record["set_aside_pairs"], record["reading"]) == (False, 5, "undecided")
+
+    # The same bytes on a GPU: the session opens, its pairs are read and decide.
+    gpu = json.loads(cli("bench", "open", "modln", "--device", "NVIDIA H200", "--timer", "cuda_event",
+                         "--json").output)["session"]
+    record = json.loads(cli("bench", "record", "modln", gpu, "--batch", "b", "--baseline", "2,2,2,2,2",
+                            "--candidate", "1,1,1,1,1", "--json").output)
+    assert (record["reading"], record["decided_at"], record["closed"]) == ("above", 5, True)
 
     # The record is closed: a third evaluation is refused before anything runs, and writes nothing.
     before = len(open_registry(cli.url).store.read_all())
@@ -150,4 +152,5 @@ def test_evaluate_under_a_confident_contract_times_in_batches_until_the_record_c
     assert len(open_registry(cli.url).store.read_all()) == before
     verdict = json.loads(cli("promote", "modln", "--json").output)
     assert verdict["decision"] == "held" and verdict["rule"] == "execution.launches_unverified"
-    assert any("interpreter" in reason for reason in verdict["reasons"])
+    assert any("5 pairs timed by interpreter cpu (triton interpreter) set aside" in reason
+               for reason in verdict["reasons"])

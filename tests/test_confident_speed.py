@@ -148,13 +148,20 @@ def imported_ltx_verdicts(cli, manifest: str) -> dict[str, dict]:
 
 
 def test_the_ltx_measurements_under_a_confident_gate_promote_neither(registry_cli, tmp_path):
-    """Same artifact, two days: 1.027x lies wholly below the 1.2x gate (rejected), 1.246x has bounds reaching
-    below it (held), where the point rule promotes the 1.246x one and so lets the day decide."""
+    """Same artifact, two days, each timed arm after arm: under the confident rule each is judged alone and held,
+    its baseline shifting level partway (docs/gate.md, "The drift check"); read as exchangeable (drift_check:
+    none), 1.027x lies wholly below the 1.2x gate (rejected) and 1.246x has bounds reaching below it (held), where
+    the point rule promotes the 1.246x one and so lets the day decide."""
     tree = tmp_path / "campaign"
     shutil.copytree(MOTIONKERNEL / "dispatch", tree)
     assert registry_cli("import", "motionkernel", str(tree), "--json").exit_code == 0
     confident = imported_ltx_verdicts(registry_cli, LTX_CONFIDENT)
     slow, fast = confident["sm100-1030.measurement.json"], confident["sm100-1040.measurement.json"]
+    assert (slow["decision"], slow["rule"]) == (fast["decision"], fast["rule"]) == ("held", "speed.drift")
+    assert "baseline shifted after run 8 of 15" in slow["reason"] and "after run 3 of 15" in fast["reason"]
+    exchangeable = imported_ltx_verdicts(registry_cli, LTX_CONFIDENT.replace("sequential}", "sequential, "
+                                                                                            "drift_check: none}"))
+    slow, fast = exchangeable["sm100-1030.measurement.json"], exchangeable["sm100-1040.measurement.json"]
     assert (slow["decision"], slow["rule"]) == ("rejected", "speed.below_gate")
     assert slow["reason"].startswith("speedup 1.03x: its bounds [0.99")
     assert (fast["decision"], fast["rule"]) == ("held", "speed.undecided")

@@ -55,7 +55,8 @@ def measure(cli, name: str, ratio: float) -> None:
 
 @pytest.fixture
 def shared(registry_cli):
-    """`a` used up the one benchmark attempt of the bytes it shares with `b`, which is measured fast."""
+    """`a` used up the one benchmark attempt of the bytes it shares with `b`, and was rejected; `b` is measured
+    fast."""
     (registry_cli.tmp / "wan.yaml").write_text(MANIFEST)
     assert registry_cli("workload", "declare", str(registry_cli.tmp / "wan.yaml")).exit_code == 0
     register(registry_cli, "a", b"the same bytes")
@@ -68,8 +69,11 @@ def shared(registry_cli):
 
 
 def held_on_attempts(cli) -> None:
+    """b is judged on every artifact of its bytes: over their one attempt, and rejected already (a's verdict), which
+    a hold cannot reopen (docs/gate.md, "Decisions and contract versions")."""
     verdict = json.loads(cli("promote", "b", "--json").stdout)
-    assert verdict["decision"] == "held" and "speed.attempts_exceeded" in json.dumps(verdict)
+    assert verdict["decision"] == "rejected" and verdict["reasons"][0].startswith("these bytes were rejected by")
+    assert "speed.max_benchmark_attempts 1: no further benchmark" in json.dumps(verdict)
 
 
 @pytest.mark.parametrize("damage", ["DELETE FROM projection_payloads",
@@ -96,7 +100,7 @@ def edit_state(cli, artifact: str, change, rehash: bool) -> None:
 def set_aside_benchmark(cli) -> None:
     """Point b's benchmark entry at the benchmark event of an identity b set aside (same stream, other claims)."""
     register_again = cli("artifact", "register", "b", "--workload", "wan", "--kind", "step_cache",
-                         "--payload", str(cli.tmp / "b.bin"), "--backend", "other")
+                         "--payload", str(cli.tmp / "b.bin"), "--backend", "other", "--new-identity")
     assert register_again.exit_code == 0, register_again.output
     measure(cli, "b", 1.6)
     assert cli("show", "b").exit_code == 0

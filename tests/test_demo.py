@@ -1,8 +1,10 @@
 """A reduced demo campaign (few pairs) decides as the demo promises, on evidence that exists.
 
 What is promised depends on the device, never on how fast this machine is:
-on a CPU the Triton kernel is held on interpreter timings, on a CUDA GPU it
-is judged on real timings; every candidate is timed in a benchmark session
+on a CPU the Triton kernel (a triton_kernel bundle: its cubins) is not
+evaluated, nothing here can launch it, and it is held for want of execution
+evidence; on a CUDA GPU the registry's launcher runs and times it and the
+speed gate judges it; every other candidate is timed in a benchmark session
 that stops as soon as the confident rule decides, and the honest candidates
 are decided by the speed gate on whichever side of it this machine's
 timings land, or held by the confident rule at --runs pairs with bounds that
@@ -74,28 +76,29 @@ def test_reduced_demo_decides_as_promised(reduced_demo):
             assert "running bounds [" in rows[honest]["reason"] and "reach both sides of the gate" in rows[honest]["reason"]
     assert decisions["lossy-skip"] == ("quarantined", "fidelity.failed")
     assert decisions["flash-claimed-fallback"] == ("quarantined", "execution.fallback")
-    # launches counted inside the candidate's process hold the kernel on any device (docs/kernels.md)
-    unverified = ("held", "execution.launches_unverified")
+    # the compiled kernel: judged on the launcher's timings on a GPU; without one, never launched, so held
     if ON_GPU:
-        assert decisions[KERNEL_ARTIFACT] in {unverified, ("quarantined", "parity.failed")}
+        assert decisions[KERNEL_ARTIFACT] in speed_decided | {held_by_the_rule, ("quarantined", "parity.failed")}
     else:
-        assert decisions[KERNEL_ARTIFACT] == unverified
+        assert decisions[KERNEL_ARTIFACT] == ("held", "execution.missing")
+        assert rows[KERNEL_ARTIFACT]["kind"] == "triton_kernel" and rows[KERNEL_ARTIFACT]["pairs"] is None
     assert outcome["problems"] == []
     assert all("held, not guessed" in note for note in outcome["near_gate"])
 
-    # Every candidate is timed in a session of at most RUNS pairs, stopped at the first batch that decides it.
-    for row in outcome["rows"]:
+    # Every candidate timed is timed in a session of at most RUNS pairs, stopped at the first batch that decides it.
+    timed = [row for row in outcome["rows"] if ON_GPU or row["artifact"] != KERNEL_ARTIFACT]
+    for row in timed:
         assert 2 <= row["pairs"] <= RUNS and row["stop"] in ("decided", "max_pairs")
         assert row["pairs_saved"] == (RUNS - row["pairs"] if row["stop"] == "decided" else 0)
-    assert outcome["pairs"] == {"spent": sum(row["pairs"] for row in outcome["rows"]), "fixed_design": 5 * RUNS,
-                                "saved": 5 * RUNS - sum(row["pairs"] for row in outcome["rows"])}
+    assert outcome["pairs"] == {"spent": sum(row["pairs"] for row in timed), "fixed_design": len(timed) * RUNS,
+                                "saved": len(timed) * RUNS - sum(row["pairs"] for row in timed)}
 
     store = open_registry(url).store
     verdicts = [e for e in store.read_all() if e.type == "VerdictRendered"]
     assert len(verdicts) == 5
     for verdict in verdicts:
         ids = verdict.payload["verdict"]["evidence_ids"]
-        assert ids, verdict.payload["artifact"]
+        assert ids or (not ON_GPU and verdict.payload["artifact"] == KERNEL_ARTIFACT), verdict.payload["artifact"]
         for event_id in ids:
             evidence = store.get(event_id)
             assert evidence is not None and evidence.position < verdict.position
@@ -103,8 +106,9 @@ def test_reduced_demo_decides_as_promised(reduced_demo):
     assert store.verify().intact
     assert not [e for e in store.read_all() if e.type == "BenchmarkMeasured"]  # sessions, not complete benchmark items
     opened = {e.payload["artifact"]: e.payload for e in store.read_all() if e.type == "BenchmarkSessionOpened"}
-    assert sorted(opened) == sorted(rows)
-    assert opened[KERNEL_ARTIFACT]["timer"] == ("perf_counter" if ON_GPU else "interpreter")
+    assert sorted(opened) == sorted(row["artifact"] for row in timed)
+    if ON_GPU:
+        assert opened[KERNEL_ARTIFACT]["timer"] == "cuda_event"
     html = (out / "report.html").read_text()
     assert "data:image/png;base64," in html
     # Every measured candidate is placed in the support matrix by its session's arch, and every speed record
@@ -112,8 +116,8 @@ def test_reduced_demo_decides_as_promised(reduced_demo):
     matrix = json.loads(CliRunner().invoke(main, ["--db", url, "report", "--matrix", "--format", "json"]).output)
     assert matrix["unplaced"] == [] and "cpu" in matrix["archs"], matrix
     report = json.loads(CliRunner().invoke(main, ["--db", url, "report", "--format", "json"]).output)
-    assert len(report["benchmark_records"]) == len(rows)
-    assert all(f'alt="running bounds of {name}"' in html for name in rows)
+    assert len(report["benchmark_records"]) == len(timed)
+    assert all(f'alt="running bounds of {row["artifact"]}"' in html for row in timed)
     assert {p.name for p in out.glob("*.png")} == {"sdpa-attention.png", "step-cache.png", "lossy-skip.png",
                                                     "flash-claimed-fallback.png"}
     verified = CliRunner().invoke(main, ["--db", url, "replay", "--verify"])
@@ -150,12 +154,12 @@ def test_reduced_demo_decides_as_promised(reduced_demo):
 
 def verdict_row(artifact: str, decision: str, rule: str, *, speedup: float | None = None,
                 ci: tuple[float, float] | None = None, reasons: tuple[str, ...] = (), pairs: int = 6,
-                stop: str = "decided") -> Row:
+                stop: str = "decided", kind: str = "kind") -> Row:
     margins = [] if speedup is None else [{"metric": "speedup", "value": speedup, "threshold": 1.2,
                                            "margin": speedup - 1.2, "passed": speedup >= 1.2}]
     verdict = {"decision": decision, "rule": rule, "reasons": list(reasons) or [f"{rule}: scripted"],
                "margins": margins, "speedup": speedup, "speedup_ci": list(ci) if ci else None}
-    return Row(artifact, "kind", verdict, None, None, None, pairs, 4 if stop == "decided" else 0, stop)
+    return Row(artifact, kind, verdict, None, None, None, pairs, 4 if stop == "decided" else 0, stop)
 
 
 def promised_rows(kernel: Row) -> list[Row]:
@@ -168,18 +172,33 @@ def promised_rows(kernel: Row) -> list[Row]:
 
 
 UNVERIFIED = "execution.launches_unverified"
+MISSING = "execution.missing"
+
+
+def compiled(decision: str, rule: str, **verdict) -> Row:
+    return verdict_row(KERNEL_ARTIFACT, decision, rule, kind="triton_kernel", **verdict)
+
+
+def entry(decision: str, rule: str, **verdict) -> Row:  # the kernel as `registry demo --server` registers it
+    return verdict_row(KERNEL_ARTIFACT, decision, rule, kind="fused_kernel", **verdict)
 
 
 @pytest.mark.parametrize("on_gpu,kernel,problem", [
-    (False, verdict_row(KERNEL_ARTIFACT, "held", UNVERIFIED), None),
-    (False, verdict_row(KERNEL_ARTIFACT, "held", "speed.interpreter"), "held by speed.interpreter"),
-    (False, verdict_row(KERNEL_ARTIFACT, "held", "evaluation_failed"), "held by evaluation_failed"),
-    (False, verdict_row(KERNEL_ARTIFACT, "promoted", "speed.passed", speedup=3.0), "promoted by speed.passed"),
-    (True, verdict_row(KERNEL_ARTIFACT, "held", UNVERIFIED), None),
-    (True, verdict_row(KERNEL_ARTIFACT, "quarantined", "parity.failed"), None),
-    (True, verdict_row(KERNEL_ARTIFACT, "promoted", "speed.passed", speedup=3.0, ci=(2.5, 3.5)),
-     "promoted by speed.passed"),
-    (True, verdict_row(KERNEL_ARTIFACT, "held", "speed.interpreter"), "held by speed.interpreter"),
+    (False, compiled("held", MISSING), None),
+    (False, compiled("held", UNVERIFIED), "held by execution.launches_unverified"),
+    (False, compiled("held", "speed.interpreter"), "held by speed.interpreter"),
+    (False, compiled("held", "evaluation_failed"), "held by evaluation_failed"),
+    (False, compiled("promoted", "speed.passed", speedup=3.0, ci=(2.5, 3.5)), "promoted by speed.passed"),
+    (True, compiled("promoted", "speed.passed", speedup=3.0, ci=(2.5, 3.5)), None),
+    (True, compiled("rejected", "speed.below_gate", speedup=1.0, ci=(0.9, 1.1)), None),
+    (True, compiled("quarantined", "parity.failed"), None),
+    (True, compiled("held", MISSING), "held by execution.missing"),
+    (True, compiled("promoted", "speed.passed", speedup=1.3, ci=(1.1, 1.5)), "without a lower bound above the gate"),
+    (False, entry("held", UNVERIFIED), None),
+    (True, entry("held", UNVERIFIED), None),
+    (True, entry("quarantined", "parity.failed"), None),
+    (True, entry("promoted", "speed.passed", speedup=3.0, ci=(2.5, 3.5)), "promoted by speed.passed"),
+    (False, entry("held", "speed.interpreter"), "held by speed.interpreter"),
 ])
 def test_check_follows_the_device(on_gpu, kernel, problem):
     problems = check_expectations(promised_rows(kernel), on_gpu=on_gpu)
@@ -187,7 +206,7 @@ def test_check_follows_the_device(on_gpu, kernel, problem):
 
 
 def test_check_refuses_an_honest_candidate_not_decided_by_speed():
-    rows = promised_rows(verdict_row(KERNEL_ARTIFACT, "held", UNVERIFIED))
+    rows = promised_rows(compiled("held", MISSING))
     rows[0] = verdict_row("sdpa-attention", "held", "speed.missing")
     rows.pop()
     assert check_expectations(rows, on_gpu=False) == [
@@ -213,20 +232,20 @@ def test_check_refuses_an_honest_candidate_not_decided_by_speed():
      "step-cache: rejected without an upper bound below the gate 1.2x (bounds [1.0, 1.3])"),
 ])
 def test_check_accepts_exactly_the_readings_the_confident_rule_can_give(row, problem):
-    rows = promised_rows(verdict_row(KERNEL_ARTIFACT, "held", UNVERIFIED))
+    rows = promised_rows(compiled("held", MISSING))
     rows[1] = row
     assert check_expectations(rows, on_gpu=False) == ([] if problem is None else [problem])
 
 
 def test_a_cheat_is_refused_by_the_check_even_when_its_speed_is_shown():
-    rows = promised_rows(verdict_row(KERNEL_ARTIFACT, "held", UNVERIFIED))
+    rows = promised_rows(compiled("held", MISSING))
     rows[2] = verdict_row("lossy-skip", "promoted", "speed.passed", speedup=5.0, ci=(3.8, 6.7))
     assert check_expectations(rows, on_gpu=False) == [
         "lossy-skip: promoted by speed.passed, expected quarantined by fidelity.failed", "lossy-skip: no reason names ssim"]
 
 
 def test_a_candidate_held_with_bounds_across_the_gate_is_named():
-    rows = promised_rows(verdict_row(KERNEL_ARTIFACT, "held", UNVERIFIED))
+    rows = promised_rows(compiled("held", MISSING))
     rows[1] = verdict_row("step-cache", "held", "speed.undecided", speedup=1.1, ci=(1.0, 1.3), pairs=6, stop="max_pairs")
     assert near_gate_notes(rows) == [
         "step-cache: speedup 1.1x held after 6 pairs, its bounds 1-1.3x reach across the gate 1.2x: within this "
@@ -256,14 +275,16 @@ def test_the_demo_run_again_on_its_registry_times_nothing_already_decided(reduce
     folder = reduced_demo.copy(tmp_path / "demo")
     url = f"sqlite:///{folder / 'demo.db'}"
     args = demo_arguments(folder)
-    closed = {row["artifact"] for row in json.loads(reduced_demo.output)["rows"] if row["stop"] in ("decided", "max_pairs")}
+    first = json.loads(reduced_demo.output)["rows"]
+    closed = {row["artifact"] for row in first if row["stop"] in ("decided", "max_pairs")}
+    untimed = {row["artifact"] for row in first if row["pairs"] is None}  # the compiled kernel without a GPU
     opened = len([e for e in open_registry(url).store.read_all() if e.type == "BenchmarkSessionOpened"])
     again = CliRunner().invoke(main, args)
     assert again.exit_code == 0, again.output
     rows = {row["artifact"]: row for row in json.loads(again.output)["rows"]}
     assert all(rows[name]["pairs"] == 0 for name in closed)
     assert len([e for e in open_registry(url).store.read_all()
-                if e.type == "BenchmarkSessionOpened"]) == opened + len(set(rows) - closed)
+                if e.type == "BenchmarkSessionOpened"]) == opened + len(set(rows) - closed - untimed)
 
 
 def test_the_commands_the_demo_prints_run_as_printed(tmp_path):
@@ -280,3 +301,17 @@ def test_the_commands_the_demo_prints_run_as_printed(tmp_path):
                           cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert (tmp_path / "x y.db").exists()
+
+
+def test_the_readme_and_runtime_blocks_run_as_printed_on_the_demos_registry(reduced_demo, tmp_path):
+    """README.md's "look further" and docs/runtime.md's fallback, as printed, on a copy of this campaign's
+    registry (tests/test_docs_run.py holds the blocks and how they run)."""
+    from test_docs_run import run_the_blocks_on_the_demo
+
+    run_the_blocks_on_the_demo(reduced_demo.folder, tmp_path)
+
+
+def test_the_readmes_demo_table_reads_as_the_demo_decides(reduced_demo):
+    from test_docs_run import check_the_readmes_demo_table
+
+    check_the_readmes_demo_table({row["artifact"]: row for row in json.loads(reduced_demo.output)["rows"]})

@@ -93,7 +93,7 @@ def test_artifact_kinds_are_the_ones_events_gate_and_cli_accept():
     from registry.events.types import ArtifactRegistered
     from registry.gate import ArtifactFacts
 
-    assert ARTIFACT_KINDS == ("fused_kernel", "attention_backend", "step_cache", "module")
+    assert ARTIFACT_KINDS == ("fused_kernel", "attention_backend", "step_cache", "module", "triton_kernel")
     for kind in ARTIFACT_KINDS:
         ArtifactFacts("a", kind)
         ArtifactRegistered(artifact="a", kind=kind, workload="w")

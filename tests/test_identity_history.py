@@ -44,7 +44,7 @@ def cli(registry_cli, tmp_path):
     def register(artifact, payload, workload="wan", kind="attention_backend", backend="SAGE_ATTN"):
         extra = ["--backend", backend] if backend else []
         result = invoke("artifact", "register", artifact, "--workload", workload, "--kind", kind, *extra,
-                        "--payload", str(tmp_path / payload))
+                        "--payload", str(tmp_path / payload), "--new-identity")
         assert result.exit_code == 0, result.output
 
     declare(CAPPED)

@@ -118,7 +118,7 @@ def test_a_failed_stage_is_cleared_only_by_its_stage_completing(cli):
     assert promote(cli, "sage")["decision"] == "held"
     # Only a new identity clears a stage no evidence kind answers for.
     cli("artifact", "register", "sage", "--workload", "wan", "--kind", "attention_backend", "--backend", "SAGE_ATTN",
-        "--payload", str(cli.tmp / "sage-2.bin"))
+        "--payload", str(cli.tmp / "sage-2.bin"), "--new-identity")
     assert show(cli, "sage")["open_failures"] == []
 
 
@@ -207,7 +207,7 @@ def test_a_new_identity_starts_a_new_decision(cli, change):
     option, value = change
     claims[option] = str(cli.tmp / value) if option == "--payload" else value
     again = cli("artifact", "register", "sage", "--workload", "wan", "--kind", "attention_backend",
-                *[part for pair in claims.items() for part in pair])
+                *[part for pair in claims.items() for part in pair], "--new-identity")
     assert again.exit_code == 0, again.output
     state = show(cli, "sage")
     assert state["decision"] == "registered" and state["evidence"] == {} and state["benchmark_attempts"] == 0

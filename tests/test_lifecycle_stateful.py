@@ -206,7 +206,7 @@ class Lifecycle(CheckedAtTheEnd):
     def register(self, artifact: str, payload: str, backend: str):
         workload, kind = ARTIFACTS[artifact]
         self.run_ok("artifact", "register", artifact, "--workload", workload, "--kind", kind,
-                    "--backend", backend, "--bundle", str(self.folder / "bundles" / payload))
+                    "--backend", backend, "--bundle", str(self.folder / "bundles" / payload), "--new-identity")
 
     def state(self, artifact: str) -> dict:
         return json.loads(self.run_ok("show", artifact, "--json").output)

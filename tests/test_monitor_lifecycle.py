@@ -220,7 +220,8 @@ def test_reverify_now_runs_each_job_in_process_and_says_why_nothing_was_recorded
     outcomes = {r["artifact"]: r for r in json.loads(result.output)["artifacts"]}
     assert set(outcomes) == {"fast", "steady"}
     assert {r["outcome"] for r in outcomes.values()} == {"refused"}
-    assert "no kernel entry" in outcomes["fast"]["detail"]
+    assert "cannot time in-process" in outcomes["fast"]["detail"]
+    assert "registry monitor record fast" in outcomes["fast"]["detail"]
     assert registry.store.head_position() == head
     assert promoted("reverify", "wan", "--now", "--pairs", "3").exit_code == 1  # an odd count is no ABBA run
     assert promoted("reverify", "wan", "--pairs", "4").exit_code == 2  # neither --now nor --schedule

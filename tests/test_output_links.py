@@ -171,3 +171,27 @@ def test_the_demo_writers_never_write_through_a_link(tmp_path, victims):
     with pytest.raises(UserError, match="symbolic link"):
         write_kernel_bundle(tmp_path, "modln")
     assert [p.name for p in elsewhere.iterdir()] == ["keep.py"]
+
+
+def test_bundle_create_and_hook_secret_never_write_through_a_link(registry_cli, victims):
+    """The CLI's own writers of a bundle manifest and a webhook secret refuse a link at their name, --force or not."""
+    import json
+
+    from ship_helpers import window
+
+    directory = registry_cli.tmp / "made"
+    directory.mkdir()
+    (directory / "op.py").write_text("def replacement(x):\n    return x\n")
+    compatibility = registry_cli.tmp / "window.json"
+    compatibility.write_text(json.dumps(window()))
+    create = ("bundle", "create", str(directory), "--entry", "op.py:replacement", "--replaces", "op:rms_norm",
+              "--compatibility", str(compatibility))
+    for target in cases(victims):
+        plant(directory / "bundle.json", target)
+        for force in ((), ("--force",)):
+            one_line_refusal(registry_cli(*create, *force), "symbolic link")
+            untouched(victims)
+        secret = registry_cli.tmp / "hook.secret"
+        plant(secret, target)
+        one_line_refusal(registry_cli("hook", "secret", str(secret)), "already exists")
+        untouched(victims)

@@ -47,3 +47,30 @@ def test_a_taken_port_is_skipped_and_the_server_binds_another():
     assert port != taken and done.stdout.rstrip().endswith("1")
     with pytest.raises(psycopg.OperationalError):  # stopped and removed on exit
         psycopg.connect(url.replace("+psycopg", ""), connect_timeout=5)
+
+
+def test_a_run_drops_every_database_it_made_and_the_server_goes_at_once():
+    """Tests drop their databases as they go (tests/conftest.py), so tearing the server down is quick.
+
+    A pytest run of two Postgres tests (a fresh database, and a copy of the migrated template) against a
+    throwaway server of its own: afterwards the server holds no database the run made (a run used to leave
+    hundreds, whose files took minutes to delete after the last test), and stopping it takes seconds. Starts a
+    server and a pytest process that imports torch: about ten seconds on the shared two-core machine.
+    """
+    if not bash("_pg_bindir").stdout.strip():
+        pytest.skip("no PostgreSQL server binaries (/usr/lib/postgresql/*/bin): `make test` installs them as root")
+    root = SCRIPT.parents[1]
+    done = bash(
+        f"pg_throwaway_start && cd {root} && "
+        "REGISTRY_TEST_POSTGRES_URL=$REGISTRY_TEST_POSTGRES_URL .venv/bin/python -m pytest -q -p no:cacheprovider "
+        "-p no:xdist 'tests/test_register.py::test_a_name_typed_in_nfd_is_the_nfc_name[postgres]' "
+        "tests/test_store_postgres.py::test_a_speed_record_written_by_another_catch_up_between_reads_is_loaded_not_refused"
+        " >/dev/null 2>&1; echo PYTEST=$?; "
+        "\"$(_pg_bindir)/psql\" \"${REGISTRY_TEST_POSTGRES_URL/+psycopg/}\" -tAc "
+        "\"select count(*) from pg_database where datname like 't\\_%'\"; "
+        "start=$(date +%s%N); pg_throwaway_stop; echo STOP_MS=$(( ($(date +%s%N) - start) / 1000000 ))")
+    assert done.returncode == 0, done.stderr
+    assert "PYTEST=0" in done.stdout, done.stdout
+    left = int(re.search(r"PYTEST=0\n(\d+)\n", done.stdout).group(1))
+    assert left == 0, f"{left} databases left behind"
+    assert int(re.search(r"STOP_MS=(\d+)", done.stdout).group(1)) < 20_000

@@ -241,8 +241,10 @@ def test_models_with_anything_but_plain_fields_are_not_compiled():
         assert compile_plain(model) is None, model.__name__
     # Lists of floats (the pairs), a float statistic and lists of profiles, and a defaulted, patterned field
     # (a session's arch): the model validates them.
-    # A token's scopes are a list and its workload glob is defaulted; a revocation's key id is patterned.
+    # A token's scopes are a list and its workload glob is defaulted; a revocation's key id is patterned; a
+    # webhook's id is patterned and its events a list, an attempt's status and error defaulted.
     assert COMPILED == sorted(set(types.PAYLOAD_TYPES) - {"BenchmarkPairsRecorded", "BenchmarkSessionOpened",
                                                           "PairsRemeasured", "RegressionDetected",
-                                                          "TokenIssued", "TokenRevoked"})
+                                                          "TokenIssued", "TokenRevoked", "HookAdded",
+                                                          "HookRemoved", "HookDeliveryAttempted"})
     assert types.PLAIN_PAYLOADS["NoSuchEvent"] is None and "NoSuchEvent" not in types.PLAIN_PAYLOADS

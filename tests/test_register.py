@@ -173,7 +173,7 @@ def test_a_name_typed_in_nfd_is_the_nfc_name(registry, registry_cli):
     declared.write_text("workload: w\n")
     assert registry_cli("workload", "declare", str(declared)).exit_code == 0
     assert registry_cli("artifact", "register", NFD_E, "--workload", "w", "--kind", "step_cache",
-                        "--payload", str(declared)).exit_code == 0
+                        "--payload", str(declared), "--new-identity").exit_code == 0
     shown = registry_cli("show", NFC_E, "--json")
     assert shown.exit_code == 0 and NFD_E not in shown.stdout
 

@@ -107,7 +107,7 @@ def test_tables_for_people(registry):
     tables = {title: (columns, rows) for title, columns, rows in
               report_tables(build_report(projections.state(as_of=h.at["rms_verdict"])))}
     columns, rows = tables["leaderboard: wan-t2v (promoted, fastest first)"]
-    assert rows == [(1, "sage-attn", "1.45", "[1.407, 1.494] (level not recorded)", "perceptual", "gate", "ssim 0.975 vs 0.97 (margin 0.005)",
+    assert rows == [(1, "sage-attn", "1.4500", "[1.407, 1.494] (level not recorded)", "perceptual", "gate", "ssim 0.975 vs 0.97 (margin 0.005)",
                      1)]
     assert len(columns) == len(rows[0])
     assert tables["caught (by the rule that decided)"][1] == [("rejected", "speed.below_gate", 1, "rms-fused")]
@@ -203,3 +203,36 @@ def test_html_renders_in_a_headless_browser(registry, tmp_path):
         assert result.returncode == 0, result.stderr[-2000:]
         data = shot.read_bytes()
         assert data.startswith(PNG_SIGNATURE) and len(data) > 50_000
+
+
+def test_a_registry_of_exact_tier_kernels_gets_no_empty_speed_fidelity_chart(registry_cli):
+    """Byte-equal parity records no fidelity margin, so nothing can be plotted: the section says why, no figure."""
+    from test_newcomer_path import KERNEL, WORKLOAD, evidence
+
+    manifest, kernel = registry_cli.tmp / "w.yaml", registry_cli.tmp / "kernel.py"
+    manifest.write_text(WORKLOAD)
+    kernel.write_text(KERNEL)
+    assert registry_cli("workload", "declare", str(manifest)).exit_code == 0
+    registered = registry_cli("artifact", "register", "my-modln", "--workload", "my-wan-modln", "--kind",
+                              "fused_kernel", "--payload", str(kernel)).output
+    document = registry_cli.tmp / "ev.json"
+    document.write_text(json.dumps(evidence(re.search(r"[0-9a-f]{64}", registered).group(0))))
+    assert registry_cli("evidence", "import", str(document)).exit_code == 0
+    assert registry_cli("promote", "my-modln").exit_code == 0
+    out = registry_cli.tmp / "report.html"
+    assert registry_cli("report", "--format", "html", "--out", str(out)).exit_code == 0
+    page = out.read_text()
+    section = page.split("<h2>Speed against fidelity</h2>", 1)[1].split("<h2>", 1)[0]
+    assert "nothing to plot" in section and "<img" not in section
+
+
+@pytest.mark.parametrize("worst_ssim, near", [(1.0, False), (0.9984, False), (0.985, True), (0.981, True)])
+def test_a_near_miss_is_near_its_threshold_and_never_at_the_best_value(registry_cli, worst_ssim, near):
+    """SSIM 1.0 against 0.98 is as good as SSIM gets: no near miss; 0.981 is one noisy rerun from failing."""
+    from ship_helpers import declare, make_bundle, measure_and_promote, register
+
+    declare(registry_cli)
+    assert register(registry_cli, "cand", make_bundle(registry_cli.tmp / "bundles", "cand")).exit_code == 0
+    assert measure_and_promote(registry_cli, "cand", 1.6, worst_ssim) == "promoted"
+    report = json.loads(registry_cli("report", "--json").output)
+    assert [n["artifact"] for n in report["near_misses"]] == (["cand"] if near else [])

@@ -328,28 +328,12 @@ def test_the_launcher_reports_the_memory_bound_that_held(sandbox_run):
 # ---- what evidence says about the sandbox, and what the gate makes of it ----
 
 def _decide(**execution_fields):
-    from registry.contracts import Contract
-    from registry.formats.evidence.items import parse_item
-    from registry.gate import ArtifactFacts, GateEvidence, Recorded, decide
+    from registry.gate import ArtifactFacts
 
-    leaf = {"name": "shape0.y", "reference_dtype": "bfloat16", "candidate_dtype": "bfloat16",
-            "reference_shape": [2, 3], "candidate_shape": [2, 3], "reference_strides": [3, 1],
-            "candidate_strides": [3, 1], "byte_equal": True, "max_abs_error": 0.0, "max_rel_error": 0.0,
-            "has_nan": False, "has_inf": False, "reference_has_nan": False, "reference_has_inf": False,
-            "nonfinite_mismatch": False}
-    candidate = [1.0 + 0.002 * (i % 4) for i in range(16)]
-    items = {
-        "execution": {"kind": "execution", "candidate_calls": 40, "fallbacks": 0, **execution_fields},
-        "parity": {"kind": "parity", "policy": "byte_equal", "leaves": [leaf]},
-        "benchmark": {"kind": "benchmark", "protocol": "paired", "device": "NVIDIA H200", "timer": "perf_counter",
-                      "baseline_s": [1.5 * c for c in candidate], "candidate_s": candidate,
-                      "schedule": ["BC", "CB"] * 8},
-    }
-    evidence = GateEvidence(**{kind: Recorded(f"ev-{kind}", parse_item(raw)) for kind, raw in items.items()})
-    contract = Contract.from_mapping({"workload": "wan-modln-op", "parity": {"policy": "byte_equal"},
-                                      "speed": {"min_speedup": 1.1, "runs_per_arm": 16, "protocol": "paired",
-                                                "decision": "point"}})
-    return decide(contract, evidence, ArtifactFacts("modln", "fused_kernel"))
+    from gate_evidence import decide_execution
+
+    return decide_execution({"kind": "execution", "candidate_calls": 40, "fallbacks": 0, **execution_fields},
+                            ArtifactFacts("modln", "fused_kernel"))
 
 
 DIGEST = "ab" * 32

@@ -57,7 +57,7 @@ ROUTES = [
     ("GET", "/api/artifacts/wan-fast/subject", None, "ingest", False),
     ("POST", "/api/evidence", {"format": "registry.evidence/1", "artifact": "wan-fast", "evidence": [
         {"kind": "execution", "candidate_calls": 4, "fallbacks": 0}]}, "ingest", False),
-    ("POST", "/api/artifacts/wan-fast/sessions", {"device": "d", "timer": "t"}, "ingest", False),
+    ("POST", "/api/artifacts/wan-fast/sessions", {"device": "d", "timer": "perf_counter"}, "ingest", False),
     ("POST", "/api/artifacts/wan-fast/sessions/{session}/batches",
      {"batch": "m-{n}", "baseline_s": [2.0], "candidate_s": [1.9]}, "ingest", False),
     ("POST", "/api/artifacts", {"artifact": "wan-new-{n}", "workload": "wan-t2v", "kind": "step_cache"},
@@ -158,7 +158,7 @@ def test_a_wan_worker_cannot_declare_a_contract(served):
 
 def test_a_wan_worker_cannot_record_for_another_workload(served):
     with served.client(tokens(served)["ingest"]) as worker:
-        answer = worker.post("/api/artifacts/ltx-fast/sessions", json={"device": "d", "timer": "t"})
+        answer = worker.post("/api/artifacts/ltx-fast/sessions", json={"device": "d", "timer": "perf_counter"})
         assert answer.status_code == 403 and "does not reach workload ltx-video" in answer.json()["error"]
         document = {"format": "registry.evidence/1", "artifact": "ltx-fast",
                     "evidence": [{"kind": "execution", "candidate_calls": 4, "fallbacks": 0}]}
@@ -178,7 +178,7 @@ def test_no_token_can_issue_a_token(served):
 
 def test_a_retried_batch_appends_once_and_other_pairs_under_its_key_are_refused(served):
     with served.client(tokens(served)["ingest"]) as worker:
-        session = worker.post("/api/artifacts/wan-fast/sessions", json={"device": "d", "timer": "t"}).json()["session"]
+        session = worker.post("/api/artifacts/wan-fast/sessions", json={"device": "d", "timer": "perf_counter"}).json()["session"]
         batch = {"batch": "retry-me", "baseline_s": [2.0, 2.1], "candidate_s": [1.0, 1.1]}
         path = f"/api/artifacts/wan-fast/sessions/{session}/batches"
         answers = [worker.post(path, json=batch).json() for _ in range(3)]
@@ -199,7 +199,7 @@ def test_batches_sent_at_once_append_once_each_and_a_refused_one_leaves_the_othe
         assert decider.post("/api/artifacts", json={"artifact": "wan-grouped", "workload": "wan-t2v",
                                                     "kind": "step_cache", "payload_sha256": "c" * 64}).status_code == 200
     with served.client(tokens(served)["ingest"]) as worker:
-        session = worker.post("/api/artifacts/wan-grouped/sessions", json={"device": "d", "timer": "t"}).json()["session"]
+        session = worker.post("/api/artifacts/wan-grouped/sessions", json={"device": "d", "timer": "perf_counter"}).json()["session"]
     at_gate = {"baseline": [1.2, 1.2], "candidate": [1.0, 1.0]}  # decides nothing: every batch is taken
     sends = ([("ingest", session, f"d{i}") for i in range(8)] + [("ingest", session, "race")] * 4
              + [("ingest", "bs-unknown", "r"), ("ingest-other", session, "elsewhere"), ("revoked", session, "gone")])

@@ -135,7 +135,7 @@ def served(tmp_path_factory):
         server.url, server.tokens, server.readers, server.address = url, seeded.tokens, readers, (host, int(port))
         with server.client(seeded.tokens["ingest"]) as worker:
             server.session = worker.post("/api/artifacts/wan-fast/sessions",
-                                         json={"device": "d", "timer": "t"}).json()["session"]
+                                         json={"device": "d", "timer": "cuda_event"}).json()["session"]
         server.batches = 0
         answered_in_time(server)  # the modules a request imports, loaded before memory is watched
         server.sampler = Sampler(server.process.pid)

@@ -33,7 +33,7 @@ def served(tmp_path_factory):
         server.url, server.tokens, server.folder = url, seeded.tokens, folder
         with server.client(seeded.tokens["ingest"]) as worker:
             server.session = worker.post("/api/artifacts/wan-fast/sessions",
-                                         json={"device": "d", "timer": "t"}).json()["session"]
+                                         json={"device": "d", "timer": "cuda_event"}).json()["session"]
         yield server
 
 
@@ -141,7 +141,7 @@ def test_an_undecodable_or_deep_body_is_a_refusal_in_the_documented_shape(served
 # Every route that takes a body: (token, path, a valid body). Each is sent with an extra field, and with each
 # field's value replaced by a bool and by a number written as a string.
 BODIES = [
-    ("ingest", "/api/artifacts/wan-fast/sessions", {"device": "d", "timer": "t", "arch": "sm90"}),
+    ("ingest", "/api/artifacts/wan-fast/sessions", {"device": "d", "timer": "cuda_event", "arch": "sm90"}),
     ("ingest", "{batches}", {"batch": "k", "baseline_s": [2.0], "candidate_s": [1.0]}),
     ("decide", "/api/artifacts", {"artifact": "wan-x", "workload": "wan-t2v", "kind": "step_cache",
                                   "payload_sha256": "c" * 64}),

@@ -35,7 +35,7 @@ def promote_watched(url: str) -> None:
     registry = open_registry(url, actor="seeder")
     declare_workload(registry, Contract.from_yaml(WATCHED))
     register_artifact(registry, "watched", workload="wan-watched", kind="step_cache", payload_sha256="c" * 64)
-    session, _ = open_session(registry, "watched", "d", "t")
+    session, _ = open_session(registry, "watched", "d", "perf_counter")
     record_pairs(registry, "watched", session, [2.0] * 8, [1.5] * 8, "b1")
     import_document(registry, json.dumps({"format": "registry.evidence/1", "artifact": "watched", "evidence": [
         {"kind": "execution", "candidate_calls": 40, "fallbacks": 0},
@@ -89,7 +89,7 @@ def test_the_page_draws_the_reports_figures_and_redraws_when_a_batch_arrives(liv
     server, _ = live
     tokens = server.seeded.tokens
     with server.client(tokens["ingest"]) as worker:
-        session = worker.post("/api/artifacts/wan-fast/sessions", json={"device": "d", "timer": "t"}).json()["session"]
+        session = worker.post("/api/artifacts/wan-fast/sessions", json={"device": "d", "timer": "perf_counter"}).json()["session"]
         batches = f"/api/artifacts/wan-fast/sessions/{session}/batches"
         assert worker.post(batches, json={"batch": "b1", "baseline_s": [2.0, 2.0, 2.1],
                                           "candidate_s": [1.5, 1.5, 1.6]}).status_code == 200

@@ -98,7 +98,7 @@ class Shipping(CheckedAtTheEnd):
         self.steps += 1
         directory = make_bundle(self.tmp / f"bundles-{self.steps}", artifact, source=SOURCES[source])
         self.ok("artifact", "register", artifact, "--workload", "wan", "--kind", "step_cache",
-                "--bundle", str(directory))
+                "--bundle", str(directory), "--new-identity")
 
     @rule(artifact=st.sampled_from(ARTIFACTS), ratio=st.sampled_from((1.05, 1.4, 1.9)),
           worst_ssim=st.sampled_from((0.99, 0.999)), source=st.sampled_from(range(len(SOURCES))))

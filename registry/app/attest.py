@@ -58,7 +58,7 @@ def attestation(registry: Registry, artifact: str) -> dict[str, Any]:
     return {
         "_type": STATEMENT_TYPE,
         "subject": [{"name": artifact, "digest": {"sha256": manifest.digest},
-                     "annotations": {"registry.digest": "canonical bundle manifest (registry.bundle/1)"}}]
+                     "annotations": {"registry.digest": f"canonical bundle manifest ({manifest.format})"}}]
         + [{"name": f"{artifact}/{file.path}", "digest": {"sha256": file.sha256}} for file in manifest.files],
         "predicateType": PREDICATE_TYPE,
         "predicate": {

@@ -32,13 +32,14 @@ from functools import partial
 from typing import Any, Callable
 
 from registry.formats.errors import UserError
+from registry.formats.evidence.schemas import TIMERS
 from registry.formats.fields import ARCH
 from registry.formats.names import check_name
 from registry.formats.sequential import SequentialResult
 from registry.formats.text import check_line, text_arguments
 
 from .context import Registry
-from .record_summary import SHOWS, in_opened_order, stop_reason
+from .record_summary import READINGS, SHOWS, in_opened_order, stop_reason
 
 LOG = logging.getLogger("registry.app")
 
@@ -76,6 +77,10 @@ class BenchRecord:
     result: SequentialResult
     version: int
     bounds: list[tuple[float | None, float | None]] = field(default_factory=list)
+    speedup: float | None = None  # over every pair read up to the batch or document that decided (gate/record.py)
+    speedup_pairs: int | None = None
+    set_aside: int = 0  # pairs timed by an interpreter or emulator: recorded, never read
+    runs_per_arm: int | None = None  # the contract's size of a complete document; a session is not held to it
 
     @property
     def closed(self) -> bool:
@@ -91,7 +96,9 @@ class BenchRecord:
         result = self.result
         return {
             "identity": self.identity, "workload": self.workload, "gate": self.gate, "alpha": result.alpha,
-            "max_pairs": self.max_pairs, "pairs": len(self.ratios), "decision": result.decision,
+            "max_pairs": self.max_pairs, "pairs": len(self.ratios), "speedup": self.speedup,
+            "speedup_pairs": self.speedup_pairs, "set_aside_pairs": self.set_aside,
+            "reading": READINGS[result.decision],
             "shows": SHOWS[result.decision], "level": 1.0 - 2.0 * result.alpha,
             "decided_at": result.decided_at, "lower": result.lower, "upper": result.upper, "stop": _stop(self),
             "pairs_saved": self.pairs_saved, "closed": self.closed,
@@ -166,6 +173,11 @@ def open_session(registry: Registry, artifact: str, device: str, timer: str,
     subject = target.subject
     for value, what in ((device, "device"), (timer, "timer")):
         check_line(value, what)
+    if timer not in TIMERS:
+        # The four an evidence document may name: a typo would otherwise sit in the log for ever, and a session
+        # timed by an interpreter or emulator must say so to be held.
+        raise UserError(f"timer: {timer!r} is not one of {', '.join(TIMERS)} (the timers evidence documents "
+                        "name); no session opened")
     if arch is not None and (not isinstance(arch, str) or not ARCH.fullmatch(arch)):
         raise UserError(f"arch: {arch!r} is not a device architecture such as sm90, sm100 or cpu")
     if subject.payload_sha256 is None:
@@ -253,6 +265,7 @@ def record_pair_group(group: list[Pairs]) -> list[Recorded]:
     again. Batches of registries with different stores are recorded as one
     group a store, each read from and appended to its own.
     """
+    from registry.events.errors import IdempotencyConflict
     from registry.events.store import Append, NewEvent, check_names
     from registry.events.types import BenchmarkPairsRecorded
 
@@ -323,6 +336,12 @@ def record_pair_group(group: list[Pairs]) -> list[Recorded]:
     except Exception as exc:  # the database failed: every batch that was to be appended hears it
         placed = [exc] * len(appends)
     for (index, new, record), outcome in zip(answers, placed):
+        if isinstance(outcome, IdempotencyConflict):
+            # Named by the batch key the caller gave, never the store's internal key for it.
+            request = group[index]
+            outcome = IdempotencyConflict(f"batch {request.batch!r} of session {request.session} is already recorded "
+                                          "with other pairs; nothing appended (a batch key names one batch: give "
+                                          "new pairs a new key)")
         if isinstance(outcome, Exception) or outcome.new or not new:
             outcomes[index] = outcome if isinstance(outcome, Exception) else (outcome.new, record)
             continue
@@ -459,6 +478,13 @@ class BatchedSession:
 
     def __init__(self, registry: Registry, artifact: str, *, device: str, timer: str, limit: int | None = None,
                  arch: str | None = None):
+        from registry.gate.record import not_speed_evidence
+
+        # Pairs an interpreter or emulator times are recorded but never read (docs/gate.md, "The speed record"):
+        # timing more of them decides nothing, so such a session times one batch unless told otherwise.
+        self.speed_evidence = not_speed_evidence(timer, device) is None
+        if limit is None and not self.speed_evidence:
+            limit = BATCH_PAIRS
         self.registry, self.artifact, self.limit = registry, artifact, limit
         self.session, self.record = open_session(registry, artifact, device=device, timer=timer, arch=arch)
         self.pairs = 0
@@ -480,8 +506,11 @@ class BatchedSession:
 
     @property
     def stop(self) -> str:
-        """Why measuring stopped: decided, max_pairs (the record ends held), or limit (the record stays open)."""
-        return _stop(self.record) if self.record.closed else "limit"
+        """Why measuring stopped: decided, max_pairs (the record ends held), limit (the record stays open), or
+        not_speed_evidence (an interpreter or emulator timed the pairs: the record never reads them)."""
+        if self.record.closed:
+            return _stop(self.record)
+        return "limit" if self.speed_evidence else "not_speed_evidence"
 
     def to_dict(self) -> dict[str, Any]:
         return measured_summary(self.record.to_dict(), self.session, self.pairs, self.batches, self.stop)
@@ -495,15 +524,15 @@ def closed_record_summary(record: dict[str, Any]) -> dict[str, Any]:
 def measured_summary(record: dict[str, Any], session: str | None, pairs: int, batches: int,
                      stop: str) -> dict[str, Any]:
     """What one session measured, beside the record (`BenchRecord.to_dict`, as the server also answers it)."""
-    return {"session": session, "pairs": pairs, "batches": batches, "stop": stop, "decision": record["decision"],
+    return {"session": session, "pairs": pairs, "batches": batches, "stop": stop, "reading": record["reading"],
             "record_pairs": record["pairs"], "max_pairs": record["max_pairs"], "pairs_saved": record["pairs_saved"]}
 
 
 def _closed_text(record: BenchRecord) -> str:
     result = record.result
     if result.decision != "held":
-        return f"{result.decision} after {result.decided_at} pairs"
-    return f"held at speed.max_pairs {record.max_pairs}"
+        return f"{SHOWS[result.decision]} after {result.decided_at} pairs"
+    return f"undecided at speed.max_pairs {record.max_pairs}"
 
 
 def finite_number(value: Any) -> bool:
@@ -574,9 +603,10 @@ def _record(target: _Target) -> BenchRecord:
                                             target.workload["versions"]), speed)
     return BenchRecord(
         identity=target.subject.identity, workload=target.workload["workload"], gate=speed.gate,
-        max_pairs=speed.max_pairs,
+        max_pairs=speed.max_pairs, runs_per_arm=speed.runs_per_arm,
         sessions=[Session(name, s["identity"], s["artifact"], s["opened_position"], s["pairs"])
                   for name, s in in_opened_order(sessions)],
         ratios=reading.ratios, batch_ids=stream["batches"] if stream is not None else [], result=reading.result,
-        version=stream["version"] if stream is not None else 0, bounds=reading.bounds,
+        version=stream["version"] if stream is not None else 0, bounds=reading.bounds, speedup=reading.value,
+        speedup_pairs=reading.figure and reading.figure.pairs, set_aside=sum(found.pairs for found in reading.set_aside),
     )

@@ -25,7 +25,7 @@ from registry.formats.output_files import write_output
 from .bundles import register_bundle
 from .context import Registry
 from .decisions import promote
-from .demo_bundles import demo_resolutions, sign_video_lock, write_candidate_bundle, write_kernel_bundle
+from .demo_bundles import demo_resolutions, sign_video_lock, write_candidate_bundle, write_compiled_kernel_bundle
 from .evidence import capture_subject, record_evidence
 from .frames import register_frames
 from .kernels import evaluate_artifact, triton_runtime
@@ -36,7 +36,8 @@ VIDEO_WORKLOAD = "tiny-dit-t2v"
 KERNEL_WORKLOAD = "tiny-dit-modln-op"
 FRAME_SET = "tiny-dit-seed1024-8f"
 KERNEL_ARTIFACT = "modln-triton"
-KERNEL_ENTRY = "registry.kernels.modln:modulated_layernorm_triton"
+KERNEL_ENTRY = "registry.kernels.modln:modulated_layernorm_triton"  # its Python entry (the server's demo)
+COMPILED_KIND = "triton_kernel"
 VIDEO_MODEL = {"id": "registry/tiny-video-dit", "revision": "seed-1729"}
 
 # What --check requires of each verdict: the rules that may decide it (each rule fixes the decision).
@@ -54,12 +55,18 @@ EXPECTED_RULES = {
     "lossy-skip": {"fidelity.failed": "quarantined"},
     "flash-claimed-fallback": {"execution.fallback": "quarantined", "execution.backend_mismatch": "quarantined"},
 }
-# The Triton kernel: `registry evaluate` counts its launches inside the candidate's own process, which
-# could forge them, so the gate holds it on any device (docs/kernels.md, "What remains out of reach");
-# on a CUDA GPU byte-equal parity with torch's own GPU kernels (which one ulp of a different reduction
-# order fails) may quarantine it first. On a CPU its interpreter timings would hold it as well.
-KERNEL_RULES_CPU = {"execution.launches_unverified": "held"}
-KERNEL_RULES_GPU = {"execution.launches_unverified": "held", "parity.failed": "quarantined"}
+# The Triton kernel, a triton_kernel bundle (its cubins, the registry's own rebuild): on a CUDA GPU the
+# registry's launcher runs and times them, so the speed gate judges it (promoted, rejected, or held when
+# this device's timings cannot place it), unless byte-equal parity with torch's own GPU kernels (which one
+# ulp of a different reduction order fails) quarantines it first. Without a GPU nothing can launch its
+# cubins: it is not evaluated and holds for want of execution evidence.
+KERNEL_RULES_CPU = {"execution.missing": "held"}
+KERNEL_RULES_GPU = {**SPEED_JUDGED, "parity.failed": "quarantined"}
+# Through `registry demo --server` the kernel is registered by its digest only (the API carries no bundle, and
+# a triton_kernel's files must be checked where they are), so it goes as its Python entry, a fused_kernel whose
+# launches are counted inside the candidate's process: held on any device (docs/kernels.md, "Threat model").
+ENTRY_RULES_CPU = {"execution.launches_unverified": "held"}
+ENTRY_RULES_GPU = {"execution.launches_unverified": "held", "parity.failed": "quarantined"}
 # Words the deciding reasons must contain: the backend that really ran, the metric that failed.
 EXPECTED_NAMED = {"flash-claimed-fallback": "MATH_REFERENCE", "lossy-skip": "ssim"}
 
@@ -209,6 +216,13 @@ class Campaign:
         register_bundle(self.registry, artifact, bundle, workload=workload, kind=kind, backend=backend, op=op,
                         entry=entry)
 
+    def register_kernel(self, out_dir: Path) -> tuple[str, Path]:
+        """The kernel artifact as a triton_kernel bundle (built here, checked and rebuilt by registration);
+        its kind and bundle directory."""
+        bundle = write_compiled_kernel_bundle(out_dir, KERNEL_ARTIFACT)
+        self.register(KERNEL_ARTIFACT, bundle, workload=KERNEL_WORKLOAD, kind=COMPILED_KIND)
+        return COMPILED_KIND, bundle
+
     def subject(self, artifact: str) -> Any:
         """What the evidence about to be measured is bound to (app/evidence.py), taken before measuring."""
         return capture_subject(self.registry, artifact)
@@ -227,9 +241,10 @@ class Campaign:
     def record(self, subject: Any, document: dict[str, Any], parsed: Any) -> None:
         record_evidence(self.registry, subject, parsed.items)
 
-    def evaluate_kernel(self, artifact: str, warmup: int, progress: Callable[[int, int], None]) -> dict[str, Any]:
+    def evaluate_kernel(self, artifact: str, warmup: int, progress: Callable[[int, int], None],
+                        bundle: Path) -> dict[str, Any]:
         return evaluate_artifact(self.registry, artifact, corpus=None, runs=None, warmup=warmup,
-                                 progress=progress).session
+                                 progress=progress, bundle=bundle).session
 
     def promote(self, artifact: str) -> dict[str, Any]:
         return promote(self.registry, artifact).verdict
@@ -301,21 +316,27 @@ def _campaign(target: Campaign, out_dir: Path, *, runs: int, warmup: int, lpips_
                     title=f"{candidate.name}: reference (top) vs candidate (bottom)")
         rows.append(_row(target, candidate.name, KIND_OF[candidate.name], perceptual, session))
 
-    target.register(KERNEL_ARTIFACT, write_kernel_bundle(out_dir, KERNEL_ARTIFACT), workload=KERNEL_WORKLOAD,
-                    kind="fused_kernel", op="modulated_layernorm", entry=KERNEL_ENTRY)
-    rows.append(_row(target, KERNEL_ARTIFACT, "fused_kernel", None, _evaluate_kernel(target, warmup,
-                                                                                      progress_factory)))
+    kind, bundle = target.register_kernel(out_dir)
+    session = _evaluate_kernel(target, warmup, progress_factory, kind, bundle, log)
+    rows.append(_row(target, KERNEL_ARTIFACT, kind, None, session))
     return rows
 
 
-def _evaluate_kernel(target: Campaign, warmup: int, progress_factory: Callable[[str], Any]) -> dict[str, Any]:
+def _evaluate_kernel(target: Campaign, warmup: int, progress_factory: Callable[[str], Any], kind: str, bundle: Path,
+                     log: Callable[[str], None]) -> dict[str, Any] | None:
     """`registry evaluate` of the kernel artifact; its session's summary. A record already closed (the
-    demo run again on its registry) is not evaluated again."""
+    demo run again on its registry) is not evaluated again; a triton_kernel without a CUDA device is not
+    evaluated at all (nothing here can launch its cubins), and says so."""
+    import torch
+
     closed = target.closed_summary(KERNEL_ARTIFACT)
     if closed is not None:
         return closed
+    if kind == COMPILED_KIND and not torch.cuda.is_available():
+        log(f"{KERNEL_ARTIFACT}: not evaluated: its cubins need a CUDA device to launch, and this machine has none")
+        return None
     with progress_factory(f"{KERNEL_ARTIFACT}: operation-level evaluation") as update:
-        return target.evaluate_kernel(KERNEL_ARTIFACT, warmup, update)
+        return target.evaluate_kernel(KERNEL_ARTIFACT, warmup, update, bundle)
 
 
 def _row(target: Campaign, artifact: str, kind: str, perceptual: dict | None, session: dict | None) -> Row:
@@ -328,9 +349,14 @@ def _row(target: Campaign, artifact: str, kind: str, perceptual: dict | None, se
                pairs, saved, stop)
 
 
-def expected_rules(on_gpu: bool) -> dict[str, dict[str, str]]:
-    """For each demo artifact, the rules that may decide it on this kind of machine, and their decisions."""
-    return {**EXPECTED_RULES, KERNEL_ARTIFACT: KERNEL_RULES_GPU if on_gpu else KERNEL_RULES_CPU}
+def expected_rules(on_gpu: bool, kernel_kind: str = COMPILED_KIND) -> dict[str, dict[str, str]]:
+    """For each demo artifact, the rules that may decide it on this kind of machine (and for the kernel, as the
+    kind it was registered as), and their decisions."""
+    if kernel_kind == COMPILED_KIND:
+        kernel = KERNEL_RULES_GPU if on_gpu else KERNEL_RULES_CPU
+    else:
+        kernel = ENTRY_RULES_GPU if on_gpu else ENTRY_RULES_CPU
+    return {**EXPECTED_RULES, KERNEL_ARTIFACT: kernel}
 
 
 def check_speed_reading(row: Row) -> str | None:
@@ -363,7 +389,8 @@ def check_speed_reading(row: Row) -> str | None:
 def check_expectations(rows: list[Row], on_gpu: bool) -> list[str]:
     """Every way the decisions differ from what the demo promises; empty when all hold."""
     problems = []
-    expected = expected_rules(on_gpu)
+    kernel = next((row.kind for row in rows if row.artifact == KERNEL_ARTIFACT), COMPILED_KIND)
+    expected = expected_rules(on_gpu, kernel)
     for row in rows:
         decision, rule = row.verdict["decision"], row.verdict["rule"]
         wanted = expected.get(row.artifact)

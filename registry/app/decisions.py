@@ -33,6 +33,7 @@ from registry.projections.read_models import ArtifactState
 from registry.projections.state import FINAL, attempts_on, contract_note
 from registry.formats.text import text_arguments
 
+from .compiled import registered_cubins
 from .context import Registry
 from .retries import decided_on_a_still_stream
 
@@ -46,10 +47,11 @@ if TYPE_CHECKING:
 PROMOTE_TRIES = 5
 
 
-def gate_inputs(state: ArtifactState, attempts: int | None = None,
-                registry: Registry | None = None) -> tuple[GateEvidence, ArtifactFacts]:
+def gate_inputs(state: ArtifactState, attempts: int | None = None, registry: Registry | None = None,
+                sharing: list[ArtifactState] = ()) -> tuple[GateEvidence, ArtifactFacts]:
     """The gate's view of an artifact's projected state; `attempts` the payload's count (payload_attempts);
-    given the registry, the speed record of its bytes too (one row of the read model)."""
+    given the registry, the speed record of its bytes too (one row of the read model); `sharing`, the artifacts
+    of its workload that registered its bytes (or more), for an earlier rejection of them (`standing_rejection`)."""
     from registry.gate import ArtifactFacts, GateEvidence, Recorded
 
     from .bench import speed_record
@@ -65,9 +67,39 @@ def gate_inputs(state: ArtifactState, attempts: int | None = None,
     evidence = GateEvidence(execution=recorded("execution"), benchmark=recorded("benchmark"),
                             parity=recorded("parity"), perceptual=recorded("perceptual"), failures=failures,
                             benchmark_attempts=state["benchmark_attempts"] if attempts is None else attempts,
-                            record=speed_record(registry, state) if registry is not None else None)
-    facts = ArtifactFacts(artifact_id=state["artifact"], kind=state["kind"], claimed_backend=state["backend"])
+                            record=speed_record(registry, state) if registry is not None else None,
+                            rejection=standing_rejection(state, sharing))
+    facts = ArtifactFacts(artifact_id=state["artifact"], kind=state["kind"], claimed_backend=state["backend"],
+                          cubins=registered_cubins(state.get("bundle")))
     return evidence, facts
+
+
+def standing_rejection(state: ArtifactState, sharing: list[ArtifactState] = ()):
+    """A verdict that rejected the state's bytes in its workload, if any (registry.gate `StandingRejection`).
+
+    Every identity scope, current or set aside, of the artifact and of those
+    in `sharing` that was registered with the same bytes, keeps its latest
+    verdict; once a verdict of given bytes is rejected, every later one is
+    too (the gate rejects on this), so a rejected latest verdict in any of
+    those scopes is every rejection there was. A person's revoke leaves the
+    scope's verdict in place, so it does not lift the rejection either. An
+    artifact registered without bytes has only its current identity's own.
+    """
+    from registry.gate.model import StandingRejection
+
+    payload = state["payload_sha256"]
+    scopes = [(state["artifact"], state)]
+    if payload is not None:
+        for found in (state, *(other for other in sharing if other["artifact"] != state["artifact"])):
+            if found["payload_sha256"] == payload and found is not state:
+                scopes.append((found["artifact"], found))
+            scopes.extend((found["artifact"], kept) for kept in found["earlier_identities"].values()
+                          if kept["payload_sha256"] == payload)
+    for artifact, scope in scopes:
+        verdict = scope["verdict"]
+        if verdict is not None and verdict["decision"] == "rejected":
+            return StandingRejection(scope["verdict_event_id"], artifact, scope["contract_version"])
+    return None
 
 
 def _artifact_state(registry: Registry, artifact: str) -> ArtifactState:
@@ -186,7 +218,8 @@ def _contract_moved(registry: Registry, state: ArtifactState) -> bool:
 
 def _promote_once(registry: Registry, artifact: str, rejudge: bool = False) -> PromoteOutcome:
     state = _artifact_state(registry, artifact)
-    attempts = payload_attempts(state, _sharing_payload(registry, state))
+    sharing = _sharing_payload(registry, state)
+    attempts = payload_attempts(state, sharing)
     if state["decision"] in FINAL and state["verdict"] is not None and not (rejudge and _contract_moved(registry, state)):
         return PromoteOutcome(state["verdict"], False, state["contract_version"], state.get("contract_hash") or "",
                               None, attempts)
@@ -196,7 +229,7 @@ def _promote_once(registry: Registry, artifact: str, rejudge: bool = False) -> P
     from registry.events.types import VerdictRendered
     from registry.gate import decide
 
-    evidence, facts = gate_inputs(state, attempts, registry)
+    evidence, facts = gate_inputs(state, attempts, registry, sharing)
     verdict = decide(declared.contract, evidence, facts).to_dict()
     event = VerdictRendered(
         artifact=artifact, identity=state["identity"], payload_sha256=state["payload_sha256"],
@@ -322,7 +355,7 @@ def what_if(registry: Registry, contract: Contract) -> list[WhatIf]:
     outcomes = []
     artifacts = projections.artifacts(workload=contract.workload)
     for state in artifacts:
-        evidence, facts = gate_inputs(state, payload_attempts(state, artifacts), registry)
+        evidence, facts = gate_inputs(state, payload_attempts(state, artifacts), registry, artifacts)
         new = decide(contract, evidence, facts)
         old = _margins_by_metric(state["verdict"])
         moved = []

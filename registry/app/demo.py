@@ -55,6 +55,7 @@ def run_demo(url: str | None, *, actor: str | None, fresh: bool, runs: int, warm
     from .campaign import (Campaign, check_expectations, near_gate_notes, pairs_spent, run_campaign, sign_demo_lock,
                            what_would_ship)
     from .demo_registry import open_demo_registry
+    from .artifact_page import report_pages
     from .reports import build
 
     check_demo_runs(runs)
@@ -63,7 +64,8 @@ def run_demo(url: str | None, *, actor: str | None, fresh: bool, runs: int, warm
     rows = run_campaign(Campaign(registry), out, runs=runs, warmup=warmup, lpips_backbone=lpips_backbone,
                         progress_factory=progress_factory, log=log)
     report, state = build(registry, workload=None, position=None, stale_days=DEFAULT_STALE_DAYS)
-    write_output(out / "report.html", report_html(report, state), force=True)
+    pages, more = report_pages(registry, sorted(state.artifacts))
+    write_output(out / "report.html", report_html(report, state, pages=pages, pages_left_out=more), force=True)
     return DemoOutcome(url, rows, check_expectations(rows, on_gpu=torch.cuda.is_available()), near_gate_notes(rows),
                        pairs_spent(rows, runs), out / "report.html", what_would_ship(registry, profile),
                        sign_demo_lock(registry, out, profile))

@@ -4,8 +4,10 @@ Each whole-generation candidate ships as a one-file bundle whose entry builds
 the candidate from the registry's tiny video DiT; the file carries the
 content hash of the candidate's implementation, so the bundle's identity
 changes whenever the implementation does. The fused modulated LayerNorm ships
-as a bundle holding the kernel module's source (byte-identical to the module
-`registry evaluate` measures), with the Triton entry point.
+as a registry.triton-kernel/1 bundle: the registry's compiled cubins of the
+built-in kernel, their TTIR and its launch spec (through `registry demo
+--server`, as a bundle of the kernel module's source and its Triton entry
+point, registered by digest).
 
 The compatibility windows below are the demo's declarations, made once here:
 the torch candidates run wherever torch does (measured on CPU), and the
@@ -92,8 +94,24 @@ def write_candidate_bundle(out_dir: Path, candidate, implementation_sha256: str,
     return directory
 
 
+def write_compiled_kernel_bundle(out_dir: Path, artifact: str) -> Path:
+    """The fused modulated LayerNorm as a registry.triton-kernel/1 bundle: the built-in kernel compiled by the
+    registry (every corpus case, sm_90a and sm_100a), built afresh into the demo's bundle directory."""
+    import tempfile
+
+    from .kernel_bundles import build_builtin_bundles
+
+    directory = _fresh(out_dir, artifact)
+    directory.rmdir()
+    with tempfile.TemporaryDirectory(prefix="registry-demo-kernel-", dir=directory.parent) as scratch:
+        build_builtin_bundles(scratch, ops=["modulated_layernorm"])
+        os.rename(Path(scratch) / "modulated_layernorm", directory)
+    return directory
+
+
 def write_kernel_bundle(out_dir: Path, artifact: str) -> Path:
-    """A bundle for the fused modulated LayerNorm: the kernel module's source and its Triton entry point."""
+    """The same kernel as a Python-entry bundle (registry.bundle/1): the kernel module's source and its Triton
+    entry point, which `registry demo --server` registers by digest."""
     import torch
 
     from registry.kernels import modln

@@ -65,8 +65,9 @@ def known_subject(registry: Registry, artifact: str) -> Subject | None:
     return None if state is None else subject_of(artifact, state)
 
 
-def _short(digest: str | None) -> str:
-    return "none" if digest is None else digest[:12]
+def _digest_text(digest: str | None) -> str:
+    """A payload digest in full: the user types it back into the document's payload_sha256."""
+    return "none" if digest is None else digest
 
 
 def _changed_fields(before: dict[str, Any], after: dict[str, Any]) -> str:
@@ -144,8 +145,8 @@ def import_document(registry: Registry, text: str, *,
         authorize(subject.registration["workload"])
     if document.payload_sha256 is not None and document.payload_sha256 != subject.payload_sha256:
         raise UserError(
-            f"payload_sha256: the document measured payload {_short(document.payload_sha256)}, but artifact "
-            f"{document.artifact} is registered with payload {_short(subject.payload_sha256)}; nothing recorded"
+            f"payload_sha256: the document measured payload {_digest_text(document.payload_sha256)}, but artifact "
+            f"{document.artifact} is registered with payload {_digest_text(subject.payload_sha256)}; nothing recorded"
         )
     if document.payload_sha256 is None:
         _check_unambiguous(registry, subject)

@@ -17,6 +17,7 @@ from typing import Any, Iterator
 from registry.events.store import StoredEvent
 from registry.formats.errors import UserError
 from registry.formats.names import artifact_stream
+from registry.formats.text import one_line, quoted_text
 
 from .context import Registry
 
@@ -102,3 +103,109 @@ def verdict_bases(registry: Registry, page: list[StoredEvent]) -> list[VerdictBa
     return [VerdictBasis(event, [by_id[i] if i in by_id else registry.store.get(i)
                                  for i in event.payload["verdict"]["evidence_ids"]])
             for event in page if event.type == "VerdictRendered"]
+
+
+def _count(number: int, noun: str, plural: str | None = None) -> str:
+    return f"{number} {noun if number == 1 else plural or noun + 's'}"
+
+
+def _item_summary(kind: str, item: dict[str, Any]) -> str:
+    """One evidence item in words: what was measured, never the raw JSON."""
+    if kind == "parity":
+        leaves = item.get("leaves") or []
+        equal = sum(1 for leaf in leaves if leaf.get("byte_equal"))
+        return f"parity: {equal} of {_count(len(leaves), 'leaf', 'leaves')} byte-equal (comparator policy {item.get('policy') or '-'})"
+    if kind == "benchmark":
+        return (f"benchmark: {_count(len(item.get('baseline_s') or []), 'run')} per arm, {item.get('protocol')}, "
+                f"timer {item.get('timer')} on {item.get('device')}")
+    if kind == "execution":
+        ran = item.get("effective_backend")
+        return (f"execution: {_count(item.get('candidate_calls', 0), 'candidate call')}, "
+                f"{_count(item.get('fallbacks', 0), 'fallback')}" + (f", backend {ran}" if ran else ""))
+    if kind == "perceptual":
+        ssim = item.get("ssim") or []
+        worst = f", worst SSIM {min(ssim):.4g} (frame {ssim.index(min(ssim))})" if ssim else ""
+        return f"perceptual on frame set {item.get('frame_set')} (seed {item.get('seed')}){worst}, {item.get('stage_status')}"
+    return kind
+
+
+def event_summary(event: StoredEvent) -> str | None:
+    """A line for people on one event of a stream's history (None: the caller prints the payload in short).
+
+    Every identifier a reader may type back (a digest, a session, a batch key) is printed in full.
+    """
+    from registry.events.catalogue import EVIDENCE_KIND_BY_TYPE
+
+    payload = event.payload
+    kind = EVIDENCE_KIND_BY_TYPE.get(event.type)
+    if kind is not None:
+        return _item_summary(kind, payload.get("item") or {}) + (f" (run {payload['run']})" if payload.get("run") else "")
+    if event.type == "ArtifactRegistered":
+        what = "bundle" if payload.get("bundle") else "payload"
+        claims = "".join(f", {key} {payload[key]}" for key in ("backend", "op", "entry") if payload.get(key))
+        return f"{payload['kind']} of workload {payload['workload']}, {what} {payload.get('payload_sha256') or 'none'}{claims}"
+    if event.type == "BenchmarkSessionOpened":
+        return (f"session {payload['session']} opened for {payload['artifact']} on {payload['device']} "
+                f"(timer {payload['timer']})")
+    if event.type == "BenchmarkPairsRecorded":
+        return (f"session {payload['session']}, batch {payload['batch']}: {_count(len(payload['baseline_s']), 'pair')} "
+                f"for {payload['artifact']}")
+    if event.type == "PairsRemeasured":
+        return (f"monitor batch {payload['batch']}: {_count(len(payload['baseline_s']), 'pair')} on {payload['device']} "
+                f"against the threshold {payload['threshold']:.4g}x")
+    if event.type == "RegressionDetected":
+        return (f"regression detected at pair {payload['pairs']} of the re-measurements ({payload['below']} below the "
+                f"threshold {payload['threshold']:.4g}x, alpha {payload['alpha']:g})")
+    if event.type == "RegressionAcknowledged":
+        return f"alarm {payload['alarm_event_id']} acknowledged by {payload['person']}: {one_line(payload['reason'])}"
+    if event.type == "FrameSetRegistered":
+        return (f"frame set {payload['name']}: {payload['frames']} frames {payload['height']}x{payload['width']}, "
+                f"seed {payload['seed']}, sha256 {payload['sha256']}")
+    if event.type == "TokenIssued":
+        return (f"token {payload['key_id']} issued to {payload['principal']}: {', '.join(payload['scopes'])}, "
+                f"until {payload['not_after']}")
+    if event.type == "ExternalOutcome":
+        origin = payload.get("origin") or {}
+        what = payload.get("outcome") or (payload.get("recorded_verdict") or {}).get("decision") or "a summary"
+        return (f"imported {what} for workload {payload['workload']}"
+                + (f" on {payload['arch']}" if payload.get("arch") else "")
+                + f" from {origin.get('path', 'an import')} (never evidence: the gate does not read it)")
+    if event.type == "HookAdded":
+        return (f"hook {payload['hook_id']} added: {payload['url']} for {', '.join(payload['events'])} (secret "
+                f"{payload['secret_id']} read from {payload['secret_file']})")
+    if event.type == "HookDeliveryAttempted":
+        answer = f" ({payload['status']})" if payload.get("status") else ""
+        return (f"{payload['event']} at position {payload['position']}, attempt {payload['attempt']}: "
+                f"{payload['outcome']}{answer}" + (f": {quoted_text(payload['error'])}" if payload.get("error") else "")
+                + (f"; next after {payload['next_attempt_after']}" if payload.get("next_attempt_after") else ""))
+    if event.type == "HookRemoved":
+        return f"hook {payload['hook_id']} removed: {one_line(payload['reason'])}"
+    if event.type == "TokenRevoked":
+        return f"token {payload['key_id']} revoked: {one_line(payload['reason'])}"
+    return None
+
+
+@dataclass(frozen=True)
+class OtherStream:
+    """Evidence a verdict rested on that lives in another stream (a speed record's session batches)."""
+
+    stream: str
+    events: list[StoredEvent]
+
+    def text(self) -> str:
+        sessions: dict[str, list[StoredEvent]] = {}
+        for event in self.events:
+            sessions.setdefault(event.payload.get("session") or event.type, []).append(event)
+        parts = [f"session {name}: {_count(len(found), 'batch', 'batches')}, "
+                 f"{_count(sum(len(e.payload.get('baseline_s') or []) for e in found), 'pair')} "
+                 f"(positions {found[0].position}-{found[-1].position})" for name, found in sessions.items()]
+        return f"from {self.stream}: " + "; ".join(parts) + f" (`registry history {self.stream}` lists them)"
+
+
+def other_streams(basis: VerdictBasis, stream: str) -> list[OtherStream]:
+    """The events of a verdict's basis that live outside `stream` (the artifact's), grouped by their stream."""
+    found: dict[str, list[StoredEvent]] = {}
+    for event in basis.rested_on:
+        if event is not None and event.stream != stream:
+            found.setdefault(event.stream, []).append(event)
+    return [OtherStream(name, events) for name, events in found.items()]

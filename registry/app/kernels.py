@@ -75,6 +75,7 @@ def evaluate_artifact(
     record: bool = True,
     progress: Callable[[int, int], None] | None = None,
     insecure_no_sandbox: bool = False,
+    bundle: str | os.PathLike | None = None,
 ) -> Evaluation:
     """Run the artifact's kernel entry on the corpus and record the evidence items (or the one failure item).
 
@@ -91,15 +92,19 @@ def evaluate_artifact(
     The candidate runs only in the sandbox (registry/kernels/sandbox.py); on a machine that cannot
     build one this refuses before anything runs or is written, unless ``insecure_no_sandbox``, whose
     evidence says so and is held by the gate.
+
+    A triton_kernel artifact is evaluated through the trusted launcher from ``bundle`` (the directory of
+    the bundle it was registered from, checked against the registered manifest): its cubins are
+    launched by the registry, nothing of its Python runs (registry/kernels/launch_evaluate.py). That
+    needs a CUDA device: without one this refuses in one line and runs or records nothing.
     """
     from registry.kernels.sandbox import require_sandbox
 
     subject = capture_subject(registry, artifact)
+    registered = subject.registration
+    check_evaluable(artifact, registered, bundle)
     if not insecure_no_sandbox:
         require_sandbox()
-    registered = subject.registration
-    if registered["kind"] != "fused_kernel" or not registered["entry"]:
-        raise UserError(f"artifact {artifact} has no kernel entry to evaluate (register it with --op and --entry)")
     contract = current_contract(registry, registered["workload"]).contract
     canonical = contract.canonical()
     batched = record and contract.speed is not None and contract.speed.decision == "confident"
@@ -113,22 +118,46 @@ def evaluate_artifact(
         runs = canonical["speed"]["runs_per_arm"]
     document, parsed = measure_kernel(artifact, registered, canonical, corpus=corpus, runs=runs, warmup=warmup,
                                       run=run, progress=progress, open_batches=open_batches,
-                                      insecure_no_sandbox=insecure_no_sandbox)
+                                      insecure_no_sandbox=insecure_no_sandbox, bundle=bundle)
     recorded = record_evidence(registry, subject, parsed.items, run) if record else None
     return Evaluation(artifact, document, parsed.items, recorded, sessions[0].to_dict() if sessions else None)
 
 
+def check_evaluable(artifact: str, registered: dict[str, Any], bundle: str | os.PathLike | None) -> None:
+    """Refuse, in one line and before anything runs, an artifact `evaluate` cannot measure here: one with no
+    kernel entry, or a triton_kernel on a machine without a CUDA device or without its bundle."""
+    if registered["kind"] == "triton_kernel":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise UserError(f"artifact {artifact} is a triton_kernel: evaluating it launches its cubins, which needs "
+                            "a CUDA device, and this machine has none; nothing was run or recorded")
+        if bundle is None:
+            raise UserError(f"artifact {artifact} is a triton_kernel: give --bundle DIR, the bundle it was "
+                            "registered from (its cubins are launched from there, checked against the registration)")
+        return
+    if registered["kind"] != "fused_kernel" or not registered["entry"]:
+        raise UserError(f"artifact {artifact} has no kernel entry to evaluate (register it with --op and --entry)")
+
+
 def measure_kernel(artifact: str, registered: dict[str, Any], canonical: dict[str, Any], *, corpus: str | None,
                    runs: int, warmup: int, run: str | None, progress: Callable[[int, int], None] | None,
-                   open_batches: Callable[[str, str], Any] | None, insecure_no_sandbox: bool = False):
+                   open_batches: Callable[[str, str], Any] | None, insecure_no_sandbox: bool = False,
+                   bundle: str | os.PathLike | None = None):
     """(evidence document, its parsed form): the kernel measured against its reference under a contract.
 
     What an evaluation measures needs no registry: the registration and the
     contract come in, a document naming the payload comes out. Recording it
     is the caller's (evaluate_artifact here, or a client of `registry serve`).
+    A triton_kernel's cubins are launched by the trusted launcher
+    (measure_compiled); a kernel entry runs in its sandboxed worker.
     """
     from registry.formats.evidence.document import parse_document
 
+    if registered["kind"] == "triton_kernel":
+        return measure_compiled(artifact, registered, canonical, bundle, corpus=corpus, runs=runs, warmup=warmup,
+                                run=run, progress=progress, open_batches=open_batches,
+                                insecure_no_sandbox=insecure_no_sandbox)
     with triton_runtime() as device:
         from registry.kernels.evaluate import evaluate_kernel, evidence_document
         from registry.kernels.sandbox import PROFILE, UNSANDBOXED
@@ -147,6 +176,40 @@ def measure_kernel(artifact: str, registered: dict[str, Any], canonical: dict[st
     return document, parse_document(document)
 
 
+def measure_compiled(artifact: str, registered: dict[str, Any], canonical: dict[str, Any],
+                     bundle: str | os.PathLike, *, corpus: str | None, runs: int, warmup: int, run: str | None,
+                     progress: Callable[[int, int], None] | None, open_batches: Callable[..., Any] | None,
+                     insecure_no_sandbox: bool = False):
+    """(evidence document, its parsed form) of a triton_kernel: the bundle read from ``bundle`` (every file
+    checked against the registered manifest), its cubins launched by the trusted launcher on this CUDA
+    device, against the op's reference in the baseline's worker (registry/kernels/launch_evaluate.py)."""
+    import torch
+
+    from registry.formats.evidence.document import parse_document
+    from registry.kernels.evaluate import evidence_document
+    from registry.kernels.launch_evaluate import evaluate_compiled
+    from registry.kernels.launcher_process import HarnessLauncher
+    from registry.kernels.sandbox import PROFILE, UNSANDBOXED
+
+    from .compiled import registered_kernel
+
+    device = torch.device("cuda", torch.cuda.current_device())
+    capability = tuple(torch.cuda.get_device_capability(device))
+    op, kernel = registered_kernel(artifact, registered, bundle, capability)
+    sandboxed = not insecure_no_sandbox
+    observed: dict[str, Any] = {}
+    items = evaluate_compiled(
+        op, kernel, lambda cubins: HarnessLauncher(device, cubins, sandboxed=sandboxed),
+        device=device, capability=capability, corpus=corpus or "gpu",
+        runs=runs, warmup=warmup, policy=canonical["parity"]["policy"],
+        tolerances_by_dtype=declared_tolerances(canonical["parity"]["tolerances"]), progress=progress,
+        open_batches=open_batches, sandboxed=sandboxed, observed=observed)
+    document = evidence_document(artifact, items, run=run, sandbox=PROFILE if sandboxed else UNSANDBOXED,
+                                 confinement=observed.get("confinement"))
+    document["payload_sha256"] = registered["payload_sha256"]
+    return document, parse_document(document)
+
+
 def _session_budget(registry: Registry, artifact: str, limit: int | None, opened: list[Any]):
     """(most pairs this evaluation may time, how to open its session): refused up front when the
     identity's record is already closed, so nothing is run for a session that could not be opened."""
@@ -160,7 +223,11 @@ def _session_budget(registry: Registry, artifact: str, limit: int | None, opened
     budget = room if limit is None else min(room, limit)
 
     def open_batches(timer: str, device: str, arch: str | None = None) -> BatchedSession:
-        opened.append(BatchedSession(registry, artifact, device=device, timer=timer, limit=budget, arch=arch))
+        from registry.gate.record import not_speed_evidence
+
+        # An interpreter's pairs are never read: without --runs its session times one batch (BatchedSession).
+        cap = None if limit is None and not_speed_evidence(timer, device) is not None else budget
+        opened.append(BatchedSession(registry, artifact, device=device, timer=timer, limit=cap, arch=arch))
         return opened[-1]
 
     return budget, open_batches

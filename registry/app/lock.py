@@ -29,7 +29,7 @@ from registry.bundles import CallSite, Candidate, Lock, LockProblem, Profile, Te
 from registry.bundles.keys import SigningKey
 from registry.bundles.lock import LOCK_FORMAT, locked_entry
 from registry.bundles.signed_lock import sign_lock
-from registry.bundles.resolution import SELECTED
+from registry.bundles.resolution import SELECTED, Outcome, left_out, registry_problem
 from registry.formats.names import artifact_stream
 from registry.formats.errors import UserError, first_line
 from registry.projections import Projections
@@ -46,24 +46,41 @@ def chain_hash_at(registry: Registry, position: int) -> str:
     return found[0].hash
 
 
+@dataclass(frozen=True)
+class ExportedLock:
+    """A lock document, and every promoted artifact of its workload it leaves out, each with its reason code."""
+
+    document: dict[str, Any]
+    left_out: list[Outcome]
+
+    def left_out_dicts(self) -> list[dict[str, str]]:
+        return [{"artifact": o.artifact, "code": o.code, "detail": o.detail} for o in self.left_out]
+
+
 @text_arguments
 def export_lock(registry: Registry, workload: str, profile: Profile | None = None, site: CallSite = CallSite(),
                 as_of: int | None = None) -> dict[str, Any]:
     """The lock document; its `artifacts` list is empty when nothing promoted (and matching) has a bundle."""
+    return export(registry, workload, profile, site, as_of).document
+
+
+@text_arguments
+def export(registry: Registry, workload: str, profile: Profile | None = None, site: CallSite = CallSite(),
+           as_of: int | None = None) -> ExportedLock:
+    """The lock document and the promoted artifacts it leaves out (`lock` names each, with why)."""
     if as_of == 0 or registry.store.head_position() == 0:
         raise UserError("the log is empty: there is nothing to lock")
     position, found = candidates_at(registry, workload, as_of)
     states = {candidate.artifact: state for state, candidate in found}
     candidates = [candidate for _, candidate in found]
     if profile is None:
-        shippable = [c for c in candidates
-                     if c.decision == "promoted" and c.manifest is not None and c.stale_contract is None
-                     and c.regressed is None]
+        outcomes = [Outcome(c.artifact, *problem, c) if (problem := registry_problem(c)) else
+                    Outcome(c.artifact, SELECTED, "", c) for c in candidates]
     else:
-        outcomes = resolve(candidates, profile, site).outcomes
-        shippable = [o.candidate for o in outcomes if o.code in (SELECTED, "not_selected")]
+        outcomes = list(resolve(candidates, profile, site).outcomes)
+    shippable = [o.candidate for o in outcomes if o.code in (SELECTED, "not_selected")]
     chosen = sorted(shippable, key=Candidate.rank)
-    return {
+    document = {
         "format": LOCK_FORMAT, "workload": workload,
         "exported_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "log_origin": chain_hash_at(registry, 1),
@@ -71,6 +88,7 @@ def export_lock(registry: Registry, workload: str, profile: Profile | None = Non
         "profile": None if profile is None else profile.to_dict(), "call_site": site.to_dict(),
         "artifacts": [locked_entry(states[c.artifact], c.manifest) for c in chosen],
     }
+    return ExportedLock(document, left_out(outcomes))
 
 
 def registry_problems(registry: Registry, lock: Lock) -> list[LockProblem]:
@@ -140,28 +158,28 @@ def _artifact_problems(registry: Registry, projections: Projections, lock: Lock,
     if verdict is None or verdict.stream != artifact_stream(name) or verdict.type != "VerdictRendered" \
             or verdict.payload.get("payload_sha256") != locked.bundle_sha256:
         return [LockProblem(name, "verdict_unknown", f"the registry has no promoting verdict "
-                                                     f"{locked.verdict_event_id} for {name}")]
+                                                     f"{locked.verdict_event_id} for it")]
     state = projections.current_artifact(name) or {}
     # The read model keeps the latest human decision: a revoke after the lock that still stands is named
     # here; one followed by a new verdict shows below as a verdict that is no longer the locked one.
     human = state.get("human") or {}
     if human.get("action") == "revoke" and human["position"] > lock.log_position \
             and (state.get("verdict_position") or 0) < human["position"]:
-        return [LockProblem(name, "revoked", f"{name} was revoked at position {human['position']} by "
+        return [LockProblem(name, "revoked", f"revoked at position {human['position']} by "
                                              f"{human['person']}: {human['reason']}")]
     regressed = regression_detail(state) if state else None
     if regressed is not None:
-        return [LockProblem(name, "regressed", f"{name}: {regressed}")]
+        return [LockProblem(name, "regressed", regressed)]
     if state.get("workload") != lock.workload:
         return [LockProblem(name, "field_mismatch", f"workload: the lock is for {lock.workload!r}; the registry has "
                                                     f"{name} in workload {state.get('workload')!r} (an entry of "
                                                     "another workload's lock)")]
     changed = sorted(key for key, value in locked.identity.items() if state.get(key) != value)
     if changed:
-        return [LockProblem(name, "identity_changed", f"{name} now claims another {', '.join(changed)} than the "
+        return [LockProblem(name, "identity_changed", f"it now claims another {', '.join(changed)} than the "
                                                       f"locked identity (a new candidate, not the one promoted)")]
     if state["decision"] != "promoted":
-        return [LockProblem(name, "not_promoted", f"{name} is now {state['decision']}")]
+        return [LockProblem(name, "not_promoted", f"its decision is now {state['decision']}")]
     decided = verdict.payload["verdict"]["decision"]
     problems = [LockProblem(name, "field_mismatch", f"{field}: the lock says {said!r}; the registry says {truth!r}"
                             + (f" (the locked verdict decided {decided}; only the current verdict counts)"
@@ -169,7 +187,7 @@ def _artifact_problems(registry: Registry, projections: Projections, lock: Lock,
                 for field, said, truth in _entry_fields(lock, locked, state, verdict) if said != truth]
     current = (projections.workload(state["workload"]) or {}).get("contract_version")
     if not problems and state.get("contract_version") != current:
-        problems.append(LockProblem(name, "stale_contract", f"{name} was promoted under contract "
+        problems.append(LockProblem(name, "stale_contract", f"promoted under contract "
                                                             f"v{state.get('contract_version')}; the workload's "
                                                             f"current contract is v{current}: judge it again"))
     return problems

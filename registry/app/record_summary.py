@@ -28,7 +28,9 @@ def record_summary(registry: Registry, state: dict[str, Any], workload: dict[str
 
 def summarize_record(found: dict[str, Any], workload: dict[str, Any], rule: tuple | None = None) -> dict[str, Any]:
     """A speed record's row as `show`, `report` and the HTML report give it: sessions, documents, devices, archs,
-    timers, pairs, what it shows, the running bounds with their level, alpha and the stop reason.
+    timers, pairs, what it shows, its speedup over every pair read up to what decided (and how many, how
+    estimated), the running bounds with their level, alpha, the stop reason, and pairs set aside (timed by an
+    interpreter or emulator: never read).
 
     A record under a contract that does not declare the confident rule is
     given with its pairs, sessions and documents only (no rule reads it).
@@ -53,12 +55,16 @@ def summarize_record(found: dict[str, Any], workload: dict[str, Any], rule: tupl
         "timers": sorted({entry["timer"] for entry in entries if entry["timer"]}),
     }
     if speed is None or speed.decision != "confident":
-        return {**summary, "decision": None, "shows": None, "pairs": sum(len(e["baseline_s"]) for e in entries),
+        return {**summary, "reading": None, "shows": None, "pairs": sum(len(e["baseline_s"]) for e in entries),
                 "stop": f"speed.decision is {speed.decision if speed else 'undeclared'}"}
     reading = read_record(SpeedRecord(found["payload_sha256"], entries, len(found["sessions"]),
                                       workload["versions"]), speed, terms)
-    result = reading.result
-    return {**summary, "decision": result.decision, "shows": SHOWS[result.decision], "pairs": len(reading.ratios),
+    result, figure = reading.result, reading.figure
+    return {**summary, "reading": READINGS[result.decision], "shows": SHOWS[result.decision],
+            "pairs": len(reading.ratios),
+            "speedup": figure and figure.value, "speedup_pairs": figure and figure.pairs,
+            "speedup_method": figure and figure.method, "speedup_source": figure and figure.source,
+            "set_aside_pairs": sum(found.pairs for found in reading.set_aside),
             "decided_at": result.decided_at, "lower": result.lower, "upper": result.upper,
             "level": reading.level, "alpha": result.alpha, "gate": speed.gate, "max_pairs": speed.max_pairs,
             "stop": stop_reason(result, len(reading.ratios), speed.max_pairs),
@@ -86,13 +92,18 @@ def in_opened_order(sessions: dict[str, Any]) -> list[tuple[str, Any]]:
     return sorted(sessions.items(), key=lambda item: item[1]["opened_position"])
 
 
-# What a speed record shows, in words that never name an artifact's state (the artifact's verdict does that).
+# What a speed record shows, in words that never name an artifact's state (the artifact's verdict does that):
+# the rule's outcome (`SequentialResult.decision`) as the record's `reading`, and as a phrase.
+READINGS = {"promoted": "above", "rejected": "below", "held": "undecided"}
 SHOWS = {"promoted": "shown above the gate", "rejected": "shown below the gate", "held": "undecided"}
+PHRASES = {READINGS[outcome]: phrase for outcome, phrase in SHOWS.items()}
 
 
 def stop_reason(result: SequentialResult, pairs: int, max_pairs: int) -> str:
+    """Why the record stopped or goes on: decided, max_pairs, measuring, or shown_below_earlier (shown below the
+    gate under an earlier contract version, which stands)."""
     if result.stop == "rejected_before":
-        return "rejected_before"
+        return "shown_below_earlier"
     if result.decision != "held":
         return "decided"
     return "max_pairs" if pairs >= max_pairs else "measuring"

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from registry.bundles import CallSite, Candidate, Profile, Resolution, parse_manifest, resolve
+from registry.bundles import BundleManifest, CallSite, Candidate, Profile, Resolution, parse_manifest, resolve
 from registry.formats.errors import UserError
 from registry.projections.monitor_fold import regression_of
 from registry.projections.read_models import ArtifactState
@@ -41,8 +41,9 @@ def candidate_from_state(state: ArtifactState, current_contract: int | None) -> 
     record = {
         "decision": state["decision"], "rule": state.get("rule"), "payload_sha256": state.get("payload_sha256"),
         "speedup": state.get("speedup"), "speedup_ci": ci, "verdict_event_id": state.get("verdict_event_id"),
-        "contract_version": state.get("contract_version"), "entry_point": None if manifest is None else
-        {"file": manifest.entry_file, "symbol": manifest.entry_symbol},
+        "contract_version": state.get("contract_version"),
+        "entry_point": {"file": manifest.entry_file, "symbol": manifest.entry_symbol}
+        if isinstance(manifest, BundleManifest) else None,  # a compiled kernel bundle has launches, not an entry
     }
     stale = None
     if state["decision"] == "promoted" and state.get("contract_version") != current_contract:

@@ -72,6 +72,16 @@ def software_profile() -> dict[str, str]:
     return found
 
 
+def not_timed_here(artifact: str, kind: str) -> str:
+    """Why the registry cannot time this artifact itself, and how its re-measurements are recorded instead."""
+    what = (f"{artifact} was registered without --op and --entry, so the registry has no kernel entry to time"
+            if kind == "fused_kernel" else
+            f"{artifact} is a {kind}, which the registry cannot time in-process (it times kernel entries registered "
+            "with --op and --entry)")
+    return (f"{what}; time it in your own harness and record the pairs with `registry monitor record {artifact} "
+            "--batch KEY --baseline T1,T2,... --candidate T1,T2,... --device D --software NAME=VERSION`")
+
+
 def reverify_artifact(registry: Registry, artifact: str, *, pairs: int, run: str, warmup: int = 2) -> Reverified:
     """Time `pairs` pairs of a promoted fused-kernel artifact and record them as one monitor batch keyed `run`.
 
@@ -98,8 +108,7 @@ def _reverify(registry: Registry, artifact: str, *, pairs: int, run: str, warmup
     subject = capture_subject(registry, artifact)
     registered = subject.registration
     if registered["kind"] != "fused_kernel" or not registered.get("entry"):
-        return Reverified(artifact, "refused", "no kernel entry to time (only fused kernels are re-measured "
-                                               "in-process)", None)
+        return Reverified(artifact, "refused", not_timed_here(artifact, registered["kind"]), None)
     canonical = current_contract(registry, registered["workload"]).contract.canonical()
     with triton_runtime() as device:
         from registry.kernels.evaluate import evaluate_kernel

@@ -32,8 +32,11 @@ class ShownArtifact:
     def to_dict(self) -> dict[str, Any]:
         """The `show --json` document (also `GET /api/artifacts/{id}` of `registry serve`): the projected state with
         the decision on top, how much verdict history it leaves out, the benchmark record and the monitor."""
+        from registry.projections.headline import headline
+
         state = self.state
-        return {"artifact": state["artifact"], "decision": state["decision"], "contract_note": self.contract_note,
+        return {"artifact": state["artifact"], "decision": state["decision"], "headline": headline(state),
+                "contract_note": self.contract_note,
                 **state, "verdict_count": self.verdict_count,
                 "verdicts_omitted": self.verdict_count - len(state["verdicts"]),
                 "verdicts_in_full": history_command(state["artifact"]), "workload_declared": self.workload_declared,

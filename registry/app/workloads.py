@@ -11,7 +11,7 @@ from registry.events.identity import artifact_identity
 from registry.events.store import NewEvent
 from registry.events.types import ArtifactRegistered, WorkloadDeclared
 from registry.formats.digests import is_sha256
-from registry.formats.kinds import ARTIFACT_KINDS
+from registry.formats.kinds import ARTIFACT_KINDS, TRITON_KERNEL_FORMAT
 from registry.formats.names import artifact_stream, check_name, workload_stream
 from registry.projections.read_models import ArtifactState
 from registry.formats.text import text_arguments
@@ -87,6 +87,7 @@ def register_artifact(
     bundle: dict | None = None,
     require_contract: bool = True,
     origin: dict | None = None,
+    new_identity: bool | None = None,
 ) -> Registration:
     """Register (or re-register with new claims) an artifact; validates everything first.
 
@@ -99,8 +100,16 @@ def register_artifact(
     its artifacts hold until one is declared. `origin` names that document.
     Registrations racing on one artifact end as if they had run one after the
     other: each reads the artifact's row again when another landed first.
+    `new_identity=False` (the CLI without `--new-identity`) refuses claims
+    that would change a registered artifact's identity, naming what would
+    stop counting: a mistyped `--payload` must not quietly set an artifact's
+    evidence and verdict aside. None (the API, the demo, imports) and True
+    register them.
     """
     entry_read = check_claims(artifact, workload=workload, kind=kind, backend=backend, op=op, entry=entry)
+    if (kind == "triton_kernel") != (bundle is not None and bundle.get("format") == TRITON_KERNEL_FORMAT):
+        raise UserError(f"a triton_kernel artifact is registered from a {TRITON_KERNEL_FORMAT} bundle (--bundle), "
+                        "and such a bundle only as a triton_kernel")
     if require_contract:
         current_contract(registry, workload)
     if entry_read is not None and entry_read.candidate and (payload is not None or payload_sha256 is not None):
@@ -120,12 +129,12 @@ def register_artifact(
                                backend=backend, op=op, entry=None if entry_read is None else entry_read.entry,
                                bundle=bundle, origin=origin)
     return decided_on_a_still_stream(
-        lambda: _register_once(registry, event), REGISTER_TRIES,
+        lambda: _register_once(registry, event, new_identity), REGISTER_TRIES,
         f"artifact {artifact} kept changing while it was registered ({REGISTER_TRIES} tries); "
         "nothing recorded: register it again")
 
 
-def _register_once(registry: Registry, event: ArtifactRegistered) -> Registration:
+def _register_once(registry: Registry, event: ArtifactRegistered, new_identity: bool | None = None) -> Registration:
     """Append `event` unless the artifact already holds these claims; refused for another workload or kind.
 
     Reads the artifact's read-model row, never its stream: the row holds the
@@ -142,11 +151,29 @@ def _register_once(registry: Registry, event: ArtifactRegistered) -> Registratio
         )
     if current is not None and current["identity"] == artifact_identity(event.model_dump()):
         return Registration(event.artifact, event.payload_sha256, False)  # the same claims: the same decision
+    if current is not None and new_identity is False:
+        raise UserError(identity_change_text(current, event.model_dump()))
     if current is None:
         _refuse_look_alike(registry, event.artifact, event.workload)
     registry.store.append(artifact_stream(event.artifact), [NewEvent(event.type, event)],
                           expected_version=0 if current is None else current["stream_version"], actor=registry.actor)
     return Registration(event.artifact, event.payload_sha256, True)
+
+
+def identity_change_text(current: ArtifactState, claims: dict) -> str:
+    """One line: these claims are a new identity of the artifact, what changes, what stops counting, the flag."""
+    from registry.events.identity import IDENTITY_FIELDS
+
+    changed = "; ".join(f"{key} {current.get(key)} -> {claims.get(key)}" for key in IDENTITY_FIELDS
+                        if current.get(key) != claims.get(key))
+    counted = [f"{count} {kind} item{'' if count == 1 else 's'}"
+               for kind, count in sorted((current.get("evidence_counts") or {}).items()) if count]
+    verdict = current.get("decision") or "registered"
+    stops = ", ".join(counted) or "none yet"
+    return (f"artifact {current['artifact']} is registered with other claims ({changed}): these are a new identity, "
+            f"so its evidence ({stops}), its benchmark attempts and its decision ({verdict}) would stop counting "
+            "and stay in its history; if the new claims are meant, register again with --new-identity "
+            "(\"new_identity\": true over the API); nothing recorded")
 
 
 def _refuse_look_alike(registry: Registry, artifact: str, workload: str) -> None:

@@ -14,9 +14,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from registry.formats.documents import DocumentError, load_json, open_regular, read_document, sha256_file
+from registry.formats.kinds import TRITON_KERNEL_FORMAT
 from registry.formats.output_files import write_output
 
-from .manifest import FORMAT, MANIFEST_NAME, MAX_MANIFEST_BYTES, BundleError, BundleManifest, parse_manifest
+from .kernel_manifest import KernelBundleManifest
+from .manifest import FORMAT, MANIFEST_NAME, MAX_MANIFEST_BYTES, BundleError, BundleManifest
+from .manifests import Manifest, parse_manifest
 
 _BLOCK = 1 << 20
 
@@ -26,7 +29,7 @@ class VerifiedBundle:
     """A bundle whose files matched its manifest when checked."""
 
     directory: Path
-    manifest: BundleManifest
+    manifest: Manifest
 
     @property
     def digest(self) -> str:
@@ -58,7 +61,7 @@ def read_regular(path: Path, limit: int = MAX_BUNDLE_FILE_BYTES, what: str = "bu
     return data
 
 
-def read_manifest(directory: Path) -> BundleManifest:
+def read_manifest(directory: Path) -> Manifest:
     """Parse `bundle.json` in `directory` (which must be a regular file, not a link) as a strict JSON document."""
     path = directory / MANIFEST_NAME
     if not path.is_symlink() and not path.exists():
@@ -98,7 +101,7 @@ def _walk(directory: Path) -> list[str]:
     return sorted(found)
 
 
-def verify_directory(directory: str | Path, manifest: BundleManifest | None = None) -> VerifiedBundle:
+def verify_directory(directory: str | Path, manifest: Manifest | None = None) -> VerifiedBundle:
     """Check a bundle directory: its manifest (or the one given must equal it) and every file.
 
     With `manifest`, the bundle on disk must carry exactly that manifest (same
@@ -141,14 +144,25 @@ def write_manifest(directory: str | Path, *, entry_point: dict, replaces: dict, 
     For whoever builds a bundle (the demo, tests, a packaging step): the
     manifest is validated exactly as registration will validate it.
     """
+    return _write(directory, {"format": FORMAT, "entry_point": entry_point, "replaces": replaces,
+                              "compatibility": compatibility})
+
+
+def write_kernel_manifest(directory: str | Path, *, sources: list[str], triton: str, spec: dict, replaces: dict,
+                          compatibility: dict) -> KernelBundleManifest:
+    """The same for a compiled Triton kernel bundle (`registry.triton-kernel/1`): every regular file declared."""
+    return _write(directory, {"format": TRITON_KERNEL_FORMAT, "sources": sources, "triton": triton, "spec": spec,
+                              "replaces": replaces, "compatibility": compatibility})
+
+
+def _write(directory: str | Path, fields: dict) -> Manifest:
     directory = Path(directory)
     files = []
     for relative in _walk(directory):
         if relative != MANIFEST_NAME:
             digest, size = sha256_of(directory / relative)
             files.append({"path": relative, "sha256": digest, "size": size})
-    manifest = parse_manifest({"format": FORMAT, "files": files, "entry_point": entry_point, "replaces": replaces,
-                               "compatibility": compatibility}, str(directory / MANIFEST_NAME))
+    manifest = parse_manifest({**fields, "files": files}, str(directory / MANIFEST_NAME))
     text = json.dumps(manifest.canonical(), indent=2, sort_keys=True, ensure_ascii=False) + "\n"
     write_output(directory / MANIFEST_NAME, text, force=True, option="bundle manifest", error=BundleError)
     return manifest

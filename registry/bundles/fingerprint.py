@@ -16,5 +16,9 @@ from registry.events.canonical import sha256_hex
 
 def reference_fingerprint(function: Callable) -> str:
     """`sha256:<hex>` over `module:qualname` and the source of the reference implementation."""
-    source = inspect.getsource(function)
-    return "sha256:" + sha256_hex(f"{function.__module__}:{function.__qualname__}\n{source}")
+    return fingerprint_of(function.__module__, function.__qualname__, inspect.getsource(function))
+
+
+def fingerprint_of(module: str, qualname: str, source: str) -> str:
+    """The fingerprint of a reference read elsewhere (a process that imported it sent its name and source)."""
+    return "sha256:" + sha256_hex(f"{module}:{qualname}\n{source}")

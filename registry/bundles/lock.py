@@ -22,7 +22,8 @@ from .dsse import SignatureRefused, is_envelope, parse_envelope
 from .fields import FIELDS as f
 from .fields import BundleFieldError
 from .files import verify_directory
-from .manifest import BundleError, BundleManifest, parse_manifest
+from .manifest import BundleError
+from .manifests import Manifest, parse_manifest
 from .resolution import Candidate
 
 LOCK_FORMAT = "registry.lock/1"
@@ -39,7 +40,7 @@ class LockedArtifact:
     artifact: str
     identity: dict[str, Any]
     bundle_sha256: str
-    manifest: BundleManifest
+    manifest: Manifest
     verdict_event_id: str
     verdict_position: int
     contract_version: int | None
@@ -64,7 +65,7 @@ class Lock:
     log_origin: str | None = None  # the chain hash at position 1: which log (absent in older lock files)
 
 
-def locked_entry(state: dict[str, Any], manifest: BundleManifest) -> dict[str, Any]:
+def locked_entry(state: dict[str, Any], manifest: Manifest) -> dict[str, Any]:
     """The lock entry for a promoted artifact's projected state."""
     return {
         "artifact": state["artifact"],

@@ -22,6 +22,7 @@ from packaging.version import InvalidVersion, Version
 
 from registry.formats.errors import UserError
 from registry.events.canonical import canonical_json, sha256_hex
+from registry.formats.dtypes import ELEMENT_BYTES
 from registry.formats.fields import ARCH
 
 from .fields import FIELDS as f
@@ -43,8 +44,7 @@ _MODEL = ("id", "revision")
 _RANGE = ("min", "max_exclusive")
 VERSIONED = ("torch", "cuda", "triton")
 
-DTYPES = ("bool", "uint8", "int8", "int16", "int32", "int64", "float16", "bfloat16", "float32", "float64",
-          "float8_e4m3fn", "float8_e5m2")
+DTYPES = tuple(ELEMENT_BYTES)
 DEVICE_TYPES = ("cpu", "cuda")
 ANY = "*"
 _MODE = re.compile(r"[a-z][a-z0-9_]*")
@@ -147,8 +147,26 @@ class Window:
         }
 
 
+class DeclaredFiles:
+    """What every manifest format shares: the files it declares, and its identity (the SHA-256 of its canonical form,
+    which holds every file's digest, so any changed byte of any file is a new identity)."""
+
+    files: tuple[BundleFile, ...]
+
+    def canonical(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    @property
+    def digest(self) -> str:
+        """The bundle's identity: SHA-256 of the canonical manifest (which covers every file digest)."""
+        return sha256_hex(canonical_json(self.canonical()))
+
+    def file(self, path: str) -> BundleFile:
+        return next(x for x in self.files if x.path == path)
+
+
 @dataclass(frozen=True)
-class BundleManifest:
+class BundleManifest(DeclaredFiles):
     files: tuple[BundleFile, ...]
     entry_file: str
     entry_symbol: str
@@ -156,6 +174,8 @@ class BundleManifest:
     inputs: tuple[TensorSignature, ...]
     outputs: tuple[TensorSignature, ...]
     window: Window
+
+    format = FORMAT
 
     def canonical(self) -> dict[str, Any]:
         """The manifest as the one JSON form that is hashed, stored in the log and written to lock files."""
@@ -168,13 +188,24 @@ class BundleManifest:
             "compatibility": self.window.canonical(),
         }
 
-    @property
-    def digest(self) -> str:
-        """The bundle's identity: SHA-256 of the canonical manifest (which covers every file digest)."""
-        return sha256_hex(canonical_json(self.canonical()))
+    def input_problem(self, inputs: tuple[TensorSignature, ...]) -> str | None:
+        """Why a call site with these input signatures does not fit (None when every one fits its declared one)."""
+        if len(inputs) != len(self.inputs):
+            return f"{len(inputs)} inputs; the bundle takes {len(self.inputs)}"
+        return next((p for p in (_signature_problem(i, g, d) for i, (g, d) in enumerate(zip(inputs, self.inputs)))
+                     if p), None)
 
-    def file(self, path: str) -> BundleFile:
-        return next(x for x in self.files if x.path == path)
+
+def _signature_problem(index: int, given: TensorSignature, declared: TensorSignature) -> str | None:
+    label = f"input {index}" + (f" ({declared.name})" if declared.name else "")
+    if given.dtype != declared.dtype:
+        return f"{label}: dtype {given.dtype}, the bundle takes {declared.dtype}"
+    if given.device != declared.device:
+        return f"{label}: device {given.device}, the bundle takes {declared.device}"
+    for what, have, want in (("shape", given.shape, declared.shape), ("stride", given.stride, declared.stride)):
+        if len(have) != len(want) or any(w != ANY and h != w for h, w in zip(have, want)):
+            return f"{label}: {what} {list(have)}, the bundle takes {list(want)}"
+    return None
 
 
 def check_token(value: Any, kind: str) -> str:
@@ -196,12 +227,9 @@ def parse_version(text: str | None) -> Version | None:
         return None
 
 
-def parse_manifest(data: Any, source: str = MANIFEST_NAME) -> BundleManifest:
-    """Build a manifest from parsed JSON; any problem is a BundleError `source: field: problem`."""
-    try:
-        return _manifest(data)
-    except BundleFieldError as exc:
-        raise BundleError(f"{source}: {exc}") from None
+def parse_bundle_manifest(data: Any) -> BundleManifest:
+    """Build a `registry.bundle/1` manifest from parsed JSON; a problem is a BundleFieldError `field: problem`."""
+    return _manifest(data)
 
 
 def _manifest(data: Any) -> BundleManifest:
@@ -209,7 +237,7 @@ def _manifest(data: Any) -> BundleManifest:
     f.only_known(top, _TOP, "")
     if f.required(top, "format", "") != FORMAT:
         raise BundleFieldError(f"format: {top['format']!r} is not {FORMAT!r}")
-    files = _files(f.required(top, "files", ""))
+    files = parse_files(f.required(top, "files", ""))
     entry = f.mapping(f.required(top, "entry_point", ""), "entry_point")
     f.only_known(entry, _ENTRY, "entry_point")
     entry_file = f.text(f.required(entry, "file", "entry_point"), "entry_point.file")
@@ -227,7 +255,7 @@ def _manifest(data: Any) -> BundleManifest:
         fingerprint=f.text(f.required(replaces, "fingerprint", "replaces"), "replaces.fingerprint"),
         inputs=_signatures(f.required(replaces, "inputs", "replaces"), "replaces.inputs"),
         outputs=_signatures(f.required(replaces, "outputs", "replaces"), "replaces.outputs"),
-        window=_window(f.required(top, "compatibility", "")),
+        window=parse_window(f.required(top, "compatibility", "")),
     )
 
 
@@ -251,7 +279,7 @@ def check_relative_path(path: Any, where: str) -> str:
     return text
 
 
-def _files(value: Any) -> tuple[BundleFile, ...]:
+def parse_files(value: Any) -> tuple[BundleFile, ...]:
     found: list[BundleFile] = []
     for index, item in enumerate(_list(value, "files", limit=MAX_FILES)):
         where = f"files[{index}]"
@@ -331,7 +359,7 @@ def _range(value: Any, path: str) -> VersionRange:
     return result
 
 
-def _window(value: Any) -> Window:
+def parse_window(value: Any) -> Window:
     spec = f.mapping(value, "compatibility")
     f.only_known(spec, _WINDOW, "compatibility")
     model = f.mapping(f.required(spec, "model", "compatibility"), "compatibility.model")

@@ -23,8 +23,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from .manifest import (ANY, DEVICE_TYPES, DTYPES, BundleError, BundleManifest, TensorSignature, VersionRange,
-                       check_token, parse_version)
+from .manifest import ANY, DEVICE_TYPES, DTYPES, BundleError, TensorSignature, VersionRange, check_token, parse_version
+from .manifests import Manifest
 
 # Code -> what it means. Order is the order of the checks: an artifact gets the first code that applies.
 REASON_CODES: dict[str, str] = {
@@ -35,7 +35,8 @@ REASON_CODES: dict[str, str] = {
                  "evidence (docs/monitor.md)",
     "stale_contract": "it was promoted under an older contract than the workload's current one: judge it again "
                       "(`registry rejudge WORKLOAD`)",
-    "no_bundle": "it was registered without a bundle, so there is nothing to ship",
+    "no_bundle": "it was registered without a bundle (a --payload, --entry or no payload), so there is nothing to "
+                 "ship: make one with `registry bundle create` and register it with --bundle",
     "model_mismatch": "the bundle's window names another model id or revision",
     "fingerprint_mismatch": "the bundle replaces an operation with another graph fingerprint",
     "input_signature_mismatch": "the call's input tensors differ from the bundle's declared inputs",
@@ -96,7 +97,7 @@ class Candidate:
 
     artifact: str
     decision: str
-    manifest: BundleManifest | None
+    manifest: Manifest | None
     speedup: float | None = None
     speedup_ci: tuple[float, float] | None = None
     revoked_by: dict[str, Any] | None = None  # {"person", "reason", "event_id"} of a standing revocation
@@ -142,18 +143,6 @@ class Resolution:
         return {"match": chosen.to_dict() if chosen else None, "others": [o.to_dict() for o in self.others]}
 
 
-def _signature_problem(index: int, given: TensorSignature, declared: TensorSignature) -> str | None:
-    label = f"input {index}" + (f" ({declared.name})" if declared.name else "")
-    if given.dtype != declared.dtype:
-        return f"{label}: dtype {given.dtype}, the bundle takes {declared.dtype}"
-    if given.device != declared.device:
-        return f"{label}: device {given.device}, the bundle takes {declared.device}"
-    for what, have, want in (("shape", given.shape, declared.shape), ("stride", given.stride, declared.stride)):
-        if len(have) != len(want) or any(w != ANY and h != w for h, w in zip(have, want)):
-            return f"{label}: {what} {list(have)}, the bundle takes {list(want)}"
-    return None
-
-
 def _version_problem(name: str, have: str | None, wanted: VersionRange) -> str | None:
     if wanted.contains(have):
         return None
@@ -164,7 +153,7 @@ def _version_problem(name: str, have: str | None, wanted: VersionRange) -> str |
     return f"{name} {have} is outside the bundle's range {wanted.describe()}"
 
 
-def mismatches(manifest: BundleManifest, profile: Profile, site: CallSite) -> list[tuple[str, str]]:
+def mismatches(manifest: Manifest, profile: Profile, site: CallSite) -> list[tuple[str, str]]:
     """Every (code, detail) by which this bundle does not fit; empty when it fits."""
     window = manifest.window
     found: list[tuple[str, str]] = []
@@ -177,14 +166,9 @@ def mismatches(manifest: BundleManifest, profile: Profile, site: CallSite) -> li
         found.append(("fingerprint_mismatch", f"fingerprint {site.fingerprint}; the bundle replaces "
                                               f"{manifest.fingerprint}"))
     if site.inputs is not None:
-        if len(site.inputs) != len(manifest.inputs):
-            found.append(("input_signature_mismatch", f"{len(site.inputs)} inputs; the bundle takes "
-                                                      f"{len(manifest.inputs)}"))
-        else:
-            problem = next((p for p in (_signature_problem(i, g, d) for i, (g, d)
-                                        in enumerate(zip(site.inputs, manifest.inputs))) if p), None)
-            if problem:
-                found.append(("input_signature_mismatch", problem))
+        problem = manifest.input_problem(site.inputs)
+        if problem:
+            found.append(("input_signature_mismatch", problem))
     if profile.gpu_architecture not in window.gpu_architectures:
         found.append(("gpu_architecture_mismatch", f"architecture {profile.gpu_architecture}; the bundle runs on "
                                                    f"{', '.join(window.gpu_architectures)}"))
@@ -201,7 +185,19 @@ def mismatches(manifest: BundleManifest, profile: Profile, site: CallSite) -> li
     return found
 
 
-def _why_not(candidate: Candidate, profile: Profile, site: CallSite) -> tuple[str, str] | None:
+# The detail of `no_bundle`: what the artifact is, and the commands that make it shippable.
+NO_BUNDLE = ("registered without a bundle, so there is nothing to ship: make one with `registry bundle create DIR "
+             "--entry FILE:SYMBOL --replaces ... --compatibility ...`, register it with --bundle DIR "
+             "--new-identity, and import its evidence under the bundle's digest")
+
+
+def registry_problem(candidate: Candidate) -> tuple[str, str] | None:
+    """Why the registry itself keeps this candidate from shipping anywhere (code, detail), or None.
+
+    The checks that need no runtime: its decision, revocation, monitor,
+    contract version and bundle. `resolve` applies them first; `lock`
+    without a profile applies only them.
+    """
     if candidate.decision != "promoted":
         if candidate.revoked_by is not None:
             by = candidate.revoked_by
@@ -213,9 +209,23 @@ def _why_not(candidate: Candidate, profile: Profile, site: CallSite) -> tuple[st
     if candidate.stale_contract is not None:
         return "stale_contract", candidate.stale_contract
     if candidate.manifest is None:
-        return "no_bundle", "registered without a bundle; nothing to ship"
+        return "no_bundle", NO_BUNDLE
+    return None
+
+
+def _why_not(candidate: Candidate, profile: Profile, site: CallSite) -> tuple[str, str] | None:
+    problem = registry_problem(candidate)
+    if problem is not None:
+        return problem
     found = mismatches(candidate.manifest, profile, site)
     return found[0] if found else None
+
+
+def left_out(outcomes: tuple[Outcome, ...] | list[Outcome]) -> list[Outcome]:
+    """The outcomes of artifacts that a person would expect to ship and that do not: promoted (or a promotion
+    revoked), yet skipped for a reason other than ranking below the one chosen."""
+    return [o for o in outcomes if o.code not in (SELECTED, "not_selected")
+            and (o.candidate.decision == "promoted" or o.code == "revoked")]
 
 
 def resolve(candidates: list[Candidate], profile: Profile, site: CallSite = CallSite()) -> Resolution:

@@ -15,19 +15,26 @@ def bench() -> None:
 @bench.command("open")
 @click.argument("artifact_id")
 @click.option("--device", required=True, help="The device the pairs are timed on (e.g. 'NVIDIA H200').")
-@click.option("--timer", required=True, help="The timer used (e.g. cuda_event).")
+@click.option("--timer", required=True,
+              help="The timer used: cuda_event, perf_counter, interpreter or emulator (as evidence documents name "
+                   "it; the last two are recorded but never speed evidence).")
 @click.option("--arch", help="The device architecture (e.g. sm90, sm100, cpu): the support matrix places the record by it.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @pass_session
 def bench_open(session: Session, artifact_id: str, device: str, timer: str, arch: str | None, as_json: bool) -> None:
     """Open a session for ARTIFACT_ID's current identity, before anything is measured."""
     from registry.app.bench import open_session
+    from registry.formats.sequential import fewest_pairs_to_decide
 
     name, record = open_session(session.open(), artifact_id, device, timer, arch)
     if as_json:
         emit_json({"session": name, "artifact": artifact_id, **record.to_dict()})
     else:
         say(f"session {name} opened for {artifact_id} ({len(record.ratios)} pairs already in its record)")
+        say(f"  the record is read after every pair and may decide from pair "
+            f"{fewest_pairs_to_decide(record.result.alpha)} (alpha {record.result.alpha:g} per side), up to "
+            f"max_pairs {record.max_pairs}; runs_per_arm {record.runs_per_arm} is the size of a complete evidence "
+            "document, not of a session (docs/workloads.md)")
 
 
 def _times(text: str, option: str) -> list[float]:
@@ -81,20 +88,27 @@ def bench_status(session: Session, artifact_id: str, as_json: bool) -> None:
 
 
 def status_text(artifact: str, record) -> str:
+    from registry.formats.sequential import fewest_pairs_to_decide
+
     info = record.to_dict()
-
-    def bound(value: float | None) -> str:
-        return "none yet" if value is None else f"{value:.4g}x"
-
-    where = (f"at pair {info['decided_at']} of {info['pairs']} recorded" if info["decided_at"]
+    where = (f"at pair {info['decided_at']} of the {info['pairs']} in the record" if info["decided_at"]
              else f"after {info['pairs']} pairs")
-    head = (f"{artifact}: speed record {info['shows']} {where} ({info['stop']}); bounds "
-            f"{bound(info['lower'])} to {bound(info['upper'])} (two-sided {info['level']:.0%}) against the gate "
+    if info["lower"] is None and info["upper"] is None:
+        bounds = (f"no bounds yet (the first come at pair {fewest_pairs_to_decide(info['alpha'])}, the fewest that "
+                  f"can decide at alpha {info['alpha']:g} per side)")
+    else:
+        bounds = (f"bounds {_bound(info['lower'])} to {_bound(info['upper'])} (two-sided {info['level']:.0%})")
+    head = (f"{artifact}: speed record {info['shows']} {where} ({info['stop']}); {bounds} against the gate "
             f"{info['gate']:.4g}x at alpha {info['alpha']:g} per side; "
             f"{len(info['sessions'])} session{'s' if len(info['sessions']) != 1 else ''}")
-    if info["decision"] != "held":
+    if info["reading"] != "undecided":
         head += f"; {info['pairs_saved']} of max_pairs {info['max_pairs']} saved"
     return head
+
+
+def _bound(value: float | None) -> str:
+    """One running bound; a side still open (no order statistic bounds it yet) is said to be so."""
+    return "open" if value is None else f"{value:.4g}x"
 
 
 COMMANDS = [bench]

@@ -20,14 +20,13 @@ def print_verdict(artifact: str, verdict: dict, contract_version: int | None, be
     for reason in verdict["reasons"]:
         say(f"  - {one_line(reason)}")
     if verdict["margins"]:
-        table(None, ["metric", "value", "threshold", "margin", "passed"],
-              ((m["metric"], f"{m['value']:.6g}", f"{m['threshold']:.6g}", f"{m['margin']:+.6g}", m["passed"])
-               for m in verdict["margins"]))
-    if verdict["speedup"] is not None:
-        from registry.projections.report import interval_text
+        from registry.projections.headline import margin_rows
 
-        ci = interval_text(verdict["speedup_ci"], verdict.get("speedup_ci_level"))
-        say(f"  speedup {verdict['speedup']:.3f}x" + (f", interval {ci}" if ci else ""))
+        table(None, ["metric", "value", "threshold", "margin", "meets the threshold"], margin_rows(verdict))
+    if verdict["speedup"] is not None:
+        from registry.projections.report import speedup_text
+
+        say("  " + speedup_text(verdict))
     say(f"  evidence: {', '.join(verdict['evidence_ids']) or 'none'}")
 
 

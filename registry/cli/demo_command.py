@@ -84,7 +84,7 @@ def demo(session: Session, fresh: bool, runs: int, warmup: int, out_dir: str, lp
         if signed is None:
             say("\nno signed lock: nothing ships on this machine")
         else:
-            say(f"\nsigned lock {signed['lock']} (key {signed['key_id'][:16]}, public key {signed['public_key']}, "
+            say(f"\nsigned lock {signed['lock']} (key {signed['key_id']}, public key {signed['public_key']}, "
                 f"expires {signed['expires_at']}): the runtime loaded {signed['loaded']} from it through the "
                 "trusted loader")
     _exit_on_problems(check, problems)

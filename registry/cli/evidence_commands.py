@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
@@ -111,10 +112,12 @@ def evidence_frames(session: Session, artifact_id: str, frame_set: str, candidat
 @click.option("--insecure-no-sandbox", is_flag=True,
               help="Run the candidate as this user, outside the sandbox, where the machine has none; "
                    "the evidence says so and the gate holds it.")
+@click.option("--bundle", type=click.Path(file_okay=False), help="A triton_kernel's bundle directory (the one it "
+              "was registered from): its cubins are launched by the registry's launcher on a CUDA device.")
 @pass_session
 def evaluate(session: Session, artifact_id: str, runs: int | None, warmup: int, corpus: str | None,
              emit: str | None, force: bool, run_id: str | None, server_url: str | None, token: str | None,
-             as_json: bool, insecure_no_sandbox: bool) -> None:
+             as_json: bool, insecure_no_sandbox: bool, bundle: str | None) -> None:
     """Run ARTIFACT_ID's kernel against its reference and record parity, timing and execution.
 
     The evidence is recorded for the registration captured before the kernel
@@ -136,14 +139,14 @@ def evaluate(session: Session, artifact_id: str, runs: int | None, warmup: int, 
 
     if server_url is not None:
         _evaluate_through(server_url, token, artifact_id, runs, warmup, corpus, emit, run_id, as_json,
-                          insecure_no_sandbox)
+                          insecure_no_sandbox, bundle)
         return
     if emit:
         output_path(emit, force, "--emit")
     with progress_bar(f"evaluating {artifact_id}") as update:
         evaluation = evaluate_artifact(session.open(), artifact_id, corpus=corpus, runs=runs, warmup=warmup,
                                        run=run_id, record=emit is None, progress=update,
-                                       insecure_no_sandbox=insecure_no_sandbox)
+                                       insecure_no_sandbox=insecure_no_sandbox, bundle=bundle)
     failures = evaluation.failures
     exit_status_ahead(EXIT_EVALUATION_FAILED if failures else 0)
     if emit:
@@ -173,7 +176,7 @@ def evaluate(session: Session, artifact_id: str, runs: int | None, warmup: int, 
 
 def _evaluate_through(server_url: str, token: str | None, artifact_id: str, runs: int | None, warmup: int,
                       corpus: str | None, emit: str | None, run_id: str | None, as_json: bool,
-                      insecure_no_sandbox: bool) -> None:
+                      insecure_no_sandbox: bool, bundle: str | None) -> None:
     """`evaluate --server`: measured here, every read and append through the server (registry/serve/client.py)."""
     from registry.formats.errors import UserError
     from registry.serve.client import RegistryClient, evaluate_through
@@ -182,7 +185,7 @@ def _evaluate_through(server_url: str, token: str | None, artifact_id: str, runs
         raise UserError("--server records through the server: give --token (or $REGISTRY_TOKEN), and no --emit")
     with RegistryClient(server_url, token) as client, progress_bar(f"evaluating {artifact_id}") as update:
         result = evaluate_through(client, artifact_id, corpus=corpus, runs=runs, warmup=warmup, run=run_id,
-                                  progress=update, insecure_no_sandbox=insecure_no_sandbox)
+                                  progress=update, insecure_no_sandbox=insecure_no_sandbox, bundle=bundle)
     failures = [item for item in result["evidence"] if item["kind"] == "failure"]
     exit_status_ahead(EXIT_EVALUATION_FAILED if failures else 0)
     if as_json:
@@ -209,17 +212,26 @@ def failure_line(failure: dict) -> str:
 
 def session_text(session: dict) -> str:
     """One line on an evaluation's benchmark session: pairs, batches, why it stopped, pairs saved."""
-    stop = {"decided": f"the record is {session['decision']}", "max_pairs": "the record ends held at speed.max_pairs",
-            "limit": "--runs reached; the record stays open"}[session["stop"]]
+    from registry.app.record_summary import PHRASES
+
+    stop = {"decided": f"the record is {PHRASES[session['reading']]}",
+            "max_pairs": "the record ends undecided at speed.max_pairs",
+            "limit": "--runs reached; the record stays open"}.get(session["stop"], session["stop"])
     return (f"  benchmark session {session['session']}: {session['pairs']} pairs in {session['batches']} batches, "
-            f"stopped because {stop} ({session['record_pairs']} of at most {session['max_pairs']} pairs recorded, "
+            f"stopped because {stop} ({session['record_pairs']} of at most {session['max_pairs']} pairs in the record, "
             f"{session['pairs_saved']} saved)")
 
 
-@click.command()
+@click.group(invoke_without_command=True)
 @click.option("--json", "as_json", is_flag=True, help="Print the operations as JSON.")
-def kernels(as_json: bool) -> None:
-    """List the built-in operations, their references, cost models and kernel entries."""
+@click.pass_context
+def kernels(ctx: click.Context, as_json: bool) -> None:
+    """List the built-in operations, their references, cost models and kernel entries.
+
+    `registry kernels build OUT` compiles their kernels into compiled kernel bundles.
+    """
+    if ctx.invoked_subcommand is not None:
+        return
     from registry.app.kernels import triton_runtime
 
     with triton_runtime():
@@ -232,6 +244,32 @@ def kernels(as_json: bool) -> None:
         return
     table("operations", ["name", "reference", "kernel entries", "cost model"],
           ((op["name"], op["reference"], "\n".join(op["kernels"]), op["cost_model"]) for op in ops))
+
+
+@kernels.command("build")
+@click.argument("out", type=click.Path(file_okay=False))
+@click.option("--op", "ops", multiple=True, help="A built-in operation to build (repeat it; default: every one).")
+@click.option("--arch", "arches", multiple=True,
+              help="A target to compile for, sm_90a or sm_100a (repeat it; default: both).")
+@click.option("--json", "as_json", is_flag=True, help="Print each bundle's directory and digest as JSON.")
+def kernels_build(out: str, ops: tuple[str, ...], arches: tuple[str, ...], as_json: bool) -> None:
+    """Compile the built-in kernels into one registry.triton-kernel/1 bundle per operation under OUT.
+
+    Triton's compiler and its bundled ptxas build every corpus case for each
+    target without a GPU; OUT/<op> must not exist yet. Register a bundle with
+    `registry artifact register ID --kind triton_kernel --bundle OUT/<op>`.
+    """
+    from registry.app.kernel_bundles import build_builtin_bundles
+
+    built = build_builtin_bundles(out, list(ops) or None, list(arches) or None)
+    rows = [{"op": op, "bundle": str(Path(out) / op), "digest": manifest.digest, "kernels": len(manifest.spec.kernels),
+             "targets": list(manifest.spec.arches)} for op, manifest in built.items()]
+    if as_json:
+        emit_json(rows)
+        return
+    for row in rows:
+        say(f"{row['op']}: {row['bundle']} ({row['kernels']} kernels for {', '.join(row['targets'])}; "
+            f"digest {row['digest'][:12]})")
 
 
 COMMANDS = [evidence, evaluate, kernels]

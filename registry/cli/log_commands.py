@@ -57,7 +57,9 @@ def _why(event) -> str:
         return f"{payload['action']} by {payload['person']}: {one_line(payload['reason'])}"
     if event.type == "EvaluationFailed":
         return f"{one_line(payload['stage'])} failed: {quoted_text(payload['error'])}"
-    return short(payload.get("item", payload))
+    from registry.app.history import event_summary
+
+    return event_summary(event) or short(payload.get("item", payload))
 
 
 @click.command()
@@ -99,7 +101,7 @@ def _emit_json_array(items: Iterable[dict]) -> None:
 
 def _history_page(registry: Registry, name: str, events: list, changes: dict[int, list]) -> None:
     """One page of the history table, then what each verdict on it rested on."""
-    from registry.app.history import verdict_bases
+    from registry.app.history import other_streams, verdict_bases
 
     table(
         name,
@@ -115,6 +117,8 @@ def _history_page(registry: Registry, name: str, events: list, changes: dict[int
         listed = ", ".join(f"{e.type}@{e.position}" if e else "missing!" for e in basis.rested_on) or "no evidence"
         say(f"verdict at {event.position} rested on: {listed} "
             f"(contract v{event.payload['contract_version']}, {event.payload['gate_version']})")
+        for other in other_streams(basis, name):
+            say(f"  {other.text()}")
 
 
 def parse_head(text: str) -> tuple[int, str]:

@@ -25,6 +25,8 @@ REFUSALS = (UserError, StoreError, OSError)
 _CLICK_ENDINGS = (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort)
 # A defect in the registry (EX_SOFTWARE, sysexits.h): never 1, which says the input was refused.
 EXIT_BUG = 70
+# The options of `registry` itself, which go before the command (`registry --db URL show X`).
+GLOBAL_OPTIONS = ("--db", "--actor")
 # Context.meta key of the command line's arguments, each checked as text before any command runs.
 _ARGUMENTS_KEY = "registry.arguments"
 
@@ -34,7 +36,7 @@ _ARGUMENTS_KEY = "registry.arguments"
 # tests/test_cli_startup.py checks this table against every module's COMMANDS.
 COMMAND_MODULES = {
     **dict.fromkeys(("init", "history", "verify", "install-manifest", "db"), "log_commands"),
-    **dict.fromkeys(("workload", "artifact", "frames"), "setup_commands"),
+    **dict.fromkeys(("workload", "artifact", "frames", "bundle"), "setup_commands"),
     **dict.fromkeys(("evidence", "evaluate", "kernels"), "evidence_commands"),
     "import": "import_commands",
     **dict.fromkeys(("promote", "approve", "revoke", "what-if"), "decision_commands"),
@@ -44,6 +46,7 @@ COMMAND_MODULES = {
     "bench": "bench_commands",
     **dict.fromkeys(("serve", "token"), "serve_commands"),
     "monitor": "monitor_commands",
+    "hook": "hook_commands",
     **dict.fromkeys(("worker", "reverify", "jobs"), "job_commands"),
 }
 
@@ -102,6 +105,9 @@ class RegistryGroup(click.Group):
                     raise
                 _refuse(ctx, first_line(exc), wants_json)
             except click.UsageError as exc:
+                if isinstance(exc, click.NoSuchOption) and exc.option_name in GLOBAL_OPTIONS:
+                    exc.message += (f" ({exc.option_name} belongs to `registry` itself and goes before the command: "
+                                    f"registry {exc.option_name} VALUE {ctx.invoked_subcommand or 'COMMAND'} ...)")
                 _answer_json(ctx, wants_json, {"error": exc.format_message(), "exit_status": exc.exit_code})
                 raise
             except _CLICK_ENDINGS:

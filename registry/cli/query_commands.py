@@ -26,16 +26,23 @@ MOST_SHOWN_VERDICTS = 2**63 - 1
 def bench_text(bench: dict) -> str:
     """One line on a benchmark record: pairs, sessions, and (under the confident rule) its reading."""
     head = f"speed record of these bytes: {bench['pairs']} pairs"
-    if bench["decision"] is None:
+    if bench["reading"] is None:
         return f"{head}; not read ({bench['stop']})"
 
     def bound(value: float | None) -> str:
         return "-" if value is None else f"{value:.4g}x"
 
-    return (f"{head}; {bench['shows']} ({bench['stop']}"
+    speedup = "" if bench.get("speedup") is None else (
+        f"speedup {bench['speedup']:.4g}x over the {bench['speedup_pairs']} pairs read"
+        + (f" up to the {bench['speedup_source']} that decided" if bench["decided_at"] else "")
+        + f" ({bench['speedup_method']}); ")
+    aside = f"; {bench['set_aside_pairs']} pairs set aside (not speed evidence)" if bench.get("set_aside_pairs") else ""
+    return (f"{head}; {speedup}{bench['shows']} ({bench['stop']}"
             + (f" at pair {bench['decided_at']}" if bench["decided_at"] else f", max_pairs {bench['max_pairs']}")
-            + f"); running bounds {bound(bench['lower'])} to {bound(bench['upper'])} (two-sided "
-              f"{bench['level']:.0%}) against the gate {bench['gate']:.4g}x at alpha {bench['alpha']:g} per side")
+            + f"); running bounds{' at pair ' + str(bench['decided_at']) if bench['decided_at'] else ''} "
+              f"{bound(bench['lower'])} to {bound(bench['upper'])} (two-sided "
+              f"{bench['level']:.0%}) against the gate {bench['gate']:.4g}x at alpha {bench['alpha']:g} per side"
+            + aside)
 
 
 @click.command()
@@ -58,14 +65,18 @@ def show(session: Session, artifact_id: str, as_of: str | None, as_json: bool, s
         return
     state, verdict_count, note, bench = shown.state, shown.verdict_count, shown.contract_note, shown.bench
     declared, monitor = shown.workload_declared, shown.monitor
-    say(f"{artifact_id}: {state['decision'].upper()}  ({state['kind']} for workload {state['workload']}, "
-        f"tier {state['tier'] or '-'}, payload {str(state['payload_sha256'])[:12]})")
+    from registry.projections.headline import headline, margin_rows, parity_text
+
+    shown_as = headline(state)
+    say(f"{artifact_id}: {shown_as['text'].upper() if not shown_as['regressed'] else _regressed_text(shown_as)}  "
+        f"({state['kind']} for workload {state['workload']}, tier {state['tier'] or '-'}, "
+        f"payload {state['payload_sha256'] or 'none'})")
     if not declared:
         say(f"  held: workload {state['workload']} has no declared contract; nothing can be decided until one is")
     held = "no speed record (no payload)" if state["payload_sha256"] is None else "no speed record yet"
     record = held if bench is None else (f"its bytes' speed record holds {len(bench['sessions'])} session(s) and "
                                          f"{bench['documents']} complete document(s)")
-    say(f"  identity {state['identity'][:12]}: {state['benchmark_attempts']} benchmark attempt(s); {record}"
+    say(f"  identity {state['identity']}: {state['benchmark_attempts']} benchmark attempt(s); {record}"
         + (f", verdict under contract v{state['contract_version']}" if state["contract_version"] else ""))
     changed = state["identity_changed"]
     if changed:
@@ -83,15 +94,16 @@ def show(session: Session, artifact_id: str, as_of: str | None, as_json: bool, s
         say(f"  {human['action']} by {human['person']}: {one_line(human['reason'])}")
     for reason in state["reasons"] or []:
         say(f"  - {one_line(reason)}")
+    parity = parity_text(state)
+    if parity:
+        say(f"  {parity}")
     if state["margins"]:
-        table("margins", ["metric", "value", "threshold", "margin", "passed"],
-              ((m["metric"], f"{m['value']:.6g}", f"{m['threshold']:.6g}", f"{m['margin']:+.6g}", m["passed"])
-               for m in state["margins"]))
+        table("margins", ["metric", "value", "threshold", "margin", "meets the threshold"], margin_rows(state))
     if state["speedup"] is not None:
-        from registry.projections.report import interval_text
+        from registry.projections.report import speedup_text
 
-        ci = interval_text(state["speedup_ci"], (state["verdict"] or {}).get("speedup_ci_level"))
-        say(f"  speedup {state['speedup']:.3f}x" + (f", interval {ci}" if ci else ""))
+        say("  " + speedup_text({**(state["verdict"] or {}), "speedup": state["speedup"],
+                                 "speedup_ci": state["speedup_ci"]}))
     if bench is not None:
         say("  " + bench_text(bench))
     if monitor is not None:
@@ -102,6 +114,12 @@ def show(session: Session, artifact_id: str, as_of: str | None, as_json: bool, s
     for failure in state["open_failures"]:
         say(f"  open failure at {one_line(failure['stage'])}: {quoted_text(failure['error'])}")
     _say_verdicts(state, verdict_count)
+
+
+def _regressed_text(shown_as: dict) -> str:
+    """`PROMOTED, REGRESSED (...)`: the state words upper-case, the monitor's detail as it is."""
+    words, _, detail = shown_as["text"].partition(" (")
+    return f"{words.upper()} ({detail}"
 
 
 def _say_verdicts(state: dict, verdict_count: int) -> None:
@@ -157,7 +175,7 @@ def report(session: Session, workload_id: str | None, as_of: str | None, fmt: st
     else:
         tables = report_tables(built)
         documents = {"json": lambda: report_json(built), "csv": lambda: report_csv(built),
-                     "html": lambda: _report_page(built, state)}
+                     "html": lambda: _report_page(registry, built, state, position)}
     if fmt == "table" and not out:
         for spec in tables:
             table(*spec)
@@ -182,10 +200,13 @@ def _matrix_csv(matrix: dict) -> str:
     return matrix_csv(matrix)
 
 
-def _report_page(report: dict, state) -> str:
+def _report_page(registry, report: dict, state, position: int | None) -> str:
+    from registry.app.artifact_page import report_pages
     from registry.projections.html_report import report_html  # matplotlib, only for the page that plots
 
-    return report_html(report, state)
+    pages, more = report_pages(registry, [a["artifact"] for a in state.artifacts.values()
+                                          if a["workload"] in report["workloads"]], position)
+    return report_html(report, state, pages=pages, pages_left_out=more)
 
 
 def _matrix_page(matrix: dict) -> str:

@@ -71,18 +71,26 @@ def artifact() -> None:
 @click.option("--bundle", "bundle_dir", type=click.Path(), help="Bundle directory (docs/bundles.md), verified file by file.")
 @click.option("--op", help="Built-in operation it implements (see `registry kernels`).")
 @click.option("--entry", help="module:function of the kernel entry point.")
+@click.option("--new-identity", is_flag=True,
+              help="Register claims that change an existing artifact's identity (other bytes, backend, op or "
+                   "entry): its evidence and decision stop counting. Without it such a registration is refused.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @pass_session
 def artifact_register(session: Session, artifact_id: str, workload_id: str, kind: str, backend: str | None,
                       payload: str | None, bundle_dir: str | None, op: str | None, entry: str | None,
-                      as_json: bool) -> None:
+                      new_identity: bool, as_json: bool) -> None:
     """Register ARTIFACT_ID as a candidate for a workload.
 
     ARTIFACT_ID is a name: 1 to 128 characters, starting with a letter or
     digit, with no whitespace, control characters or ':' (docs/names.md).
 
     With --bundle its identity is the bundle manifest's digest; every file is
-    checked against the manifest before anything is recorded.
+    checked against the manifest before anything is recorded. Only a bundle
+    ships (resolve, lock): make one with `registry bundle create`.
+
+    Registering an existing id with other claims (a different --payload or
+    bundle, backend, op or entry) starts a new identity, whose evidence and
+    verdict start from nothing; that needs --new-identity.
     """
     from registry.app.bundles import register_bundle
     from registry.app.workloads import register_artifact
@@ -91,15 +99,61 @@ def artifact_register(session: Session, artifact_id: str, workload_id: str, kind
         raise UserError("--bundle and --payload both name the content; give one")
     if bundle_dir is not None:
         done = register_bundle(session.open(), artifact_id, bundle_dir, workload=workload_id, kind=kind,
-                               backend=backend, op=op, entry=entry)
+                               backend=backend, op=op, entry=entry, new_identity=new_identity)
     else:
         done = register_artifact(session.open(), artifact_id, workload=workload_id, kind=kind, backend=backend,
-                                 payload=payload, op=op, entry=entry)
+                                 payload=payload, op=op, entry=entry, new_identity=new_identity)
+    ships = None if bundle_dir is not None else NOT_SHIPPABLE
     if as_json:
-        emit_json({"artifact": done.artifact, "payload_sha256": done.payload_sha256, "appended": done.appended})
+        emit_json({"artifact": done.artifact, "payload_sha256": done.payload_sha256, "appended": done.appended,
+                   "ships": bundle_dir is not None, "note": ships})
     else:
         state = "registered" if done.appended else "already registered with this content"
-        say(f"artifact {artifact_id} {state} (payload {str(done.payload_sha256)[:12]})")
+        say(f"artifact {artifact_id} {state} (payload {done.payload_sha256 or 'none'})")
+        if ships:
+            say(f"note: {ships}")
+
+
+# What `artifact register` says of every artifact registered without a bundle.
+NOT_SHIPPABLE = ("it can be judged but never ships (resolve and lock take bundles only): make a bundle with "
+                 "`registry bundle create DIR --entry FILE:SYMBOL --replaces ... --compatibility ...` and register "
+                 "it with --bundle DIR")
+
+
+@click.group()
+def bundle() -> None:
+    """Bundles: the directory and manifest an artifact ships as (docs/bundles.md)."""
+
+
+@bundle.command("create")
+@click.argument("directory", type=click.Path(file_okay=False))
+@click.option("--entry", help="FILE:SYMBOL: the bundle's .py file the loader imports and the callable in it.")
+@click.option("--replaces", help="The operation replaced: a JSON file holding the manifest's `replaces` object "
+                                 "(fingerprint, inputs, outputs), or op:NAME for a built-in operation "
+                                 "(`registry kernels`).")
+@click.option("--compatibility", help="Where it may run: a JSON file holding the manifest's `compatibility` object "
+                                      "(model, gpu_architectures, torch, cuda, triton, execution_modes, "
+                                      "distributed_modes).")
+@click.option("--force", is_flag=True, help="Replace an existing bundle.json.")
+@click.option("--json", "as_json", is_flag=True, help="Print the manifest and its digest as JSON.")
+def bundle_create(directory: str, entry: str | None, replaces: str | None, compatibility: str | None, force: bool,
+                  as_json: bool) -> None:
+    """Write DIRECTORY/bundle.json declaring every file in DIRECTORY, checked as registration checks it.
+
+    Every field of the manifest is required (docs/bundles.md, "The
+    manifest"); a missing or malformed one is refused in one line naming it,
+    nothing written. The digest printed is the bundle's identity: the
+    payload_sha256 its evidence documents name.
+    """
+    from registry.app.bundles import create_bundle
+
+    manifest = create_bundle(directory, entry=entry, replaces=replaces, compatibility=compatibility, force=force)
+    if as_json:
+        emit_json({"directory": directory, "digest": manifest.digest, "manifest": manifest.canonical()})
+    else:
+        say(f"bundle {directory} written: {len(manifest.files)} file(s), entry "
+            f"{manifest.entry_file}:{manifest.entry_symbol}; digest {manifest.digest}")
+        say(f"register it: registry artifact register ID --workload W --kind KIND --bundle {directory}")
 
 
 @click.group()
@@ -131,4 +185,4 @@ def frames_register(session: Session, name: str, path: str, seed: int, as_json: 
             f"sha256 {payload['sha256'][:12]}")
 
 
-COMMANDS = [workload, artifact, frames]
+COMMANDS = [workload, artifact, frames, bundle]

@@ -87,11 +87,16 @@ def print_resolution(found) -> None:
     say(f"resolve {found.workload} for {_profile_text(found.profile)} as of position {found.position}:")
     chosen = next((o for o in resolution.outcomes if o.code == "selected"), None)
     if chosen is None:
-        say("  nothing ships: no promoted, unrevoked bundle matches")
+        from registry.bundles.resolution import left_out
+
+        skipped = left_out(resolution.outcomes)
+        say("  nothing ships: no promoted, unrevoked bundle matches"
+            + (f"; promoted but left out: {', '.join(f'{o.artifact} ({o.code})' for o in skipped)} (why: below)"
+               if skipped else ""))
     else:
         record = chosen.candidate.record
         entry = record.get("entry_point") or {}
-        say(f"  ships {chosen.artifact}: {chosen.detail}; bundle {str(record.get('payload_sha256'))[:12]}, "
+        say(f"  ships {chosen.artifact}: {chosen.detail}; bundle {record.get('payload_sha256')}, "
             f"entry {entry.get('file')}:{entry.get('symbol')}")
         if record.get("note"):
             say(f"  note: {record['note']}")
@@ -184,7 +189,7 @@ def lock(ctx: click.Context, session: Session, workload_id: str | None, profile,
                                "reader could trust (docs/bundles.md, \"Unsigned locks\")")
     if rebuild and refresh_file is None:
         raise click.UsageError("--rebuild applies only with --refresh")
-    from registry.app.lock import export_lock, lock_to_refresh, refresh_lock, signed_lock
+    from registry.app.lock import export, lock_to_refresh, refresh_lock, signed_lock
     from registry.bundles.keys import load_signing_key
     from registry.bundles.signed_lock import parse_duration
     from registry.projections import resolve_as_of
@@ -197,25 +202,31 @@ def lock(ctx: click.Context, session: Session, workload_id: str | None, profile,
         previous, wanted = lock_to_refresh(refresh_file, key, rebuild)
         document = refresh_lock(registry, previous, wanted, rebuild=rebuild)
         workload_id = document["workload"]
+        left_out = []
     else:
-        document = export_lock(registry, workload_id, profile, site, resolve_as_of(registry.store, as_of))
+        exported = export(registry, workload_id, profile, site, resolve_as_of(registry.store, as_of))
+        document, left_out = exported.document, exported.left_out_dicts()
+    for entry in left_out:
+        click.echo(f"left out: {entry['artifact']} ({entry['code']}): {entry['detail']}", err=True)
     if not document["artifacts"] and refresh_file is None:
         exit_status_ahead(EXIT_NO_MATCH)
+        left = f"{len(left_out)} promoted artifact(s) left out, each named above" if left_out else \
+            "nothing of it is promoted"
         click.echo(f"nothing to lock: no promoted bundle of {workload_id} "
-                   f"{'matches the profile' if profile else 'exists'} (no file written)", err=True)
+                   f"{'matches the profile' if profile else 'exists'}; {left} (no file written)", err=True)
         if as_json:
-            emit_json({**document, "written": False})
+            emit_json({**document, "written": False, "left_out": left_out})
         sys.exit(EXIT_NO_MATCH)
     content = document if key is None else signed_lock(document, key, validity)
     write_output(out, _lock_text(content), force=force)
     if as_json:
         emit_json(content)
     else:
-        signature = "unsigned" if key is None else f"signed by key {key.key_id[:16]}, valid for {valid_for}"
+        signature = "unsigned" if key is None else f"signed by key {key.key_id}, valid for {valid_for}"
         say(f"locked {len(document['artifacts'])} artifact(s) of {workload_id} at log position "
-            f"{document['log_position']} (chain {document['chain_hash'][:12]}) to {out}; {signature}")
+            f"{document['log_position']} (chain {document['chain_hash']}) to {out}; {signature}")
         for entry in document["artifacts"]:
-            say(f"  {entry['artifact']}: bundle {entry['bundle_sha256'][:12]}, verdict {entry['verdict_event_id']}")
+            say(f"  {entry['artifact']}: bundle {entry['bundle_sha256']}, verdict {entry['verdict_event_id']}")
 
 
 def _lock_text(document: dict) -> str:
@@ -326,8 +337,8 @@ def attest(session: Session, artifact_id: str, out: str, force: bool, key_file: 
     if as_json:
         emit_json(statement)
     else:
-        say(f"attested {artifact_id} (bundle {statement['subject'][0]['digest']['sha256'][:12]}, verdict "
-            f"{statement['predicate']['verdict']['event_id']}) to {out}; signed by key {key.key_id[:16]}")
+        say(f"attested {artifact_id} (bundle {statement['subject'][0]['digest']['sha256']}, verdict "
+            f"{statement['predicate']['verdict']['event_id']}) to {out}; signed by key {key.key_id}")
 
 
 @click.command()

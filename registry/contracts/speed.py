@@ -57,8 +57,10 @@ _FIELDS = (
 # declared, so a manifest that does not use them keeps its content hash.
 _OPTIONAL_LATER_FIELDS = ("max_benchmark_attempts", "drift_check")
 # How a design that did not interleave its arms is checked before the confident rule reads it
-# (docs/gate.md, "The drift check"): `halves` (the default, at speed.alpha) or `none`, an explicit opt-out.
-DRIFT_CHECKS = ("halves", "none")
+# (docs/gate.md, "The drift check"): `changepoint` (the default: each arm's level-shift scan at speed.alpha / 2),
+# `halves` (the first check's name, kept so a contract declaring it reads back; it runs the same scan) or `none`,
+# an explicit opt-out.
+DRIFT_CHECKS = ("changepoint", "halves", "none")
 # The confident rule's fields: listed only under it, so a point contract hashes as before.
 _CONFIDENT_FIELDS = ("decision", "alpha", "max_pairs")
 

@@ -36,4 +36,7 @@ SCHEMA_VERSIONS = {
     "PairsRemeasured": 1,
     "RegressionDetected": 1,
     "RegressionAcknowledged": 1,
+    "HookAdded": 1,
+    "HookRemoved": 1,
+    "HookDeliveryAttempted": 1,
 }

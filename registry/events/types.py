@@ -290,6 +290,52 @@ class RegressionAcknowledged(EventPayload):
     person: str = Field(min_length=1)
 
 
+class HookAdded(EventPayload):
+    """A webhook: where decisions, alarms and revocations are delivered, and which of them (docs/hooks.md).
+
+    Stored in the stream `hook:<hook_id>`. The secret is never in the log:
+    `secret_file` is where the deliverer reads it (an absolute path, owner-only),
+    `secret_id` a domain-separated SHA-256 prefix naming it, so a file that
+    changed since is refused rather than used.
+    """
+
+    type: ClassVar[str] = "HookAdded"
+    hook_id: str = Field(pattern=r"^[0-9a-f]{16}$")
+    url: str = Field(min_length=1, max_length=2000)
+    events: list[Literal["decision", "promotion", "alarm", "revocation"]] = Field(min_length=1)
+    secret_file: str = Field(min_length=1, max_length=4096)
+    secret_id: str = Field(pattern=r"^[0-9a-f]{16}$")
+
+
+class HookRemoved(EventPayload):
+    """A webhook removed: nothing more is delivered to it, retries included."""
+
+    type: ClassVar[str] = "HookRemoved"
+    hook_id: str = Field(pattern=r"^[0-9a-f]{16}$")
+    reason: str = Field(min_length=1)
+
+
+class HookDeliveryAttempted(EventPayload):
+    """One attempt to deliver one event to a webhook, and what came of it.
+
+    `delivery` is the id the receiver sees on every attempt of it; `event_id`
+    and `position` the log event delivered. A failed attempt names when the
+    next may be made (`next_attempt_after`), or none when it was the last.
+    """
+
+    type: ClassVar[str] = "HookDeliveryAttempted"
+    hook_id: str = Field(pattern=r"^[0-9a-f]{16}$")
+    delivery: str = Field(min_length=1, max_length=200)
+    event_id: str = Field(min_length=1)
+    position: int = Field(ge=1)
+    event: Literal["decision", "promotion", "alarm", "revocation"]
+    attempt: int = Field(ge=1)
+    outcome: Literal["delivered", "failed"]
+    status: int | None = None
+    error: str | None = Field(default=None, max_length=500)
+    next_attempt_after: str | None = None
+
+
 EVIDENCE_EVENT_BY_KIND: dict[str, type[_Evidence]] = {
     "parity": ParityMeasured,
     "benchmark": BenchmarkMeasured,
@@ -318,6 +364,9 @@ PAYLOAD_TYPES: dict[str, type[EventPayload]] = {
         PairsRemeasured,
         RegressionDetected,
         RegressionAcknowledged,
+        HookAdded,
+        HookRemoved,
+        HookDeliveryAttempted,
     )
 }
 

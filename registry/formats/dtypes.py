@@ -26,3 +26,8 @@ def is_floating_dtype(name: str) -> bool:
 def is_known_dtype(name: str) -> bool:
     """Whether `name` (with or without `torch.`) is a tensor element type, floating or not."""
     return is_floating_dtype(name) or bool(_NOT_FLOATING.match(normalize_dtype(name)))
+
+
+ELEMENT_BYTES = {"bool": 1, "uint8": 1, "int8": 1, "int16": 2, "int32": 4, "int64": 8, "float16": 2, "bfloat16": 2,
+                 "float32": 4, "float64": 8, "float8_e4m3fn": 1, "float8_e5m2": 1}
+"""The bytes of one element of each dtype a shipped tensor may have (a bundle's tensor signatures, a launch spec)."""

@@ -140,3 +140,11 @@ def workload_stream(workload: str) -> str:
 
 def frameset_stream(name: str) -> str:
     return f"{FRAMESET_PREFIX}{name}"
+
+
+HOOK_PREFIX = "hook:"
+
+
+def hook_stream(hook_id: str) -> str:
+    """The stream of one webhook: its addition, its delivery attempts, its removal (docs/hooks.md)."""
+    return f"{HOOK_PREFIX}{hook_id}"

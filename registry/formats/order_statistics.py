@@ -16,15 +16,12 @@ two middle elements' sum halved, as `numpy.median` takes their mean.
   divided crosswise (sequential: a bound is wrong only if one of the two
   arms' bounds is, probability at most alpha / 2 + alpha / 2). The ranks
   come from registry/formats/ranks.py.
-- `drift_between_halves`: whether an arm timed in order moved between its
-  first and second half (docs/gate.md, "The drift check").
 - `is_interleaved`: the ABBA rule for a paired schedule.
 """
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from registry.formats.ranks import median_rank
 
@@ -83,52 +80,3 @@ def speedup_bounds(protocol: str, baseline: Sequence[float], candidate: Sequence
         return intervals[0]
     (b_low, b_high), (c_low, c_high) = intervals
     return b_low / c_high, b_high / c_low
-
-
-@dataclass(frozen=True)
-class DriftCheck:
-    """The baseline arm's early and late halves compared (docs/gate.md, "The drift check").
-
-    `drifted` is True when the halves' distribution-free median intervals are
-    disjoint, False when they overlap, None when a half is too short for an
-    interval at the level. Each half's (low, median, high) is kept so that a
-    verdict can show the figures.
-    """
-
-    drifted: bool | None
-    early: tuple[float, float, float]
-    late: tuple[float, float, float]
-    alpha: float
-
-    def text(self) -> str:
-        def half(name: str, figures: tuple[float, float, float]) -> str:
-            low, middle, high = figures
-            return f"{name} median {middle:.4g} s [{low:.4g}, {high:.4g}]"
-
-        return (f"baseline {half('early', self.early)}, {half('late', self.late)} "
-                f"(each half's interval at {1.0 - self.alpha / 2.0:.1%}, disjoint at most {self.alpha:.0%} "
-                "of the time without drift)")
-
-
-def drift_between_halves(times: Sequence[float], alpha: float) -> DriftCheck:
-    """Whether an arm timed in order moved between its first and second half, at level `alpha`.
-
-    Each half gets its order-statistic median interval with alpha / 4 in each
-    tail; if the runs are exchangeable both halves share one median, and the
-    intervals can be disjoint only when one of them misses it: probability at
-    most alpha / 2 + alpha / 2 = alpha, for any distribution of the times.
-    An empty half (fewer than two times) has NaN figures.
-    """
-    values = as_doubles(times)
-    middle = len(values) // 2
-    figures = []
-    checkable = True
-    for half in (values[:middle], values[middle:]):
-        rank = median_rank(len(half), alpha / 4.0)[0] if half else 0
-        checkable = checkable and rank > 0
-        ordered = sorted(half) or [math.nan]
-        low, high = (ordered[rank - 1], ordered[len(half) - rank]) if rank else (ordered[0], ordered[-1])
-        figures.append((low, _sorted_median(ordered), high))
-    early, late = figures
-    drifted = None if not checkable else (early[2] < late[0] or late[2] < early[0])
-    return DriftCheck(drifted, early, late, alpha)

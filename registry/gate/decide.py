@@ -6,7 +6,8 @@ lists every problem found; the decision follows precedence (quarantined,
 held, rejected, promoted) and `rule` names the first rule that reached it.
 Promotion therefore needs a passing speed gate and no other finding at all.
 The advisory tier is always `recorded`: a person decides (HumanDecision),
-with every reason and margin in front of them.
+with every reason and margin in front of them; bytes rejected before are
+rejected under it too (a rejection stands, and a person cannot approve it).
 """
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from registry.gate.ledger import Ledger
 from registry.gate.model import GATE_VERSION, ArtifactFacts, GateEvidence, Verdict
 from registry.gate.parity import check_parity
 from registry.gate.perceptual import check_perceptual
-from registry.gate.speed import check_speed
+from registry.gate.speed import check_speed, rejection_text
 
 ADVISORY_REASON = "advisory tier: never promoted by the gate; recorded for a HumanDecision"
 
@@ -30,23 +31,30 @@ def decide(contract: Contract, evidence: GateEvidence, artifact: ArtifactFacts) 
         check_parity(contract.parity, evidence.parity, ledger)
     else:
         check_perceptual(contract.fidelity, evidence.perceptual, ledger)
-    speedup, speedup_ci, level = check_speed(contract.speed, evidence.benchmark, evidence.benchmark_attempts,
-                                              ledger, evidence.record)
-    if contract.tier == "advisory":
+    speed = check_speed(contract.speed, evidence.benchmark, evidence.benchmark_attempts, ledger, evidence.record,
+                        evidence.rejection)
+    if contract.tier == "advisory" and evidence.rejection is None:
         decision, rule = "recorded", "advisory"
         reasons = [*ledger.reasons(include_passes=True), ADVISORY_REASON]
     else:
         decision, rule = ledger.outcome()
         reasons = ledger.reasons(include_passes=decision == "promoted")
+        if evidence.rejection is not None and decision != "quarantined":
+            # Nothing but a contract broken outright outranks a rejection that stands: held evidence cannot reopen it.
+            standing = rejection_text(evidence.rejection)
+            decision, rule = "rejected", "speed.below_gate"
+            reasons = [standing, *(reason for reason in reasons if reason != standing)]
     return Verdict(
         decision=decision,
         tier=contract.tier,
         reasons=reasons,
         margins=list(ledger.margins),
-        speedup=speedup,
-        speedup_ci=speedup_ci,
+        speedup=speed.value,
+        speedup_ci=speed.interval,
         rule=rule,
         evidence_ids=list(ledger.evidence_ids),
         gate_version=GATE_VERSION,
-        speedup_ci_level=level if speedup_ci is not None else None,
+        speedup_ci_level=speed.level if speed.interval is not None else None,
+        speedup_pairs=speed.pairs,
+        speedup_ci_pair=speed.interval_pair,
     )

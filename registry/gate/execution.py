@@ -34,6 +34,7 @@ def check_execution(recorded: Recorded | None, artifact: ArtifactFacts, ledger: 
             f"{ran_instead}",
         )
     _check_harness(item, ledger)
+    _check_launcher(item, artifact, ledger)
     _check_backend(item, artifact, ledger)
 
 
@@ -49,6 +50,32 @@ def _check_harness(item: dict, ledger: Ledger) -> None:
         ledger.add("execution.launches_unverified", "held",
                    "the launch count and the ablation ran inside the candidate's own process, which can read and "
                    "forge them: nothing outside it shows its kernels produced its outputs")
+
+
+def _check_launcher(item: dict, artifact: ArtifactFacts, ledger: Ledger) -> None:
+    """Launches counted by the registry's own launcher are execution evidence only for the bytes registered: a
+    triton_kernel whose evidence names exactly its registered bundle's cubin digests (every cubin loaded is one
+    of them). A triton_kernel's execution evidence from anywhere else shows nothing of its cubins."""
+    launcher = item.get("launch_signal") == "harness_launcher"
+    if artifact.kind != "triton_kernel":
+        if launcher:
+            ledger.add("execution.launcher_unbound", "held",
+                       f"the evidence says the harness launcher ran it, but artifact {artifact.artifact_id} is a "
+                       f"{artifact.kind}: the launcher runs only a triton_kernel bundle's cubins")
+        return
+    if not launcher:
+        ledger.add("execution.launcher_unbound", "held",
+                   f"artifact {artifact.artifact_id} is a triton_kernel, and its execution evidence does not come "
+                   "from the harness launcher (launch_signal harness_launcher): nothing shows its cubins ran")
+        return
+    registered = artifact.cubins or {}
+    for key, digest in sorted(item["cubins"].items()):
+        if registered.get(key) != digest:
+            held = registered.get(key)
+            ledger.add("execution.launcher_unbound", "held",
+                       f"cubin {key}: the evidence names sha256 {digest[:12]}, and the registered bundle holds "
+                       f"{'sha256 ' + held[:12] if held else 'no such cubin'}: these launches were not of its bytes")
+            return
 
 
 def _check_backend(item: dict, artifact: ArtifactFacts, ledger: Ledger) -> None:

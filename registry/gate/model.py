@@ -15,7 +15,7 @@ DECISIONS = ("promoted", "rejected", "quarantined", "held", "recorded")
 RULES = (
     "evaluation_failed", "evidence.invalid",
     "execution.missing", "execution.fallback", "execution.backend_mismatch", "execution.backend_unknown",
-    "execution.unsandboxed", "execution.launches_unverified",
+    "execution.unsandboxed", "execution.launches_unverified", "execution.launcher_unbound",
     "parity.missing", "parity.failed", "parity.no_tolerance", "parity.undecidable",
     "fidelity.missing", "fidelity.frame_set_mismatch", "fidelity.stage_failed", "fidelity.metric_absent",
     "fidelity.failed",
@@ -56,6 +56,17 @@ class SpeedRecord:
 
 
 @dataclass(frozen=True)
+class StandingRejection:
+    """A verdict that rejected the artifact's bytes in its workload before (under any artifact id, claims,
+    contract version or rule): a rejection of given bytes stands (docs/gate.md, "Decisions and contract
+    versions"), so every later verdict of those bytes is rejected whatever they show."""
+
+    verdict_event_id: str
+    artifact: str
+    contract_version: int | None
+
+
+@dataclass(frozen=True)
 class GateEvidence:
     execution: Recorded | None = None
     benchmark: Recorded | None = None
@@ -67,6 +78,8 @@ class GateEvidence:
     benchmark_attempts: int | None = None
     # The speed record of the artifact's bytes; given, it decides speed under the confident rule.
     record: SpeedRecord | None = None
+    # An earlier rejection of the artifact's bytes in its workload; given, the verdict is rejected.
+    rejection: StandingRejection | None = None
 
 
 @dataclass(frozen=True)
@@ -74,6 +87,9 @@ class ArtifactFacts:
     artifact_id: str
     kind: str
     claimed_backend: str | None = None
+    # A triton_kernel's registered cubins, {kernel@arch: sha256}, from its bundle's manifest; None when unknown
+    # (any other kind). Evidence of the harness launcher must name these digests (gate/execution.py).
+    cubins: Mapping[str, str] | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in ARTIFACT_KINDS:
@@ -101,6 +117,8 @@ _VERDICT_KEYS = (
     "decision", "tier", "reasons", "margins", "speedup", "speedup_ci", "rule",
     "evidence_ids", "gate_version",
 )
+# Keys a verdict carries since they were added; a verdict recorded before one of them existed lacks it.
+_LATER_VERDICT_KEYS = ("speedup_ci_level", "speedup_pairs", "speedup_ci_pair")
 
 
 @dataclass(frozen=True)
@@ -117,6 +135,11 @@ class Verdict:
     # The two-sided coverage of speedup_ci (1 - 2 alpha for running bounds and confident bounds, the document's
     # own level for a point-rule interval); None where there is no interval or it was recorded before levels were.
     speedup_ci_level: float | None = None
+    # For a verdict decided on a speed record: how many pairs `speedup` is over (every pair read up to the batch or
+    # document that decided) and the pair at which `speedup_ci`, the rule's running bounds, were taken (where it
+    # decided, or the last pair read). None otherwise, and in verdicts recorded before these existed.
+    speedup_pairs: int | None = None
+    speedup_ci_pair: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -130,12 +153,14 @@ class Verdict:
             "evidence_ids": list(self.evidence_ids),
             "gate_version": self.gate_version,
             "speedup_ci_level": self.speedup_ci_level,
+            "speedup_pairs": self.speedup_pairs,
+            "speedup_ci_pair": self.speedup_ci_pair,
         }
 
     @classmethod
     def from_dict(cls, obj: Mapping[str, Any]) -> Verdict:
         """Rebuild a stored verdict; a dict that is not exactly a verdict is refused."""
-        if not isinstance(obj, Mapping) or set(obj) - {"speedup_ci_level"} != set(_VERDICT_KEYS):
+        if not isinstance(obj, Mapping) or set(obj) - set(_LATER_VERDICT_KEYS) != set(_VERDICT_KEYS):
             got = sorted(obj) if isinstance(obj, Mapping) else type(obj).__name__
             raise UserError(f"verdict: expected keys {sorted(_VERDICT_KEYS)}, got {got}")
         if obj["decision"] not in DECISIONS:
@@ -163,6 +188,8 @@ class Verdict:
             evidence_ids=[str(event_id) for event_id in obj["evidence_ids"]],
             gate_version=obj["gate_version"],
             speedup_ci_level=_level(obj.get("speedup_ci_level")),
+            speedup_pairs=_pair_count(obj.get("speedup_pairs"), "speedup_pairs"),
+            speedup_ci_pair=_pair_count(obj.get("speedup_ci_pair"), "speedup_ci_pair"),
         )
 
 
@@ -172,3 +199,11 @@ def _level(value: Any) -> float | None:
     if not is_finite_number(value) or not 0.0 < value < 1.0:
         raise UserError(f"verdict.speedup_ci_level: {value!r} is not a coverage in (0, 1)")
     return float(value)
+
+
+def _pair_count(value: Any, name: str) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise UserError(f"verdict.{name}: {value!r} is not a pair count")
+    return value

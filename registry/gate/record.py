@@ -25,15 +25,32 @@ Three rules close the record against re-reading:
 - **Exchangeability.** Only an interleaved design is read without a check.
   A document whose arms were not interleaved (the sequential protocol) joins
   the stream, its runs paired by index, only when the drift check passes:
-  its baseline arm's early and late halves have overlapping median intervals
-  (registry/formats/order_statistics.py `drift_between_halves`, level alpha), and its
-  confident bounds overlap those of every earlier document of the record (two
-  exchangeable runs of one speedup have disjoint bounds with probability at
-  most 4 alpha). A document that fails holds the record (`speed.drift`, with
-  the figures); one too short to check holds it too (`speed.not_interleaved`).
-  `speed.drift_check: none` opts out: such documents are read as exchangeable
-  and the verdict says so. A paired document whose schedule does not
-  alternate is set aside (the item-level `speed.interleave` holds it).
+  neither arm shows a level shift at any point (registry/formats/changepoint.py,
+  a min-p Mann-Whitney scan with an exact permutation p-value, at most
+  alpha / 2 per arm, so alpha a document), and its confident bounds overlap
+  those of every earlier document of the record (two exchangeable runs of
+  one speedup have disjoint bounds with probability at most 4 alpha). A
+  document that fails holds the record (`speed.drift`, with where the shift
+  is, how large, and p); one too short to check holds it too
+  (`speed.not_interleaved`). `speed.drift_check: none` opts out: such
+  documents are read as exchangeable and the verdict says so. A paired
+  document whose schedule does not alternate is set aside (the item-level
+  `speed.interleave` holds it).
+- **Speed evidence only.** Pairs timed by an interpreter or an emulator (a
+  timer or device naming one: `not_speed_evidence`) say nothing about the
+  device's speed. They are set aside, never read: they decide nothing and
+  never close the record, so the same bytes measured later on a GPU are read
+  as if they had never been timed on a CPU. A record whose only pairs are set
+  aside holds (`speed.interpreter`).
+
+The figure a record shows (`Reading.value`) is the estimate over every pair
+read up to the batch or document that decided (or every pair read, while
+undecided), by the method the evidence format names for the protocol: the
+ratio of the arm medians when every source in that span is a sequential
+document (so one document shows the speedup it publishes), else the median
+of the per-pair ratios. The rule itself decides at a pair, and its running
+bounds at that pair are given beside the figure (docs/gate.md, "The speed
+record": why the two differ).
 """
 from __future__ import annotations
 
@@ -42,8 +59,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from registry.contracts import SpeedGate
+from registry.formats.changepoint import level_shift
 from registry.formats.order_statistics import (
-    as_doubles, drift_between_halves, is_interleaved, median, ratios as pair_ratios, speedup_bounds,
+    as_doubles, is_interleaved, median, ratios as pair_ratios, speedup_bounds,
 )
 from registry.formats.sequential import SequentialResult, decide_terms
 from registry.gate.model import SpeedRecord
@@ -69,11 +87,42 @@ class Hold:
 
 
 @dataclass(frozen=True)
+class Span:
+    """One source's pairs in the stream read: where they end, and its arms (for the figure)."""
+
+    end: int  # the stream's pair count once this source's pairs are read
+    document: bool  # a complete document (else a session's batch)
+    sequential: bool  # a complete document timed arm after arm
+    baseline: list[float]
+    candidate: list[float]
+
+
+@dataclass(frozen=True)
+class Figure:
+    """The speedup a record shows: over `pairs` pairs read, up to and including a whole `source` (a session's
+    "batch" or a "document"), estimated by `method`."""
+
+    value: float
+    pairs: int
+    method: str
+    source: str
+
+
+@dataclass(frozen=True)
+class SetAside:
+    """Pairs of one timer and device that are not speed evidence: recorded, never read."""
+
+    source: str  # "timer device"
+    reason: str  # the sentence `not_speed_evidence` gives
+    pairs: int
+
+
+@dataclass(frozen=True)
 class Reading:
     """The confident rule's reading of a speed record."""
 
     result: SequentialResult
-    ratios: list[float]  # every pair the record holds, in recorded order
+    ratios: list[float]  # every pair the record holds that is read, in recorded order
     positions: list[int]  # the position each pair was recorded at
     sessions: int
     documents: int
@@ -83,6 +132,8 @@ class Reading:
     notes: list[str] = field(default_factory=list)
     rejected_under: int | None = None  # a contract version under which the record was already rejected
     bounds: list[tuple[float | None, float | None]] = field(default_factory=list)
+    spans: list[Span] = field(default_factory=list)
+    set_aside: list[SetAside] = field(default_factory=list)
 
     @property
     def level(self) -> float:
@@ -90,10 +141,36 @@ class Reading:
         return 1.0 - 2.0 * self.result.alpha
 
     @property
+    def figure(self) -> Figure | None:
+        """The speedup over every pair read up to the batch or document holding the last pair counted (the deciding
+        one, once decided); None before any pair is read."""
+        if not self.result.pairs:
+            return None
+        last = next(index for index, span in enumerate(self.spans) if span.end >= self.result.pairs)
+        spans = self.spans[: last + 1]
+        if all(span.sequential for span in spans):
+            baseline = [time for span in spans for time in span.baseline]
+            candidate = [time for span in spans for time in span.candidate]
+            value, method = median(baseline) / median(candidate), "ratio of the arm medians"
+        else:
+            value, method = median(self.ratios[: spans[-1].end]), "median of the pair ratios"
+        return Figure(value, spans[-1].end, method, "document" if spans[-1].document else "batch")
+
+    @property
     def value(self) -> float | None:
-        """The median of the pairs read (None before any)."""
-        counted = self.ratios[: self.result.pairs]
-        return median(counted) if counted else None
+        """The speedup a record shows: its `figure` (None before any pair)."""
+        figure = self.figure
+        return None if figure is None else figure.value
+
+
+def not_speed_evidence(timer: str, device: str) -> str | None:
+    """Why timings of this timer and device are not speed evidence (an interpreter or emulator), or None."""
+    source = f"{timer} {device}".lower()
+    if "interpreter" in source:
+        return "timings came from Triton's interpreter and are not speed evidence"
+    if "emulator" in source:
+        return "timings came from an emulator and are not speed evidence"
+    return None
 
 
 def contract_terms(versions: Sequence[Mapping[str, Any]]) -> list[Terms]:
@@ -121,7 +198,7 @@ def read_record(record: SpeedRecord, speed: SpeedGate, terms: list[Terms] | None
     if not terms or (terms[-1].gate, terms[-1].alpha, terms[-1].max_pairs) != (speed.gate, speed.alpha,
                                                                                 speed.max_pairs):
         terms = [*terms, current]  # judged under terms not (yet) declared: a what-if
-    ratios, positions, event_ids, sources, holds, notes = _contributions(record, speed)
+    ratios, positions, event_ids, sources, holds, notes, spans, set_aside = _contributions(record, speed)
     bounds: list[tuple[float | None, float | None]] = []
     result = _decide(ratios, positions, terms, current, bounds)
     rejected_under = None
@@ -137,7 +214,7 @@ def read_record(record: SpeedRecord, speed: SpeedGate, terms: list[Terms] | None
                                   result.alpha, "rejected_before")
     return Reading(result, ratios, positions, record.sessions,
                    sum(1 for entry in record.entries if entry["source"] == "document"), sources, event_ids,
-                   holds, notes, rejected_under, bounds)
+                   holds, notes, rejected_under, bounds, spans, set_aside)
 
 
 def _decide(ratios: list[float], positions: list[int], terms: list[Terms], current: Terms,
@@ -171,6 +248,8 @@ def _contributions(record: SpeedRecord, speed: SpeedGate):
     sources: list[str] = []
     holds: list[Hold] = []
     notes: list[str] = []
+    spans: list[Span] = []
+    set_aside: dict[str, SetAside] = {}
     opted_out = speed.drift_check == "none"
     documents: list[tuple[str, _Arms]] = []  # earlier documents, whose bounds the drift check may need
     for entry in record.entries:
@@ -180,6 +259,13 @@ def _contributions(record: SpeedRecord, speed: SpeedGate):
                                                   "benchmark item, so the record cannot be read"))
             continue
         baseline, candidate = as_doubles(entry["baseline_s"]), as_doubles(entry["candidate_s"])
+        source = f"{entry['timer']} {entry['device']}"
+        reason = not_speed_evidence(entry["timer"], entry["device"])
+        if reason is not None:
+            earlier = set_aside.get(source)
+            set_aside[source] = SetAside(source, reason, (earlier.pairs if earlier else 0) + min(len(baseline),
+                                                                                                   len(candidate)))
+            continue
         interleaved = entry["source"] == "session" or (
             protocol == "paired" and entry["schedule"] is not None and is_interleaved(entry["schedule"]))
         if entry["source"] == "document" and protocol == "paired" and not interleaved:
@@ -200,11 +286,14 @@ def _contributions(record: SpeedRecord, speed: SpeedGate):
         read = pair_ratios(baseline, candidate)
         ratios.extend(read)
         positions.extend([entry["position"]] * len(read))
+        spans.append(Span(len(ratios), entry["source"] == "document", protocol == "sequential", baseline, candidate))
         event_ids.append(event_id)
-        source = f"{entry['timer']} {entry['device']}"
         if source not in sources:
             sources.append(source)
-    return ratios, positions, event_ids, sources, holds, notes
+    for found in set_aside.values():
+        notes.append(f"{found.pairs} pair{'' if found.pairs == 1 else 's'} timed by {found.source} set aside, never "
+                     f"read: {found.reason}")
+    return ratios, positions, event_ids, sources, holds, notes, spans, list(set_aside.values())
 
 
 @dataclass(frozen=True)
@@ -219,17 +308,30 @@ class _Arms:
         return speedup_bounds(self.protocol, self.baseline, self.candidate, alpha)
 
 
+def arm_drift(baseline: list[float], candidate: list[float], alpha: float) -> tuple[str, str] | None:
+    """(rule, what was found) when a design that did not interleave its arms cannot be read as exchangeable: an arm
+    shifted at some point (at most alpha / 2 per arm), or an arm too short to show a shift at that level."""
+    scans = [(arm, times, level_shift(times)) for arm, times in (("baseline", baseline), ("candidate", candidate))]
+    for arm, times, scan in scans:
+        if scan is None or not scan.checkable(alpha):
+            least = "none" if scan is None or scan.least_p is None else f"{scan.least_p:.2g}"
+            return ("speed.not_interleaved",
+                    f"its {len(times)} {arm} runs are too few to show a level shift at alpha / 2 = {alpha / 2:g} "
+                    f"(the least exact p-value they allow is {least}; speed.drift_check), so they are not read")
+    shifted = [f"{arm} {scan.text()}" for arm, _, scan in scans if scan.shifted(alpha)]
+    if shifted:
+        return ("speed.drift", f"{' and '.join(shifted)}: at most alpha / 2 = {alpha / 2:g} per arm when the runs "
+                               "are exchangeable, so they are not read as one speedup")
+    return None
+
+
 def _drift(event_id: str, baseline: list[float], candidate: list[float],
            documents: list[tuple[str, _Arms]], alpha: float) -> Hold | None:
     """The drift check of a document that did not interleave its arms: None when it passes."""
-    halves = drift_between_halves(baseline, alpha)
-    if halves.drifted is None:
-        return Hold("speed.not_interleaved",
-                    f"document {event_id} did not interleave its arms and its {len(baseline)} baseline runs are too "
-                    f"few to check for drift at alpha {alpha:g} (speed.drift_check), so they are not read")
-    if halves.drifted:
-        return Hold("speed.drift", f"document {event_id} did not interleave its arms and its baseline drifted: "
-                                   f"{halves.text()}")
+    found = arm_drift(baseline, candidate, alpha)
+    if found is not None:
+        rule, text = found
+        return Hold(rule, f"document {event_id} did not interleave its arms and {text}")
     own = speedup_bounds("sequential", baseline, candidate, alpha)
     for earlier_id, arms in documents:
         earlier = arms.bounds(alpha)

@@ -31,22 +31,48 @@ from __future__ import annotations
 from typing import Any
 
 from registry.contracts import SpeedGate
-from registry.formats.order_statistics import drift_between_halves, speedup_bounds
+from dataclasses import dataclass
+
+from registry.formats.order_statistics import speedup_bounds
 from registry.gate.ledger import Ledger
-from registry.gate.record import read_record
-from registry.gate.model import Recorded, SpeedRecord
+from registry.gate.record import Reading, arm_drift, not_speed_evidence, read_record
+from registry.gate.model import Recorded, SpeedRecord, StandingRejection
 from registry.gate.text import num, times_pair
 
-# (speedup, its interval, the interval's two-sided level)
-SpeedResult = tuple[float | None, tuple[float, float] | None, float | None]
+
+@dataclass(frozen=True)
+class SpeedResult:
+    """What a verdict records of speed: the speedup, its interval and the interval's two-sided level; for a speed
+    record, how many pairs the speedup is over and the pair whose running bounds the interval is."""
+
+    value: float | None = None
+    interval: tuple[float, float] | None = None
+    level: float | None = None
+    pairs: int | None = None
+    interval_pair: int | None = None
 
 
 def check_speed(
     speed: SpeedGate | None, recorded: Recorded | None, attempts: int | None, ledger: Ledger,
-    record: SpeedRecord | None = None,
+    record: SpeedRecord | None = None, rejection: StandingRejection | None = None,
 ) -> SpeedResult:
     """Rule 4. Under the confident rule a given speed record decides (registry/gate/record.py); otherwise the
-    latest complete benchmark item does, one look."""
+    latest complete benchmark item does, one look. A standing rejection of the bytes rejects whatever they show."""
+    result = _speed(speed, recorded, attempts, ledger, record)
+    if rejection is not None:
+        ledger.add("speed.below_gate", "rejected", rejection_text(rejection))
+    return result
+
+
+def rejection_text(rejection: StandingRejection) -> str:
+    """The reason a standing rejection gives: which verdict rejected the bytes, and that it stands."""
+    return (f"these bytes were rejected by verdict {rejection.verdict_event_id} of {rejection.artifact} under "
+            f"contract v{rejection.contract_version}, and a rejection stands: no re-declaration, rejudge, new claim "
+            "or new artifact id reopens it")
+
+
+def _speed(speed: SpeedGate | None, recorded: Recorded | None, attempts: int | None, ledger: Ledger,
+           record: SpeedRecord | None) -> SpeedResult:
     if speed is not None and speed.decision == "confident" and record is not None and (
             record.payload_sha256 is None or record.entries):
         return _judge_record(speed, record, recorded, attempts, ledger)
@@ -64,17 +90,17 @@ def check_speed(
     if recorded is None:
         if speed is not None:
             ledger.add("speed.missing", "held", "no benchmark evidence: the speedup was never measured")
-        return None, None, None
+        return SpeedResult()
     item = ledger.admit(recorded, "benchmark")
     if item is None:
-        return None, None, None
+        return SpeedResult()
     derived = item["derived"]
     value, ci, level = derived["speedup"], (derived["speedup_ci"][0], derived["speedup_ci"][1]), derived["ci_level"]
     if speed is not None:
         bounds = _judge(speed, item, ledger)
         if bounds is not None:
             ci, level = bounds, 1.0 - 2.0 * speed.alpha
-    return value, ci, level
+    return SpeedResult(value, ci, level)
 
 
 def _check_attempts(speed: SpeedGate | None, recorded: Recorded | None, attempts: int | None,
@@ -163,10 +189,10 @@ def _judge(speed: SpeedGate, item: dict[str, Any], ledger: Ledger, compare: bool
     if len(ledger.findings) > held_before or not compare:
         return None
     if speed.decision == "confident" and item["protocol"] == "sequential" and speed.drift_check != "none":
-        drift = drift_between_halves(item["baseline_s"], speed.alpha)
-        if drift.drifted is not False:
-            ledger.add("speed.drift" if drift.drifted else "speed.not_interleaved", "held",
-                       f"the arms were not interleaved and the baseline {'drifted' if drift.drifted else 'is too short to check for drift'}: {drift.text()}")
+        drift = arm_drift(item["baseline_s"], item["candidate_s"], speed.alpha)
+        if drift is not None:
+            rule, text = drift
+            ledger.add(rule, "held", f"the arms were not interleaved and {text}")
             return None
     low, high = derived["speedup_ci"]
     if speed.require_conclusive and low <= 1.0 <= high:
@@ -217,11 +243,9 @@ def _judge_bounds(speed: SpeedGate, item: dict[str, Any], shown: str, gate: str,
 
 
 def _check_timer(item: dict[str, Any], ledger: Ledger) -> None:
-    source = f"{item['timer']} {item['device']}".lower()
-    if "interpreter" in source:
-        ledger.add("speed.interpreter", "held", "timings came from Triton's interpreter and are not speed evidence")
-    elif "emulator" in source:
-        ledger.add("speed.interpreter", "held", "timings came from an emulator and are not speed evidence")
+    reason = not_speed_evidence(item["timer"], item["device"])
+    if reason is not None:
+        ledger.add("speed.interpreter", "held", reason)
 
 
 def _judge_record(speed: SpeedGate, record: SpeedRecord, recorded: Recorded | None, attempts: int | None,
@@ -231,21 +255,28 @@ def _judge_record(speed: SpeedGate, record: SpeedRecord, recorded: Recorded | No
     Sessions and complete documents are one record however many there are
     (registry/gate/record.py), so their count is stated; the latest complete
     item must still be what an item must be to count (runs, protocol,
-    interleaving, CV, timer), and a declared attempt cap still applies. A
-    source timed under an interpreter or emulator holds, as a benchmark item would.
+    interleaving, CV), and a declared attempt cap still applies. Pairs timed
+    under an interpreter or emulator are set aside by the record (a latest
+    item so timed is not checked either): they hold only a record that has
+    nothing else to read.
     """
     if record.payload_sha256 is None:
         ledger.add("speed.no_payload", "held",
                    "the artifact was registered without a payload, so it has no speed record of its own and borrows "
                    "none: register its bytes (`registry artifact register --payload`) and measure them")
-        return None, None, None
+        return SpeedResult()
+    item = None
     if recorded is not None:
         _check_attempts(speed, recorded, attempts, ledger)
         item = ledger.admit(recorded, "benchmark")
-        if item is not None:
+        if item is not None and not_speed_evidence(item["timer"], item["device"]) is None:
             _judge(speed, item, ledger, compare=False)
     reading = read_record(record, speed)
-    ledger.evidence_ids.extend(event_id for event_id in reading.event_ids if event_id not in ledger.evidence_ids)
+    consulted = set(ledger.evidence_ids)
+    for event_id in reading.event_ids:
+        if event_id not in consulted:
+            consulted.add(event_id)
+            ledger.evidence_ids.append(event_id)
     ledger.note("speed.attempts", f"{record_sentence(reading.sessions, reading.documents)}, every pair read in "
                                   "recorded order as one record")
     for note in reading.notes:
@@ -253,23 +284,42 @@ def _judge_record(speed: SpeedGate, record: SpeedRecord, recorded: Recorded | No
     held_before = len(ledger.findings)
     for hold in reading.holds:
         ledger.add(hold.rule, "held", hold.text)
-    for source in reading.sources:
-        _check_timer({"timer": source, "device": ""}, ledger)
-    result, value = reading.result, reading.value
-    level = reading.level
+    if not reading.ratios:
+        for found in reading.set_aside:
+            ledger.add("speed.interpreter", "held", found.reason)
+    result, figure = reading.result, reading.figure
     bounds = None if result.lower is None else (result.lower, result.upper)
-    if len(ledger.findings) > held_before or value is None:
-        if value is None and len(ledger.findings) == held_before:
+    if figure is not None:
+        speed_result = SpeedResult(figure.value, bounds, reading.level if bounds else None, figure.pairs,
+                                   (result.decided_at or result.pairs) if bounds else None)
+    elif item is not None:  # nothing read: the latest complete item's own figure, as a document publishes it
+        derived = item["derived"]
+        speed_result = SpeedResult(derived["speedup"], tuple(derived["speedup_ci"]), derived["ci_level"])
+    else:
+        speed_result = SpeedResult()
+    if len(ledger.findings) > held_before or figure is None:
+        if figure is None and len(ledger.findings) == held_before:
             ledger.add("speed.missing", "held", "the speed record of these bytes holds no pairs it can read")
-        return value, bounds, level if bounds else None
-    ledger.margin("speedup", value, speed.gate, higher_is_better=True)
-    shown, gate = times_pair(value, speed.gate)
+        return speed_result
+    ledger.margin("speedup", figure.value, speed.gate, higher_is_better=True)
+    _record_finding(speed, reading, ledger)
+    return speed_result
+
+
+def _record_finding(speed: SpeedGate, reading: Reading, ledger: Ledger) -> None:
+    """The sentence of a record's decision: the figure over every pair up to what decided, then the pair at which the
+    rule decided (or the last pair read) and its running bounds with their level."""
+    result, figure = reading.result, reading.figure
+    shown, gate = times_pair(figure.value, speed.gate)
     low = "none yet" if result.lower is None else num(result.lower)
     high = "none yet" if result.upper is None else num(result.upper)
-    where = (f"after {result.decided_at} of {len(reading.ratios)} recorded pairs" if result.decided_at
-             else f"after {result.pairs} pairs")
-    text = (f"speedup {shown} {where}: running bounds [{low}, {high}] (two-sided {level:.0%}, "
-            f"alpha {num(result.alpha)} per side)")
+    bounds = (f"running bounds [{low}, {high}] (two-sided {reading.level:.0%}, alpha {num(result.alpha)} per side)")
+    if result.decided_at:
+        text = (f"speedup {shown} over the {figure.pairs} pairs read up to the {figure.source} that decided "
+                f"({figure.method}); decided at pair {result.decided_at} of {len(reading.ratios)} recorded: {bounds}")
+    else:
+        text = (f"speedup {shown} over the {figure.pairs} pairs read ({figure.method}); after pair {result.pairs}: "
+                f"{bounds}")
     if result.stop == "rejected_before":
         ledger.add("speed.below_gate", "rejected", f"{text}; the record of these bytes was shown below the gate "
                                                    f"under contract v{reading.rejected_under}, and a rejection stands")
@@ -283,7 +333,6 @@ def _judge_record(speed: SpeedGate, record: SpeedRecord, recorded: Recorded | No
     else:
         ledger.add("speed.undecided", "held", f"{text} do not yet decide against the gate {gate}; measuring "
                                               f"may continue up to speed.max_pairs {speed.max_pairs}")
-    return value, bounds, level if bounds else None
 
 
 def record_sentence(sessions: int, documents: int) -> str:

@@ -20,7 +20,12 @@ kind of cheat was seen, not only that something differed:
   replaced inside the worker;
 - ``background work``: threads or child processes a call left running;
 - ``impossible speed``: a time below the op's bytes over the device's peak
-  bandwidth.
+  bandwidth;
+- ``out-of-bounds write``: a compiled kernel run by the harness launcher
+  changed a guard region around a buffer, or an input buffer;
+- ``launch deadline``: a compiled kernel still running at the launcher's
+  deadline (a spin loop); ``kernel fault``: one the device stopped (an
+  illegal address).
 
 A candidate that writes to its inputs keeps the older refusal, ``candidate
 wrote to its input K on CASE`` (a ValueError), so earlier evidence reads the same.
@@ -53,6 +58,9 @@ NOT_FROM_KERNEL = "result not from the kernel"
 TAMPERING = "harness tampering"
 BACKGROUND = "background work"
 IMPOSSIBLE_SPEED = "impossible speed"
+OUT_OF_BOUNDS = "out-of-bounds write"
+DEADLINE = "launch deadline"
+FAULT = "kernel fault"
 
 
 class CandidateRefused(Exception):

@@ -27,7 +27,7 @@ import inspect
 import secrets
 import statistics
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
@@ -186,6 +186,28 @@ def _floor_seconds(bytes_moved: int, device_name: str | None) -> float | None:
     return None if peak is None else bytes_moved / peak
 
 
+def ticker(total: int, progress: Callable[[int, int], None] | None) -> Callable[[], None]:
+    """A function to call once per corpus case compared and per timed or warm-up call: ``progress(done, total)``."""
+    done = 0
+
+    def tick() -> None:
+        nonlocal done
+        done += 1
+        if progress is not None:
+            progress(done, total)
+
+    return tick
+
+
+def paired_calls(pairs: int, warmup: int) -> Iterator[tuple[str, bool, str]]:
+    """(arm, timed, where) of every call: ``warmup`` untimed then ``pairs`` timed ABBA pairs, in order."""
+    orders = [(order, False) for order in (abba_schedule(warmup) if warmup else [])]
+    orders += [(order, True) for order in abba_schedule(pairs)]
+    for index, (order, timed) in enumerate(orders):
+        for arm in order:
+            yield arm, timed, f"{'timed' if timed else 'warm-up'} call {index + 1}"
+
+
 def time_pairs(session: _Session, cases: Sequence[Any], pairs: int, warmup: int, *, bytes_moved: int,
                tick: Callable[[], None], notes: str) -> dict[str, Any]:
     """``warmup`` untimed then ``pairs`` timed ABBA pairs; a paired benchmark item.
@@ -206,25 +228,21 @@ def time_pairs(session: _Session, cases: Sequence[Any], pairs: int, warmup: int,
     floor = _floor_seconds(bytes_moved, session.worker.device_name)
     times: dict[str, list[float]] = {"B": [], "C": []}
     waited: list[float | None] = []
-    orders = [(order, False) for order in (abba_schedule(warmup) if warmup else [])]
-    orders += [(order, True) for order in schedule]
-    for index, (order, timed) in enumerate(orders):
-        for arm in order:
-            inputs = fresh_inputs(session.spec, cases, session.device)
-            where = f"{'timed' if timed else 'warm-up'} call {index + 1}"
-            call = session.run(arm, labels, inputs, where)
-            if arm == "C":
-                session.spot_check(STALE, where, labels, inputs, call)
-                session.require_launches(call, where)
-                if floor is not None and call.seconds < floor:
-                    raise CandidateRefused(IMPOSSIBLE_SPEED, (
-                        f"{where} took {call.seconds:.3g} s, below the {floor:.3g} s that moving "
-                        f"{bytes_moved} bytes takes at {session.worker.device_name}'s peak bandwidth"))
-            if timed:
-                times[arm].append(call.seconds)
-                if arm == "B":
-                    waited.append(call.waited_s)
-            tick()
+    for arm, timed, where in paired_calls(pairs, warmup):
+        inputs = fresh_inputs(session.spec, cases, session.device)
+        call = session.run(arm, labels, inputs, where)
+        if arm == "C":
+            session.spot_check(STALE, where, labels, inputs, call)
+            session.require_launches(call, where)
+            if floor is not None and call.seconds < floor:
+                raise CandidateRefused(IMPOSSIBLE_SPEED, (
+                    f"{where} took {call.seconds:.3g} s, below the {floor:.3g} s that moving "
+                    f"{bytes_moved} bytes takes at {session.worker.device_name}'s peak bandwidth"))
+        if timed:
+            times[arm].append(call.seconds)
+            if arm == "B":
+                waited.append(call.waited_s)
+        tick()
     timer, device = timer_names(session)
     interpreted = timer == "interpreter"
     item: dict[str, Any] = {
@@ -266,24 +284,31 @@ class SessionRefused(Exception):
 
 def time_batches(session: _Session, cases: Sequence[Any], open_batches: Callable[[str, str], PairBatches],
                  warmup: int, *, bytes_moved: int, tick: Callable[[], None], notes: str) -> None:
-    """Timed pairs in batches handed to a benchmark session, until it asks for none.
+    """Timed pairs in batches handed to a benchmark session, until it asks for none (``run_batches``), each
+    batch timed exactly as ``time_pairs`` times a whole benchmark."""
+    run_batches(lambda size, first: time_pairs(session, cases, size, warmup if first else 0,
+                                                bytes_moved=bytes_moved, tick=tick, notes=notes),
+                timer_names(session), session.worker.arch, open_batches)
+
+
+def run_batches(timed: Callable[[int, bool], dict[str, Any]], opened: tuple[str, str], arch: str,
+                open_batches: Callable[..., PairBatches]) -> None:
+    """Give a benchmark session batches of timed pairs until it asks for none.
 
     The session is opened (``open_batches(timer, device, arch)``) after parity and
     before the first timed call, with the names every batch is then timed
     under; a batch timed under another timer (the candidate started running
-    interpreted) is a failure, not a batch of that session. Each batch is
-    timed exactly as ``time_pairs`` times a whole benchmark; only the first
-    has warm-up pairs.
+    interpreted) is a failure, not a batch of that session. ``timed(size,
+    first)`` times one batch as a benchmark item; only the first has warm-up
+    pairs.
     """
-    opened = timer_names(session)
     try:
-        batches = open_batches(*opened, session.worker.arch)
+        batches = open_batches(*opened, arch)
     except UserError as exc:
         raise SessionRefused(exc) from exc
     first = True
     while size := batches.next_size():
-        item = time_pairs(session, cases, size, warmup if first else 0, bytes_moved=bytes_moved, tick=tick,
-                          notes=notes)
+        item = timed(size, first)
         first = False
         if (item["timer"], item["device"]) != opened:
             raise RuntimeError(f"a batch was timed by {item['timer']} on {item['device']}, but the session was "
@@ -403,14 +428,7 @@ def evaluate_kernel(op_name: str, entry: str, *, corpus: str, runs: int, warmup:
     cases = spec.corpus(corpus)
     _check_request(cases, runs, warmup, policy, tolerances_by_dtype)
     device = execution_device(corpus)
-    total, done = len(cases) + 2 * (warmup + runs), 0
-
-    def tick() -> None:
-        nonlocal done
-        done += 1
-        if progress is not None:
-            progress(done, total)
-
+    tick = ticker(len(cases) + 2 * (warmup + runs), progress)
     candidate = candidate_text(entry, entry_sha256)  # a file swapped since registration is refused, not run
     stage = "load"
     try:

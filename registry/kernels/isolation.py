@@ -88,6 +88,7 @@ class CallResult:
     extra_tasks: int = 0
     extra_children: list[int] = field(default_factory=list)
     waited_s: float | None = None  # a baseline call's wait for a CPU (`_waits`); None: unreported or a candidate's
+    device_s: float | None = None  # CUDA event time the worker measured, when asked (`events`; the baseline only)
 
 
 def _tasks(pid: int) -> tuple[set[str], set[str]] | None:
@@ -216,7 +217,7 @@ class _Jail:
     and with the zygote the kernel kills everything left in the jail's pid namespace.
     """
 
-    def __init__(self, workers: Sequence["CandidateWorker"]) -> None:
+    def __init__(self, workers: Sequence["CandidateWorker"], serve: str = "worker") -> None:
         self.sandbox = Sandbox(workers[0].device.type)
         self.open = len(workers)
         theirs: list[dict[str, int]] = []
@@ -228,7 +229,7 @@ class _Jail:
                                "status": status[1]})
             make_harness_undumpable()
             self.process = subprocess.Popen(
-                self.sandbox.command(theirs), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                self.sandbox.command(theirs, serve), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                 stderr=workers[0].stderr, env={}, pass_fds=[fd for fds in theirs for fd in fds.values()],
                 start_new_session=True)
         except BaseException:
@@ -285,7 +286,7 @@ def confinement_reported(line: str | None) -> dict[str, str]:
     return {"identity": UNREPORTED, "memory": UNREPORTED}
 
 
-def worker_command() -> list[str]:
+def worker_command(module: str = "registry.kernels.worker") -> list[str]:
     """How an unsandboxed worker starts: isolated (``-I``: no PYTHONPATH, no working directory, no user site
     on its path, ``-B``: no bytecode written).
 
@@ -298,7 +299,7 @@ def worker_command() -> list[str]:
 
     home = str(Path(registry.__file__).resolve().parent.parent)
     boot = ("import runpy, sys; sys.path.insert(0, sys.argv.pop(1)); "
-            "runpy.run_module('registry.kernels.worker', run_name='__main__', alter_sys=True)")
+            f"runpy.run_module({module!r}, run_name='__main__', alter_sys=True)")
     return [sys.executable, "-I", "-B", "-c", boot, home]
 
 
@@ -324,13 +325,14 @@ def candidate_text(entry: str, expected_sha256: str | None = None) -> dict[str, 
     return {"name": parsed.path.name, "function": parsed.function, "source": source}
 
 
-def start_workers(workers: Sequence["CandidateWorker"], *, sandboxed: bool) -> None:
-    """Start ``workers`` together: one jail whose zygote forks each (sandboxed), else a process each."""
+def start_workers(workers: Sequence["CandidateWorker"], *, sandboxed: bool, serve: str = "worker") -> None:
+    """Start ``workers`` together: one jail whose zygote forks each (sandboxed), else a process each; each
+    serves ``serve`` (the evaluation worker, or the trusted launcher's: zygote.WORKER_MODULES)."""
     if sandboxed:
-        _Jail(workers)
+        _Jail(workers, serve)
     else:
         for worker in workers:
-            worker.start_unsandboxed()
+            worker.start_unsandboxed(serve)
 
 
 class CandidateWorker:
@@ -368,9 +370,11 @@ class CandidateWorker:
         self.jail, self.answers, self.status, self.started = jail, answers, status, True
         self.to_worker = io.BufferedWriter(io.FileIO(requests, "wb"))  # writes whole frames; answers stay raw
 
-    def start_unsandboxed(self) -> None:
+    def start_unsandboxed(self, serve: str = "worker") -> None:
+        from registry.kernels.zygote import WORKER_MODULES
+
         self.scratch = tempfile.mkdtemp(prefix="registry-candidate-")
-        self.process = subprocess.Popen(worker_command(), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        self.process = subprocess.Popen(worker_command(WORKER_MODULES[serve]), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                         stderr=self.stderr, start_new_session=True, bufsize=0)
         self.to_worker = io.BufferedWriter(self.process.stdin)
         self.answers, self.pid, self.started = self.process.stdout.fileno(), self.process.pid, True
@@ -392,6 +396,11 @@ class CandidateWorker:
         """Wait for the hello's answer: the entry imported in the worker, its source when screened."""
         source = self._receive(START_TIMEOUT_S)[0].get("source")
         self.source = source if isinstance(source, str) else ""
+        return self.locate()
+
+    def locate(self) -> "CandidateWorker":
+        """After the hello's answer: find the worker's pid as this process sees it (its threads and children
+        are counted by it)."""
         if self.jail is not None:
             jail_pid = self._status_line(EXIT_GRACE_S)
             self.pid = self.jail.host_pid(jail_pid) if jail_pid is not None else None
@@ -506,16 +515,18 @@ class CandidateWorker:
             return WorkerDied(f"the sandbox for the candidate could not be built{self._stderr_tail()}")
         return WorkerDied(f"the candidate's worker process {why} (exit status {code}){self._stderr_tail()}")
 
-    def _send(self, header: dict[str, Any], tensors: Sequence[torch.Tensor] = ()) -> None:
+    def _send(self, header: dict[str, Any], tensors: Sequence[torch.Tensor] = (), *, plain: bool = False) -> None:
+        """Send a frame: tensors, or (``plain``) byte strings as uint8 tensors' storage, without a copy."""
         try:
-            wire.write_frame(self.to_worker, header, tensors)
+            (wire.write_byte_frame if plain else wire.write_frame)(self.to_worker, header, tensors)
         except (OSError, ValueError) as exc:
             raise self._died(f"stopped reading ({exc.__class__.__name__})") from None
 
-    def _receive(self, timeout: float, byte_budget: int = 0) -> tuple[dict[str, Any], list[torch.Tensor]]:
+    def _receive(self, timeout: float, byte_budget: int = 0, *, plain: bool = False) -> tuple[dict[str, Any], list]:
+        """The next frame: its header and tensors, or (``plain``) byte strings, for a worker that sends bytes."""
         reader = _DeadlineReader(self.answers, time.monotonic() + timeout)
         try:
-            header, tensors = wire.read_frame(reader, byte_budget)
+            header, tensors = (wire.read_byte_frame if plain else wire.read_frame)(reader, byte_budget)
         except TimeoutError:
             raise self._died(f"did not answer within {timeout:.0f} s") from None
         except (wire.WireError, OSError, ValueError) as exc:
@@ -534,11 +545,13 @@ class CandidateWorker:
         return self._receive(timeout)[0]
 
     def call(self, arm: str, cases: Sequence[Sequence[torch.Tensor]], output_bytes: int, *,
-             ablate: bool = False) -> CallResult:
+             ablate: bool = False, events: bool = False) -> CallResult:
         """Stage ``cases`` (each a tuple of inputs), run this worker's entry on all of them, collect.
 
         ``arm`` "C" (the candidate) also brings the inputs back as the call left them; "B" does not, and
         its result carries the time the run waited for a CPU (`_waits`, read just outside the clock).
+        ``events`` (asked only of a worker that runs registry code) brings back the CUDA event time of its
+        calls, on a GPU, as ``device_s``.
         """
         flat = [t.detach().to("cpu").contiguous() for args in cases for t in args]
         self._request({"op": "stage", "arm": arm, "counts": [len(args) for args in cases]}, flat)
@@ -547,7 +560,7 @@ class CandidateWorker:
         _settle(watched)  # both arms alike: each clock starts with its worker asleep on the request
         waits = _waits(watched) if arm == "B" else None
         start = time.perf_counter_ns()  # before the write: a worker woken by it may run before the write returns
-        self._send({"op": "run", "ablate": ablate})
+        self._send({"op": "run", "ablate": ablate, "events": events})
         self._receive(CALL_TIMEOUT_S)
         seconds = (time.perf_counter_ns() - start) / 1e9
         waited = _waited_s(waits, _waits(watched) if waits is not None else None)
@@ -556,6 +569,9 @@ class CandidateWorker:
         header, tensors = self._receive(CALL_TIMEOUT_S, byte_budget=output_bytes + input_bytes)
         result = self._result(header, tensors, cases, seconds, before, after)
         result.waited_s = waited
+        reported = header.get("device_s")
+        if events and (isinstance(reported, float) and math.isfinite(reported) and reported > 0):
+            result.device_s = reported
         return result
 
     def _result(self, header: dict[str, Any], tensors: list[torch.Tensor], cases: Sequence[Sequence[torch.Tensor]],

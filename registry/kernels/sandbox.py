@@ -62,7 +62,9 @@ HARNESS_MODULES = ("registry.kernels.evaluate", "registry.kernels.isolation", "r
                    "registry.kernels.wire", "registry.kernels.checks", "registry.kernels.launches",
                    "registry.kernels.sandbox", "registry.kernels.sandbox_launch", "registry.kernels.ops",
                    "registry.kernels.corpus", "registry.kernels.reference", "registry.evidence.parity",
-                   "registry.evidence.timing", "registry.evidence.source_screen")
+                   "registry.evidence.timing", "registry.evidence.source_screen", "registry.kernels.launch_plan",
+                   "registry.kernels.launcher", "registry.kernels.launcher_worker", "registry.kernels.launcher_process",
+                   "registry.kernels.launch_evaluate", "registry.kernels.tensor_bytes", "registry.kernels.zygote")
 """The code whose digest every evidence document records: what measured, compared, timed and jailed."""
 
 
@@ -162,11 +164,17 @@ class Sandbox:
                 "workers": [dict(_draw_ids(), fds=fds) for fds in workers],
                 "memory_bytes": JAIL_MEMORY_BYTES, "tmp_bytes": TMP_BYTES, "tmp_inodes": TMP_INODES, "shm_bytes": SHM_BYTES}
 
-    def command(self, workers: list[dict[str, int]]) -> list[str]:
+    def command(self, workers: list[dict[str, int]], serve: str = "worker") -> list[str]:
         """The launcher's command line (an isolated interpreter without site: it starts in milliseconds),
-        for a jail whose zygote forks one worker per entry of ``workers``."""
+        for a jail whose zygote forks one worker per entry of ``workers``, each serving ``serve`` (a key of
+        ``zygote.WORKER_MODULES``: the evaluation worker, or the trusted launcher's)."""
         zygote = [sys.executable, "-s", "-B", "-m", "registry.kernels.zygote"]
-        return self._launcher(self.launch_config(zygote, workers))
+        return self._launcher(dict(self.launch_config(zygote, workers), serve=serve))
+
+    def module_command(self, module: str) -> list[str]:
+        """A jail whose pid 1 runs the registry's own `python -m module` with no worker beside it (a one-shot job:
+        rebuilding cubins), which confines itself first as a worker is confined (its config's ``probe_ids``)."""
+        return self._launcher(self.launch_config([sys.executable, "-s", "-B", "-m", module], []))
 
     def _launcher(self, config: dict) -> list[str]:
         return [sys.executable, "-I", "-S", str(_LAUNCHER), json.dumps(config)]
@@ -194,6 +202,11 @@ def _probe() -> str | None:
         return None
     lines = done.stderr.decode("utf-8", "replace").strip().splitlines()
     return lines[-1] if lines else f"the sandbox launcher exited with status {done.returncode}"
+
+
+def sandbox_problem() -> str | None:
+    """Why this machine cannot build the sandbox (the launcher's own line), or None when it can."""
+    return _probe()
 
 
 def require_sandbox() -> None:

@@ -5,15 +5,23 @@ the raw storage bytes of every tensor the header lists. Nothing is pickled:
 the worker runs hostile code, and unpickling what it sends would hand that
 code the harness process. The harness reads a frame only up to the byte
 budget it set, so a worker cannot make it allocate without bound.
+
+The same frames carry plain bytes for a process that has no torch (the
+trusted launcher's worker, registry/kernels/launcher_worker.py):
+``write_byte_frame`` and ``read_byte_frame`` send and take each payload as a
+one-dimensional ``uint8`` tensor's storage, which the harness reads with
+``read_frame`` like any other. torch is imported only by the tensor
+functions.
 """
 from __future__ import annotations
 
 import json
 import struct
 from collections.abc import Sequence
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
 HEADER_LIMIT = 1 << 20  # bytes of JSON header a harness accepts from a worker
 ERROR_TEXT_LIMIT = 2000
@@ -28,6 +36,8 @@ class WireError(RuntimeError):
 
 def dtype_from_name(name: Any) -> torch.dtype:
     """The torch dtype called ``name`` (``"bfloat16"``); anything else is a WireError."""
+    import torch
+
     dtype = getattr(torch, name, None) if isinstance(name, str) and name.isidentifier() else None
     if not isinstance(dtype, torch.dtype):
         raise WireError(f"unknown dtype {name!r} in a frame")
@@ -42,6 +52,8 @@ def tensor_meta(t: torch.Tensor) -> dict[str, Any]:
 
 def storage_bytes(t: torch.Tensor) -> memoryview:
     """The whole storage of a CPU tensor as bytes (the layout travels in its meta)."""
+    import torch
+
     storage = t.untyped_storage()
     if storage.nbytes() == 0:
         return memoryview(b"")
@@ -51,13 +63,40 @@ def storage_bytes(t: torch.Tensor) -> memoryview:
 
 def write_frame(stream: BinaryIO, header: dict[str, Any], tensors: Sequence[torch.Tensor] = ()) -> None:
     """Send ``header`` and the storage of each CPU ``tensor`` (listed under ``header["tensors"]``)."""
-    header = dict(header, tensors=[tensor_meta(t) for t in tensors])
+    _write(stream, dict(header, tensors=[tensor_meta(t) for t in tensors]), [storage_bytes(t) for t in tensors])
+
+
+def _write(stream: BinaryIO, header: dict[str, Any], payloads: Sequence[bytes | memoryview]) -> None:
     text = json.dumps(header, allow_nan=False).encode("utf-8")
     stream.write(_LENGTH.pack(len(text)))
     stream.write(text)
-    for t in tensors:
-        stream.write(storage_bytes(t))
+    for payload in payloads:
+        stream.write(payload)
     stream.flush()
+
+
+def byte_meta(size: int) -> dict[str, Any]:
+    """The meta of ``size`` plain bytes: a one-dimensional uint8 tensor."""
+    return {"dtype": "uint8", "shape": [size], "strides": [1], "nbytes": size}
+
+
+def write_byte_frame(stream: BinaryIO, header: dict[str, Any], payloads: Sequence[bytes] = ()) -> None:
+    """Send ``header`` and each payload as a uint8 tensor's storage (no torch needed)."""
+    _write(stream, dict(header, tensors=[byte_meta(len(payload)) for payload in payloads]), payloads)
+
+
+def read_byte_frame(stream: BinaryIO, byte_budget: int) -> tuple[dict[str, Any], list[bytes]]:
+    """One frame whose tensors are all plain bytes (one-dimensional uint8); anything else is a WireError."""
+    header, metas = _read_header(stream)
+    sizes = []
+    for meta in metas:
+        size = meta.get("nbytes") if isinstance(meta, dict) else None
+        if not isinstance(size, int) or isinstance(size, bool) or size < 0 or meta != byte_meta(size):
+            raise WireError(f"a frame for plain bytes carries {str(meta)[:200]}")
+        sizes.append(size)
+    if sum(sizes) > byte_budget:
+        raise WireError(f"frame carries more than the {byte_budget} bytes expected")
+    return header, [_read_exactly(stream, size) for size in sizes]
 
 
 def _read_exactly(stream: BinaryIO, size: int) -> bytes:
@@ -94,13 +133,8 @@ def _check_meta(meta: Any) -> tuple[torch.dtype, list[int], list[int], int]:
     return dtype, shape, strides, nbytes
 
 
-def read_frame(stream: BinaryIO, byte_budget: int) -> tuple[dict[str, Any], list[torch.Tensor]]:
-    """One frame: its header and its tensors (CPU, in the layout the header gives).
-
-    A tensor's storage must be exactly its elements (dense, no other bytes):
-    anything else is a WireError, as is a frame whose payload exceeds
-    ``byte_budget``.
-    """
+def _read_header(stream: BinaryIO) -> tuple[dict[str, Any], list[Any]]:
+    """A frame's JSON header (at most HEADER_LIMIT bytes) and its tensor list, the payloads still unread."""
     (length,) = struct.unpack("<Q", _read_exactly(stream, _LENGTH.size))
     if length > HEADER_LIMIT:
         raise WireError(f"frame header of {length} bytes (limit {HEADER_LIMIT})")
@@ -111,6 +145,19 @@ def read_frame(stream: BinaryIO, byte_budget: int) -> tuple[dict[str, Any], list
     metas = header.get("tensors") if isinstance(header, dict) else None
     if not isinstance(metas, list):
         raise WireError("frame header has no tensor list")
+    return header, metas
+
+
+def read_frame(stream: BinaryIO, byte_budget: int) -> tuple[dict[str, Any], list[torch.Tensor]]:
+    """One frame: its header and its tensors (CPU, in the layout the header gives).
+
+    A tensor's storage must be exactly its elements (dense, no other bytes):
+    anything else is a WireError, as is a frame whose payload exceeds
+    ``byte_budget``.
+    """
+    import torch
+
+    header, metas = _read_header(stream)
     checked = [_check_meta(meta) for meta in metas]
     if sum(nbytes for *_, nbytes in checked) > byte_budget:
         raise WireError(f"frame carries more than the {byte_budget} bytes expected")

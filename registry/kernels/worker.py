@@ -24,7 +24,9 @@ stdout; the candidate's prints go to stderr):
   worker writes it into ``scratch`` (an empty folder the harness removes) or, in the sandbox, a fresh
   folder of its private /tmp
 - ``stage {arm, counts}`` + tensors -> ``{ok}`` (arm "C" also sends the inputs back after the run)
-- ``run {ablate}`` -> ``{done}`` or ``{error}``, then ``{outputs, launches, ...}`` + tensors
+- ``run {ablate, events?}`` -> ``{done}`` or ``{error}``, then ``{outputs, launches, device_s, ...}`` + tensors
+  (``device_s``: the time between CUDA events recorded around the calls, when ``events`` was asked on a GPU;
+  the harness asks it only of the baseline's worker, which runs registry code alone)
 - ``exit`` -> the process ends
 """
 from __future__ import annotations
@@ -253,14 +255,25 @@ class Worker:
         self.watch.reset()
         self.watch.ablate = bool(header.get("ablate"))
         results, per_call, error = [], [], None
+        # CUDA events around the arm's calls, on its current stream, asked for only of the baseline's worker
+        # (registry code alone): a candidate's worker could report any number
+        events = ([torch.cuda.Event(enable_timing=True) for _ in range(2)]
+                  if header.get("events") and self.device.type == "cuda" else None)
+        device_s = None
         with counting() as tally:
             try:
+                if events:
+                    events[0].record()
                 for args in self.staged:
                     before = self.watch.launches
                     results.append(_outputs(fn(*args)))
                     per_call.append(self.watch.launches - before)
+                if events:
+                    events[1].record()
                 if self.device.type == "cuda":
                     torch._C._cuda_synchronize()  # the whole device: side streams included
+                if events:
+                    device_s = events[0].elapsed_time(events[1]) / 1000.0
             except BaseException as exc:  # noqa: BLE001 - the candidate's failure is the answer
                 error = _error(exc)
         self.watch.ablate = False
@@ -280,7 +293,7 @@ class Worker:
         wire.write_frame(_PROTOCOL_OUT, {
             "outputs": described, "launches": per_call, "interpreted": self.watch.interpreted,
             "kernels": self.watch.kernels, "fallbacks": tally.fallbacks, "replaced": self.replaced(),
-            "inputs_after": len(inputs_after)}, copies + inputs_after)
+            "inputs_after": len(inputs_after), "device_s": device_s}, copies + inputs_after)
 
     def serve(self) -> None:
         while True:

@@ -21,16 +21,17 @@ then kills whatever they left in the namespace.
 """
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import sys
 
 from registry.kernels.sandbox_launch import SETUP_FAILED, SetupError, confine, pid_namespace_for_next_worker
 
+WORKER_MODULES = {"worker": "registry.kernels.worker", "launcher": "registry.kernels.launcher_worker"}
 
-def _serve(config: dict, worker: dict) -> None:
-    from registry.kernels import worker as worker_module
 
+def _serve(config: dict, worker: dict, worker_module) -> None:
     keep = {worker["fds"]["requests"]: 0, worker["fds"]["answers"]: 1, worker["fds"]["stderr"]: 2}
     for fd, target in keep.items():
         os.dup2(fd, target)
@@ -41,8 +42,9 @@ def _serve(config: dict, worker: dict) -> None:
 
 def main(argv: list[str]) -> None:
     config = json.loads(argv[1])
-    import registry.kernels.worker as worker_module
-
+    # what each worker of this jail serves: the evaluation worker (torch, Triton), or the trusted launcher's
+    # (cuda.bindings, no torch): a name of WORKER_MODULES, imported before any worker exists
+    worker_module = importlib.import_module(WORKER_MODULES[config.get("serve", "worker")])
     worker_module.preload()
     pids = {}
     for worker in config["workers"]:
@@ -54,7 +56,7 @@ def main(argv: list[str]) -> None:
         pid = os.fork()
         if pid == 0:
             try:
-                _serve(config, worker)
+                _serve(config, worker, worker_module)
             except BaseException as exc:  # noqa: BLE001 - nothing but a confined worker may run past this
                 os.write(2, f"sandbox: {exc}\n".encode("utf-8", "replace"))
             os._exit(SETUP_FAILED)

@@ -40,7 +40,7 @@ from typing import Any, Callable, Iterable
 
 from registry.events.identity import artifact_identity
 from registry.events.store import StoredEvent
-from registry.formats.names import ARTIFACT_PREFIX, frameset_stream, workload_stream
+from registry.formats.names import ARTIFACT_PREFIX, HOOK_PREFIX, frameset_stream, workload_stream
 
 from . import monitor_fold
 
@@ -386,6 +386,12 @@ def _token(state: RegistryState, event: LogEvent) -> None:
     _same_subject(event, TOKEN_PREFIX + event.payload["key_id"], event.stream)
 
 
+def _hook(state: RegistryState, event: LogEvent) -> None:
+    """A webhook's addition, delivery attempt or removal: it must sit in its hook's stream, and changes no read
+    model (its deliverer reads the hook's own stream, registry/app/hooks.py)."""
+    _same_subject(event, HOOK_PREFIX + event.payload["hook_id"], event.stream)
+
+
 Handler = Callable[[RegistryState, LogEvent], None]
 HANDLERS: dict[str, Handler] = {
     "ArtifactRegistered": _registered,
@@ -402,5 +408,8 @@ HANDLERS: dict[str, Handler] = {
     "PairsRemeasured": lambda state, event: monitor_fold.remeasured(_artifact(state, event), event),
     "RegressionDetected": lambda state, event: monitor_fold.detected(_artifact(state, event), event),
     "RegressionAcknowledged": lambda state, event: monitor_fold.acknowledged(_artifact(state, event), event),
+    "HookAdded": _hook,
+    "HookRemoved": _hook,
+    "HookDeliveryAttempted": _hook,
     **{name: _evidence for name in EVIDENCE_KIND_BY_TYPE},
 }

@@ -6,7 +6,7 @@ import re
 from html import escape
 from typing import Any, Sequence
 
-from .plots import Plot, frame_plot, running_bounds_plot, speed_fidelity_plot
+from .plots import Plot, can_plot, frame_plot, running_bounds_plot, speed_fidelity_plot
 from .matrix import cell_text
 from .report import head_text, matrix_table, report_tables
 from .state import RegistryState
@@ -24,6 +24,8 @@ td.promoted { background: #c8e6c9; } td.candidates_found { background: #e3f2fd; 
 td.no_worthwhile_candidate { background: #fff3e0; } td.quarantined { background: #ffcdd2; }
 td.held { background: #fff9c4; } td.not_attempted { background: #f5f5f5; color: #777; }
 td.stale { font-style: italic; opacity: 0.7; }
+section.artifact-page { border-top: 2px solid #ddd; margin-top: 2em; } h3 { font-size: 1em; }
+.state.promoted { color: #2e7d32; } .state.regressed, .state.quarantined, .state.rejected { color: #c62828; }
 """
 
 
@@ -51,8 +53,10 @@ def _figure(plot: Plot, alt: str) -> str:
             f"<figcaption>{escape(plot.caption)}</figcaption></figure>")
 
 
-def report_html(report: dict[str, Any], state: RegistryState, *, max_frame_plots: int = 48) -> str:
-    """One self-contained HTML page of the report (plots embedded as base64 PNG)."""
+def report_html(report: dict[str, Any], state: RegistryState, *, max_frame_plots: int = 48,
+                pages: list[dict[str, Any]] = (), pages_left_out: int = 0) -> str:
+    """One self-contained HTML page of the report (plots embedded as base64 PNG), ending with `pages`, one per
+    artifact (app/artifact_page.py), and how many were left out."""
     workloads = report["workloads"]
     artifacts = [a for key, a in sorted(state.artifacts.items()) if a["workload"] in workloads]
     scope = "all workloads" if report["workload"] is None else f"workload {report['workload']}"
@@ -66,18 +70,19 @@ def report_html(report: dict[str, Any], state: RegistryState, *, max_frame_plots
         f"<p>{escape(totals)}</p>",
         _table(*workload_table),
         "<h2>Speed against fidelity</h2>",
-        speed_fidelity_figure(artifacts, {w: s["speed_gate"] for w, s in workloads.items()}),
+        speed_fidelity_section(artifacts, {w: s["speed_gate"] for w, s in workloads.items()}),
         *(_table(*table) for table in tables if table[0] != matrix_title),
         *([matrix_grid(report["matrix"])] if report["matrix"] is not None else []),
         *_bounds_section(report.get("benchmark_records") or [], max_frame_plots),
         *_frame_section(artifacts, state, max_frame_plots),
+        *artifact_pages_section(list(pages), pages_left_out),
     ]
     return page(f"Registry report as of position {report['as_of']}", parts)
 
 
 def _bounds_section(records: list[dict[str, Any]], limit: int) -> list[str]:
     """One running-bounds figure per benchmark record read by the confident rule (at most `limit`)."""
-    readable = [record for record in records if record.get("decision") is not None]
+    readable = [record for record in records if record.get("reading") is not None]
     if not readable:
         return []
     parts = ["<h2>Running bounds against the gate (speed records)</h2>"]
@@ -114,6 +119,15 @@ def matrix_grid(matrix: dict[str, Any]) -> str:
             f"<tbody>{''.join(body)}</tbody></table>")
 
 
+def speed_fidelity_section(artifacts: list[dict[str, Any]], gates: dict[str, float | None]) -> str:
+    """The speed-against-fidelity figure, or, when no artifact has both a measured speedup and a fidelity margin
+    (a registry of exact-tier kernels: byte-equal parity records no margin), why there is none."""
+    if not any(can_plot(artifact) for artifact in artifacts):
+        return ('<p class="none">nothing to plot: no artifact has both a measured speedup and a fidelity margin '
+                "(exact-tier parity that is byte-equal records no margin; perceptual metrics do)</p>")
+    return speed_fidelity_figure(artifacts, gates)
+
+
 def speed_fidelity_figure(artifacts: list[dict[str, Any]], gates: dict[str, float | None]) -> str:
     """The speed-against-fidelity figure as the report draws it (the live view of `registry serve` too)."""
     return _figure(speed_fidelity_plot(artifacts, gates), "speedup against tightest fidelity margin")
@@ -144,3 +158,81 @@ def _frame_section(artifacts: list[dict[str, Any]], state: RegistryState, limit:
         parts.append(f"<p>{len(measured)} artifacts have per-frame evidence; the first {limit} by id are drawn.</p>")
     parts += [frame_figure(artifact, state.workloads.get(artifact["workload"])) for artifact in measured[:limit]]
     return parts
+
+
+def artifact_anchor(artifact: str) -> str:
+    """The id of an artifact's section in a page: stable, and safe in a URL fragment and an attribute."""
+    import hashlib
+
+    readable = re.sub(r"[^A-Za-z0-9_.-]", "-", artifact)[:60]
+    return f"artifact-{readable}-{hashlib.sha256(artifact.encode('utf-8')).hexdigest()[:8]}"
+
+
+def artifact_section(page: dict[str, Any]) -> str:
+    """One artifact's page (app/artifact_page.py `ArtifactPage.to_dict`): its state in the headline (a regressed
+    monitor included), every verdict with its reasons, its speed record's running bounds, and for a monitored
+    artifact its re-measurements against the threshold with the alarm marked."""
+    from .headline import headline, margin_rows, parity_text
+    from .plots import remeasurement_plot
+
+    state = page["state"]
+    name = state["artifact"]
+    shown = headline(state)
+    facts = [f"{state['kind']} for workload {state['workload']}", f"tier {state['tier'] or '-'}",
+             f"payload {state['payload_sha256'] or 'none'}", f"identity {state['identity']}"]
+    parts = [f'<section class="artifact-page" id="{artifact_anchor(name)}" data-artifact="{escape(name)}" '
+             f'data-state="{escape(shown["short"])}">',
+             f'<h2>{escape(name)}: <span class="state {escape(shown["decision"])}'
+             f'{" regressed" if shown["regressed"] else ""}">{escape(shown["text"])}</span></h2>',
+             f"<p>{escape('; '.join(facts))}</p>"]
+    parity = parity_text(state)
+    if parity:
+        parts.append(f'<p class="parity">{escape(parity)}</p>')
+    if state.get("reasons"):
+        parts.append('<ul class="reasons">' + "".join(f"<li>{escape(r)}</li>" for r in state["reasons"]) + "</ul>")
+    if state.get("margins"):
+        parts.append(_table("margins of its current verdict",
+                            ["metric", "value", "threshold", "margin", "meets the threshold"], margin_rows(state))
+                     .replace("<h2>", "<h3>").replace("</h2>", "</h3>"))
+    verdicts = page["verdicts"]
+    parts.append(f"<h3>verdicts ({len(verdicts)})</h3>")
+    if verdicts:
+        rows = "".join(
+            f'<tr data-position="{v["position"]}"><td class="num">{v["position"]}</td><td>{escape(v["recorded_at"][:19])}'
+            f'</td><td class="{escape(v["decision"])}">{escape(v["decision"])}</td><td>{escape(v["rule"])}</td>'
+            f'<td class="num">v{v["contract_version"]}</td><td><ul>'
+            + "".join(f"<li>{escape(reason)}</li>" for reason in v["reasons"]) + "</ul></td></tr>"
+            for v in verdicts)
+        parts.append('<table class="verdicts"><thead><tr><th>position</th><th>recorded (UTC)</th><th>decision</th>'
+                     f"<th>rule</th><th>contract</th><th>reasons</th></tr></thead><tbody>{rows}</tbody></table>")
+    else:
+        parts.append('<p class="none">no verdict yet</p>')
+    record = page["record"]
+    parts.append("<h3>speed record of its bytes</h3>")
+    if record is None:
+        parts.append('<p class="none">none: ' + ("it was registered without a payload" if state["payload_sha256"]
+                                                 is None else "no pairs or documents recorded yet") + "</p>")
+    elif record.get("reading") is None:
+        parts.append(f'<p class="none">{record["pairs"]} pairs; not read ({escape(record["stop"])})</p>')
+    else:
+        parts.append(f'<div class="record-figure">{bounds_figure(record)}</div>')
+    monitor = page["monitor"]
+    if monitor is not None:
+        parts.append("<h3>monitor: re-measurements against the threshold</h3>")
+        parts.append(f'<div class="monitor-figure" data-status="{escape(monitor["status"])}">'
+                     + _figure(remeasurement_plot(name, monitor, page["remeasured"]),
+                               f"re-measurements of {name} against the threshold") + "</div>")
+    parts.append("</section>")
+    return "\n".join(parts)
+
+
+def artifact_pages_section(pages: list[dict[str, Any]], more: int) -> list[str]:
+    """The report's page per artifact: an index of links, then each artifact's section."""
+    if not pages:
+        return []
+    links = "".join(f'<li><a href="#{artifact_anchor(p["state"]["artifact"])}">{escape(p["state"]["artifact"])}</a>'
+                    f" ({escape(p['state']['decision'])})</li>" for p in pages)
+    parts = ["<h2>Artifacts, one page each</h2>", f'<ul class="artifact-index">{links}</ul>']
+    if more:
+        parts.append(f'<p class="none">{more} more artifacts not shown (narrow the report with --workload)</p>')
+    return parts + [artifact_section(page) for page in pages]

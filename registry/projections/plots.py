@@ -12,6 +12,9 @@
 3. Running bounds: for an artifact's benchmark sessions, the confident
    rule's running lower and upper bounds of the median ratio after each
    pair, against the gate; the pair that decided is marked.
+4. Re-measurements: a monitored artifact's re-measured pairs in recorded
+   order against its monitor's threshold, each batch's median, and the pair
+   its alarm came at.
 """
 from __future__ import annotations
 
@@ -30,6 +33,8 @@ DECISION_COLOURS = {
     "promoted": "#2e7d32", "rejected": "#ef6c00", "quarantined": "#c62828",
     "held": "#616161", "recorded": "#1565c0", "registered": "#bdbdbd",
 }
+# A speed record's reading (never an artifact's state) -> the colour of the pair it was decided at.
+READING_COLOURS = {"above": DECISION_COLOURS["promoted"], "below": DECISION_COLOURS["rejected"]}
 GATE_STYLES = ("--", "-.", ":", (0, (5, 1, 1, 1)))
 
 
@@ -65,12 +70,18 @@ class Plot:
     caption: str
 
 
+def can_plot(artifact: dict[str, Any]) -> bool:
+    """Whether the artifact is a point of the speed-against-fidelity figure: a speedup and a finite fidelity margin."""
+    margin = tightest_fidelity(artifact)
+    return artifact["speedup"] is not None and margin is not None and math.isfinite(relative_margin(margin))
+
+
 def speed_fidelity_plot(artifacts: list[dict[str, Any]], gates: dict[str, float | None]) -> Plot:
     points, left_out = [], []
     for artifact in artifacts:
         margin = tightest_fidelity(artifact)
         x = relative_margin(margin) if margin is not None else math.nan
-        if artifact["speedup"] is None or not math.isfinite(x):
+        if not can_plot(artifact):
             left_out.append(artifact["artifact"])
             continue
         points.append((x, artifact["speedup"], artifact))
@@ -170,7 +181,7 @@ def running_bounds_plot(record: dict[str, Any]) -> Plot:
                   ha="center", va="center", fontsize=9, color="#555")
     axes.axhline(record["gate"], color="#6a1b9a", linewidth=1.2, label=f"gate {record['gate']:.3g}x")
     if record.get("decided_at"):
-        axes.axvline(record["decided_at"], color=DECISION_COLOURS.get(record["decision"], "black"), linewidth=1.0,
+        axes.axvline(record["decided_at"], color=READING_COLOURS.get(record["reading"], "black"), linewidth=1.0,
                      label=f"{record['shows']} at pair {record['decided_at']}")
     axes.set_xlim(0, max(len(bounds), 1) + 1)
     axes.xaxis.set_major_locator(MaxNLocator(integer=True))
@@ -184,4 +195,50 @@ def running_bounds_plot(record: dict[str, Any]) -> Plot:
     caption = (f"{name} (payload {record['payload_sha256'][:12]}): {record['pairs']} pairs from "
                f"{len(record['sessions'])} session(s) and {record['documents']} document(s), {record['shows']} "
                f"({record['stop']}); bounds {level}. No bound exists before the fewest pairs that can decide at alpha.")
+    return Plot(_png(figure), caption)
+
+
+def remeasurement_plot(artifact: str, monitor: dict[str, Any], batches: list[dict[str, Any]]) -> Plot:
+    """A monitored artifact's re-measured pairs in recorded order against its monitor's threshold, with the pair
+    its alarm came at marked (docs/monitor.md): each pair's ratio, each batch's median, the threshold line."""
+    figure = Figure(figsize=(8, 3.6))
+    axes = figure.add_subplot()
+    index, xs, ys, medians = 0, [], [], []
+    for batch in batches:
+        ratios = batch["ratios"]
+        positions = list(range(index + 1, index + len(ratios) + 1))
+        xs += positions
+        ys += ratios
+        ordered = sorted(ratios)
+        middle = len(ordered) // 2
+        median = ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+        medians.append(((positions[0] + positions[-1]) / 2, median))
+        index += len(ratios)
+    threshold = monitor["threshold"]
+    below = [(x, y) for x, y in zip(xs, ys) if y < threshold]
+    above = [(x, y) for x, y in zip(xs, ys) if y >= threshold]
+    if above:
+        axes.scatter([x for x, _ in above], [y for _, y in above], s=14, color="#1565c0", label="pair at or above")
+    if below:
+        axes.scatter([x for x, _ in below], [y for _, y in below], s=14, color="#c62828", label="pair below")
+    if medians:
+        axes.plot([m[0] for m in medians], [m[1] for m in medians], color="#424242", linewidth=1.0,
+                  marker="_", label="batch median")
+    axes.axhline(threshold, color="#6a1b9a", linewidth=1.2, label=f"threshold {threshold:.3g}x")
+    if monitor.get("crossed_at"):
+        axes.axvline(monitor["crossed_at"], color="#c62828", linewidth=1.2, linestyle="--",
+                     label=f"alarm at pair {monitor['crossed_at']}")
+    axes.set_xlim(0, max(index, 1) + 1)
+    axes.xaxis.set_major_locator(MaxNLocator(integer=True))
+    axes.set_xlabel("re-measured pair (recorded order)")
+    axes.set_ylabel("speedup (baseline / candidate)")
+    axes.set_title(f"{literal(artifact)}: re-measurements against the monitor's threshold")
+    axes.grid(True, alpha=0.3)
+    axes.legend(loc="best", fontsize=8)
+    figure.tight_layout()
+    span = f" from {batches[0]['recorded_at'][:19]} to {batches[-1]['recorded_at'][:19]} UTC" if batches else ""
+    alarm = (f"; the detector crossed 1/alpha at pair {monitor['crossed_at']} ({monitor['status']})"
+             if monitor.get("crossed_at") else f"; no alarm ({monitor['status']})")
+    caption = (f"{artifact}: {index} re-measured pairs in {len(batches)} batches{span}, {monitor['below']} of the "
+               f"{monitor['pairs']} counted below the threshold {threshold:.4g}x (alpha {monitor['alpha']:g}){alarm}.")
     return Plot(_png(figure), caption)

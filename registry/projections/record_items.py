@@ -69,8 +69,7 @@ def attach_state_documents(store: EventStore, state: Any) -> None:
 def document_fields(item: dict[str, Any]) -> dict[str, Any]:
     """What a speed record reads of a benchmark item; no protocol and no times where it is not shaped as one."""
     arms = [item.get(arm) for arm in ("baseline_s", "candidate_s")]
-    shaped = item.get("protocol") in ("paired", "sequential") and all(
-        isinstance(times, list) and times and all(_is_time(t) for t in times) for times in arms)
+    shaped = item.get("protocol") in ("paired", "sequential") and all(_are_times(times) for times in arms)
     schedule = item.get("schedule")
     return {"protocol": item["protocol"] if shaped else None,
             "schedule": schedule if shaped and isinstance(schedule, list) else None,
@@ -79,8 +78,17 @@ def document_fields(item: dict[str, Any]) -> dict[str, Any]:
             "arch": item.get("arch") if isinstance(item.get("arch"), str) else None}
 
 
-def _is_time(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0
+# What JSON decodes a number to (a bool is neither); an arm whose values are all of these can be compared in C.
+_NUMBERS = frozenset((int, float))
+
+
+def _are_times(values: Any) -> bool:
+    """A non-empty list of positive numbers (no bool): every value's type, then the least, each one pass in C.
+
+    A read attaches every document of a record, so this runs over every time a record holds; a check per value
+    in Python was a third of `show`'s time on a record of 3,000 documents.
+    """
+    return isinstance(values, list) and bool(values) and _NUMBERS.issuperset(map(type, values)) and min(values) > 0
 
 
 def _text(value: Any) -> str:

@@ -3,12 +3,17 @@
 Sections (all computed from a RegistryState, so a report as of any past
 position is the same function over `Projections.state(as_of=...)`):
 - leaderboard: per workload, promoted artifacts by speedup (descending), with
-  the speedup's interval (speedup_ci), tier and tightest margin;
+  the speedup's interval (speedup_ci), tier and tightest margin, and the
+  headline state (`promoted, regressed` for one whose monitor alarmed: it
+  ranks, but resolve and lock skip it, and its name says so);
 - caught: held / quarantined / rejected artifacts grouped by the rule that
   decided them (a person's revoke counts as rule `human.revoke`);
 - near_misses: promoted artifacts whose tightest margin is within 10% of its
   threshold (|margin| <= 0.1 * |threshold|): promoted, but one noisy rerun
-  from the other side of the line;
+  from the other side of the line; for a metric bounded on its good side
+  (SSIM and VBench at 1) also within half the room between the threshold
+  and that bound, since a value near the best possible cannot be one rerun
+  from failing (an SSIM of 1.0 against 0.98 is no near miss);
 - waiting: advisory-tier artifacts the gate recorded and no person has
   decided since (docs/architecture.md: the advisory tier never promotes by itself);
 - contracts_moved: final decisions that stand under an older contract than
@@ -33,10 +38,15 @@ from typing import Any
 from registry.contracts.speed import derived_gate
 from registry.formats.errors import UserError
 
+from .headline import headline
 from .monitor_fold import monitor_summary
 from .state import RegistryState, contract_note, relative_margin
 
 NEAR_MISS_SHARE = 0.10
+# A margin past this share of the room between a threshold and the metric's best possible value is no near miss.
+NEAR_MISS_ROOM = 0.5
+# The best value a bounded metric can take (higher is better for both): the far side of a threshold's room.
+BEST_VALUE = {"ssim": 1.0, "vbench": 1.0}
 CAUGHT = ("held", "quarantined", "rejected")
 HUMAN_REVOKE_RULE = "human.revoke"
 CSV_COLUMNS = (
@@ -138,8 +148,9 @@ def _leaderboard(artifacts: list[dict[str, Any]], scope: list[str]) -> dict[str,
             "artifact": artifact["artifact"], "kind": artifact["kind"], "backend": artifact["backend"],
             "speedup": artifact["speedup"], "speedup_ci": artifact["speedup_ci"], "tier": artifact["tier"],
             "speedup_ci_level": (artifact["verdict"] or {}).get("speedup_ci_level"),
+            "speedup_ci_pair": (artifact["verdict"] or {}).get("speedup_ci_pair"),
             "decided_by": artifact["decided_by"], "tightest_margin": _margin_entry(artifact["tightest_margin"]),
-            "benchmark_attempts": artifact["benchmark_attempts"],
+            "benchmark_attempts": artifact["benchmark_attempts"], "state": headline(artifact)["short"],
         })
     for entries in board.values():
         # Fastest first; an artifact promoted without a measured speedup (a person's approval) last.
@@ -171,10 +182,19 @@ def _near_misses(artifacts: list[dict[str, Any]]) -> list[dict[str, Any]]:
         margin = artifact["tightest_margin"]
         if artifact["decision"] != "promoted" or margin is None:
             continue
-        if abs(margin["margin"]) <= NEAR_MISS_SHARE * abs(margin["threshold"]):
+        if is_near_miss(margin):
             found.append({"artifact": artifact["artifact"], "workload": artifact["workload"],
                           "speedup": artifact["speedup"], **_margin_entry(margin)})
     return sorted(found, key=lambda entry: (entry["relative_margin"], entry["artifact"]))
+
+
+def is_near_miss(margin: dict[str, Any]) -> bool:
+    """A margin within NEAR_MISS_SHARE of its threshold and, for a bounded metric, within NEAR_MISS_ROOM of the
+    room between the threshold and the best value."""
+    if abs(margin["margin"]) > NEAR_MISS_SHARE * abs(margin["threshold"]):
+        return False
+    best = BEST_VALUE.get(margin["metric"])
+    return best is None or abs(margin["margin"]) <= NEAR_MISS_ROOM * abs(best - margin["threshold"])
 
 
 def _waiting(artifacts: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -220,6 +240,7 @@ def report_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
             low, high = e["speedup_ci"] or (None, None)
             row("leaderboard", workload=workload, artifact=e["artifact"], rank=e["rank"], decision="promoted",
                 decided_by=e["decided_by"], tier=e["tier"], speedup=e["speedup"], ci_low=low, ci_high=high,
+                note=None if e.get("state", "promoted") == "promoted" else e["state"],
                 **margin_cells(e["tightest_margin"]))
     for decision, groups in report["caught"].items():
         for group in groups:
@@ -249,6 +270,11 @@ def number(value: Any) -> Any:
     return f"{value:.4g}" if isinstance(value, float) else value
 
 
+def speedup_number(value: float | None) -> str | None:
+    """A speedup for people, to four decimals: what a team compares with its own harness's figure."""
+    return None if value is None else f"{value:.4f}"
+
+
 def margin_text(margin: dict[str, Any] | None) -> str | None:
     if margin is None:
         return None
@@ -256,12 +282,23 @@ def margin_text(margin: dict[str, Any] | None) -> str | None:
             f" (margin {number(margin['margin'])})")
 
 
-def interval_text(ci: list[float] | None, level: float | None = None) -> str | None:
+def interval_text(ci: list[float] | None, level: float | None = None, at_pair: int | None = None) -> str | None:
     """An interval with the two-sided level it holds at (a verdict's `speedup_ci_level`), or says none was
-    recorded: an interval is never printed without its level."""
+    recorded: an interval is never printed without its level. `at_pair`: the interval is a speed record's running
+    bounds at that pair (a verdict's `speedup_ci_pair`), and says so."""
     if ci is None:
         return None
-    return f"[{number(ci[0])}, {number(ci[1])}] ({f'{level:.0%} two-sided' if level else 'level not recorded'})"
+    named = f", running bounds at pair {at_pair}" if at_pair else ""
+    return f"[{number(ci[0])}, {number(ci[1])}] ({f'{level:.0%} two-sided' if level else 'level not recorded'}{named})"
+
+
+def speedup_text(verdict: dict[str, Any]) -> str:
+    """A verdict's speedup as `promote` and `show` print it: the figure (over how many pairs, for a speed record),
+    then its interval named as what it is."""
+    pairs = verdict.get("speedup_pairs")
+    ci = interval_text(verdict["speedup_ci"], verdict.get("speedup_ci_level"), verdict.get("speedup_ci_pair"))
+    return (f"speedup {verdict['speedup']:.4f}x" + (f" over {pairs} pairs" if pairs else "")
+            + (f", interval {ci}" if ci else ""))
 
 
 Table = tuple[str, list[str], list[tuple[Any, ...]]]
@@ -279,7 +316,8 @@ def report_tables(report: dict[str, Any]) -> list[Table]:
             f"leaderboard: {workload} (promoted, fastest first)",
             ["rank", "artifact", "speedup", "interval (two-sided level)", "tier", "decided by", "tightest margin",
              "benchmark attempts"],
-            [(e["rank"], e["artifact"], number(e["speedup"]), interval_text(e["speedup_ci"], e.get("speedup_ci_level")),
+            [(e["rank"], _ranked_name(e), speedup_number(e["speedup"]),
+              interval_text(e["speedup_ci"], e.get("speedup_ci_level"), e.get("speedup_ci_pair")),
               e["tier"], e["decided_by"],
               margin_text(e["tightest_margin"]), e["benchmark_attempts"]) for e in entries],
         ))
@@ -289,7 +327,8 @@ def report_tables(report: dict[str, Any]) -> list[Table]:
          for decision, groups in report["caught"].items() for g in groups],
     ))
     tables.append((
-        f"near misses (promoted within {NEAR_MISS_SHARE:.0%} of a threshold)",
+        f"near misses (promoted within {NEAR_MISS_SHARE:.0%} of a threshold, and within {NEAR_MISS_ROOM:.0%} of "
+        "the way to a bounded metric's best value)",
         ["artifact", "workload", "metric", "value", "threshold", "margin", "speedup"],
         [(e["artifact"], e["workload"], e["metric"], number(e["value"]), number(e["threshold"]),
           number(e["margin"]), number(e["speedup"])) for e in report["near_misses"]],
@@ -319,6 +358,12 @@ def report_tables(report: dict[str, Any]) -> list[Table]:
     return tables
 
 
+def _ranked_name(entry: dict[str, Any]) -> str:
+    """A leaderboard entry's artifact, marked with its state when that is more than promoted (a regression)."""
+    state = entry.get("state", "promoted")
+    return entry["artifact"] if state == "promoted" else f"{entry['artifact']} ({state}: resolve and lock skip it)"
+
+
 def monitors_table(monitors: list[dict[str, Any]]) -> Table:
     """Promoted identities watched for a regression: pairs, the detector against its level, the alarm."""
     return (
@@ -336,9 +381,10 @@ def benchmark_records_table(records: list[dict[str, Any]]) -> Table:
     the running bounds with their level, and why measuring stopped."""
     return (
         "speed records (one per payload within a workload; sessions and complete documents, confident rule)",
-        ["workload", "payload", "artifacts", "shows", "pairs", "decided at", "stop", "lower", "upper", "level",
-         "gate", "alpha", "sessions", "documents", "archs"],
+        ["workload", "payload", "artifacts", "shows", "pairs", "speedup (pairs up to what decided)", "decided at",
+         "stop", "running lower", "running upper", "level", "gate", "alpha", "sessions", "documents", "archs"],
         [(r["workload"], r["payload_sha256"][:12], ", ".join(r["artifacts"]), r["shows"] or "-", r["pairs"],
+          None if r.get("speedup") is None else f"{speedup_number(r['speedup'])} ({r['speedup_pairs']})",
           r.get("decided_at"), r["stop"], number(r.get("lower")), number(r.get("upper")),
           f"{r['level']:.0%} two-sided" if r.get("level") else None, number(r.get("gate")), r.get("alpha"),
           len(r["sessions"]), r["documents"], ", ".join(r["archs"]))

@@ -22,7 +22,7 @@ import sys
 import types
 from pathlib import Path
 
-from registry.bundles import BundleError, bundle_directory, verify_directory
+from registry.bundles import BundleError, KernelBundleManifest, bundle_directory, verify_directory
 from registry.formats.errors import first_line
 from registry.bundles.files import read_regular
 
@@ -42,8 +42,13 @@ def module_name(match: Match) -> str:
     return f"_registry_bundle_{match.bundle_sha256[:16]}"
 
 
-def load(match: Match, *, trusted_root: str | os.PathLike) -> object:
-    """Verify the bundle under `trusted_root` against `match`, import its entry file privately, return the symbol."""
+def load(match: Match, *, trusted_root: str | os.PathLike, driver: object = None) -> object:
+    """Verify the bundle under `trusted_root` against `match`, import its entry file privately, return the symbol.
+
+    A `registry.triton-kernel/1` bundle imports nothing: its cubins (checked like every file) are loaded into
+    the trusted launcher on this process's device and the returned `ShippedKernel` launches them as its spec
+    plans each call (runtime/compiled.py); `driver` is NVIDIA's bindings unless a test passes the simulated one.
+    """
     name = match.artifact
     root = os.path.realpath(trusted_root)
     if not os.path.isdir(root):
@@ -57,6 +62,8 @@ def load(match: Match, *, trusted_root: str | os.PathLike) -> object:
         raise LoadError(f"{name}: {directory} resolves to {real}, outside the trusted root {root}")
     if match.manifest.digest != match.bundle_sha256:
         raise LoadError(f"{name}: the match's manifest does not hash to its bundle digest")
+    if isinstance(match.manifest, KernelBundleManifest):
+        return _launchable(match, directory, driver)
     try:
         verify_directory(directory, match.manifest)
         entry_path = directory / match.manifest.entry_file
@@ -67,6 +74,21 @@ def load(match: Match, *, trusted_root: str | os.PathLike) -> object:
     if hashlib.sha256(source).hexdigest() != declared.sha256 or len(source) != declared.size:
         raise LoadError(f"{name}: refused: {match.manifest.entry_file} changed while it was being loaded")
     return _execute(match, entry_path, source)
+
+
+def _launchable(match: Match, directory: Path, driver: object) -> object:
+    """The promoted compiled kernel, its every file checked and its cubins read once and re-hashed, loaded into the
+    launcher (a cubin built for another arch than this device's is never loaded: none for it is a LoadError)."""
+    from registry.app.compiled import read_bundle_kernel
+    from registry.formats.errors import UserError
+    from registry.kernels.launcher import DriverError, PlanRefused
+
+    from .compiled import ShippedKernel
+
+    try:
+        return ShippedKernel(read_bundle_kernel(directory, match.manifest), driver=driver)
+    except (UserError, PlanRefused, DriverError) as exc:
+        raise LoadError(f"{match.artifact}: refused: {first_line(exc)}") from None
 
 
 def _execute(match: Match, entry_path: Path, source: bytes) -> object:

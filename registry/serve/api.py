@@ -27,9 +27,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import uuid
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Annotated, Any, Callable
 
 from fastapi import Depends, FastAPI, Query, Request
@@ -59,10 +60,15 @@ _bearer = HTTPBearer(auto_error=False, description="A token from `registry token
 
 @dataclass
 class ServerConfig:
-    """What the server was started with: the registry it serves and the key its locks are signed with."""
+    """What the server was started with: the registry it serves and the key its locks are signed with.
+
+    `stopping` is set when the server is asked to stop (server.py): the live view's event streams end at
+    their next poll, so a stop never waits for an open page.
+    """
 
     registry: Registry
     signing_key: Any | None = None
+    stopping: threading.Event = field(default_factory=threading.Event)
 
 
 def _status(exc: Exception) -> int:
@@ -137,7 +143,7 @@ def create_app(config: ServerConfig) -> FastAPI:
     def body_of(model: type) -> Callable[..., Any]:
         return json_body(model, token, large=large)
 
-    streams = live.Streams(base, lambda presented: authenticate(base, presented, known=known))
+    streams = live.Streams(base, lambda presented: authenticate(base, presented, known=known), config.stopping)
 
     def acting(grant: Grant) -> Registry:
         return Registry(engine=base.engine, store=base.store, actor=grant.actor)
@@ -226,11 +232,16 @@ def create_app(config: ServerConfig) -> FastAPI:
         """What the live page draws: each workload's artifacts, the monitors, each speed record's bounds figure."""
         return live.snapshot(base)
 
+    @app.get("/api/artifacts/{artifact_id}/page", tags=["read"])
+    def artifact_page(artifact_id: str, _grant: Grant = Depends(scoped("read"))) -> dict:
+        """One artifact's page as the live view shows it: the HTML report's own section for it."""
+        return live.artifact_page(base, artifact_id)
+
     @app.get("/api/live/events", tags=["read"], response_class=Response)
     async def live_events(grant: Grant = Depends(scoped("read")),
                           credentials: HTTPAuthorizationCredentials | None = Depends(_bearer)) -> Response:
         """Server-sent events: `head` with the log's position whenever it moves (polled every 0.5 s); the stream
-        ends when its token is revoked or expires (`end`), and after 300 s."""
+        ends when its token is revoked or expires (`end`), when the server stops, and after 300 s."""
         return streams.response(grant.key_id, credentials.credentials, grant.not_after)
 
     @app.get("/", response_class=HTMLResponse, include_in_schema=False)
@@ -301,7 +312,7 @@ def create_app(config: ServerConfig) -> FastAPI:
         body.refuse_file_entry()
         done = register_artifact(acting(grant), body.artifact, workload=body.workload, kind=body.kind,
                                  backend=body.backend, op=body.op, entry=body.entry,
-                                 payload_sha256=body.payload_sha256)
+                                 payload_sha256=body.payload_sha256, new_identity=body.new_identity)
         return {"artifact": done.artifact, "payload_sha256": done.payload_sha256, "appended": done.appended}
 
     @app.post("/api/artifacts/{artifact}/promote", tags=["decide"])

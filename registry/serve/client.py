@@ -141,21 +141,19 @@ class RemoteSession:
 
 def evaluate_through(client: RegistryClient, artifact: str, *, corpus: str | None, runs: int | None, warmup: int,
                      run: str | None, progress: Callable[[int, int], None] | None = None,
-                     insecure_no_sandbox: bool = False) -> dict[str, Any]:
+                     insecure_no_sandbox: bool = False, bundle: str | None = None) -> dict[str, Any]:
     """`registry evaluate` with every read and append through the server; what it recorded, as --json prints it.
 
     The candidate runs in the sandbox, as for a local evaluation (registry/kernels/sandbox.py).
     """
-    from registry.app.kernels import measure_kernel
+    from registry.app.kernels import check_evaluable, measure_kernel
     from registry.kernels.sandbox import require_sandbox
-
-    if not insecure_no_sandbox:
-        require_sandbox()
 
     found = client.subject(artifact)
     registered, canonical = found["registration"], found["contract"]
-    if registered["kind"] != "fused_kernel" or not registered["entry"]:
-        raise UserError(f"artifact {artifact} has no kernel entry to evaluate (register it with --op and --entry)")
+    check_evaluable(artifact, registered, bundle)
+    if not insecure_no_sandbox:
+        require_sandbox()
     speed = canonical.get("speed")
     sessions: list[RemoteSession] = []
     open_batches = None
@@ -173,6 +171,6 @@ def evaluate_through(client: RegistryClient, artifact: str, *, corpus: str | Non
         runs = speed["runs_per_arm"]
     document, parsed = measure_kernel(artifact, registered, canonical, corpus=corpus, runs=runs, warmup=warmup,
                                       run=run, progress=progress, open_batches=open_batches,
-                                      insecure_no_sandbox=insecure_no_sandbox)
+                                      insecure_no_sandbox=insecure_no_sandbox, bundle=bundle)
     recorded = client.record_document(document)
     return {**recorded, "evidence": parsed.items, "session": sessions[0].to_dict() if sessions else None}

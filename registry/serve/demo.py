@@ -6,7 +6,9 @@ each verdict from it, so every event is by the token's `principal/key id`.
 The workloads are declared (admin), each candidate's bundle registered by
 its digest (decide), timed here in a session the server holds and its
 evidence document posted (ingest), and judged (decide); the kernel is
-evaluated as `registry evaluate --server` does. The token must hold all four
+evaluated as `registry evaluate --server` does (as its Python entry: the API
+registers by digest, and a triton_kernel's files must be checked and its
+cubins rebuilt where they are). The token must hold all four
 scopes. What the API does not carry (docs/serve.md): the frame set's
 registration (no route; the evidence names the frame set, which is what the
 gate checks), the bundle manifests (a registration names its payload by
@@ -66,7 +68,19 @@ class ServerCampaign:
     def record(self, _subject: None, document: dict[str, Any], _parsed: Any) -> None:
         self.client.record_document(document)
 
-    def evaluate_kernel(self, artifact: str, warmup: int, progress: Callable[[int, int], None]) -> dict[str, Any]:
+    def register_kernel(self, out_dir: Path) -> tuple[str, Path]:
+        """The kernel artifact as its Python entry, a fused_kernel registered by digest: the API registers no
+        bundle, and a triton_kernel's files must be checked (and its cubins rebuilt) where they are."""
+        from registry.app.campaign import KERNEL_ARTIFACT, KERNEL_ENTRY, KERNEL_WORKLOAD
+        from registry.app.demo_bundles import write_kernel_bundle
+
+        bundle = write_kernel_bundle(out_dir, KERNEL_ARTIFACT)
+        self.register(KERNEL_ARTIFACT, bundle, workload=KERNEL_WORKLOAD, kind="fused_kernel",
+                      op="modulated_layernorm", entry=KERNEL_ENTRY)
+        return "fused_kernel", bundle
+
+    def evaluate_kernel(self, artifact: str, warmup: int, progress: Callable[[int, int], None],
+                        bundle: Path) -> dict[str, Any]:
         return evaluate_through(self.client, artifact, corpus=None, runs=None, warmup=warmup, run=None,
                                 progress=progress)["session"]
 

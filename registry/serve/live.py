@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 from datetime import datetime, timezone
 from functools import lru_cache
 from typing import Any, AsyncIterator, Callable
@@ -54,6 +55,7 @@ def snapshot(registry: Registry) -> dict[str, Any]:
     fidelity figure, the monitors' table (report.py `monitors_table`, rows from `monitor_summary`), each speed
     record's running-bounds figure and each artifact's per-frame fidelity figure."""
     from registry.app.reports import benchmark_records
+    from registry.projections.headline import headline
     from registry.projections.html_report import has_frames
     from registry.projections.report import alerts_of, monitors_of, monitors_table, speed_gate
 
@@ -67,14 +69,14 @@ def snapshot(registry: Registry) -> dict[str, Any]:
         declared = state.workloads.get(name)
         workloads.append({"workload": name, "contract_version": declared["contract_version"] if declared else None,
                           "artifacts": [{"artifact": a["artifact"], "kind": a["kind"], "decision": a["decision"],
-                                         "tier": a["tier"], "speedup": a["speedup"],
+                                         "state": headline(a)["short"], "tier": a["tier"], "speedup": a["speedup"],
                                          "monitor": status.get(a["artifact"])}
                                         for a in artifacts if a["workload"] == name]})
     gates = {name: speed_gate((state.workloads.get(name) or {}).get("contract")) for name in names}
     scatter = _drawn("speed_fidelity", {"artifacts": [{key: a[key] for key in SCATTER_FIELDS} for a in artifacts],
                                         "gates": gates})
     readable = [record for record in benchmark_records(registry, state, state.workloads, None)
-                if record.get("decision") is not None]
+                if record.get("reading") is not None]
     records = [{"record": record["record"], "workload": record["workload"], "artifacts": record["artifacts"],
                 "pairs": record["pairs"], "max_pairs": record["max_pairs"], "shows": record["shows"],
                 "stop": record["stop"], "figure": _drawn("bounds", record)}
@@ -112,7 +114,25 @@ def _draw(kind: str, inputs: str) -> str:
         return html_report.bounds_figure(given)
     if kind == "frames":
         return html_report.frame_figure(given["artifact"], given["declared"])
-    return html_report.speed_fidelity_figure(given["artifacts"], given["gates"])
+    return html_report.speed_fidelity_section(given["artifacts"], given["gates"])
+
+
+def artifact_page(registry: Registry, artifact: str) -> dict[str, Any]:
+    """One artifact's page (app/artifact_page.py), drawn as the HTML report draws it (html_report.py
+    `artifact_section`), once per content."""
+    from registry.app.artifact_page import artifact_page as read_page
+    from registry.projections.headline import headline
+
+    page = read_page(registry, artifact).to_dict()
+    return {"artifact": page["state"]["artifact"], "state": headline(page["state"])["short"],
+            "html": _section(json.dumps(page, sort_keys=True, default=str))}
+
+
+@lru_cache(maxsize=64)
+def _section(page: str) -> str:
+    from registry.projections.html_report import artifact_section
+
+    return artifact_section(json.loads(page))
 
 
 class StreamRefused(RequestRefused):
@@ -144,13 +164,15 @@ class Streams:
     again the token stream of every distinct token whose streams are open
     (`still_valid`, a server's KnownTokens: one version read each): a token
     revoked since is the head moving, so its streams end within a poll of the
-    revocation; an expired one ends at its not-after. Streams are capped per
-    token and per process, so however many a client opens, the polling and
-    the memory stay bounded.
+    revocation; an expired one ends at its not-after; every stream ends at the
+    next poll once `stopping` is set (the server is stopping), so a stop never
+    waits for an open page. Streams are capped per token and per process, so
+    however many a client opens, the polling and the memory stay bounded.
     """
 
-    def __init__(self, registry: Registry, still_valid: Callable[[str], Any]):
+    def __init__(self, registry: Registry, still_valid: Callable[[str], Any], stopping: threading.Event | None = None):
         self.registry, self.still_valid = registry, still_valid
+        self.stopping = stopping or threading.Event()
         self.open: set[_Stream] = set()
         self.head: int | None = None
         self._poller: asyncio.Task | None = None
@@ -196,7 +218,9 @@ class Streams:
             checked = head
             now = datetime.now(timezone.utc)
             for stream in streams:
-                if stream.key_id in refused:
+                if self.stopping.is_set():
+                    stream.end("the server is stopping")
+                elif stream.key_id in refused:
                     stream.end(refused[stream.key_id])
                 elif now >= stream.not_after:
                     stream.end(f"token {stream.key_id} expired")
@@ -247,13 +271,19 @@ figure{margin:8px 0 20px}figure img{max-width:100%;border:1px solid #eee}figcapt
 <body>
 <h1>registry: live</h1>
 <p id="status">connecting</p><p>log head: <span id="head">-</span></p><p id="alerts"></p>
+<div id="artifact"></div>
 <div id="workloads"></div><div id="monitors"></div>
 <h2>Speed against fidelity</h2><div id="speed-fidelity"></div>
 <h2>Running bounds against the gate (speed records)</h2><div id="records"></div><p id="records-not-drawn"></p>
 <h2>Per-frame fidelity (latest perceptual evidence)</h2><div id="frames"></div><p id="frames-not-drawn"></p>
 <script>
 "use strict";
-const token = new URLSearchParams(location.hash.slice(1)).get("token");
+const fragment = () => new URLSearchParams(location.hash.slice(1));
+const token = fragment().get("token");
+function pageOf(artifact) {  // the fragment that opens an artifact's page (the token stays in the fragment)
+  const next = fragment(); if (artifact === null) next.delete("artifact"); else next.set("artifact", artifact);
+  return "#" + next.toString();
+}
 const headers = token ? {"Authorization": "Bearer " + token} : {};
 const $ = (id) => document.getElementById(id);
 function el(tag, attrs, ...children) {
@@ -279,8 +309,9 @@ function render(data) {
     workloads.append(el("h2", {}, wl.workload + " (" + version + ")"), table({"data-workload": wl.workload},
       ["artifact", "kind", "state", "tier", "speedup", "monitor"],
       wl.artifacts.map((a) => [{"data-artifact": a.artifact}, [
-        el("td", {}, a.artifact), el("td", {}, a.kind), el("td", {"class": a.decision}, a.decision),
-        el("td", {}, a.tier), el("td", {}, a.speedup === null ? null : a.speedup.toFixed(3) + "x"),
+        el("td", {}, el("a", {"href": pageOf(a.artifact), "class": "artifact-link"}, a.artifact)),
+        el("td", {}, a.kind), el("td", {"class": a.decision + (a.state === a.decision ? "" : " regressed")}, a.state),
+        el("td", {}, a.tier), el("td", {}, a.speedup === null ? null : a.speedup.toFixed(4) + "x"),
         el("td", {"class": a.monitor || ""}, a.monitor)]])));
   }
   const m = data.monitors, monitors = $("monitors"); monitors.replaceChildren();
@@ -292,8 +323,10 @@ function render(data) {
           (r) => ({"class": "record", "data-artifacts": r.artifacts.join(" "), "data-pairs": r.pairs,
                    "data-shows": r.shows}));
   figures($("frames"), data.frames, (f) => f.artifact, (f) => ({"class": "frames", "data-artifact": f.artifact}));
-  $("records-not-drawn").textContent = data.records_not_drawn ? data.records_not_drawn + " more not drawn" : "";
-  $("frames-not-drawn").textContent = data.frames_not_drawn ? data.frames_not_drawn + " more not drawn" : "";
+  $("records-not-drawn").textContent = data.records_not_drawn ? data.records_not_drawn + " more not drawn" :
+    data.records.length ? "" : "nothing to draw: no speed record is read by the confident rule yet";
+  $("frames-not-drawn").textContent = data.frames_not_drawn ? data.frames_not_drawn + " more not drawn" :
+    data.frames.length ? "" : "nothing to draw: no artifact has current per-frame perceptual evidence";
 }
 function show(node, figure) {  // the server's figure (the HTML report's markup, escaped there), set only when changed
   if (node.dataset.figure !== figure) { node.innerHTML = figure; node.dataset.figure = figure; }
@@ -308,12 +341,24 @@ function figures(container, items, key, attrs) {
     return node;
   }));
 }
+async function showArtifact() {  // the page of the artifact the fragment names, above the registry's tables
+  const artifact = fragment().get("artifact"), node = $("artifact");
+  if (!artifact) { node.replaceChildren(); return; }
+  const response = await fetch("/api/artifacts/" + encodeURIComponent(artifact) + "/page", {headers});
+  const body = await response.json();
+  if (!response.ok) { node.replaceChildren(el("p", {"class": "error"}, body.error)); return; }
+  const back = el("p", {}, el("a", {"href": pageOf(null), "id": "back"}, "back to the whole registry"));
+  const holder = el("div", {"id": "artifact-page", "data-artifact": body.artifact, "data-state": body.state});
+  holder.innerHTML = body.html;  // the HTML report's own section, escaped there
+  node.replaceChildren(back, holder);
+}
 async function refresh() {
   const response = await fetch("/api/live", {headers});
   const body = await response.json();
   if (!response.ok) { $("status").textContent = body.error; $("status").className = "error"; return false; }
-  render(body); return true;
+  render(body); await showArtifact(); return true;
 }
+window.addEventListener("hashchange", () => { if (token) showArtifact(); });
 async function listen() {
   for (;;) {
     try {

@@ -69,6 +69,8 @@ class Registration(Body):
     payload_sha256: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")
     op: str | None = Field(default=None, min_length=1, max_length=200)
     entry: str | None = Field(default=None, min_length=1, max_length=400)
+    # Other claims for a registered id are a new identity, refused unless asked for (`--new-identity`).
+    new_identity: bool = False
 
     def refuse_file_entry(self) -> None:
         """A candidate file entry (`path/to/kernel.py:function`) is refused: the server would have to read and hash

@@ -7,6 +7,7 @@ terminates TLS.
 """
 from __future__ import annotations
 
+import errno
 import ipaddress
 import logging
 import os
@@ -49,19 +50,23 @@ def serve(registry: Registry, host: str, port: int, *, signing_key=None, ready=N
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host, port))
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise UserError(bind_refusal(host, port, exc)) from None
     sock.listen(2048)
     if ready is not None:
         ready(sock.getsockname()[1])
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     if workers == 1:
-        _answer(registry, signing_key, sock)
+        _answer(registry, signing_key, sock, deliver_hooks=True)
         return
     registry.engine.dispose()
     children: list[int] = []
     received = _stop_on_signals(children)  # before the first fork: no signal may find the parent without it
     stopping = {signal.SIGTERM, signal.SIGINT}
-    for _ in range(workers):
+    for index in range(workers):
         # Held across the fork: the parent's handler must see every child it started, and never run in a child
         # before the child has put back its own.
         signal.pthread_sigmask(signal.SIG_BLOCK, stopping)
@@ -71,7 +76,7 @@ def serve(registry: Registry, host: str, port: int, *, signing_key=None, ready=N
             signal.signal(signal.SIGINT, signal.default_int_handler)
             signal.pthread_sigmask(signal.SIG_UNBLOCK, stopping)
             try:
-                _answer(registry, signing_key, sock)
+                _answer(registry, signing_key, sock, deliver_hooks=index == 0)  # one deliverer per server
             except BaseException:
                 traceback.print_exc()
                 os._exit(70)
@@ -86,20 +91,50 @@ def serve(registry: Registry, host: str, port: int, *, signing_key=None, ready=N
     raise SystemExit(status)
 
 
-def _answer(registry: Registry, signing_key, sock) -> None:
-    """Answer requests on `sock` in this process until told to stop."""
+def bind_refusal(host: str, port: int, exc: OSError) -> str:
+    """One line for a port the server cannot bind, naming it and the way out."""
+    if exc.errno == errno.EADDRINUSE:
+        why = "is already in use (another server, or an earlier `registry serve` still running)"
+    elif exc.errno == errno.EACCES:
+        why = "needs privileges this user lacks (ports below 1024)"
+    else:
+        why = f"cannot be bound ({exc.strerror})"
+    return f"--port {port} on {host} {why}; choose another --port, or --port 0 to take any free one (printed on start)"
+
+
+def _stopping_server(config, stopping):
+    """uvicorn's server, which also tells the app it is stopping (`ServerConfig.stopping`) the moment it is asked
+    to: the live view's event streams end at once instead of holding the stop until its grace period runs out."""
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        def handle_exit(self, sig, frame) -> None:
+            stopping.set()
+            super().handle_exit(sig, frame)
+
+    return Server(config)
+
+
+def _answer(registry: Registry, signing_key, sock, *, deliver_hooks: bool = False) -> None:
+    """Answer requests on `sock` in this process until told to stop; with `deliver_hooks`, run the webhook
+    deliverer beside the API (registry/app/hooks.py), stopped with it."""
     import uvicorn
 
     from .api import ServerConfig, create_app
     from .connections import HeadTimedProtocol
 
-    app = create_app(ServerConfig(registry, signing_key))
+    settings = ServerConfig(registry, signing_key)
+    app = create_app(settings)
+    if deliver_hooks:
+        from registry.app.hooks import Deliverer
+
+        Deliverer(registry, settings.stopping).start()
     # Idle keep-alive connections are kept 75 s (uvicorn's default is 5 s): a client reusing one the server has
     # just closed gets no answer, so a short limit turns ordinary pauses between a worker's requests into errors.
     # A request's head must arrive within connections.HEAD_SECONDS, whatever the keep-alive.
     config = uvicorn.Config(app, log_level="warning", access_log=False, timeout_graceful_shutdown=2,
                             timeout_keep_alive=75, lifespan="on", http=HeadTimedProtocol)
-    uvicorn.Server(config).run(sockets=[sock])
+    _stopping_server(config, settings.stopping).run(sockets=[sock])
 
 
 def _stop(children: list[int]) -> None:

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from registry.formats.evidence.errors import EvidenceError
-from registry.formats.evidence.schemas import METRICS, UNREPORTED, check_confinement
+from registry.formats.evidence.schemas import HARNESS_LAUNCHER, METRICS, UNREPORTED, check_confinement
 from registry.formats.stats import summarize_benchmark
 
 
@@ -28,7 +28,30 @@ def _execution(item: dict[str, Any], where: str) -> dict[str, Any]:
     if (item.get("confinement") or {}).get("identity") == UNREPORTED:
         raise EvidenceError(f"{where}.confinement: unreported means no jail was built, and an execution item "
                             "counts the calls of a worker that started in one")
+    _launcher_fields(item, where)
     return {"ran": item["candidate_calls"] > 0 and item["fallbacks"] == 0}
+
+
+def _launcher_fields(item: dict[str, Any], where: str) -> None:
+    """The harness launcher's item names its harness, the cubins it loaded and every call's launches, and they
+    agree; no other item names cubins or launches (only that launcher launched them)."""
+    named = [key for key in ("cubins", "launches") if key in item]
+    if item.get("launch_signal") != HARNESS_LAUNCHER:
+        if named:
+            raise EvidenceError(f"{where}.{named[0]}: only launch_signal {HARNESS_LAUNCHER!r} names the cubins it "
+                                "launched")
+        return
+    for key in ("cubins", "launches", "sandbox"):
+        if key not in item:
+            raise EvidenceError(f"{where}: launch_signal {HARNESS_LAUNCHER!r} needs {key}")
+    made = sum(len(call) for call in item["launches"])
+    if made != item["candidate_calls"]:
+        raise EvidenceError(f"{where}.candidate_calls: {item['candidate_calls']}, but the launches listed number {made}")
+    if item["fallbacks"]:
+        raise EvidenceError(f"{where}.fallbacks: the harness launcher never falls back; {item['fallbacks']} recorded")
+    unknown = sorted({name for call in item["launches"] for name in call} - set(item["cubins"]))
+    if unknown:
+        raise EvidenceError(f"{where}.launches: {unknown[0]} was launched, and no cubin of that name is listed")
 
 
 def _benchmark(item: dict[str, Any], where: str) -> dict[str, Any]:

@@ -6,6 +6,7 @@ from the client (docs/evidence-format.md has each field and its rules).
 """
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from registry.formats.evidence.errors import KIT, EvidenceError
@@ -17,7 +18,13 @@ TIMERS = ("cuda_event", "perf_counter", "interpreter", "emulator")
 ORDERS = ("BC", "CB")
 METRICS = ("ssim", "lpips", "vbench")
 SANDBOX_PROFILES = ("linux-ns-seccomp/1", "none")  # registry/kernels/sandbox.py: PROFILE, UNSANDBOXED
-LAUNCH_SIGNALS = ("candidate_process",)  # where registry evaluate's launch count came from (docs/kernels.md)
+LAUNCH_SIGNALS = ("candidate_process", "harness_launcher")
+"""Where registry evaluate's launch count came from (docs/kernels.md): hooks inside the candidate's own process,
+or the registry's own launcher, which launched the registry's cubins of a triton_kernel bundle itself."""
+HARNESS_LAUNCHER = LAUNCH_SIGNALS[1]
+MAX_LAUNCH_CALLS = 250_000
+"""Most launcher calls one execution item lists (a benchmark arm holds at most 100,000 runs)."""
+MAX_LAUNCHES_PER_CALL = 4096
 UNREPORTED = "unreported"  # the launcher never said: the jail was not built, no candidate code ran
 IDENTITIES = ("sandbox_uid", "user_namespace", "harness_user", UNREPORTED)
 MEMORY_BOUNDS = ("jail_cgroup", "process_rlimits", "none", UNREPORTED)
@@ -49,6 +56,40 @@ def check_confinement(sandbox: str | None, bounds: dict[str, str] | None, path: 
     if unsandboxed and bounds["memory"] not in ("none", UNREPORTED):
         raise EvidenceError(f"{path}.confinement.memory: {bounds['memory']!r}, but the {sandbox!r} profile bounds "
                             "nothing")
+
+
+_KERNEL_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,127}@sm_[0-9]{2,3}[af]?")
+
+
+def kernel_key(value: Any, path: str) -> str:
+    """``kernel@arch`` (``modln@sm_90a``): how evidence names one cubin of a triton_kernel bundle."""
+    if not isinstance(value, str) or not _KERNEL_KEY.fullmatch(value):
+        raise EvidenceError(f"{path}: {str(value)[:80]!r} is not a kernel@arch name such as modln@sm_90a")
+    return value
+
+
+def cubins(value: Any, path: str) -> dict[str, str]:
+    """{kernel@arch: sha256} of the cubins the launcher loaded: non-empty."""
+    block = KIT.mapping(value, path)
+    if not block:
+        raise EvidenceError(f"{path}: names no cubin")
+    for key, digest in block.items():
+        kernel_key(key, f"{path} key")
+        KIT.sha256(digest, f"{path}.{key}")
+    return block
+
+
+def launches(value: Any, path: str) -> list[list[str]]:
+    """One list per launcher call: the kernel@arch names it launched, in order."""
+    if isinstance(value, list) and len(value) > MAX_LAUNCH_CALLS:
+        raise EvidenceError(f"{path}: {len(value)} calls; an execution item lists at most {MAX_LAUNCH_CALLS}")
+
+    def call(names: Any, where: str) -> list[str]:
+        if isinstance(names, list) and len(names) > MAX_LAUNCHES_PER_CALL:
+            raise EvidenceError(f"{where}: {len(names)} launches; a call lists at most {MAX_LAUNCHES_PER_CALL}")
+        return KIT.list_of(kernel_key)(names, where)
+
+    return KIT.list_of(call)(value, path)
 
 
 def _positive_time(value: Any, path: str) -> float:
@@ -99,6 +140,8 @@ SPECS: dict[str, dict[str, tuple[bool, Any]]] = {
         "harness_sha256": (False, KIT.sha256),
         "launch_signal": (False, KIT.one_of(LAUNCH_SIGNALS)),
         "confinement": (False, confinement),
+        "cubins": (False, cubins),
+        "launches": (False, launches),
     },
     "benchmark": {
         "protocol": (True, KIT.one_of(("paired", "sequential"))),

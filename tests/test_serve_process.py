@@ -1,0 +1,52 @@
+"""`registry serve` as a process a user starts and stops: Ctrl-C with the live view open ends its event stream at
+once and exits without a traceback; a port that is taken is named, with the way out (`--port 0`).
+
+Starts server processes (a few seconds each on the shared machine).
+"""
+from __future__ import annotations
+
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+from serve_helpers import ServerProcess, seed
+
+
+def test_ctrl_c_with_the_live_view_open_ends_its_stream_at_once_and_prints_no_traceback(tmp_path):
+    url = f"sqlite:///{tmp_path / 'registry.db'}"
+    seeded = seed(url)
+    ended, first_event = [], threading.Event()
+    with ServerProcess(url) as server:
+        def watch() -> None:  # what the live page holds open: the server-sent events of the log's head
+            with server.client(seeded.tokens["read"]) as client, client.stream("GET", "/api/live/events") as events:
+                for line in events.iter_lines():
+                    if line.startswith("event: head"):
+                        first_event.set()
+            ended.append(time.monotonic())
+
+        watcher = threading.Thread(target=watch, daemon=True)
+        watcher.start()
+        assert first_event.wait(30)
+        asked = time.monotonic()
+        server.process.send_signal(signal.SIGINT)
+        server.process.wait(timeout=30)
+        watcher.join(30)
+        stderr = server.process.stderr.read()
+    assert ended and ended[0] - asked < 2.0  # within the stream's next poll, not at the end of the grace period
+    assert "Traceback" not in stderr and "CancelledError" not in stderr, stderr
+
+
+def test_a_port_in_use_is_named_with_the_way_out(tmp_path):
+    url = f"sqlite:///{tmp_path / 'registry.db'}"
+    seed(url)
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        result = subprocess.run([sys.executable, "-m", "registry", "--db", url, "serve", "--port", str(port)],
+                                capture_output=True, text=True, timeout=60)
+    assert result.returncode == 1 and len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert f"--port {port} on 127.0.0.1 is already in use" in result.stderr and "--port 0" in result.stderr
