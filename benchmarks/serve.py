@@ -20,6 +20,21 @@ uvicorn settings, no registry behind them), for the ratio server/floor: the
 most this stack answers on this machine beside these clients.
 
     .venv/bin/python benchmarks/serve.py --postgres URL [--clients 16] [--batches 40] [--cli-batches 24] [--workers 1] [--floor]
+
+With --soak the server is driven for --minutes (default 30) by mixed ingest
+and reads instead, with its resident memory (VmRSS from /proc) sampled every
+--sample-seconds: each client registers an artifact over HTTP, opens a
+session, posts ROTATE batches of two pairs (reading the artifact, its record
+and a page of its history every READ_EVERY batches), posts an evidence
+document under a run id, and moves on to a new artifact; beside them a
+reader asks for the live view's data every LIVE_EVERY seconds and one live
+event stream stays open throughout. Afterwards every batch and document is
+looked up in the log (none lost, none recorded twice) and the chain walked.
+It prints the memory of each minute and compares the mean of the last third
+of the run with the first third (the goal: within 5%). Without --postgres it
+runs on a fresh SQLite file.
+
+    .venv/bin/python benchmarks/serve.py --soak [--postgres URL] [--minutes 30] [--clients 8] [--samples rss.csv]
 """
 from __future__ import annotations
 
@@ -219,9 +234,183 @@ def floor_server() -> Iterator[tuple[str, int]]:
         process.wait(timeout=20)
 
 
+# The soak: batches per artifact before a client moves to a new one (each record's pairs, and so the work of each
+# batch, stay bounded), batches between a client's reads, and seconds between the live view's reads.
+ROTATE = 200
+READ_EVERY = 10
+LIVE_EVERY = 10.0
+
+
+@dataclass
+class Soaked:
+    """What the soak's clients sent: every batch key by session, every document by run id, and what failed."""
+
+    batches: dict[str, list[str]]
+    documents: list[str]
+    reads: int = 0
+    live_reads: int = 0
+    stream_heads: int = 0
+    failures: list[str] | None = None
+
+
+def soak_seed(url: str, clients: int) -> tuple[list[str], str, str]:
+    """The workload, a worker token per client, one that registers artifacts and one that reads."""
+    registry = open_registry(url, actor="bench", create=True)
+    declare_workload(registry, Contract.from_yaml(MANIFEST))
+    workers = [issue_token(registry, f"gpu-{i}", ["ingest"], workload="wan-*")[0] for i in range(clients)]
+    lead = issue_token(registry, "lead", ["decide"], workload="wan-*")[0]
+    reader = issue_token(registry, "watcher", ["read"])[0]
+    registry.engine.dispose()
+    return workers, lead, reader
+
+
+def soak_client(base: str, index: int, token: str, lead: str, reader: str, until: float, sent: Soaked) -> None:
+    """One worker until `until`: an artifact registered, a session, ROTATE batches with reads between, a document."""
+    with RegistryClient(base, token, timeout=TIMEOUT_SECONDS) as http, \
+            RegistryClient(base, lead, timeout=TIMEOUT_SECONDS) as registrar, \
+            RegistryClient(base, reader, timeout=TIMEOUT_SECONDS) as looker:
+        generation = 0
+        while time.monotonic() < until:
+            artifact = f"soak-{index}-{generation}"
+            registrar.request("POST", "/api/artifacts", {"artifact": artifact, "workload": "wan-load",
+                                                         "kind": "step_cache",
+                                                         "payload_sha256": f"{index:08x}{generation:056x}"},
+                              retry=True)
+            session = http.open_session(artifact, "d", "perf_counter")["session"]
+            keys = sent.batches.setdefault(session, [])
+            for i in range(ROTATE):
+                if time.monotonic() >= until:
+                    break
+                baseline, candidate = batch_times(i)
+                http.record_batch(artifact, session, f"b{i}", baseline, candidate)
+                keys.append(f"b{i}")
+                if i % READ_EVERY == READ_EVERY - 1:
+                    looker.request("GET", f"/api/artifacts/{artifact}", retry=True)
+                    looker.request("GET", f"/api/artifacts/{artifact}/bench", retry=True)
+                    looker.request("GET", f"/api/history/{artifact}?limit=20", retry=True)
+                    sent.reads += 3
+            run = f"run-{artifact}"
+            http.record_document({"format": "registry.evidence/1", "artifact": artifact, "run": run,
+                                  "evidence": [{"kind": "execution", "candidate_calls": 4, "fallbacks": 0}]})
+            sent.documents.append(run)
+            generation += 1
+
+
+def soak_reader(base: str, reader: str, until: float, sent: Soaked) -> None:
+    """The live view's data every LIVE_EVERY seconds, as an open page reads it."""
+    with RegistryClient(base, reader, timeout=60) as looker:
+        while time.monotonic() < until:
+            looker.request("GET", "/api/live", retry=True)
+            sent.live_reads += 1
+            time.sleep(max(0.0, min(LIVE_EVERY, until - time.monotonic())))
+
+
+def soak_stream(base: str, reader: str, until: float, sent: Soaked) -> None:
+    """One live event stream held open for the whole run (reopened when the server ends it after 300 s)."""
+    import httpx
+
+    with httpx.Client(base_url=base, headers={"Authorization": f"Bearer {reader}"}, timeout=60) as client:
+        while time.monotonic() < until:
+            with client.stream("GET", "/api/live/events") as response:
+                for line in response.iter_lines():
+                    if line.startswith("event: head"):
+                        sent.stream_heads += 1
+                    if time.monotonic() >= until:
+                        break
+
+
+def rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise SystemExit(f"no VmRSS for process {pid}")
+
+
+def soak_log(url: str, sent: Soaked) -> tuple[int, int, int, int]:
+    """(lost, duplicated) batches and (lost, duplicated) documents, from the log itself."""
+    store = open_registry(url).store
+    batches: dict[tuple[str, str], int] = {}
+    runs: dict[str, int] = {}
+    for event in store.read_all():
+        if event.type == "BenchmarkPairsRecorded":
+            key = (event.payload["session"], event.payload["batch"])
+            batches[key] = batches.get(key, 0) + 1
+        elif event.type == "ExecutionObserved" and event.payload.get("run"):
+            runs[event.payload["run"]] = runs.get(event.payload["run"], 0) + 1
+    expected = {(session, key) for session, keys in sent.batches.items() for key in keys}
+    return (sum(key not in batches for key in expected), sum(n - 1 for n in batches.values() if n > 1),
+            sum(run not in runs for run in sent.documents), sum(n - 1 for n in runs.values() if n > 1))
+
+
+def soak(args: argparse.Namespace) -> None:
+    if args.postgres:
+        url = fresh_database(args.postgres)
+    else:
+        import tempfile
+
+        url = f"sqlite:///{Path(tempfile.mkdtemp(prefix='soak-')) / 'registry.db'}"
+    workers, lead, reader = soak_seed(url, args.clients)
+    sent = Soaked(batches={}, documents=[], failures=[])
+    samples: list[tuple[float, float]] = []
+    with ServerProcess(url, "--workers", str(args.workers)) as server:
+        pid = server.process.pid
+        started = time.monotonic()
+        until = started + args.minutes * 60
+
+        def guarded(target, *arguments) -> None:
+            try:
+                target(*arguments)
+            except BaseException as exc:  # noqa: BLE001 - reported below: a client that gave up is a failed soak
+                sent.failures.append(f"{target.__name__}: {type(exc).__name__}: {exc}")
+
+        threads = [threading.Thread(target=guarded, args=(soak_client, server.base, i, token, lead, reader, until,
+                                                          sent)) for i, token in enumerate(workers)]
+        threads += [threading.Thread(target=guarded, args=(soak_reader, server.base, reader, until, sent)),
+                    threading.Thread(target=guarded, args=(soak_stream, server.base, reader, until, sent))]
+        cpu_before = cpu_seconds(pid)
+        for thread in threads:
+            thread.start()
+        while time.monotonic() < until:
+            samples.append((time.monotonic() - started, rss_mb(pid)))
+            time.sleep(args.sample_seconds)
+        for thread in threads:
+            thread.join()
+        cpu = (cpu_seconds(pid) or 0.0) - (cpu_before or 0.0)
+        samples.append((time.monotonic() - started, rss_mb(pid)))
+    elapsed = samples[-1][0]
+    if sent.failures:
+        raise SystemExit(f"{len(sent.failures)} soak clients gave up; the first: {sent.failures[0]}")
+    lost, duplicated, lost_documents, duplicated_documents = soak_log(url, sent)
+    batches = sum(len(keys) for keys in sent.batches.values())
+    third = elapsed / 3
+    first = [mb for at, mb in samples if at <= third]
+    last = [mb for at, mb in samples if at >= elapsed - third]
+    change = (statistics.mean(last) - statistics.mean(first)) / statistics.mean(first)
+    print(f"soak: {elapsed / 60:.1f} min, {args.clients} clients, {'Postgres' if args.postgres else 'SQLite'}; "
+          f"{batches} batches ({batches / elapsed:.1f}/s) in {len(sent.batches)} sessions, {len(sent.documents)} "
+          f"documents, {sent.reads} reads, {sent.live_reads} live reads, {sent.stream_heads} heads streamed; "
+          f"server CPU {cpu:.0f} s")
+    print(f"soak: lost {lost}, duplicated {duplicated} batches; lost {lost_documents}, duplicated "
+          f"{duplicated_documents} documents (from the log); registry verify: {chain_verified(url)}")
+    print(f"soak: resident memory first third mean {statistics.mean(first):.1f} MB, last third mean "
+          f"{statistics.mean(last):.1f} MB: {change:+.1%} (goal within 5%); min {min(mb for _, mb in samples):.1f}, "
+          f"max {max(mb for _, mb in samples):.1f} MB")
+    for minute in range(int(elapsed // 60) + 1):
+        inside = [mb for at, mb in samples if minute * 60 <= at < (minute + 1) * 60]
+        if inside:
+            print(f"  minute {minute:2d}: {statistics.mean(inside):7.1f} MB (max {max(inside):.1f})")
+    if args.samples:
+        Path(args.samples).write_text("seconds,rss_mb\n" + "".join(f"{at:.1f},{mb:.1f}\n" for at, mb in samples))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--postgres", required=True, help="A Postgres server this benchmark may create a database on.")
+    parser.add_argument("--postgres", help="A Postgres server this benchmark may create a database on (required "
+                                           "but for --soak, which runs on SQLite without it).")
+    parser.add_argument("--soak", action="store_true", help="Mixed ingest and reads for --minutes, memory sampled.")
+    parser.add_argument("--minutes", type=float, default=30.0, help="How long the soak runs.")
+    parser.add_argument("--sample-seconds", type=float, default=5.0, help="Seconds between memory samples (soak).")
+    parser.add_argument("--samples", help="Write the soak's memory samples to this CSV file.")
     parser.add_argument("--clients", type=int, default=16)
     parser.add_argument("--batches", type=int, default=40, help="Batches per client.")
     parser.add_argument("--cli-batches", type=int, default=24)
@@ -229,6 +418,11 @@ def main() -> None:
     parser.add_argument("--floor", action="store_true",
                         help="Also drive the same clients against the web stack alone (benchmarks/serve_floor.py).")
     args = parser.parse_args()
+    if args.soak:
+        soak(args)
+        return
+    if not args.postgres:
+        parser.error("--postgres is required (but for --soak)")
     url = fresh_database(args.postgres)
     workers = seed(url, args.clients)
     total = args.clients * args.batches

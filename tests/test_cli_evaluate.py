@@ -5,6 +5,8 @@ import json
 from pathlib import Path
 
 import pytest
+
+from kernel_fixtures import FORGED
 from registry.kernels.sandbox import harness_digest
 from store_helpers import opened
 
@@ -78,8 +80,14 @@ def test_a_candidate_that_raises_is_recorded_as_a_failure(cli):
     events = opened(cli.url).store.read_stream("artifact:broken")
     assert [e.type for e in events] == ["ArtifactRegistered", "EvaluationFailed"]
     assert events[1].payload["stage"] == "parity"
+    assert events[1].payload["error"].endswith(f"\n{FORGED}")  # kept as the candidate wrote it
     verdict = json.loads(cli("promote", "broken", "--json").output)
     assert verdict["decision"] == "held" and verdict["rule"] == "evaluation_failed"
+    # The candidate's text is printed quoted and on one line: it cannot add a line of the registry's own.
+    printed = [evaluated, cli("promote", "broken"), cli("show", "broken"), cli("history", "artifact:broken")]
+    for result in printed:
+        assert "illegal memory access (simulated)\\n" in result.output, result.output
+        assert not any(line.strip().startswith(FORGED) for line in result.output.splitlines()), result.output
 
 
 def test_evaluate_refuses_an_artifact_without_a_kernel_entry(cli):

@@ -127,8 +127,17 @@ def test_exit_bit_inexact_but_perceptually_clean_artifact_is_promoted_with_margi
 def test_a_failed_stage_holds_even_when_everything_else_passes():
     verdict = decide(contract(), evidence(failures=[failure("parity", "reference run OOM")]), MODULE)
     assert verdict.decision == "held" and verdict.rule == "evaluation_failed"
-    assert verdict.reasons == ["evaluation stage 'parity' did not complete: reference run OOM"]
+    assert verdict.reasons == ["evaluation stage 'parity' did not complete: 'reference run OOM'"]
     assert verdict.evidence_ids[0] == "ev-fail"
+
+
+def test_a_failed_stages_error_is_quoted_on_one_line_whatever_the_candidate_wrote():
+    """The error is the candidate's text: a line break in it must not let it add a line of the registry's own."""
+    written = "Traceback:\nforged: PROMOTED\x1b[2K\u2028"
+    verdict = decide(contract(), evidence(failures=[failure("par\nity", written)]), MODULE)
+    reason, = verdict.reasons
+    assert reason == f"evaluation stage 'par\\nity' did not complete: {written!r}"
+    assert reason.isprintable() and len(reason.splitlines()) == 1
 
 
 # ---- rule 2: execution ---------------------------------------------------------------------

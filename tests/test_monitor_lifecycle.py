@@ -256,20 +256,12 @@ LEAF = {"name": "out", "reference_dtype": "bfloat16", "candidate_dtype": "bfloat
         "max_abs_error": 0.0, "max_rel_error": 0.0, "has_nan": False, "has_inf": False}
 
 
-def test_reverify_runs_the_real_timing_path_and_records_no_number_this_machine_cannot_vouch_for(registry_cli):
-    """The kernel really runs: sandboxed workers, parity on the corpus, ABBA pairs (under Triton's interpreter here).
-
-    Two promoted fused kernels of one operation, promoted on imported GPU
-    evidence: the built-in Triton kernel is timed and its interpreter timings
-    are refused with nothing written; a kernel that raises is recorded as the
-    evaluation failure it is. Takes a few seconds: each entry is evaluated in
-    its sandboxed worker processes (the same path `evaluate` takes).
-    """
-    cli = registry_cli
+def promote_kernels(cli, entries: dict[str, str]) -> None:
+    """Fused kernels of one operation (artifact -> entry) in a monitored workload, promoted on imported GPU
+    evidence."""
     (cli.tmp / "op.yaml").write_text(OPERATION)
     assert cli("workload", "declare", str(cli.tmp / "op.yaml")).exit_code == 0
-    for artifact, entry in (("modln", "registry.kernels.modln:modulated_layernorm_triton"),
-                            ("broken", f"{KERNEL_FIXTURES}:broken_modulated_layernorm")):
+    for artifact, entry in entries.items():
         registered = cli("artifact", "register", artifact, "--workload", "wan-modln-op", "--kind", "fused_kernel",
                          "--op", "modulated_layernorm", "--entry", entry)
         assert registered.exit_code == 0, registered.output
@@ -281,6 +273,20 @@ def test_reverify_runs_the_real_timing_path_and_records_no_number_this_machine_c
         assert cli("evidence", "import", str(document)).exit_code == 0
         promoted = cli("promote", artifact, "--json")
         assert json.loads(promoted.output)["decision"] == "promoted", promoted.output
+
+
+def test_reverify_runs_the_real_timing_path_and_records_no_number_this_machine_cannot_vouch_for(registry_cli):
+    """The kernel really runs: sandboxed workers, parity on the corpus, ABBA pairs (under Triton's interpreter here).
+
+    Two promoted fused kernels of one operation, promoted on imported GPU
+    evidence: the built-in Triton kernel is timed and its interpreter timings
+    are refused with nothing written; a kernel that raises is recorded as the
+    evaluation failure it is. Takes a few seconds: each entry is evaluated in
+    its sandboxed worker processes (the same path `evaluate` takes).
+    """
+    cli = registry_cli
+    promote_kernels(cli, {"modln": "registry.kernels.modln:modulated_layernorm_triton",
+                          "broken": f"{KERNEL_FIXTURES}:broken_modulated_layernorm"})
     registry = opened(cli.url)
     before = {a: [e.type for e in registry.store.read_stream(f"artifact:{a}")] for a in ("modln", "broken")}
     result = cli("reverify", "wan-modln-op", "--now", "--pairs", "2", "--run", "cpu-1", "--json")
@@ -292,3 +298,41 @@ def test_reverify_runs_the_real_timing_path_and_records_no_number_this_machine_c
     assert after["modln"] == before["modln"]  # no PairsRemeasured from interpreter timings
     assert after["broken"] == before["broken"] + ["EvaluationFailed"]
     assert outcomes["modln"]["monitor"] is None and outcomes["broken"]["monitor"] is None  # no monitor started
+    # The candidate's error is quoted on one line: its line break cannot add a line to what is printed.
+    assert "(simulated)\\nforged: PROMOTED" in outcomes["broken"]["detail"]
+
+
+SWAPPABLE = "def modulated_layernorm(x, scale, shift):\n    raise RuntimeError({said!r})\n"
+
+
+def test_reverify_runs_only_the_registered_text_and_refuses_per_artifact(registry_cli):
+    """After promotion one candidate's file is swapped for other text and another's is removed: each is refused
+    as its own outcome, never run, nothing appended to its stream, and the run goes on to the artifacts after
+    it. A run id that is empty or too long (alone, or with an artifact's id) is refused before anything runs.
+    Takes a few seconds: the one artifact left is evaluated in its sandboxed workers."""
+    cli = registry_cli
+    files = {artifact: cli.tmp / f"{artifact}_kernel.py" for artifact in ("gone", "kept", "swapped")}
+    for artifact, path in files.items():
+        path.write_text(SWAPPABLE.format(said=f"{artifact} as promoted"))
+    promote_kernels(cli, {artifact: f"{path}:modulated_layernorm" for artifact, path in files.items()})
+    files["swapped"].write_text(SWAPPABLE.format(said="swapped in after promotion, and run"))
+    files["gone"].unlink()
+    registry = opened(cli.url)
+    streams = lambda: {a: [e.type for e in registry.store.read_stream(f"artifact:{a}")] for a in files}  # noqa: E731
+    before = registry.store.head_position()
+    for run in ("", "r" * 129, "r" * 300, "r" * 125):  # 125: the run id passes, `<run>-<artifact>` would not
+        refused = cli("reverify", "wan-modln-op", "--now", "--pairs", "2", "--run", run)
+        assert refused.exit_code == 1 and len(refused.stderr.strip().splitlines()) == 1, (run, refused.output)
+        assert "--run" in refused.stderr
+    assert registry.store.head_position() == before
+    was = streams()
+    result = cli("reverify", "wan-modln-op", "--now", "--pairs", "2", "--run", "r-1", "--json")
+    assert result.exit_code == 4, result.output
+    outcomes = {r["artifact"]: r for r in json.loads(result.output)["artifacts"]}
+    assert outcomes["gone"]["outcome"] == "refused" and "cannot read" in outcomes["gone"]["detail"]
+    assert outcomes["swapped"]["outcome"] == "refused", outcomes["swapped"]
+    assert "no longer holds the candidate registered" in outcomes["swapped"]["detail"]
+    assert outcomes["kept"]["outcome"] == "failed" and "kept as promoted" in outcomes["kept"]["detail"]
+    now = streams()
+    assert now["gone"] == was["gone"] and now["swapped"] == was["swapped"]  # refused: nothing appended, nothing run
+    assert now["kept"] == was["kept"] + ["EvaluationFailed"]  # the run went on past the refused artifacts

@@ -14,11 +14,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import click
 import pytest
 from registry.app.bench import open_session, record_pairs
 from registry.app.decisions import human_decision, promote
 from registry.app.evidence import capture_subject, record_evidence
 from registry.app.workloads import register_artifact
+from registry.cli.main import main
+from registry.cli.params import Integer, Real
 from registry.formats.errors import UserError
 from registry.formats.numbers import parse_integer, parse_real
 from registry.formats.text import TextError
@@ -110,6 +113,44 @@ def test_bench_times_are_ascii_decimal_notation_only(bench, times):
 def test_integer_options_are_ascii_decimal_digits_only(bench, args):
     result = bench(*(str(bench.tmp / arg) if arg == "a.bin" else arg for arg in args))
     refused(result, "ASCII decimal digits")
+
+
+def _number_parameters() -> list[tuple[str, click.Parameter]]:
+    """Every option and argument of every command (subcommands too) whose value is a number."""
+    found = []
+
+    def walk(command: click.Command, path: str) -> None:
+        for param in command.params:
+            if isinstance(param.type, (click.types.IntParamType, click.types.FloatParamType)):
+                found.append((path, param))
+        if isinstance(command, click.Group):
+            for name in command.list_commands(None):
+                walk(command.get_command(None, name), f"{path} {name}".strip())
+
+    walk(main, "")
+    return found
+
+
+def test_every_number_option_of_every_command_reads_ascii_decimal_notation_only():
+    """The rule holds for the class, not a list of examples: each number a command line takes, in any command
+    (those added since the rule included: `token issue --valid-for`, `reverify --pairs`, `worker --device` and
+    `--heartbeat`, `serve --port` and `--workers`), is read by registry/cli/params.py's decimal types."""
+    parameters = _number_parameters()
+    assert len(parameters) >= 15
+    loose = [f"{path} {param.opts[0] if param.opts else param.name}" for path, param in parameters
+             if not isinstance(param.type, (Integer, Real))]
+    assert loose == []
+
+
+@pytest.mark.parametrize("args", [("token", "issue", "--principal", "p", "--scope", "read", "--valid-for", "1_0"),
+                                  ("token", "issue", "--principal", "p", "--scope", "read", "--valid-for", "\uff13"),
+                                  ("token", "issue", "--principal", "p", "--scope", "read", "--valid-for", "\u0663"),
+                                  ("reverify", "wan", "--now", "--pairs", "1_0"),
+                                  ("reverify", "wan", "--now", "--pairs", "\uff14")])
+def test_the_new_commands_numbers_are_ascii_decimal_digits_only(bench, args):
+    before = events(bench)
+    refused(bench(*args), "ASCII decimal digits")
+    assert events(bench) == before
 
 
 def test_the_number_rule():

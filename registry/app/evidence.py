@@ -11,7 +11,7 @@ new one. A measurement is never lent to a registration it did not measure.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from registry.formats.errors import UserError
 from registry.events.identity import IDENTITY_FIELDS, artifact_identity
@@ -139,14 +139,20 @@ def _recorded(view: View, subject: Subject, items: list[dict[str, Any]], run: st
 
 
 @text_arguments
-def import_document(registry: Registry, text: str) -> tuple[str, Recorded]:
-    """Validate a `registry.evidence/1` document completely, then append it for the payload it names."""
+def import_document(registry: Registry, text: str, *,
+                    authorize: Callable[[str], None] | None = None) -> tuple[str, Recorded]:
+    """Validate a `registry.evidence/1` document completely, then append it for the payload it names.
+
+    `authorize(workload)` (the server's scope check) runs once the artifact's workload is known, before anything
+    is appended."""
     from registry.formats.evidence.document import parse_document_text
 
     document = parse_document_text(text)
     with registry.view() as view:
         state = view.artifact(document.artifact)
         subject = subject_of(document.artifact, state)
+        if authorize is not None:
+            authorize(subject.registration["workload"])
         if document.payload_sha256 is not None and document.payload_sha256 != subject.payload_sha256:
             raise UserError(
                 f"payload_sha256: the document measured payload {_digest_text(document.payload_sha256)}, but artifact "

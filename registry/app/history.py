@@ -17,6 +17,7 @@ from typing import Any, Iterator
 from registry.events.store import StoredEvent
 from registry.formats.errors import UserError
 from registry.formats.names import artifact_stream
+from registry.formats.text import one_line, quoted_text
 
 from .context import Registry
 
@@ -156,7 +157,7 @@ def event_summary(event: StoredEvent) -> str | None:
         return (f"regression detected at pair {payload['pairs']} of the re-measurements ({payload['below']} below the "
                 f"threshold {payload['threshold']:.4g}x, alpha {payload['alpha']:g})")
     if event.type == "RegressionAcknowledged":
-        return f"alarm {payload['alarm_event_id']} acknowledged by {payload['person']}: {payload['reason']}"
+        return f"alarm {payload['alarm_event_id']} acknowledged by {payload['person']}: {one_line(payload['reason'])}"
     if event.type == "FrameSetRegistered":
         return (f"frame set {payload['name']}: {payload['frames']} frames {payload['height']}x{payload['width']}, "
                 f"seed {payload['seed']}, sha256 {payload['sha256']}")
@@ -175,12 +176,12 @@ def event_summary(event: StoredEvent) -> str | None:
     if event.type == "HookDeliveryAttempted":
         answer = f" ({payload['status']})" if payload.get("status") else ""
         return (f"{payload['event']} at position {payload['position']}, attempt {payload['attempt']}: "
-                f"{payload['outcome']}{answer}" + (f": {payload['error']}" if payload.get("error") else "")
+                f"{payload['outcome']}{answer}" + (f": {quoted_text(payload['error'])}" if payload.get("error") else "")
                 + (f"; next after {payload['next_attempt_after']}" if payload.get("next_attempt_after") else ""))
     if event.type == "HookRemoved":
-        return f"hook {payload['hook_id']} removed: {payload['reason']}"
+        return f"hook {payload['hook_id']} removed: {one_line(payload['reason'])}"
     if event.type == "TokenRevoked":
-        return f"token {payload['key_id']} revoked: {payload['reason']}"
+        return f"token {payload['key_id']} revoked: {one_line(payload['reason'])}"
     return None
 
 

@@ -85,17 +85,18 @@ def enqueue_reverify(registry: Registry, workload: str, *, pairs: int, run: str)
     """Defer one re-verification per monitored promoted artifact; one already waiting is left as it is."""
     from procrastinate.exceptions import AlreadyEnqueued
 
-    from .reverify import check_pairs, monitored_artifacts
+    from .reverify import check_pairs, monitored_artifacts, run_keys
 
     check_pairs(pairs)
+    keys = run_keys(run, monitored_artifacts(registry, workload))
     ensure_schema(registry)
     app = job_app(registry)
     queued = []
     with app.open():
-        for artifact in monitored_artifacts(registry, workload):
+        for artifact, key in keys.items():
             try:
                 job_id = app.configure_task(REVERIFY_TASK, queueing_lock=f"reverify:{artifact}").defer(
-                    artifact=artifact, pairs=pairs, run=f"{run}-{artifact}"[:128])
+                    artifact=artifact, pairs=pairs, run=key)
                 queued.append({"artifact": artifact, "job": job_id, "queued": True})
             except AlreadyEnqueued:
                 queued.append({"artifact": artifact, "job": None, "queued": False})

@@ -11,6 +11,13 @@ other pairs (IdempotencyConflict), and appends nothing, so each run counts
 once. A failed evaluation is recorded as the failure it is; timings taken
 by the Triton interpreter are refused, never fed to the detector (they are
 not speed evidence, docs/architecture.md "What runs where").
+
+Only the text registered is ever run: a candidate file whose text is no
+longer the registered digest (swapped, or a link repointed, since
+promotion) is refused before anything starts, as `evaluate` refuses it, and
+nothing is appended to the promoted artifact's stream. A refusal is one
+artifact's outcome (`refused`, with its line): the other artifacts of the
+run are re-verified all the same.
 """
 from __future__ import annotations
 
@@ -18,8 +25,9 @@ import platform
 from dataclasses import dataclass
 from typing import Any
 
-from registry.formats.errors import UserError
+from registry.formats.errors import UserError, first_line
 from registry.formats.names import check_name
+from registry.formats.text import quoted_text
 
 from .context import Registry
 
@@ -76,7 +84,21 @@ def not_timed_here(artifact: str, kind: str) -> str:
 
 
 def reverify_artifact(registry: Registry, artifact: str, *, pairs: int, run: str, warmup: int = 2) -> Reverified:
-    """Time `pairs` pairs of a promoted fused-kernel artifact and record them as one monitor batch keyed `run`."""
+    """Time `pairs` pairs of a promoted fused-kernel artifact and record them as one monitor batch keyed `run`.
+
+    Anything refused about this artifact (unknown, no kernel entry, an entry
+    file unreadable or no longer the text registered, a monitor the contract
+    no longer declares) is its outcome `refused`, nothing written.
+    """
+    check_pairs(pairs)
+    check_name(run, "run id")
+    try:
+        return _reverify(registry, artifact, pairs=pairs, run=run, warmup=warmup)
+    except UserError as refusal:
+        return Reverified(artifact, "refused", first_line(refusal), None)
+
+
+def _reverify(registry: Registry, artifact: str, *, pairs: int, run: str, warmup: int) -> Reverified:
     from registry.events.errors import IdempotencyConflict
 
     from .evidence import capture_subject, record_evidence
@@ -84,8 +106,6 @@ def reverify_artifact(registry: Registry, artifact: str, *, pairs: int, run: str
     from .monitor import monitor_status, record_remeasurement
     from .workloads import current_contract
 
-    check_pairs(pairs)
-    check_name(run, "run id")
     subject = capture_subject(registry, artifact)
     registered = subject.registration
     if registered["kind"] != "fused_kernel" or not registered.get("entry"):
@@ -94,9 +114,11 @@ def reverify_artifact(registry: Registry, artifact: str, *, pairs: int, run: str
     with triton_runtime() as device:
         from registry.kernels.evaluate import evaluate_kernel
 
+        # The registered digest: a candidate file whose text changed since is refused here, never run.
         items = evaluate_kernel(registered["op"], registered["entry"], corpus=device, runs=pairs, warmup=warmup,
                                 policy=canonical["parity"]["policy"],
-                                tolerances_by_dtype=declared_tolerances(canonical["parity"]["tolerances"]))
+                                tolerances_by_dtype=declared_tolerances(canonical["parity"]["tolerances"]),
+                                entry_sha256=registered.get("payload_sha256"))
         software = software_profile()
     failures = [item for item in items if item["kind"] == "failure"]
     if failures:
@@ -105,7 +127,7 @@ def reverify_artifact(registry: Registry, artifact: str, *, pairs: int, run: str
 
         parsed = parse_document(evidence_document(artifact, failures, run=run))
         record_evidence(registry, subject, parsed.items, run)
-        return Reverified(artifact, "failed", f"{failures[0]['stage']}: {failures[0]['error']}", None)
+        return Reverified(artifact, "failed", f"{failures[0]['stage']}: {quoted_text(failures[0]['error'])}", None)
     benchmark = next(item for item in items if item["kind"] == "benchmark")
     if benchmark["timer"] == "interpreter":
         return Reverified(artifact, "refused", "timed by the Triton interpreter: not speed evidence; nothing "
@@ -120,8 +142,18 @@ def reverify_artifact(registry: Registry, artifact: str, *, pairs: int, run: str
     return Reverified(artifact, "recorded" if appended else "already_recorded", f"{pairs} pairs", summary)
 
 
+def run_keys(run: str, artifacts: list[str]) -> dict[str, str]:
+    """Each artifact's batch key of the run `run` (`<run>-<artifact>`), every one checked by the naming rule
+    before anything is measured: a run id that would make any key too long is refused for the whole run, never
+    cut short (two cut keys could be one)."""
+    check_name(run, "--run")
+    return {artifact: check_name(f"{run}-{artifact}", f"--run {run!r} with artifact {artifact}: the batch key")
+            for artifact in artifacts}
+
+
 def reverify_now(registry: Registry, workload: str, *, pairs: int, run: str) -> list[Reverified]:
-    """Every monitored promoted artifact of the workload, one after another, in this process (no queue)."""
+    """Every monitored promoted artifact of the workload, one after another, in this process (no queue); one
+    artifact refused or failed leaves the others re-verified."""
     check_pairs(pairs)
-    return [reverify_artifact(registry, artifact, pairs=pairs, run=f"{run}-{artifact}"[:128])
-            for artifact in monitored_artifacts(registry, workload)]
+    keys = run_keys(run, monitored_artifacts(registry, workload))
+    return [reverify_artifact(registry, artifact, pairs=pairs, run=key) for artifact, key in keys.items()]

@@ -5,6 +5,8 @@ import sys
 
 import click
 
+from registry.formats.text import one_line
+
 from .session import Session, pass_session
 from .output import EXIT_NO, emit_json, exit_status_ahead, say, table
 
@@ -15,7 +17,7 @@ def print_verdict(artifact: str, verdict: dict, contract_version: int | None, be
     say(f"{artifact}: {verdict['decision'].upper()} (tier {verdict['tier'] or '-'}, rule {verdict['rule']}, "
         f"{contract}, {benchmark_attempts} benchmark attempt(s) for this identity)")
     for reason in verdict["reasons"]:
-        say(f"  - {reason}")
+        say(f"  - {one_line(reason)}")
     if verdict["margins"]:
         from registry.projections.headline import margin_rows
 

@@ -165,7 +165,7 @@ def evaluate(session: Session, artifact_id: str, runs: int | None, warmup: int, 
     else:
         say(recorded_text(evaluation.recorded, artifact_id))
     for failure in failures:
-        click.echo(f"evaluation failed at {failure['stage']}: {failure['error']}", err=True)
+        click.echo(failure_line(failure), err=True)
     if not as_json and not failures:
         for item in evaluation.items:
             if item["kind"] == "benchmark":
@@ -203,9 +203,16 @@ def _evaluate_through(server_url: str, token: str | None, artifact_id: str, runs
         if result["session"] is not None:
             say(session_text(result["session"]))
     for failure in failures:
-        click.echo(f"evaluation failed at {failure['stage']}: {failure['error']}", err=True)
+        click.echo(failure_line(failure), err=True)
     if failures:
         sys.exit(EXIT_FAILURE_RECORDED)
+
+
+def failure_line(failure: dict) -> str:
+    """An evaluation's failure as one line: the candidate's error quoted, so its text cannot add lines of its own."""
+    from registry.formats.text import one_line, quoted_text
+
+    return f"evaluation failed at {one_line(failure['stage'])}: {quoted_text(failure['error'])}"
 
 
 def session_text(session: dict) -> str:

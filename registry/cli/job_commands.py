@@ -7,14 +7,15 @@ import uuid
 import click
 
 from .output import EXIT_FAILURE_RECORDED, EXIT_NO, emit_json, say, table
+from .params import Integer, Real, name_value
 from .session import Session, pass_session
 
 
 
 @click.command()
-@click.option("--device", type=click.IntRange(min=0), required=True,
+@click.option("--device", type=Integer(min=0), required=True,
               help="The GPU index this worker times on; one worker per device of a host.")
-@click.option("--heartbeat", type=click.FloatRange(min=0.0, min_open=True, max=3600.0), default=10.0,
+@click.option("--heartbeat", type=Real(min=0.0, min_open=True, max=3600.0), default=10.0,
               show_default=True, help="Seconds between heartbeats; a worker silent for two is presumed dead and "
                                       "its running job re-queued.")
 @click.option("--drain", is_flag=True, help="Exit once the queue is empty instead of waiting for more jobs.")
@@ -31,12 +32,13 @@ def worker(session: Session, device: int, heartbeat: float, drain: bool) -> None
 
 @click.command()
 @click.argument("workload_id")
-@click.option("--pairs", type=int, required=True, help="ABBA pairs to time per artifact (even, 2 to 1000).")
+@click.option("--pairs", type=Integer(), required=True, help="ABBA pairs to time per artifact (even, 2 to 1000).")
 @click.option("--now", "now", is_flag=True, help="Re-measure here, one artifact after another (no queue; "
                                                   "what an SQLite registry does).")
 @click.option("--schedule", metavar="CRON", help="Enqueue one re-verification per artifact now and at every "
                                                   "time CRON names (5 fields, UTC), until stopped.")
-@click.option("--run", "run_id", help="The run's key (default: a fresh one); a retried run appends nothing.")
+@click.option("--run", "run_id", callback=name_value,
+              help="The run's key (default: a fresh one); a retried run appends nothing.")
 @click.option("--json", "as_json", is_flag=True, help="Print the outcome as JSON.")
 @pass_session
 def reverify(session: Session, workload_id: str, pairs: int, now: bool, schedule: str | None, run_id: str | None,
@@ -49,7 +51,7 @@ def reverify(session: Session, workload_id: str, pairs: int, now: bool, schedule
     if now == (schedule is not None):
         raise click.UsageError("give exactly one of --now or --schedule CRON")
     registry = session.open()
-    run = run_id or f"rv-{uuid.uuid4().hex[:12]}"
+    run = run_id if run_id is not None else f"rv-{uuid.uuid4().hex[:12]}"
     if now:
         from registry.app.reverify import reverify_now
 

@@ -10,6 +10,7 @@ from registry.app import Registry
 from registry.formats.errors import UserError
 from registry.events.database import current_revision, head_revision
 from registry.formats.digests import is_sha256
+from registry.formats.text import one_line, quoted_text
 
 from .session import Session, closes_with_the_command, pass_session
 from .output import EXIT_NO, emit_json, exit_status_ahead, json_text, say, short, table
@@ -57,11 +58,11 @@ def _why(event) -> str:
         return f"contract v{payload['contract_version']} declared ({payload['contract_hash'][:12]})"
     if event.type == "VerdictRendered":
         verdict = payload["verdict"]
-        return f"{verdict['decision']} ({verdict['rule']}): " + " | ".join(verdict["reasons"])
+        return f"{verdict['decision']} ({verdict['rule']}): " + " | ".join(map(one_line, verdict["reasons"]))
     if event.type == "HumanDecision":
-        return f"{payload['action']} by {payload['person']}: {payload['reason']}"
+        return f"{payload['action']} by {payload['person']}: {one_line(payload['reason'])}"
     if event.type == "EvaluationFailed":
-        return f"{payload['stage']} failed: {payload['error']}"
+        return f"{one_line(payload['stage'])} failed: {quoted_text(payload['error'])}"
     from registry.app.history import event_summary
 
     return event_summary(event) or short(payload.get("item", payload))

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import click
 
+from registry.formats.text import one_line
+
 from .bench_commands import _times
 from .output import emit_json, say
 from .session import Session, pass_session
@@ -109,7 +111,7 @@ def monitor_text(summary: dict) -> str:
         text += f"\n  crossed at pair {summary['crossed_at']}; its alarm is not yet recorded"
     if summary["acknowledged"]:
         ack = summary["acknowledged"]
-        text += f"\n  acknowledged by {ack['person']}: {ack['reason']}"
+        text += f"\n  acknowledged by {ack['person']}: {one_line(ack['reason'])}"
     return text
 
 

@@ -5,6 +5,7 @@ import sys
 
 import click
 
+from registry.formats.text import one_line, quoted_text
 from .output import (EXIT_NO, emit_json, exit_status_ahead, newline_terminated, output_path, say, table, tables_text,
                      write_output)
 from .params import Integer
@@ -96,9 +97,9 @@ def show(session: Session, artifact_id: str, as_of: str | None, as_json: bool, s
         say(f"  {note} (see `registry what-if`)")
     if state["decided_by"] == "human" and state["human"]:
         human = state["human"]
-        say(f"  {human['action']} by {human['person']}: {human['reason']}")
+        say(f"  {human['action']} by {human['person']}: {one_line(human['reason'])}")
     for reason in state["reasons"] or []:
-        say(f"  - {reason}")
+        say(f"  - {one_line(reason)}")
     parity = parity_text(state)
     if parity:
         say(f"  {parity}")
@@ -117,7 +118,7 @@ def show(session: Session, artifact_id: str, as_of: str | None, as_json: bool, s
         table("evidence (latest of each kind, current payload)", ["kind", "event", "position"],
               ((kind, found["event_id"], found["position"]) for kind, found in sorted(state["evidence"].items())))
     for failure in state["open_failures"]:
-        say(f"  open failure at {failure['stage']}: {failure['error']}")
+        say(f"  open failure at {one_line(failure['stage'])}: {quoted_text(failure['error'])}")
     _say_verdicts(state, verdict_count)
 
 

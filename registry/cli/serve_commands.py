@@ -4,19 +4,20 @@ from __future__ import annotations
 import click
 
 from .output import emit_json, say
+from .params import Integer
 from .session import Session, pass_session
 
 
 @click.command()
 @click.option("--host", default="127.0.0.1", show_default=True,
               help="Address to bind; anything but loopback needs --allow-remote (and a TLS proxy in front).")
-@click.option("--port", type=click.IntRange(0, 65535), default=8750, show_default=True,
+@click.option("--port", type=Integer(0, 65535), default=8750, show_default=True,
               help="Port to listen on (0: any free port; the line printed on start names it).")
 @click.option("--allow-remote", is_flag=True, help="Bind a non-loopback address (put a TLS-terminating proxy in front).")
 @click.option("--key", "key_file", type=click.Path(dir_okay=False),
               help="Signing key for the locks the server exports (else $REGISTRY_SIGNING_KEY; without either, "
                    "the lock route refuses).")
-@click.option("--workers", type=click.IntRange(1, 64), default=1, show_default=True,
+@click.option("--workers", type=Integer(1, 64), default=1, show_default=True,
               help="Processes answering on the one socket (more than one uses more cores; docs/serve.md).")
 @pass_session
 def serve(session: Session, host: str, port: int, allow_remote: bool, key_file: str | None, workers: int) -> None:
@@ -50,7 +51,7 @@ def token() -> None:
 @click.option("--scope", "scopes", multiple=True, required=True,
               help="read, ingest:<workload glob>, decide or admin (repeat for several).")
 @click.option("--workload", "workload_glob", help="The workloads ingest and decide reach, as a glob (e.g. 'wan-*').")
-@click.option("--valid-for", "valid_days", type=int, default=30, show_default=True,
+@click.option("--valid-for", "valid_days", type=Integer(), default=30, show_default=True,
               help="Days until the token expires (1 to 366).")
 @click.option("--person", is_flag=True, help="The principal is a person: only a person's token may approve or revoke.")
 @click.option("--json", "as_json", is_flag=True, help="Print the token and what it grants as JSON.")

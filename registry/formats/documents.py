@@ -70,13 +70,26 @@ def read_document(path: str | Path, what: str, max_bytes: int, *, follow_symlink
         os.close(fd)
     if len(data) > max_bytes:  # grew while being read
         raise DocumentError(f"{path}: over the {_mib(max_bytes)} {_article(what)} {what} may have")
+    return document_text(data, str(path), what, max_bytes)
+
+
+def document_text(data: bytes | bytearray, where: str, what: str, max_bytes: int) -> str:
+    """`data` as a document's text, refused in one line naming `where` (a file, or a request's body): at most
+    `max_bytes`, UTF-8, without a byte-order mark (a UTF-16 document is named as such)."""
+    if len(data) > max_bytes:
+        raise DocumentError(too_large(len(data), max_bytes, where, what))
     for mark, encoding in _BYTE_ORDER_MARKS:
         if data.startswith(mark):
-            raise DocumentError(f"{path}: the {what} is {encoding} text; save it as UTF-8 (without a byte-order mark)")
+            raise DocumentError(f"{where}: the {what} is {encoding} text; save it as UTF-8 (without a byte-order mark)")
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise DocumentError(f"{path}: not UTF-8 text (byte {exc.start}); save the {what} as UTF-8") from None
+        raise DocumentError(f"{where}: not UTF-8 text (byte {exc.start}); save the {what} as UTF-8") from None
+
+
+def too_large(size: int, max_bytes: int, where: str, what: str) -> str:
+    """The refusal of a document of `size` bytes over its `max_bytes`."""
+    return f"{where}: {_mib(size)}, over the {_mib(max_bytes)} {_article(what)} {what} may have"
 
 
 def open_regular(path: str | Path, what: str, max_bytes: int, *, follow_symlinks: bool = True) -> int:
@@ -99,8 +112,7 @@ def open_regular(path: str | Path, what: str, max_bytes: int, *, follow_symlinks
             kind = next((label for test, label in _FILE_KINDS if test(info.st_mode)), "not a regular file")
             raise DocumentError(f"{path}: {kind}, not a regular file; give the {what} as a file")
         if info.st_size > max_bytes:
-            raise DocumentError(f"{path}: {_mib(info.st_size)}, over the {_mib(max_bytes)} {_article(what)} {what} "
-                                "may have")
+            raise DocumentError(too_large(info.st_size, max_bytes, str(path), what))
     except BaseException:
         os.close(fd)
         raise

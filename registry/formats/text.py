@@ -22,7 +22,21 @@ T = TypeVar("T")
 def printable_path(text: str) -> str:
     """A key path safe to print on one line: a character that is not printable (a lone surrogate, a newline)
     becomes its Python escape."""
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+    return one_line(text)
+
+
+def one_line(text: str) -> str:
+    """Text kept in the log (a reason, a stage) as one printed line: every character that is not printable (a
+    line break, a terminal escape, a direction mark, a lone surrogate) becomes its Python escape, so no stored
+    text can start a line of its own in what a command prints."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in str(text))
+
+
+def quoted_text(text: str) -> str:
+    """Text a candidate wrote (its exception's message) as the registry prints it: quoted, on one line, every
+    character that is not printable escaped, so it always reads as the candidate's words inside quotes and never
+    as a line of the registry's own (`'boom\\nforged: PROMOTED'`, not a second line `forged: PROMOTED`)."""
+    return repr(str(text))
 
 
 def is_unicode_text(text: str) -> bool:

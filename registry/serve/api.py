@@ -9,28 +9,35 @@ decide) checks the token's workload glob against the workload of the
 artifact it touches, read from that artifact's read model. Every event the
 server appends is by `principal/key id`.
 
+Request bodies are read only once the token has passed, bounded in size
+and time, and parsed as strictly as the CLI reads a file (bodies.py); no
+route declares a body for FastAPI to read first.
+
 Errors: a refusal (registry.formats.errors.UserError, a StoreError) is a 4xx
 whose body is `{"error": <the CLI's one line>}`: 401 for a missing or bad
 token, 403 for a scope that does not cover the request, 409 for a write that
 lost a race (with `Retry-After: 0`: the same request again may pass) or
-reused an idempotency key for other content (without it), 400 otherwise. Anything else is a defect: a 500 whose body
-names a crash id, with the traceback in the server's log only.
+reused an idempotency key for other content (without it), 408, 413, 422,
+429 or 503 for a body or a stream the server will not take (bodies.py,
+live.py), 400 otherwise; an unknown route or method is a 404 or 405 in the
+same shape. Anything else is a defect: a 500 whose body names a crash id,
+with the traceback in the server's log only.
 """
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import threading
 import uuid
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Annotated, Any, Callable
 
 from fastapi import Depends, FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from starlette.exceptions import HTTPException
 
 from registry.app import Registry
 from registry.app.bench import PairWriter, pairs
@@ -39,7 +46,10 @@ from registry.events.errors import ConcurrencyError, IdempotencyConflict, StoreE
 from registry.formats.errors import UserError, first_line
 
 from . import live
-from .models import Declaration, EvidenceDocument, HumanDecisionBody, LockRequest, PairBatch, Registration, SessionOpen
+from .bodies import (MOST_DOCUMENT_BYTES, CloseOnUnreadBody, LargeBodies, RequestRefused, body_schema, json_body,
+                     text_body, validation_line)
+from .models import (EVIDENCE_SCHEMA, Declaration, HumanDecisionBody, LockRequest, PairBatch, QueryInteger,
+                     Registration, SessionOpen)
 
 LOG = logging.getLogger("registry.serve")
 # The most events one page of `history` returns.
@@ -62,6 +72,8 @@ class ServerConfig:
 
 
 def _status(exc: Exception) -> int:
+    if isinstance(exc, RequestRefused):
+        return exc.status
     if isinstance(exc, TokenRefused):
         return 401
     if isinstance(exc, NotPermitted):
@@ -94,14 +106,20 @@ def create_app(config: ServerConfig) -> FastAPI:
     @app.exception_handler(StoreError)
     async def refused(_request: Request, exc: Exception) -> JSONResponse:
         headers = ({"WWW-Authenticate": "Bearer"} if isinstance(exc, TokenRefused)
-                   else {"Retry-After": "0"} if isinstance(exc, ConcurrencyError) else None)
+                   else {"Retry-After": "0"} if isinstance(exc, ConcurrencyError)
+                   else {"Connection": "close"} if isinstance(exc, RequestRefused) and exc.closes else None)
         return JSONResponse({"error": first_line(exc)}, status_code=_status(exc), headers=headers)
 
     @app.exception_handler(RequestValidationError)
     async def invalid(_request: Request, exc: RequestValidationError) -> JSONResponse:
-        first = exc.errors()[0] if exc.errors() else {}
-        where = ".".join(str(part) for part in first.get("loc", ()))
-        return JSONResponse({"error": f"{where}: {first.get('msg', 'invalid request')}"}, status_code=422)
+        return JSONResponse({"error": validation_line(list(exc.errors()))}, status_code=422)
+
+    @app.exception_handler(HTTPException)
+    async def not_here(_request: Request, exc: HTTPException) -> JSONResponse:
+        """An unknown route or method (404, 405): the documented shape, never the framework's own."""
+        return JSONResponse({"error": f"{exc.detail}"}, status_code=exc.status_code, headers=exc.headers)
+
+    app.add_middleware(CloseOnUnreadBody)
 
     @app.exception_handler(Exception)
     async def crashed(request: Request, exc: Exception) -> JSONResponse:
@@ -117,6 +135,15 @@ def create_app(config: ServerConfig) -> FastAPI:
 
     def token(credentials: HTTPAuthorizationCredentials | None = Depends(_bearer)) -> Grant:
         return authenticate(base, None if credentials is None else credentials.credentials, known=known)
+
+    # A body is read only once the token has passed (its dependency runs first); a route names its scope's
+    # dependency before its body, so a scope that does not cover the request is refused before the body too.
+    large = LargeBodies()
+
+    def body_of(model: type) -> Callable[..., Any]:
+        return json_body(model, token, large=large)
+
+    streams = live.Streams(base, lambda presented: authenticate(base, presented, known=known), config.stopping)
 
     def acting(grant: Grant) -> Registry:
         """The one registry the server built, for the request's actor (it shares the engine; nothing is built)."""
@@ -145,7 +172,8 @@ def create_app(config: ServerConfig) -> FastAPI:
         return grant.to_dict()
 
     @app.get("/api/artifacts/{artifact}", tags=["read"])
-    def show(artifact: str, verdicts: int = Query(20, ge=0, le=1000), _grant: Grant = Depends(scoped("read"))) -> dict:
+    def show(artifact: str, verdicts: Annotated[QueryInteger, Query(ge=0, le=1000)] = 20,
+             _grant: Grant = Depends(scoped("read"))) -> dict:
         """An artifact's state as `registry show --json` prints it."""
         from registry.app.show import show_artifact
 
@@ -159,7 +187,8 @@ def create_app(config: ServerConfig) -> FastAPI:
         return {"artifact": artifact, **benchmark_record(base, artifact).to_dict()}
 
     @app.get("/api/history/{stream}", tags=["read"])
-    def history(stream: str, after: int = Query(0, ge=0, le=2**62), limit: int = Query(100, ge=1, le=MOST_HISTORY_PAGE),
+    def history(stream: str, after: Annotated[QueryInteger, Query(ge=0, le=2**62)] = 0,
+                limit: Annotated[QueryInteger, Query(ge=1, le=MOST_HISTORY_PAGE)] = 100,
                 _grant: Grant = Depends(scoped("read"))) -> dict:
         """One page of a stream's events after version `after`; `next` is the version to ask after, or null."""
         from registry.formats.names import artifact_stream
@@ -210,9 +239,11 @@ def create_app(config: ServerConfig) -> FastAPI:
         return live.artifact_page(base, artifact_id)
 
     @app.get("/api/live/events", tags=["read"], response_class=Response)
-    def live_events(_grant: Grant = Depends(scoped("read"))) -> Response:
-        """Server-sent events: `head` with the log's position whenever it moves (polled every 0.5 s)."""
-        return live.event_stream(base, config.stopping)
+    async def live_events(grant: Grant = Depends(scoped("read")),
+                          credentials: HTTPAuthorizationCredentials | None = Depends(_bearer)) -> Response:
+        """Server-sent events: `head` with the log's position whenever it moves (polled every 0.5 s); the stream
+        ends when its token is revoked or expires (`end`), when the server stops, and after 300 s."""
+        return streams.response(grant.key_id, credentials.credentials, grant.not_after)
 
     @app.get("/", response_class=HTMLResponse, include_in_schema=False)
     def page() -> HTMLResponse:
@@ -233,19 +264,19 @@ def create_app(config: ServerConfig) -> FastAPI:
         return {"artifact": artifact, "registration": found.registration,
                 "contract": current_contract(base, workload).contract.canonical()}
 
-    @app.post("/api/evidence", tags=["ingest"])
-    def evidence(document: EvidenceDocument, grant: Grant = Depends(scoped("ingest"))) -> dict:
+    @app.post("/api/evidence", tags=["ingest"], openapi_extra=body_schema(EVIDENCE_SCHEMA))
+    def evidence(grant: Grant = Depends(scoped("ingest")),
+                 text: str = Depends(text_body("evidence document", token, most=MOST_DOCUMENT_BYTES,
+                                               large=large))) -> dict:
         """Record a registry.evidence/1 document (all of it or nothing), as `registry evidence import`."""
         from registry.app.evidence import import_document
-        from registry.formats.evidence.document import parse_document_text
 
-        text = json.dumps(document, allow_nan=False)
-        grant.require("ingest", workload_of(parse_document_text(text).artifact))
-        artifact, recorded = import_document(acting(grant), text)
+        artifact, recorded = import_document(acting(grant), text, authorize=ingesting(grant))
         return {"artifact": artifact, "positions": recorded.positions, "appended": recorded.appended}
 
-    @app.post("/api/artifacts/{artifact}/sessions", tags=["ingest"])
-    def open_session(artifact: str, body: SessionOpen, grant: Grant = Depends(scoped("ingest"))) -> dict:
+    @app.post("/api/artifacts/{artifact}/sessions", tags=["ingest"], openapi_extra=body_schema(SessionOpen))
+    def open_session(artifact: str, grant: Grant = Depends(scoped("ingest")),
+                     body: SessionOpen = Depends(body_of(SessionOpen))) -> dict:
         """Open a benchmark session (`registry bench open`)."""
         from registry.app.bench import open_session as open_one
 
@@ -253,9 +284,10 @@ def create_app(config: ServerConfig) -> FastAPI:
                                 authorize=ingesting(grant))
         return {"session": name, "artifact": artifact, **record.to_dict()}
 
-    @app.post("/api/artifacts/{artifact}/sessions/{session}/batches", tags=["ingest"])
-    async def record_batch(artifact: str, session: str, body: PairBatch,
-                           grant: Grant = Depends(scoped("ingest"))) -> dict:
+    @app.post("/api/artifacts/{artifact}/sessions/{session}/batches", tags=["ingest"],
+              openapi_extra=body_schema(PairBatch))
+    async def record_batch(artifact: str, session: str, grant: Grant = Depends(scoped("ingest")),
+                           body: PairBatch = Depends(body_of(PairBatch))) -> dict:
         """Append one batch of pairs (`registry bench record`); the same batch key again appends nothing."""
         loop = asyncio.get_running_loop()
         answered: asyncio.Future = loop.create_future()
@@ -271,12 +303,14 @@ def create_app(config: ServerConfig) -> FastAPI:
 
     # -- decide ---------------------------------------------------------------------------------------------------
 
-    @app.post("/api/artifacts", tags=["decide"])
-    def register(body: Registration, grant: Grant = Depends(scoped("decide"))) -> dict:
-        """Register an artifact (`registry artifact register`) for a workload the token reaches."""
+    @app.post("/api/artifacts", tags=["decide"], openapi_extra=body_schema(Registration))
+    def register(grant: Grant = Depends(scoped("decide")), body: Registration = Depends(body_of(Registration))) -> dict:
+        """Register an artifact (`registry artifact register`) for a workload the token reaches: what the request
+        carries and nothing else (a payload by its digest, a built-in kernel entry; never a file of the server's)."""
         from registry.app.workloads import register_artifact
 
         grant.require("decide", body.workload)
+        body.refuse_file_entry()
         done = register_artifact(acting(grant), body.artifact, workload=body.workload, kind=body.kind,
                                  backend=body.backend, op=body.op, entry=body.entry,
                                  payload_sha256=body.payload_sha256, new_identity=body.new_identity)
@@ -293,7 +327,8 @@ def create_app(config: ServerConfig) -> FastAPI:
                 "contract_version": outcome.contract_version, "benchmark_attempts": outcome.benchmark_attempts}
 
     def human(action: str):
-        def decide(artifact: str, body: HumanDecisionBody, grant: Grant = Depends(scoped("decide", person=True))) -> dict:
+        def decide(artifact: str, grant: Grant = Depends(scoped("decide", person=True)),
+                   body: HumanDecisionBody = Depends(body_of(HumanDecisionBody))) -> dict:
             from registry.app.decisions import human_decision
 
             grant.require("decide", workload_of(artifact), person=True)
@@ -305,10 +340,11 @@ def create_app(config: ServerConfig) -> FastAPI:
         return decide
 
     for action in ("approve", "revoke"):
-        app.post(f"/api/artifacts/{{artifact}}/{action}", tags=["decide"])(human(action))
+        app.post(f"/api/artifacts/{{artifact}}/{action}", tags=["decide"],
+                 openapi_extra=body_schema(HumanDecisionBody))(human(action))
 
-    @app.post("/api/lock", tags=["decide"])
-    def lock(body: LockRequest, grant: Grant = Depends(scoped("decide"))) -> dict:
+    @app.post("/api/lock", tags=["decide"], openapi_extra=body_schema(LockRequest))
+    def lock(grant: Grant = Depends(scoped("decide")), body: LockRequest = Depends(body_of(LockRequest))) -> dict:
         """A lock of the workload's promoted bundles, signed by the server's key (`registry lock`)."""
         from registry.app.lock import export_lock, signed_lock
         from registry.bundles.signed_lock import parse_duration
@@ -324,14 +360,16 @@ def create_app(config: ServerConfig) -> FastAPI:
 
     # -- admin ----------------------------------------------------------------------------------------------------
 
-    @app.post("/api/workloads", tags=["admin"])
-    def declare(body: Declaration, grant: Grant = Depends(scoped("admin"))) -> dict:
+    @app.post("/api/workloads", tags=["admin"], openapi_extra=body_schema(Declaration))
+    def declare(grant: Grant = Depends(scoped("admin")),
+                body: Declaration = Depends(json_body(Declaration, token, most=MOST_DOCUMENT_BYTES, large=large))) \
+            -> dict:
         """Declare a workload contract from its manifest's YAML text (`registry workload declare`)."""
         from registry.app.rejudge import must_rejudge
         from registry.app.workloads import declare_workload
         from registry.contracts import Contract
 
-        contract = Contract.from_yaml(body.manifest)
+        contract = Contract.from_yaml(body.manifest_text())
         registry = acting(grant)
         declared = declare_workload(registry, contract)
         return {"workload": contract.workload, "contract_version": declared.version,

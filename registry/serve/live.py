@@ -4,9 +4,14 @@ The page is a shell holding no data. It takes the token from its URL's
 fragment (never sent to the server, so never in a log), reads `/api/live`
 with it, and listens to `/api/live/events`, server-sent events read through
 `fetch` (an EventSource cannot send an Authorization header). The stream
-sends the log's head whenever it moves (polled every POLL_SECONDS), so an
-append shows on an open page well within two seconds, and the page reads the
-snapshot again. The snapshot is read as the report reads the registry
+sends the log's head whenever it moves (polled every POLL_SECONDS, once for
+all the streams of a server process: `Streams`), so an append shows on an
+open page well within two seconds, and the page reads the snapshot again.
+A stream ends when its token is revoked (within a poll of the revocation)
+or expires, and after STREAM_SECONDS in any case; a token holds at most
+MOST_STREAMS_PER_TOKEN streams at once, a server process MOST_STREAMS.
+
+The snapshot is read as the report reads the registry
 (app/reports.py) and drawn with the report's own renderers, never a copy:
 the figures are html_report.py's (`speed_fidelity_figure`, `bounds_figure`
 for each speed record: the running lower and upper bounds of the median
@@ -20,17 +25,24 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
+from datetime import datetime, timezone
 from functools import lru_cache
-from typing import Any, AsyncIterator
+from typing import Any, AsyncIterator, Callable
 
 from fastapi.responses import StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
 from registry.app import Registry
+from registry.formats.errors import UserError
+
+from .bodies import RequestRefused
 
 POLL_SECONDS = 0.5
 # A stream ends after this long (the page reconnects), so a server never holds a forgotten tab for ever.
 STREAM_SECONDS = 300
+# Open streams a token may hold at once, and a server process in all (a page holds one).
+MOST_STREAMS_PER_TOKEN = 8
+MOST_STREAMS = 512
 # Sent when nothing moved for this long, so a proxy does not close an idle stream.
 KEEPALIVE_SECONDS = 15
 # The most speed records drawn (as the HTML report's `max_frame_plots`); the page says how many more there are.
@@ -124,27 +136,128 @@ def _section(page: str) -> str:
     return artifact_section(json.loads(page))
 
 
-def event_stream(registry: Registry, stopping: threading.Event | None = None) -> StreamingResponse:
-    """The log's head as server-sent events; the stream ends at its next poll once `stopping` is set (the server
-    is stopping), so a stop never waits for an open page."""
-    return StreamingResponse(_heads(registry, stopping or threading.Event()), media_type="text/event-stream",
-                             headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
+class StreamRefused(RequestRefused):
+    """No room for another live stream: this token's (429) or the server process's (503)."""
+
+    def __init__(self, message: str, status: int):
+        super().__init__(message)
+        self.status = status
 
 
-async def _heads(registry: Registry, stopping: threading.Event) -> AsyncIterator[str]:
-    loop = asyncio.get_running_loop()
-    started = loop.time()
-    last, quiet = None, 0.0
-    while loop.time() - started < STREAM_SECONDS and not stopping.is_set():
-        head = await run_in_threadpool(registry.store.head_position)
-        if head != last:
-            last, quiet = head, 0.0
-            yield f"event: head\ndata: {json.dumps({'head': head})}\n\n"
-        elif quiet >= KEEPALIVE_SECONDS:
-            quiet = 0.0
-            yield ": keep-alive\n\n"
-        await asyncio.sleep(POLL_SECONDS)
-        quiet += POLL_SECONDS
+class _Stream:
+    """One open live stream: whose token, until when, and the event that wakes it (a move of the head, its end)."""
+
+    def __init__(self, key_id: str, presented: str, not_after: datetime):
+        self.key_id, self.presented, self.not_after = key_id, presented, not_after
+        self.wake = asyncio.Event()
+        self.ended: str | None = None
+
+    def end(self, why: str) -> None:
+        self.ended = why
+        self.wake.set()
+
+
+class Streams:
+    """The live event streams open in one server process, and the one poll of the log's head they all share.
+
+    Every POLL_SECONDS one thread reads the head (one indexed statement,
+    however many streams are open). Whenever it moved, the same thread reads
+    again the token stream of every distinct token whose streams are open
+    (`still_valid`, a server's KnownTokens: one version read each): a token
+    revoked since is the head moving, so its streams end within a poll of the
+    revocation; an expired one ends at its not-after; every stream ends at the
+    next poll once `stopping` is set (the server is stopping), so a stop never
+    waits for an open page. Streams are capped per token and per process, so
+    however many a client opens, the polling and the memory stay bounded.
+    """
+
+    def __init__(self, registry: Registry, still_valid: Callable[[str], Any], stopping: threading.Event | None = None):
+        self.registry, self.still_valid = registry, still_valid
+        self.stopping = stopping or threading.Event()
+        self.open: set[_Stream] = set()
+        self.head: int | None = None
+        self._poller: asyncio.Task | None = None
+
+    def response(self, key_id: str, presented: str, not_after: datetime) -> StreamingResponse:
+        """A new stream for this token, or StreamRefused when the token or the process has no room for one."""
+        mine = sum(1 for stream in self.open if stream.key_id == key_id)
+        if mine >= MOST_STREAMS_PER_TOKEN:
+            raise StreamRefused(f"token {key_id} has {mine} live streams open, the most one token may; close one "
+                                "first", 429)
+        if len(self.open) >= MOST_STREAMS:
+            raise StreamRefused(f"this server has {len(self.open)} live streams open, the most it keeps; try again "
+                                "later", 503)
+        stream = _Stream(key_id, presented, not_after)
+        self.open.add(stream)
+        if self._poller is None or self._poller.done():
+            self._poller = asyncio.get_running_loop().create_task(self._poll())
+        return _StreamResponse(self._events(stream), lambda: self.open.discard(stream), media_type="text/event-stream",
+                               headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
+
+    async def _events(self, stream: _Stream) -> AsyncIterator[str]:
+        loop = asyncio.get_running_loop()
+        ends = loop.time() + STREAM_SECONDS
+        last = None
+        while stream.ended is None and loop.time() < ends:
+            if self.head is not None and self.head != last:
+                last = self.head
+                yield f"event: head\ndata: {json.dumps({'head': last})}\n\n"
+            stream.wake.clear()
+            try:
+                await asyncio.wait_for(stream.wake.wait(), timeout=max(0.0, min(KEEPALIVE_SECONDS,
+                                                                                 ends - loop.time())))
+            except (asyncio.TimeoutError, TimeoutError):
+                yield ": keep-alive\n\n"
+        if stream.ended is not None:
+            yield f"event: end\ndata: {json.dumps({'why': stream.ended})}\n\n"
+
+    async def _poll(self) -> None:
+        checked = None
+        while self.open:
+            streams = list(self.open)
+            head, refused = await run_in_threadpool(self._read, streams, checked)
+            checked = head
+            now = datetime.now(timezone.utc)
+            for stream in streams:
+                if self.stopping.is_set():
+                    stream.end("the server is stopping")
+                elif stream.key_id in refused:
+                    stream.end(refused[stream.key_id])
+                elif now >= stream.not_after:
+                    stream.end(f"token {stream.key_id} expired")
+            if head != self.head:
+                self.head = head
+                for stream in streams:
+                    stream.wake.set()
+            await asyncio.sleep(POLL_SECONDS)
+
+    def _read(self, streams: list[_Stream], checked: int | None) -> tuple[int, dict[str, str]]:
+        """(the head, {key id: why} for each token refused now); the tokens are read only when the head moved."""
+        from registry.formats.errors import first_line
+
+        head = self.registry.store.head_position()
+        refused: dict[str, str] = {}
+        if head != checked:
+            for presented, key_id in {stream.presented: stream.key_id for stream in streams}.items():
+                try:
+                    self.still_valid(presented)
+                except UserError as exc:
+                    refused[key_id] = first_line(exc)
+        return head, refused
+
+
+class _StreamResponse(StreamingResponse):
+    """A streaming response that gives its stream's place back however it ends (finished, client gone, cancelled)."""
+
+    def __init__(self, content: AsyncIterator[str], release: Callable[[], None], **kwargs: Any):
+        super().__init__(content, **kwargs)
+        self.release = release
+
+    async def __call__(self, scope, receive, send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self.release()
 
 
 PAGE = """<!doctype html>

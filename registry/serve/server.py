@@ -121,6 +121,7 @@ def _answer(registry: Registry, signing_key, sock, *, deliver_hooks: bool = Fals
     import uvicorn
 
     from .api import ServerConfig, create_app
+    from .connections import HeadTimedProtocol
 
     settings = ServerConfig(registry, signing_key)
     app = create_app(settings)
@@ -130,8 +131,9 @@ def _answer(registry: Registry, signing_key, sock, *, deliver_hooks: bool = Fals
         Deliverer(registry, settings.stopping).start()
     # Idle keep-alive connections are kept 75 s (uvicorn's default is 5 s): a client reusing one the server has
     # just closed gets no answer, so a short limit turns ordinary pauses between a worker's requests into errors.
+    # A request's head must arrive within connections.HEAD_SECONDS, whatever the keep-alive.
     config = uvicorn.Config(app, log_level="warning", access_log=False, timeout_graceful_shutdown=2,
-                            timeout_keep_alive=75, lifespan="on")
+                            timeout_keep_alive=75, lifespan="on", http=HeadTimedProtocol)
     _stopping_server(config, settings.stopping).run(sockets=[sock])
 
 
