@@ -1,5 +1,6 @@
 # The two commands of the README: `make demo` and `make test`. Each creates
 # .venv when it is missing and installs the pins from pyproject.toml first.
+# `make lint` is what CI runs beside the tests: ruff and mypy, as pyproject.toml configures them.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -8,7 +9,7 @@ STAMP := $(VENV)/.installed
 TORCH_PIN := $(shell grep -o '"torch==[^"]*"' pyproject.toml | tr -d '"')
 LPIPS_PIN := $(shell grep -o '"lpips==[^"]*"' pyproject.toml | tr -d '"')
 
-.PHONY: demo test install clean
+.PHONY: demo test lint install clean
 
 install: $(STAMP)
 
@@ -28,6 +29,10 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	bash scripts/run_tests.sh
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/mypy
 
 # demo.db goes only when the demo created it (it marks its database); any other file of that name stays.
 clean:

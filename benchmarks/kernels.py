@@ -80,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
         for case in spec.corpus(args.corpus):
             inputs = spec.make_inputs(case, device)
             cost = spec.cost(case)
-            item = time_paired(lambda: reference(*inputs), lambda: kernel(*inputs), args.runs, args.warmup, device,
+            item = time_paired(lambda: reference(*inputs), lambda: kernel(*inputs), args.runs, args.warmup, device,  # noqa: F821 - called before the del
                                bytes_moved=cost.bytes, triton_candidate=True)
             kernel_s = statistics.median(item["candidate_s"])
             eager_s = statistics.median(item["baseline_s"])

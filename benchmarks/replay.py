@@ -8,13 +8,13 @@ one batch per artifact, then measures:
 - rebuild with the collector running: the same fold without pausing Python's
   cyclic garbage collector (registry/projections/collector.py), so the two
   figures of one run show what the pause is worth;
-- live rebuild: `Projections.reset()`, the same fold plus writing every read-model
+- live rebuild: `ReadModels.reset()`, the same fold plus writing every read-model
   row in one transaction (what a first catch-up onto empty tables does), events/s;
-- show (API): median of --calls `Projections.artifact(id)` on random ids, each
-  including its catch-up check;
+- show (API): median of --calls `View.artifact(id, history=True)` on random ids, each
+  its own unit of work (a catch-up check and a snapshot);
 - show as-of (API): the same with `as_of` at mid-log (folds one stream);
 - show (CLI): median of --cli-calls `registry --db URL show ID --json` processes;
-- as-of report: `build_report(Projections.state(as_of=mid))`;
+- as-of report: `build_report(View(store, as_of=mid).state())`;
 - verify: `verify_projections(store)` (catch-up check, replay, row comparison).
 
     .venv/bin/python benchmarks/replay.py [--events N] [--db URL] [--calls 100] [--cli-calls 100] [--json]
@@ -38,7 +38,7 @@ from pathlib import Path
 from registry.events.database import make_engine, upgrade
 from registry.events.store import EventStore, NewEvent
 from registry.formats.evidence.items import parse_item
-from registry.projections import Projections, RegistryState, fold, rebuild, verify_projections
+from registry.projections import ReadModels, RegistryState, View, fold, rebuild, verify_projections
 from registry.projections.log import read_log
 from registry.projections.report import build_report
 
@@ -191,22 +191,21 @@ def measure(url: str, store: EventStore, args) -> dict:
     running = [timed(fold_with_collector_running, store)[1] for _ in range(args.repeat)]
     figures["rebuild_collector_running_s"] = statistics.median(running)
     figures["rebuild_collector_running_events_per_s"] = head / figures["rebuild_collector_running_s"]
-    projections = Projections(store)
-    _, seconds = timed(projections.reset)
+    _, seconds = timed(ReadModels(store).reset)
     figures["live_rebuild_s"] = seconds
     figures["live_rebuild_events_per_s"] = head / seconds
     ids = sorted(store.streams("artifact:"))
     rng = random.Random(7)
     picks = [rng.choice(ids).removeprefix("artifact:") for _ in range(args.calls)]
-    samples = [timed(projections.artifact, artifact)[1] for artifact in picks]
+    samples = [timed(shown, store, artifact)[1] for artifact in picks]
     figures["show_api_median_ms"] = median_ms(samples)
     figures["show_api_p95_ms"] = sorted(samples)[int(0.95 * (len(samples) - 1))] * 1000
     mid = head // 2
     figures["as_of"] = mid
-    samples = [timed(projections.artifact, artifact, mid)[1] for artifact in picks]
+    samples = [timed(shown, store, artifact, mid)[1] for artifact in picks]
     figures["show_as_of_api_median_ms"] = median_ms(samples)
     figures["show_cli_median_ms"], figures["cli_command"] = cli_latency(url, picks[: args.cli_calls])
-    state, fold_s = timed(projections.state, mid)
+    state, fold_s = timed(whole, store, mid)
     _, report_s = timed(build_report, state)
     figures["as_of_state_s"] = fold_s
     figures["as_of_report_s"] = report_s
@@ -214,6 +213,17 @@ def measure(url: str, store: EventStore, args) -> dict:
     figures["verify_s"] = verify_s
     figures["verify_ok"] = verified.ok
     return figures
+
+
+def shown(store: EventStore, artifact: str, as_of: int | None = None) -> dict | None:
+    """`show` through the API: one unit of work, the artifact with its verdict history."""
+    with View(store, as_of=as_of) as view:
+        return view.artifact(artifact, history=True)
+
+
+def whole(store: EventStore, as_of: int) -> RegistryState:
+    with View(store, as_of=as_of) as view:
+        return view.state()
 
 
 def cli_latency(url: str, picks: list[str]) -> tuple[float | None, str]:

@@ -72,7 +72,7 @@ from registry.app import open_registry  # noqa: E402
 from registry.app.workloads import declare_workload  # noqa: E402
 from registry.contracts import Contract  # noqa: E402
 from registry.events.store import NewEvent  # noqa: E402
-from registry.projections import Projections, rebuild  # noqa: E402
+from registry.projections import ReadModels, View, rebuild  # noqa: E402
 from registry.projections.asof import fold_log  # noqa: E402
 
 SIZES = (1_000, 10_000, 100_000, 1_000_000)
@@ -123,7 +123,7 @@ def build(url: str, shape: str, total: int) -> float:
     for first in range(1, large, BATCH):
         store.append(f"artifact:{TARGET}", solo(step_events(0, range(first, min(first + BATCH, large)), pool)),
                      actor="bench")
-    registry.engine.dispose()
+    registry.close()
     return time.perf_counter() - started
 
 
@@ -139,7 +139,7 @@ def prepare(url: str, artifact: str) -> dict:
     """Catch the read models up from empty (timed), fold the log in memory (timed), and leave the artifact
     in a decision that `promote` decides again."""
     registry = open_registry(url, actor="bench")
-    projections = Projections(registry.store)
+    projections = ReadModels(registry.store)
     started = time.perf_counter()
     head = projections.catch_up()
     catch_up_s = time.perf_counter() - started
@@ -152,14 +152,15 @@ def prepare(url: str, artifact: str) -> dict:
     cpu_started = time.process_time()
     fold_with_collector_running(registry.store)
     running_cpu_s = time.process_time() - cpu_started
-    state = projections.current_artifact(artifact)
+    with View(registry.store) as view:
+        state = view.artifact(artifact)
     if state["decision"] in ("promoted", "rejected"):
         registry.store.append(f"artifact:{artifact}", [NewEvent("HumanDecision", {
             "artifact": artifact, "identity": state["identity"], "payload_sha256": state["payload_sha256"],
             "action": "revoke", "reason": "measured again by the scale benchmark", "person": "bench",
             "verdict_event_id": state["verdict_event_id"]})], actor="bench")
         projections.catch_up()
-    registry.engine.dispose()
+    registry.close()
     return {"events": head, "catch_up_from_empty_s": catch_up_s, "fold_s": fold_s,
             "fold_events_per_s": head / fold_s if fold_s else None,
             "fold_cpu_events_per_s": head / fold_cpu_s if fold_cpu_s else None,

@@ -90,7 +90,7 @@ def seed(url: str, clients: int) -> list[tuple[str, str]]:
                           payload_sha256=f"{i:064x}")
         token, _ = issue_token(registry, f"gpu-{i}", ["ingest"], workload="wan-*")
         workers.append((artifact, token))
-    registry.engine.dispose()
+    registry.close()
     return workers
 
 
@@ -198,7 +198,7 @@ def drive(base: str, pid: int, workers: list[tuple[str, str]], batches: int) -> 
     def worker(*arguments) -> None:
         try:
             client(*arguments)
-        except BaseException as exc:  # reported below: a client that gave up is a failed run, not a slow one
+        except BaseException as exc:  # noqa: BLE001 - reported below: a client that gave up is a failed run, not a slow one
             failed.append(exc)
 
     threads = [threading.Thread(target=worker, args=(base, artifact, token, batches, latencies, resent, sessions))
@@ -360,7 +360,7 @@ def soak(args: argparse.Namespace) -> None:
         def guarded(target, *arguments) -> None:
             try:
                 target(*arguments)
-            except BaseException as exc:  # reported below: a client that gave up is a failed soak
+            except BaseException as exc:  # noqa: BLE001 - reported below: a client that gave up is a failed soak
                 sent.failures.append(f"{target.__name__}: {type(exc).__name__}: {exc}")
 
         threads = [threading.Thread(target=guarded, args=(soak_client, server.base, i, token, lead, reader, until,

@@ -31,7 +31,11 @@ def measure_pair(index: int) -> tuple[float, float]:
 
 
 def main(url: str, work_dir: str) -> dict:
-    registry = open_registry(url, actor="gpu-worker-1", create=True)
+    with open_registry(url, actor="gpu-worker-1", create=True) as registry:  # closed when the example ends
+        return measure(registry, work_dir)
+
+
+def measure(registry, work_dir: str) -> dict:
     declare_workload(registry, Contract.from_yaml(MANIFEST))
     payload = Path(work_dir) / "step_cache.py"
     payload.write_text("# the candidate's code\n")

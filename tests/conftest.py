@@ -38,6 +38,7 @@ interpreter) and is reported as skipped for lack of that device.
 """
 import os
 import shutil
+import sys
 import uuid
 from collections import Counter
 from pathlib import Path
@@ -65,6 +66,59 @@ def _namespaces() -> list[dict[str, object]]:
     # A plain copy of each namespace (callable() on its thousand names doubled a trivial test's overhead): which
     # of the names that changed were functions is asked only of those, after the test.
     return [dict(vars(module)) for module in _PATCHABLE]
+
+
+class EnginesMade:
+    """Every engine the registry's code made (`registry.events.database.make_engine`) during the current test.
+
+    Held here until the test ends, so an engine a test left open is not
+    disposed of by the garbage collector behind its back (which on SQLite
+    checkpoints the write-ahead log into the file at a moment nobody chose),
+    but reported: one whose pool still holds a connection was never closed.
+    """
+
+    def __init__(self) -> None:
+        from registry.events import database
+
+        self.made: list = []
+        self.watching = False
+        made_by_sqlalchemy = database.create_engine
+
+        def create_engine(*args, **kwargs):
+            engine = made_by_sqlalchemy(*args, **kwargs)
+            if self.watching:
+                self.made.append(engine)
+            return engine
+
+        database.create_engine = create_engine
+
+    def left_open(self) -> int:
+        """How many still hold a connection; each is disposed of now, so no leak outlives the test that made it."""
+        made, self.made = self.made, []
+        left = [engine for engine in made if engine.pool.checkedin() or engine.pool.checkedout()]
+        for engine in left:
+            engine.dispose()
+        return len(left)
+
+
+ENGINES = EnginesMade()
+
+
+@pytest.fixture(autouse=True)
+def closes_what_it_opened():
+    """Fail a test that left a registry open: a registry is closed (`with open_registry(...)`, Registry.close),
+    an engine disposed of, by whoever opened it (docs/architecture.md, "What is opened is closed"); the ones the
+    helpers of store_helpers.py open are closed here, before the check."""
+    ENGINES.watching = True
+    yield
+    helpers = sys.modules.get("store_helpers")  # imported by the tests that use it
+    if helpers is not None:
+        helpers.close_opened()
+    ENGINES.watching = False
+    left = ENGINES.left_open()
+    if left:
+        pytest.fail(f"the test left {left} database engine(s) open: close every registry it opened "
+                    "(`with open_registry(...)`, Registry.close) and dispose of every engine it made", pytrace=False)
 
 
 @pytest.fixture(autouse=True)

@@ -13,11 +13,10 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 
 import httpx
-
-from registry.app import open_registry
 from registry.app.tokens import issue_token, revoke_token
 from registry.app.workloads import declare_workload, register_artifact
 from registry.contracts import Contract
+from store_helpers import opened
 
 WAN = "workload: wan-t2v\nspeed: {min_speedup: 1.2, runs_per_arm: 16, protocol: paired, max_pairs: 400}\n"
 LTX = "workload: ltx-video\nspeed: {min_speedup: 1.2, runs_per_arm: 16, protocol: paired, max_pairs: 400}\n"
@@ -75,7 +74,7 @@ class Seeded:
 
 def seed(url: str) -> Seeded:
     """Two workloads (wan-t2v, ltx-video) with an artifact each, and one token per kind the tests need."""
-    registry = open_registry(url, actor="seeder", create=True)
+    registry = opened(url, actor="seeder", create=True)
     for manifest in (WAN, LTX):
         declare_workload(registry, Contract.from_yaml(manifest))
     register_artifact(registry, "wan-fast", workload="wan-t2v", kind="step_cache", payload_sha256="a" * 64)

@@ -43,7 +43,7 @@ def build(url: str) -> None:
     for batch in range(5):
         record_remeasurement(registry, "watched", [2.0, 2.0], [2.0 / 0.99] * 2, batch=f"m{batch}",
                              device="NVIDIA H200", software={"torch": "2.13.0"})
-    registry.engine.dispose()
+    registry.close()
 
 
 @pytest.fixture(scope="module")

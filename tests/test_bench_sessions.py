@@ -13,12 +13,11 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from registry.app import open_registry
-from registry.app.bench import PairWriter, open_session, pairs, read_record, record_pair_group, record_pairs
+from registry.app.bench import PairWriter, open_session, pairs, benchmark_record, record_pair_group, record_pairs
 from registry.events.errors import IdempotencyConflict, StoreError
 from registry.formats.errors import UserError
 from registry.app.workloads import register_artifact
+from store_helpers import opened
 
 MANIFEST = "workload: wan\nspeed: {min_speedup: 1.2, runs_per_arm: 16, protocol: paired, max_pairs: 20}\n"
 EXAMPLE = Path(__file__).parent.parent / "examples" / "bench_session.py"
@@ -129,7 +128,7 @@ def test_unknown_sessions_other_identities_and_repeated_batches_write_nothing(re
     for args, message in cases:
         result = registry_cli(*args, "--baseline", "2.0", "--candidate", "1.0")
         assert result.exit_code == 1 and message in result.stderr, result.output
-    # The same batch again is a no-op, as a repeated evidence import is (issue 30).
+    # The same batch again is a no-op, as a repeated evidence import is.
     again = registry_cli("bench", "record", "fast", name, "--batch", "b", "--baseline", "2.0", "--candidate", "1.0",
                          "--json")
     assert again.exit_code == 0 and json.loads(again.stdout)["appended"] is False, again.output
@@ -158,7 +157,7 @@ def test_a_point_contract_has_no_sessions(registry_cli, tmp_path):
 
 
 def test_the_python_api_decides_on_sqlite_and_postgres(backend_url, tmp_path):
-    registry = open_registry(backend_url, actor="gpu-worker-1", create=True)
+    registry = opened(backend_url, actor="gpu-worker-1", create=True)
     from registry.app.workloads import declare_workload
     from registry.contracts import Contract
 
@@ -174,7 +173,7 @@ def test_the_python_api_decides_on_sqlite_and_postgres(backend_url, tmp_path):
     assert (record.result.decision, record.result.decided_at) == ("rejected", 5)
     appended, again = record_pairs(registry, "k", session, [1.0, 1.0], [1.0, 1.0], "b0")
     assert not appended and len(again.ratios) == len(record.ratios)
-    assert read_record(registry, "k").to_dict()["reading"] == "below"
+    assert benchmark_record(registry, "k").to_dict()["reading"] == "below"
     # A group (group commit, as the server records batches): checked in order against one read of the rows with
     # the group's earlier batches folded in, appended in one transaction; each refusal is its own batch's only.
     (tmp_path / "g.bin").write_bytes(b"grouped kernel")
@@ -199,9 +198,9 @@ def test_the_python_api_decides_on_sqlite_and_postgres(backend_url, tmp_path):
     assert [(e.payload["batch"], e.position) for e in appended] == [("a", head + 1), ("c", head + 2)]
     (twin_appended, twin_record), = record_pair_group([group[4]])
     assert twin_appended and len(twin_record.ratios) == 20 and twin_record.closed
-    assert read_record(registry, "g").to_dict()["pairs"] == 20 and registry.store.verify().intact
+    assert benchmark_record(registry, "g").to_dict()["pairs"] == 20 and registry.store.verify().intact
     # Batches of two registries in one group: each read from and appended to its own store.
-    other = open_registry(f"sqlite:///{tmp_path / 'other.db'}", actor="gpu-worker-2", create=True)
+    other = opened(f"sqlite:///{tmp_path / 'other.db'}", actor="gpu-worker-2", create=True)
     declare_workload(other, Contract.from_yaml(MANIFEST))
     register_artifact(other, "k", workload="wan", kind="fused_kernel", payload=str(tmp_path / "g.bin"))
     other_session = open_session(other, "k", "d", "perf_counter")[0]
@@ -221,14 +220,14 @@ def test_the_python_api_decides_on_sqlite_and_postgres(backend_url, tmp_path):
     (tmp_path / "h.bin").write_bytes(b"raced kernel")
     register_artifact(registry, "h", workload="wan", kind="fused_kernel", payload=str(tmp_path / "h.bin"))
     h = open_session(registry, "h", "d", "perf_counter")[0]
-    rival = open_registry(backend_url, actor="rival")
+    rival = opened(backend_url, actor="rival")
 
     def raced(_workload):  # runs after the group's read, before its append
         assert [outcome[0] for outcome in record_pair_group([pairs(rival, "h", h, [1.5, 1.5], [1.0, 1.0], "x"),
                                                               pairs(rival, "h", h, *at_gate, "k")])] == [True, True]
 
     (appended, record), = record_pair_group([pairs(registry, "h", h, *at_gate, "k", authorize=raced)])
-    assert appended is False and record.to_dict() == read_record(registry, "h").to_dict() and len(record.ratios) == 4
+    assert appended is False and record.to_dict() == benchmark_record(registry, "h").to_dict() and len(record.ratios) == 4
     # The server's pair writer answers every batch whatever its group raises (here one batch's own callback raising a
     # BaseException), and goes on recording the batches after it.
     writer, answers = PairWriter(), queue.Queue()
@@ -258,7 +257,7 @@ def test_the_python_api_decides_on_sqlite_and_postgres(backend_url, tmp_path):
     if child == 0:
         done = queue.Queue()
         sender = threading.Thread(target=lambda: writer.submit(
-            pairs(open_registry(backend_url, actor="forked"), "k", session, [1.0, 1.0], [1.0, 1.0], "b0"), done.put))
+            pairs(opened(backend_url, actor="forked"), "k", session, [1.0, 1.0], [1.0, 1.0], "b0"), done.put))
         sender.start()
         sender.join(20)
         try:
@@ -348,7 +347,7 @@ def test_a_batched_session_timed_by_an_interpreter_times_one_batch(registry_cli,
     from registry.app.bench import BATCH_PAIRS, BatchedSession
 
     declare_and_register(registry_cli, tmp_path)
-    registry = open_registry(registry_cli.url)
+    registry = opened(registry_cli.url)
     batches = BatchedSession(registry, "fast", device="cpu (triton interpreter)", timer="interpreter")
     assert batches.next_size() == BATCH_PAIRS
     batches.add([1.0] * BATCH_PAIRS, [9.0] * BATCH_PAIRS)
@@ -356,7 +355,7 @@ def test_a_batched_session_timed_by_an_interpreter_times_one_batch(registry_cli,
     emulated = BatchedSession(registry, "fast", device="NVIDIA H200", timer="emulator", limit=4)
     while size := emulated.next_size():
         emulated.add([1.0] * size, [9.0] * size)
-    assert (emulated.pairs, emulated.stop, read_record(registry, "fast").to_dict()["set_aside_pairs"]) == (
+    assert (emulated.pairs, emulated.stop, benchmark_record(registry, "fast").to_dict()["set_aside_pairs"]) == (
         4, "not_speed_evidence", 6)
 
 
@@ -402,7 +401,7 @@ def test_any_sequence_of_opens_and_batches_keeps_one_ordered_record(tmp_path_fac
     the new event folded in) is what a fresh read of the record then says."""
     tmp = tmp_path_factory.mktemp("ops")
     shutil.copyfile(sqlite_template, tmp / "r.db")  # each example on a copy of the migrated template
-    registry = open_registry(f"sqlite:///{tmp / 'r.db'}", actor="w")
+    registry = opened(f"sqlite:///{tmp / 'r.db'}", actor="w")
     from registry.app.workloads import declare_workload
     from registry.contracts import Contract
     from registry.formats.sequential import decide_stream
@@ -419,14 +418,14 @@ def test_any_sequence_of_opens_and_batches_keeps_one_ordered_record(tmp_path_fac
         try:
             if op[0] == "open":
                 name, answer = open_session(registry, op[1], "d", "perf_counter")
-                assert answer == read_record(registry, op[1])
+                assert answer == benchmark_record(registry, op[1])
                 sessions.append(name)
                 continue
             _, artifact, index, key, pairs = op
             session = sessions[index] if index < len(sessions) else "bs-unknown"
             appended, answer = record_pairs(registry, artifact, session, [b for b, _ in pairs], [c for _, c in pairs],
                                             key)
-            assert answer == read_record(registry, artifact)
+            assert answer == benchmark_record(registry, artifact)
             if appended:
                 batches[(session, key)] = pairs
                 accepted.extend(b / c for b, c in pairs)
@@ -435,7 +434,7 @@ def test_any_sequence_of_opens_and_batches_keeps_one_ordered_record(tmp_path_fac
         except Exception as exc:  # every refusal is a one-line ValueError (or the store's own) with nothing written
             assert type(exc).__name__ in ("UserError", "IdempotencyConflict"), repr(exc)
             assert "\n" not in str(exc) and registry.store.head_position() == head
-    record = read_record(registry, "renamed")
+    record = benchmark_record(registry, "renamed")
     assert record.ratios == accepted and len(record.ratios) <= record.max_pairs
     assert record.result == decide_stream(accepted, 1.2, 0.05, 20)
 
@@ -462,7 +461,7 @@ def test_batches_in_groups_are_recorded_as_one_by_one_in_the_order_the_groups_to
 
     tmp = tmp_path_factory.mktemp("groups")
     shutil.copyfile(sqlite_template, tmp / "grouped.db")
-    registry = open_registry(f"sqlite:///{tmp / 'grouped.db'}", actor="w")
+    registry = opened(f"sqlite:///{tmp / 'grouped.db'}", actor="w")
     declare_workload(registry, Contract.from_yaml(MANIFEST.replace("max_pairs: 20", "max_pairs: 12")))
     for name, payload in (("fast", b"same bytes"), ("twin", b"same bytes"), ("other", b"other bytes")):
         (tmp / f"{name}.bin").write_bytes(payload)
@@ -470,7 +469,7 @@ def test_batches_in_groups_are_recorded_as_one_by_one_in_the_order_the_groups_to
     sessions = {name: [open_session(registry, name, "d", "perf_counter")[0] for _ in range(2)] for name in ("fast", "twin", "other")}
     with sqlite3.connect(tmp / "grouped.db") as source, sqlite3.connect(tmp / "alone.db") as copy:
         source.backup(copy)
-    alone = open_registry(f"sqlite:///{tmp / 'alone.db'}", actor="w")
+    alone = opened(f"sqlite:///{tmp / 'alone.db'}", actor="w")
     asked = [pairs(registry, artifact, (sessions[artifact] + ["bs-unknown"] * 2)[index], [b for b, _ in timed],
                    [c for _, c in timed], key) for artifact, index, key, timed in batches]
     answers, order, waiting, sizes = {}, [], [], iter(sizes)

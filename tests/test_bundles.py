@@ -5,10 +5,9 @@ import json
 import os
 
 import pytest
-
-from registry.app import open_registry
 from registry.bundles import BundleError, parse_manifest, verify_directory, write_manifest
 from ship_helpers import declare, make_bundle, register
+from store_helpers import head_of
 
 
 @pytest.fixture
@@ -18,7 +17,7 @@ def cli(registry_cli):
 
 
 def head(cli) -> int:
-    return open_registry(cli.url).store.head_position()
+    return head_of(cli.url)
 
 
 def refused(cli, directory, fragment: str) -> None:

@@ -21,7 +21,7 @@ import os
 import pytest
 
 from gallery import candidate_file
-from registry.app import open_registry
+from store_helpers import opened
 
 pytestmark = [pytest.mark.device, pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1",
                                                      reason="the gallery runs under the interpreter")]
@@ -56,7 +56,7 @@ def refused(cli, module: str, *classes: str, op: str = "modulated_layernorm", wo
     assert registered.exit_code == 0, registered.output
     evaluated = cli("evaluate", artifact, "--warmup", "0")
     assert evaluated.exit_code == 4, evaluated.output
-    events = open_registry(cli.url).store.read_stream(f"artifact:{artifact}")
+    events = opened(cli.url).store.read_stream(f"artifact:{artifact}")
     assert [e.type for e in events] == ["ArtifactRegistered", "EvaluationFailed"]
     error = events[1].payload["error"]
     assert any(name in error for name in classes), error

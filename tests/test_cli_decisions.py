@@ -4,8 +4,7 @@ from __future__ import annotations
 import json
 
 import pytest
-
-from registry.app import open_registry
+from store_helpers import head_of
 
 MANIFEST = """
 workload: wan
@@ -62,7 +61,7 @@ def test_scripted_history(cli):
     assert cli("promote", "teacache").exit_code == 0
     fora = json.loads(cli("promote", "fora", "--json").output)
     assert fora["decision"] == "recorded" and fora["rule"] == "advisory"
-    after_verdicts = open_registry(cli.url).store.head_position()
+    after_verdicts = head_of(cli.url)
 
     # What-if: tightening min_ssim to 0.99 would quarantine teacache (0.985) and keep sage (0.991).
     tighter = cli.tmp / "tighter.yaml"
@@ -73,7 +72,7 @@ def test_scripted_history(cli):
     moved = outcomes["teacache"]["moved_margins"][0]
     assert moved["metric"] == "ssim" and moved["old_margin"] == pytest.approx(0.005) \
         and moved["new_margin"] == pytest.approx(-0.005)
-    assert open_registry(cli.url).store.head_position() == after_verdicts  # what-if appended nothing
+    assert head_of(cli.url) == after_verdicts  # what-if appended nothing
     assert "1 of 2 decisions would change" in cli("what-if", str(tighter)).output
 
     # The contract change itself: a new version; standing promotions stay final until revoked.

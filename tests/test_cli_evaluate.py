@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from registry.app import open_registry
 from kernel_fixtures import FORGED
 from registry.kernels.sandbox import harness_digest
+from store_helpers import opened
 
 KERNEL_FIXTURES = Path(__file__).with_name("kernel_fixtures.py")  # a candidate is registered by its file
 
@@ -27,7 +27,7 @@ def cli(registry_cli):
 
 
 def types(url, artifact):
-    return [e.type for e in open_registry(url).store.read_stream(f"artifact:{artifact}")]
+    return [e.type for e in opened(url).store.read_stream(f"artifact:{artifact}")]
 
 
 def test_kernels_lists_the_builtin_operations(cli):
@@ -77,7 +77,7 @@ def test_a_candidate_that_raises_is_recorded_as_a_failure(cli):
     assert registered.exit_code == 0, registered.output
     evaluated = cli("evaluate", "broken", "--runs", "2", "--warmup", "0")
     assert evaluated.exit_code == 4 and "illegal memory access" in evaluated.output
-    events = open_registry(cli.url).store.read_stream("artifact:broken")
+    events = opened(cli.url).store.read_stream("artifact:broken")
     assert [e.type for e in events] == ["ArtifactRegistered", "EvaluationFailed"]
     assert events[1].payload["stage"] == "parity"
     assert events[1].payload["error"].endswith(f"\n{FORGED}")  # kept as the candidate wrote it
@@ -104,7 +104,7 @@ speed: {min_speedup: 1.1, runs_per_arm: 2, protocol: paired, decision: confident
 
 
 def batches_of(url, identity_stream, session):
-    return [len(e.payload["baseline_s"]) for e in open_registry(url).store.read_stream(identity_stream)
+    return [len(e.payload["baseline_s"]) for e in opened(url).store.read_stream(identity_stream)
             if e.type == "BenchmarkPairsRecorded" and e.payload["session"] == session]
 
 
@@ -146,10 +146,10 @@ def test_evaluate_under_a_confident_contract_on_a_cpu_times_a_batch_the_record_n
     assert (record["reading"], record["decided_at"], record["closed"]) == ("above", 5, True)
 
     # The record is closed: a third evaluation is refused before anything runs, and writes nothing.
-    before = len(open_registry(cli.url).store.read_all())
+    before = len(opened(cli.url).store.read_all())
     third = cli("evaluate", "modln", "--warmup", "0")
     assert third.exit_code == 1 and "is closed" in third.output
-    assert len(open_registry(cli.url).store.read_all()) == before
+    assert len(opened(cli.url).store.read_all()) == before
     verdict = json.loads(cli("promote", "modln", "--json").output)
     assert verdict["decision"] == "held" and verdict["rule"] == "execution.launches_unverified"
     assert any("5 pairs timed by interpreter cpu (triton interpreter) set aside" in reason

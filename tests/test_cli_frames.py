@@ -6,8 +6,7 @@ import json
 import numpy as np
 import pytest
 from PIL import Image
-
-from registry.app import open_registry
+from store_helpers import head_of
 
 MANIFEST = """
 workload: clip
@@ -39,7 +38,7 @@ def cli(registry_cli, tmp_path, monkeypatch):
 
 
 def head(cli):
-    return open_registry(cli.url).store.head_position()
+    return head_of(cli.url)
 
 
 def test_register_and_refuse_other_content_under_the_same_name(cli):

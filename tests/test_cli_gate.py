@@ -4,8 +4,7 @@ from __future__ import annotations
 import json
 
 import pytest
-
-from registry.app import open_registry
+from store_helpers import head_of
 
 PERCEPTUAL_MANIFEST = """
 workload: wan-t2v-1.3b-480p
@@ -61,7 +60,7 @@ def import_doc(cli, artifact, items, run=None):
 
 
 def head(cli):
-    return open_registry(cli.url).store.head_position()
+    return head_of(cli.url)
 
 
 def register(cli, artifact, kind="attention_backend", backend="SAGE_ATTN"):

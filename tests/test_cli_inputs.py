@@ -10,10 +10,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from registry.app import open_registry
-
 from test_cli_frames import MANIFEST as CLIP_MANIFEST
 from test_cli_frames import moving_disc
+from store_helpers import head_of, opened
 
 
 @pytest.fixture
@@ -30,7 +29,7 @@ def cli(registry_cli, tmp_path, monkeypatch):
 
 
 def head(cli) -> int:
-    return open_registry(cli.url).store.head_position()
+    return head_of(cli.url)
 
 
 def execution_document(cli, run: str | None = "run-1"):
@@ -215,7 +214,7 @@ def test_a_candidate_file_is_registered_by_its_text_without_being_run_or_torch_i
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().splitlines()[-1] == "False"
     assert not marker.exists()
-    (registered,) = open_registry(sqlite_url).store.read_stream("artifact:kern")
+    (registered,) = opened(sqlite_url).store.read_stream("artifact:kern")
     assert registered.payload["entry"] == f"{candidate}:fused"
 
 

@@ -9,11 +9,9 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-
-from registry.app import open_registry
 from registry.cli.main import main
 
-from store_helpers import drop_immutability, frame_event, raw
+from store_helpers import drop_immutability, frame_event, opened, raw
 
 CHECKOUT = Path(__file__).resolve().parents[1]
 
@@ -29,7 +27,7 @@ def run(runner, url, *args):
 
 def test_init_history_verify(runner, sqlite_url):
     assert run(runner, sqlite_url, "init").exit_code == 0
-    registry = open_registry(sqlite_url, actor="tester")
+    registry = opened(sqlite_url, actor="tester")
     registry.store.append("artifact:k1", [frame_event("a"), frame_event("b")], actor="tester")
     shown = run(runner, sqlite_url, "history", "k1")
     assert shown.exit_code == 0 and "FrameSetRegistered" in shown.output and "tester" in shown.output
@@ -40,15 +38,15 @@ def test_init_history_verify(runner, sqlite_url):
                         "head_hash": records[1]["hash"], "expected_head": None, "broken_at": None, "problem": None}
 
 
-def test_verify_exits_1_at_the_first_break(runner, sqlite_url):
+def test_verify_exits_3_at_the_first_break(runner, sqlite_url):
     run(runner, sqlite_url, "init")
-    registry = open_registry(sqlite_url, actor="tester")
+    registry = opened(sqlite_url, actor="tester")
     for name in "abc":
         registry.store.append(f"artifact:{name}", [frame_event(name)], actor="tester")
     drop_immutability(registry.engine)
     raw(registry.engine, "UPDATE events SET actor = 'mallory' WHERE position = 2")
     result = run(runner, sqlite_url, "verify")
-    assert result.exit_code == 1 and "position 2" in result.output
+    assert result.exit_code == 3 and "position 2" in result.output
 
 
 def test_db_current_and_upgrade(runner, sqlite_url):
@@ -75,7 +73,7 @@ def test_a_file_that_is_not_a_database(runner, tmp_path):
 
 def test_a_newer_schema_is_refused_by_every_command(runner, sqlite_url):
     run(runner, sqlite_url, "init")
-    raw(open_registry(sqlite_url).engine, "UPDATE alembic_version SET version_num = 'ffff'")
+    raw(opened(sqlite_url).engine, "UPDATE alembic_version SET version_num = 'ffff'")
     for args in (["verify"], ["history", "x"], ["init"]):
         result = run(runner, sqlite_url, *args)
         assert result.exit_code == 1 and "newer than this registry" in result.output

@@ -22,15 +22,13 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 from sqlalchemy import update
-
-from registry.app import open_registry
 from registry.cli.main import main
 from registry.events.canonical import canonical_json
 from registry.events.chain import event_hash
 from registry.events.errors import StoreError
 from registry.events.store import EVENTS, NewEvent
 
-from store_helpers import drop_immutability, raw
+from store_helpers import drop_immutability, head_of, opened, raw
 
 ROOT = Path(__file__).resolve().parents[1]
 MANIFEST = """
@@ -64,6 +62,16 @@ def fingerprint(folder: Path) -> dict[str, tuple[str, int]]:
             for p in sorted(folder.iterdir()) if p.is_file()}
 
 
+EMPTY = hashlib.sha256(b"").hexdigest()
+
+
+def written(folder: Path) -> dict[str, str]:
+    """What the files in `folder` hold, less what a WAL reader makes beside a closed database: its index
+    (`-shm`) and an empty log (`-wal`), which hold nothing of the registry."""
+    return {name: digest for name, (digest, _) in fingerprint(folder).items()
+            if not name.endswith("-shm") and not (name.endswith("-wal") and digest == EMPTY)}
+
+
 @pytest.fixture
 def populated(registry_cli):
     """A registry with a workload and an artifact, and one event the read models have not caught up with."""
@@ -73,11 +81,11 @@ def populated(registry_cli):
     registered = registry_cli("artifact", "register", "k1", "--workload", "wan-small", "--kind", "fused_kernel")
     assert registered.exit_code == 0, registered.output
     assert registry_cli("show", "k1").exit_code == 0  # the read models catch up here
-    registry = open_registry(registry_cli.url)
+    registry = opened(registry_cli.url)
     late = NewEvent("EvaluationFailed", {"artifact": "k1", "payload_sha256": None, "stage": "benchmark",
                                          "error": "out of memory"})
     [registry_cli.head] = registry.store.append("artifact:k1", [late], actor="tester")  # the read models are behind
-    registry.engine.dispose()
+    registry.close()
     return registry_cli
 
 
@@ -150,12 +158,32 @@ def test_a_missing_database_is_created_only_by_init(tmp_path):
     assert (tmp_path / "registry.db").exists()
 
 
+def test_a_command_that_may_write_leaves_the_database_alone_in_its_folder_even_when_refused(populated):
+    """SQLite keeps a -wal and a -shm file beside the database while a connection is open, and the last
+    connection that may write removes them as it closes, once it has read. Opening looks at the file read-only
+    first (which leaves both behind), so every command that may write reads through a connection of its own
+    before it answers, even one refused at its input: afterwards the database is alone, and a test comparing
+    the folder's bytes sees no file come and go. A command that only reads (`history`, `verify`) opens the file
+    read-only, and the empty log and index SQLite leaves then go with the next command that may write."""
+    database = Path(populated.url.removeprefix("sqlite:///"))
+    (populated.tmp / "bad.json").write_text("{bad")
+
+    def beside() -> list[str]:
+        return sorted(path.name for path in database.parent.iterdir() if path.name.startswith(database.name))
+
+    for args in (("evidence", "import", str(populated.tmp / "bad.json")), ("promote", "nobody"), ("show", "k1")):
+        populated("history", "artifact:k1")
+        assert beside() == [database.name, f"{database.name}-shm", f"{database.name}-wal"]
+        assert populated(*args).exit_code in (0, 1)
+        assert beside() == [database.name], args
+
+
 # -- reading never needs write access -------------------------------------------------------------
 
 def test_reading_commands_answer_through_a_read_only_url_and_write_nothing(populated):
     path = Path(populated.url.removeprefix("sqlite:///"))
     read_only = f"sqlite:///file:{path}?mode=ro&uri=true"
-    before = {name: digest for name, (digest, _) in fingerprint(path.parent).items() if not name.endswith("-shm")}
+    before = written(path.parent)
     db_time = path.stat().st_mtime_ns
 
     shown = run(read_only, "show", "k1", "--json")
@@ -179,8 +207,7 @@ def test_reading_commands_answer_through_a_read_only_url_and_write_nothing(popul
     one_line_refusal(run(read_only, "replay"), "the read models cannot be updated: this connection may only read")
     one_line_refusal(run(f"sqlite:///file:{path.parent / 'other.db'}?mode=ro&uri=true", "init"),
                      "no registry database at", "a URL that may write")
-    after = {name: digest for name, (digest, _) in fingerprint(path.parent).items() if not name.endswith("-shm")}
-    assert after == before and path.stat().st_mtime_ns == db_time
+    assert written(path.parent) == before and path.stat().st_mtime_ns == db_time
 
 
 def _unprivileged() -> list[str] | None:
@@ -233,13 +260,13 @@ def test_verify_reports_its_head_and_sees_a_cut_off_tail_against_a_noted_one(pop
     holds = run(url, "verify", "--expect-head", head)
     assert holds.exit_code == 0 and f"holds the expected head {head}" in holds.output
 
-    registry = open_registry(url)
+    registry = opened(url)
     drop_immutability(registry.engine)
     raw(registry.engine, f"DELETE FROM events WHERE position = {noted['head']['position']}")
     registry.engine.dispose()
     assert run(url, "verify").exit_code == 0  # the chain alone cannot see it
     cut = run(url, "verify", "--expect-head", head)
-    assert cut.exit_code == 1
+    assert cut.exit_code == 3
     last = populated.head
     assert (f"chain broken at position {last}: the log ends at position {last - 1}, before the expected head at "
             f"position {last}") in cut.output
@@ -255,7 +282,7 @@ def test_a_malformed_expected_head_is_refused(populated, text):
 
 def test_verify_finds_where_time_goes_backwards_in_a_tampered_file(populated):
     """Someone with the file rewrote one event's time earlier and re-linked the chain after it."""
-    registry = open_registry(populated.url)
+    registry = opened(populated.url)
     events = registry.store.read_all()
     drop_immutability(registry.engine)
     prev = events[1].prev_hash
@@ -270,16 +297,16 @@ def test_verify_finds_where_time_goes_backwards_in_a_tampered_file(populated):
             prev = link
     registry.engine.dispose()
     result = run(populated.url, "verify")
-    assert result.exit_code == 1
+    assert result.exit_code == 3
     assert "chain broken at position 2: time goes backwards" in result.output
 
 
 def test_a_registry_opened_for_reading_cannot_be_written_even_where_the_file_could(populated):
     """What `verify` and `history` open: SQLite's read-only mode, so a command that only reads cannot write."""
-    registry = open_registry(populated.url, read_only=True)
+    registry = opened(populated.url, read_only=True)
     assert registry.store.verify().head_position == populated.head
     with pytest.raises(StoreError, match="nothing written: attempt to write a readonly database"):
         registry.store.append("artifact:k1", [NewEvent("EvaluationFailed", {
             "artifact": "k1", "payload_sha256": None, "stage": "benchmark", "error": "again"})], actor="tester")
     registry.engine.dispose()
-    assert open_registry(populated.url).store.head_position() == populated.head
+    assert head_of(populated.url) == populated.head

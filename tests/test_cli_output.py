@@ -15,11 +15,9 @@ import pytest
 from click.testing import CliRunner
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
-
-from registry.app import open_registry
 from registry.cli.main import main
 
-from store_helpers import frame_event
+from store_helpers import frame_event, opened
 
 MANIFEST = """
 workload: {workload}
@@ -121,7 +119,7 @@ def test_report_takes_json_and_writes_every_format_to_out(registry_cli):
 
 
 def test_as_of_position_0_is_named(registry_cli):
-    open_registry(registry_cli.url).store.append("artifact:k1", [frame_event("a")], actor="tester")
+    opened(registry_cli.url).store.append("artifact:k1", [frame_event("a")], actor="tester")
     shown = registry_cli("show", "k1", "--as-of", "0")
     assert shown.exit_code == 1 and "as of position 0" in shown.output
     history = registry_cli("history", "k1", "--as-of", "0")
@@ -133,7 +131,7 @@ def test_a_closed_pipe_ends_history_quietly(tmp_path, extra):
     """`registry history X | head -1` once head has gone: no error, exit 0, as other command-line tools do."""
     url = f"sqlite:///{tmp_path / 'registry.db'}"
     assert invoke(url, "init").exit_code == 0
-    open_registry(url).store.append("artifact:k1", [frame_event("a"), frame_event("b")], actor="tester")
+    opened(url).store.append("artifact:k1", [frame_event("a"), frame_event("b")], actor="tester")
     read_end, write_end = os.pipe()
     os.close(read_end)  # the reader is gone before the first line is written
     try:
@@ -148,7 +146,7 @@ def test_a_closed_pipe_ends_history_quietly(tmp_path, extra):
 def _sqlite_with_events(path: Path) -> None:
     url = f"sqlite:///{path}"
     assert invoke(url, "init").exit_code == 0
-    registry = open_registry(url)
+    registry = opened(url)
     registry.store.append("artifact:k1", [frame_event("a"), frame_event("b")], actor="tester")
     registry.engine.dispose()
     gc.collect()  # closes the runner's connections too, so nothing but the demo could change the files now
@@ -178,13 +176,15 @@ def test_fresh_deletes_only_the_database_the_demo_created(tmp_path):
 
     path = tmp_path / "mine.db"
     registry, url = open_demo_registry(f"sqlite:///{path}", actor="tester", fresh=False)
-    registry.store.append("artifact:k1", [frame_event("a")], actor="tester")
+    with registry:
+        registry.store.append("artifact:k1", [frame_event("a")], actor="tester")
     assert is_demo_database(path)
     again, _ = open_demo_registry(url, actor="tester", fresh=False)
-    assert again.store.head_position() == 1
-    again.engine.dispose()
+    with again:
+        assert again.store.head_position() == 1
     fresh, _ = open_demo_registry(url, actor="tester", fresh=True)
-    assert fresh.store.head_position() == 0 and is_demo_database(path)
+    with fresh:
+        assert fresh.store.head_position() == 0 and is_demo_database(path)
 
 
 def test_a_closed_pipe_keeps_a_commands_own_exit_status(tmp_path):
@@ -221,7 +221,7 @@ def test_make_clean_removes_demo_db_only_when_the_demo_made_it(tmp_path):
     assert remove_if_demo(tmp_path / "absent.db") is False
 
 
-# Issue 30, class 6: --json always answers.
+# --json always answers.
 
 def _json_commands():
     """(path, command) of every command that takes --json, subcommands of groups included."""

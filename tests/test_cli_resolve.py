@@ -4,10 +4,9 @@ from __future__ import annotations
 import json
 
 import pytest
-
-from registry.app import open_registry
 from registry.bundles import REASON_CODES, CallSite, Candidate, Profile, parse_manifest, resolve
 from ship_helpers import FINGERPRINT, INPUT, declare, make_bundle, measure_and_promote, ship
+from store_helpers import head_of
 
 QUERY = ("--workload", "wan", "--arch", "sm90", "--torch", "2.13.0+cu128", "--cuda", "12.8", "--triton", "nightly",
          "--model", "wan-1.3b", "--revision", "r1", "--fingerprint", FINGERPRINT,
@@ -155,7 +154,7 @@ def test_unparseable_versions_never_meet_a_bounded_range(tmp_path):
 def test_as_of_answers_what_would_have_shipped(cli):
     root = cli.tmp / "bundles"
     ship(cli, root, "early", 1.4)
-    then = open_registry(cli.url).store.head_position()
+    then = head_of(cli.url)
     ship(cli, root, "later", 1.9)
     args = ("--workload", "wan", "--arch", "sm90", "--torch", "2.13.0", "--cuda", "12.8")
     assert resolved(cli, *args)[1]["match"]["artifact"] == "later"
@@ -223,7 +222,7 @@ def test_detect_resolves_for_this_process(cli):
 
 
 def test_a_promotion_under_an_older_contract_does_not_ship_until_judged_again(cli):
-    """Issue 20: only what was promoted under the workload's current contract ships (resolve and lock)."""
+    """Only what was promoted under the workload's current contract ships (resolve and lock)."""
     ship(cli, cli.tmp / "bundles", "veteran", 1.5, worst_ssim=0.999)
     ship(cli, cli.tmp / "bundles", "marginal", 1.5, worst_ssim=0.992)
     newer = cli.tmp / "wan-v2.yaml"
@@ -254,7 +253,7 @@ def test_rejudge_decides_from_recorded_evidence_without_measuring(cli):
     ship(cli, cli.tmp / "bundles", "veteran", 1.5)
     before = json.loads(cli("show", "veteran", "--json").output)
     redeclare(cli, "0.985")
-    head = open_registry(cli.url).store.head_position()
+    head = head_of(cli.url)
     assert json.loads(cli("rejudge", "wan", "--json").output)[0]["position"] == head + 1  # one verdict, nothing else
     after = json.loads(cli("show", "veteran", "--json").output)
     assert after["verdict"]["evidence_ids"] == before["verdict"]["evidence_ids"]

@@ -1,4 +1,4 @@
-"""Nothing hangs, nothing crashes, nothing is lost (issue 20): aliases, closed stdout, damaged read models, --out.
+"""Nothing hangs, nothing crashes, nothing is lost: aliases, closed stdout, damaged read models, --out.
 
 And a bug never passes for a refusal: refusals are registry.formats.errors.UserError
 (one line, exit 1); anything else is a crash report asking for a bug report.
@@ -107,7 +107,9 @@ def test_a_damaged_read_model_row_is_refused_in_one_line_and_replay_rebuilds_it(
     damage(cli.url, f"UPDATE projection_artifacts SET state = {row} WHERE artifact = 'cache'")
     for args in (("replay", "--verify"), ("report",), ("show", "cache")):
         result = cli(*args)
-        assert result.exit_code == 1 and "Traceback" not in result.output, (args, result.output)
+        # The replay check names a row it can read as a difference (3); one it cannot read at all is refused (1).
+        assert result.exit_code in ((1, 3) if args == ("replay", "--verify") else (1,)), (args, result.output)
+        assert "Traceback" not in result.output, (args, result.output)
     assert cli("replay").exit_code == 0
     assert json.loads(cli("show", "cache", "--json").output)["decision"] == "registered"
     assert cli("replay", "--verify").exit_code == 0
@@ -199,7 +201,7 @@ def test_every_refusal_error_is_a_user_error():
     from registry.evidence.frames import FrameError
     from registry.evidence.motionkernel import MotionKernelError
     from registry.kernels.ops import EntryError
-    from registry.projections.state import ProjectionError
+    from registry.projections import ProjectionError
 
     for error in (BundleError, ContractError, DocumentError, EvidenceError, FrameError, MotionKernelError,
                   EntryError, ProjectionError):

@@ -13,7 +13,7 @@ import json
 import pytest
 
 from registry.cli.query_commands import SHOWN_VERDICTS
-from registry.projections import Projections
+from read_side import Reads
 from test_projections import open_store
 from test_read_model_shapes import Log
 
@@ -42,7 +42,7 @@ def shown(cli, *args):
 
 def test_show_json_lists_the_latest_verdicts_and_counts_them_all(judged):
     cli, store = judged
-    every = Projections(store).artifact("a")["verdicts"]
+    every = Reads(store).artifact("a")["verdicts"]
     assert len(every) == JUDGED
     document = shown(cli)
     assert document["verdicts"] == every[-SHOWN_VERDICTS:]  # the latest, oldest of them first
@@ -58,7 +58,7 @@ def test_show_json_lists_the_latest_verdicts_and_counts_them_all(judged):
 
 def test_show_as_of_a_position_lists_the_latest_verdicts_up_to_it(judged):
     cli, store = judged
-    every = Projections(store).artifact("a")["verdicts"]
+    every = Reads(store).artifact("a")["verdicts"]
     middle = every[SHOWN_VERDICTS + 1]["position"]  # SHOWN_VERDICTS + 2 verdicts recorded by then
     document = shown(cli, "--as-of", str(middle))
     assert document["verdicts"] == every[2:SHOWN_VERDICTS + 2]
@@ -68,7 +68,7 @@ def test_show_as_of_a_position_lists_the_latest_verdicts_up_to_it(judged):
 
 def test_the_table_lists_the_same_latest_verdicts_and_points_to_history(judged):
     cli, store = judged
-    every = Projections(store).artifact("a")["verdicts"]
+    every = Reads(store).artifact("a")["verdicts"]
     result = cli("show", "a")
     assert result.exit_code == 0, result.output
     assert f"verdicts: the latest {SHOWN_VERDICTS} of {JUDGED} (`registry history artifact:a` lists all)" in result.output
@@ -112,7 +112,7 @@ def test_the_bounded_read_equals_the_tail_of_the_whole_history_on_each_backend(b
     store = open_store(backend_url)
     try:
         judge(store, JUDGED)
-        projections = Projections(store)
+        projections = Reads(store)
         every = projections.artifact("a")["verdicts"]
         for latest in (0, 1, SHOWN_VERDICTS, JUDGED, JUDGED + 1):
             state, count = projections.shown_artifact("a", latest)

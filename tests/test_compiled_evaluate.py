@@ -28,7 +28,6 @@ import shutil
 import pytest
 import torch
 
-from registry.app import open_registry
 from registry.app.compiled import operation_replaced, read_bundle_kernel, registered_cubins, registered_kernel
 from registry.formats.errors import UserError
 from registry.kernels.corpus import corpus_cases
@@ -37,6 +36,8 @@ from registry.kernels.launcher import Launcher, PlanRefused
 from registry.kernels.ops import get_operation
 from registry.kernels.simulated_driver import SimulatedDriver
 from compiled_fixtures import BUILT_CASES, built_modln, jail, simulated_images  # noqa: F401 - fixtures
+from read_side import Reads
+from store_helpers import opened
 
 CASES = BUILT_CASES
 MANIFEST = """
@@ -62,7 +63,7 @@ def cli(registry_cli, built):
 
 
 def events(url: str, artifact: str) -> list[str]:
-    return [e.type for e in open_registry(url).store.read_stream(f"artifact:{artifact}")]
+    return [e.type for e in opened(url).store.read_stream(f"artifact:{artifact}")]
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the refusal of a machine without a CUDA device")
@@ -78,7 +79,7 @@ def test_evaluate_without_a_cuda_device_says_so_in_one_line_and_records_nothing(
 
 def test_the_bundle_is_read_as_registered_its_op_found_by_the_reference_it_replaces(cli, built, tmp_path):
     directory, manifest = built
-    registered = open_registry(cli.url).reads.current_artifact("modln-c")
+    registered = Reads(opened(cli.url).store).current_artifact("modln-c")
     op, kernel = registered_kernel("modln-c", registered, directory, (9, 0))
     assert op == "modulated_layernorm" == operation_replaced(manifest)
     assert sorted(kernel.cubins) == sorted((f"modln_d{d}_{t}", "sm_90a") for d, t in CASES)
@@ -120,7 +121,7 @@ class SimulatedBundleLauncher:
 
 def _documents(cli, built, digests=None):
     directory, _ = built
-    registered = open_registry(cli.url).reads.current_artifact("modln-c")
+    registered = Reads(opened(cli.url).store).current_artifact("modln-c")
     op, kernel = registered_kernel("modln-c", registered, directory, (9, 0))
 
     items = evaluate_compiled(op, kernel, lambda cubins: SimulatedBundleLauncher(cubins, kernel.spec),

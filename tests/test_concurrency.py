@@ -25,13 +25,12 @@ from sqlalchemy.engine import make_url
 
 from registry.cli.main import main
 from registry.events import database
-from registry.events.database import make_engine, upgrade
 from registry.events.errors import ConcurrencyError, StoreError
 from registry.events.store import APPEND_LOCK_KEY, EventStore, NewEvent
 
 from limits import HANG_GUARD_S
 from processes import FORKSERVER  # children start clean: no inherited connections or threads
-from store_helpers import SHA
+from store_helpers import SHA, opened, opened_store
 
 # The full size, 8 writers x 500 appends (4,000 commits, plus the conflicts'
 # retries), ran once on the 2-core machine in 13.6 s on SQLite and 26.6 s on
@@ -56,9 +55,8 @@ def frameset(name: str, seed: int, source: str) -> NewEvent:
 
 
 def open_store(url: str) -> EventStore:
-    engine = make_engine(url)
-    upgrade(engine)
-    return EventStore(engine)
+    """A store on `url`, its schema upgraded, disposed of when the test ends."""
+    return opened_store(url, migrate=True)
 
 
 # -- child processes (module level so that spawn can import them) -------------------
@@ -70,7 +68,7 @@ def race_writer(url: str, index: int, count: int, start, stale_read, overtaken, 
     it signals `stale_read`, and writer 1, which waited for that, appends to
     the same stream and signals `overtaken`; only then does writer 0 append.
     """
-    store = EventStore(make_engine(url))
+    store = opened_store(url)
     rng = random.Random(index)
     retries = 0
     start.wait()
@@ -100,7 +98,7 @@ def race_writer(url: str, index: int, count: int, start, stale_read, overtaken, 
 
 def tail_reader(url: str, index: int, total: int, start, results) -> None:
     """Poll read_all(after_position=last) until `total` events are seen; report every event and any gap."""
-    store = EventStore(make_engine(url))
+    store = opened_store(url)
     seen: list[tuple[int, str]] = []
     gaps: list[tuple[int, int]] = []
     last = 0
@@ -119,7 +117,7 @@ def tail_reader(url: str, index: int, total: int, start, results) -> None:
 
 
 def same_key_sender(url: str, keys: int, barrier, results) -> None:
-    store = EventStore(make_engine(url))
+    store = opened_store(url)
     got = []
     for k in range(keys):
         batch = [frameset("idem", seed, f"run-{k}") for seed in range(3)]
@@ -272,7 +270,7 @@ def test_an_append_that_cannot_get_the_lock_is_refused_in_one_line(backend_url, 
     open_store(backend_url).append("frameset:a", [frameset("a", 0, "a")], actor="t")
     monkeypatch.setattr(database, "PG_LOCK_TIMEOUT_MS", 200)
     monkeypatch.setattr(database, "SQLITE_BUSY_TIMEOUT_MS", 200)
-    store = EventStore(make_engine(backend_url))
+    store = opened_store(backend_url)
     holder = store.engine.raw_connection()
     try:
         cursor = holder.cursor()
@@ -353,13 +351,12 @@ def importing_reader(url: str, index: int, rounds: int, start, results) -> None:
     keeps losing its race to imports is refused by design ("run promote
     again"), which is a correct answer, not a failed read.
     """
-    from registry.app import open_registry
     from registry.app.decisions import promote
     from registry.app.evidence import capture_subject, record_evidence
     from registry.formats.evidence.items import parse_item
-    from registry.projections import Projections
+    from read_side import Reads
 
-    registry = open_registry(url, actor=f"importer-{index}")
+    registry = opened(url, actor=f"importer-{index}")
     item = parse_item({"kind": "execution", "candidate_calls": index + 1, "fallbacks": 0})
     failed_reads: list[str] = []
     reads = refused_promotes = 0
@@ -368,7 +365,7 @@ def importing_reader(url: str, index: int, rounds: int, start, results) -> None:
         artifact = SHARED_ARTIFACTS[(index + round_) % len(SHARED_ARTIFACTS)]
         record_evidence(registry, capture_subject(registry, artifact), [item])
         try:
-            state = Projections(registry.store).artifact(artifact)
+            state = Reads(registry.store).artifact(artifact)
             assert state is not None and state["evidence_counts"]["execution"] >= 1
             reads += 1
         except Exception as exc:  # the point of the test: no read may fail
@@ -392,12 +389,11 @@ def test_reads_through_the_read_models_never_fail_while_writers_append(backend_u
     was decided on: its expected version came from the read model, so the
     event before it in its stream is the latest execution evidence it names.
     """
-    from registry.app import open_registry
     from registry.app.workloads import declare_workload, register_artifact
     from registry.contracts import Contract
     from registry.projections import verify_projections
 
-    registry = open_registry(backend_url, actor="setup", create=True)
+    registry = opened(backend_url, actor="setup", create=True)
     declare_workload(registry, Contract.from_mapping({"workload": "w"}))
     for artifact in SHARED_ARTIFACTS:
         register_artifact(registry, artifact, workload="w", kind="fused_kernel")
@@ -432,38 +428,40 @@ def test_a_catch_up_overtaken_every_time_still_answers(backend_url):
     failed the read; one that fixed its head at the start sees that the
     checkpoint already passed it and answers at once.
     """
-    from registry.projections import Projections
+    from read_side import Reads
+    from registry.projections import ReadModels
 
     store = open_store(backend_url)
     store.append("frameset:a", [frameset("a", 0, "setup")], actor="t")
-    other = Projections(EventStore(make_engine(backend_url)))
+    other = Reads(opened_store(backend_url))
     appended = iter(range(1, 1000))
 
-    class Overtaken(Projections):
+    class Overtaken(ReadModels):
         overtaken = 0
 
-        def _advance(self, checkpoint, head):
+        def _advance(self, checkpoint, head, rebuild):
             store.append("frameset:a", [frameset("a", next(appended), "writer")], actor="t")
             other.catch_up()
             store.append("frameset:a", [frameset("a", next(appended), "writer")], actor="t")
             self.overtaken += 1
-            return super()._advance(checkpoint, head)
+            return super()._advance(checkpoint, head, rebuild)
 
     reader = Overtaken(store)
     head_at_start = store.head_position()
     served = reader.catch_up()
     assert reader.overtaken == 1 and head_at_start < served < store.head_position()
-    assert reader.frameset("a") is not None  # the next read catches up to the new head
+    assert Reads(store).frameset("a") is not None  # the next read catches up to the new head
 
 
 def test_a_catch_up_that_waited_its_turn_folds_what_was_appended_meanwhile(backend_url, monkeypatch):
     """A thread that found another of its process folding reads the head again once its turn comes: the event
     appended while it waited is folded in the same pass, not left for the next request to fold."""
-    from registry.projections import Projections, catchup
+    from read_side import Reads
+    from registry.projections import catchup
 
     store = open_store(backend_url)
     store.append("frameset:a", [frameset("a", 0, "setup")], actor="t")
-    reader = Projections(store)
+    reader = Reads(store)
     turn = catchup._folding(store.engine)
     refused = threading.Event()
 

@@ -21,7 +21,8 @@ from collections import defaultdict
 
 from registry.events.database import make_engine, upgrade
 from registry.events.store import EventStore, NewEvent
-from registry.projections import Projections, rebuild, verify_projections
+from read_side import Reads
+from registry.projections import rebuild, verify_projections
 
 from limits import HANG_GUARD_S
 from processes import FORKSERVER  # clean children, forked fast from a preloaded server
@@ -147,7 +148,7 @@ def test_sigkill_mid_batch_never_leaves_a_partial_batch(backend_url):
     check_new_batches(store.read_all(after_position=checked), present, resent_from=next_batch + 1)
     assert store.verify().intact
 
-    live = Projections(store).state()
+    live = Reads(store).state()
     assert live.position == store.head_position()
     assert live.to_dict() == rebuild(store).to_dict()
     engine.dispose()

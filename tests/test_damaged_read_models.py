@@ -1,4 +1,4 @@
-"""Issue 30, class 3: read models that cannot be trusted are not decided on (registry/projections/row_checks.py).
+"""Read models that cannot be trusted are not decided on (registry/projections/row_checks.py).
 
 Rows deleted from the payload index, an artifact row deleted (also among a
 workload's rows that resolve, lock and rejudge list), edited without its
@@ -223,7 +223,7 @@ SESSION_DAMAGES = {
 
 @pytest.mark.parametrize("damage", sorted(SESSION_DAMAGES))
 def test_a_damaged_speed_record_or_bench_stream_is_a_refusal(sessions, damage):
-    """Issue 30: the speed-record read models (issue 28) are checked on read like the artifact rows."""
+    """The speed-record read models are checked on read like the artifact rows."""
     SESSION_DAMAGES[damage](sessions)
     before = events(sessions)
     decisions = [("bench", "status", "fast"), ("bench", "record", "fast", sessions.session, "--batch", "c",

@@ -26,10 +26,9 @@ from pathlib import Path
 import pytest
 import torch
 from click.testing import CliRunner
-
-from registry.app import open_registry
 from registry.app.campaign import KERNEL_ARTIFACT, Row, check_expectations, near_gate_notes
 from registry.cli.main import main
+from store_helpers import opened
 
 ON_GPU = torch.cuda.is_available()
 RUNS = 6  # the fewest even pair count the confident rule at alpha 0.05 can decide in (5 pairs), rounded up
@@ -93,7 +92,7 @@ def test_reduced_demo_decides_as_promised(reduced_demo):
     assert outcome["pairs"] == {"spent": sum(row["pairs"] for row in timed), "fixed_design": len(timed) * RUNS,
                                 "saved": len(timed) * RUNS - sum(row["pairs"] for row in timed)}
 
-    store = open_registry(url).store
+    store = opened(url).store
     verdicts = [e for e in store.read_all() if e.type == "VerdictRendered"]
     assert len(verdicts) == 5
     for verdict in verdicts:
@@ -105,10 +104,10 @@ def test_reduced_demo_decides_as_promised(reduced_demo):
             assert evidence.payload["artifact"] == verdict.payload["artifact"]
     assert store.verify().intact
     assert not [e for e in store.read_all() if e.type == "BenchmarkMeasured"]  # sessions, not complete benchmark items
-    opened = {e.payload["artifact"]: e.payload for e in store.read_all() if e.type == "BenchmarkSessionOpened"}
-    assert sorted(opened) == sorted(row["artifact"] for row in timed)
+    sessions = {e.payload["artifact"]: e.payload for e in store.read_all() if e.type == "BenchmarkSessionOpened"}
+    assert sorted(sessions) == sorted(row["artifact"] for row in timed)
     if ON_GPU:
-        assert opened[KERNEL_ARTIFACT]["timer"] == "cuda_event"
+        assert sessions[KERNEL_ARTIFACT]["timer"] == "cuda_event"
     html = (out / "report.html").read_text()
     assert "data:image/png;base64," in html
     # Every measured candidate is placed in the support matrix by its session's arch, and every speed record
@@ -278,17 +277,17 @@ def test_the_demo_run_again_on_its_registry_times_nothing_already_decided(reduce
     first = json.loads(reduced_demo.output)["rows"]
     closed = {row["artifact"] for row in first if row["stop"] in ("decided", "max_pairs")}
     untimed = {row["artifact"] for row in first if row["pairs"] is None}  # the compiled kernel without a GPU
-    opened = len([e for e in open_registry(url).store.read_all() if e.type == "BenchmarkSessionOpened"])
+    sessions = len([e for e in opened(url).store.read_all() if e.type == "BenchmarkSessionOpened"])
     again = CliRunner().invoke(main, args)
     assert again.exit_code == 0, again.output
     rows = {row["artifact"]: row for row in json.loads(again.output)["rows"]}
     assert all(rows[name]["pairs"] == 0 for name in closed)
-    assert len([e for e in open_registry(url).store.read_all()
-                if e.type == "BenchmarkSessionOpened"]) == opened + len(set(rows) - closed - untimed)
+    assert len([e for e in opened(url).store.read_all()
+                if e.type == "BenchmarkSessionOpened"]) == sessions + len(set(rows) - closed - untimed)
 
 
 def test_the_commands_the_demo_prints_run_as_printed(tmp_path):
-    """Issue 30: the demo's "look further" lines start with a command that runs from a shell as printed,
+    """The demo's "look further" lines start with a command that runs from a shell as printed,
     whether or not the virtual environment's `registry` is on PATH (one process, about a second)."""
     import shlex
     import subprocess

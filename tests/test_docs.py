@@ -51,7 +51,8 @@ def test_every_command_has_help(path, command):
 
 @pytest.mark.parametrize("path, command", COMMANDS, ids=IDS)
 def test_every_command_is_documented(path, command):
-    text = "\n".join(document.read_text(encoding="utf-8") for document in DOCUMENTS)
+    """Beyond the generated reference (docs/cli.md), which names every command by construction."""
+    text = "\n".join(document.read_text(encoding="utf-8") for document in DOCUMENTS if document.name != "cli.md")
     typed = re.compile(r"registry(?: --?[a-z-]+(?:[ =]\S+)?)* " + re.escape(" ".join(path)) + r"(?![\w-])")
     assert typed.search(text), f"`registry {' '.join(path)}` is named in neither README.md nor docs/*.md"
 
@@ -79,3 +80,94 @@ def test_every_test_file_sits_in_one_row_and_every_file_named_exists():
     assert sorted(set(named) - set(on_disk)) == []
     assert sorted({name for name in named if named.count(name) > 1}) == []
     assert sorted(set(on_disk) - set(named)) == []
+
+
+def test_the_command_reference_is_what_the_commands_print():
+    from registry.cli.reference import PAGE, reference
+
+    assert PAGE.read_text(encoding="utf-8") == reference(), \
+        "docs/cli.md is stale: `python -m registry.cli.reference` writes it from the commands"
+
+
+def command_lines() -> list[tuple[str, str]]:
+    """(document, line) for every `registry ...` line in a code block of README.md and docs/ (a `$ ` prompt
+    and a line continued with `\\` taken as typed; what follows a shell's `&&`, `;`, `>` or `#` left off, and a `|`, in `variants`)."""
+    found = []
+    for document in DOCUMENTS:
+        for block in re.findall(r"```[^\n]*\n(.*?)```", document.read_text(encoding="utf-8"), flags=re.S):
+            for line in block.replace("\\\n", " ").splitlines():
+                line = line.strip().removeprefix("$ ")
+                if re.match(r"(\.venv/bin/)?registry(\s|$)", line) and not re.match(r"\S+ \S+:\s", line):
+                    found.append((document.name, re.split(r"\s(?:&&|;|>|#)\s", line)[0]))
+    return found
+
+
+def variants(line: str) -> list[str]:
+    """A synopsis line as the lines it stands for: without its optional `[...]` parts, and with each in (the
+    first of ` | ` alternatives, `...` repeats left off)."""
+    optional = re.compile(r"\[([^\[\]]*)\]")
+    bare = optional.sub(" ", line)
+    full = optional.sub(lambda found: " " + found.group(1).split(" | ")[0] + " ", line)
+    return list(dict.fromkeys(re.sub(r"\s\.\.\.(?=\s|$)", " ", text).split(" | ")[0] for text in (bare, full)))
+
+
+def parsed(line: str, monkeypatch) -> list[str]:
+    """The command path a line names, as click parses it; a usage error raises click.UsageError. The files a
+    line names are a reader's, so whether they exist here is not checked."""
+    import shlex
+
+    monkeypatch.setattr(click.Path, "convert", lambda self, value, param, ctx: value)
+    args = shlex.split(line)[1:]
+    context = main.make_context("registry", args)
+    path = []
+    while isinstance(context.command, click.Group) and unparsed(context):
+        name, command, rest = context.command.resolve_command(context, unparsed(context))
+        path.append(name)
+        context = command.make_context(name, rest, parent=context)
+    return path
+
+
+def unparsed(context: click.Context) -> list[str]:
+    """What a group's context left for its subcommand (click 8 keeps the command's name apart, and warns that
+    click 9 will not)."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        return [*context.protected_args, *context.args]
+
+
+LINES = command_lines()
+
+
+@pytest.mark.parametrize("document, line", LINES, ids=[f"{document}: {line}" for document, line in LINES])
+def test_every_command_line_in_the_docs_parses(document, line, monkeypatch):
+    """Each is parsed by click itself, as the program would parse it: a renamed option or command, a missing
+    argument or a wrong number of them in a documented command is a usage error here (a synopsis line's
+    optional parts both left out and given; a line of a program's output, `registry ssim: ...`, is none)."""
+    for typed in variants(line):
+        try:
+            path = parsed(typed, monkeypatch)
+        except click.UsageError as exc:
+            pytest.fail(f"{document}: `{typed}`: {exc.format_message()}")
+        assert path, f"{document}: `{typed}` names no command"
+
+
+# The commands a newcomer meets first (README.md's path: a registry, a contract, a candidate, its evidence, the
+# decision, what it says, what ships): each one's help shows it typed.
+FIRST_MET = ("init", "workload declare", "artifact register", "evidence import", "promote", "show", "history",
+             "report", "resolve", "lock")
+
+
+@pytest.mark.parametrize("path", FIRST_MET)
+def test_the_first_commands_met_show_an_example_that_parses(path, monkeypatch):
+    from registry.cli.reference import help_text
+
+    command = dict((" ".join(found), command) for found, command in COMMANDS)[path]
+    text = help_text(tuple(path.split()), command)
+    assert "Example:" in text, f"registry {path} --help shows no example"
+    examples = [line.strip() for line in text.split("Example:", 1)[1].split("Options:", 1)[0].splitlines()
+                if line.strip().startswith("registry ")]
+    assert examples, f"registry {path} --help shows no command line under Example:"
+    for line in examples:
+        assert parsed(line, monkeypatch) == path.split(), line

@@ -81,7 +81,7 @@ EXCUSED = {
     ("docs/import.md", 'registry import motionkernel campaigns/ltx-r4 campaigns/wan-'):
         "names the reader's own campaign folders; the README's block runs the same command on the repository's "
         "tree, and tests/test_import_motionkernel.py each form",
-    ("docs/postgres.md", 'registry --db postgresql://USER:PASSWORD@HOST:5432/DBNAME CO'):
+    ("docs/postgres.md", 'registry --db postgresql://USER:PASSWORD@HOST:5432/DBNAME ve'):
         "a synopsis of a Postgres URL (tests/test_store_postgres.py runs the registry on a real server)",
     ("docs/postgres.md", 'createdb --owner registry_owner registry'):
         "an administrator's set-up of a Postgres server with roles and passwords (tests/test_roles.py applies "
@@ -90,7 +90,7 @@ EXCUSED = {
         "a backup and restore of a production Postgres database, $URL the reader's",
     ("docs/postgres.md", 'createdb --owner registry_owner registry_restored'):
         "a restore into a production Postgres server",
-    ("docs/projections.md", 'registry verify --expect-head 1234:9f2c...e1     # exit 1 un'):
+    ("docs/projections.md", 'registry verify --expect-head 1234:9f2c...e1     # exit 3 un'):
         "1234:9f2c...e1 stands for a head the reader noted (tests/test_chain.py checks --expect-head)",
     ("docs/runtime.md", 'registry resolve --workload W --arch sm90 --torch 2.13.0 [--'):
         "a synopsis: W and the bracketed options are placeholders (tests/test_cli_resolve.py runs each form)",
@@ -206,7 +206,7 @@ def test_the_bundles_blocks_make_register_attest_and_sign_in_order(tmp_path):
     folder = clone(tmp_path / "clone")
     database = f"sqlite:///{folder / 'registry.db'}"
     (folder / "my-wan-modln.yaml").write_text(WORKLOAD)
-    prepare = subprocess.run(f"registry init && registry workload declare my-wan-modln.yaml", shell=True, cwd=folder,
+    prepare = subprocess.run("registry init && registry workload declare my-wan-modln.yaml", shell=True, cwd=folder,
                              env={**os.environ, "PATH": f"{ROOT / '.venv' / 'bin'}:{os.environ['PATH']}",
                                   "REGISTRY_DATABASE_URL": database}, capture_output=True, text=True, timeout=120)
     assert prepare.returncode == 0, prepare.stderr

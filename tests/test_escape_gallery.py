@@ -14,9 +14,10 @@ underneath, no effect of its attack), `promote` not promoting, the chain and the
 no process or file of the candidate's left behind, and no event beyond the registration, one evaluation
 and one verdict.
 
-Each escape's docstring says what it did against the code of `main` before issue 27 (a scratch clone at
-that commit, its CLI run with the candidate registered as a module: ``--entry escape_x:modulated_layernorm``
-with the candidate's folder on PYTHONPATH, as that entry form required). Most are refused by the sandbox
+Each escape's docstring says what it did against the code of `main` before the sandbox's checks left
+the candidate's reach (a scratch clone at that commit, its CLI run with the candidate registered as a
+module: ``--entry escape_x:modulated_layernorm`` with the candidate's folder on PYTHONPATH, as that entry
+form required). Most are refused by the sandbox
 (registry/kernels/sandbox.py); the sitecustomize one by the candidate being a file loaded from a private
 copy. Two (the canary, the forged counter) are not caught by any check: what holds them is the gate's rule
 that a launch count from inside the candidate's process shows nothing (execution.launches_unverified).
@@ -48,11 +49,11 @@ from click.testing import CliRunner
 
 from gallery import candidate_file
 from gallery._escape import COPY_MARKER
-from registry.app.context import open_registry
 from registry.app.install import check_install, package_folder, write_manifest
 from registry.app.workloads import register_artifact
 from registry.cli.main import main
 from registry.kernels.sandbox import SandboxUnavailable, require_sandbox
+from store_helpers import opened
 
 pytestmark = [pytest.mark.device, pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") != "1",
                                                      reason="the gallery runs under the interpreter")]
@@ -158,7 +159,7 @@ def attempt(home):
         folder = home.root / escape
         folder.mkdir()
         entry = f"{candidate_file(escape, folder)}:modulated_layernorm"
-        registry = open_registry(home.url, actor="reviewer")  # reads the file for its digest, never imports it
+        registry = opened(home.url, actor="reviewer")  # reads the file for its digest, never imports it
         try:
             registered = register_artifact(registry, artifact, workload="escape-modln", kind="fused_kernel",
                                            op="modulated_layernorm", entry=entry)
@@ -185,7 +186,7 @@ def _verified(home: Home, attempt: Attempt) -> None:
     """Nothing outside the escape's own stream, nothing left running, the chain and the install intact."""
     assert attempt.elsewhere == [], attempt.elsewhere
     assert _leftovers() == [], "the candidate left processes behind"
-    registry = open_registry(home.url, actor="reviewer", read_only=True)
+    registry = opened(home.url, actor="reviewer", read_only=True)
     try:
         chain = registry.store.verify()
     finally:

@@ -35,8 +35,10 @@ from registry.app.resolve import resolve_workload
 from registry.app.workloads import declare_workload
 from registry.bundles import Profile
 from registry.contracts import Contract
+from read_side import Reads
 from ship_helpers import make_bundle
 from stateful_checks import CheckedAtTheEnd, CopiedStart, checked_after_every_step
+from store_helpers import opened
 
 ARTIFACTS = ("a", "b")
 SOURCES = ("def replacement(x):\n    return ('one', x)\n", "def replacement(x):\n    return ('two', x)\n")
@@ -83,19 +85,23 @@ class FinalRejection(CheckedAtTheEnd):
         assert promote(self.registry, "a").verdict["decision"] == "rejected"
 
     def start_registry(self) -> dict:
-        open_registry(f"sqlite:///{self.tmp / 'registry.db'}", actor="machine", create=True)
+        with open_registry(f"sqlite:///{self.tmp / 'registry.db'}", actor="machine", create=True):
+            pass
         for index, source in enumerate(SOURCES):
             make_bundle(self.tmp / f"bytes-{index}", "bundle", source=source)
         return {}
 
     def release(self) -> None:
+        if getattr(self, "registry", None) is not None:
+            self.registry.close()
         shutil.rmtree(getattr(self, "tmp", ""), ignore_errors=True)
 
     def declare(self, variant: str) -> None:
         declare_workload(self.registry, Contract.from_yaml(BASE + SPEED[variant]))
 
     def current(self, artifact: str):
-        return self.registry.reads.current_artifact(artifact)
+        with self.registry.view() as view:
+            return view.artifact(artifact)
 
     # -- rules -------------------------------------------------------------------------------------
 
@@ -163,11 +169,11 @@ def test_the_reported_sequence_leaves_the_rejection_standing(tmp_path):
     """The sequence from the report, step by step: rejected at 1.1x under the point rule, a 1.6x document recorded
     after it, the contract re-declared to a variant and straight back, rejudged: still rejected, naming the verdict
     that rejected the bytes, and nothing ships."""
-    registry = open_registry(f"sqlite:///{tmp_path / 'r.db'}", actor="t", create=True)
+    registry = opened(f"sqlite:///{tmp_path / 'r.db'}", actor="t", create=True)
     declare_workload(registry, Contract.from_yaml(BASE + SPEED["point"]))
     bundle = make_bundle(tmp_path / "bytes", "a")
     register_bundle(registry, "a", bundle, workload="w", kind="step_cache")
-    payload = registry.reads.current_artifact("a")["payload_sha256"]
+    payload = Reads(registry.store).current_artifact("a")["payload_sha256"]
     import_document(registry, document("a", payload, 1.1, 1))
     first = promote(registry, "a").verdict
     assert first["decision"] == "rejected"
@@ -184,5 +190,5 @@ def test_the_reported_sequence_leaves_the_rejection_standing(tmp_path):
     assert promote(registry, "b").verdict["decision"] == "rejected"
     other = make_bundle(tmp_path / "other", "c", source="def replacement(x):\n    return ('c', x)\n")
     register_bundle(registry, "c", other, workload="w", kind="step_cache")
-    import_document(registry, document("c", registry.reads.current_artifact("c")["payload_sha256"], 1.6, 4))
+    import_document(registry, document("c", Reads(registry.store).current_artifact("c")["payload_sha256"], 1.6, 4))
     assert promote(registry, "c").verdict["decision"] == "promoted"

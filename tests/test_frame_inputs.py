@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from registry.evidence.frames import MAX_FRAME_PIXELS, MAX_FRAMES_BYTES, FrameError, load_frames
+from registry.evidence.frames import MAX_FRAME_PIXELS, FrameError, load_frames
 
 from test_cli_frames import moving_disc
 

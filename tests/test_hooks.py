@@ -24,6 +24,7 @@ from registry.formats.webhooks import (ID_HEADER, SIGNATURE_HEADER, TIMESTAMP_HE
                                        DeliveryRefused, ReplayGuard, body_bytes, signed_headers, verify_delivery)
 from serve_helpers import ServerProcess
 from ship_helpers import make_bundle, measure_and_promote, register
+from store_helpers import opened
 from test_monitor_lifecycle import MONITORED, remeasure
 
 
@@ -117,8 +118,8 @@ def regress_fast(cli) -> None:
 
 
 def log_text(url: str) -> str:
-    registry = open_registry(url)
-    return "\n".join(json.dumps(event.to_dict()) for event in registry.store.iter_all())
+    with open_registry(url) as registry:
+        return "\n".join(json.dumps(event.to_dict()) for event in registry.store.iter_all())
 
 
 def test_a_promotion_and_an_alarm_are_delivered_signed_and_a_replay_is_refused(hooked):
@@ -164,7 +165,7 @@ def test_a_receiver_that_is_down_and_then_up_gets_the_delivery_on_a_retry_and_ea
     port = free_port()
     hook = add(hooked, f"http://127.0.0.1:{port}/registry-hook", "promotion")
     promote_fast(hooked)  # the decision does not wait for, or hear of, the receiver
-    registry = open_registry(hooked.url)
+    registry = opened(hooked.url)
     clock = [time.time()]
     [first] = deliver(registry, now=lambda: clock[0])
     assert (first.outcome, first.attempt, first.status) == ("failed", 1, None) and "refused" in first.error.lower()
@@ -185,7 +186,7 @@ def test_a_receiver_that_is_down_and_then_up_gets_the_delivery_on_a_retry_and_ea
 def test_a_delivery_that_never_succeeds_is_given_up_after_the_last_delay(hooked):
     add(hooked, f"http://127.0.0.1:{free_port()}/registry-hook", "decision")
     promote_fast(hooked)
-    registry = open_registry(hooked.url)
+    registry = opened(hooked.url)
     clock = [time.time()]
     outcomes = []
     for _ in range(4):

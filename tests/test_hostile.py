@@ -26,11 +26,10 @@ import yaml
 from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-from registry.app import open_registry
 from registry.cli.main import main
 from registry.contracts import load_manifest
 from registry.formats.documents import MAX_DEPTH, MAX_EVIDENCE_BYTES, MAX_INTEGER_DIGITS, MAX_MANIFEST_BYTES
+from store_helpers import opened
 
 FORMAT = "registry.evidence/1"
 REGISTERED = ("k1", "κ漢😀-1")  # artifacts the registry under test knows
@@ -244,7 +243,7 @@ class Registry:
         for artifact in REGISTERED:
             registered = self.cli("artifact", "register", artifact, "--workload", "w", "--kind", "fused_kernel")
             assert registered.exit_code == 0
-        self.store = open_registry(url).store
+        self.store = opened(url).store
         self.outcomes = {"stored": 0, "refused": 0}
 
     def cli(self, *args):

@@ -19,7 +19,7 @@ import re
 import pytest
 import torch
 
-from registry.app import open_registry
+from store_helpers import opened
 from hostile_bundles import EXPECTED, NAMES, build_hostile_bundles
 
 MANIFEST = """
@@ -46,7 +46,7 @@ def registered(registry_cli, bundles):
 
 
 def test_every_hostile_cubin_passes_registration_and_without_a_gpu_nothing_runs(registered, bundles):
-    store = open_registry(registered.url).store
+    store = opened(registered.url).store
     for name in NAMES:
         artifact = name.replace("_", "-")
         assert [e.type for e in store.read_stream(f"artifact:{artifact}")] == ["ArtifactRegistered"]

@@ -1,6 +1,6 @@
 """An identity's history belongs to it, and an approval answers a verdict that still stands (docs/gate.md, "Lifecycle").
 
-Issue 20's first section, end to end through the CLI on a real SQLite file:
+Identities and their histories, end to end through the CLI on a real SQLite file:
 re-registering the same bytes again takes up their own evidence, failures,
 attempts and verdict; attempts count per payload within a workload; an
 approval is refused under a contract that no longer leaves the decision to a
@@ -11,11 +11,10 @@ from __future__ import annotations
 
 
 import pytest
-
-from registry.app import open_registry
 from registry.app.workloads import artifact_stream, register_artifact
 from registry.formats.evidence.items import parse_item
 from test_lifecycle import benchmark, evidence_loader, execution, head, one_line_refusal, perceptual, promote, show
+from store_helpers import opened
 
 CAPPED = """
 workload: wan
@@ -64,7 +63,7 @@ def digest(cli, payload):
 # -- re-registering the same bytes again ---------------------------------------------------------
 
 def test_registering_other_bytes_and_back_keeps_failures_attempts_and_the_cap(cli):
-    """Issue 20's example: three slow benchmarks over a cap of 2 and an open failure survive X -> Y -> X."""
+    """Three slow benchmarks over a cap of 2 and an open failure survive X -> Y -> X."""
     cli.register("sage", "x.bin")
     for _ in range(3):
         assert cli.load("sage", [execution(), benchmark(1.0), perceptual()]).exit_code == 0
@@ -127,7 +126,7 @@ def test_a_late_result_for_set_aside_bytes_counts_for_them_when_they_return(cli)
     from registry.app.evidence import capture_subject, evidence_events
 
     cli.register("sage", "x.bin")
-    registry = open_registry(cli.url)
+    registry = opened(cli.url)
     try:
         subject = capture_subject(registry, "sage")  # the measurement opens on X
         register_artifact(registry, "sage", workload="wan", kind="attention_backend", backend="SAGE_ATTN",
@@ -178,7 +177,7 @@ def _recorded(cli, artifact="cache", worst=0.5):
 
 
 def test_approve_is_refused_once_the_contract_no_longer_leaves_the_decision_to_a_person(cli):
-    """Issue 20's example: advisory, recorded at worst SSIM 0.5, re-declared perceptual at 0.98: approve refused."""
+    """Advisory, recorded at worst SSIM 0.5, re-declared perceptual at 0.98: approve refused."""
     _recorded(cli)
     cli.declare(ADVISORY.replace("tier: advisory, min_ssim: 0.4", "tier: perceptual, min_ssim: 0.98, seed: 1024"))
     before = head(cli)

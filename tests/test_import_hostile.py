@@ -15,10 +15,9 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from registry.app import open_registry
 from test_import_motionkernel import run_import as checked_run_import
 from test_import_motionkernel import tree  # noqa: F401 - the fixture: a private copy of the fixture tree
+from store_helpers import opened
 
 FIXTURES = Path(__file__).parent / "fixtures" / "motionkernel"
 SUPPORT = "support/ltx-t2v-480p--sm100.json"
@@ -134,7 +133,7 @@ def test_a_bad_time_already_in_the_log_never_stops_a_report(registry_cli, tmp_pa
     from registry.events.store import NewEvent
     from registry.events.types import ExternalOutcome
 
-    registry = open_registry(registry_cli.url)
+    registry = opened(registry_cli.url)
     try:
         for workload, when in (("ltx-bad", "yesterday"), ("ltx-good", "2026-08-02T01:42:30+00:00")):
             outcome = ExternalOutcome(workload=workload, artifact=None, arch="sm100", outcome="promoted",
@@ -165,11 +164,11 @@ def test_an_import_racing_another_over_the_same_tree_finishes_with_each_document
     real = imports.known_subject
     raced = []
 
-    def another_import_meanwhile(registry, artifact):
-        subject = real(registry, artifact)
+    def another_import_meanwhile(view, artifact):
+        subject = real(view, artifact)
         if not raced:
             raced.append(artifact)
-            other = open_registry(registry_cli.url, actor="other-importer")
+            other = opened(registry_cli.url, actor="other-importer")
             try:
                 assert import_motionkernel(other, [tree]).counts["imported"] == DOCUMENTS
             finally:
@@ -210,14 +209,14 @@ def test_an_interrupted_import_leaves_no_registration_without_its_document(regis
     """Ctrl-C as the document's evidence is appended: nothing of that document is in the log."""
     from registry.events.store import EventStore
 
-    real = EventStore.append
+    real = EventStore.append_batch
 
-    def interrupted(self, stream, events, **options):
-        if any(event.type == "BenchmarkMeasured" for event in events):
+    def interrupted(self, batch):
+        if any(event.type == "BenchmarkMeasured" for event in batch.events):
             raise KeyboardInterrupt
-        return real(self, stream, events, **options)
+        return real(self, batch)
 
-    monkeypatch.setattr(EventStore, "append", interrupted)
+    monkeypatch.setattr(EventStore, "append_batch", interrupted)
     registry_cli("import", "motionkernel", str(tree / DISPATCH))
     assert rows(registry_cli.url, "SELECT type FROM events WHERE stream LIKE 'artifact:%'") == []
 
@@ -227,7 +226,7 @@ def test_odd_values_an_earlier_import_stored_never_stop_a_report(registry_cli, t
     from registry.events.store import NewEvent
     from registry.events.types import ExternalOutcome
 
-    registry = open_registry(registry_cli.url)
+    registry = opened(registry_cli.url)
     try:
         outcome = ExternalOutcome(workload="wan\nforged-row", artifact=None, arch="hopper\x1b[31m", outcome="held",
                                   recorded_verdict={"decision": 7, "basis": ["not", "text"]},

@@ -222,11 +222,11 @@ def test_check_imports_nothing_and_fails_on_an_unreadable_claim(registry_cli, tr
     (tree / "bad.json").write_text('{"schema": "motionkernel.dispatch-measurement", "schema_version": 7}')
     (tree / "notes.json").write_text('{"title": "not a campaign document"}')
     result, summary = run_import(registry_cli, tree, check=True)
-    assert result.exit_code == 1
+    assert result.exit_code == 3
     assert summary["unreadable"] == 1 and summary["unrecognized"] == 1
     assert event_count(registry_cli) == 0
     plain = registry_cli("import", "motionkernel", str(tree), "--check")
-    assert plain.exit_code == 1 and "unreadable: bad.json: schema_version: 7" in plain.output
+    assert plain.exit_code == 3 and "unreadable: bad.json: schema_version: 7" in plain.output
 
 
 def test_check_needs_no_database(tmp_path, tree):
@@ -376,7 +376,7 @@ def test_hostile_documents_are_one_line_refusals(registry_cli, tree, text, reaso
 
 
 def test_check_passes_on_the_seed_tree_and_names_every_file_it_did_not_read(registry_cli, tree):
-    """Issue 30: the seed's support_matrix.json (a MotionKernel summary the import does not read) is listed
+    """The seed's support_matrix.json (a MotionKernel summary the import does not read) is listed
     as not read, with why, in the table and in JSON; a document of a schema it reads that is broken still fails."""
     (tree / "support" / "support_matrix.json").write_text(json.dumps(
         {"schema": "motionkernel.support-matrix", "rows": []}))
@@ -390,4 +390,4 @@ def test_check_passes_on_the_seed_tree_and_names_every_file_it_did_not_read(regi
     assert documents["support/support_matrix.json"]["status"] == "unrecognized"
     assert "is not one this import reads" in documents["support/support_matrix.json"]["reason"]
     (tree / "support" / "broken.json").write_text(json.dumps({"schema": "motionkernel.support-run"}))
-    assert registry_cli("import", "motionkernel", str(tree), "--check").exit_code == 1
+    assert registry_cli("import", "motionkernel", str(tree), "--check").exit_code == 3

@@ -110,6 +110,6 @@ def test_the_cli_writes_the_manifest_and_verify_install_says_what_differs(regist
     os.chmod(manifest, 0o644)
     manifest.write_text(json.dumps(document))
     failed = registry_cli("verify", "--install", "--manifest", str(manifest))
-    assert failed.exit_code == 1 and f"install differs from its manifest: {name} changed" in failed.output
+    assert failed.exit_code == 3 and f"install differs from its manifest: {name} changed" in failed.output
     rewritten = registry_cli("verify", "--install", "--manifest", str(manifest), "--expect-manifest", digest)
-    assert rewritten.exit_code == 1 and "the manifest itself" in rewritten.output
+    assert rewritten.exit_code == 3 and "the manifest itself" in rewritten.output

@@ -24,13 +24,12 @@ import time
 import psycopg
 import pytest
 from click.testing import CliRunner
-
-from registry.app import open_registry
 from registry.app.jobs import (RECORD_TASK, conninfo, enqueue_records, enqueue_reverify, ensure_schema, job_app,
                                list_jobs)
 from registry.app.schedule import run_schedule
 from registry.cli.main import main
 from ship_helpers import MANIFEST, make_bundle, measure_and_promote, register
+from store_helpers import opened
 
 pytestmark = pytest.mark.postgres
 MONITORED = MANIFEST + "monitor: {alpha: 0.001, reference: gate, margin: 0.0}\n"
@@ -55,7 +54,7 @@ def pg_registry(postgres_url, tmp_path):
     for name in ("fast", "steady"):
         assert register(cli, name, make_bundle(tmp_path / "bundles", name)).exit_code == 0
         assert measure_and_promote(cli, name, 1.4) == "promoted"
-    registry = open_registry(postgres_url)
+    registry = opened(postgres_url)
     ensure_schema(registry)
     return postgres_url, registry
 

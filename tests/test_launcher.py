@@ -76,7 +76,8 @@ def test_a_call_launches_what_the_plan_declares_in_order_with_its_block_shared_m
     plan = LaunchPlan((buffer("x", "input"), buffer("y", "output")),
                       (launch(grid=(4, 1, 1), warps=4), launch(grid=(2, 3, 1), warps=8, shared=1024)), "two-pass")
     outcome = launcher.call([(plan, {"x": DATA})], deadline_s=5)
-    assert [(l["entry"], l["grid"], l["block"], l["shared"], l["stream"]) for l in driver.recorded.launches] == [
+    assert [(made["entry"], made["grid"], made["block"], made["shared"], made["stream"])
+            for made in driver.recorded.launches] == [
         ("copy_kernel", (4, 1, 1), (128, 1, 1), 0, launcher.stream),
         ("copy_kernel", (2, 3, 1), (256, 1, 1), 1024, launcher.stream)]
     assert outcome.cases[0].launches == ("copy@sm_90a", "copy@sm_90a")

@@ -1,9 +1,9 @@
 """The lifecycle of a decision through the CLI (docs/gate.md, "Lifecycle").
 
-Each case of issue 13 that the lifecycle answers, end to end on a real SQLite
-registry: a failure is cleared only by its own stage (2), evidence is bound to
-the payload it measured (3), a change of identity starts a new decision (4),
-a human decision names the verdict it answers (5), plus attempts, contract
+Each case the lifecycle answers, end to end on a real SQLite
+registry: a failure is cleared only by its own stage, evidence is bound to
+the payload it measured, a change of identity starts a new decision, a
+human decision names the verdict it answers, plus attempts, contract
 versions and promote racing an import.
 """
 from __future__ import annotations
@@ -12,11 +12,10 @@ import json
 
 import numpy as np
 import pytest
-
-from registry.app import open_registry
 from registry.app.workloads import register_artifact
 from registry.formats.evidence.items import parse_item
 from registry.formats.names import artifact_stream
+from store_helpers import head_of, opened
 
 MANIFEST = """
 workload: wan
@@ -88,7 +87,7 @@ def promote(cli, artifact):
 
 
 def head(cli):
-    return open_registry(cli.url).store.head_position()
+    return head_of(cli.url)
 
 
 def one_line_refusal(result):
@@ -96,7 +95,7 @@ def one_line_refusal(result):
     assert "Traceback" not in result.output and len(result.output.strip().splitlines()) == 1, result.output
 
 
-# -- 2: a failure is cleared only by a later success of its own stage -------------------------
+# -- a failure is cleared only by a later success of its own stage -------------------------
 
 def test_a_failed_stage_is_not_cleared_by_evidence_of_another_kind(cli):
     assert cli.load("sage", [execution(), benchmark(), perceptual()]).exit_code == 0
@@ -134,7 +133,7 @@ def test_a_revoke_does_not_clear_an_open_failure(cli):
     assert promote(cli, "sage")["decision"] == "promoted"
 
 
-# -- 3: evidence is bound to the payload it measured ------------------------------------------
+# -- evidence is bound to the payload it measured ------------------------------------------
 
 def test_a_document_for_another_payload_is_refused_and_writes_nothing(cli):
     before = head(cli)
@@ -168,7 +167,7 @@ def test_a_re_registration_while_frames_are_measured_never_lends_them_to_the_new
 
     def measure_then_re_register(*args, **kwargs):
         item = measure(*args, **kwargs)
-        register_artifact(open_registry(cli.url, actor="other"), "sage", workload="wan", kind="attention_backend",
+        register_artifact(opened(cli.url, actor="other"), "sage", workload="wan", kind="attention_backend",
                           backend="SAGE_ATTN", payload=str(cli.tmp / "sage-2.bin"))
         return item
 
@@ -185,7 +184,7 @@ def test_evidence_appended_across_a_re_registration_counts_for_nothing(cli):
     """The race the append check cannot close: the event names its identity, and the fold holds it to that."""
     from registry.app.evidence import capture_subject, evidence_events
 
-    registry = open_registry(cli.url)
+    registry = opened(cli.url)
     subject = capture_subject(registry, "sage")  # captured before measuring
     register_artifact(registry, "sage", workload="wan", kind="attention_backend", backend="SAGE_ATTN",
                       payload=str(cli.tmp / "sage-2.bin"))
@@ -197,7 +196,7 @@ def test_evidence_appended_across_a_re_registration_counts_for_nothing(cli):
     assert cli("replay", "--verify").exit_code == 0
 
 
-# -- 4: a change of what the artifact claims starts a new decision ---------------------------
+# -- a change of what the artifact claims starts a new decision ---------------------------
 
 @pytest.mark.parametrize("change", [["--backend", "FLASH_ATTN"], ["--payload", "sage-2.bin"]])
 def test_a_new_identity_starts_a_new_decision(cli, change):
@@ -228,7 +227,7 @@ def test_the_same_claims_again_continue_the_decision(cli):
     assert head(cli) == before and show(cli, "sage")["decision"] == "promoted"
 
 
-# -- 5: a human decision names the verdict it answers ------------------------------------------
+# -- a human decision names the verdict it answers ------------------------------------------
 
 def test_a_human_decision_on_a_verdict_that_is_no_longer_the_latest_is_refused(cli):
     cli("artifact", "register", "cache", "--workload", "ltx", "--kind", "step_cache")
@@ -254,18 +253,11 @@ def test_a_human_decision_on_a_verdict_that_is_no_longer_the_latest_is_refused(c
 
 def test_a_human_decision_is_appended_only_on_the_state_it_was_checked_against(cli, monkeypatch):
     """Evidence lands between reading the verdict and appending the revoke: the revoke is refused."""
-    import registry.app.decisions as decisions
+    from read_side import land_before_append
 
     cli.load("sage", [execution(), benchmark(), perceptual()])
     assert promote(cli, "sage")["decision"] == "promoted"
-    seen_version = decisions._seen_version
-
-    def import_meanwhile(registry, state):
-        version = seen_version(registry, state)
-        cli.load("sage", [benchmark(1.05)])
-        return version
-
-    monkeypatch.setattr(decisions, "_seen_version", import_meanwhile)
+    land_before_append(monkeypatch, lambda: cli.load("sage", [benchmark(1.05)]))
     before = head(cli)
     result = cli("revoke", "sage", "--reason", "too slow now")
     one_line_refusal(result)
@@ -363,7 +355,7 @@ def test_a_registry_upgraded_from_before_identities_folds_its_read_models_again(
 
     from registry.events.database import alembic_config, make_engine, upgrade
     from registry.events.store import EventStore, NewEvent
-    from registry.projections import Projections
+    from read_side import Reads
 
     url = f"sqlite:///{tmp_path / 'old.db'}"
     engine = make_engine(url, must_exist=False)
@@ -377,7 +369,7 @@ def test_a_registry_upgraded_from_before_identities_folds_its_read_models_again(
                      {"p": position, "s": old_shape, "h": "0" * 64})
         conn.execute(text("INSERT INTO projection_checkpoint VALUES ('log', :p)"), {"p": position})
     upgrade(engine)
-    state = Projections(EventStore(engine)).artifact("old")
+    state = Reads(EventStore(engine)).artifact("old")
     assert state["benchmark_attempts"] == 0 and state["identity"] is not None
     engine.dispose()
 
@@ -400,7 +392,7 @@ def kernel_cli(registry_cli):
 
 
 def _re_register_modln(url):
-    register_artifact(open_registry(url, actor="other"), "modln", workload="op", kind="fused_kernel",
+    register_artifact(opened(url, actor="other"), "modln", workload="op", kind="fused_kernel",
                       op=MODLN[1], entry=MODLN[3], payload_sha256="cd" * 32)
 
 

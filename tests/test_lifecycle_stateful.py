@@ -16,7 +16,7 @@ example (after every step in one example: tests/stateful_checks.py):
 (c) no command exits with a traceback;
 (d) whatever `resolve` ships is promoted for its current identity;
 (e) every verdict's benchmark attempts are those of its bytes in its workload, counted from the log;
-(f) every state the read models hold has the shape registry/projections/read_models.py declares.
+(f) every state the read models hold has the shape its declaration in registry/projections/read_models/ gives.
 """
 from __future__ import annotations
 
@@ -29,18 +29,18 @@ from click.testing import CliRunner
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import initialize, rule
-
-from registry.app import open_registry
 from registry.bundles import verify_directory
 from registry.cli.main import main
 from registry.events.identity import artifact_identity
-from registry.projections import Projections, RegistryState, verify_projections
+from read_side import Reads
+from registry.projections import RegistryState, verify_projections
 from registry.projections.fold import fold
 from registry.projections.items import attach_items
 from registry.projections.record_items import attach_state_documents
 from ship_helpers import make_bundle
 from stateful_checks import CheckedAtTheEnd, CopiedStart, checked_after_every_step
 from test_read_model_shapes import registry_shape_problems
+from store_helpers import opened
 
 ARTIFACTS = {"sage": ("wan", "attention_backend"), "cache": ("ltx", "step_cache"), "kernel": ("exact", "fused_kernel")}
 PAYLOADS = ("build-1", "build-2", "build-3")
@@ -291,7 +291,7 @@ class Lifecycle(CheckedAtTheEnd):
     @rule(artifact=st.sampled_from(sorted(ARTIFACTS)), back=st.integers(0, 5))
     def return_to_earlier_bytes(self, artifact, back):
         """Register claims this artifact had before: their own history counts again, nothing else's."""
-        registry = open_registry(self.url)
+        registry = opened(self.url)
         try:
             earlier = [e.payload for e in registry.store.read_stream(f"artifact:{artifact}")
                        if e.type == "ArtifactRegistered"]
@@ -326,7 +326,7 @@ class Lifecycle(CheckedAtTheEnd):
         self.import_a_passing_set(new_id)
         self.promote(new_id)
 
-    # -- hostile steps (issue 30): each checks its own invariant, no whole-log work -----------------
+    # -- hostile steps: each checks its own invariant, no whole-log work -----------------
 
     def events(self) -> int:
         import sqlite3
@@ -382,7 +382,7 @@ class Lifecycle(CheckedAtTheEnd):
 
     def promoted_means_shown_good(self, shown: dict):
         """(a) for every artifact shown promoted."""
-        registry = open_registry(self.url)
+        registry = opened(self.url)
         try:
             store = registry.store
             by_id = {event.event_id: event for event in store.read_all()}
@@ -449,7 +449,7 @@ class Lifecycle(CheckedAtTheEnd):
             assert verdict["identity"] == state["identity"]
 
     def registration(self, artifact: str) -> dict:
-        registry = open_registry(self.url)
+        registry = opened(self.url)
         try:
             return [e.payload for e in registry.store.read_stream(f"artifact:{artifact}")
                     if e.type == "ArtifactRegistered"][-1]
@@ -458,11 +458,11 @@ class Lifecycle(CheckedAtTheEnd):
 
     def replay_gives_the_same_state(self):
         """(b) the live read models equal a full replay, by either reader."""
-        registry = open_registry(self.url)
+        registry = opened(self.url)
         try:
             report = verify_projections(registry.store)
             assert report.ok, report.summary()
-            live = Projections(registry.store).state()
+            live = Reads(registry.store).state()
             from_stored = fold(RegistryState(), registry.store.read_all())
             attach_items(registry.store, from_stored.artifacts.values())  # the fold references items by position
             attach_state_documents(registry.store, from_stored)  # and speed records their documents

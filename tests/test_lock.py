@@ -6,10 +6,9 @@ import shutil
 
 import pytest
 from click.testing import CliRunner
-
-from registry.app import open_registry
 from registry.cli.main import main
 from ship_helpers import declare, make_bundle, measure_and_promote, register, ship
+from store_helpers import opened
 
 PROFILE = ("--arch", "sm90", "--torch", "2.13.0", "--cuda", "12.8")
 
@@ -42,7 +41,7 @@ def test_a_lock_records_everything_a_deployment_needs(shipped):
     result, out = export(shipped, *PROFILE)
     assert result.exit_code == 0, result.output
     document = json.loads(out.read_text())
-    registry = open_registry(shipped.url)
+    registry = opened(shipped.url)
     head = registry.store.head_position()
     assert document["format"] == "registry.lock/1" and document["workload"] == "wan"
     assert document["log_position"] == head
@@ -88,7 +87,7 @@ def test_a_bundle_changed_on_disk_fails_verify(shipped):
     (copy / "fast" / "op.py").write_text("def replacement(x):\n    return 'evil'\n")
     (copy / "faster" / "notes.txt").write_text("undeclared\n")
     result = offline(str(out), "--bundles", str(copy), "--json")
-    assert result.exit_code == 1
+    assert result.exit_code == 3
     problems = {p["artifact"]: p for p in json.loads(result.output)["problems"]}
     assert problems["fast"]["code"] == "bundle_mismatch" and "op.py" in problems["fast"]["detail"]
     assert problems["faster"]["code"] == "bundle_mismatch" and "notes.txt" in problems["faster"]["detail"]
@@ -112,7 +111,7 @@ def test_a_revocation_after_export_fails_verify_naming_who_and_why(shipped):
     assert shipped("lock", "verify", str(out), "--bundles", str(shipped.bundles)).exit_code == 0
     assert shipped("revoke", "faster", "--reason", "corrupts frames at 720p", actor="carol").exit_code == 0
     result = shipped("lock", "verify", str(out), "--bundles", str(shipped.bundles))
-    assert result.exit_code == 1
+    assert result.exit_code == 3
     assert "revoked: faster: revoked at position" in result.stderr
     assert "by carol: corrupts frames at 720p" in result.stderr
     assert offline(str(out), "--bundles", str(shipped.bundles)).exit_code == 0  # offline cannot know
@@ -124,7 +123,7 @@ def test_a_revocation_after_export_then_a_new_promotion_still_fails_verify(shipp
     assert shipped("revoke", "faster", "--reason", "corrupts frames at 720p", actor="carol").exit_code == 0
     measure_and_promote(shipped, "faster", 1.8, 0.99)
     result = shipped("lock", "verify", str(out), "--bundles", str(shipped.bundles))
-    assert result.exit_code == 1
+    assert result.exit_code == 3
     assert "field_mismatch: faster: verdict_event_id" in result.stderr
 
 
@@ -155,4 +154,4 @@ def test_another_registry_fails_the_chain_check(shipped, tmp_path_factory):
     manifest = shipped.tmp / "wan.yaml"
     assert runner.invoke(main, ["--db", other_url, "workload", "declare", str(manifest)]).exit_code == 0
     result = runner.invoke(main, ["--db", other_url, "lock", "verify", str(out)])
-    assert result.exit_code == 1 and "chain_mismatch" in result.stderr
+    assert result.exit_code == 3 and "chain_mismatch" in result.stderr

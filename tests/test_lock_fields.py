@@ -1,4 +1,4 @@
-"""Issue 20, lock files: online `lock verify` compares every field of an entry a runtime reads with the registry.
+"""Lock files: online `lock verify` compares every field of an entry a runtime reads with the registry.
 
 A lock entry copied from another workload's lock, an edited speedup, a
 verdict id pointing at an earlier held verdict, or any other edited field is
@@ -29,7 +29,7 @@ def export(cli, workload: str = "wan", name: str = "registry.lock.json"):
 
 def verify(cli, path, *args):
     result = cli("lock", "verify", str(path), "--json", *args)
-    assert result.exit_code in (0, 1), result.output
+    assert result.exit_code in (0, 3), result.output
     return result.exit_code, json.loads(result.output)["problems"] if result.output.strip() else result.stderr
 
 
@@ -56,7 +56,7 @@ def test_an_edited_speedup_is_refused_naming_the_field(cli):
     entry["speedup"] = 99.0  # the runtime would now prefer the slower artifact
     rewrite(out, document)
     status, problems = verify(cli, out)
-    assert status == 1 and [(p["artifact"], p["code"]) for p in problems] == [("slow", "field_mismatch")]
+    assert status == 3 and [(p["artifact"], p["code"]) for p in problems] == [("slow", "field_mismatch")]
     assert problems[0]["detail"].startswith("speedup: the lock says 99.0; the registry says 1.3")
 
 
@@ -71,7 +71,7 @@ def test_every_other_entry_field_is_compared(cli, field, value):
     document["artifacts"][0][field] = value
     rewrite(out, document)
     status, problems = verify(cli, out)
-    assert status == 1 and field_problems(problems) == [("field_mismatch", field)]
+    assert status == 3 and field_problems(problems) == [("field_mismatch", field)]
 
 
 def test_a_verdict_id_pointing_at_an_earlier_held_verdict_is_refused(cli):
@@ -88,7 +88,7 @@ def test_a_verdict_id_pointing_at_an_earlier_held_verdict_is_refused(cli):
     entry["verdict_event_id"] = held_verdict
     rewrite(out, document)
     status, problems = verify(cli, out)
-    assert status == 1
+    assert status == 3
     assert ("field_mismatch", "verdict_event_id") in field_problems(problems)
     detail = next(p["detail"] for p in problems if p["detail"].startswith("verdict_event_id"))
     assert "the locked verdict decided held" in detail
@@ -119,7 +119,7 @@ def test_an_entry_copied_from_another_workloads_lock_is_refused(cli):
     copied["identity"]["workload"] = "wan"  # disguised: only the registry can tell
     rewrite(wan_out, wan)
     status, problems = verify(cli, wan_out)
-    assert status == 1 and [(p["artifact"], p["code"]) for p in problems] == [("sloppy", "field_mismatch")]
+    assert status == 3 and [(p["artifact"], p["code"]) for p in problems] == [("sloppy", "field_mismatch")]
     assert problems[0]["detail"].startswith("workload: the lock is for 'wan'; the registry has sloppy in workload "
                                             "'loose'")
 
@@ -131,10 +131,10 @@ def test_a_lock_promoted_under_an_older_contract_is_stale_online(cli):
     newer.write_text((cli.tmp / "wan.yaml").read_text().replace("min_ssim: 0.98", "min_ssim: 0.985"))
     assert cli("workload", "declare", str(newer)).exit_code == 0
     status, problems = verify(cli, out)
-    assert status == 1 and [(p["artifact"], p["code"]) for p in problems] == [("veteran", "stale_contract")]
+    assert status == 3 and [(p["artifact"], p["code"]) for p in problems] == [("veteran", "stale_contract")]
     assert cli("rejudge", "wan").exit_code == 0
     status, problems = verify(cli, out)  # judged again: a new verdict, so this lock names an old one
-    assert status == 1 and field_problems(problems)[0] == ("field_mismatch", "verdict_event_id")
+    assert status == 3 and field_problems(problems)[0] == ("field_mismatch", "verdict_event_id")
     fresh, _ = export(cli, name="fresh.lock.json")
     assert verify(cli, fresh) == (0, [])
 

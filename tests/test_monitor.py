@@ -62,7 +62,8 @@ def test_a_batch_recorded_before_the_waits_existed_folds_as_one_that_declares_no
     """A stored PairsRemeasured without `baseline_waited_s` and `baseline_wait_share` (every batch before them)
     folds to the same monitor as one holding them null: old logs replay to the same alarms."""
     from registry.projections.log import LogEvent
-    from registry.projections.monitor_fold import remeasured
+    from registry.projections.read_models import RegistryState
+    from registry.projections.read_models.monitors import remeasured
 
     old = {"artifact": "a", "identity": "1" * 64, "payload_sha256": None, "verdict_event_id": "v", "batch": "b",
            "baseline_s": [1.0] * 12, "candidate_s": [2.0] * 12, "threshold": 1.1, "alpha": ALPHA,
@@ -70,9 +71,9 @@ def test_a_batch_recorded_before_the_waits_existed_folds_as_one_that_declares_no
     folded = []
     for payload in (old, {**old, "baseline_waited_s": None, "baseline_wait_share": None},
                     {**old, "baseline_waited_s": [0.9] * 12, "baseline_wait_share": None}):
-        artifact = {"artifact": "a"}
-        remeasured(artifact, LogEvent(1, "e", "artifact:a", "PairsRemeasured", None, None, None, None, payload))
-        folded.append(artifact)
+        state = RegistryState(artifacts={"a": {"artifact": "a"}})
+        remeasured(state, LogEvent(1, "e", "artifact:a", "PairsRemeasured", None, None, None, None, payload))
+        folded.append(state.artifacts["a"])
     assert folded[0] == folded[1] == folded[2]  # waits without a declared share leave nothing out
     assert folded[0]["monitors"]["1" * 64]["crossed_at"] == 10 and folded[0]["monitors"]["1" * 64]["left_out"] == 0
 

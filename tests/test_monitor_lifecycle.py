@@ -5,12 +5,11 @@ import json
 from pathlib import Path
 
 import pytest
-
-from registry.app import open_registry
 from registry.app.monitor import record_remeasurement
 from registry.formats.errors import UserError
-from registry.projections import Projections
+from read_side import Reads
 from ship_helpers import MANIFEST, make_bundle, measure_and_promote, register
+from store_helpers import head_of, opened
 
 PROFILE = ("--arch", "sm90", "--torch", "2.13.0", "--cuda", "12.8")
 MONITORED = MANIFEST + "monitor: {alpha: 0.001, reference: gate, margin: 0.0}\n"
@@ -78,8 +77,8 @@ def test_a_retried_batch_appends_once_and_replay_reproduces_the_alarm(promoted):
     again = remeasure(promoted, "fast", 0.9, "b4")
     assert again["appended"] is False
     assert promoted("replay", "--verify").exit_code == 0
-    registry = open_registry(promoted.url)
-    state = Projections(registry.store).current_artifact("fast")
+    registry = opened(promoted.url)
+    state = Reads(registry.store).current_artifact("fast")
     assert state["monitors"][state["identity"]]["alarm"]["pairs"] == 10
 
 
@@ -99,7 +98,7 @@ def test_an_alarm_is_acknowledged_once_by_a_named_person_and_still_does_not_ship
 
 
 def test_refusals_write_nothing(promoted):
-    registry = open_registry(promoted.url)
+    registry = opened(promoted.url)
     head = registry.store.head_position()
     base = ("monitor", "record", "fast", "--batch", "x", "--device", "d", *SOFTWARE)
     assert promoted(*base, "--baseline", "1.0", "--candidate", "0").exit_code == 1
@@ -155,17 +154,17 @@ def test_the_harness_waits_leave_out_pairs_only_under_a_declared_share_and_a_con
     batches = [e["payload"] for e in history if e["type"] == "PairsRemeasured"]
     assert batches[0]["baseline_waited_s"] == [0.5, 0.05, None, 0.0] and batches[0]["baseline_wait_share"] == 0.05
     assert promoted("replay", "--verify").exit_code == 0
-    head = open_registry(promoted.url).store.head_position()
+    head = head_of(promoted.url)
     for bad in ("0.5", "0.5,-1", "0.5,nan", "0.5,x"):  # one per pair, each finite and >= 0, or '-'
         refused = promoted("monitor", "record", "quick", "--batch", "bad", "--baseline", "2.0,2.0", "--candidate",
                            "1.0,1.0", "--device", "d", *SOFTWARE, "--baseline-waited", bad)
         assert refused.exit_code in (1, 2), (bad, refused.output)
-    registry = open_registry(promoted.url)
+    registry = opened(promoted.url)
     for times, waits in (([2.0, 2.0], [10 ** 400, None]), ([10 ** 400, 2.0], None)):  # a job's JSON may hold such
         with pytest.raises(UserError, match="nothing recorded"):  # one line, not an OverflowError retried
             record_remeasurement(registry, "quick", times, [1.0, 1.0], batch="huge", device="d",
                                  software={"torch": "2.13.0"}, baseline_waited=waits)
-    assert open_registry(promoted.url).store.head_position() == head
+    assert head_of(promoted.url) == head
 
 
 def test_show_and_report_show_the_monitor_and_its_alert(promoted):
@@ -187,7 +186,7 @@ def test_a_lock_taken_before_the_alarm_no_longer_verifies_and_one_after_leaves_i
     for i in range(5):
         remeasure(promoted, "fast", 0.9, f"b{i}")
     checked = promoted("lock", "verify", str(before), "--bundles", str(promoted.tmp / "bundles"), "--json")
-    assert checked.exit_code == 1
+    assert checked.exit_code == 3
     assert "regressed" in {p["code"] for p in json.loads(checked.output)["problems"]}
     after = promoted.tmp / "after.json"
     # an unsigned lock cannot vouch for itself: its workload, profile and ids are rebuilt from the registry
@@ -198,25 +197,25 @@ def test_a_lock_taken_before_the_alarm_no_longer_verifies_and_one_after_leaves_i
 
 def test_an_alarm_the_detector_did_not_reach_cannot_be_folded(promoted):
     from registry.events.store import NewEvent
-    from registry.projections.state import ProjectionError
+    from registry.projections import ProjectionError
 
     remeasure(promoted, "fast", 0.9, "b0")  # 2 pairs below: far from an alarm
-    registry = open_registry(promoted.url)
-    state = Projections(registry.store).current_artifact("fast")
+    registry = opened(promoted.url)
+    state = Reads(registry.store).current_artifact("fast")
     forged = {"artifact": "fast", "identity": state["identity"], "payload_sha256": state["payload_sha256"],
               "verdict_event_id": state["verdict_event_id"], "pairs": 2, "below": 2, "log_statistic": 7.0,
               "threshold": 1.1, "alpha": 0.001, "profiles": []}
     registry.store.append("artifact:fast", [NewEvent("RegressionDetected", forged)], actor="mallory")
     with pytest.raises(ProjectionError, match="has not crossed"):
-        Projections(registry.store).current_artifact("fast")
+        Reads(registry.store).current_artifact("fast")
 
 
 def test_reverify_now_runs_each_job_in_process_and_says_why_nothing_was_recorded(promoted):
     """On SQLite the re-verification runs here; a bundle with no kernel entry cannot be timed, and says so."""
-    registry = open_registry(promoted.url)
+    registry = opened(promoted.url)
     head = registry.store.head_position()
     result = promoted("reverify", "wan", "--now", "--pairs", "4", "--json")
-    assert result.exit_code == 4, result.output
+    assert result.exit_code == 3, result.output  # nothing could be re-measured here: nothing recorded
     outcomes = {r["artifact"]: r for r in json.loads(result.output)["artifacts"]}
     assert set(outcomes) == {"fast", "steady"}
     assert {r["outcome"] for r in outcomes.values()} == {"refused"}
@@ -288,7 +287,7 @@ def test_reverify_runs_the_real_timing_path_and_records_no_number_this_machine_c
     cli = registry_cli
     promote_kernels(cli, {"modln": "registry.kernels.modln:modulated_layernorm_triton",
                           "broken": f"{KERNEL_FIXTURES}:broken_modulated_layernorm"})
-    registry = open_registry(cli.url)
+    registry = opened(cli.url)
     before = {a: [e.type for e in registry.store.read_stream(f"artifact:{a}")] for a in ("modln", "broken")}
     result = cli("reverify", "wan-modln-op", "--now", "--pairs", "2", "--run", "cpu-1", "--json")
     assert result.exit_code == 4, result.output
@@ -318,7 +317,7 @@ def test_reverify_runs_only_the_registered_text_and_refuses_per_artifact(registr
     promote_kernels(cli, {artifact: f"{path}:modulated_layernorm" for artifact, path in files.items()})
     files["swapped"].write_text(SWAPPABLE.format(said="swapped in after promotion, and run"))
     files["gone"].unlink()
-    registry = open_registry(cli.url)
+    registry = opened(cli.url)
     streams = lambda: {a: [e.type for e in registry.store.read_stream(f"artifact:{a}")] for a in files}  # noqa: E731
     before = registry.store.head_position()
     for run in ("", "r" * 129, "r" * 300, "r" * 125):  # 125: the run id passes, `<run>-<artifact>` would not

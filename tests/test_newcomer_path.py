@@ -119,7 +119,7 @@ def test_from_a_hand_written_workload_and_payload_to_a_signed_lock_that_verifies
                                "bundles, registry")
     ships = user("resolve", "--workload", "my-wan-modln", "--arch", "sm90", "--torch", "2.13.0", "--cuda", "12.8",
                  "--triton", "3.5.0").output
-    assert f"ships my-modln" in ships and bundle_digest in ships
+    assert "ships my-modln" in ships and bundle_digest in ships
 
     text = "\n".join(document.read_text(encoding="utf-8") for document in DOCUMENTS)
     undocumented = sorted({name for name in user.ran if not re.search(

@@ -1,4 +1,4 @@
-"""Issue 30, class 1: every file the registry writes, with a link planted at every name it uses.
+"""Every file the registry writes, with a link planted at every name it uses.
 
 Each writer (lock, attest, report --out, keys init, a bundle manifest, the
 demo's strips, report, lock and bundle folders, the shared writer itself)

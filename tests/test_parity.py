@@ -164,7 +164,7 @@ def test_compare_outputs_applies_the_tolerance_of_each_reference_dtype():
     tols = {"bfloat16": {"atol": 0.01, "rtol": 0.0}, "float16": {"atol": 0.001, "rtol": 0.001}}
     item = compare_outputs(refs, cands, ["a.n", "a.u"], "tolerance", tols)
     assert item["kind"] == "parity" and item["policy"] == "tolerance" and "approx_math" not in item
-    assert [(l["name"], l["tolerance"], l["outside_tolerance"]) for l in item["leaves"]] == [
+    assert [(leaf["name"], leaf["tolerance"], leaf["outside_tolerance"]) for leaf in item["leaves"]] == [
         ("a.n", tols["bfloat16"], 0), ("a.u", tols["float16"], 0)]
     with pytest.raises(ValueError, match="no tolerance declared for dtype float16"):
         compare_outputs(refs, cands, ["a.n", "a.u"], "tolerance", {"bfloat16": tols["bfloat16"]})

@@ -1,4 +1,4 @@
-"""The payload index behind promote's attempt count (projections/payload_index.py, docs/gate.md "Attempts").
+"""The payload index behind promote's attempt count (projections/read_models/payload_index.py, docs/gate.md "Attempts").
 
 `promote` counts the benchmark attempts of an artifact's bytes over the
 artifacts of its workload that ever registered them, read through
@@ -20,12 +20,12 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from sqlalchemy import select
 
 from registry.app.decisions import payload_attempts
-from registry.events.database import make_engine
 from registry.events.identity import artifact_identity
 from registry.events.store import EventStore, NewEvent
-from registry.projections import Projections, verify_projections
-from registry.projections.schema import PAYLOADS
-from store_helpers import raw
+from read_side import Reads
+from registry.projections import verify_projections
+from registry.projections.read_models.payload_index import PAYLOADS
+from store_helpers import opened_store, raw
 from test_projections import benchmark, open_store
 
 ARTIFACTS = ("a", "b", "c")
@@ -68,7 +68,7 @@ class Log:
 def assert_indexed_counts_equal_whole_workload_counts(store: EventStore) -> None:
     """For every artifact: the index's answer gives the same count as the whole workload, and the index
     holds every artifact that adds to it; the live table equals a fresh fold's."""
-    projections = Projections(store)
+    projections = Reads(store)
     for state in projections.artifacts():
         workload = projections.artifacts(workload=state["workload"])
         payload = state["payload_sha256"]
@@ -109,7 +109,7 @@ def test_the_indexed_count_equals_the_whole_workload_count_on_sqlite(steps):
                 else:
                     assert_indexed_counts_equal_whole_workload_counts(store)
             assert_indexed_counts_equal_whole_workload_counts(store)
-            Projections(store).reset()
+            Reads(store).reset()
             assert_indexed_counts_equal_whole_workload_counts(store)
         finally:
             store.close()  # the store's append connection, then the pool's: nothing stays open per example
@@ -129,7 +129,7 @@ def scripted(log: Log) -> None:
 
 @pytest.fixture
 def store(migrated_backend_url):
-    store = EventStore(make_engine(migrated_backend_url))
+    store = opened_store(migrated_backend_url)
     yield store
     store.close()
     store.engine.dispose()
@@ -152,7 +152,7 @@ def test_a_scripted_sequence_on_each_backend(store):
     log.bench("a", "current", 0)
     log.bench("a", "earlier", 0)  # a late result for a's set-aside X identity
     assert_indexed_counts_equal_whole_workload_counts(store)
-    projections = Projections(store)
+    projections = Reads(store)
     assert [s["artifact"] for s in projections.artifacts_sharing_payload("w1", x)] == ["a", "b"]
     assert [s["artifact"] for s in projections.artifacts_sharing_payload("w1", y)] == ["a", "c"]
     b = projections.current_artifact("b")
@@ -169,7 +169,7 @@ def test_an_artifact_moved_to_another_workload_takes_its_rows_along(store):
     x = PAYLOADS_SHA[0]
     log = Log(store)
     scripted(log)
-    Projections(store).catch_up()
+    Reads(store).catch_up()
     log.register("b", "w2", x, "FA3")
     assert_indexed_counts_equal_whole_workload_counts(store)
     assert [row for row in index_rows(store) if row[2] == "b"] == [("w2", x, "b")]
@@ -180,7 +180,7 @@ def test_verify_names_a_missing_or_stray_index_row_and_reset_rebuilds_it(store):
     scripted(Log(store))
     report = verify_projections(store)
     assert report.ok and report.payloads_checked == 3
-    raw(store.engine, f"DELETE FROM projection_payloads WHERE artifact = 'b'",
+    raw(store.engine, "DELETE FROM projection_payloads WHERE artifact = 'b'",
         f"INSERT INTO projection_payloads (workload, payload_sha256, artifact) VALUES ('w2', '{x}', 'c')")
     report = verify_projections(store)
     assert [(d.model, d.key, d.problem) for d in report.differences] == [
@@ -188,7 +188,7 @@ def test_verify_names_a_missing_or_stray_index_row_and_reset_rebuilds_it(store):
         ("payloads", f"w2/{x}/c", "not in the replay"),
     ]
     assert f"payload w1/{x}/b: missing from the live table" in report.summary()
-    Projections(store).reset()
+    Reads(store).reset()
     assert verify_projections(store).ok
     assert len(index_rows(store)) == 3
 
@@ -203,7 +203,7 @@ def test_a_registered_value_that_is_not_a_digest_neither_stops_the_catch_up_nor_
     log.register("c", "w1", "A" * 64, "SAGE")
     log.bench("c", "current", 0)
     assert_indexed_counts_equal_whole_workload_counts(store)
-    projections = Projections(store)
+    projections = Reads(store)
     b = projections.current_artifact("b")
     assert payload_attempts(b, projections.artifacts_sharing_payload("w1", odd)) == 1
     assert [s["artifact"] for s in projections.artifacts_sharing_payload("w1", "A" * 64)] == ["c"]

@@ -248,3 +248,17 @@ def test_models_with_anything_but_plain_fields_are_not_compiled():
                                                           "TokenIssued", "TokenRevoked", "HookAdded",
                                                           "HookRemoved", "HookDeliveryAttempted"})
     assert types.PLAIN_PAYLOADS["NoSuchEvent"] is None and "NoSuchEvent" not in types.PLAIN_PAYLOADS
+
+
+def test_the_written_forms_are_the_models_compiled_forms():
+    """plain_forms.json, what an append reads instead of the models, is what `compile_plain` makes of them now:
+    a changed model with a stale written form fails here (`python -m registry.events.types` rewrites it)."""
+    from registry.events import plain_payloads
+
+    written = plain_payloads.FORMS_FILE.read_text(encoding="utf-8")
+    assert written == plain_payloads.written_forms(types.PAYLOAD_TYPES)
+    for event_type in types.PAYLOAD_TYPES:
+        compiled, stored = types.PLAIN_PAYLOADS[event_type], plain_payloads.WRITTEN_FORMS[event_type]
+        assert (compiled is None) == (stored is None), event_type
+        if compiled is not None:
+            assert (stored.schema_version, stored.source) == (compiled.schema_version, compiled.source), event_type

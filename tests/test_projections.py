@@ -20,15 +20,14 @@ from sqlalchemy import func, insert, select
 
 from registry.events.canonical import canonical_json
 from registry.events.catalogue import SCHEMA_VERSIONS
-from registry.events.database import make_engine, upgrade
 from registry.events.errors import StoreError
 from registry.events.store import EVENTS, EventStore, NewEvent
 from registry.events.types import UPCASTERS
 from registry.formats.evidence.items import parse_item
 from registry.gate.model import Margin, Verdict
+from read_side import Reads
 from registry.projections import (
     ProjectionError,
-    Projections,
     RegistryState,
     apply,
     rebuild,
@@ -39,10 +38,11 @@ from registry.events.chain import timestamp_text
 from registry.projections.items import attach_items
 from registry.projections.record_items import attach_state_documents
 from registry.projections.log import artifact_of, chain_time, identity_of, scope_of
-from registry.projections.rows import state_text
-from registry.projections.schema import ARTIFACTS, CHECKPOINT
+from registry.events.canonical import canonical_json as state_text
+from registry.projections.read_models import CHECKPOINT
+from registry.projections.read_models.artifacts import ARTIFACTS
 
-from store_helpers import raw
+from store_helpers import opened_store, raw
 
 SHA_SAGE = "a1" * 32
 SHA_RMS = "b2" * 32
@@ -215,14 +215,13 @@ def build_history(store: EventStore) -> History:
 
 
 def open_store(url: str) -> EventStore:
-    engine = make_engine(url)
-    upgrade(engine)
-    return EventStore(engine)
+    """A store on `url`, its schema upgraded, disposed of when the test ends."""
+    return opened_store(url, migrate=True)
 
 
 @pytest.fixture
 def store(migrated_backend_url):
-    store = EventStore(make_engine(migrated_backend_url))
+    store = opened_store(migrated_backend_url)
     yield store
     store.engine.dispose()
 
@@ -246,7 +245,7 @@ def artifact_rows(store: EventStore) -> int:
 
 def test_projections_after_catch_up(store, history):
     h = history
-    projections = Projections(store)
+    projections = Reads(store)
     assert projections.catch_up() == h.at["rms_reg_2"] == store.head_position()
 
     sage = projections.artifact("sage-attn")
@@ -298,16 +297,16 @@ def test_projections_after_catch_up(store, history):
 
 def test_failures_stay_open_until_later_evidence(store, history):
     h = history
-    at_failure = Projections(store).artifact("sage-attn", as_of=h.at["sage_fail"])
+    at_failure = Reads(store).artifact("sage-attn", as_of=h.at["sage_fail"])
     assert at_failure["open_failures"] == [{"event_id": h.event_id("sage_fail"), "position": h.at["sage_fail"],
                                             "stage": "perceptual", "error": "LPIPS backend absent"}]
     assert at_failure["decision"] == "registered"
-    after = Projections(store).artifact("sage-attn", as_of=h.at["sage_perc"])
+    after = Reads(store).artifact("sage-attn", as_of=h.at["sage_perc"])
     assert after["open_failures"] == [] and after["evidence_counts"]["perceptual"] == 1
 
 
 def test_catch_up_is_incremental(store, history):
-    projections = Projections(store)
+    projections = Reads(store)
     projections.catch_up()
     before = projections.artifact("fa3-approx")
     history.human("fa3_approve", "fa3-approx", SHA_FA3, "approve")
@@ -322,7 +321,7 @@ def test_catch_up_is_incremental(store, history):
 
 def test_as_of_positions(store, history):
     h = history
-    projections = Projections(store)
+    projections = Reads(store)
     assert projections.artifact("sage-attn", as_of=h.at["sage_reg"] - 1) is None
     registered = projections.artifact("sage-attn", as_of=h.at["sage_reg"])
     assert registered["decision"] == "registered" and registered["evidence_counts"]["execution"] == 0
@@ -356,7 +355,7 @@ def test_as_of_by_iso_time(store, history):
     assert resolve_as_of(store, "2000-01-01T00:00:00Z") == 0
     assert resolve_as_of(store, f" {h.at['wan_v2']} ") == h.at["wan_v2"]
     assert resolve_as_of(store, None) is None
-    at_time = Projections(store).artifact("sage-attn", as_of=resolve_as_of(store, h.times["after_sage_verdict"].isoformat()))
+    at_time = Reads(store).artifact("sage-attn", as_of=resolve_as_of(store, h.times["after_sage_verdict"].isoformat()))
     assert at_time["decision"] == "promoted"
 
 
@@ -373,7 +372,7 @@ def test_bad_as_of_is_refused_in_one_line(store, history, text, message):
 
 
 def test_bad_as_of_position_is_refused_by_the_api(store, history):
-    projections = Projections(store)
+    projections = Reads(store)
     for bad in (-1, True, "3", store.head_position() + 1):
         with pytest.raises(ValueError, match="as-of position"):
             projections.artifact("sage-attn", as_of=bad)
@@ -381,7 +380,7 @@ def test_bad_as_of_position_is_refused_by_the_api(store, history):
 
 def test_as_of_does_not_touch_live_tables(store, history):
     h = history
-    projections = Projections(store)
+    projections = Reads(store)
     projections.state(as_of=h.at["sage_verdict"])
     projections.artifact("sage-attn", as_of=h.at["sage_verdict"])
     projections.artifacts(as_of=h.at["rms_verdict"])
@@ -400,7 +399,7 @@ def test_as_of_does_not_touch_live_tables(store, history):
 # -- rebuild and replay verification ----------------------------------------------------------------
 
 def test_rebuild_equals_live_and_stepwise_apply(store, history):
-    live = Projections(store).state()
+    live = Reads(store).state()
     rebuilt = rebuild(store)
     assert rebuilt == live and rebuilt.position == store.head_position()
     stepwise = RegistryState()
@@ -415,7 +414,7 @@ def test_verify_passes_then_names_a_tampered_artifact(store, history):
     report = verify_projections(store)
     assert report.ok and report.position == store.head_position()
     assert report.checked == {"artifacts": 4, "workloads": 3, "framesets": 1, "outcomes": 0, "bench_streams": 0,
-                              "records": 3}
+                              "records": 3, "workload_counts": 3, "payload_counts": 5, "record_heads": 3}
     assert report.summary().endswith("all equal to the replay")
 
     raw(store.engine, "UPDATE projection_artifacts SET decision = 'promoted' WHERE artifact = 'fa3-approx'")
@@ -426,7 +425,7 @@ def test_verify_passes_then_names_a_tampered_artifact(store, history):
 
 
 def test_verify_names_fields_inside_the_state(store, history):
-    Projections(store).catch_up()
+    Reads(store).catch_up()
     with store.engine.connect() as conn:
         text = conn.execute(select(ARTIFACTS.c.state).where(ARTIFACTS.c.artifact == "sage-attn")).scalar()
     forged = text.replace('"decision":"held"', '"decision":"promoted"')
@@ -439,7 +438,7 @@ def test_verify_names_fields_inside_the_state(store, history):
     assert by_key["sage-attn"].fields == ("state.decision",)
     assert by_key["cosmos"].problem == "missing from the live table"
     # a reset rebuilds the read models from the log
-    assert Projections(store).reset() == store.head_position()
+    assert Reads(store).reset() == store.head_position()
     assert verify_projections(store).ok
 
 
@@ -448,7 +447,7 @@ def test_concurrent_catch_ups_agree(store, history):
 
     def catch_up():
         try:
-            Projections(store).catch_up()
+            Reads(store).catch_up()
         except Exception as exc:  # surfaced below
             errors.append(exc)
 
@@ -468,7 +467,7 @@ def test_evidence_for_an_unregistered_artifact_is_refused(sqlite_url):
     store = open_store(sqlite_url)
     History(store).evidence("x", "ghost", SHA_SAGE, "ExecutionObserved", execution())
     with pytest.raises(ProjectionError, match="position 1 .*'ghost', which was never registered"):
-        Projections(store).catch_up()
+        Reads(store).catch_up()
     assert checkpoint(store) is None
 
 
@@ -507,7 +506,7 @@ def test_a_kept_evidence_payload_without_its_item_is_refused_when_a_question_rea
     History(store).register("reg", "sage-attn", "wan-t2v", "attention_backend", SHA_SAGE)
     unchained_execution(store, schema_version=SCHEMA_VERSIONS["ExecutionObserved"],
                         payload=canonical_json({"artifact": "sage-attn", "payload_sha256": SHA_SAGE, "run": None}))
-    projections = Projections(store)
+    projections = Reads(store)
     assert projections.catch_up() == 2
     for read in (projections.artifact, projections.current_artifact, lambda name: projections.artifact(name, 2),
                  lambda _: projections.state(), lambda _: rebuild(store)):
@@ -525,13 +524,13 @@ def test_a_kept_item_recorded_under_an_older_schema_is_read_through_its_upcaster
     unchained_execution(store, schema_version=0, payload=canonical_json(
         {"artifact": "sage-attn", "payload_sha256": SHA_SAGE, "run": None, "measured": execution()}))
     expected = store.read_all()[1].typed().model_dump(mode="python")["item"]
-    for state in (Projections(store).artifact("sage-attn"), rebuild(store).artifacts["sage-attn"]):
+    for state in (Reads(store).artifact("sage-attn"), rebuild(store).artifacts["sage-attn"]):
         assert state["evidence"]["execution"]["item"] == expected and expected["kind"] == "execution"
 
 
 def test_a_read_model_naming_an_event_that_is_not_its_evidence_is_refused_in_one_line(store, history):
     """A row pointing at another event (edited by hand, or another log's) never lends that event's payload."""
-    Projections(store).catch_up()
+    Reads(store).catch_up()
     with store.engine.begin() as conn:
         state = json.loads(conn.execute(select(ARTIFACTS.c.state).where(ARTIFACTS.c.artifact == "fa3-approx")).scalar())
         state["evidence"]["perceptual"]["position"] = history.at["sage_perc"]
@@ -541,7 +540,7 @@ def test_a_read_model_naming_an_event_that_is_not_its_evidence_is_refused_in_one
     with pytest.raises(ProjectionError, match=rf"^the read model of artifact 'fa3-approx' names position "
                                               rf"{history.at['sage_perc']} as its perceptual evidence, but the log "
                                               r"holds PerceptualMeasured in stream artifact:sage-attn there: [^\n]*$"):
-        Projections(store).artifact("fa3-approx")
+        Reads(store).artifact("fa3-approx")
 
 
 def test_rows_hold_canonical_json(store, history):
@@ -636,7 +635,7 @@ def test_the_kept_time_conversions_answer_as_a_fresh_conversion(moment, offset_m
 
 def test_a_name_no_stream_can_hold_is_unknown_or_refused_in_one_line(store, history):
     """The store refuses NUL in stream names; Postgres cannot even compare one: a one-line refusal, not a traceback."""
-    projections = Projections(store)
+    projections = Reads(store)
     calls = (lambda: projections.artifact("sage-attn\x00"), lambda: projections.artifact("sage-attn\x00", as_of=3),
              lambda: projections.artifacts(workload="wan\x00"))
     for call in calls:

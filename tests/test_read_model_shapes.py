@@ -1,4 +1,4 @@
-"""Every folded state has exactly the shape registry/projections/read_models.py declares.
+"""Every folded state has exactly the shape the declarations in registry/projections/read_models/ declare.
 
 The read models are dicts (docs/projections.md, "Why the read models are
 declared dicts"), so nothing at run time stops the fold from adding a key or
@@ -23,12 +23,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from registry.events.database import make_engine
 from registry.events.identity import artifact_identity
-from registry.events.store import EventStore, NewEvent
+from registry.events.store import NewEvent
 from registry.gate.model import Margin as GateMargin
 from registry.gate.model import Verdict
-from registry.projections import Projections, RegistryState, rebuild
+from read_side import Reads
+from registry.projections import RegistryState, rebuild
 from registry.projections.asof import fold_log
 from registry.projections.read_models import (
     ArtifactState, AttachedEvidence, BenchStreamState, EvidenceEntry, FrameSetState, IdentityScope, OutcomesState,
@@ -36,7 +36,8 @@ from registry.projections.read_models import (
 )
 from registry.projections.snapshot import snapshot
 from registry.projections.whole_registry import read_live
-from registry.projections.state import IDENTITY_SCOPED, new_artifact
+from registry.projections.read_models.artifacts import IDENTITY_SCOPED, new_artifact
+from store_helpers import opened_store
 
 MODEL_TYPES = {"artifacts": ArtifactState, "workloads": WorkloadState, "framesets": FrameSetState,
                "outcomes": OutcomesState, "bench_streams": BenchStreamState, "records": SpeedRecordState}
@@ -241,7 +242,7 @@ class Log:
         elif action == "declare":
             self.declare()
         else:
-            Projections(self.store).catch_up()  # a live fold that later events continue from loaded rows
+            Reads(self.store).catch_up()  # a live fold that later events continue from loaded rows
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow,
@@ -250,19 +251,19 @@ class Log:
 def test_every_state_folded_from_a_generated_log_has_its_declared_shape(tmp_path_factory, sqlite_template, generated):
     path = tmp_path_factory.mktemp("shapes") / "registry.db"
     shutil.copyfile(sqlite_template, path)  # each example on a copy of the migrated template, not a migration
-    store = EventStore(make_engine(f"sqlite:///{path}"))
+    store = opened_store(f"sqlite:///{path}")
     try:
         log = Log(store)
         for step in generated:
             log.step(step)
         assert registry_shape_problems(rebuild(store)) == []
         assert registry_shape_problems(fold_log(store, store.head_position()), STORED) == []
-        projections = Projections(store)
+        projections = Reads(store)
         assert registry_shape_problems(projections.state()) == []
         for name in ARTIFACTS:
             current = projections.current_artifact(name)
             assert "verdicts" not in current and shape_problems(current, ArtifactState) == []
         with snapshot(store.engine) as conn:
-            assert registry_shape_problems(read_live(conn), STORED) == []  # the rows as stored
+            assert registry_shape_problems(read_live(conn, 0), STORED) == []  # the rows as stored
     finally:
         store.engine.dispose()

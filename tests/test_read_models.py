@@ -17,8 +17,10 @@ from registry.app import history as history_use_case
 from registry.cli.main import main
 from registry.cli.output import json_text
 from registry.events.store import EventStore, NewEvent
-from registry.projections import Projections, rebuild, verify_projections
-from registry.projections.schema import ARTIFACTS, VERDICTS
+from read_side import Reads
+from registry.projections import rebuild, verify_projections
+from registry.projections.read_models.artifacts import ARTIFACTS
+from registry.projections.read_models.verdicts import VERDICTS
 from store_helpers import raw
 # The scripted history of test_projections.py, with its fixtures (a store on each backend, the history in it).
 from test_projections import SHA_SAGE, history, open_store, store  # noqa: F401
@@ -32,7 +34,7 @@ def verdict_rows(store: EventStore) -> list[tuple[str, int, str]]:
 
 
 def test_the_artifact_row_keeps_no_history_and_the_history_table_one_row_per_verdict(store, history):
-    projections = Projections(store)
+    projections = Reads(store)
     projections.catch_up()
     assert verdict_rows(store) == [
         ("fa3-approx", history.at["fa3_verdict"], "quarantined"),
@@ -47,12 +49,12 @@ def test_the_artifact_row_keeps_no_history_and_the_history_table_one_row_per_ver
     rebuilt = rebuild(store)
     for name, expected in rebuilt.artifacts.items():
         assert projections.artifact(name) == expected
-        assert projections.served_position == store.head_position()
+        assert projections.position == store.head_position()
     assert projections.artifacts() == [rebuilt.artifacts[key] for key in sorted(rebuilt.artifacts)]
 
 
 def test_the_current_artifact_carries_the_stream_version_and_identity_without_the_history(store, history):
-    projections = Projections(store)
+    projections = Reads(store)
     for name in ("sage-attn", "rms-fused", "step-cache", "fa3-approx"):
         current = projections.current_artifact(name)
         assert "verdicts" not in current
@@ -65,7 +67,7 @@ def test_the_current_artifact_carries_the_stream_version_and_identity_without_th
 
 
 def test_a_catch_up_adds_history_rows_and_rewrites_none(store, history):
-    Projections(store).catch_up()
+    Reads(store).catch_up()
     before = verdict_rows(store)
     [position] = store.append("artifact:sage-attn", [NewEvent("VerdictRendered", {
         "artifact": "sage-attn", "payload_sha256": SHA_SAGE, "workload": "wan-t2v", "contract_version": 2,
@@ -73,7 +75,7 @@ def test_a_catch_up_adds_history_rows_and_rewrites_none(store, history):
             "decision": "held", "tier": "perceptual", "rule": "evidence.missing", "reasons": ["no benchmark"],
             "margins": [], "speedup": None, "speedup_ci": None, "evidence_ids": [], "gate_version": "gate/1"}})],
         actor="test")
-    state = Projections(store).artifact("sage-attn")
+    state = Reads(store).artifact("sage-attn")
     assert [v["position"] for v in state["verdicts"]] == [history.at["sage_verdict"], position]
     assert verdict_rows(store) == sorted([*before, ("sage-attn", position, "held")])
     assert state["stream_version"] == store.stream_version("artifact:sage-attn")
@@ -95,7 +97,7 @@ def test_verify_names_a_tampered_or_missing_history_row_and_reset_rebuilds_it(st
     raw(store.engine, "UPDATE projection_verdicts SET entry = '{\"decision\":\"promoted\"}' WHERE artifact = 'sage-attn'")
     entry_fields = {d.key: d.fields for d in verify_projections(store).differences}
     assert "entry.rule" in entry_fields[f"sage-attn@{history.at['sage_verdict']}"]
-    Projections(store).reset()
+    Reads(store).reset()
     assert verify_projections(store).ok
     with store.engine.connect() as conn:
         assert conn.execute(select(func.count()).select_from(VERDICTS)).scalar() == 4

@@ -10,15 +10,13 @@ registrations end as if they had run one after the other.
 from __future__ import annotations
 
 import pytest
-
-from registry.app import open_registry
-from registry.app import workloads
 from registry.app.workloads import REGISTER_TRIES, declare_workload, register_artifact
 from registry.contracts import Contract
 from registry.events.identity import artifact_identity
 from registry.events.store import NewEvent
 from registry.formats.errors import UserError
-from registry.projections import Projections
+from read_side import Reads, land_before_append
+from store_helpers import opened
 
 A, B = "aa" * 32, "bb" * 32
 LONG_STREAM = 2_000  # evidence events on the artifact before it is registered again
@@ -26,7 +24,7 @@ LONG_STREAM = 2_000  # evidence events on the artifact before it is registered a
 
 @pytest.fixture
 def registry(backend_url):
-    registry = open_registry(backend_url, actor="tester", create=True)
+    registry = opened(backend_url, actor="tester", create=True)
     declare_workload(registry, Contract.from_mapping({"workload": "w"}))
     declare_workload(registry, Contract.from_mapping({"workload": "v"}))
     yield registry
@@ -43,7 +41,7 @@ def registrations(registry) -> list[dict]:
 
 
 def shown(registry) -> dict:
-    return Projections(registry.store).current_artifact("k")
+    return Reads(registry.store).current_artifact("k")
 
 
 def lengthen(registry) -> None:
@@ -85,23 +83,11 @@ def test_register_as_another_kind_or_workload_is_refused_with_nothing_written(re
 def land_meanwhile(monkeypatch, *landings):
     """Each landing runs between one read of the artifact's row and the append that follows it
     (a landing's own registration reads the row too, and lands nothing)."""
-    real, pending, landing = workloads._registered_now, list(landings), []
-
-    def read_then_land(registry, artifact):
-        row = real(registry, artifact)
-        if pending and not landing:
-            landing.append(pending.pop(0))
-            try:
-                landing[0]()
-            finally:
-                landing.clear()
-        return row
-
-    monkeypatch.setattr(workloads, "_registered_now", read_then_land)
+    land_before_append(monkeypatch, *landings)
 
 
 def other_writer(url):
-    return open_registry(url, actor="other")
+    return opened(url, actor="other")
 
 
 def test_a_registration_that_lands_first_with_other_claims_is_followed_by_this_one(registry, backend_url,
@@ -158,7 +144,7 @@ def test_a_registration_raced_on_every_try_is_refused_with_nothing_of_its_own_wr
     other.engine.dispose()
 
 
-# Issue 30, class 5: one name, one look (registry/formats/names.py, registry/formats/confusables.py).
+# One name, one look (registry/formats/names.py, registry/formats/confusables.py).
 
 NFC_E, NFD_E = "\u00e9-cache", "e\u0301-cache"
 
@@ -167,8 +153,8 @@ def test_a_name_typed_in_nfd_is_the_nfc_name(registry, registry_cli):
     first = register_artifact(registry, NFC_E, workload="w", kind="step_cache", payload_sha256=A)
     again = register_artifact(registry, NFD_E, workload="w", kind="step_cache", payload_sha256=A)
     assert first.appended and not again.appended and again.artifact == NFC_E
-    assert Projections(registry.store).artifact(NFD_E)["artifact"] == NFC_E
-    assert [s["artifact"] for s in Projections(registry.store).artifacts(workload="w")] == [NFC_E]
+    assert Reads(registry.store).artifact(NFD_E)["artifact"] == NFC_E
+    assert [s["artifact"] for s in Reads(registry.store).artifacts(workload="w")] == [NFC_E]
     declared = registry_cli.tmp / "w.yaml"
     declared.write_text("workload: w\n")
     assert registry_cli("workload", "declare", str(declared)).exit_code == 0
@@ -182,7 +168,7 @@ def test_a_name_typed_in_nfd_is_the_nfc_name(registry, registry_cli):
 def test_a_name_holding_an_invisible_character_is_refused(registry, hidden):
     with pytest.raises(UserError, match=f"U\\+{ord(hidden):04X}"):
         register_artifact(registry, "cache" + hidden, workload="w", kind="step_cache", payload_sha256=A)
-    assert Projections(registry.store).artifacts(workload="w") == []
+    assert Reads(registry.store).artifacts(workload="w") == []
 
 
 @pytest.mark.parametrize("existing, look_alike", [("cache", "\u0441ache"),  # Cyrillic es

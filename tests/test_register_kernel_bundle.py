@@ -17,9 +17,9 @@ import pytest
 from elftools.elf.elffile import ELFFile
 
 from kernel_bundle_helpers import small_bundle, extra_entry, kernel_file, refresh_manifest, with_bytes
-from registry.app import open_registry
 from registry.bundles import verify_directory
 from ship_helpers import WORKLOAD, declare, make_bundle
+from store_helpers import head_of
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +41,7 @@ def bundle(built, tmp_path):
 
 
 def head(cli) -> int:
-    return open_registry(cli.url).store.head_position()
+    return head_of(cli.url)
 
 
 def register(cli, directory, *extra, kind="triton_kernel", artifact="rms"):

@@ -11,7 +11,7 @@ import subprocess
 
 import pytest
 
-from registry.projections import Projections
+from read_side import Reads
 from registry.projections.html_report import report_html
 from registry.projections.report import (
     build_report,
@@ -23,6 +23,7 @@ from registry.projections.report import (
 
 from limits import HANG_GUARD_S
 from test_projections import build_history, open_store
+from store_helpers import opened
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 IMAGE = re.compile(r'src="data:image/png;base64,([A-Za-z0-9+/=]+)"')
@@ -32,7 +33,7 @@ IMAGE = re.compile(r'src="data:image/png;base64,([A-Za-z0-9+/=]+)"')
 def registry(tmp_path_factory):
     store = open_store(f"sqlite:///{tmp_path_factory.mktemp('reports') / 'registry.db'}")
     history = build_history(store)
-    yield store, history, Projections(store)
+    yield store, history, Reads(store)
     store.engine.dispose()
 
 
@@ -150,13 +151,12 @@ def test_html_is_self_contained_with_its_plots(registry, tmp_path):
 def speed_record_report(tmp_path):
     """A registry with three speed records: decided at its first bound (a one-point record), decided later, and
     not yet bounded; the report and state the app builds for it."""
-    from registry.app import open_registry
     from registry.app.bench import open_session, record_pairs
     from registry.app.reports import build
     from registry.app.workloads import declare_workload, register_artifact
     from registry.contracts import Contract
 
-    registry = open_registry(f"sqlite:///{tmp_path / 'records.db'}", actor="t", create=True)
+    registry = opened(f"sqlite:///{tmp_path / 'records.db'}", actor="t", create=True)
     declare_workload(registry, Contract.from_yaml(
         "workload: w\nspeed: {min_speedup: 1.2, runs_per_arm: 16, protocol: paired, max_pairs: 40}\n"))
     for name, ratios in (("one-point", [2.0] * 5), ("several", [2.0, 1.0, 2.0, 2.0, 2.0, 2.0, 2.0, 2.0]),

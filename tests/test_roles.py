@@ -20,7 +20,7 @@ from registry.events.database import make_engine
 from registry.events.errors import StoreError
 from registry.events.roles import READER, WRITER, granted, role_script
 from registry.events.store import EventStore
-from registry.projections.live import Projections
+from read_side import Reads
 
 from store_helpers import frame_event
 
@@ -121,7 +121,7 @@ def test_writer_appends_through_the_store_and_keeps_read_models(registry_with_ro
     assert store.append("frameset:a", batch, idempotency_key="run-1", actor="worker") == first
     assert [e.payload["seed"] for e in store.read_all()] == [1, 2]
     assert store.verify().intact
-    assert Projections(store).catch_up() == 2  # the derived tables are the writer's to maintain
+    assert Reads(store).catch_up() == 2  # the derived tables are the writer's to maintain
     assert cli(as_user(url, writer), "verify").exit_code == 0
 
 

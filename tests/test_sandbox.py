@@ -39,10 +39,10 @@ import torch
 from limits import HANG_GUARD_S
 
 import registry
-from registry.app import open_registry
 from registry.kernels.isolation import CandidateError, CandidateWorker, candidate_text, start_workers
 from registry.kernels.ops import get_operation
 from registry.kernels.sandbox import harness_digest, require_sandbox
+from store_helpers import opened
 
 PACKAGE = Path(registry.__file__).resolve().parent
 MARKER = f"sandbox-daemon-{secrets.token_hex(8)}"
@@ -614,7 +614,7 @@ def test_a_whole_evaluation_by_a_harness_that_is_not_root(request, sqlite_templa
         assert done.returncode == 0, done.stderr
         (registered, _, register_err), (evaluated, _, evaluate_err), (promoted, verdict, _) = json.loads(done.stdout)
         assert (registered, evaluated, promoted) == (0, 0, 3), register_err + evaluate_err
-        events = list(open_registry(url).store.read_stream("artifact:honest"))
+        events = list(opened(url).store.read_stream("artifact:honest"))
         assert [e.type for e in events] == ["ArtifactRegistered", "ParityMeasured", "BenchmarkMeasured",
                                             "ExecutionObserved", "VerdictRendered"]
         execution = events[3].payload["item"]

@@ -17,6 +17,7 @@ import pytest
 from conftest import PG_SKIP, PG_URL, _fresh_postgres_database
 from registry.serve.client import RegistryClient, ServerRefused
 from serve_helpers import LTX, WAN, ServerProcess, seed
+from store_helpers import opened
 
 pytestmark = pytest.mark.filterwarnings("ignore::ResourceWarning")
 
@@ -235,10 +236,9 @@ def test_batches_sent_at_once_append_once_each_and_a_refused_one_leaves_the_othe
 
 
 def test_a_token_revoked_on_the_command_line_is_refused_on_the_next_request(served):
-    from registry.app import open_registry
     from registry.app.tokens import issue_token
 
-    secret, grant = issue_token(open_registry(served.url, actor="lead"), "short-lived", ["read"])
+    secret, grant = issue_token(opened(served.url, actor="lead"), "short-lived", ["read"])
     with served.client(secret) as client:
         assert client.get("/api/verify").status_code == 200
         done = subprocess.run([sys.executable, "-m", "registry", "--db", served.url, "token", "revoke", grant.key_id,
@@ -279,11 +279,9 @@ def test_history_pages_carry_on_where_the_last_one_ended(served):
 
 def test_a_defect_is_a_500_naming_a_crash_id_and_the_traceback_stays_in_the_log(sqlite_url, caplog):
     from fastapi.testclient import TestClient
-
-    from registry.app import open_registry
     from registry.serve.api import ServerConfig, create_app
 
-    app = create_app(ServerConfig(open_registry(sqlite_url, actor="lead", create=True)))
+    app = create_app(ServerConfig(opened(sqlite_url, actor="lead", create=True)))
 
     @app.get("/defect")
     def defect():

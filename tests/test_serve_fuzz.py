@@ -8,10 +8,9 @@ from __future__ import annotations
 
 import pytest
 from hypothesis import HealthCheck, given, settings
-
-from registry.app import open_registry
 from registry.app.tokens import issue_token
 from serve_helpers import ServerProcess, seed
+from store_helpers import opened
 
 LEAST_REQUESTS = 1000
 EXAMPLES_PER_OPERATION = 32
@@ -21,7 +20,7 @@ EXAMPLES_PER_OPERATION = 32
 def fuzzed(tmp_path_factory):
     url = f"sqlite:///{tmp_path_factory.mktemp('fuzz') / 'registry.db'}"
     seed(url)
-    token, _ = issue_token(open_registry(url, actor="lead"), "fuzzer", ["read", "ingest", "decide", "admin"],
+    token, _ = issue_token(opened(url, actor="lead"), "fuzzer", ["read", "ingest", "decide", "admin"],
                            workload="*", person=True)
     with ServerProcess(url) as server:
         yield server, token

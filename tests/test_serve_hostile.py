@@ -129,7 +129,7 @@ def served(tmp_path_factory):
     readers = [issue_token(registry, f"watcher-{i}", ["read"])[0]
                for i in range(-(-STREAMS // MOST_STREAMS_PER_TOKEN))]
     everything = issue_token(registry, "slow", ["read", "ingest"], workload="*")[0]
-    registry.engine.dispose()
+    registry.close()
     with ServerProcess(url) as server:
         host, port = server.base.removeprefix("http://").split(":")
         server.url, server.tokens, server.readers, server.address = url, seeded.tokens, readers, (host, int(port))
@@ -151,7 +151,7 @@ def head(served) -> int:
     try:
         return registry.store.head_position()
     finally:
-        registry.engine.dispose()
+        registry.close()
 
 
 def answered_in_time(served) -> int:
@@ -317,7 +317,7 @@ def _get(served, path: str, token: str):
 def _revoke(served, token: str) -> None:
     registry = open_registry(served.url, actor="lead")
     revoke_token(registry, token.split("_")[1], "watched too much")
-    registry.engine.dispose()
+    registry.close()
 
 
 async def _until(reader: asyncio.StreamReader, marker: bytes, wait: float = 10.0) -> bool:

@@ -14,6 +14,7 @@ import shutil
 import pytest
 
 from serve_helpers import ServerProcess, seed
+from store_helpers import opened
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 WATCHED = ("workload: wan-watched\nfidelity: {tier: perceptual, min_ssim: 0.98, frame_set: wan-8, seed: 1024}\n"
@@ -25,14 +26,13 @@ WAIT_MS = 15_000
 
 def promote_watched(url: str) -> None:
     """`watched`: promoted on 8 pairs at 1.33x against a 1.2x gate, its workload declaring a monitor."""
-    from registry.app import open_registry
     from registry.app.bench import open_session, record_pairs
     from registry.app.decisions import promote
     from registry.app.evidence import import_document
     from registry.app.workloads import declare_workload, register_artifact
     from registry.contracts import Contract
 
-    registry = open_registry(url, actor="seeder")
+    registry = opened(url, actor="seeder")
     declare_workload(registry, Contract.from_yaml(WATCHED))
     register_artifact(registry, "watched", workload="wan-watched", kind="step_cache", payload_sha256="c" * 64)
     session, _ = open_session(registry, "watched", "d", "perf_counter")
@@ -47,10 +47,9 @@ def promote_watched(url: str) -> None:
 
 def remeasure(url: str, batch: str, ratio: float) -> None:
     """Two re-measured pairs of `watched` at `ratio`, appended straight to the registry the server serves."""
-    from registry.app import open_registry
     from registry.app.monitor import record_remeasurement
 
-    registry = open_registry(url, actor="reverifier")
+    registry = opened(url, actor="reverifier")
     record_remeasurement(registry, "watched", [2.0, 2.0], [2.0 / ratio] * 2, batch=batch, device="NVIDIA H200",
                          software={"torch": "2.13.0"})
     registry.engine.dispose()

@@ -304,7 +304,7 @@ class ServedRegistry(CheckedAtTheEnd):
         try:
             events = registry.store.read_all()
         finally:
-            registry.engine.dispose()
+            registry.close()
         batches = [(e.payload["session"], e.payload["batch"]) for e in events if e.type == "BenchmarkPairsRecorded"]
         assert len(batches) == len(set(batches))
         watched = [(e.stream, e.payload["batch"]) for e in events if e.type == "PairsRemeasured"]

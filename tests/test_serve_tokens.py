@@ -9,16 +9,15 @@ from datetime import datetime, timedelta, timezone
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from registry.app import open_registry
 from registry.app.tokens import (KnownTokens, NotPermitted, TokenRefused, authenticate, issue_token, new_token,
                                  revoke_token, TOKEN_PATTERN)
 from registry.formats.errors import UserError
+from store_helpers import opened
 
 
 @pytest.fixture
 def registry(sqlite_url):
-    return open_registry(sqlite_url, actor="lead", create=True)
+    return opened(sqlite_url, actor="lead", create=True)
 
 
 def test_the_log_keeps_the_digest_never_the_token(registry):
@@ -77,7 +76,7 @@ def test_a_token_with_another_secret_under_a_known_key_is_unknown(registry):
 
 @pytest.fixture(scope="module")
 def shared(tmp_path_factory):
-    return open_registry(f"sqlite:///{tmp_path_factory.mktemp('tokens') / 'registry.db'}", actor="lead", create=True)
+    return opened(f"sqlite:///{tmp_path_factory.mktemp('tokens') / 'registry.db'}", actor="lead", create=True)
 
 
 @settings(max_examples=60, deadline=None)

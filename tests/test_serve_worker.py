@@ -13,12 +13,11 @@ import subprocess
 import sys
 
 import pytest
-
-from registry.app import open_registry
 from registry.app.campaign import KERNEL_ARTIFACT
 from registry.app.tokens import issue_token
 from registry.workloads.candidates import CANDIDATE_NAMES
 from serve_helpers import ServerProcess
+from store_helpers import head_of, opened
 
 MANIFEST = ("workload: wan-modln-op\nparity: {policy: byte_equal}\n"
             "speed: {min_speedup: 1.1, runs_per_arm: 2, protocol: paired, max_pairs: 40}\n")
@@ -27,7 +26,7 @@ MANIFEST = ("workload: wan-modln-op\nparity: {policy: byte_equal}\n"
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
     url = f"sqlite:///{tmp_path_factory.mktemp('worker') / 'registry.db'}"
-    registry = open_registry(url, actor="lead", create=True)
+    registry = opened(url, actor="lead", create=True)
     tokens = {name: issue_token(registry, name, ["ingest"] if name != "lead" else ["admin", "decide"],
                                 workload=glob)[0]
               for name, glob in (("gpu-1", "wan-*"), ("ltx-gpu", "ltx-*"), ("lead", "*"))}
@@ -139,7 +138,7 @@ def test_a_worker_without_a_database_records_evidence_and_pairs_through_the_serv
     result = json.loads(done.stdout)
     assert result["appended"] is True and result["session"]["pairs"] == 4
     assert list(tmp_path.iterdir()) == []  # no registry.db, nothing else written where the worker ran
-    store = open_registry(served.url).store
+    store = opened(served.url).store
     events = store.read_stream("artifact:modln")
     assert [e.type for e in events[1:]] == ["ParityMeasured", "ExecutionObserved"]  # the pairs are in a session
     key = next(e for e in store.read_all() if e.type == "TokenIssued" and e.payload["principal"] == "gpu-1")
@@ -149,11 +148,11 @@ def test_a_worker_without_a_database_records_evidence_and_pairs_through_the_serv
 
 
 def test_a_worker_for_another_workload_records_nothing(served, tmp_path):
-    before = open_registry(served.url).store.head_position()
+    before = head_of(served.url)
     done = evaluate(served, served.tokens["ltx-gpu"], tmp_path)
     assert done.returncode == 1 and done.stderr.count("\n") == 1
     assert "does not reach workload wan-modln-op" in done.stderr
-    assert open_registry(served.url).store.head_position() == before
+    assert head_of(served.url) == before
 
 
 def test_the_demo_runs_its_whole_campaign_through_the_server(served, tmp_path):
@@ -166,7 +165,7 @@ def test_the_demo_runs_its_whole_campaign_through_the_server(served, tmp_path):
     assert result["problems"] == []
     assert [row["artifact"] for row in result["rows"]] == [*CANDIDATE_NAMES, KERNEL_ARTIFACT]  # all five
     assert [p.name for p in tmp_path.iterdir()] == ["out"]  # bundles and strips; no database
-    store = open_registry(served.url).store
+    store = opened(served.url).store
     key = next(e for e in store.read_all() if e.type == "TokenIssued" and e.payload["principal"] == "demo")
     for row in result["rows"]:
         events = store.read_stream(f"artifact:{row['artifact']}")

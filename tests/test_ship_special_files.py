@@ -1,4 +1,4 @@
-"""Issue 20, "Nothing hangs": special files named as a lock file, a bundle manifest, a bundle file or a payload.
+""""Nothing hangs": special files named as a lock file, a bundle manifest, a bundle file or a payload.
 
 Each is refused in one line by the shared reader (registry.formats.documents: a
 regular file only, its size checked before a byte is read), never read. Each
@@ -93,7 +93,7 @@ def test_special_files_in_locked_bundles_are_named_by_lock_verify(registry_cli):
     (root / "fast" / "bundle.json").unlink()
     os.mkfifo(root / "fast" / "bundle.json")
     done = run("lock", "verify", str(lock), "--bundles", str(root), "--json")
-    assert done.returncode == 1, done.stderr
+    assert done.returncode == 3, done.stderr
     problems = json.loads(done.stdout)["problems"]
     assert [(p["artifact"], p["code"]) for p in problems] == [("fast", "bundle_mismatch")]
     assert "a FIFO (named pipe), not a regular file" in problems[0]["detail"]

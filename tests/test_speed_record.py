@@ -17,8 +17,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 from sqlalchemy import event
-
-from registry.app import open_registry
 from registry.app.bench import open_session, record_pairs
 from registry.app.decisions import promote
 from registry.app.evidence import import_document
@@ -29,6 +27,7 @@ from registry.formats.errors import UserError
 from registry.formats.stats import median_interval
 from registry.gate import SpeedRecord
 from registry.gate.record import read_record
+from store_helpers import opened
 
 GATE, ALPHA, PAIRS = 1.2, 0.05, 16
 MOTIONKERNEL = Path(__file__).parent / "fixtures" / "motionkernel"
@@ -253,7 +252,7 @@ MANIFEST = ("workload: w\nparity: {policy: byte_equal}\n"
 
 @pytest.fixture()
 def registry(tmp_path):
-    found = open_registry(f"sqlite:///{tmp_path / 'r.db'}", actor="t", create=True)
+    found = opened(f"sqlite:///{tmp_path / 'r.db'}", actor="t", create=True)
     declare_workload(found, Contract.from_yaml(MANIFEST))
     (tmp_path / "k.bin").write_bytes(b"kernel bytes")
     found.payload = str(tmp_path / "k.bin")
@@ -344,7 +343,7 @@ def test_the_report_reads_each_read_model_table_once_however_many_artifacts(tmp_
 
     counts = []
     for size in (2, 12):
-        registry = open_registry(f"sqlite:///{tmp_path / f'r{size}.db'}", actor="t", create=True)
+        registry = opened(f"sqlite:///{tmp_path / f'r{size}.db'}", actor="t", create=True)
         declare_workload(registry, Contract.from_yaml(MANIFEST))
         for index in range(size):
             (tmp_path / f"k{index}.bin").write_bytes(f"bytes {index}".encode())
@@ -376,7 +375,7 @@ def ltx_registry(tmp_path, files: tuple[str, ...], gate: str, extra: str = ""):
 
     tmp_path = tmp_path / "-".join(name.split(".")[0] for name in files)
     tmp_path.mkdir()
-    registry = open_registry(f"sqlite:///{tmp_path / 'ltx.db'}", actor="t", create=True)
+    registry = opened(f"sqlite:///{tmp_path / 'ltx.db'}", actor="t", create=True)
     declare_workload(registry, Contract.from_yaml(LTX.replace("GATE", gate).replace("sequential}",
                                                                                     f"sequential{extra}}}")))
     (tmp_path / "ltx.bin").write_bytes(b"the LTX transformer artifacts")
@@ -454,7 +453,7 @@ def test_the_seed_s_paired_run_decides_as_before_and_shows_its_published_figure(
     from registry.app.imports import import_motionkernel
     from registry.evidence.motionkernel import plan_import
 
-    registry = open_registry(f"sqlite:///{tmp_path / 'wan.db'}", actor="t", create=True)
+    registry = opened(f"sqlite:///{tmp_path / 'wan.db'}", actor="t", create=True)
     declare_workload(registry, Contract.from_yaml(
         "workload: wan-t2v-1.3b-480p\nparity: {policy: byte_equal}\nfidelity: {tier: exact}\n"
         "speed: {min_speedup: 1.2, runs_per_arm: 16, protocol: paired}\n"))

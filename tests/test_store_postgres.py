@@ -118,7 +118,8 @@ def test_a_speed_record_written_by_another_catch_up_between_reads_is_loaded_not_
     from sqlalchemy import create_engine, event, insert
 
     from registry.projections.catchup import ReadModels
-    from registry.projections.schema import RECORD_HEADS, SPEED_RECORDS
+    from registry.projections.read_models.speed_records import RECORD_HEADS, SPEED_RECORDS
+    from registry.projections.writes import Change
 
     engine, other = make_engine(migrated_postgres_url), create_engine(migrated_postgres_url)
     committed = []
@@ -132,6 +133,6 @@ def test_a_speed_record_written_by_another_catch_up_between_reads_is_loaded_not_
                                                           last_position=1, state="{}", row_hash="0" * 64))
                 conn.execute(insert(RECORD_HEADS).values(record="r", workload="wan", last_position=1))
 
-    assert ReadModels(EventStore(engine))._load_lazy("records", "r", {"records": set()}) == {}
+    assert ReadModels(EventStore(engine))._load_lazy("records", "r", Change()) == {}
     engine.dispose()
     other.dispose()

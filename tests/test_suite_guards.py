@@ -9,11 +9,11 @@ smaller: the count of tests may not fall below FEWEST_TESTS.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 
 from limits import HANG_GUARD_S
 
@@ -125,3 +125,17 @@ def test_the_suite_does_not_shrink(request):
         and not request.config.getoption("deselect")
     count = len(items) if whole else _whole_suite_count()
     assert count >= FEWEST_TESTS, f"{count} tests, fewer than the {FEWEST_TESTS} this suite had"
+
+
+# What may not stand in a comment or a docstring of the code, the suite, the benchmarks or the scripts: a tracker's
+# numbers say nothing to a reader of the code, and outlive what they named.
+ISSUE_NUMBER = re.compile(r"\bissues? ?#?\d+", re.IGNORECASE)
+
+
+def test_no_comment_cites_an_issue_number():
+    root = TESTS.parent
+    found = [f"{path.relative_to(root)}:{number}" for folder in ("registry", "tests", "benchmarks", "scripts", "examples")
+             for path in sorted((root / folder).rglob("*")) if path.suffix in (".py", ".sh")
+             for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1)
+             if ISSUE_NUMBER.search(line) and "ISSUE_NUMBER" not in line]
+    assert found == []

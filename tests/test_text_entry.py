@@ -1,4 +1,4 @@
-"""Issue 30, class 4: text and numbers at every entry (registry/formats/text.py, registry/formats/numbers.py).
+"""Text and numbers at every entry (registry/formats/text.py, registry/formats/numbers.py).
 
 Undecodable bytes on a command line reach Python as lone surrogates (PEP
 383); every argument of every command is checked once, at the command
@@ -16,8 +16,6 @@ from pathlib import Path
 
 import click
 import pytest
-
-from registry.app import open_registry
 from registry.app.bench import open_session, record_pairs
 from registry.app.decisions import human_decision, promote
 from registry.app.evidence import capture_subject, record_evidence
@@ -27,6 +25,7 @@ from registry.cli.params import Integer, Real
 from registry.formats.errors import UserError
 from registry.formats.numbers import parse_integer, parse_real
 from registry.formats.text import TextError
+from store_helpers import opened
 
 MANIFEST = "workload: wan\nspeed: {min_speedup: 1.2, runs_per_arm: 16, protocol: paired, max_pairs: 20}\n"
 ROOT = Path(__file__).resolve().parents[1]
@@ -166,7 +165,7 @@ def test_the_number_rule():
 
 
 def test_the_python_api_refuses_lone_surrogates_with_the_refusal_root(bench, tmp_path):
-    registry = open_registry(bench.url, actor="api")
+    registry = opened(bench.url, actor="api")
     before = events(bench)
     (tmp_path / "b.bin").write_bytes(b"another")
     calls = [

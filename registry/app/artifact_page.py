@@ -2,7 +2,7 @@
 speed record's running bounds, and its monitor's re-measurements against the threshold with the alarm.
 
 The state, the speed record and the monitor come from the read models, as
-`show` reads them. Verdict reasons and re-measured pairs are kept only in the
+`show` reads them, through one view (`report_pages`: one for every page). Verdict reasons and re-measured pairs are kept only in the
 artifact's own events (the read models keep a verdict's decision and rule,
 and a monitor's detector state), so the page reads the artifact's stream a
 page at a time, as `history` does, keeping only `VerdictRendered` and the
@@ -11,13 +11,17 @@ current identity's `PairsRemeasured`.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from registry.formats.errors import UserError
 from registry.formats.names import artifact_stream
 
 from .context import Registry
-from .record_summary import record_summary
+from .record_summary import summarize_record
+
+if TYPE_CHECKING:
+    from registry.events.store import EventStore
+    from registry.projections.view import View
 
 
 @dataclass(frozen=True)
@@ -25,8 +29,8 @@ class ArtifactPage:
     state: dict[str, Any]  # the artifact's projected state (its evidence items attached)
     workload: dict[str, Any] | None  # its workload's state, None when undeclared
     verdicts: list[dict[str, Any]]  # every verdict, oldest first, with its reasons
-    record: dict[str, Any] | None  # the speed record of its bytes (record_summary), None without one
-    monitor: dict[str, Any] | None  # the current identity's monitor (monitor_fold.monitor_summary)
+    record: dict[str, Any] | None  # the speed record of its bytes (summarize_record), None without one
+    monitor: dict[str, Any] | None  # the current identity's monitor (read_models/monitors.py monitor_summary)
     remeasured: list[dict[str, Any]]  # the current identity's monitor batches, oldest first
 
     def to_dict(self) -> dict[str, Any]:
@@ -36,23 +40,31 @@ class ArtifactPage:
 
 def artifact_page(registry: Registry, artifact: str, as_of: int | None = None) -> ArtifactPage:
     """The page of `artifact` now, or as of a log position; an unknown artifact is refused."""
-    from registry.projections.monitor_fold import current_monitor, monitor_summary
+    with registry.view(as_of=as_of) as view:
+        return _page(view, artifact, as_of)
 
-    state, _ = registry.reads.shown_artifact(artifact, 0, as_of=as_of)
+
+def _page(view: View, artifact: str, as_of: int | None) -> ArtifactPage:
+    """The page of `artifact` as of the view's position: its rows as `show` reads them, then its stream up to
+    the same position."""
+    from registry.projections.read_models.monitors import current_monitor, monitor_summary
+
+    state, _ = view.shown_artifact(artifact, 0)
     if state is None:
         raise UserError(f"unknown artifact {artifact!r}" + ("" if as_of is None else f" as of position {as_of}"))
-    workload = registry.reads.workload(state["workload"], as_of=as_of)
-    record = record_summary(registry, state, workload, as_of) if workload is not None else None
+    workload = view.workload(state["workload"])
+    read = view.speed_record(state, workload) if workload is not None else None
+    record = summarize_record(read) if read is not None and read.row is not None else None
     monitor = current_monitor(state)
-    verdicts, remeasured = _from_stream(registry, state["artifact"], state["identity"],
-                                        None if monitor is None else monitor["started_position"], as_of)
+    verdicts, remeasured = _from_stream(view.store, state["artifact"], state["identity"],
+                                        None if monitor is None else monitor["started_position"], view.position)
     return ArtifactPage(state, workload, verdicts, record, monitor_summary(state), remeasured)
 
 
-def _from_stream(registry: Registry, artifact: str, identity: str, monitor_start: int | None,
-                 as_of: int | None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def _from_stream(store: EventStore, artifact: str, identity: str, monitor_start: int | None,
+                 up_to: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     verdicts, batches = [], []
-    for event in registry.store.iter_stream(artifact_stream(artifact), up_to_position=as_of):
+    for event in store.iter_stream(artifact_stream(artifact), up_to_position=up_to):
         payload = event.payload
         if event.type == "VerdictRendered":
             verdict = payload["verdict"]
@@ -76,4 +88,5 @@ MOST_PAGES = 48
 def report_pages(registry: Registry, artifacts: list[str], as_of: int | None = None) -> tuple[list[dict], int]:
     """The pages of the report's artifacts (at most MOST_PAGES, by id), as of a position; and how many more."""
     chosen = sorted(artifacts)[:MOST_PAGES]
-    return [artifact_page(registry, name, as_of).to_dict() for name in chosen], len(artifacts) - len(chosen)
+    with registry.view(as_of=as_of) as view:
+        return [_page(view, name, as_of).to_dict() for name in chosen], len(artifacts) - len(chosen)

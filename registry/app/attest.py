@@ -37,15 +37,15 @@ PREDICATE_TYPE = "urn:registry:attestation:promotion:v1"
 @text_arguments
 def attestation(registry: Registry, artifact: str) -> dict[str, Any]:
     """The in-toto Statement for `artifact`'s promotion, read at the log's head; refused unless it ships."""
-    projections = registry.reads
-    state = projections.artifact(artifact)
+    with registry.view() as view:
+        state = view.artifact(artifact)
+        workload = (view.workload(state["workload"]) if state is not None else None) or {}
     if state is None:
         raise UserError(f"unknown artifact {artifact!r} (register it with `registry artifact register`)")
     if state["decision"] != "promoted":
         raise UserError(f"{artifact} is {state['decision']}: only a promoted artifact is attested")
     if state.get("bundle") is None:
         raise UserError(f"{artifact} was registered without a bundle: there is nothing to attest")
-    workload = projections.workload(state["workload"]) or {}
     if state["contract_version"] != workload.get("contract_version"):
         raise UserError(f"{artifact} was promoted under contract v{state['contract_version']}; the current is "
                          f"v{workload.get('contract_version')}: judge it again (`registry rejudge "

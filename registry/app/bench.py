@@ -29,17 +29,20 @@ import uuid
 import weakref
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from registry.formats.errors import UserError
 from registry.formats.evidence.schemas import TIMERS
 from registry.formats.fields import ARCH
-from registry.formats.names import check_name
+from registry.formats.names import bench_stream, check_name
 from registry.formats.sequential import SequentialResult
 from registry.formats.text import check_line, text_arguments
 
 from .context import Registry
 from .record_summary import READINGS, SHOWS, in_opened_order, stop_reason
+
+if TYPE_CHECKING:
+    from registry.projections.view import View
 
 LOG = logging.getLogger("registry.app")
 
@@ -47,15 +50,8 @@ LOG = logging.getLogger("registry.app")
 # where they are used: `show` and `report` read records without them
 # (tests/test_cli_startup.py).
 
-BENCH_PREFIX = "bench:"
-
-
-def record_stream(identity: str) -> str:
-    return BENCH_PREFIX + identity
-
-
 @dataclass(frozen=True)
-class Session:
+class OpenedSession:
     session: str
     identity: str
     artifact: str
@@ -71,7 +67,7 @@ class BenchRecord:
     workload: str
     gate: float
     max_pairs: int
-    sessions: list[Session]
+    sessions: list[OpenedSession]
     ratios: list[float]
     batch_ids: list[str]
     result: SequentialResult
@@ -111,18 +107,23 @@ def _stop(record: BenchRecord) -> str:
     return stop_reason(record.result, len(record.ratios), record.max_pairs)
 
 
-def read_record(registry: Registry, artifact: str) -> BenchRecord:
+def benchmark_record(registry: Registry, artifact: str) -> BenchRecord:
     """The speed record of the artifact's bytes, as its current identity reads it, under its workload's contract."""
-    return _record(_target(registry, artifact))
+    with registry.view() as view:
+        return _record(_target(view, artifact))
 
 
 @dataclass(frozen=True)
 class _Target:
-    """What a session's open or append reads first (`Projections.bench_subject`), and the contract's speed block."""
+    """What a session's open or append reads first (`View.bench_subjects`), and the contract's confident rule."""
 
     subject: Any  # app/evidence.py Subject
-    speed: Any  # registry.contracts SpeedGate, whose decision is confident
+    rule: Any  # (SpeedGate, terms): registry.projections.speed_reading `speed_terms`, the gate confident
     rows: Any  # registry.projections.subject BenchSubject
+
+    @property
+    def speed(self) -> Any:
+        return self.rule[0]
 
     @property
     def workload(self) -> dict[str, Any]:
@@ -134,11 +135,11 @@ class _Target:
         return self.rows.position
 
 
-def _target(registry: Registry, artifact: str, authorize: Callable[[str], None] | None = None) -> _Target:
+def _target(view: View, artifact: str, authorize: Callable[[str], None] | None = None) -> _Target:
     """The artifact's rows, read once; `authorize(workload)` runs before anything else is checked."""
     from .evidence import subject_of
 
-    found = registry.reads.bench_subject(artifact)
+    found, = view.bench_subjects([artifact]).values()
     subject = subject_of(artifact, found.artifact)
     if authorize is not None:
         authorize(subject.registration["workload"])
@@ -146,15 +147,15 @@ def _target(registry: Registry, artifact: str, authorize: Callable[[str], None] 
 
 
 def _benchmarked(subject, found, speeds: dict[tuple[str, int], Any] | None = None) -> _Target:
-    """The target of a subject whose rows were read (`Projections.bench_subject`): its workload must be declared
-    with a confident speed block. `speeds` keeps the block of each workload's contract version parsed."""
+    """The target of a subject whose rows were read (`View.bench_subjects`): its workload must be declared with a
+    confident speed block. `speeds` keeps the rule of each workload's contract version read."""
     workload = subject.registration["workload"]
     if found.workload is None:
         raise UserError(f"unknown workload {workload!r} (declare it with `registry workload declare`)")
     speeds = {} if speeds is None else speeds
     declared = (workload, len(found.workload["versions"]))  # a contract declared between two reads is another
     if declared not in speeds:
-        speeds[declared] = _confident_speed(workload, found.workload)
+        speeds[declared] = _confident_rule(workload, found.workload)
     return _Target(subject, speeds[declared], found)
 
 
@@ -169,30 +170,33 @@ def open_session(registry: Registry, artifact: str, device: str, timer: str,
     from registry.events.store import NewEvent
     from registry.events.types import BenchmarkSessionOpened
 
-    target = _target(registry, artifact, authorize)
-    subject = target.subject
-    for value, what in ((device, "device"), (timer, "timer")):
-        check_line(value, what)
-    if timer not in TIMERS:
-        # The four an evidence document may name: a typo would otherwise sit in the log for ever, and a session
-        # timed by an interpreter or emulator must say so to be held.
-        raise UserError(f"timer: {timer!r} is not one of {', '.join(TIMERS)} (the timers evidence documents "
-                        "name); no session opened")
-    if arch is not None and (not isinstance(arch, str) or not ARCH.fullmatch(arch)):
-        raise UserError(f"arch: {arch!r} is not a device architecture such as sm90, sm100 or cpu")
-    if subject.payload_sha256 is None:
-        raise UserError(f"{artifact} was registered without a payload, so it has no speed record of its own and "
-                        "borrows none: register its bytes (`registry artifact register --payload`); no session opened")
-    record = _record(target)
-    if record.closed:
-        raise UserError(f"the benchmark record of {artifact} is closed ({_closed_text(record)}); no session opened")
-    session = f"bs-{uuid.uuid4().hex[:16]}"
-    payload = BenchmarkSessionOpened(session=session, artifact=artifact, identity=subject.identity,
-                                     payload_sha256=subject.payload_sha256, workload=target.workload["workload"],
-                                     device=device, timer=timer, arch=arch)
-    positions = registry.store.append(record_stream(subject.identity), [NewEvent(payload.type, payload)],
-                                      expected_version=record.version, actor=registry.actor)
-    return session, _record(_with_appended(target, payload, positions[0]))
+    with registry.view() as view:
+        target = _target(view, artifact, authorize)
+        subject = target.subject
+        for value, what in ((device, "device"), (timer, "timer")):
+            check_line(value, what)
+        if timer not in TIMERS:
+            # The four an evidence document may name: a typo would otherwise sit in the log for ever, and a session
+            # timed by an interpreter or emulator must say so to be held.
+            raise UserError(f"timer: {timer!r} is not one of {', '.join(TIMERS)} (the timers evidence documents "
+                            "name); no session opened")
+        if arch is not None and (not isinstance(arch, str) or not ARCH.fullmatch(arch)):
+            raise UserError(f"arch: {arch!r} is not a device architecture such as sm90, sm100 or cpu")
+        if subject.payload_sha256 is None:
+            raise UserError(f"{artifact} was registered without a payload, so it has no speed record of its own and "
+                            "borrows none: register its bytes (`registry artifact register --payload`); "
+                            "no session opened")
+        record = _record(target)
+        if record.closed:
+            raise UserError(f"the benchmark record of {artifact} is closed ({_closed_text(record)}); "
+                            "no session opened")
+        session = f"bs-{uuid.uuid4().hex[:16]}"
+        payload = BenchmarkSessionOpened(session=session, artifact=artifact, identity=subject.identity,
+                                         payload_sha256=subject.payload_sha256,
+                                         workload=target.workload["workload"], device=device, timer=timer, arch=arch)
+        placed = view.append(bench_stream(subject.identity), [NewEvent(payload.type, payload)],
+                             expected_version=record.version)
+    return session, _record(_with_appended(target, payload, placed.positions[0]))
 
 
 @dataclass(frozen=True)
@@ -228,7 +232,7 @@ def record_pairs(registry: Registry, artifact: str, session: str, baseline: list
     batch that would pass max_pairs. `authorize(workload)` (the server's
     scope check) runs once the artifact's workload is known, before any other
     check. One catch-up and one snapshot of four rows are read
-    (`Projections.bench_subject`), then one append.
+    (`View.bench_subjects`), then one append.
     """
     outcome, = record_pair_group([pairs(registry, artifact, session, baseline, candidate, batch,
                                         authorize=authorize)])
@@ -239,10 +243,10 @@ def record_pairs(registry: Registry, artifact: str, session: str, baseline: list
 
 # What `record_pair_group` answers a batch: (appended, record) as `record_pairs` returns them, the exception
 # `record_pairs` would raise, or None for a batch left to the next group.
-Recorded = tuple[bool, BenchRecord] | Exception | None
+BatchAnswer = tuple[bool, BenchRecord] | Exception | None
 
 
-def record_pair_group(group: list[Pairs]) -> list[Recorded]:
+def record_pair_group(group: list[Pairs]) -> list[BatchAnswer]:
     """Record several batches, in order, as `record_pairs` records each: one catch-up, one snapshot of the
     artifacts' rows, one append transaction for all (group commit).
 
@@ -271,7 +275,7 @@ def record_pair_group(group: list[Pairs]) -> list[Recorded]:
 
     from .evidence import subject_of
 
-    outcomes: list[Recorded] = [None] * len(group)
+    outcomes: list[BatchAnswer] = [None] * len(group)
     stores = list(dict.fromkeys(id(request.registry.store) for request in group))
     if len(stores) > 1:
         for store in stores:
@@ -279,7 +283,7 @@ def record_pair_group(group: list[Pairs]) -> list[Recorded]:
             for index, outcome in zip(indices, record_pair_group([group[index] for index in indices])):
                 outcomes[index] = outcome
         return outcomes
-    read: dict[str, Any] = {}  # artifact -> its rows (`Projections.bench_subjects`), read once a group
+    read: dict[str, Any] = {}  # artifact -> its rows (`View.bench_subjects`), read once a group
     speeds: dict[tuple[str, int], Any] = {}  # (workload, contract versions) -> its speed block, parsed once a group
     current: dict[str, tuple[_Target, BenchRecord]] = {}  # artifact -> its target and record after the group's batches
     owner: dict[str, str] = {}  # a bench stream or speed record -> the artifact whose batch in the group touched it
@@ -287,14 +291,16 @@ def record_pair_group(group: list[Pairs]) -> list[Recorded]:
     answers: list[tuple[int, bool, BenchRecord]] = []  # (index, new to the rows read, record answered)
     position = 0  # the last position folded into any answer
     try:
-        read.update(group[0].registry.reads.bench_subjects([request.artifact for request in group]))
-    except Exception:  # a damaged row among them: each batch reads its own rows below, and hears its own refusal
+        with group[0].registry.view() as view:
+            read.update(view.bench_subjects([request.artifact for request in group]))
+    except Exception:  # noqa: BLE001 - a damaged row among them: each batch reads its own rows below, and hears its own refusal
         pass
     for index, request in enumerate(group):
         try:
             artifact = request.artifact
             if artifact not in read:
-                read[artifact] = request.registry.reads.bench_subject(artifact)
+                with request.registry.view() as view:
+                    read.update(view.bench_subjects([artifact]))
             found = read[artifact]
             subject = subject_of(artifact, found.artifact)
             if request.authorize is not None:
@@ -306,7 +312,7 @@ def record_pair_group(group: list[Pairs]) -> list[Recorded]:
             check_name(request.batch, "batch key")
             check_name(request.session, "session")
             _check_times(request.baseline, request.candidate)
-            stream = record_stream(subject.identity)
+            stream = bench_stream(subject.identity)
             fed = [name for name in (stream, (target.rows.stream or {}).get("record")) if name is not None]
             if any(owner.get(name, artifact) != artifact for name in fed):
                 continue
@@ -329,11 +335,11 @@ def record_pair_group(group: list[Pairs]) -> list[Recorded]:
                 current[artifact] = target, record
                 owner.update(dict.fromkeys(fed, artifact))
             answers.append((index, appended, record))
-        except Exception as exc:  # the batch's own answer: a refusal, or a defect reported for it alone
+        except Exception as exc:  # noqa: BLE001 - the batch's own answer: a refusal, or a defect reported for it alone
             outcomes[index] = exc
     try:
         placed = group[0].registry.store.append_group(appends) if appends else []
-    except Exception as exc:  # the database failed: every batch that was to be appended hears it
+    except Exception as exc:  # noqa: BLE001 - the database failed: every batch that was to be appended hears it
         placed = [exc] * len(appends)
     for (index, new, record), outcome in zip(answers, placed):
         if isinstance(outcome, IdempotencyConflict):
@@ -348,8 +354,8 @@ def record_pair_group(group: list[Pairs]) -> list[Recorded]:
         # A new batch that another process's append of the same key reached first is not appended again, and is a
         # retry: answered by the record as it stands, which the rows read (without that process's appends) are not.
         try:
-            outcomes[index] = False, read_record(group[index].registry, group[index].artifact)
-        except Exception as exc:
+            outcomes[index] = False, benchmark_record(group[index].registry, group[index].artifact)
+        except Exception as exc:  # noqa: BLE001 - this batch's answer alone
             outcomes[index] = exc
     return outcomes
 
@@ -377,10 +383,10 @@ class PairWriter:
         """No batch waiting and no writer thread yet (a new writer, or one in a forked child: the parent's thread
         and the lock it may have held at the fork are not the child's)."""
         self._ready = threading.Condition()
-        self._waiting: list[tuple[Pairs, Callable[[Recorded], None]]] = []
+        self._waiting: list[tuple[Pairs, Callable[[BatchAnswer], None]]] = []
         self._thread: threading.Thread | None = None
 
-    def submit(self, batch: Pairs, answer: Callable[[Recorded], None]) -> None:
+    def submit(self, batch: Pairs, answer: Callable[[BatchAnswer], None]) -> None:
         """Record `batch` in the next group; `answer` gets what `record_pair_group` answered it (never None)."""
         with self._ready:
             if self._thread is None:
@@ -408,13 +414,13 @@ class PairWriter:
                         LOG.exception("a pair batch's answer could not be delivered")
 
 
-def _each_answered(group: list[Pairs]) -> list[Recorded]:
+def _each_answered(group: list[Pairs]) -> list[BatchAnswer]:
     """`record_pair_group`, whatever it raises: a group that raised is recorded again batch by batch, so that only
     the batch that raised hears it (a BaseException, such as one a batch's own callback raised, as a RuntimeError:
     the writer thread must outlive it, or this group and every later batch of the process would go unanswered)."""
     try:
         return record_pair_group(group)
-    except BaseException as exc:
+    except BaseException as exc:  # noqa: BLE001 - answered batch by batch below, the writer thread goes on
         if len(group) > 1:
             return [_each_answered([batch])[0] for batch in group]
         return [exc if isinstance(exc, Exception) else
@@ -448,7 +454,7 @@ def _with_appended(target: _Target, payload, position: int) -> _Target:
     """The target with the event just appended at `position` folded into its rows, so the answer needs no second
     read: the record as read, and this event."""
     rows = target.rows.with_appended(position, payload.type, dict(payload.__dict__))
-    return _Target(target.subject, target.speed, rows)
+    return _Target(target.subject, target.rule, rows)
 
 
 # Pairs timed between two questions to the registry: one BC and one CB, so every batch is interleaved ABBA.
@@ -561,50 +567,32 @@ def _check_times(baseline: list[float], candidate: list[float]) -> None:
                              "nothing recorded")
 
 
-def _confident_speed(workload: str, declared: dict[str, Any]):
-    """The speed block of the workload's current contract (its read-model row), which sessions need confident."""
-    from registry.contracts import Contract
+def _confident_rule(workload: str, declared: dict[str, Any]):
+    """The rule of the workload's current contract (its read-model row: `speed_terms`), which sessions need
+    confident."""
+    from registry.projections.speed_reading import speed_terms
 
-    speed = Contract.from_stored(declared["contract"]).speed
+    speed, terms = speed_terms(declared)  # type: ignore[arg-type]
     if speed is None:
         raise UserError(f"workload {workload} declares no speed block: there is no gate to benchmark against")
     if speed.decision != "confident":
         raise UserError(f"workload {workload} declares speed.decision {speed.decision}: benchmark sessions are "
                          "read by the confident rule only")
-    return speed
-
-
-def speed_record(registry: Registry, state: dict[str, Any]):
-    """The gate's view of the speed record of an artifact's bytes (registry/gate/model.py `SpeedRecord`): one row
-    of the read model, with the workload's contract versions; no stream is read."""
-    from registry.gate import SpeedRecord
-
-    payload = state["payload_sha256"]
-    if payload is None:
-        return SpeedRecord(None)
-    projections = registry.reads
-    found = projections.speed_record(state["workload"], payload)
-    declared = projections.workload(state["workload"])
-    versions = declared["versions"] if declared is not None else []
-    if found is None:
-        return SpeedRecord(payload, (), 0, versions)
-    return SpeedRecord(payload, found["entries"], len(found["sessions"]), versions)
+    return speed, terms
 
 
 def _record(target: _Target) -> BenchRecord:
     """The benchmark record of an identity's bytes from the rows read (`_target`), under the contract's rule."""
-    from registry.gate import SpeedRecord
-    from registry.gate.record import read_record as read_speed_record
+    from registry.projections.speed_reading import read_speed_record
 
     speed, found, stream = target.speed, target.rows.record, target.rows.stream
-    entries = found["entries"] if found is not None else []
     sessions = found["sessions"] if found is not None else {}
-    reading = read_speed_record(SpeedRecord(target.subject.payload_sha256, entries, len(sessions),
-                                            target.workload["versions"]), speed)
+    reading = read_speed_record(found, target.workload, target.subject.payload_sha256, target.rule).reading
+    assert reading is not None  # the rule is confident (`_confident_rule`)
     return BenchRecord(
         identity=target.subject.identity, workload=target.workload["workload"], gate=speed.gate,
         max_pairs=speed.max_pairs, runs_per_arm=speed.runs_per_arm,
-        sessions=[Session(name, s["identity"], s["artifact"], s["opened_position"], s["pairs"])
+        sessions=[OpenedSession(name, s["identity"], s["artifact"], s["opened_position"], s["pairs"])
                   for name, s in in_opened_order(sessions)],
         ratios=reading.ratios, batch_ids=stream["batches"] if stream is not None else [], result=reading.result,
         version=stream["version"] if stream is not None else 0, bounds=reading.bounds, speedup=reading.value,

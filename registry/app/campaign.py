@@ -228,9 +228,9 @@ class Campaign:
         return capture_subject(self.registry, artifact)
 
     def closed_summary(self, artifact: str) -> dict[str, Any] | None:
-        from .bench import closed_record_summary, read_record
+        from .bench import closed_record_summary, benchmark_record
 
-        record = read_record(self.registry, artifact)
+        record = benchmark_record(self.registry, artifact)
         return closed_record_summary(record.to_dict()) if record.closed else None
 
     def open_batches(self, artifact: str, *, device: str, timer: str, arch: str):

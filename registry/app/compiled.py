@@ -68,11 +68,12 @@ class BundleKernel:
 def registered_cubins(bundle: Mapping[str, Any] | None) -> dict[str, str] | None:
     """A triton_kernel registration's cubins, {kernel@arch: sha256}, from its stored manifest (what the gate binds
     the harness launcher's evidence to); None for any other registration."""
-    from registry.bundles.kernel_manifest import parse_kernel_manifest
     from registry.formats.kinds import TRITON_KERNEL_FORMAT
 
     if not bundle or bundle.get("format") != TRITON_KERNEL_FORMAT:
         return None
+    from registry.bundles.kernel_manifest import parse_kernel_manifest  # the bundles package only for a kernel's
+
     manifest = parse_kernel_manifest(bundle)
     return {f"{key}@{target.arch}": manifest.file(target.cubin).sha256 for key, target in manifest.targets()}
 

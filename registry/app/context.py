@@ -1,12 +1,19 @@
-"""Opening a registry: the store, its read side and who is acting."""
+"""Opening a registry: the store, its units of work on the read side, who is acting, and closing it all.
+
+A `Registry` owns what `open_registry` built (the engine and its pool of
+connections) and disposes of it when closed (`close`, or leaving a `with`
+block): a command closes what it opened (registry/cli/session.py), a server
+closes its one registry when it stops. `acting(actor)` is the same registry
+for another actor (a server's request), owning nothing.
+"""
 from __future__ import annotations
 
+import dataclasses
 import getpass
 import os
 import socket
 from dataclasses import dataclass
-from functools import cached_property
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Engine
 
@@ -15,7 +22,7 @@ from registry.events.store import EventStore
 from registry.formats.names import check_name
 
 if TYPE_CHECKING:
-    from registry.projections import Projections
+    from registry.projections.view import View
 
 
 def default_actor(explicit: str | None = None) -> str:
@@ -36,17 +43,36 @@ class Registry:
     engine: Engine
     store: EventStore
     actor: str
+    owns_engine: bool = True
 
-    @cached_property
-    def reads(self) -> Projections:
-        """The registry's read side (registry.projections.live), composed once per registry, on first use.
+    def view(self, as_of: int | None = None) -> View:
+        """One unit of work (registry/projections/view.py), to enter with `with`: one catch-up, one snapshot,
+        the answers of the read models, and appends as this registry's actor. As of an earlier position it
+        folds the log up to it instead, and writes nothing."""
+        from registry.projections.view import View
 
-        Every use case asks its questions here: the live read models, caught
-        up before each answer, and the as-of answers folded from the log.
+        return View(self.store, actor=self.actor, as_of=as_of)
+
+    def acting(self, actor: str) -> Registry:
+        """This registry, for another actor (a server's request): the same engine and store, owning neither."""
+        return dataclasses.replace(self, actor=actor, owns_engine=False)
+
+    def close(self) -> None:
+        """Close every connection this registry opened (the engine's pool; this thread's append connection).
+
+        On SQLite the last connection to close checkpoints the write-ahead log
+        into the database file, so a registry closed here leaves no change to
+        that file for a garbage collector to make later.
         """
-        from registry.projections import Projections
+        if self.owns_engine:
+            self.store.close()
+            self.engine.dispose()
 
-        return Projections(self.store)
+    def __enter__(self) -> Registry:
+        return self
+
+    def __exit__(self, *exc_info: Any) -> None:
+        self.close()
 
 
 def open_registry(url: str | None = None, *, actor: str | None = None, create: bool = False,
@@ -65,16 +91,15 @@ def open_registry(url: str | None = None, *, actor: str | None = None, create: b
     """
     actor = default_actor(actor)
     resolved = resolve_url(url)
-    if create:
-        engine = make_engine(resolved)
-        upgrade(engine)
-    else:
-        engine = open_existing(resolved, upgrading=upgrading, read_only=read_only)
-        if upgrading:
+    engine = make_engine(resolved) if create else open_existing(resolved, upgrading=upgrading, read_only=read_only)
+    try:
+        store = EventStore(engine)
+        if create or upgrading:
             upgrade(engine)
-    store = EventStore(engine)
-    if create or upgrading:
-        _restore_read_models(store)
+            _restore_read_models(store)
+    except BaseException:  # a refused upgrade, say: nothing opened is left open
+        engine.dispose()
+        raise
     return Registry(engine=engine, store=store, actor=actor)
 
 
@@ -82,10 +107,9 @@ def _restore_read_models(store: EventStore) -> None:
     """`init` and `db upgrade` create a dropped read-model table again and fold the log into all of them.
 
     A missing table leaves the checkpoint describing rows that are gone, so
-    the read models are rebuilt whole (`Projections.reset`), never caught up.
+    the read models are rebuilt whole (`ReadModels.reset`), never caught up.
     """
-    from registry.projections import Projections
-    from registry.projections.catchup import create_missing_tables
+    from registry.projections.catchup import ReadModels, create_missing_tables
 
     if create_missing_tables(store.engine):
-        Projections(store).reset()
+        ReadModels(store).reset()

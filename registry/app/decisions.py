@@ -10,11 +10,16 @@ identity: promoting again returns the standing verdict (decided under the
 contract it names; `show` flags it once the contract moves on). Any other
 decision is decided again, under the current contract.
 
-Returning a standing verdict reads two read-model rows and nothing else, so
-the gate, the contract model and the payload models (pydantic, numpy) are
-imported where a verdict or decision is made, not when this module loads
-(and the speed record's reading with them):
-`promote` of a decided artifact starts as fast as a read (benchmarks/cli.py).
+Everything a decision reads comes from one unit of work (`registry.view()`:
+one catch-up, one snapshot): the artifact's row and its evidence items, the
+rows of the artifacts sharing its bytes, the workload's row with its contract
+and the speed record of its bytes.
+
+Returning a standing verdict reads rows and nothing else, so the gate, the
+contract model and the payload models (pydantic, numpy) are imported where a
+verdict or decision is made, not when this module loads (and the speed
+record's reading with them): `promote` of a decided artifact starts as fast
+as a read (benchmarks/cli.py).
 
 A human decision names the verdict it answers (by default the latest) and is
 appended only if nothing reached the artifact's stream since that verdict
@@ -29,32 +34,31 @@ from registry.formats.errors import UserError
 from registry.events.errors import ConcurrencyError
 from registry.events.store import NewEvent
 from registry.formats.names import artifact_stream
-from registry.projections.read_models import ArtifactState
-from registry.projections.state import FINAL, attempts_on, contract_note
+from registry.projections.read_models import FINAL, ArtifactState
+from registry.projections.read_models.artifacts import attempts_on, contract_note
+from registry.projections.view import DeclaredContract, View
 from registry.formats.text import text_arguments
 
-from .compiled import registered_cubins
 from .context import Registry
 from .retries import decided_on_a_still_stream
 
 if TYPE_CHECKING:
     from registry.contracts import Contract
-    from registry.gate import ArtifactFacts, GateEvidence
-
-    from .workloads import DeclaredContract
+    from registry.gate import ArtifactFacts, GateEvidence, SpeedRecord
 
 # How many times promote decides again when evidence keeps landing while it decides.
 PROMOTE_TRIES = 5
 
 
-def gate_inputs(state: ArtifactState, attempts: int | None = None, registry: Registry | None = None,
+def gate_inputs(state: ArtifactState, attempts: int, record: SpeedRecord | None,
                 sharing: list[ArtifactState] = ()) -> tuple[GateEvidence, ArtifactFacts]:
-    """The gate's view of an artifact's projected state; `attempts` the payload's count (payload_attempts);
-    given the registry, the speed record of its bytes too (one row of the read model); `sharing`, the artifacts
-    of its workload that registered its bytes (or more), for an earlier rejection of them (`standing_rejection`)."""
+    """The gate's view of an artifact's projected state (its evidence items attached); `attempts` the payload's
+    count (`payload_attempts`), `record` the speed record of its bytes (`View.speed_record`), `sharing` the
+    artifacts of its workload that registered its bytes (or more, `View.sharing_payload`), for an earlier
+    rejection of them (`standing_rejection`)."""
     from registry.gate import ArtifactFacts, GateEvidence, Recorded
 
-    from .bench import speed_record
+    from .compiled import registered_cubins
 
     latest = state["evidence"]
 
@@ -66,8 +70,7 @@ def gate_inputs(state: ArtifactState, attempts: int | None = None, registry: Reg
                 for f in state["open_failures"]]
     evidence = GateEvidence(execution=recorded("execution"), benchmark=recorded("benchmark"),
                             parity=recorded("parity"), perceptual=recorded("perceptual"), failures=failures,
-                            benchmark_attempts=state["benchmark_attempts"] if attempts is None else attempts,
-                            record=speed_record(registry, state) if registry is not None else None,
+                            benchmark_attempts=attempts, record=record,
                             rejection=standing_rejection(state, sharing))
     facts = ArtifactFacts(artifact_id=state["artifact"], kind=state["kind"], claimed_backend=state["backend"],
                           cubins=registered_cubins(state.get("bundle")))
@@ -102,9 +105,10 @@ def standing_rejection(state: ArtifactState, sharing: list[ArtifactState] = ()):
     return None
 
 
-def _artifact_state(registry: Registry, artifact: str) -> ArtifactState:
-    """The artifact's current state from the caught-up read model (one row; no stream, no verdict history)."""
-    state = registry.reads.current_artifact(artifact)
+def artifact_state(view: View, artifact: str) -> ArtifactState:
+    """The artifact's current state from the caught-up read model (one row; no stream, no verdict history), its
+    evidence items attached (which also checks that each entry names an event of its kind in its stream)."""
+    state = view.artifact(artifact)
     if state is None:
         raise UserError(f"unknown artifact {artifact!r} (register it with `registry artifact register`)")
     return state
@@ -119,50 +123,13 @@ def payload_attempts(state: ArtifactState, workload_artifacts: list[ArtifactStat
     has nothing to match by, so its own identity's count stands.
     `workload_artifacts` are the projected artifacts of its workload, or
     at least all of them that ever registered its bytes (the payload index's
-    answer: no other artifact adds to the count).
+    answer, `View.sharing_payload`: no other artifact adds to the count).
     """
     payload = state["payload_sha256"]
     if payload is None:
         return state["benchmark_attempts"]
     others = [other for other in workload_artifacts if other["artifact"] != state["artifact"]]
     return sum(attempts_on(artifact, payload) for artifact in (state, *others))
-
-
-def _sharing_payload(registry: Registry, state: ArtifactState) -> list[ArtifactState]:
-    """The artifacts of the state's workload that ever registered its bytes: all payload_attempts counts.
-
-    Read through the payload index, so a promote costs the artifacts that
-    share the bytes, not every artifact of the workload.
-    """
-    if state["payload_sha256"] is None:
-        return []
-    return registry.reads.artifacts_sharing_payload(state["workload"], state["payload_sha256"],
-                                                    asking=state["artifact"])
-
-
-def _seen_version(registry: Registry, state: ArtifactState) -> int:
-    """The artifact stream's version at the last event the projected state includes.
-
-    The read model counts the stream's events as it folds them, so this is
-    exact for the position the state was read at; an append expecting it
-    fails with ConcurrencyError if anything reached the stream since. No
-    read of the stream (`registry` is the seam tests use to land an event
-    between this read and the append).
-    """
-    return state["stream_version"]
-
-
-def _declared_contract(registry: Registry, workload: str) -> DeclaredContract | None:
-    """The workload's current contract from its read model (rebuilt and re-validated), or None if undeclared."""
-    from registry.contracts import Contract
-
-    from .workloads import DeclaredContract
-
-    declared = registry.reads.workload(workload)
-    if declared is None:
-        return None
-    return DeclaredContract(Contract.from_stored(declared["contract"]), declared["contract_version"],
-                            declared["contract_hash"], False)
 
 
 # An artifact imported against a workload nobody declared: the gate has no contract to run.
@@ -204,43 +171,43 @@ def promote(registry: Registry, artifact: str, *, rejudge: bool = False) -> Prom
     workload's current one does not stand: it is decided again under the
     current contract (app/rejudge.py).
     """
+    def once() -> PromoteOutcome:
+        with registry.view() as view:
+            return _promote_once(view, artifact, rejudge)
+
     return decided_on_a_still_stream(
-        lambda: _promote_once(registry, artifact, rejudge), PROMOTE_TRIES,
+        once, PROMOTE_TRIES,
         f"artifact {artifact} received new events each of the {PROMOTE_TRIES} times its verdict was decided; "
         "nothing recorded: run promote again once its evidence imports have finished")
 
 
-def _contract_moved(registry: Registry, state: ArtifactState) -> bool:
-    """Whether the workload's current contract version is another than the one the state was decided under."""
-    declared = registry.reads.workload(state["workload"])
-    return declared is not None and state["contract_version"] != declared["contract_version"]
-
-
-def _promote_once(registry: Registry, artifact: str, rejudge: bool = False) -> PromoteOutcome:
-    state = _artifact_state(registry, artifact)
-    sharing = _sharing_payload(registry, state)
+def _promote_once(view: View, artifact: str, rejudge: bool = False) -> PromoteOutcome:
+    state = artifact_state(view, artifact)
+    sharing = view.sharing_payload(state["workload"], state["payload_sha256"], artifact)
     attempts = payload_attempts(state, sharing)
-    if state["decision"] in FINAL and state["verdict"] is not None and not (rejudge and _contract_moved(registry, state)):
+    workload = view.workload(state["workload"])
+    moved = workload is not None and state["contract_version"] != workload["contract_version"]
+    if state["decision"] in FINAL and state["verdict"] is not None and not (rejudge and moved):
         return PromoteOutcome(state["verdict"], False, state["contract_version"], state.get("contract_hash") or "",
                               None, attempts)
-    declared = _declared_contract(registry, state["workload"])
-    if declared is None:
+    if workload is None:
         return PromoteOutcome(undeclared_contract_verdict(state["workload"]), False, None, "", None, attempts)
-    from registry.events.types import VerdictRendered
+    from registry.contracts import Contract
     from registry.gate import decide
 
-    evidence, facts = gate_inputs(state, attempts, registry, sharing)
-    verdict = decide(declared.contract, evidence, facts).to_dict()
-    event = VerdictRendered(
-        artifact=artifact, identity=state["identity"], payload_sha256=state["payload_sha256"],
-        workload=state["workload"], contract_version=declared.version, contract_hash=declared.content_hash,
-        gate_version=verdict["gate_version"], verdict=verdict, benchmark_attempts=attempts,
-    )
+    contract = Contract.from_stored(workload["contract"])
+    evidence, facts = gate_inputs(state, attempts, view.speed_record(state, workload).record, sharing)
+    verdict = decide(contract, evidence, facts).to_dict()
+    payload = {"artifact": artifact, "identity": state["identity"], "payload_sha256": state["payload_sha256"],
+               "workload": state["workload"], "contract_version": workload["contract_version"],
+               "contract_hash": workload["contract_hash"], "gate_version": verdict["gate_version"],
+               "verdict": verdict, "benchmark_attempts": attempts}
     # The verdict must rest on exactly the events the projection saw: if anything
     # landed on the stream since, the append fails and promote decides again.
-    positions = registry.store.append(artifact_stream(artifact), [NewEvent(event.type, event)],
-                                      expected_version=_seen_version(registry, state), actor=registry.actor)
-    return PromoteOutcome(verdict, True, declared.version, declared.content_hash, positions[0], attempts)
+    placed = view.append(artifact_stream(artifact), [NewEvent("VerdictRendered", payload)],
+                         expected_version=state["stream_version"])
+    return PromoteOutcome(verdict, True, workload["contract_version"], workload["contract_hash"],
+                          placed.positions[0], attempts)
 
 
 @text_arguments
@@ -253,40 +220,39 @@ def human_decision(registry: Registry, artifact: str, action: str, reason: str,
     """
     if not reason or not reason.strip():
         raise UserError(f"{action} needs a non-empty --reason")
-    state = _artifact_state(registry, artifact)
-    if action == "approve":
-        if state["tier"] != "advisory" or state["decision"] != "recorded":
+    with registry.view() as view:
+        state = artifact_state(view, artifact)
+        if action == "approve":
+            if state["tier"] != "advisory" or state["decision"] != "recorded":
+                raise UserError(
+                    f"approve applies to advisory-tier artifacts whose verdict is recorded; {artifact} is "
+                    f"{state['decision']} (tier {state['tier'] or 'none'})"
+                )
+            _check_approvable(view.contract(state["workload"]), artifact, state)
+        elif action == "revoke":
+            if state["decision"] not in FINAL:
+                raise UserError(f"revoke ends a promotion or rejection; {artifact} is {state['decision']}")
+        else:
+            raise UserError(f"unknown human action {action!r}")
+        latest = state["verdict_event_id"]
+        if verdict_event_id is not None and verdict_event_id != latest:
             raise UserError(
-                f"approve applies to advisory-tier artifacts whose verdict is recorded; {artifact} is "
-                f"{state['decision']} (tier {state['tier'] or 'none'})"
+                f"--verdict {verdict_event_id} is not the latest verdict of {artifact} ({latest}); "
+                f"read it with `registry show {artifact}` and {action} that one"
             )
-        _check_approvable(registry, artifact, state)
-    elif action == "revoke":
-        if state["decision"] not in FINAL:
-            raise UserError(f"revoke ends a promotion or rejection; {artifact} is {state['decision']}")
-    else:
-        raise UserError(f"unknown human action {action!r}")
-    latest = state["verdict_event_id"]
-    if verdict_event_id is not None and verdict_event_id != latest:
-        raise UserError(
-            f"--verdict {verdict_event_id} is not the latest verdict of {artifact} ({latest}); "
-            f"read it with `registry show {artifact}` and {action} that one"
-        )
-    from registry.events.types import HumanDecision
-
-    event = HumanDecision(artifact=artifact, identity=state["identity"], payload_sha256=state["payload_sha256"],
-                          action=action, reason=reason.strip(), person=registry.actor, verdict_event_id=latest)
-    try:
-        return registry.store.append(artifact_stream(artifact), [NewEvent(event.type, event)],
-                                     expected_version=_seen_version(registry, state), actor=registry.actor)[0]
-    except ConcurrencyError:
-        raise UserError(
-            f"{artifact} changed while the {action} was being recorded (verdict {latest} may no longer be the "
-            f"latest); nothing recorded: read it again with `registry show {artifact}`"
-        ) from None
+        payload = {"artifact": artifact, "identity": state["identity"], "payload_sha256": state["payload_sha256"],
+                   "action": action, "reason": reason.strip(), "person": view.actor, "verdict_event_id": latest}
+        try:
+            return view.append(artifact_stream(artifact), [NewEvent("HumanDecision", payload)],
+                               expected_version=state["stream_version"]).positions[0]
+        except ConcurrencyError:
+            raise UserError(
+                f"{artifact} changed while the {action} was being recorded (verdict {latest} may no longer be the "
+                f"latest); nothing recorded: read it again with `registry show {artifact}`"
+            ) from None
 
 
-def _check_approvable(registry: Registry, artifact: str, state: ArtifactState) -> None:
+def _check_approvable(declared: DeclaredContract | None, artifact: str, state: ArtifactState) -> None:
     """An approval answers a verdict that still stands: under the current contract, on the current evidence.
 
     A person may promote only what the workload's current contract leaves to
@@ -295,7 +261,6 @@ def _check_approvable(registry: Registry, artifact: str, state: ArtifactState) -
     evidence or failure after it, no revoke after it.
     """
     verdict_id, verdict_position = state["verdict_event_id"], state["verdict_position"]
-    declared = _declared_contract(registry, state["workload"])
     if declared is None or declared.version != state["contract_version"] or declared.contract.tier != "advisory":
         now = "has no declared contract" if declared is None else \
             f"is now at contract v{declared.version} (tier {declared.contract.tier})"
@@ -347,15 +312,16 @@ def what_if(registry: Registry, contract: Contract) -> list[WhatIf]:
     """Decide every artifact of the contract's workload again under it; append nothing."""
     from registry.gate import decide
 
-    from .workloads import current_contract
+    from .workloads import declared_contract
 
-    current_contract(registry, contract.workload)
-    projections = registry.reads
-    workload = projections.workload(contract.workload)
     outcomes = []
-    artifacts = projections.artifacts(workload=contract.workload)
-    for state in artifacts:
-        evidence, facts = gate_inputs(state, payload_attempts(state, artifacts), registry, artifacts)
+    with registry.view() as view:
+        declared_contract(view, contract.workload)
+        workload = view.workload(contract.workload)
+        artifacts = view.artifacts(workload=contract.workload)
+        records = [view.speed_record(state, workload).record for state in artifacts]
+    for state, record in zip(artifacts, records):
+        evidence, facts = gate_inputs(state, payload_attempts(state, artifacts), record, artifacts)
         new = decide(contract, evidence, facts)
         old = _margins_by_metric(state["verdict"])
         moved = []

@@ -60,12 +60,13 @@ def run_demo(url: str | None, *, actor: str | None, fresh: bool, runs: int, warm
 
     check_demo_runs(runs)
     registry, url = open_demo_registry(url, actor=actor, fresh=fresh)
-    out = Path(out_dir)
-    rows = run_campaign(Campaign(registry), out, runs=runs, warmup=warmup, lpips_backbone=lpips_backbone,
-                        progress_factory=progress_factory, log=log)
-    report, state = build(registry, workload=None, position=None, stale_days=DEFAULT_STALE_DAYS)
-    pages, more = report_pages(registry, sorted(state.artifacts))
-    write_output(out / "report.html", report_html(report, state, pages=pages, pages_left_out=more), force=True)
-    return DemoOutcome(url, rows, check_expectations(rows, on_gpu=torch.cuda.is_available()), near_gate_notes(rows),
-                       pairs_spent(rows, runs), out / "report.html", what_would_ship(registry, profile),
-                       sign_demo_lock(registry, out, profile))
+    with registry:
+        out = Path(out_dir)
+        rows = run_campaign(Campaign(registry), out, runs=runs, warmup=warmup, lpips_backbone=lpips_backbone,
+                            progress_factory=progress_factory, log=log)
+        report, state = build(registry, workload=None, position=None, stale_days=DEFAULT_STALE_DAYS)
+        pages, more = report_pages(registry, sorted(state.artifacts))
+        write_output(out / "report.html", report_html(report, state, pages=pages, pages_left_out=more), force=True)
+        return DemoOutcome(url, rows, check_expectations(rows, on_gpu=torch.cuda.is_available()),
+                           near_gate_notes(rows), pairs_spent(rows, runs), out / "report.html",
+                           what_would_ship(registry, profile), sign_demo_lock(registry, out, profile))

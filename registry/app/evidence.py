@@ -11,7 +11,7 @@ new one. A measurement is never lent to a registration it did not measure.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from registry.formats.errors import UserError
 from registry.events.identity import IDENTITY_FIELDS, artifact_identity
@@ -22,7 +22,10 @@ from registry.formats.text import text_arguments
 
 from .context import Registry
 
-# The registration facts an artifact's read model keeps (projections/state.py, `describe`).
+if TYPE_CHECKING:
+    from registry.projections.view import View
+
+# The registration facts an artifact's read model keeps (projections/read_models/artifacts.py, `describe`).
 REGISTRATION_FIELDS = ("artifact", "workload", "kind", "backend", "op", "entry", "payload_sha256", "bundle")
 
 
@@ -49,7 +52,8 @@ def capture_subject(registry: Registry, artifact: str) -> Subject:
     One indexed row, however long the artifact's stream: the read model keeps
     the latest registration's facts, which are what its identity is made of.
     """
-    return subject_of(artifact, registry.reads.current_artifact(artifact))
+    with registry.view() as view:
+        return subject_of(artifact, view.artifact(artifact))
 
 
 def subject_of(artifact: str, state: dict[str, Any] | None) -> Subject:
@@ -59,9 +63,9 @@ def subject_of(artifact: str, state: dict[str, Any] | None) -> Subject:
     return Subject(artifact, {key: state.get(key) for key in REGISTRATION_FIELDS})
 
 
-def known_subject(registry: Registry, artifact: str) -> Subject | None:
-    """The artifact's current registration from its caught-up read model, or None if it was never registered."""
-    state = registry.reads.current_artifact(artifact)
+def known_subject(view: View, artifact: str) -> Subject | None:
+    """The artifact's current registration as `view` reads it, or None if it was never registered."""
+    state = view.artifact(artifact)
     return None if state is None else subject_of(artifact, state)
 
 
@@ -110,24 +114,28 @@ def record_evidence(registry: Registry, subject: Subject, items: list[dict[str, 
     """Append parsed items measured on `subject` as one atomic batch, if it is still the registration.
 
     A run id makes the append idempotent: a worker that retries the same run
-    after a timeout appends it once. A new batch always lands after the head
-    read just before the append; a recorded one is found at or before it.
+    after a timeout appends it once, and hears that it did not append it again.
     """
+    with registry.view() as view:
+        return _recorded(view, subject, items, run)
+
+
+def _recorded(view: View, subject: Subject, items: list[dict[str, Any]], run: str | None) -> Recorded:
+    """`record_evidence` in a unit of work: the registration read again, then the batch appended."""
     if run is not None:
         check_name(run, "run id")
     if not items:
         raise UserError("an evidence document needs at least one item")
-    now = capture_subject(registry, subject.artifact)
+    now = subject_of(subject.artifact, view.artifact(subject.artifact))
     if now.identity != subject.identity:
         raise UserError(
             f"artifact {subject.artifact} was re-registered while its evidence was measured "
             f"({_changed_fields(subject.registration, now.registration)} changed); nothing recorded: measure it again"
         )
     key = f"evidence:{subject.artifact}:{run}" if run else None
-    head = registry.store.head_position()
-    positions = registry.store.append(artifact_stream(subject.artifact), evidence_events(subject, run, items),
-                                      idempotency_key=key, actor=registry.actor)
-    return Recorded(positions, positions[0] > head)
+    placed = view.append(artifact_stream(subject.artifact), evidence_events(subject, run, items),
+                         idempotency_key=key)
+    return Recorded(placed.positions, placed.new)
 
 
 @text_arguments
@@ -140,20 +148,22 @@ def import_document(registry: Registry, text: str, *,
     from registry.formats.evidence.document import parse_document_text
 
     document = parse_document_text(text)
-    subject = capture_subject(registry, document.artifact)
-    if authorize is not None:
-        authorize(subject.registration["workload"])
-    if document.payload_sha256 is not None and document.payload_sha256 != subject.payload_sha256:
-        raise UserError(
-            f"payload_sha256: the document measured payload {_digest_text(document.payload_sha256)}, but artifact "
-            f"{document.artifact} is registered with payload {_digest_text(subject.payload_sha256)}; nothing recorded"
-        )
-    if document.payload_sha256 is None:
-        _check_unambiguous(registry, subject)
-    return document.artifact, record_evidence(registry, subject, document.items, document.run)
+    with registry.view() as view:
+        state = view.artifact(document.artifact)
+        subject = subject_of(document.artifact, state)
+        if authorize is not None:
+            authorize(subject.registration["workload"])
+        if document.payload_sha256 is not None and document.payload_sha256 != subject.payload_sha256:
+            raise UserError(
+                f"payload_sha256: the document measured payload {_digest_text(document.payload_sha256)}, but artifact "
+                f"{document.artifact} is registered with payload {_digest_text(subject.payload_sha256)}; nothing recorded"
+            )
+        if document.payload_sha256 is None:
+            _check_unambiguous(state or {}, subject)
+        return document.artifact, _recorded(view, subject, document.items, document.run)
 
 
-def _check_unambiguous(registry: Registry, subject: Subject) -> None:
+def _check_unambiguous(state: dict[str, Any], subject: Subject) -> None:
     """A document that names no payload binds only where no other bytes were ever registered under its artifact.
 
     Once an artifact has been registered with more than one payload, nothing
@@ -161,7 +171,6 @@ def _check_unambiguous(registry: Registry, subject: Subject) -> None:
     name the payload it measured (docs/gate.md, "Evidence is bound to what
     was measured").
     """
-    state = registry.reads.current_artifact(subject.artifact) or {}
     payloads = state.get("registered_payloads") or [subject.payload_sha256]
     if len(payloads) > 1:
         raise UserError(

@@ -26,17 +26,17 @@ from .evidence import Recorded, capture_subject, record_evidence
 def register_frames(registry: Registry, name: str, frames: np.ndarray, seed: int, source: str | None = None) -> tuple[dict, bool]:
     """Record a named, seeded frame set by the hash of its pixels; the same name with other content is refused."""
     event = describe_frames(name, frames, seed, source)
-    stream = frameset_stream(name)
-    existing = registry.store.read_stream(stream)
-    if existing:
-        payload = existing[-1].payload
-        if payload["sha256"] != event.sha256 or payload["seed"] != seed:
-            raise UserError(
-                f"frame set {name} is already registered with other content "
-                f"(sha256 {payload['sha256'][:12]}, seed {payload['seed']}); choose a new name"
-            )
-        return payload, False
-    registry.store.append(stream, [NewEvent(event.type, event)], expected_version=0, actor=registry.actor)
+    with registry.view() as view:
+        existing = view.frameset(name)
+        if existing is not None:
+            payload = {key: value for key, value in existing.items() if key != "position"}
+            if payload["sha256"] != event.sha256 or payload["seed"] != seed:
+                raise UserError(
+                    f"frame set {name} is already registered with other content "
+                    f"(sha256 {payload['sha256'][:12]}, seed {payload['seed']}); choose a new name"
+                )
+            return payload, False
+        view.append(frameset_stream(name), [NewEvent(event.type, event)], expected_version=0)
     return event.model_dump(), True
 
 
@@ -58,10 +58,12 @@ def pixel_digest(frames: np.ndarray) -> str:
 
 
 def registered_frames(registry: Registry, name: str) -> dict:
-    events = registry.store.read_stream(frameset_stream(name))
-    if not events:
+    """The frame set as registered (its `FrameSetRegistered` payload), from its read model."""
+    with registry.view() as view:
+        found = view.frameset(name)
+    if found is None:
         raise UserError(f"unknown frame set {name!r} (register it with `registry frames register`)")
-    return events[-1].payload
+    return {key: value for key, value in found.items() if key != "position"}
 
 
 def load_reference(registry: Registry, name: str, path: str | Path) -> tuple[dict, np.ndarray]:

@@ -17,24 +17,26 @@ import hashlib
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 
 from registry.events.errors import ConcurrencyError, IdempotencyConflict, StoreError
-from registry.events.store import NewEvent
+from registry.events.store import Append, NewEvent
 from registry.events.types import ArtifactRegistered, ExternalOutcome
 from registry.evidence.motionkernel import SYSTEM, claims_motionkernel, classify, plan_import
 from registry.formats.documents import DocumentError, load_json, read_document
 from registry.formats.errors import UserError, first_line
 from registry.formats.evidence.document import parse_document
-from registry.formats.names import artifact_stream
+from registry.formats.names import artifact_stream, outcomes_stream
 
 from .context import Registry
+
+if TYPE_CHECKING:
+    from registry.projections.view import View
 from .evidence import Subject, evidence_events, known_subject
 from .workloads import check_claims
 
 # A campaign document is metadata and raw timings: kilobytes. Anything far larger is not one.
 MAX_DOCUMENT_BYTES = 8 * 1024 * 1024
-OUTCOMES_STREAM_PREFIX = "outcomes:"
 # MotionKernel schemas the import knowingly does not read, and why: listed as not read, never a failed read.
 # Any other `motionkernel.*` schema it does not know stays unreadable (a campaign document it cannot read).
 NOT_READ_SCHEMAS = {"motionkernel.support-matrix": "a summary of the support runs, which it reads one by one"}
@@ -185,30 +187,25 @@ def _record(registry: Registry, plan, items: list[dict[str, Any]], origin: dict[
     key = f"{SYSTEM}:{origin['sha256']}"
     outcomes = [NewEvent(ExternalOutcome.type, ExternalOutcome(**record, origin=origin)) for record in plan.outcomes]
     if plan.artifact is None:
-        stream = OUTCOMES_STREAM_PREFIX + plan.workload
-        return _append(registry, stream, outcomes, key, None)
+        placed = Append(outcomes_stream(plan.workload), outcomes, registry.actor, None, key)
+        done = registry.store.append_batch(placed)
+        return done.positions, done.new
     stream = artifact_stream(plan.artifact)
     for _ in range(IMPORT_TRIES):
-        registered, subject = _registration(registry, plan, origin)
-        events = [*registered, *evidence_events(subject, None, items, origin=origin), *outcomes]
-        try:
-            # A stream this import registers must still be new when the batch lands.
-            return _append(registry, stream, events, key, 0 if registered else None)
-        except ConcurrencyError:
-            continue
+        with registry.view() as view:
+            registered, subject = _registration(view, plan, origin)
+            events = [*registered, *evidence_events(subject, None, items, origin=origin), *outcomes]
+            try:
+                # A stream this import registers must still be new when the batch lands.
+                done = view.append(stream, events, expected_version=0 if registered else None, idempotency_key=key)
+            except ConcurrencyError:
+                continue
+        return done.positions, done.new
     raise UserError(f"artifact {plan.artifact} kept changing while this document was imported "
                      f"({IMPORT_TRIES} tries); nothing recorded: import it again")
 
 
-def _append(registry: Registry, stream: str, events: list[NewEvent], key: str,
-            expected_version: int | None) -> tuple[list[int], bool]:
-    head = registry.store.head_position()
-    positions = registry.store.append(stream, events, expected_version=expected_version, idempotency_key=key,
-                                      actor=registry.actor)
-    return positions, positions[0] > head
-
-
-def _registration(registry: Registry, plan, origin: dict[str, Any]) -> tuple[list[NewEvent], Subject]:
+def _registration(view: View, plan, origin: dict[str, Any]) -> tuple[list[NewEvent], Subject]:
     """The registration event a new artifact needs (none for a known one), and what its evidence is about.
 
     An artifact the document names is registered against its workload,
@@ -216,7 +213,7 @@ def _registration(registry: Registry, plan, origin: dict[str, Any]) -> tuple[lis
     else refuses the document. A known artifact's registration is its
     read-model row (`known_subject`), never its stream.
     """
-    current = known_subject(registry, plan.artifact)
+    current = known_subject(view, plan.artifact)
     if current is not None:
         registered = current.registration
         if registered["workload"] != plan.workload or registered["kind"] != plan.artifact_kind:

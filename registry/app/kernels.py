@@ -213,9 +213,9 @@ def measure_compiled(artifact: str, registered: dict[str, Any], canonical: dict[
 def _session_budget(registry: Registry, artifact: str, limit: int | None, opened: list[Any]):
     """(most pairs this evaluation may time, how to open its session): refused up front when the
     identity's record is already closed, so nothing is run for a session that could not be opened."""
-    from .bench import BatchedSession, read_record
+    from .bench import BatchedSession, benchmark_record
 
-    record = read_record(registry, artifact)
+    record = benchmark_record(registry, artifact)
     if record.closed:
         raise UserError(f"the benchmark record of {artifact} is closed ({record.to_dict()['stop']} after "
                         f"{len(record.ratios)} pairs): nothing to measure")

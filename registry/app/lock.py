@@ -32,7 +32,7 @@ from registry.bundles.signed_lock import sign_lock
 from registry.bundles.resolution import SELECTED, Outcome, left_out, registry_problem
 from registry.formats.names import artifact_stream
 from registry.formats.errors import UserError, first_line
-from registry.projections import Projections
+from registry.projections.view import View
 from registry.formats.text import text_arguments
 
 from .context import Registry, open_registry
@@ -102,9 +102,9 @@ def registry_problems(registry: Registry, lock: Lock) -> list[LockProblem]:
         return [LockProblem(None, "chain_mismatch", f"the chain hash at position {lock.log_position} differs from "
                                                      "the lock's: another registry, or a rewritten log")]
     problems = []
-    projections = registry.reads
-    for locked in lock.artifacts:
-        problems.extend(_artifact_problems(registry, projections, lock, locked))
+    with registry.view() as view:
+        for locked in lock.artifacts:
+            problems.extend(_artifact_problems(registry, view, lock, locked))
     return problems
 
 
@@ -147,19 +147,20 @@ def verify_lock(lock_file: str, *, public_keys: Sequence[str] = (), seen_file: s
         outcome.problems += check_bundles(outcome.lock, bundles_dir)
         outcome.checked.append("bundles")
     if url is not None:
-        outcome.problems += registry_problems(open_registry(url, actor=actor), outcome.lock)
+        with open_registry(url, actor=actor) as registry:
+            outcome.problems += registry_problems(registry, outcome.lock)
         outcome.checked.append("registry")
     return outcome
 
 
-def _artifact_problems(registry: Registry, projections: Projections, lock: Lock, locked) -> list[LockProblem]:
+def _artifact_problems(registry: Registry, view: View, lock: Lock, locked) -> list[LockProblem]:
     name = locked.artifact
     verdict = registry.store.get(locked.verdict_event_id)
     if verdict is None or verdict.stream != artifact_stream(name) or verdict.type != "VerdictRendered" \
             or verdict.payload.get("payload_sha256") != locked.bundle_sha256:
         return [LockProblem(name, "verdict_unknown", f"the registry has no promoting verdict "
                                                      f"{locked.verdict_event_id} for it")]
-    state = projections.current_artifact(name) or {}
+    state = view.artifact(name) or {}
     # The read model keeps the latest human decision: a revoke after the lock that still stands is named
     # here; one followed by a new verdict shows below as a verdict that is no longer the locked one.
     human = state.get("human") or {}
@@ -185,7 +186,7 @@ def _artifact_problems(registry: Registry, projections: Projections, lock: Lock,
                             + (f" (the locked verdict decided {decided}; only the current verdict counts)"
                                if field == "verdict_event_id" else ""))
                 for field, said, truth in _entry_fields(lock, locked, state, verdict) if said != truth]
-    current = (projections.workload(state["workload"]) or {}).get("contract_version")
+    current = (view.workload(state["workload"]) or {}).get("contract_version")
     if not problems and state.get("contract_version") != current:
         problems.append(LockProblem(name, "stale_contract", f"promoted under contract "
                                                             f"v{state.get('contract_version')}; the workload's "

@@ -5,7 +5,7 @@ as for the gate) for the artifact's current identity while it is promoted,
 with the device and software it was timed on. The batch is one
 `PairsRemeasured` event under the idempotency key `monitor:<identity>:<batch>`,
 so a job that dies after appending and is retried appends it once. The fold
-(projections/monitor_fold.py) feeds it to the detector of
+(projections/read_models/monitors.py) feeds it to the detector of
 registry/formats/monitor.py; once the detector crosses 1/alpha the artifact
 is regressed for `resolve` and `lock`, and the alarm is appended as one
 `RegressionDetected` under the key `regression:<identity>:<verdict>`, whose
@@ -25,7 +25,8 @@ from typing import Any
 from registry.formats.errors import UserError
 from registry.formats.monitor import START, DetectorState, flagged_pairs, read
 from registry.formats.names import artifact_stream, check_name
-from registry.projections.monitor_fold import current_monitor, monitor_summary
+from registry.projections.read_models.monitors import current_monitor, monitor_summary
+from registry.projections.view import View
 
 from .bench import _check_times, finite_number
 from .context import Registry
@@ -46,23 +47,23 @@ def _software(software: dict[str, str]) -> dict[str, str]:
             for key, value in sorted(software.items())}
 
 
-def _current(registry: Registry, artifact: str) -> dict[str, Any]:
-    state = registry.reads.current_artifact(check_name(artifact, "artifact id"))
+def _current(view: View, artifact: str) -> dict[str, Any]:
+    state = view.artifact(check_name(artifact, "artifact id"))
     if state is None:
         raise UserError(f"unknown artifact {artifact!r}")
-    return state
+    return state  # type: ignore[return-value]
 
 
-def _terms(registry: Registry, state: dict[str, Any]) -> dict[str, Any]:
+def _terms(view: View, state: dict[str, Any]) -> dict[str, Any]:
     """The running monitor's terms, or those the workload's contract gives a new one."""
-    from .workloads import current_contract
+    from .workloads import declared_contract
 
     monitor = current_monitor(state)
     if monitor is not None and (monitor["crossed_at"] is not None
                                 or monitor["verdict_event_id"] == state["verdict_event_id"]):
         return {key: monitor[key] for key in ("threshold", "alpha", "reference", "baseline_wait_share",
                                               "contract_version", "verdict_event_id")}
-    declared = current_contract(registry, state["workload"])
+    declared = declared_contract(view, state["workload"])
     terms = declared.contract.monitor
     if terms is None:
         raise UserError(f"workload {state['workload']} declares no monitor block: no threshold or alpha to "
@@ -79,9 +80,11 @@ def record_remeasurement(registry: Registry, artifact: str, baseline: list[float
                          summary: bool = True) -> tuple[bool, dict[str, Any] | None]:
     """Append one batch of re-measured pairs of a promoted artifact; (appended, monitor summary or None).
 
-    The state is read once before the append; the alarm is settled (one more
-    read) only when the running detector, fed this batch, crosses or had
-    crossed, and the summary is read again only when asked for (a job does not).
+    The state is read once before the append (one unit of work); the alarm
+    is settled (one more) only when the running detector, fed this batch,
+    crosses or had crossed, and the summary is read again only when asked
+    for (a job does not). Whether the batch was appended is what the store
+    did: a retry of a recorded batch says False.
     `baseline_waited` is the harness's record of how long each baseline run
     waited for a CPU (None per pair where it could not tell); the monitor's
     `baseline_wait_share`, when declared, leaves out the pairs that waited more.
@@ -100,22 +103,23 @@ def record_remeasurement(registry: Registry, artifact: str, baseline: list[float
     _check_waits(baseline_waited, len(baseline))
     device = _text(device, "device")
     software = _software(software)
-    state = _current(registry, artifact)
-    if state["decision"] != "promoted" or state.get("verdict_event_id") is None:
-        raise UserError(f"{artifact} is {state['decision']}, not promoted: there is no promotion to monitor; "
-                         "nothing recorded")
-    terms = _terms(registry, state)
-    payload = PairsRemeasured(artifact=artifact, identity=state["identity"], payload_sha256=state["payload_sha256"],
-                              batch=batch, baseline_s=[float(t) for t in baseline],
-                              candidate_s=[float(t) for t in candidate], device=device, software=software,
-                              baseline_waited_s=None if baseline_waited is None else [
-                                  None if t is None else float(t) for t in baseline_waited], **terms)
-    head = registry.store.head_position()
-    positions = registry.store.append(artifact_stream(artifact), [NewEvent(payload.type, payload)],
-                                      idempotency_key=f"monitor:{state['identity']}:{batch}", actor=registry.actor)
+    with registry.view() as view:
+        state = _current(view, artifact)
+        if state["decision"] != "promoted" or state.get("verdict_event_id") is None:
+            raise UserError(f"{artifact} is {state['decision']}, not promoted: there is no promotion to monitor; "
+                            "nothing recorded")
+        terms = _terms(view, state)
+        payload = PairsRemeasured(artifact=artifact, identity=state["identity"],
+                                  payload_sha256=state["payload_sha256"], batch=batch,
+                                  baseline_s=[float(t) for t in baseline], candidate_s=[float(t) for t in candidate],
+                                  device=device, software=software,
+                                  baseline_waited_s=None if baseline_waited is None else [
+                                      None if t is None else float(t) for t in baseline_waited], **terms)
+        placed = view.append(artifact_stream(artifact), [NewEvent(payload.type, payload)],
+                             idempotency_key=f"monitor:{state['identity']}:{batch}")
     if _may_cross(state, terms, baseline, candidate, baseline_waited):
         settle_alarm(registry, artifact)
-    return positions[0] > head, monitor_summary(_current(registry, artifact)) if summary else None
+    return placed.new, monitor_status(registry, artifact) if summary else None
 
 
 def _check_waits(waited: list[float | None] | None, pairs: int) -> None:
@@ -149,20 +153,18 @@ def settle_alarm(registry: Registry, artifact: str) -> bool:
     from registry.events.store import NewEvent
     from registry.events.types import RegressionDetected
 
-    state = _current(registry, artifact)
-    monitor = current_monitor(state)
-    if monitor is None or monitor["crossed_at"] is None or monitor["alarm"] is not None:
-        return False
-    payload = RegressionDetected(
-        artifact=artifact, identity=state["identity"], payload_sha256=state["payload_sha256"],
-        verdict_event_id=monitor["verdict_event_id"], pairs=monitor["crossed_at"], below=monitor["below_at_cross"],
-        log_statistic=monitor["log_statistic_at_cross"], threshold=monitor["threshold"], alpha=monitor["alpha"],
-        profiles=monitor["profiles"])
-    head = registry.store.head_position()
-    positions = registry.store.append(
-        artifact_stream(artifact), [NewEvent(payload.type, payload)], actor=registry.actor,
-        idempotency_key=f"regression:{state['identity']}:{monitor['verdict_event_id']}")
-    return positions[0] > head
+    with registry.view() as view:
+        state = _current(view, artifact)
+        monitor = current_monitor(state)
+        if monitor is None or monitor["crossed_at"] is None or monitor["alarm"] is not None:
+            return False
+        payload = RegressionDetected(
+            artifact=artifact, identity=state["identity"], payload_sha256=state["payload_sha256"],
+            verdict_event_id=monitor["verdict_event_id"], pairs=monitor["crossed_at"],
+            below=monitor["below_at_cross"], log_statistic=monitor["log_statistic_at_cross"],
+            threshold=monitor["threshold"], alpha=monitor["alpha"], profiles=monitor["profiles"])
+        return view.append(artifact_stream(artifact), [NewEvent(payload.type, payload)],
+                           idempotency_key=f"regression:{state['identity']}:{monitor['verdict_event_id']}").new
 
 
 def acknowledge(registry: Registry, artifact: str, alarm_event_id: str, *, reason: str) -> dict:
@@ -171,21 +173,24 @@ def acknowledge(registry: Registry, artifact: str, alarm_event_id: str, *, reaso
     from registry.events.types import RegressionAcknowledged
 
     person, reason = registry.actor, _text(reason, "--reason")
-    state = _current(registry, artifact)
-    monitor = current_monitor(state)
-    alarm = None if monitor is None else monitor["alarm"]
-    if alarm is None or alarm["event_id"] != alarm_event_id:
-        held = "no alarm" if alarm is None else f"alarm {alarm['event_id']}"
-        raise UserError(f"{alarm_event_id} is not the standing alarm of {artifact} (it has {held}); nothing recorded")
-    if monitor["acknowledged"] is not None:
-        raise UserError(f"alarm {alarm_event_id} was already acknowledged by {monitor['acknowledged']['person']}; "
-                         "nothing recorded")
-    payload = RegressionAcknowledged(artifact=artifact, identity=state["identity"], alarm_event_id=alarm_event_id,
-                                     person=person, reason=reason)
-    registry.store.append(artifact_stream(artifact), [NewEvent(payload.type, payload)],
-                          expected_version=state["stream_version"], actor=registry.actor)
-    return monitor_summary(_current(registry, artifact))
+    with registry.view() as view:
+        state = _current(view, artifact)
+        monitor = current_monitor(state)
+        alarm = None if monitor is None else monitor["alarm"]
+        if monitor is None or alarm is None or alarm["event_id"] != alarm_event_id:
+            held = "no alarm" if alarm is None else f"alarm {alarm['event_id']}"
+            raise UserError(f"{alarm_event_id} is not the standing alarm of {artifact} (it has {held}); "
+                            "nothing recorded")
+        if monitor["acknowledged"] is not None:
+            raise UserError(f"alarm {alarm_event_id} was already acknowledged by "
+                            f"{monitor['acknowledged']['person']}; nothing recorded")
+        payload = RegressionAcknowledged(artifact=artifact, identity=state["identity"],
+                                         alarm_event_id=alarm_event_id, person=person, reason=reason)
+        view.append(artifact_stream(artifact), [NewEvent(payload.type, payload)],
+                    expected_version=state["stream_version"])
+    return monitor_status(registry, artifact)
 
 
 def monitor_status(registry: Registry, artifact: str) -> dict[str, Any]:
-    return monitor_summary(_current(registry, artifact))
+    with registry.view() as view:
+        return monitor_summary(_current(view, artifact))  # type: ignore[return-value]

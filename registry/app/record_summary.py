@@ -1,5 +1,5 @@
-"""A payload's speed record as `show`, `report` and the HTML report give it: one read-model row, read under
-the workload's current speed block by the confident rule (registry/gate/record.py).
+"""A payload's speed record as `show`, `report` and the HTML report give it: its reading under the workload's
+current speed block (registry/projections/speed_reading.py, the one reading every question uses), summarized.
 
 Kept apart from the benchmark sessions that write the record (bench.py), so that `show` loads only what reads
 it; registry/gate/record.py reads the record without numpy.
@@ -10,23 +10,10 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from registry.formats.sequential import SequentialResult
-
-    from .context import Registry
-
-
-def record_summary(registry: Registry, state: dict[str, Any], workload: dict[str, Any],
-                   up_to_position: int | None = None) -> dict | None:
-    """What `show` prints of the speed record of an artifact's bytes (as of a position): one row; None without one.
-
-    Read under `workload`, the workload's stored state as of the same position.
-    """
-    if state["payload_sha256"] is None:
-        return None
-    found = registry.reads.speed_record(state["workload"], state["payload_sha256"], up_to_position)
-    return None if found is None else summarize_record(found, workload)
+    from registry.projections.speed_reading import RecordReading
 
 
-def summarize_record(found: dict[str, Any], workload: dict[str, Any], rule: tuple | None = None) -> dict[str, Any]:
+def summarize_record(read: RecordReading) -> dict[str, Any]:
     """A speed record's row as `show`, `report` and the HTML report give it: sessions, documents, devices, archs,
     timers, pairs, what it shows, its speedup over every pair read up to what decided (and how many, how
     estimated), the running bounds with their level, alpha, the stop reason, and pairs set aside (timed by an
@@ -34,13 +21,9 @@ def summarize_record(found: dict[str, Any], workload: dict[str, Any], rule: tupl
 
     A record under a contract that does not declare the confident rule is
     given with its pairs, sessions and documents only (no rule reads it).
-    `rule` is `workload_rule(workload)`, computed once by a caller that
-    summarizes many records of one workload.
     """
-    from registry.gate import SpeedRecord
-    from registry.gate.record import read_record
-
-    speed, terms = workload_rule(workload) if rule is None else rule
+    found, speed, reading = read.row, read.speed, read.reading
+    assert found is not None
     entries = found["entries"]
     summary: dict[str, Any] = {
         "record": found["record"], "workload": found["workload"], "payload_sha256": found["payload_sha256"],
@@ -54,37 +37,20 @@ def summarize_record(found: dict[str, Any], workload: dict[str, Any], rule: tupl
         "archs": sorted({entry["arch"] for entry in entries if entry["arch"]}),
         "timers": sorted({entry["timer"] for entry in entries if entry["timer"]}),
     }
-    if speed is None or speed.decision != "confident":
+    if speed is None or reading is None:
         return {**summary, "reading": None, "shows": None, "pairs": sum(len(e["baseline_s"]) for e in entries),
                 "stop": f"speed.decision is {speed.decision if speed else 'undeclared'}"}
-    reading = read_record(SpeedRecord(found["payload_sha256"], entries, len(found["sessions"]),
-                                      workload["versions"]), speed, terms)
     result, figure = reading.result, reading.figure
     return {**summary, "reading": READINGS[result.decision], "shows": SHOWS[result.decision],
             "pairs": len(reading.ratios),
             "speedup": figure and figure.value, "speedup_pairs": figure and figure.pairs,
             "speedup_method": figure and figure.method, "speedup_source": figure and figure.source,
-            "set_aside_pairs": sum(found.pairs for found in reading.set_aside),
+            "set_aside_pairs": sum(aside.pairs for aside in reading.set_aside),
             "decided_at": result.decided_at, "lower": result.lower, "upper": result.upper,
             "level": reading.level, "alpha": result.alpha, "gate": speed.gate, "max_pairs": speed.max_pairs,
             "stop": stop_reason(result, len(reading.ratios), speed.max_pairs),
             "holds": [{"rule": hold.rule, "text": hold.text} for hold in reading.holds],
             "running_bounds": [list(bound) for bound in reading.bounds]}
-
-
-def workload_rule(workload: dict[str, Any]) -> tuple:
-    """(the workload's current speed gate, its confident versions' terms): what reading its records needs.
-
-    Only the stored contract's speed block is read, as `contract_terms` reads each version's.
-    """
-    from registry.contracts import SpeedGate
-    from registry.gate.record import contract_terms
-
-    block = workload["contract"].get("speed")
-    speed = None if block is None else SpeedGate.from_mapping(block, stored=True)
-    if speed is None or speed.decision != "confident":
-        return speed, []
-    return speed, contract_terms(workload["versions"])
 
 
 def in_opened_order(sessions: dict[str, Any]) -> list[tuple[str, Any]]:

@@ -13,20 +13,22 @@ from __future__ import annotations
 
 from typing import Any
 
-from registry.projections.state import FINAL
+from registry.projections.read_models import FINAL
 from registry.formats.text import text_arguments
 
 from .context import Registry
 from .decisions import PromoteOutcome, promote
-from .workloads import current_contract
+from .workloads import declared_contract
 
 
 def must_rejudge(registry: Registry, workload: str) -> list[dict[str, Any]]:
     """The workload's artifacts whose standing decision was made under another contract than the current one."""
-    declared = current_contract(registry, workload)
+    with registry.view() as view:
+        declared = declared_contract(view, workload)
+        states = view.workload_artifacts(workload)[1]
     return [{"artifact": state["artifact"], "decision": state["decision"],
              "contract_version": state["contract_version"], "current_contract_version": declared.version}
-            for state in registry.reads.workload_artifacts(workload)[2]
+            for state in states
             if state["decision"] in FINAL and state["verdict"] is not None
             and state["contract_version"] != declared.version]
 
@@ -49,8 +51,9 @@ def speed_terms_change(registry: Registry, workload: str) -> dict[str, Any] | No
     """
     from registry.contracts import SpeedGate
 
-    projections = registry.reads
-    declared = projections.workload(workload)
+    with registry.view() as view:
+        declared = view.workload(workload)
+        listed = view.workload_speed_records(workload) if declared is not None else []
     if declared is None or len(declared["versions"]) < 2:
         return None
     terms = []
@@ -70,6 +73,6 @@ def speed_terms_change(registry: Registry, workload: str) -> dict[str, Any] | No
     records = [{"payload_sha256": found["payload_sha256"], "pairs": sum(len(e["baseline_s"]) for e in found["entries"]),
                 "artifacts": sorted({e["artifact"] for e in found["entries"]}
                                     | {s["artifact"] for s in found["sessions"].values()})}
-               for found in projections.workload_speed_records(workload) if found["entries"]]
+               for found in listed if found["entries"]]
     return {"change": change, "gate": [before[0] if before else None, after[0]],
             "alpha": [before[1] if before else None, after[1]], "records": records}

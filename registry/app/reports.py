@@ -36,26 +36,30 @@ def build(registry: Registry, *, workload: str | None, position: int | None, sta
     from registry.projections.matrix import support_matrix
     from registry.projections.report import build_report
 
-    state = registry.reads.state(as_of=position, history=False)  # a report shows no verdict history
+    with registry.view(as_of=position) as view:
+        state = view.state(history=False)  # a report shows no verdict history
     matrix = support_matrix(state, at=moment_of(registry, position), stale_days=stale_days, archs=archs)
     report = build_report(state, workload=workload, imported=compare_recorded_verdicts(registry, state),
                           matrix=matrix)
     report["head"] = chain_head(registry, state.position)
-    report["benchmark_records"] = benchmark_records(registry, state, report["workloads"], position)
+    report["benchmark_records"] = benchmark_records(state, report["workloads"])
     return report, state
 
 
-def benchmark_records(registry: Registry, state, workloads: dict[str, Any], position: int | None) -> list[dict]:
+def benchmark_records(state, workloads: dict[str, Any]) -> list[dict]:
     """Every in-scope speed record (registry/app/record_summary.py `summarize_record`), from the state's rows:
     the records were read with the rest of the state (one query for the whole table), never a stream each."""
-    from .record_summary import summarize_record, workload_rule
+    from registry.projections.speed_reading import read_speed_record, speed_terms
 
-    rules = {name: workload_rule(state.workloads[name]) for name in workloads if name in state.workloads}
+    from .record_summary import summarize_record
+
+    rules = {name: speed_terms(state.workloads[name]) for name in workloads if name in state.workloads}
     records = []
     for key in sorted(state.records):
         found = state.records[key]
         if found["workload"] in rules:
-            records.append(summarize_record(found, state.workloads[found["workload"]], rules[found["workload"]]))
+            records.append(summarize_record(read_speed_record(found, state.workloads[found["workload"]],
+                                                              found["payload_sha256"], rules[found["workload"]])))
     return records
 
 

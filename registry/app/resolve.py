@@ -16,7 +16,7 @@ from typing import Any
 
 from registry.bundles import BundleManifest, CallSite, Candidate, Profile, Resolution, parse_manifest, resolve
 from registry.formats.errors import UserError
-from registry.projections.monitor_fold import regression_of
+from registry.projections.read_models.monitors import regression_of
 from registry.projections.read_models import ArtifactState
 from registry.formats.text import text_arguments
 
@@ -79,41 +79,18 @@ class WorkloadResolution:
                 "call_site": self.site.to_dict(), **self.resolution.to_dict()}
 
 
-def _candidates(workload: str, position: int, declared: dict[str, Any] | None,
-                states: list[dict[str, Any]]) -> list[tuple[dict[str, Any], Candidate]]:
-    if declared is None:
-        raise UserError(f"unknown workload {workload!r} as of position {position} "
-                         "(declare it with `registry workload declare`)")
-    return [(state, candidate_from_state(state, declared["contract_version"])) for state in states]
-
-
-def workload_candidates(registry: Registry, workload: str, position: int) -> list[tuple[dict[str, Any], Candidate]]:
-    """Every artifact of `workload` as of an earlier `position` (folded from the log): its state and candidate.
-
-    An unknown workload is refused.
-    """
-    projections = registry.reads
-    return _candidates(workload, position, projections.workload(workload, as_of=position),
-                       projections.artifacts(workload=workload, as_of=position))
-
-
-def current_candidates(registry: Registry, workload: str) -> tuple[int, list[tuple[dict[str, Any], Candidate]]]:
-    """The position now and every artifact of `workload` at it, from the caught-up read models.
-
-    One indexed lookup by workload, whatever the log's length; the position is
-    the one the read models were read at (their checkpoint), so the answer and
-    the position it names always agree.
-    """
-    position, declared, states = registry.reads.workload_artifacts(workload)
-    return position, _candidates(workload, position, declared, states)
-
-
 def candidates_at(registry: Registry, workload: str,
                   as_of: int | None) -> tuple[int, list[tuple[dict[str, Any], Candidate]]]:
-    """(position, candidates): now from the read models, or as of an earlier position from the log."""
-    if as_of is None:
-        return current_candidates(registry, workload)
-    return as_of, workload_candidates(registry, workload, as_of)
+    """(position, every artifact of `workload` at it with its candidate): now from the caught-up read models (one
+    indexed lookup by workload, whatever the log's length, at the position the answer reflects), or as of an
+    earlier position from the log. An unknown workload is refused."""
+    with registry.view(as_of=as_of) as view:
+        declared, states = view.workload_artifacts(workload)
+        position = view.position
+    if declared is None:
+        raise UserError(f"unknown workload {workload!r} as of position {position} "
+                        "(declare it with `registry workload declare`)")
+    return position, [(state, candidate_from_state(state, declared["contract_version"])) for state in states]
 
 
 @text_arguments

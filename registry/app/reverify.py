@@ -47,7 +47,8 @@ class Reverified:
 
 def monitored_artifacts(registry: Registry, workload: str) -> list[str]:
     """The workload's promoted artifacts whose contract declares a monitor (sorted), from the read models."""
-    _, declared, states = registry.reads.workload_artifacts(workload)
+    with registry.view() as view:
+        declared, states = view.workload_artifacts(workload)
     if declared is None:
         raise UserError(f"unknown workload {workload!r}")
     if declared["contract"].get("monitor") is None:

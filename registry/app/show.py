@@ -11,7 +11,7 @@ from typing import Any
 
 from registry.formats.errors import UserError
 
-from .record_summary import record_summary
+from .record_summary import summarize_record
 from .context import Registry
 
 
@@ -27,7 +27,7 @@ class ShownArtifact:
     workload_declared: bool
     contract_note: str | None  # set when a final decision stands under an older contract than the current one
     bench: dict[str, Any] | None  # the identity's benchmark record (app/bench.py), when the workload is declared
-    monitor: dict[str, Any] | None  # the current identity's monitor (projections/monitor_fold.py `monitor_summary`)
+    monitor: dict[str, Any] | None  # the current identity's monitor (projections/read_models/monitors.py `monitor_summary`)
 
     def to_dict(self) -> dict[str, Any]:
         """The `show --json` document (also `GET /api/artifacts/{id}` of `registry serve`): the projected state with
@@ -52,14 +52,16 @@ def show_artifact(registry: Registry, artifact_id: str, shown_verdicts: int,
                   as_of: str | None = None) -> ShownArtifact:
     """The artifact as `show` presents it, as of `as_of` (a position or an ISO-8601 time; None: now)."""
     from registry.projections import resolve_as_of
-    from registry.projections.monitor_fold import monitor_summary
-    from registry.projections.state import contract_note
+    from registry.projections.read_models.artifacts import contract_note
+    from registry.projections.read_models.monitors import monitor_summary
 
     position = resolve_as_of(registry.store, as_of)
-    state, verdict_count = registry.reads.shown_artifact(artifact_id, shown_verdicts, as_of=position)
-    if state is None:
-        raise UserError(f"unknown artifact {artifact_id!r}" + as_of_text(position))
-    workload = registry.reads.workload(state["workload"], as_of=position)
-    declared = workload is not None
-    bench = record_summary(registry, state, workload, position) if declared else None
-    return ShownArtifact(state, verdict_count, declared, contract_note(state, workload), bench, monitor_summary(state))
+    with registry.view(as_of=position) as view:
+        state, verdict_count = view.shown_artifact(artifact_id, shown_verdicts)
+        if state is None:
+            raise UserError(f"unknown artifact {artifact_id!r}" + as_of_text(position))
+        workload = view.workload(state["workload"])
+        record = view.speed_record(state, workload) if workload is not None else None
+    bench = summarize_record(record) if record is not None and record.row is not None else None
+    return ShownArtifact(state, verdict_count, workload is not None, contract_note(state, workload), bench,
+                         monitor_summary(state))

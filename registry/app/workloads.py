@@ -1,55 +1,76 @@
-"""Declaring workload contracts and registering artifacts against them."""
+"""Declaring workload contracts and registering artifacts against them.
+
+Each reads what it decides on through one unit of work (registry.view():
+the workload's row, the artifact's row) and appends expecting the stream
+version that row holds, so a declaration or registration that landed
+meanwhile makes the append fail and the use case decide again. The payload
+models (pydantic) load where an event is built, not when this module does.
+"""
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from registry.contracts import Contract
 from registry.formats.errors import UserError
 from registry.formats.documents import sha256_file
 from registry.events.identity import artifact_identity
 from registry.events.store import NewEvent
-from registry.events.types import ArtifactRegistered, WorkloadDeclared
 from registry.formats.digests import is_sha256
 from registry.formats.kinds import ARTIFACT_KINDS, TRITON_KERNEL_FORMAT
 from registry.formats.names import artifact_stream, check_name, workload_stream
-from registry.projections.read_models import ArtifactState
+from registry.projections.view import DeclaredContract, View
 from registry.formats.text import text_arguments
 
 from .context import Registry
 from .retries import decided_on_a_still_stream
 
+if TYPE_CHECKING:
+    from registry.contracts import Contract
+    from registry.events.types import ArtifactRegistered
+    from registry.projections.read_models import ArtifactState
 
-@dataclass(frozen=True)
-class DeclaredContract:
-    contract: Contract
-    version: int
-    content_hash: str
-    appended: bool
+# How many times a declaration reads the workload again when another declaration landed meanwhile.
+DECLARE_TRIES = 8
 
 
 def declare_workload(registry: Registry, contract: Contract) -> DeclaredContract:
     """Append a new contract version, or return the current one when the content is unchanged."""
-    stream = workload_stream(contract.workload)
-    events = registry.store.read_stream(stream)
+    return decided_on_a_still_stream(
+        lambda: _declare_once(registry, contract), DECLARE_TRIES,
+        f"workload {contract.workload} kept changing while it was declared ({DECLARE_TRIES} tries); "
+        "nothing recorded: declare it again")
+
+
+def _declare_once(registry: Registry, contract: Contract) -> DeclaredContract:
+    from registry.events.types import WorkloadDeclared
+
     digest = contract.content_hash()
-    if events and events[-1].payload["contract_hash"] == digest:
-        return DeclaredContract(contract, events[-1].payload["contract_version"], digest, False)
-    version = (events[-1].payload["contract_version"] + 1) if events else 1
-    payload = WorkloadDeclared(workload=contract.workload, contract_version=version, contract_hash=digest,
-                               contract=contract.canonical())
-    registry.store.append(stream, [NewEvent(payload.type, payload)], expected_version=len(events), actor=registry.actor)
+    with registry.view() as view:
+        current = view.workload(contract.workload)
+        if current is not None and current["contract_hash"] == digest:
+            return DeclaredContract(contract, current["contract_version"], digest)
+        version = current["contract_version"] + 1 if current is not None else 1
+        payload = WorkloadDeclared(workload=contract.workload, contract_version=version, contract_hash=digest,
+                                   contract=contract.canonical())
+        # The workload's stream holds one event per version: its version is the number of versions declared.
+        view.append(workload_stream(contract.workload), [NewEvent(payload.type, payload)],
+                    expected_version=0 if current is None else len(current["versions"]))
     return DeclaredContract(contract, version, digest, True)
 
 
-def current_contract(registry: Registry, workload: str, up_to_position: int | None = None) -> DeclaredContract:
-    """The workload's latest contract (as of a position), rebuilt and re-validated."""
-    events = registry.store.read_stream(workload_stream(workload), up_to_position=up_to_position)
-    if not events:
+def current_contract(registry: Registry, workload: str) -> DeclaredContract:
+    """The workload's current contract from its read model, rebuilt and re-validated (refused when undeclared)."""
+    with registry.view() as view:
+        return declared_contract(view, workload)
+
+
+def declared_contract(view: View, workload: str) -> DeclaredContract:
+    """The workload's current contract as `view` reads it; an undeclared workload is refused in one line."""
+    declared = view.contract(workload)
+    if declared is None:
         raise UserError(f"unknown workload {workload!r} (declare it with `registry workload declare`)")
-    latest = events[-1].payload
-    contract = Contract.from_stored(latest["contract"])
-    return DeclaredContract(contract, latest["contract_version"], latest["contract_hash"], False)
+    return declared
 
 
 # The largest payload file `artifact register --payload` hashes (a compiled kernel, never a model's weights).
@@ -106,12 +127,12 @@ def register_artifact(
     evidence and verdict aside. None (the API, the demo, imports) and True
     register them.
     """
+    from registry.events.types import ArtifactRegistered
+
     entry_read = check_claims(artifact, workload=workload, kind=kind, backend=backend, op=op, entry=entry)
     if (kind == "triton_kernel") != (bundle is not None and bundle.get("format") == TRITON_KERNEL_FORMAT):
         raise UserError(f"a triton_kernel artifact is registered from a {TRITON_KERNEL_FORMAT} bundle (--bundle), "
                         "and such a bundle only as a triton_kernel")
-    if require_contract:
-        current_contract(registry, workload)
     if entry_read is not None and entry_read.candidate and (payload is not None or payload_sha256 is not None):
         raise UserError("a candidate file entry is its own payload: give --entry path/to/kernel.py:function "
                         "without --payload or --bundle")
@@ -129,12 +150,13 @@ def register_artifact(
                                backend=backend, op=op, entry=None if entry_read is None else entry_read.entry,
                                bundle=bundle, origin=origin)
     return decided_on_a_still_stream(
-        lambda: _register_once(registry, event, new_identity), REGISTER_TRIES,
+        lambda: _register_once(registry, event, require_contract, new_identity), REGISTER_TRIES,
         f"artifact {artifact} kept changing while it was registered ({REGISTER_TRIES} tries); "
         "nothing recorded: register it again")
 
 
-def _register_once(registry: Registry, event: ArtifactRegistered, new_identity: bool | None = None) -> Registration:
+def _register_once(registry: Registry, event: ArtifactRegistered, require_contract: bool,
+                   new_identity: bool | None = None) -> Registration:
     """Append `event` unless the artifact already holds these claims; refused for another workload or kind.
 
     Reads the artifact's read-model row, never its stream: the row holds the
@@ -143,20 +165,23 @@ def _register_once(registry: Registry, event: ArtifactRegistered, new_identity: 
     event) that reached the stream after the row was read makes it fail with
     ConcurrencyError, and the caller decides again on the newer row.
     """
-    current = _registered_now(registry, event.artifact)
-    if current is not None and (current["workload"] != event.workload or current["kind"] != event.kind):
-        raise UserError(
-            f"artifact {event.artifact} is registered as a {current['kind']} of workload {current['workload']}; "
-            "register a new id instead"
-        )
-    if current is not None and current["identity"] == artifact_identity(event.model_dump()):
-        return Registration(event.artifact, event.payload_sha256, False)  # the same claims: the same decision
-    if current is not None and new_identity is False:
-        raise UserError(identity_change_text(current, event.model_dump()))
-    if current is None:
-        _refuse_look_alike(registry, event.artifact, event.workload)
-    registry.store.append(artifact_stream(event.artifact), [NewEvent(event.type, event)],
-                          expected_version=0 if current is None else current["stream_version"], actor=registry.actor)
+    with registry.view() as view:
+        if require_contract:
+            declared_contract(view, event.workload)
+        current = view.artifact(event.artifact)
+        if current is not None and (current["workload"] != event.workload or current["kind"] != event.kind):
+            raise UserError(
+                f"artifact {event.artifact} is registered as a {current['kind']} of workload {current['workload']}; "
+                "register a new id instead"
+            )
+        if current is not None and current["identity"] == artifact_identity(event.model_dump()):
+            return Registration(event.artifact, event.payload_sha256, False)  # the same claims: the same decision
+        if current is not None and new_identity is False:
+            raise UserError(identity_change_text(current, event.model_dump()))
+        if current is None:
+            _refuse_look_alike(view, event.artifact, event.workload)
+        view.append(artifact_stream(event.artifact), [NewEvent(event.type, event)],
+                    expected_version=0 if current is None else current["stream_version"])
     return Registration(event.artifact, event.payload_sha256, True)
 
 
@@ -176,7 +201,7 @@ def identity_change_text(current: ArtifactState, claims: dict) -> str:
             "(\"new_identity\": true over the API); nothing recorded")
 
 
-def _refuse_look_alike(registry: Registry, artifact: str, workload: str) -> None:
+def _refuse_look_alike(view: View, artifact: str, workload: str) -> None:
     """A new id that looks like an existing id of its workload (one confusable skeleton, Unicode TS #39) is refused.
 
     Two artifacts that print alike could not be told apart in a listing, a
@@ -185,20 +210,11 @@ def _refuse_look_alike(registry: Registry, artifact: str, workload: str) -> None
     from registry.formats.confusables import skeleton
 
     look = skeleton(artifact)
-    for other in registry.reads.artifact_ids(workload):
+    for other in view.artifact_ids(workload):
         if other != artifact and skeleton(other) == look:
             raise UserError(f"artifact id {artifact!r} looks like {other!r}, already an artifact of workload "
                             f"{workload} (the same confusable skeleton, Unicode TS #39); choose an id that reads "
                             "differently")
-
-
-def _registered_now(registry: Registry, artifact: str) -> ArtifactState | None:
-    """The artifact's caught-up read-model row, without its verdict history (None if never registered).
-
-    A function of its own: it is the seam tests use to land a registration
-    between this read and the append.
-    """
-    return registry.reads.current_artifact(artifact)
 
 
 @dataclass(frozen=True)

@@ -78,9 +78,9 @@ def bench_record(session: Session, artifact_id: str, session_id: str, batch: str
 @pass_session
 def bench_status(session: Session, artifact_id: str, as_json: bool) -> None:
     """Whether ARTIFACT_ID's benchmark record is decided, with its running bounds and the pairs spent."""
-    from registry.app.bench import read_record
+    from registry.app.bench import benchmark_record
 
-    record = read_record(session.open(create=False), artifact_id)
+    record = benchmark_record(session.open(create=False), artifact_id)
     if as_json:
         emit_json({"artifact": artifact_id, **record.to_dict()})
     else:

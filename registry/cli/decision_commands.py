@@ -8,9 +8,8 @@ import click
 from registry.formats.text import one_line
 
 from .session import Session, pass_session
-from .output import emit_json, exit_status_ahead, say, table
+from .output import EXIT_NO, emit_json, exit_status_ahead, say, table
 
-EXIT_NOT_PROMOTED = 3
 
 
 def print_verdict(artifact: str, verdict: dict, contract_version: int | None, benchmark_attempts: int) -> None:
@@ -38,13 +37,19 @@ def promote(session: Session, artifact_id: str, as_json: bool) -> None:
     """Run the gate on ARTIFACT_ID's latest evidence and record the verdict.
 
     Exit 0 when promoted, 3 for any other verdict, 1 on invalid input.
+
+    Example:
+
+    \b
+      registry promote my-kernel
+      registry promote my-kernel --json
     """
     from registry.app.decisions import promote as run_promote
 
     outcome = run_promote(session.open(), artifact_id)
     verdict = outcome.verdict
     promoted = verdict["decision"] == "promoted"
-    exit_status_ahead(0 if promoted else EXIT_NOT_PROMOTED)
+    exit_status_ahead(0 if promoted else EXIT_NO)
     if as_json:
         emit_json({**verdict, "artifact": artifact_id, "appended": outcome.appended,
                    "contract_version": outcome.contract_version, "evidence": verdict["evidence_ids"],
@@ -54,7 +59,7 @@ def promote(session: Session, artifact_id: str, as_json: bool) -> None:
         if outcome.standing:
             say("  (standing verdict: promoted and rejected are final for this identity)")
     if not promoted:
-        sys.exit(EXIT_NOT_PROMOTED)
+        sys.exit(EXIT_NO)
 
 
 def _human(action: str):

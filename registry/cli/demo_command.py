@@ -11,7 +11,7 @@ import click
 from registry.formats.errors import UserError
 
 from .session import Session, pass_session
-from .output import emit_json, exit_status_ahead, say, table, write_output
+from .output import EXIT_NO, emit_json, exit_status_ahead, say, table
 from .params import Integer
 from .progress import progress_bar
 from .ship_commands import print_resolution
@@ -28,7 +28,7 @@ from .ship_commands import print_resolution
 @click.option("--lpips-backbone", type=click.Path(exists=True, dir_okay=False),
               envvar="REGISTRY_LPIPS_BACKBONE", help="AlexNet backbone weights; LPIPS is gated only with one.")
 @click.option("--check", is_flag=True,
-              help="Exit 1 if any verdict is not decided as the demo promises on this kind of machine "
+              help="Exit 3 if any verdict is not decided as the demo promises on this kind of machine "
                    "(CPU: the Triton kernel held on interpreter timings; CUDA GPU: judged on real timings).")
 @click.option("--server", "server_url", metavar="URL",
               help="Carry the demo's campaign, all five candidates, through this `registry serve` instead (with "
@@ -64,7 +64,7 @@ def demo(session: Session, fresh: bool, runs: int, warmup: int, out_dir: str, lp
         signed.update(_load_from_signed_lock(signed, profile))
     if signed is not None and signed["loaded"] is None:
         problems.append(f"signed lock {signed['lock']}: the runtime loaded nothing from it")
-    exit_status_ahead(1 if check and problems else 0)
+    exit_status_ahead(EXIT_NO if check and problems else 0)
     if as_json:
         emit_json({"database": url, "rows": [row.to_dict() for row in rows], "problems": problems,
                    "near_gate": notes, "pairs": pairs, "report": str(outcome.report),
@@ -94,7 +94,7 @@ def _exit_on_problems(check: bool, problems: list[str]) -> None:
     if check and problems:
         for problem in problems:
             click.echo(f"unexpected: {problem}", err=True)
-        sys.exit(1)
+        sys.exit(EXIT_NO)
 
 
 def _say_campaign(rows: list, notes: list[str], pairs: dict, runs: int) -> None:
@@ -140,7 +140,7 @@ def _demo_through(server_url: str, token: str | None, runs: int, warmup: int, ou
                             progress_factory=progress_bar, log=(lambda _text: None) if as_json else say)
     problems = check_expectations(rows, on_gpu=torch.cuda.is_available())
     notes, pairs = near_gate_notes(rows), pairs_spent(rows, runs)
-    exit_status_ahead(1 if check and problems else 0)
+    exit_status_ahead(EXIT_NO if check and problems else 0)
     if as_json:
         emit_json({"server": server_url, "rows": [row.to_dict() for row in rows], "problems": problems,
                    "near_gate": notes, "pairs": pairs})

@@ -9,14 +9,13 @@ from typing import TYPE_CHECKING
 import click
 
 from .session import Session, pass_session
-from .output import emit_json, exit_status_ahead, output_path, say, table, write_output
+from .output import EXIT_FAILURE_RECORDED, emit_json, exit_status_ahead, output_path, say, table, write_output
 from .params import Integer, Real, name_value, seed_value
 from .progress import progress_bar
 
 if TYPE_CHECKING:
     from registry.app.evidence import Recorded
 
-EXIT_EVALUATION_FAILED = 4
 
 
 @click.group()
@@ -29,7 +28,13 @@ def evidence() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @pass_session
 def evidence_import(session: Session, document: str, as_json: bool) -> None:
-    """Record a registry.evidence/1 DOCUMENT (all of it, or nothing)."""
+    """Record a registry.evidence/1 DOCUMENT (all of it, or nothing).
+
+    Example:
+
+    \b
+      registry evidence import run-42.json
+    """
     from registry.app.evidence import import_document
     from registry.formats.evidence.document import read_document_file
 
@@ -148,7 +153,7 @@ def evaluate(session: Session, artifact_id: str, runs: int | None, warmup: int, 
                                        run=run_id, record=emit is None, progress=update,
                                        insecure_no_sandbox=insecure_no_sandbox, bundle=bundle)
     failures = evaluation.failures
-    exit_status_ahead(EXIT_EVALUATION_FAILED if failures else 0)
+    exit_status_ahead(EXIT_FAILURE_RECORDED if failures else 0)
     if emit:
         write_output(emit, json.dumps(evaluation.document, indent=2, sort_keys=True, allow_nan=False),
                      force=force, option="--emit")
@@ -171,7 +176,7 @@ def evaluate(session: Session, artifact_id: str, runs: int | None, warmup: int, 
         if evaluation.session is not None:
             say(session_text(evaluation.session))
     if failures:
-        sys.exit(EXIT_EVALUATION_FAILED)
+        sys.exit(EXIT_FAILURE_RECORDED)
 
 
 def _evaluate_through(server_url: str, token: str | None, artifact_id: str, runs: int | None, warmup: int,
@@ -187,7 +192,7 @@ def _evaluate_through(server_url: str, token: str | None, artifact_id: str, runs
         result = evaluate_through(client, artifact_id, corpus=corpus, runs=runs, warmup=warmup, run=run_id,
                                   progress=update, insecure_no_sandbox=insecure_no_sandbox, bundle=bundle)
     failures = [item for item in result["evidence"] if item["kind"] == "failure"]
-    exit_status_ahead(EXIT_EVALUATION_FAILED if failures else 0)
+    exit_status_ahead(EXIT_FAILURE_RECORDED if failures else 0)
     if as_json:
         emit_json({"artifact": artifact_id, **result})
     else:
@@ -200,7 +205,7 @@ def _evaluate_through(server_url: str, token: str | None, artifact_id: str, runs
     for failure in failures:
         click.echo(failure_line(failure), err=True)
     if failures:
-        sys.exit(EXIT_EVALUATION_FAILED)
+        sys.exit(EXIT_FAILURE_RECORDED)
 
 
 def failure_line(failure: dict) -> str:

@@ -6,9 +6,8 @@ import sys
 import click
 
 from .session import Session, pass_session
-from .output import emit_json, exit_status_ahead, say, table
+from .output import EXIT_NO, emit_json, exit_status_ahead, say, table
 
-EXIT_CHECK_FAILED = 1
 
 
 @click.group("import")
@@ -19,7 +18,7 @@ def import_group() -> None:
 @import_group.command("motionkernel")
 @click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True))
 @click.option("--check", "check_only", is_flag=True,
-              help="Read and validate only; write nothing; exit 1 if a MotionKernel document cannot be read.")
+              help="Read and validate only; write nothing; exit 3 if a MotionKernel document cannot be read.")
 @click.option("--workload", help="Workload for documents that name none (fidelity verdicts).")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @pass_session
@@ -36,7 +35,7 @@ def import_motionkernel(session: Session, paths: tuple[str, ...], check_only: bo
 
     registry = None if check_only else session.open()
     summary = run_import(registry, paths, workload=workload, check_only=check_only, progress=_progress(as_json))
-    exit_status_ahead(EXIT_CHECK_FAILED if check_only and summary.unreadable_claims else 0)
+    exit_status_ahead(EXIT_NO if check_only and summary.unreadable_claims else 0)
     if as_json:
         emit_json(summary.to_dict())
     else:
@@ -53,7 +52,7 @@ def import_motionkernel(session: Session, paths: tuple[str, ...], check_only: bo
             if result.status == "unrecognized":
                 say(f"  not read: {result.path}: {result.reason}")
     if check_only and summary.unreadable_claims:
-        sys.exit(EXIT_CHECK_FAILED)
+        sys.exit(EXIT_NO)
 
 
 def _progress(quiet: bool):

@@ -6,11 +6,10 @@ import uuid
 
 import click
 
-from .output import emit_json, say, table
+from .output import EXIT_FAILURE_RECORDED, EXIT_NO, emit_json, say, table
 from .params import Integer, Real, name_value
 from .session import Session, pass_session
 
-EXIT_NOT_RECORDED = 4
 
 
 @click.command()
@@ -44,7 +43,11 @@ def worker(session: Session, device: int, heartbeat: float, drain: bool) -> None
 @pass_session
 def reverify(session: Session, workload_id: str, pairs: int, now: bool, schedule: str | None, run_id: str | None,
              as_json: bool) -> None:
-    """Re-measure WORKLOAD_ID's monitored promoted artifacts (--now here, or --schedule onto the job queue)."""
+    """Re-measure WORKLOAD_ID's monitored promoted artifacts (--now here, or --schedule onto the job queue).
+
+    With --now: exit 4 when a measurement failed (its failure recorded), 3
+    when an artifact could not be re-measured here (nothing recorded for it).
+    """
     if now == (schedule is not None):
         raise click.UsageError("give exactly one of --now or --schedule CRON")
     registry = session.open()
@@ -59,8 +62,11 @@ def reverify(session: Session, workload_id: str, pairs: int, now: bool, schedule
             table(f"re-verification {run}", ["artifact", "outcome", "detail", "monitor"],
                   ((r["artifact"], r["outcome"], r["detail"], (r["monitor"] or {}).get("status", "-"))
                    for r in results))
-        if any(r["outcome"] not in ("recorded", "already_recorded") for r in results):
-            sys.exit(EXIT_NOT_RECORDED)
+        outcomes = {r["outcome"] for r in results}
+        if "failed" in outcomes:  # a measurement failed, and its failure was recorded
+            sys.exit(EXIT_FAILURE_RECORDED)
+        if outcomes - {"recorded", "already_recorded"}:  # refused: nothing this machine can vouch for was recorded
+            sys.exit(EXIT_NO)
         return
     from registry.app.schedule import run_schedule
 

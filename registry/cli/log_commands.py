@@ -6,21 +6,27 @@ from typing import Iterable
 
 import click
 
-from registry.app import Registry, open_registry
+from registry.app import Registry
 from registry.formats.errors import UserError
 from registry.events.database import current_revision, head_revision
 from registry.formats.digests import is_sha256
 from registry.formats.text import one_line, quoted_text
 
-from .session import Session, pass_session
-from .output import emit_json, exit_status_ahead, json_text, say, short, table
+from .session import Session, closes_with_the_command, pass_session
+from .output import EXIT_NO, emit_json, exit_status_ahead, json_text, say, short, table
 
 
 @click.command()
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @pass_session
 def init(session: Session, as_json: bool) -> None:
-    """Create the registry database, or upgrade it to this version's schema."""
+    """Create the registry database, or upgrade it to this version's schema.
+
+    Example:
+
+    \b
+      registry --db sqlite:///registry.db init
+    """
     registry = session.open(create=True)
     revision = current_revision(registry.engine)
     where = registry.engine.url.render_as_string(hide_password=True)
@@ -32,7 +38,7 @@ def init(session: Session, as_json: bool) -> None:
 
 def open_for_reading(session: Session) -> Registry:
     """The registry for a command that only reads the log: a SQLite file is opened read-only (mode=ro)."""
-    return open_registry(session.url, actor=session.actor, read_only=True)
+    return session.open(read_only=True)
 
 
 def _contract_why(event, changes: list) -> str:
@@ -73,6 +79,12 @@ def history(session: Session, stream: str, as_of: str | None, as_json: bool) -> 
     STREAM is an artifact id, or any stream name such as `workload:ID`.
     Events are read and printed a page at a time, so a stream of any length
     prints in bounded memory (the table is drawn once per page of events).
+
+    Example:
+
+    \b
+      registry history my-kernel
+      registry history workload:wan-t2v --json
     """
     from registry.app.history import contract_changes, history_pages
 
@@ -147,12 +159,12 @@ def parse_head(text: str) -> tuple[int, str]:
 @pass_session
 def verify(session: Session, expect_head: str | None, check_install_files: bool, manifest: str | None,
            expect_manifest: str | None, as_json: bool) -> None:
-    """Walk the hash chain and the order of times; print the head; exit 1 at the first break.
+    """Walk the hash chain and the order of times; print the head; exit 3 at the first break.
 
     Checks every link, that positions run 1..N, that no event is recorded
     earlier than the one before it, and (with --expect-head) that the log
     still holds a head noted before. With --install it checks the installed
-    code instead and says in one line what differs (exit 1).
+    code instead and says in one line what differs (exit 3).
     """
     if check_install_files:
         _verify_install(manifest, expect_manifest, expect_head, as_json)
@@ -162,7 +174,7 @@ def verify(session: Session, expect_head: str | None, check_install_files: bool,
     expected = None if expect_head is None else parse_head(expect_head)
     registry = open_for_reading(session)
     report = registry.store.verify(expect_head=expected)
-    exit_status_ahead(0 if report.intact else 1)
+    exit_status_ahead(0 if report.intact else EXIT_NO)
     head = f"{report.head_position}:{report.head_hash}"
     if as_json:
         emit_json(
@@ -177,7 +189,7 @@ def verify(session: Session, expect_head: str | None, check_install_files: bool,
     else:
         click.echo(f"chain broken at position {report.broken_at}: {report.problem}", err=True)
     if not report.intact:
-        raise SystemExit(1)
+        raise SystemExit(EXIT_NO)
 
 
 def _verify_install(manifest: str | None, expect_manifest: str | None, expect_head: str | None,
@@ -191,7 +203,7 @@ def _verify_install(manifest: str | None, expect_manifest: str | None, expect_he
     if expect_manifest is not None and not is_sha256(expect_manifest):
         raise UserError(f"--expect-manifest {expect_manifest!r} is not the 64 lowercase hex digits of a SHA-256")
     report = check_install(None if manifest is None else Path(manifest), expect_sha256=expect_manifest)
-    exit_status_ahead(0 if report.intact else 1)
+    exit_status_ahead(0 if report.intact else EXIT_NO)
     if as_json:
         emit_json({"intact": report.intact, "manifest": str(report.path), "manifest_sha256": report.sha256,
                    "files": report.files, "differences": report.differences})
@@ -200,7 +212,7 @@ def _verify_install(manifest: str | None, expect_manifest: str | None, expect_he
     else:
         click.echo(report.summary(), err=True)
     if not report.intact:
-        raise SystemExit(1)
+        raise SystemExit(EXIT_NO)
 
 
 @click.command("install-manifest")
@@ -230,7 +242,7 @@ def db() -> None:
 @pass_session
 def db_upgrade(session: Session) -> None:
     """Upgrade an existing registry's schema to this version's head (`init` creates one)."""
-    registry = open_registry(session.url, actor=session.actor, upgrading=True)
+    registry = session.open(upgrading=True)
     say(f"schema at {current_revision(registry.engine)}")
 
 
@@ -242,6 +254,7 @@ def db_current(session: Session, as_json: bool) -> None:
     from registry.events.database import make_engine, resolve_url
 
     engine = make_engine(resolve_url(session.url), read_only=True)
+    closes_with_the_command(engine.dispose)
     revision = current_revision(engine)
     if as_json:
         emit_json({"current": revision, "head": head_revision()})

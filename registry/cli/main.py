@@ -1,8 +1,11 @@
 """The `registry` command: a click group whose subcommands stay thin.
 
-Exit status: 0 success; 1 refused or invalid input (one line on stderr,
-nothing written); 2 usage error; 3 a promote whose verdict is not `promoted`;
-70 a defect in the registry (a crash report asking for a bug report).
+Exit status, one meaning each across every command (docs/architecture.md,
+"Exit codes"; registry/cli/output.py names them): 0 done, and the answer is
+yes; 1 refused or invalid input (one line on stderr, nothing written); 2 usage
+error; 3 done, and the answer is no (not promoted, nothing qualifies, a check
+found a problem); 4 a measurement failed, and its failure was recorded; 70 a
+defect in the registry (a crash report asking for a bug report).
 """
 from __future__ import annotations
 

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 import click
 
-from registry.formats.errors import UserError, first_line
+from registry.formats.errors import first_line
 from registry.formats.output_files import check_output as output_path, write_output  # noqa: F401 (for the commands)
 
 if TYPE_CHECKING:
@@ -57,6 +57,12 @@ def newline_terminated(text: str) -> str:
 # Context.meta is shared by a command's context and its group's (registry.cli.main reads it).
 EXIT_STATUS_KEY = "registry.exit_status"
 
+# The exit statuses, one meaning each across every command (docs/architecture.md, "Exit codes"; 2 is click's usage
+# error, 70 a defect: registry/cli/main.py).
+EXIT_REFUSED = 1  # the input or the request is refused: one line on stderr, nothing written
+EXIT_NO = 3  # the command ran and its answer is no: not promoted, nothing qualifies, a check found a problem
+EXIT_FAILURE_RECORDED = 4  # a measurement failed, and the failure was recorded as evidence
+
 
 def exit_status_ahead(status: int) -> None:
     """Record the status the command will exit with, before it prints its result.
@@ -73,9 +79,9 @@ def say(text: str) -> None:
 
 
 def fail(message: str) -> None:
-    """One line on stderr, exit status 1 (refused or invalid input)."""
+    """One line on stderr, exit status EXIT_REFUSED (refused or invalid input)."""
     click.echo(f"error: {message}", err=True)
-    sys.exit(1)
+    sys.exit(EXIT_REFUSED)
 
 
 BUG_REPORT = "this is a bug in the registry, not a problem with your input: please report it with the text above"

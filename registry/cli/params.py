@@ -19,6 +19,12 @@ class _DecimalText:
             value = self.read(value, _option(param) if param is not None else "number")
         return super().convert(value, param, ctx)
 
+    def _describe_range(self) -> str:
+        """click's range text for `--help`, or none for a number with no bound (click would print `x<=None`)."""
+        if self.min is None and self.max is None:
+            return ""
+        return super()._describe_range()
+
 
 class Integer(_DecimalText, click.IntRange):
     name = "integer"

@@ -5,9 +5,8 @@ import sys
 
 import click
 
-from registry.formats.errors import UserError
 from registry.formats.text import one_line, quoted_text
-from .output import (emit_json, exit_status_ahead, newline_terminated, output_path, say, table, tables_text,
+from .output import (EXIT_NO, emit_json, exit_status_ahead, newline_terminated, output_path, say, table, tables_text,
                      write_output)
 from .params import Integer
 from .session import Session, pass_session
@@ -54,7 +53,14 @@ def bench_text(bench: dict) -> str:
                    "(`registry history artifact:ID` lists every one).")
 @pass_session
 def show(session: Session, artifact_id: str, as_of: str | None, as_json: bool, shown_verdicts: int) -> None:
-    """Show ARTIFACT_ID's state, latest verdict, margins, speedup, evidence and latest verdicts."""
+    """Show ARTIFACT_ID's state, latest verdict, margins, speedup, evidence and latest verdicts.
+
+    Example:
+
+    \b
+      registry show my-kernel
+      registry show my-kernel --as-of 120 --json
+    """
     from registry.app.show import show_artifact
 
     from .monitor_commands import monitor_text
@@ -154,7 +160,14 @@ def _say_verdicts(state: dict, verdict_count: int) -> None:
 def report(session: Session, workload_id: str | None, as_of: str | None, fmt: str | None, as_json: bool,
            out: str | None, force: bool, matrix_only: bool, stale_days: int, archs: tuple[str, ...]) -> None:
     """Leaderboard, what the gate caught, near misses, what waits for a person, imported verdicts
-    beside the registry's, and the support matrix (--matrix for the matrix alone)."""
+    beside the registry's, and the support matrix (--matrix for the matrix alone).
+
+    Example:
+
+    \b
+      registry report
+      registry report --format html --out report.html
+    """
     from registry.app.reports import build
     from registry.projections import resolve_as_of
     from registry.projections.report import report_csv, report_json, report_tables
@@ -220,19 +233,17 @@ def _matrix_page(matrix: dict) -> str:
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @pass_session
 def replay(session: Session, check: bool, as_json: bool) -> None:
-    """Rebuild every projection from the log; with --verify, exit 1 on any difference."""
-    from registry.projections import verify_projections
+    """Rebuild every projection from the log; with --verify, exit 3 on any difference."""
+    from registry.app.replay import rebuild_read_models, verify_read_models
 
     registry = session.open()
     if not check:
         # Every row replaced by a fresh fold: a damaged or stale read model is rebuilt, not caught up.
-        position = registry.reads.reset()
-        state = registry.reads.state(as_of=position, items=False)  # counted, not shown
-        result = {"events": state.position, "artifacts": len(state.artifacts)}
+        result = rebuild_read_models(registry)
         emit_json(result) if as_json else say(f"rebuilt from {result['events']} events: {result['artifacts']} artifacts")
         return
-    outcome = verify_projections(registry.store)
-    exit_status_ahead(0 if outcome.ok else 1)
+    outcome = verify_read_models(registry)
+    exit_status_ahead(0 if outcome.ok else EXIT_NO)
     if as_json:
         emit_json(outcome.to_dict())
     elif outcome.ok:
@@ -240,7 +251,7 @@ def replay(session: Session, check: bool, as_json: bool) -> None:
     else:
         click.echo(f"projections differ from a rebuild: {outcome.summary()}", err=True)
     if not outcome.ok:
-        sys.exit(1)
+        sys.exit(EXIT_NO)
 
 
 COMMANDS = [show, report, replay]

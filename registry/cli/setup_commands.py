@@ -23,7 +23,13 @@ def workload() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @pass_session
 def workload_declare(session: Session, manifest: str, as_json: bool) -> None:
-    """Declare a workload contract from MANIFEST; new content appends a new version."""
+    """Declare a workload contract from MANIFEST; new content appends a new version.
+
+    Example:
+
+    \b
+      registry workload declare wan.yaml
+    """
     from registry.app.workloads import declare_workload
     from registry.contracts import load_manifest
 
@@ -91,6 +97,11 @@ def artifact_register(session: Session, artifact_id: str, workload_id: str, kind
     Registering an existing id with other claims (a different --payload or
     bundle, backend, op or entry) starts a new identity, whose evidence and
     verdict start from nothing; that needs --new-identity.
+
+    Example:
+
+    \b
+      registry artifact register my-kernel --workload wan-t2v --kind fused_kernel --payload kernel.so
     """
     from registry.app.bundles import register_bundle
     from registry.app.workloads import register_artifact

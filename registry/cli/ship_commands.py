@@ -8,17 +8,15 @@ lock with at least one artifact, 3 when nothing matched (no file written);
 from __future__ import annotations
 
 import functools
-import os
 import sys
 
 import click
 
 from registry.formats.errors import UserError
 from .session import Session, pass_session
-from .output import emit_json, exit_status_ahead, output_path, say, table, write_output
+from .output import EXIT_NO, emit_json, exit_status_ahead, output_path, say, table, write_output
 from .query_commands import AS_OF_HELP
 
-EXIT_NO_MATCH = 3
 
 
 def _profile_options(command):
@@ -120,6 +118,11 @@ def resolve(session: Session, workload_id: str, profile, site, as_of: str | None
     them), or --detect for this process. Every other artifact gets a stable
     reason code (docs/runtime.md). Exit 0 with a match, 3 with none, 1 on
     invalid input.
+
+    Example:
+
+    \b
+      registry resolve --workload wan-t2v --arch sm90 --torch 2.13.0 --cuda 12.8
     """
     from registry.app.resolve import resolve_workload
     from registry.projections import resolve_as_of
@@ -128,13 +131,13 @@ def resolve(session: Session, workload_id: str, profile, site, as_of: str | None
         raise UserError("resolve needs the runtime: --arch and --torch, or --detect")
     registry = session.open()
     found = resolve_workload(registry, workload_id, profile, site, resolve_as_of(registry.store, as_of))
-    exit_status_ahead(EXIT_NO_MATCH if found.resolution.chosen is None else 0)
+    exit_status_ahead(EXIT_NO if found.resolution.chosen is None else 0)
     if as_json:
         emit_json(found.to_dict())
     else:
         print_resolution(found)
     if found.resolution.chosen is None:
-        sys.exit(EXIT_NO_MATCH)
+        sys.exit(EXIT_NO)
 
 
 KEY_HELP = "Private signing key file (`registry keys init`); default: the PEM text in $REGISTRY_SIGNING_KEY."
@@ -171,6 +174,11 @@ def lock(ctx: click.Context, session: Session, workload_id: str | None, profile,
     $REGISTRY_SIGNING_KEY) and expires after --valid-for (default 7 days);
     --unsigned writes one unsigned. Exit 3 (no file written) when none
     qualifies; a --refresh writes its lock even when nothing remains in it.
+
+    Example:
+
+    \b
+      registry lock --workload wan-t2v --key signing.key --out registry.lock.json
     """
     from registry.bundles import CallSite
 
@@ -209,14 +217,14 @@ def lock(ctx: click.Context, session: Session, workload_id: str | None, profile,
     for entry in left_out:
         click.echo(f"left out: {entry['artifact']} ({entry['code']}): {entry['detail']}", err=True)
     if not document["artifacts"] and refresh_file is None:
-        exit_status_ahead(EXIT_NO_MATCH)
+        exit_status_ahead(EXIT_NO)
         left = f"{len(left_out)} promoted artifact(s) left out, each named above" if left_out else \
             "nothing of it is promoted"
         click.echo(f"nothing to lock: no promoted bundle of {workload_id} "
                    f"{'matches the profile' if profile else 'exists'}; {left} (no file written)", err=True)
         if as_json:
             emit_json({**document, "written": False, "left_out": left_out})
-        sys.exit(EXIT_NO_MATCH)
+        sys.exit(EXIT_NO)
     content = document if key is None else signed_lock(document, key, validity)
     write_output(out, _lock_text(content), force=force)
     if as_json:
@@ -254,7 +262,7 @@ def lock_verify(session: Session, lock_file: str, bundles_dir: str | None, publi
     read. With --key the lock must be signed by a trusted key and not
     expired. With a database, every field of every locked artifact must equal
     the registry's, with no revocation since the export. Exit 0 when all
-    hold, 1 otherwise (each problem named with its code).
+    hold, 3 otherwise (each problem named with its code), 1 on invalid input.
     """
     from registry.app.lock import verify_lock
 
@@ -263,7 +271,7 @@ def lock_verify(session: Session, lock_file: str, bundles_dir: str | None, publi
     outcome = verify_lock(lock_file, public_keys=public_keys, seen_file=seen_file, bundles_dir=bundles_dir,
                           database=session.url, actor=session.actor)
     parsed, checked, problems = outcome.lock, outcome.checked, outcome.problems
-    exit_status_ahead(1 if problems else 0)
+    exit_status_ahead(EXIT_NO if problems else 0)
     if as_json:
         emit_json({"lock": lock_file, "workload": parsed and parsed.workload,
                    "artifacts": [a.artifact for a in parsed.artifacts] if parsed else [],
@@ -276,7 +284,7 @@ def lock_verify(session: Session, lock_file: str, bundles_dir: str | None, publi
         if not public_keys:
             say("  not authenticated: its signature was not checked (give --key PUB)")
     if problems:
-        sys.exit(1)
+        sys.exit(EXIT_NO)
 
 
 @click.group()

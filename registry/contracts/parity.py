@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Mapping
+from typing import Any, Mapping, cast
 
 from registry.contracts import fields as f
 from registry.contracts.errors import ContractError
@@ -104,4 +104,4 @@ def _checked_tolerance(tol: Any, path: str) -> Tolerance:
         if number < 0:
             raise ContractError(f"{path}.{name}: {value} is negative")
         checked[name] = number
-    return Tolerance(atol=checked["atol"], rtol=checked["rtol"], max_abs=checked["max_abs"])
+    return Tolerance(atol=cast(float, checked["atol"]), rtol=cast(float, checked["rtol"]), max_abs=checked["max_abs"])

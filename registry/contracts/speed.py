@@ -134,8 +134,8 @@ class SpeedGate:
             raise ContractError(f"speed.alpha: {alpha} is outside (0, 0.5]")
         self._set("alpha", alpha)
         fewest = fewest_pairs_to_decide(alpha)
-        f.integer(self.max_pairs, "speed.max_pairs", minimum=fewest)
-        if self.max_pairs > MAX_SEQUENTIAL_PAIRS:
+        max_pairs = f.integer(self.max_pairs, "speed.max_pairs", minimum=fewest)
+        if max_pairs > MAX_SEQUENTIAL_PAIRS:
             raise ContractError(f"speed.max_pairs: {self.max_pairs} is above the {MAX_SEQUENTIAL_PAIRS} pairs "
                                 "a benchmark record may hold")
 

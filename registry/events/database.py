@@ -242,13 +242,19 @@ def open_existing(url: str, *, upgrading: bool = False, read_only: bool = False)
     if read_only or not sqlite_file(parsed).writable:
         return reader
     reader.dispose()
-    return make_engine(url, must_exist=True)
+    engine = make_engine(url, must_exist=True)
+    # The read-only check left SQLite's -wal and -shm files where there were none (a read-only connection never
+    # removes them): one connection of this engine that has read (so it has the write-ahead log open), pooled
+    # until the engine is disposed of, closes last and removes them, even for a command refused before it reads.
+    with engine.connect() as conn:
+        conn.exec_driver_sql("PRAGMA schema_version")
+    return engine
 
 
 # The newest migration this code ships. Opening a registry compares the
 # database's revision with it directly, so ordinary commands need not import
 # Alembic; tests/test_migrations.py checks it against the script directory.
-SCHEMA_HEAD = "0011"
+SCHEMA_HEAD = "0012"
 
 
 def alembic_config(url: str | None = None):

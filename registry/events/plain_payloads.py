@@ -23,7 +23,10 @@ same outcome on hostile payloads (tests/test_plain_payloads.py).
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
 from typing import Any
 
 from json.encoder import encode_basestring as _quote  # the canonical encoder's own string quoting
@@ -34,13 +37,15 @@ from registry.formats.text import is_unicode_text
 from .canonical import encode_json
 
 _MISSING = object()
+# The compiled forms written down (`written_forms`), which appends read instead of the models.
+FORMS_FILE = Path(__file__).with_name("plain_forms.json")
 
 # Field kinds.
 _STR, _INT, _LITERAL, _DICT = "str", "int", "literal", "dict"
 
 
 @dataclass(frozen=True)
-class _Field:
+class Field:
     """One field of a compiled model: its kind, whether it may be left out or None, and its constraints."""
 
     name: str
@@ -58,7 +63,7 @@ def _keys(schema: dict, allowed: set[str]) -> bool:
     return isinstance(schema, dict) and set(schema) <= allowed
 
 
-def _field(name: str, field: dict) -> _Field | None:
+def _field(name: str, field: dict) -> Field | None:
     """The plain form of one field of a model's core schema, or None if it is not one of the plain kinds.
 
     Read from the schema pydantic-core itself validates with; a key that is
@@ -80,19 +85,19 @@ def _field(name: str, field: dict) -> _Field | None:
     if kind == _STR and _keys(schema, {"type", "min_length", "max_length", "pattern"}):
         if schema.get("pattern", SHA256_PATTERN) != SHA256_PATTERN:
             return None
-        return _Field(name, _STR, required, nullable, min_length=schema.get("min_length", 0),
+        return Field(name, _STR, required, nullable, min_length=schema.get("min_length", 0),
                       max_length=schema.get("max_length"), sha256="pattern" in schema)
     if kind == _INT and _keys(schema, {"type", "ge"}) and type(schema.get("ge", 0)) is int:
-        return _Field(name, _INT, required, nullable, ge=schema.get("ge"))
+        return Field(name, _INT, required, nullable, ge=schema.get("ge"))
     if (kind == _LITERAL and _keys(schema, {"type", "expected"})
             and all(type(member) is str for member in schema["expected"])):
-        return _Field(name, _LITERAL, required, nullable, members=frozenset(schema["expected"]))
+        return Field(name, _LITERAL, required, nullable, members=frozenset(schema["expected"]))
     if schema == {"type": _DICT, "keys_schema": {"type": "str"}, "values_schema": {"type": "any"}}:
-        return _Field(name, _DICT, required, nullable)
+        return Field(name, _DICT, required, nullable)
     return None
 
 
-def _field_check(index: int, field: _Field) -> list[str]:
+def _field_check(index: int, field: Field) -> list[str]:
     """Source lines that check one field's value `value` (present, not None) and set its text `text<index>`."""
     if field.kind == _DICT:
         return ["if type(value) is not dict:", "    return None", "for key in value:",
@@ -109,7 +114,7 @@ def _field_check(index: int, field: _Field) -> list[str]:
     return [f"if type(value) is not str{limits}:", "    return None", f"text{index} = quote(value)"]
 
 
-def _encoder_source(fields: list[_Field], layout: str) -> str:
+def _encoder_source(fields: list[Field], layout: str) -> str:
     """The source of one model's `encode(data)`: each field's checks written out in turn, then the layout filled.
 
     Straight-line code, as `dataclasses` writes its __init__: the same checks
@@ -138,7 +143,7 @@ def _encoder_source(fields: list[_Field], layout: str) -> str:
 class PlainPayload:
     """A compiled payload model: `encode(data)` returns a payload's canonical text, or None to defer to the model."""
 
-    def __init__(self, schema_version: int, fields: list[_Field]):
+    def __init__(self, schema_version: int, fields: list[Field]):
         self.schema_version = schema_version
         self.fields = sorted(fields, key=lambda field: field.name)  # the canonical text's key order
         # One %s per field: '{"artifact":%s,"identity":%s,...}'. Field names are identifiers, with no % in them.
@@ -169,3 +174,40 @@ def compile_plain(model: Any) -> PlainPayload | None:
     if any(field is None for field in fields):
         return None
     return PlainPayload(model.schema_version, fields)
+
+
+def written_forms(models: dict[str, Any]) -> str:
+    """The text of plain_forms.json: each model's compiled form (`compile_plain`) written down as data, so an
+    append of a plain payload is checked and encoded without importing the models (pydantic). tests/
+    test_plain_payloads.py holds the file to what this writes from the models as they stand; `python -m
+    registry.events.types` writes it."""
+    forms = {}
+    for name in sorted(models):
+        plain = compile_plain(models[name])
+        if plain is not None:
+            forms[name] = {"schema_version": plain.schema_version, "fields": [
+                {"name": field.name, "kind": field.kind, "required": field.required, "nullable": field.nullable,
+                 "min_length": field.min_length, "max_length": field.max_length, "ge": field.ge,
+                 "sha256": field.sha256, "members": sorted(field.members)} for field in plain.fields]}
+    return json.dumps(forms, indent=1, sort_keys=True) + "\n"
+
+
+class WrittenForms(dict):
+    """Event type -> its compiled form from plain_forms.json (None where its model has none), each compiled into
+    its encoder on first use: an append of a plain payload imports no model and no pydantic."""
+
+    def __missing__(self, event_type: str) -> PlainPayload | None:
+        written = _forms().get(event_type)
+        if written is None:
+            return None
+        fields = [Field(**{**field, "members": frozenset(field["members"])}) for field in written["fields"]]
+        plain = self[event_type] = PlainPayload(written["schema_version"], fields)
+        return plain
+
+
+@cache
+def _forms() -> dict[str, Any]:
+    return json.loads(FORMS_FILE.read_text(encoding="utf-8"))
+
+
+WRITTEN_FORMS = WrittenForms()

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import threading
+import weakref
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -26,7 +27,7 @@ from datetime import datetime, timezone
 from functools import cache
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from sqlalchemy import Connection, Engine, bindparam, select
+from sqlalchemy import Connection, Engine, bindparam, event, select
 from sqlalchemy.exc import DBAPIError
 
 from registry.formats.errors import first_line
@@ -254,9 +255,41 @@ class Writer:
     cursor: Any
     pid: int
     served: bool = False  # has committed an append (a fresh connection that fails is not stale)
+    closed: bool = False  # discarded when its engine was disposed: its thread checks out another if it appends
 
 
 BeforeCommit = Callable[[], None]
+
+# Every thread's append connection, by engine: a server's request threads and its pair writer keep one each, for
+# as long as they live, so disposing of the engine (closing its registry) closes them too, rather than leaving
+# them for the garbage collector to close at some later moment (on SQLite that moment checkpoints the WAL).
+_WRITERS: weakref.WeakKeyDictionary[Engine, dict[int, Writer]] = weakref.WeakKeyDictionary()
+_WRITERS_GUARD = threading.Lock()
+
+
+def _kept(engine: Engine, writer: Writer) -> None:
+    with _WRITERS_GUARD:
+        kept = _WRITERS.get(engine)
+        if kept is None:
+            kept = _WRITERS[engine] = {}
+            event.listen(engine, "engine_disposed", _writers_disposed)
+        kept[id(writer)] = writer
+
+
+def _forgotten(engine: Engine, writer: Writer) -> None:
+    with _WRITERS_GUARD:
+        _WRITERS.get(engine, {}).pop(id(writer), None)
+
+
+def _writers_disposed(engine: Engine) -> None:
+    """The engine was disposed of: every append connection this process's threads keep on it is closed (a
+    forked child's copy of its parent's is never touched); a thread that appends afterwards checks out a new one."""
+    with _WRITERS_GUARD:
+        writers = list(_WRITERS.pop(engine, {}).values())
+    for writer in writers:
+        if writer.pid == os.getpid() and not writer.closed:
+            writer.closed = True
+            writer.checkout.invalidate()
 
 
 class Recorder(ABC):
@@ -331,6 +364,8 @@ class Recorder(ABC):
         round trips), so the connection and a cursor stay with the thread.
         """
         writer = getattr(self._writer, "current", None)
+        if writer is not None and writer.closed:
+            writer = None
         if writer is not None and writer.pid != os.getpid():
             # A forked child's copy of its parent's connection shares the parent's socket: it is
             # never used or closed here, and stays referenced so the pool never cleans it up here.
@@ -341,14 +376,16 @@ class Recorder(ABC):
             connection = checkout.driver_connection
             self._prepare_writer(connection)
             writer = self._writer.current = Writer(checkout, connection, connection.cursor(), os.getpid())
+            _kept(self.engine, writer)
         return writer
 
     def drop_writer(self, *, failed: bool = False) -> None:
         """Give this thread's append connection back to the pool, or discard it after a failure."""
         writer = getattr(self._writer, "current", None)
         self._writer.current = None
-        if writer is None or writer.pid != os.getpid():
+        if writer is None or writer.pid != os.getpid() or writer.closed:
             return
+        _forgotten(self.engine, writer)
         if failed:
             writer.checkout.invalidate()
         else:
@@ -479,7 +516,8 @@ class Recorder(ABC):
             raw.close()
 
     def close(self) -> None:
-        """Release this thread's append connection (the engine's pool keeps the rest)."""
+        """Release this thread's append connection (the engine's pool keeps the rest; disposing of the engine
+        closes every other thread's: `_writers_disposed`)."""
         self.drop_writer()
 
 

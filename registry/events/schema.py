@@ -14,7 +14,7 @@ from functools import cache
 
 from sqlalchemy import BigInteger, Column, DateTime, Index, Integer, MetaData, String, Table, Text, UniqueConstraint, text
 
-# Every table of the registry, the log's and the read models' (registry/projections/schema.py).
+# Every table of the registry, the log's and the read models' (each declared in registry/projections/read_models/).
 # Plain Core tables: the store never maps rows to objects. Alembic compares complete_metadata().
 METADATA = MetaData()
 

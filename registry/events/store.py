@@ -20,6 +20,7 @@ from .canonical import CanonicalError, canonical_json, is_unicode_text, sha256_h
 from .chain import ChainReport, walk_chain
 from .errors import PayloadError, StoreError
 from .ids import position_of_event_id, positional_event_id
+from .plain_payloads import WRITTEN_FORMS
 from .postgres import APPEND_LOCK_KEY
 from .recorder import Appended, AppendBatch, LogRow, Recorder, StoredEvent, payload_models
 from .schema import EVENTS
@@ -81,15 +82,15 @@ def _prepare_batch(events: Sequence[NewEvent]) -> list[tuple[str, int, str]]:
     """Each event's type, schema version and canonical payload, validated.
 
     A payload given as a dict, of a type whose model has a compiled plain
-    form (plain_payloads.py), is checked and encoded by that form; whatever
-    it does not accept, and every payload given as a model (validated when
-    it was built), goes through `_prepare` and the model.
+    form (plain_payloads.py, written down in plain_forms.json so that no model
+    is imported for it), is checked and encoded by that form; whatever it
+    does not accept, and every payload given as a model (validated when it
+    was built), goes through `_prepare` and the model.
     """
-    plain_payloads = payload_models().PLAIN_PAYLOADS
     prepared = []
     for event in events:
         payload = event.payload
-        plain = plain_payloads[event.type] if type(payload) is dict else None
+        plain = WRITTEN_FORMS[event.type] if type(payload) is dict else None
         text = None if plain is None else plain.encode(payload)
         prepared.append(_prepare(event) if text is None else (event.type, plain.schema_version, text))
     return prepared
@@ -165,10 +166,17 @@ class EventStore:
         with the same content returns the original positions and writes
         nothing; with different content it raises IdempotencyConflict.
         """
-        placed, = self.append_group([Append(stream, events, actor, expected_version, idempotency_key)])
+        return self.append_batch(Append(stream, events, actor, expected_version, idempotency_key)).positions
+
+    def append_batch(self, append: Append) -> Appended:
+        """Append one batch as `append` does; where it is in the log and whether this call wrote it (`new`
+        False: its idempotency key answered it with the same batch recorded before), from what the recorder did
+        under the writer lock, never from a read of the log's head before the append (which a concurrent writer
+        makes wrong). A refusal raises (StoreError)."""
+        placed, = self.append_group([append])
         if isinstance(placed, StoreError):
             raise placed
-        return placed.positions
+        return placed
 
     def append_group(self, appends: Sequence[Append]) -> list[Appended | StoreError]:
         """Append several batches, in order, in one transaction under one writer lock; each one's positions
@@ -212,7 +220,7 @@ class EventStore:
         """
 
     def close(self) -> None:
-        """Release this thread's append connection (the engine's pool keeps the rest)."""
+        """Give every thread's append connection back to the engine's pool (the registry then disposes of it)."""
         self.recorder.close()
 
     # -- reading -------------------------------------------------------------

@@ -445,3 +445,9 @@ def read_payload(event_type: str, schema_version: int, data: dict[str, Any]) -> 
         data = step(dict(data))
         version += 1
     return validate_payload(event_type, data)
+
+
+if __name__ == "__main__":  # writes the models' compiled forms down (plain_payloads.py, `written_forms`)
+    from .plain_payloads import FORMS_FILE, written_forms
+
+    FORMS_FILE.write_text(written_forms(PAYLOAD_TYPES), encoding="utf-8")

@@ -125,7 +125,7 @@ def _lpips_version() -> str:
 def _load_state(torch: Any, path: Path, what: str) -> dict[str, Any] | Absent:
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as exc:  # any unreadable file is a reason, not a crash
+    except Exception as exc:  # noqa: BLE001 - any unreadable file is a reason, not a crash
         return Absent(f"cannot read the {what} {path}: {type(exc).__name__}: {exc}")
     if not isinstance(state, dict):
         return Absent(f"the {what} {path} is not a state dict")

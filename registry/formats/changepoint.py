@@ -100,7 +100,9 @@ def _least_significant_sums(values: Sequence[float]) -> list[int]:
     breaking of the ties among `values` gives (the exact rank sum when there are no ties)."""
     n = len(values)
     order = sorted(range(n), key=values.__getitem__)
-    group_of, start, size = [0] * n, [], []
+    group_of = [0] * n
+    start: list[int] = []
+    size: list[int] = []
     for place, index in enumerate(order):
         if place and values[index] == values[order[place - 1]]:
             size[-1] += 1

@@ -15,7 +15,7 @@ class UserError(ValueError):
     """A refusal: the input, the request or the state asked about is not acceptable; one line says why."""
 
 
-def first_line(error: BaseException) -> str:
+def first_line(error: object) -> str:
     """The first line of an error's message, for a one-line refusal or report; its type's name when it has none.
 
     A message may be empty (`KeyError()`, a driver's bare error) or start with

@@ -440,7 +440,8 @@ def _launch(value: Any, where: str, tensors: tuple[TensorDecl, ...], symbols: se
     args = _bounded_list(f.required(entry, "args", where), join(where, "args"), MAX_PARAMS, allow_empty=True)
     if len(args) != len(kernel.params):
         f.refuse(join(where, "args"), f"{len(args)} arguments for the {len(kernel.params)} parameters of {key}")
-    return LaunchDecl(key, tuple(_dim(d, symbols, f"{join(where, 'grid')}[{i}]") for i, d in enumerate(grid)),
+    x, y, z = (_dim(d, symbols, f"{join(where, 'grid')}[{i}]") for i, d in enumerate(grid))
+    return LaunchDecl(key, (x, y, z),
                       tuple(_arg(raw, kind, f"{join(where, 'args')}[{i}]", tensors, symbols)
                             for i, (raw, kind) in enumerate(zip(args, kernel.params))))
 

@@ -128,6 +128,8 @@ def check_seed(value: Any, what: str) -> int:
 # The subject of every stream: its prefix, and the name after it (docs/architecture.md, "Events").
 ARTIFACT_PREFIX, WORKLOAD_PREFIX, FRAMESET_PREFIX = "artifact:", "workload:", "frameset:"
 STREAM_PREFIXES = (ARTIFACT_PREFIX, WORKLOAD_PREFIX, FRAMESET_PREFIX)
+# An identity's benchmark sessions, imported outcomes about a whole workload, an API token's issue and revocation.
+BENCH_PREFIX, OUTCOMES_PREFIX, TOKEN_PREFIX = "bench:", "outcomes:", "token:"
 
 
 def artifact_stream(artifact: str) -> str:
@@ -140,6 +142,14 @@ def workload_stream(workload: str) -> str:
 
 def frameset_stream(name: str) -> str:
     return f"{FRAMESET_PREFIX}{name}"
+
+
+def bench_stream(identity: str) -> str:
+    return f"{BENCH_PREFIX}{identity}"
+
+
+def outcomes_stream(workload: str) -> str:
+    return f"{OUTCOMES_PREFIX}{workload}"
 
 
 HOOK_PREFIX = "hook:"

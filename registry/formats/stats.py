@@ -49,20 +49,22 @@ from registry.formats.order_statistics import is_interleaved
 from registry.formats.ranks import ARM_TAIL, PAIRED_TAIL, median_rank
 
 EXACT_MAX_N = 25
+# Run times in seconds: as a document holds them, or an array of them (one row per benchmark, or many).
+Times = Sequence[float] | np.ndarray
 
 
-def population_cv(values: Sequence[float]) -> float:
+def population_cv(values: Times) -> float:
     """Population standard deviation over the mean (ddof = 0)."""
     x = np.asarray(values, dtype=np.float64)
     return float(np.std(x) / np.mean(x))
 
 
-def paired_ratios(baseline: Sequence[float], candidate: Sequence[float]) -> np.ndarray:
+def paired_ratios(baseline: Times, candidate: Times) -> np.ndarray:
     """baseline_i / candidate_i for each pair: > 1 means the candidate was faster."""
     return np.asarray(baseline, dtype=np.float64) / np.asarray(candidate, dtype=np.float64)
 
 
-def speedup(protocol: str, baseline: Sequence[float], candidate: Sequence[float]) -> float:
+def speedup(protocol: str, baseline: Times, candidate: Times) -> float:
     if protocol == "paired":
         return float(np.median(paired_ratios(baseline, candidate)))
     if protocol == "sequential":

@@ -43,7 +43,7 @@ class SpeedRecord:
     payload_sha256: the bytes (None for an artifact registered without a
     payload, which has no record and borrows none: the confident rule holds
     it). entries: every session batch and complete benchmark document of those
-    bytes, under any artifact id or claim, in recorded order (read_models.py
+    bytes, under any artifact id or claim, in recorded order (projections/read_models/speed_records.py
     `RecordEntry`). sessions: how many sessions were opened. versions: every
     contract version of the workload with its position and stored speed block
     (the loosening rule reads them: registry/gate/record.py).

@@ -318,7 +318,7 @@ def arm_drift(baseline: list[float], candidate: list[float], alpha: float) -> tu
             return ("speed.not_interleaved",
                     f"its {len(times)} {arm} runs are too few to show a level shift at alpha / 2 = {alpha / 2:g} "
                     f"(the least exact p-value they allow is {least}; speed.drift_check), so they are not read")
-    shifted = [f"{arm} {scan.text()}" for arm, _, scan in scans if scan.shifted(alpha)]
+    shifted = [f"{arm} {scan.text()}" for arm, _, scan in scans if scan is not None and scan.shifted(alpha)]
     if shifted:
         return ("speed.drift", f"{' and '.join(shifted)}: at most alpha / 2 = {alpha / 2:g} per arm when the runs "
                                "are exchangeable, so they are not read as one speedup")

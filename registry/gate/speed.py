@@ -288,7 +288,7 @@ def _judge_record(speed: SpeedGate, record: SpeedRecord, recorded: Recorded | No
         for found in reading.set_aside:
             ledger.add("speed.interpreter", "held", found.reason)
     result, figure = reading.result, reading.figure
-    bounds = None if result.lower is None else (result.lower, result.upper)
+    bounds = None if result.lower is None or result.upper is None else (result.lower, result.upper)
     if figure is not None:
         speed_result = SpeedResult(figure.value, bounds, reading.level if bounds else None, figure.pairs,
                                    (result.decided_at or result.pairs) if bounds else None)
@@ -310,6 +310,7 @@ def _record_finding(speed: SpeedGate, reading: Reading, ledger: Ledger) -> None:
     """The sentence of a record's decision: the figure over every pair up to what decided, then the pair at which the
     rule decided (or the last pair read) and its running bounds with their level."""
     result, figure = reading.result, reading.figure
+    assert figure is not None  # a figure is judged once a pair is read
     shown, gate = times_pair(figure.value, speed.gate)
     low = "none yet" if result.lower is None else num(result.lower)
     high = "none yet" if result.upper is None else num(result.upper)

@@ -218,7 +218,7 @@ def _prctl(option: int, arg: int, what: str) -> None:
 
 
 def _mount(source: str | None, target: str, fstype: str | None, flags: int, data: str | None = None) -> None:
-    enc = (lambda s: None if s is None else s.encode())
+    enc = (lambda s: None if s is None else s.encode())  # noqa: E731 - the one-line encoder of the call below
     _check(_libc.mount(enc(source), enc(target), enc(fstype), flags, enc(data)), f"mount {target}")
 
 

@@ -201,7 +201,7 @@ def _load_candidate(entry: str, candidate: dict[str, Any], scratch: str | None) 
     sys.modules[CANDIDATE_MODULE] = module  # decorators (dataclasses, triton) look their module up by name
     try:
         spec.loader.exec_module(module)
-    except Exception as exc:  # the candidate's own top-level code failed
+    except Exception as exc:  # noqa: BLE001 - the candidate's own top-level code failed
         reason = first_line(exc)  # the type's name alone when the message is empty
         said = reason if reason == type(exc).__name__ else f"{type(exc).__name__}: {reason}"
         raise EntryError(f"entry {entry!r}: loading {name} failed: {said}") from None

@@ -6,7 +6,7 @@ same way the CLI does: REGISTRY_DATABASE_URL, else registry.db).
 """
 from alembic import context
 
-import registry.projections.schema  # noqa: F401  (adds the read models' tables to the metadata)
+import registry.projections.read_models  # noqa: F401  (adds the read models' tables to the metadata)
 from registry.events.schema import complete_metadata
 from registry.events.database import make_engine, resolve_url, use_wal
 
@@ -31,11 +31,14 @@ def run_migrations_online() -> None:
         run_migrations(connection)
         return
     engine = make_engine(config.get_main_option("sqlalchemy.url") or resolve_url(None))
-    if engine.dialect.name == "sqlite":
-        use_wal(engine)
-    with engine.connect() as conn:
-        run_migrations(conn)
-        conn.commit()
+    try:
+        if engine.dialect.name == "sqlite":
+            use_wal(engine)
+        with engine.connect() as conn:
+            run_migrations(conn)
+            conn.commit()
+    finally:
+        engine.dispose()
 
 
 if context.is_offline_mode():

@@ -1,29 +1,34 @@
 """Read models folded from the event log: live tables, time travel, replay verification, reports.
 
-- `Projections(store)`: `catch_up()`, `artifact(id, as_of)`, `artifacts(workload, as_of)`,
-  `workload(id, as_of)`, `workloads(as_of)`, `frameset(name, as_of)`, `state(as_of)`, `reset()`,
-  `artifacts_sharing_payload(workload, payload_sha256)` (the payload index), `workload_artifacts(workload)`;
-  each method is written in the module answering that question (live.py lists them).
+- `View(store, actor=..., as_of=...)`: one unit of work (view.py), entered with `with`: one catch-up, one
+  snapshot, typed answers (`artifact`, `workload`, `contract`, `speed_record`, `sharing_payload`,
+  `workload_artifacts`, `state`, ...) and `append`; `Registry.view()` (app/context.py) opens one.
+- `ReadModels(store)`: `catch_up()`, `reset()` (catchup.py).
 - `resolve_as_of(store, text)`: a position or an ISO-8601 time -> a log position.
 - `rebuild(store)`, `verify_projections(store) -> ReplayReport`.
-- `apply(state, event)` / `fold(state, events)`: the pure fold over `RegistryState`.
+- `apply(state, event)` / `fold(state, events)`: the pure fold over `RegistryState`, dispatched to the
+  handlers each read model declares (read_models/).
 - Reports: `registry.projections.report` (imported on demand; it pulls in matplotlib for HTML).
 
 The replay check (`verify.py`) is imported when first asked for: a read
 command never verifies, and pays for only what it uses.
 """
 from .asof import resolve_as_of
+from .catchup import ReadModels
+from .errors import ProjectionError
 from .fold import apply, fold
-from .live import Projections
-from .state import EVIDENCE_KINDS, ProjectionError, RegistryState, relative_margin, tightest
+from .read_models import EVIDENCE_KINDS, RegistryState
+from .read_models.artifacts import relative_margin, tightest
+from .view import View
 
 __all__ = [
     "EVIDENCE_KINDS",
     "Difference",
     "ProjectionError",
-    "Projections",
+    "ReadModels",
     "RegistryState",
     "ReplayReport",
+    "View",
     "apply",
     "fold",
     "rebuild",

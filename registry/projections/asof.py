@@ -17,7 +17,7 @@ from registry.events.store import EventStore
 from .collector import collector_paused
 from .fold import fold
 from .log import read_log
-from .state import RegistryState
+from .read_models import RegistryState
 
 _POSITION = re.compile(r"[0-9]+")
 

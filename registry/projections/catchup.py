@@ -16,44 +16,45 @@ the checkpoint row's lock and re-checks its WHERE clause after any concurrent
 writer commits. Threads of one process take turns instead of racing
 (`_folding`): one that waited mostly finds its head folded already.
 
-The questions (one module each: subject.py, shipping.py, attempts.py,
-whole_registry.py) read through `ReadModels.position_to_fold`, which catches
-up or says which log prefix to fold instead.
+The checkpoint also records the versions of the read models' declarations
+(read_models/): a catch-up that finds other versions there, or no
+checkpoint at all, folds the whole log and rewrites every row in its
+transaction, as `reset` does (a rebuild). Which rows an event touches, which
+are loaded lazily, and what is written (writes.py) come from the
+declarations.
+
+A unit of work (view.py) reads through `ReadModels.position_to_fold`,
+which catches up or says which log prefix to fold instead.
 """
 from __future__ import annotations
 
 import os
 import threading
 import weakref
-from collections import Counter
 from contextlib import contextmanager
 from functools import cache
-from typing import Iterator
+from typing import Any, Iterator
 
-from sqlalchemy import (Connection, Engine, Integer, bindparam, column, delete, func, insert, select, text, tuple_,
-                        update)
+from sqlalchemy import Connection, Engine, Integer, bindparam, column, func, insert, select, text, update
 from sqlalchemy.exc import DBAPIError, IntegrityError
 
 from registry.events.database import statement_reads
 from registry.events.errors import StoreError
-from registry.formats.errors import first_line
-from registry.events.schema import EVENTS
+from registry.events.schema import EVENTS, METADATA
 from registry.events.store import EventStore
-
-from registry.formats.names import ARTIFACT_PREFIX, FRAMESET_PREFIX, WORKLOAD_PREFIX
+from registry.formats.errors import first_line
 
 from .asof import fold_log
 from .collector import collector_paused
-from .fold import BENCH_PREFIX, OUTCOMES_PREFIX, fold
+from .errors import ProjectionError
+from .fold import fold
 from .log import PAGE, read_log
-from .payload_index import IndexRow, all_index_rows, as_mapping, count_deltas, index_rows
+from . import read_models
+from .read_models import CHECKPOINT, DECLARATIONS, READ_MODEL_TABLES, RegistryState, by_name
+from .read_models.declaration import load_state
 from .row_checks import check_absent
-from .rows import MODELS, load_state, record_head
-from .schema import (CHECKPOINT, PAYLOAD_COUNTS, PAYLOADS, READ_MODEL_TABLES, RECORD_HEADS, VERDICTS,
-                     WORKLOAD_COUNTS)
 from .snapshot import CHECKPOINT_NAME, read_checkpoint, snapshot
-from .state import ProjectionError, RegistryState
-from .verdict_history import HISTORY_KEY, records_of
+from .writes import Change, rebuild_rows, write_change
 
 # SQLSTATE 42501: insufficient_privilege (a role that may only read).
 _PRIVILEGE_SQLSTATE = "42501"
@@ -118,8 +119,6 @@ def create_missing_tables(engine) -> list[str]:
     then filled by a fold of the whole log (`reset`): never by a catch-up
     from a checkpoint that no longer describes it.
     """
-    from registry.events.schema import METADATA
-
     with engine.connect() as conn:
         missing = missing_tables(conn)
     if missing:
@@ -128,11 +127,12 @@ def create_missing_tables(engine) -> list[str]:
     return missing
 
 
-STREAM_MODEL = {ARTIFACT_PREFIX: "artifacts", WORKLOAD_PREFIX: "workloads", FRAMESET_PREFIX: "framesets",
-                OUTCOMES_PREFIX: "outcomes", BENCH_PREFIX: "bench_streams"}
-# Read models whose rows no stream names: a speed record is fed by artifact and bench streams alike, so the
-# fold asks for its row when it meets it (RegistryState.load_record).
-LAZY_MODELS = ("records",)
+
+# Which own-rows model an event's stream names, by the stream's prefix; the models no stream names are loaded
+# when the fold first meets one of their keys (RegistryState.load_row).
+STREAM_MODEL = {model.stream_prefix: model.name for model in DECLARATIONS
+                if model.own_rows and model.stream_prefix is not None and not model.lazy}
+LAZY_MODELS = tuple(model.name for model in DECLARATIONS if model.lazy)
 
 
 _FOLDING: "weakref.WeakKeyDictionary[Engine, tuple[int, threading.Lock]]" = weakref.WeakKeyDictionary()
@@ -150,42 +150,47 @@ def _folding(engine: Engine) -> threading.Lock:
     (a parent's thread may have held the parent's at the fork).
     """
     with _FOLDING_GUARD:
-        pid, lock = _FOLDING.get(engine, (None, None))
-        if pid != os.getpid():
-            pid, lock = _FOLDING[engine] = (os.getpid(), threading.Lock())
-        return lock
+        found = _FOLDING.get(engine)
+        if found is None or found[0] != os.getpid():
+            found = _FOLDING[engine] = (os.getpid(), threading.Lock())
+        return found[1]
 
 
 @cache
-def _rows_of(model: str):
+def _rows_of(name: str):
     """The statement reading a model's (key, state) rows of the keys bound as `keys` (built once a model)."""
-    table, key, _ = MODELS[model]
+    model = by_name(name)
+    table, key = model.table, model.key[0]
+    assert table is not None
     return select(table.c[key], table.c.state).where(table.c[key].in_(bindparam("keys", expanding=True)))
 
 
-@cache
-def _row_update(model: str):
-    """The statement updating a model's rows by the key bound as `key_` (built once a model)."""
-    table, key, _ = MODELS[model]
-    return update(table).where(table.c[key] == bindparam("key_"))
-
-
-_MOVE_RECORD_HEAD = (update(RECORD_HEADS).where(RECORD_HEADS.c.record == bindparam("record_"))
-                     .values(last_position=bindparam("at")))
 _WHERE_WE_STAND = {dialect: select(
     select(CHECKPOINT.c.position).where(CHECKPOINT.c.name == CHECKPOINT_NAME).scalar_subquery(),
     select(func.max(EVENTS.c.position)).scalar_subquery(),
-    count.scalar_subquery()) for dialect, count in _TABLE_COUNT.items()}
+    count.scalar_subquery(),
+    select(CHECKPOINT.c.versions).where(CHECKPOINT.c.name == CHECKPOINT_NAME).scalar_subquery(),
+) for dialect, count in _TABLE_COUNT.items()}
 _MOVE_CHECKPOINT = (update(CHECKPOINT).where(CHECKPOINT.c.name == CHECKPOINT_NAME,
                                              CHECKPOINT.c.position == bindparam("was"))
-                    .values(position=bindparam("now")))
+                    .values(position=bindparam("now"), versions=bindparam("versions")))
 
 
-def _checkpoint_and_head(conn: Connection) -> tuple[int | None, int]:
-    """The checkpoint (None before the first catch-up) and the log's head (0 when empty), in one statement that
-    also counts the read-model tables; ProjectionError naming a missing (dropped) one."""
+def _refold(checkpoint: int | None, versions: str | None) -> bool:
+    """Whether read models that stand at a checkpoint were folded under other declarations than this code's."""
+    return checkpoint is not None and versions != read_models.VERSIONS
+
+
+def _first_checkpoint(head: int):
+    return insert(CHECKPOINT).values(name=CHECKPOINT_NAME, position=head, versions=read_models.VERSIONS)
+
+
+def _where_we_stand(conn: Connection) -> tuple[int | None, int, str | None]:
+    """The checkpoint (None before the first catch-up), the log's head (0 when empty) and the declaration versions
+    the checkpoint was folded under, in one statement that also counts the read-model tables; ProjectionError
+    naming a missing (dropped) one."""
     try:
-        checkpoint, head, tables = conn.execute(_WHERE_WE_STAND[conn.dialect.name]).one()
+        checkpoint, head, tables, versions = conn.execute(_WHERE_WE_STAND[conn.dialect.name]).one()
     except DBAPIError:
         missing = missing_tables(conn)  # the checkpoint's own table dropped fails the statement
         if not missing:
@@ -195,7 +200,7 @@ def _checkpoint_and_head(conn: Connection) -> tuple[int | None, int]:
     if missing:
         raise ProjectionError(f"the read-model table {missing[0]} is missing; `registry replay` creates it "
                               "again and rebuilds the read models from the log")
-    return checkpoint, head or 0
+    return checkpoint, head or 0, versions
 
 
 class ReadModels:
@@ -204,8 +209,6 @@ class ReadModels:
     def __init__(self, store: EventStore):
         self.store = store
         self.engine = store.engine
-        # The log position the last live answer was read at (None before one, or after an as-of answer).
-        self.served_position: int | None = None
 
     def catch_up(self) -> int:
         """Fold events up to the head seen at the start into the read models; return where they now stand.
@@ -222,29 +225,33 @@ class ReadModels:
         soon as the checkpoint has reached it. The answer is the log as of at
         least that head; the position returned may be later, when another
         catch-up went further.
+
+        Read models folded under other declaration versions than this code's
+        (or never folded) are rebuilt: the whole log folded, every row
+        written again, in the same race for the checkpoint.
         """
         with statement_reads(self.engine) as conn:
-            checkpoint, head = _checkpoint_and_head(conn)
+            checkpoint, head, versions = _where_we_stand(conn)
         if (checkpoint or 0) > head:
             raise ProjectionError(
                 f"projection checkpoint {checkpoint} is ahead of the log's head {head}: "
-                "the read models belong to another log (rebuild them with Projections.reset)"
+                "the read models belong to another log (rebuild them with `registry replay`)"
             )
-        if (checkpoint or 0) >= head:
+        if (checkpoint or 0) >= head and not _refold(checkpoint, versions):
             return checkpoint or 0
         lock = _folding(self.engine)
         if not lock.acquire(blocking=False):
             lock.acquire()
             with statement_reads(self.engine) as conn:
                 # The thread waited for most likely folded past `head`; what was appended meanwhile is folded now.
-                checkpoint, head = _checkpoint_and_head(conn)
+                checkpoint, head, versions = _where_we_stand(conn)
         try:
             stalls = 0
-            while (checkpoint or 0) < head:
-                if self._advance(checkpoint, head):
+            while (checkpoint or 0) < head or _refold(checkpoint, versions):
+                if self._advance(checkpoint, head, rebuild=checkpoint is None or _refold(checkpoint, versions)):
                     return head
                 with statement_reads(self.engine) as conn:
-                    moved = read_checkpoint(conn)
+                    moved, _, versions = _where_we_stand(conn)
                 if moved == checkpoint:
                     stalls += 1
                     if stalls >= MAX_ATTEMPTS:
@@ -270,35 +277,10 @@ class ReadModels:
                 with self._writer() as conn:
                     # The checkpoint first: on Postgres this waits for a catch-up in flight.
                     conn.execute(CHECKPOINT.delete())
-                    for table, _, _ in MODELS.values():
-                        conn.execute(table.delete())
-                    conn.execute(VERDICTS.delete())
-                    conn.execute(PAYLOADS.delete())
-                    conn.execute(PAYLOAD_COUNTS.delete())
-                    conn.execute(WORKLOAD_COUNTS.delete())
-                    conn.execute(RECORD_HEADS.delete())
-                    conn.execute(insert(CHECKPOINT).values(name=CHECKPOINT_NAME, position=head))
-                    for model, (table, _, to_row) in MODELS.items():
-                        rows = [to_row(value) for value in getattr(state, model).values()]
-                        if rows:
-                            conn.execute(insert(table), rows)
-                    history = [record.to_row() for value in state.artifacts.values() for record in records_of(value)]
-                    if history:
-                        conn.execute(insert(VERDICTS), history)
-                    indexed = sorted(all_index_rows(state.artifacts.values()))
-                    if indexed:
-                        conn.execute(insert(PAYLOADS), [as_mapping(row) for row in indexed])
-                        conn.execute(insert(PAYLOAD_COUNTS), [
-                            {"workload": workload, "payload_sha256": payload, "artifacts": count}
-                            for (workload, payload), count in sorted(count_deltas((), indexed).items())])
-                    counts = Counter(value["workload"] for value in state.artifacts.values())
-                    if counts:
-                        conn.execute(insert(WORKLOAD_COUNTS), [{"workload": workload, "artifacts": count}
-                                                               for workload, count in sorted(counts.items())])
-                    if state.records:
-                        conn.execute(insert(RECORD_HEADS), [record_head(value) for value in state.records.values()])
+                    conn.execute(_first_checkpoint(head))
+                    rebuild_rows(conn, state)
             except IntegrityError:
-                continue  # a concurrent catch-up inserted a row first: fold again
+                continue  # a concurrent catch-up inserted the checkpoint first: fold again
             return head
         raise ProjectionError(f"could not reset the read models after {MAX_ATTEMPTS} attempts")
 
@@ -317,150 +299,104 @@ class ReadModels:
             raise ReadModelsNotWritable(f"the read models cannot be updated: this connection may only read "
                                         f"({cause})") from None
 
-    def _advance(self, checkpoint: int | None, head: int) -> bool:
-        """Fold (checkpoint, head] into the rows it touches and commit them; False if we lost a race."""
-        start = checkpoint or 0
+    def _advance(self, checkpoint: int | None, head: int, rebuild: bool) -> bool:
+        """Fold (checkpoint, head] into the rows it touches and commit them, or with `rebuild` fold the whole log
+        up to `head` and write every row again; False if another catch-up moved the checkpoint first."""
+        if rebuild:
+            work = fold_log(self.store, head)
+            change = None
+        else:
+            work, change = self._fold_changes(checkpoint or 0, head)
+        try:
+            with self._writer() as conn:
+                if checkpoint is None:
+                    conn.execute(_first_checkpoint(head))
+                else:
+                    moved = conn.execute(_MOVE_CHECKPOINT, {"was": checkpoint, "now": head,
+                                                            "versions": read_models.VERSIONS})
+                    if moved.rowcount != 1:
+                        raise _LostRace
+                if change is None:
+                    rebuild_rows(conn, work)
+                else:
+                    write_change(conn, work, change)
+        except (_LostRace, IntegrityError):
+            return False  # another catch-up moved or created the checkpoint first; all rolled back
+        return True
+
+    def _fold_changes(self, start: int, head: int) -> tuple[RegistryState, Change]:
+        """The events (start, head] folded into the rows they touch, loaded first; what the writes need."""
         work = RegistryState(position=start)
-        existing: dict[str, set[str]] = {model: set() for model in MODELS}
-        touched: dict[str, set[str]] = {model: set() for model in MODELS}
-        indexed: set[IndexRow] = set()  # the payload index rows of the artifact rows loaded, as they stand
-        work.load_record = lambda key: self._load_lazy("records", key, existing)
+        change = Change()
+        work.load_row = lambda name, key: self._load_lazy(name, key, change)
         batch = []
         with collector_paused():
             for event in read_log(self.engine, after=start, up_to=head):
                 batch.append(event)
                 if len(batch) == PAGE:
-                    self._fold_batch(work, batch, existing, touched, indexed)
+                    self._fold_batch(work, batch, change)
                     batch = []
-            self._fold_batch(work, batch, existing, touched, indexed)
-        try:
-            with self._writer() as conn:
-                if checkpoint is None:
-                    conn.execute(insert(CHECKPOINT).values(name=CHECKPOINT_NAME, position=head))
-                else:
-                    moved = conn.execute(_MOVE_CHECKPOINT, {"was": checkpoint, "now": head})
-                    if moved.rowcount != 1:
-                        raise _LostRace
-                self._write_rows(conn, work, existing, touched, indexed)
-        except (_LostRace, IntegrityError):
-            return False  # another catch-up moved or created the checkpoint first; all rolled back
-        return True
+            self._fold_batch(work, batch, change)
+        return work, change
 
-    def _fold_batch(self, work: RegistryState, batch: list, existing: dict[str, set[str]],
-                    touched: dict[str, set[str]], indexed: set[IndexRow]) -> None:
-        wanted: dict[str, set[str]] = {model: set() for model in MODELS if model not in LAZY_MODELS}
+    def _fold_batch(self, work: RegistryState, batch: list, change: Change) -> None:
+        wanted: dict[str, set[str]] = {name: set() for name in STREAM_MODEL.values()}
         for event in batch:
-            for prefix, model in STREAM_MODEL.items():
+            for prefix, name in STREAM_MODEL.items():
                 if event.stream.startswith(prefix):
-                    wanted[model].add(event.stream[len(prefix):])
+                    wanted[name].add(event.stream[len(prefix):])
                     break
-        self._load(work, wanted, touched, existing, indexed)
-        for model, keys in wanted.items():
-            touched[model] |= keys
+        self._load(work, wanted, change)
+        for name, keys in wanted.items():
+            change.touched[name] |= keys
         fold(work, batch)
-        for model in LAZY_MODELS:
-            touched[model] |= set(getattr(work, model))
+        for name in LAZY_MODELS:
+            change.touched[name] |= set(getattr(work, name))
 
-    def _load_lazy(self, model: str, key: str, existing: dict[str, set[str]]) -> dict | None:
+    def _load_lazy(self, name: str, key: str, change: Change) -> Any:
         """One stored row of a lazily loaded model, when the fold first meets its key (None: no row yet; a row
-        missing while its head stands was deleted, and is refused rather than begun again from this event)."""
-        table, column, _ = MODELS[model]
-        query = select(table.c.state).where(table.c[column] == key)
+        missing while its side table says it stands was deleted, and is refused rather than begun again)."""
+        query = _rows_of(name)
         with statement_reads(self.engine) as conn:
-            text = conn.execute(query).scalar()
-        if text is None:
-            # Read again with the head in one snapshot: another process's catch-up commits a row and its head
-            # together, so a row missing where its head stands was deleted, not written since the read above.
+            row = conn.execute(query, {"keys": [key]}).first()
+        if row is None:
+            # Read again with the checkpoint in one snapshot: another process's catch-up commits a row and its
+            # side tables together, so a row missing where its side table says it stands was deleted.
             with snapshot(self.engine) as conn:
-                text = conn.execute(query).scalar()
-                if text is None:
-                    check_absent(conn, model, key, read_checkpoint(conn) or 0)  # a row deleted is not folded onto
-        if text is None:
+                row = conn.execute(query, {"keys": [key]}).first()
+                if row is None:
+                    check_absent(conn, name, key, read_checkpoint(conn) or 0)  # a row deleted is not folded onto
+        if row is None:
             return None
-        existing[model].add(key)
-        return load_state(text)
+        return self._loaded(name, row, change)
 
-    def _load(self, work: RegistryState, wanted: dict[str, set[str]], touched: dict[str, set[str]],
-              existing: dict[str, set[str]], indexed: set[IndexRow]) -> None:
+    def _load(self, work: RegistryState, wanted: dict[str, set[str]], change: Change) -> None:
         """Load the live rows of keys this catch-up has not met yet into the working state.
 
-        A loaded artifact's payload index rows are those of its row's state
-        (`replay --verify` holds the table to that), noted in `indexed` before
-        the fold changes the state.
+        The speed records (any lazily loaded model) the batch's bench streams
+        feed are read in the same read rather than one read each when the fold
+        meets them (the lazy load then finds them loaded).
         """
         with statement_reads(self.engine) as conn:
-            for model, keys in wanted.items():
-                self._load_rows(conn, work, model, keys - touched[model], existing, indexed)
-            # The speed records the batch's bench streams feed, in the same read rather than one read each
-            # when the fold meets them (the lazy load then finds them loaded).
-            records = {work.bench_streams[identity]["record"] for identity in wanted.get("bench_streams", ())
-                       if identity in work.bench_streams}
-            self._load_rows(conn, work, "records", records - {None} - touched["records"] - set(work.records),
-                            existing, indexed)
+            for name, keys in wanted.items():
+                self._load_rows(conn, work, name, keys - change.touched[name], change)
+            fed = {record for identity in wanted.get("bench_streams", ()) if identity in work.bench_streams
+                   for record in (work.bench_streams[identity]["record"],) if record is not None}
+            self._load_rows(conn, work, "records", fed - change.touched["records"] - set(work.records), change)
 
-    @staticmethod
-    def _load_rows(conn: Connection, work: RegistryState, model: str, keys: set[str], existing: dict[str, set[str]],
-                   indexed: set[IndexRow]) -> None:
-        table, key, _ = MODELS[model]
+    def _load_rows(self, conn: Connection, work: RegistryState, name: str, keys: set[str], change: Change) -> None:
         missing = sorted(keys)
+        target = getattr(work, name)
         for index in range(0, len(missing), LOAD_CHUNK):
-            chunk = missing[index:index + LOAD_CHUNK]
-            for row in conn.execute(_rows_of(model), {"keys": chunk}):
-                state = load_state(row[1])
-                if model == "artifacts":
-                    state[HISTORY_KEY] = []  # the stored history stays; verdicts folded now are added to it
-                    indexed |= index_rows(state)
-                getattr(work, model)[row[0]] = state
-                existing[model].add(row[0])
+            for row in conn.execute(_rows_of(name), {"keys": missing[index:index + LOAD_CHUNK]}):
+                target[row[0]] = self._loaded(name, row, change)
 
     @staticmethod
-    def _write_rows(conn: Connection, work: RegistryState, existing: dict[str, set[str]],
-                    touched: dict[str, set[str]], indexed: set[IndexRow]) -> None:
-        for model, (table, key, to_row) in MODELS.items():
-            states = getattr(work, model)
-            rows = [to_row(states[name]) for name in sorted(touched[model])]
-            fresh = [row for row in rows if row[key] not in existing[model]]
-            changed = [{**row, "key_": row[key]} for row in rows if row[key] in existing[model]]
-            if fresh:
-                conn.execute(insert(table), fresh)
-            if changed:
-                conn.execute(_row_update(model), changed)
-        # Loaded rows start with an empty history, so every verdict in it was folded by this catch-up.
-        history = [record.to_row() for name in sorted(touched["artifacts"])
-                   for record in records_of(work.artifacts[name])]
-        if history:
-            conn.execute(insert(VERDICTS), history)
-        # The index rows of the touched artifacts now, against those of their rows as loaded: a new payload
-        # adds a row; a row goes only if an artifact's workload changed, which a registration never does.
-        now = all_index_rows(work.artifacts[name] for name in touched["artifacts"])
-        gone = sorted(indexed - now)
-        if gone:
-            conn.execute(delete(PAYLOADS).where(
-                tuple_(PAYLOADS.c.workload, PAYLOADS.c.payload_sha256, PAYLOADS.c.artifact).in_(gone)))
-        added = sorted(now - indexed)
-        if added:
-            conn.execute(insert(PAYLOADS), [as_mapping(row) for row in added])
-        for (workload, payload), delta in sorted(count_deltas(gone, added).items()):
-            key = (PAYLOAD_COUNTS.c.workload == workload, PAYLOAD_COUNTS.c.payload_sha256 == payload)
-            moved = conn.execute(update(PAYLOAD_COUNTS).where(*key)
-                                 .values(artifacts=PAYLOAD_COUNTS.c.artifacts + delta))
-            if moved.rowcount == 0:
-                conn.execute(insert(PAYLOAD_COUNTS).values(workload=workload, payload_sha256=payload,
-                                                           artifacts=delta))
-        # A workload's artifact rows only ever grow (an artifact never changes workload): count the new ones.
-        born = Counter(work.artifacts[name]["workload"] for name in touched["artifacts"]
-                       if name not in existing["artifacts"])
-        for workload, delta in sorted(born.items()):
-            moved = conn.execute(update(WORKLOAD_COUNTS).where(WORKLOAD_COUNTS.c.workload == workload)
-                                 .values(artifacts=WORKLOAD_COUNTS.c.artifacts + delta))
-            if moved.rowcount == 0:
-                conn.execute(insert(WORKLOAD_COUNTS).values(workload=workload, artifacts=delta))
-        for name in sorted(touched["records"]):
-            head = record_head(work.records[name])
-            if name not in existing["records"]:
-                conn.execute(insert(RECORD_HEADS).values(**head))
-            else:
-                conn.execute(_MOVE_RECORD_HEAD, {"record_": name, "at": head["last_position"]})
+    def _loaded(name: str, row: Any, change: Change) -> dict[str, Any]:
+        state = load_state(row[1])
+        change.existing[name].add(row[0])
+        change.loaded(by_name(name), state)
+        return state
 
     def position_to_fold(self, as_of: int | None) -> int | None:
         """None when the live tables are current; else the position to fold the log up to.
@@ -469,7 +405,6 @@ class ReadModels:
         `registry_reader` role, a read-only SQLite registry) cannot catch them
         up, so it answers from the log itself: slower, never stale.
         """
-        self.served_position = None
         if as_of is not None:
             return as_of
         try:

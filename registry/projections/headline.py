@@ -17,22 +17,22 @@ Pure: reads a folded artifact state (registry.projections.read_models), no I/O.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Mapping
 
-from .monitor_fold import monitor_summary
+from .read_models.monitors import monitor_summary
 
-# The monitor statuses under which a promoted artifact no longer ships (monitor_fold.monitor_summary).
+# The monitor statuses under which a promoted artifact no longer ships (read_models/monitors.py monitor_summary).
 REGRESSED_STATUSES = ("alarm_due", "regressed", "acknowledged")
 
 
-def headline(artifact: dict[str, Any]) -> dict[str, Any]:
+def headline(artifact: Mapping[str, Any]) -> dict[str, Any]:
     """The artifact's state as a headline: its decision, its monitor's status, and the words to print."""
     decision = artifact["decision"]
     monitor = monitor_summary(artifact)
     status = None if monitor is None else monitor["status"]
     regressed = status in REGRESSED_STATUSES
     text = short = decision
-    if regressed:
+    if monitor is not None and regressed:
         short = f"{decision}, regressed"
         alarm = f"alarm at pair {monitor['crossed_at']} of its re-measurements"
         known = ", acknowledged" if status == "acknowledged" else ""
@@ -83,7 +83,7 @@ def parity_text(artifact: dict[str, Any]) -> str | None:
     """One line on the latest parity evidence of an exact-tier artifact (None without any): what it shows."""
     entry = (artifact.get("evidence") or {}).get("parity")
     item = None if entry is None else entry.get("item")
-    if not item:
+    if entry is None or not item:
         return None
     leaves = item.get("leaves") or []
     equal = sum(1 for leaf in leaves if leaf.get("byte_equal"))

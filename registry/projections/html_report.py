@@ -4,12 +4,12 @@ from __future__ import annotations
 import base64
 import re
 from html import escape
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from .plots import Plot, can_plot, frame_plot, running_bounds_plot, speed_fidelity_plot
 from .matrix import cell_text
 from .report import head_text, matrix_table, report_tables
-from .state import RegistryState
+from .read_models import RegistryState
 
 STYLE = """
 body { font-family: system-ui, sans-serif; margin: 24px; color: #212121; max-width: 1150px; }
@@ -54,7 +54,7 @@ def _figure(plot: Plot, alt: str) -> str:
 
 
 def report_html(report: dict[str, Any], state: RegistryState, *, max_frame_plots: int = 48,
-                pages: list[dict[str, Any]] = (), pages_left_out: int = 0) -> str:
+                pages: Sequence[dict[str, Any]] = (), pages_left_out: int = 0) -> str:
     """One self-contained HTML page of the report (plots embedded as base64 PNG), ending with `pages`, one per
     artifact (app/artifact_page.py), and how many were left out."""
     workloads = report["workloads"]
@@ -119,7 +119,7 @@ def matrix_grid(matrix: dict[str, Any]) -> str:
             f"<tbody>{''.join(body)}</tbody></table>")
 
 
-def speed_fidelity_section(artifacts: list[dict[str, Any]], gates: dict[str, float | None]) -> str:
+def speed_fidelity_section(artifacts: Sequence[Mapping[str, Any]], gates: dict[str, float | None]) -> str:
     """The speed-against-fidelity figure, or, when no artifact has both a measured speedup and a fidelity margin
     (a registry of exact-tier kernels: byte-equal parity records no margin), why there is none."""
     if not any(can_plot(artifact) for artifact in artifacts):
@@ -128,18 +128,18 @@ def speed_fidelity_section(artifacts: list[dict[str, Any]], gates: dict[str, flo
     return speed_fidelity_figure(artifacts, gates)
 
 
-def speed_fidelity_figure(artifacts: list[dict[str, Any]], gates: dict[str, float | None]) -> str:
+def speed_fidelity_figure(artifacts: Sequence[Mapping[str, Any]], gates: dict[str, float | None]) -> str:
     """The speed-against-fidelity figure as the report draws it (the live view of `registry serve` too)."""
     return _figure(speed_fidelity_plot(artifacts, gates), "speedup against tightest fidelity margin")
 
 
-def has_frames(artifact: dict[str, Any]) -> bool:
+def has_frames(artifact: Mapping[str, Any]) -> bool:
     """Whether the artifact's latest perceptual evidence has per-frame values to draw."""
     entry = artifact["evidence"].get("perceptual")
     return entry is not None and bool(entry["item"].get("ssim") or entry["item"].get("lpips"))
 
 
-def frame_figure(artifact: dict[str, Any], declared: dict[str, Any] | None) -> str:
+def frame_figure(artifact: Mapping[str, Any], declared: Mapping[str, Any] | None) -> str:
     """An artifact's per-frame fidelity figure against its workload's thresholds (`declared`: the workload's
     state, None when undeclared), as the report draws it (the live view of `registry serve` too)."""
     fidelity = (declared["contract"].get("fidelity") or {}) if declared else {}
@@ -149,7 +149,7 @@ def frame_figure(artifact: dict[str, Any], declared: dict[str, Any] | None) -> s
                    f"per-frame fidelity of {artifact['artifact']}")
 
 
-def _frame_section(artifacts: list[dict[str, Any]], state: RegistryState, limit: int) -> list[str]:
+def _frame_section(artifacts: Sequence[Mapping[str, Any]], state: RegistryState, limit: int) -> list[str]:
     measured = [artifact for artifact in artifacts if has_frames(artifact)]
     parts = ["<h2>Per-frame fidelity (latest perceptual evidence)</h2>"]
     if not measured:

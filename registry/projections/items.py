@@ -25,13 +25,13 @@ from registry.formats.names import ARTIFACT_PREFIX
 
 from .log import chain_time, row_payload
 from .read_models import ArtifactState
-from .state import ProjectionError
+from .errors import ProjectionError
 
 # Positions per read: a page of rows and their payload texts is in memory at a time.
 ITEM_PAGE = 5_000
 
 
-def evidence_entries(artifact: ArtifactState) -> Iterator[tuple[str, dict[str, Any]]]:
+def evidence_entries(artifact: ArtifactState) -> Iterator[tuple[str, Any]]:
     """(kind, entry) of every evidence entry of the artifact: its current identity's and each set-aside one's."""
     yield from artifact["evidence"].items()
     for kept in artifact["earlier_identities"].values():

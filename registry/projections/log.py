@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 from functools import lru_cache
-from typing import Any, Iterator
+from typing import Any, Iterator, cast
 
 from sqlalchemy import Engine
 
@@ -72,7 +72,7 @@ class LogEvent:
     @property
     def payload(self) -> dict[str, Any]:
         if self._payload is None:
-            self._payload = strict_json_loads(self._text)
+            self._payload = strict_json_loads(cast(str, self._text))  # held as text until now
         return self._payload
 
     def named_artifact(self) -> Any:

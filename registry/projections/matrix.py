@@ -19,10 +19,10 @@ from __future__ import annotations
 import csv
 import io
 from datetime import datetime, timedelta, timezone
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 from registry.formats.errors import UserError
-from .state import RegistryState
+from .read_models import RegistryState
 
 OUTCOMES = ("promoted", "candidates_found", "no_worthwhile_candidate", "quarantined", "held", "not_attempted")
 RANK = {outcome: rank for rank, outcome in enumerate(OUTCOMES)}
@@ -74,7 +74,7 @@ def support_matrix(state: RegistryState, *, at: datetime, stale_days: int = DEFA
         date, moment = _readable(found["date"])
         if date is None and found["date"] is not None:
             cell["unreadable_dates"].append(str(found["date"]))
-        elif date is not None and (cell["latest"] is None or moment > _moment(cell["latest"])):
+        elif date is not None and moment is not None and (cell["latest"] is None or moment > _moment(cell["latest"])):
             cell["latest"] = date
         cell["sources"].append({**{k: found[k] for k in ("source", "outcome", "subject")}, "date": date})
     try:
@@ -83,27 +83,27 @@ def support_matrix(state: RegistryState, *, at: datetime, stale_days: int = DEFA
         cutoff = datetime.min.replace(tzinfo=at.tzinfo)
     rows = []
     for workload in sorted(workloads, key=lambda w: (families.get(w) or model_family(w), w)):
-        row_cells = {}
+        row_cells: dict[str, dict[str, Any]] = {}
         for arch in columns:
-            cell = cells.get((workload, arch))
-            if cell is None:
+            held = cells.get((workload, arch))
+            if held is None:
                 row_cells[arch] = {"outcome": "not_attempted", "latest": None, "stale": False, "sources": []}
                 continue
-            latest = cell["latest"]
+            latest = held["latest"]
             row_cells[arch] = {
-                "outcome": cell["outcome"], "latest": latest,
+                "outcome": held["outcome"], "latest": latest,
                 "stale": latest is not None and _moment(latest) < cutoff,
-                "sources": sorted(cell["sources"], key=lambda s: (s["date"] or "", s["subject"] or "")),
+                "sources": sorted(held["sources"], key=lambda s: (s["date"] or "", s["subject"] or "")),
             }
-            if cell["unreadable_dates"]:
-                row_cells[arch]["unreadable_dates"] = cell["unreadable_dates"]
+            if held["unreadable_dates"]:
+                row_cells[arch]["unreadable_dates"] = held["unreadable_dates"]
         rows.append({"family": families.get(workload) or model_family(workload), "workload": workload,
                      "cells": row_cells})
     return {"at": at.isoformat(), "stale_days": stale_days, "archs": columns, "rows": rows,
             "unplaced": sorted(unplaced), "position": state.position}
 
 
-def _native_contribution(artifact: dict[str, Any], records: dict[str, Any]) -> dict[str, Any] | None:
+def _native_contribution(artifact: Mapping[str, Any], records: dict[str, Any]) -> dict[str, Any] | None:
     """Where the registry's own decision on an artifact goes: the arch of its latest benchmark item, else that
     of the latest session or document of its bytes' speed record that names one (a record decides on sessions)."""
     benchmark = artifact["evidence"].get("benchmark")
@@ -118,8 +118,8 @@ def _native_contribution(artifact: dict[str, Any], records: dict[str, Any]) -> d
             "date": latest, "source": "registry", "subject": artifact["artifact"]}
 
 
-def _record_arch(artifact: dict[str, Any], records: dict[str, Any]) -> str | None:
-    from .fold import record_key
+def _record_arch(artifact: Mapping[str, Any], records: dict[str, Any]) -> str | None:
+    from .read_models.speed_records import record_key
 
     if artifact["payload_sha256"] is None:
         return None
@@ -128,7 +128,7 @@ def _record_arch(artifact: dict[str, Any], records: dict[str, Any]) -> str | Non
     return named[-1] if named else None
 
 
-def _imported_contribution(record: dict[str, Any]) -> dict[str, Any]:
+def _imported_contribution(record: Mapping[str, Any]) -> dict[str, Any]:
     origin = record.get("origin") or {}
     return {"workload": record["workload"], "arch": record.get("arch"), "outcome": record.get("outcome"),
             "date": record.get("recorded_utc") or record.get("recorded_at"),

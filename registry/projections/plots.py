@@ -21,13 +21,13 @@ from __future__ import annotations
 import io
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Mapping, Sequence
 
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from .state import relative_margin, tightest
+from .read_models.artifacts import relative_margin, tightest
 
 DECISION_COLOURS = {
     "promoted": "#2e7d32", "rejected": "#ef6c00", "quarantined": "#c62828",
@@ -53,7 +53,7 @@ def is_fidelity_metric(metric: str) -> bool:
     return metric in ("ssim", "lpips", "vbench") or metric.startswith("max_abs_error:")
 
 
-def tightest_fidelity(artifact: dict[str, Any]) -> dict[str, Any] | None:
+def tightest_fidelity(artifact: Mapping[str, Any]) -> Any:
     return tightest([m for m in artifact["margins"] if is_fidelity_metric(m["metric"])])
 
 
@@ -70,13 +70,13 @@ class Plot:
     caption: str
 
 
-def can_plot(artifact: dict[str, Any]) -> bool:
+def can_plot(artifact: Mapping[str, Any]) -> bool:
     """Whether the artifact is a point of the speed-against-fidelity figure: a speedup and a finite fidelity margin."""
     margin = tightest_fidelity(artifact)
     return artifact["speedup"] is not None and margin is not None and math.isfinite(relative_margin(margin))
 
 
-def speed_fidelity_plot(artifacts: list[dict[str, Any]], gates: dict[str, float | None]) -> Plot:
+def speed_fidelity_plot(artifacts: Sequence[Mapping[str, Any]], gates: dict[str, float | None]) -> Plot:
     points, left_out = [], []
     for artifact in artifacts:
         margin = tightest_fidelity(artifact)
@@ -122,7 +122,7 @@ def _worst(values: list[float], lowest: bool) -> int:
     return values.index(target)
 
 
-def frame_plot(artifact: dict[str, Any], fidelity: dict[str, Any]) -> Plot:
+def frame_plot(artifact: Mapping[str, Any], fidelity: Mapping[str, Any]) -> Plot:
     """Per-frame panels for one artifact's latest perceptual item; thresholds from `fidelity` (its contract)."""
     item = artifact["evidence"]["perceptual"]["item"]
     panels = [(metric, item[metric]) for metric in ("ssim", "lpips") if item.get(metric)]

@@ -1,7 +1,7 @@
 """A speed record's complete documents, read from the log by position when a question reads the record.
 
 The fold keeps a document's entry in a speed record as a reference to its
-`BenchmarkMeasured` event (read_models.py `RecordEntry`), for the reason
+`BenchmarkMeasured` event (read_models/speed_records.py `RecordEntry`), for the reason
 evidence entries are references (items.py): decoding every benchmark item's
 arms halved the fold's rate. A question that reads a record (`promote`,
 `what-if`, `show`, `bench status`, `report`) attaches each document's
@@ -22,7 +22,7 @@ from registry.formats.names import ARTIFACT_PREFIX
 from .items import ITEM_PAGE
 from .log import row_payload
 from .read_models import SpeedRecordState
-from .state import ProjectionError
+from .errors import ProjectionError
 
 
 def attach_documents(store: EventStore, records: Iterable[SpeedRecordState],
@@ -32,7 +32,7 @@ def attach_documents(store: EventStore, records: Iterable[SpeedRecordState],
     `known` maps positions to benchmark items already read (the artifacts' latest evidence, attached by
     items.py in the same answer), which are not read again.
     """
-    wanted: dict[int, dict[str, Any]] = {}
+    wanted: dict[int, Any] = {}
     for record in records:
         for entry in record["entries"]:
             if entry["source"] == "document" and "protocol" not in entry:
@@ -66,7 +66,7 @@ def attach_state_documents(store: EventStore, state: Any) -> None:
     attach_documents(store, state.records.values(), read)
 
 
-def document_fields(item: dict[str, Any]) -> dict[str, Any]:
+def document_fields(item: dict[str, Any]) -> Any:
     """What a speed record reads of a benchmark item; no protocol and no times where it is not shaped as one."""
     arms = [item.get(arm) for arm in ("baseline_s", "candidate_s")]
     shaped = item.get("protocol") in ("paired", "sequential") and all(_are_times(times) for times in arms)

@@ -1,7 +1,7 @@
 """The registry report: what is promoted, what was caught and why, what is close, who is waiting.
 
 Sections (all computed from a RegistryState, so a report as of any past
-position is the same function over `Projections.state(as_of=...)`):
+position is the same function over `View(store, as_of=...).state()`):
 - leaderboard: per workload, promoted artifacts by speedup (descending), with
   the speedup's interval (speedup_ci), tier and tightest margin, and the
   headline state (`promoted, regressed` for one whose monitor alarmed: it
@@ -33,14 +33,15 @@ import csv
 import io
 import json
 import math
-from typing import Any
+from typing import Any, Mapping, Sequence
 
 from registry.contracts.speed import derived_gate
 from registry.formats.errors import UserError
 
 from .headline import headline
-from .monitor_fold import monitor_summary
-from .state import RegistryState, contract_note, relative_margin
+from .read_models import RegistryState
+from .read_models.artifacts import contract_note, relative_margin
+from .read_models.monitors import monitor_summary
 
 NEAR_MISS_SHARE = 0.10
 # A margin past this share of the room between a threshold and the metric's best possible value is no near miss.
@@ -66,7 +67,7 @@ def speed_gate(contract: dict[str, Any] | None) -> float | None:
     return None
 
 
-def _margin_entry(margin: dict[str, Any] | None) -> dict[str, Any] | None:
+def _margin_entry(margin: Mapping[str, Any] | None) -> dict[str, Any] | None:
     """The margin with its relative size; None where it has no finite one (a zero threshold)."""
     if margin is None:
         return None
@@ -75,7 +76,7 @@ def _margin_entry(margin: dict[str, Any] | None) -> dict[str, Any] | None:
 
 
 def build_report(state: RegistryState, workload: str | None = None, *,
-                 imported: list[dict[str, Any]] = (), matrix: dict[str, Any] | None = None) -> dict[str, Any]:
+                 imported: Sequence[dict[str, Any]] = (), matrix: dict[str, Any] | None = None) -> dict[str, Any]:
     """The report over every workload, or one (an unknown workload is refused, not reported empty).
 
     `imported` (imported verdicts beside the registry's, from the app layer,
@@ -112,7 +113,7 @@ def alerts_of(monitors: list[dict[str, Any]]) -> list[str]:
     return [m["artifact"] for m in monitors if m["status"] in ("regressed", "alarm_due")]
 
 
-def monitors_of(artifacts: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def monitors_of(artifacts: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """Each artifact's monitor summary (`monitor_summary`) with its id and workload, for those with one."""
     found = []
     for artifact in artifacts:
@@ -122,7 +123,7 @@ def monitors_of(artifacts: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return found
 
 
-def _workload_summary(declared: dict[str, Any] | None) -> dict[str, Any]:
+def _workload_summary(declared: Mapping[str, Any] | None) -> dict[str, Any]:
     if declared is None:
         return {"declared": False, "contract_version": None, "tier": None, "speed_gate": None}
     contract = declared["contract"]
@@ -132,14 +133,14 @@ def _workload_summary(declared: dict[str, Any] | None) -> dict[str, Any]:
     }
 
 
-def _totals(artifacts: list[dict[str, Any]]) -> dict[str, int]:
+def _totals(artifacts: Sequence[Mapping[str, Any]]) -> dict[str, int]:
     totals: dict[str, int] = {}
     for artifact in artifacts:
         totals[artifact["decision"]] = totals.get(artifact["decision"], 0) + 1
     return dict(sorted(totals.items()))
 
 
-def _leaderboard(artifacts: list[dict[str, Any]], scope: list[str]) -> dict[str, list[dict[str, Any]]]:
+def _leaderboard(artifacts: Sequence[Mapping[str, Any]], scope: list[str]) -> dict[str, list[dict[str, Any]]]:
     board: dict[str, list[dict[str, Any]]] = {w: [] for w in scope}
     for artifact in artifacts:
         if artifact["decision"] != "promoted":
@@ -160,7 +161,7 @@ def _leaderboard(artifacts: list[dict[str, Any]], scope: list[str]) -> dict[str,
     return board
 
 
-def _caught(artifacts: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+def _caught(artifacts: Sequence[Mapping[str, Any]]) -> dict[str, list[dict[str, Any]]]:
     groups: dict[str, dict[str, list[str]]] = {decision: {} for decision in CAUGHT}
     for artifact in artifacts:
         if artifact["decision"] in groups:
@@ -176,7 +177,7 @@ def _caught(artifacts: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
     }
 
 
-def _near_misses(artifacts: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _near_misses(artifacts: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     found = []
     for artifact in artifacts:
         margin = artifact["tightest_margin"]
@@ -184,7 +185,7 @@ def _near_misses(artifacts: list[dict[str, Any]]) -> list[dict[str, Any]]:
             continue
         if is_near_miss(margin):
             found.append({"artifact": artifact["artifact"], "workload": artifact["workload"],
-                          "speedup": artifact["speedup"], **_margin_entry(margin)})
+                          "speedup": artifact["speedup"], **(_margin_entry(margin) or {})})
     return sorted(found, key=lambda entry: (entry["relative_margin"], entry["artifact"]))
 
 
@@ -197,7 +198,7 @@ def is_near_miss(margin: dict[str, Any]) -> bool:
     return best is None or abs(margin["margin"]) <= NEAR_MISS_ROOM * abs(best - margin["threshold"])
 
 
-def _waiting(artifacts: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _waiting(artifacts: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     # `recorded` is only ever the gate's decision, and any later human decision replaces it.
     return [
         {"artifact": a["artifact"], "workload": a["workload"], "verdict_position": a["verdict_position"],
@@ -206,7 +207,8 @@ def _waiting(artifacts: list[dict[str, Any]]) -> list[dict[str, Any]]:
     ]
 
 
-def _contracts_moved(artifacts: list[dict[str, Any]], workloads: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+def _contracts_moved(artifacts: Sequence[Mapping[str, Any]],
+                     workloads: Mapping[str, Mapping[str, Any]]) -> list[dict[str, Any]]:
     found = []
     for artifact in artifacts:
         note = contract_note(artifact, workloads.get(artifact["workload"]))

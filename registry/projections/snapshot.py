@@ -14,7 +14,7 @@ from sqlalchemy.exc import DBAPIError
 from registry.events.errors import StoreError
 from registry.formats.errors import first_line
 
-from .schema import CHECKPOINT
+from .read_models import CHECKPOINT
 
 CHECKPOINT_NAME = "log"
 

@@ -3,36 +3,33 @@
 The read models are a cache of the fold; if a row was edited by hand, written
 by a buggy catch-up or left behind by an older fold, the registry would
 answer from it silently. `verify_projections` replays the log in memory up to
-the live checkpoint and compares every row (indexed columns, state JSON and
-its sha256; the verdict history rows; the payload index rows) with the row
-the replay produces, naming each artifact, workload or frame set that
-differs and which fields.
+the live checkpoint and compares every row of every table the read models
+declare (indexed columns, state JSON and its sha256; the derived rows: the
+verdict history, the payload index; the side tables: counts and heads) with
+the row the replay produces, naming each row that differs and which fields.
 """
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
+
+from sqlalchemy import Table, select
 
 from registry.events.store import EventStore
-
-from sqlalchemy import select
 
 from .asof import fold_log
 from .catchup import ReadModels, ReadModelsNotWritable
 from .items import attach_items
+from .read_models import DECLARATIONS, ReadModel, RegistryState, SideTable
+from .read_models.declaration import Keyed, load_state
 from .record_items import attach_state_documents
-from .payload_index import all_index_rows, index_key
-from .rows import MODELS, load_state
-from .schema import PAYLOADS, VERDICTS
 from .snapshot import read_checkpoint, snapshot
-from .state import RegistryState
-from .verdict_history import records_of
 
 
 def rebuild(store: EventStore) -> RegistryState:
     """The registry's state folded from nothing, in memory, up to the log's head, with its evidence items
-    (as `Projections.state()` answers it)."""
+    (as a view as of the head answers `state()`)."""
     state = fold_log(store, store.head_position())
     attach_items(store, state.artifacts.values())
     attach_state_documents(store, state)
@@ -41,8 +38,8 @@ def rebuild(store: EventStore) -> RegistryState:
 
 @dataclass(frozen=True)
 class Difference:
-    # artifacts | verdicts | payloads | workloads | framesets | outcomes
-    # (a verdict's key: ARTIFACT@POSITION; a payload index row's: WORKLOAD/PAYLOAD/ARTIFACT)
+    # a read model's name (artifacts, verdicts, payloads, workloads, ...) or a side table's (workload_counts, ...);
+    # a verdict's key: ARTIFACT@POSITION; a payload index row's: WORKLOAD/PAYLOAD/ARTIFACT
     model: str
     key: str
     problem: str  # "differs" | "missing from the live table" | "not in the replay"
@@ -102,60 +99,96 @@ def verify_projections(store: EventStore) -> ReplayReport:
         ReadModels(store).catch_up()
     except ReadModelsNotWritable:
         pass  # compared where they stand: the replay below runs to their own checkpoint
+    tables = _compared_tables()
     with snapshot(store.engine) as conn:
         position = read_checkpoint(conn) or 0
-        live = {
-            model: {row[key]: dict(row) for row in conn.execute(table.select()).mappings()}
-            for model, (table, key, _) in MODELS.items()
-        }
-        live["verdicts"] = {_verdict_key(row): dict(row) for row in conn.execute(select(VERDICTS)).mappings()}
-        live_index = {index_key(tuple(row)) for row in conn.execute(
-            select(PAYLOADS.c.workload, PAYLOADS.c.payload_sha256, PAYLOADS.c.artifact))}
+        live = {name: {named(tuple(row[column] for column in key)): dict(row)
+                       for row in conn.execute(select(table)).mappings()}
+                for name, (table, key, named, _) in tables.items()}
     started = time.perf_counter()
     replay = fold_log(store, position)
     seconds = time.perf_counter() - started
+    expected = _expected_rows(replay)
     differences = []
-    for model, (_, _, to_row) in MODELS.items():
-        expected = {key: to_row(value) for key, value in getattr(replay, model).items()}
-        differences += _compare(model, expected, live[model])
-    history = {_verdict_key(row): row for state in replay.artifacts.values()
-               for row in (record.to_row() for record in records_of(state))}
-    differences += _compare("verdicts", history, live["verdicts"], document="entry")
-    index = {index_key(row) for row in all_index_rows(replay.artifacts.values())}
-    differences += [Difference("payloads", key, "missing from the live table") for key in sorted(index - live_index)]
-    differences += [Difference("payloads", key, "not in the replay") for key in sorted(live_index - index)]
+    for name, (_, _, _, document) in tables.items():
+        differences += _compare(name, expected[name], live[name], document)
     return ReplayReport(
         position=position,
-        checked={model: len(getattr(replay, model)) for model in MODELS},
-        verdicts_checked=len(history),
-        payloads_checked=len(index),
+        checked={name: len(expected[name]) for name in tables if name not in ("verdicts", "payloads")},
+        verdicts_checked=len(expected["verdicts"]),
+        payloads_checked=len(expected["payloads"]),
         differences=differences,
         replay_seconds=seconds,
     )
 
 
-def _verdict_key(row) -> str:
-    return f"{row['artifact']}@{row['position']}"
-
-
-def _compare(model: str, expected: dict[str, dict], live: dict[str, dict], document: str = "state") -> list[Difference]:
-    found = []
-    for key in sorted(expected.keys() | live.keys()):
-        if key not in live:
-            found.append(Difference(model, key, "missing from the live table"))
-        elif key not in expected:
-            found.append(Difference(model, key, "not in the replay"))
-        else:
-            fields = _differing_fields(expected[key], live[key], document)
-            if fields:
-                found.append(Difference(model, key, "differs", tuple(fields)))
+def _compared_tables() -> dict[str, tuple[Table, tuple[str, ...], Callable[[tuple], str], str | None]]:
+    """Each table a read model declares, by the name its differences carry: (table, its key columns, how a
+    difference names a key, the JSON column compared key by key inside: `state` for own rows, `entry` for the
+    verdict history)."""
+    found: dict[str, tuple[Table, tuple[str, ...], Callable[[tuple], str], str | None]] = {}
+    for model in DECLARATIONS:
+        if model.table is not None:
+            document = "state" if model.own_rows else ("entry" if "entry" in model.table.c else None)
+            found[model.name] = (model.table, model.key, model.key_text, document)
+        for side in model.side_tables:
+            found[_side_name(side)] = (side.table, side.key, _joined, None)
     return found
 
 
-def _differing_fields(expected: dict[str, Any], live: dict[str, Any], document: str = "state") -> list[str]:
+def _side_name(side: SideTable) -> str:
+    return side.table.name.removeprefix("projection_")
+
+
+def _joined(key: tuple) -> str:
+    return "/".join(str(part) for part in key)
+
+
+def _expected_rows(replay: RegistryState) -> dict[str, dict[str, dict]]:
+    """The rows of every compared table a fresh fold writes, by table name and key text."""
+    expected: dict[str, dict[str, dict]] = {}
+    for model in DECLARATIONS:
+        if not model.own_rows:
+            continue
+        states = list(replay.states(model).values())
+        rows: Keyed = {}
+        for state in states:
+            row = model.row(state)
+            rows[model.key_of(row)] = row
+        _expect(expected, model, rows, states)
+        for derived in DECLARATIONS:
+            if derived.parent == model.name:
+                derived_rows: Keyed = {}
+                for state in states:
+                    derived_rows.update(derived.derive(state))  # type: ignore[misc]
+                _expect(expected, derived, derived_rows, list(derived_rows.values()))
+    return expected
+
+
+def _expect(expected: dict[str, dict[str, dict]], model: ReadModel, rows: Keyed, items: list) -> None:
+    expected[model.name] = {model.key_text(key): row for key, row in rows.items()}
+    for side in model.side_tables:
+        expected[_side_name(side)] = {_joined(key): row for key, row in side.rows(items).items()}
+
+
+def _compare(name: str, expected: dict[str, dict], live: dict[str, dict], document: str | None) -> list[Difference]:
+    found = []
+    for key in sorted(expected.keys() | live.keys()):
+        if key not in live:
+            found.append(Difference(name, key, "missing from the live table"))
+        elif key not in expected:
+            found.append(Difference(name, key, "not in the replay"))
+        else:
+            fields = _differing_fields(expected[key], live[key], document)
+            if fields:
+                found.append(Difference(name, key, "differs", tuple(fields)))
+    return found
+
+
+def _differing_fields(expected: dict[str, Any], live: dict[str, Any], document: str | None) -> list[str]:
     """Column names that differ; for the JSON column (`document`), the top-level keys that differ inside it."""
     fields = [column for column in expected if column != document and expected[column] != live.get(column)]
-    if expected[document] != live[document]:
+    if document is not None and expected[document] != live[document]:
         try:
             live_state = load_state(live[document])
         except ValueError:

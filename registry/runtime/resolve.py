@@ -73,7 +73,8 @@ def resolve(workload: str, profile: Profile, *, database: str | None = None, loc
         from registry.app import open_registry
         from registry.app.resolve import resolve_workload
 
-        found = resolve_workload(open_registry(database), workload, profile, site, as_of)
+        with open_registry(database) as registry:
+            found = resolve_workload(registry, workload, profile, site, as_of)
         resolution = found.resolution
         source = f"registry at log position {found.position}"
         verdicts = {c.artifact: c.record.get("verdict_event_id") for c in

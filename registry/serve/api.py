@@ -146,7 +146,8 @@ def create_app(config: ServerConfig) -> FastAPI:
     streams = live.Streams(base, lambda presented: authenticate(base, presented, known=known), config.stopping)
 
     def acting(grant: Grant) -> Registry:
-        return Registry(engine=base.engine, store=base.store, actor=grant.actor)
+        """The one registry the server built, for the request's actor (it shares the engine; nothing is built)."""
+        return base.acting(grant.actor)
 
     def scoped(scope: str, *, person: bool = False) -> Callable[[Grant], Grant]:
         def dependency(grant: Grant = Depends(token)) -> Grant:
@@ -181,9 +182,9 @@ def create_app(config: ServerConfig) -> FastAPI:
     @app.get("/api/artifacts/{artifact}/bench", tags=["read"])
     def bench_status(artifact: str, _grant: Grant = Depends(scoped("read"))) -> dict:
         """The artifact's benchmark record (`registry bench status --json`)."""
-        from registry.app.bench import read_record
+        from registry.app.bench import benchmark_record
 
-        return {"artifact": artifact, **read_record(base, artifact).to_dict()}
+        return {"artifact": artifact, **benchmark_record(base, artifact).to_dict()}
 
     @app.get("/api/history/{stream}", tags=["read"])
     def history(stream: str, after: Annotated[QueryInteger, Query(ge=0, le=2**62)] = 0,

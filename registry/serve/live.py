@@ -17,7 +17,7 @@ the figures are html_report.py's (`speed_fidelity_figure`, `bounds_figure`
 for each speed record: the running lower and upper bounds of the median
 ratio, pair by pair, against the gate; `frame_figure` for each artifact's
 per-frame fidelity), each a PNG drawn once per content, and the monitors'
-table is report.py `monitors_table` over monitor_fold.py `monitor_summary`,
+table is report.py `monitors_table` over read_models/monitors.py `monitor_summary`,
 the rows `show` and `report` print.
 """
 from __future__ import annotations
@@ -59,7 +59,8 @@ def snapshot(registry: Registry) -> dict[str, Any]:
     from registry.projections.html_report import has_frames
     from registry.projections.report import alerts_of, monitors_of, monitors_table, speed_gate
 
-    state = registry.reads.state(history=False)
+    with registry.view() as view:
+        state = view.state(history=False)
     artifacts = [state.artifacts[key] for key in sorted(state.artifacts)]
     monitors = monitors_of(artifacts)
     status = {monitor["artifact"]: monitor["status"] for monitor in monitors}
@@ -75,7 +76,7 @@ def snapshot(registry: Registry) -> dict[str, Any]:
     gates = {name: speed_gate((state.workloads.get(name) or {}).get("contract")) for name in names}
     scatter = _drawn("speed_fidelity", {"artifacts": [{key: a[key] for key in SCATTER_FIELDS} for a in artifacts],
                                         "gates": gates})
-    readable = [record for record in benchmark_records(registry, state, state.workloads, None)
+    readable = [record for record in benchmark_records(state, state.workloads)
                 if record.get("reading") is not None]
     records = [{"record": record["record"], "workload": record["workload"], "artifacts": record["artifacts"],
                 "pairs": record["pairs"], "max_pairs": record["max_pairs"], "shows": record["shows"],

@@ -77,7 +77,7 @@ def serve(registry: Registry, host: str, port: int, *, signing_key=None, ready=N
             signal.pthread_sigmask(signal.SIG_UNBLOCK, stopping)
             try:
                 _answer(registry, signing_key, sock, deliver_hooks=index == 0)  # one deliverer per server
-            except BaseException:
+            except BaseException:  # noqa: BLE001 - a worker that crashed prints it and exits 70
                 traceback.print_exc()
                 os._exit(70)
             os._exit(0)

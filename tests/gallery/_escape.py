@@ -27,7 +27,7 @@ def proc_text(pid: int, name: str) -> list[str]:
 
 def registering() -> bool:
     """Whether this process was started to hash the candidate for `artifact register` (what the registry
-    did before issue 27): the escapes strike only in an evaluation, where their effect would count."""
+    did before the sandbox's checks left its reach): the escapes strike only in an evaluation, where their effect would count."""
     return "register" in proc_text(os.getppid(), "cmdline")
 
 

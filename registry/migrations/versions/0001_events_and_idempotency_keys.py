@@ -1,7 +1,7 @@
 """events and idempotency keys
 
 Revision ID: 0001
-Revises: 
+Revises:
 Create Date: 2026-11-30 05:31:17.587128
 """
 from typing import Sequence, Union

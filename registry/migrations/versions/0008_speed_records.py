@@ -7,8 +7,8 @@ workload and payload, and `projection_bench_streams` keeps each identity's
 `bench:` stream (the record it feeds, its version, its batch keys). A
 workload's row now lists each contract version's speed block, which the
 loosening rule reads, so rows written by the earlier fold differ from a fresh
-one: this revision empties every read model and the checkpoint, and the next
-read folds the whole log again. The events are not touched.
+one: revision 0012 records the read models' versions at the checkpoint, so
+they are folded again on the next read. The events are not touched.
 
 Revision ID: 0008
 Revises: 0007
@@ -19,10 +19,6 @@ from alembic import op
 
 # Alembic reads these four names: this revision, the one before it, no branch label, no dependency.
 revision, down_revision, branch_labels, depends_on = '0008', '0007', None, None
-
-# The checkpoint first, then every table it covers.
-DERIVED = ("projection_checkpoint", "projection_artifacts", "projection_verdicts", "projection_payloads",
-           "projection_workloads", "projection_framesets", "projection_outcomes")
 
 
 def upgrade() -> None:
@@ -41,14 +37,9 @@ def upgrade() -> None:
                     sa.Column('row_hash', sa.String(length=64), nullable=False),
                     sa.PrimaryKeyConstraint('record'))
     op.create_index('ix_projection_speed_records_workload', 'projection_speed_records', ['workload'])
-    for table in DERIVED:
-        op.execute(f"DELETE FROM {table}")
 
 
 def downgrade() -> None:
     op.drop_index('ix_projection_speed_records_workload', table_name='projection_speed_records')
     op.drop_table('projection_speed_records')
     op.drop_table('projection_bench_streams')
-    # The earlier fold writes workload rows without each version's speed block: fold again with it.
-    for table in DERIVED:
-        op.execute(f"DELETE FROM {table}")

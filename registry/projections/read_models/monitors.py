@@ -1,4 +1,8 @@
-"""The monitor's part of the fold: re-measured pairs -> the detector's state, alarms and acknowledgments. No I/O.
+"""The monitors read model: re-measured pairs -> the detector's state, alarms and acknowledgments. No I/O.
+
+Kept inside the artifacts' rows (each artifact's `monitors`, by identity), so
+it has no table of its own; its version is its own, and a change to what it
+folds refolds every row (declaration.py).
 
 Rules (docs/monitor.md):
 - An artifact's monitors are kept by identity (`monitors`, present once one
@@ -24,14 +28,80 @@ Rules (docs/monitor.md):
   measurements, and it drops the identity's monitor.
 - An acknowledgment must name the monitor's recorded alarm.
 """
-from __future__ import annotations
-
-from typing import Any
+# No `from __future__ import annotations`: TypedDict reads its annotations evaluated.
+from typing import Any, Mapping, NoReturn, Protocol, TypedDict
 
 from registry.formats.monitor import START, DetectorState, alarm_level, flagged_pairs, read
+from registry.formats.names import ARTIFACT_PREFIX
 
-from .log import LogEvent
-from .state import ProjectionError
+from ..errors import ProjectionError
+from ..log import LogEvent
+from .declaration import ReadModel
+
+VERSION = 1
+
+
+class MonitorAlarm(TypedDict):
+    """The `RegressionDetected` of a monitor (`detected`)."""
+
+    event_id: str
+    position: int
+    pairs: int
+    recorded_at: str
+
+
+class MonitorAcknowledgment(TypedDict):
+    """A person's `RegressionAcknowledged` of a monitor's alarm."""
+
+    person: str
+    reason: str
+    event_id: str
+    position: int
+
+
+class MonitorState(TypedDict):
+    """One identity's monitor (docs/monitor.md): its terms, the detector, its alarm.
+
+    `detector` is registry/formats/monitor.py's `DetectorState.to_dict()`;
+    `crossed_at` the pair at which it crossed 1/alpha (None while in
+    control), with the log statistic and the count below the threshold there;
+    `profiles` every device and software the counted pairs were timed on;
+    `baseline_wait_share` the term fixed when the monitor started (None: not
+    declared, nothing is left out); `left_out` the pairs not fed because the
+    harness saw their baseline run wait for a CPU past it, `contended_batches`
+    the batches with more such pairs than may be left out
+    (registry/formats/monitor.py, `batch_signs`).
+    """
+
+    verdict_event_id: str
+    threshold: float
+    alpha: float
+    reference: str
+    baseline_wait_share: float | None
+    contract_version: int
+    started_position: int
+    detector: dict[str, Any]
+    left_out: int
+    contended_batches: int
+    crossed_at: int | None
+    log_statistic_at_cross: float | None
+    below_at_cross: int | None
+    pairs_after_alarm: int
+    profiles: list[dict[str, Any]]
+    alarm: MonitorAlarm | None
+    acknowledged: MonitorAcknowledgment | None
+    last_position: int
+
+
+class Monitored(Protocol):
+    """What this model's handlers fold into (RegistryState): the artifacts, each with its monitors."""
+
+    artifacts: dict[str, Any]
+
+
+def _artifact(state: Monitored, event: LogEvent) -> dict[str, Any]:
+    """The artifact of the event's stream, which artifacts.py has placed the event in and checked it names."""
+    return state.artifacts[event.stream[len(ARTIFACT_PREFIX):]]
 
 
 def _monitors(artifact: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -51,9 +121,9 @@ def _new_monitor(event: LogEvent, payload: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def remeasured(artifact: dict[str, Any], event: LogEvent) -> None:
+def remeasured(state: Monitored, event: LogEvent) -> None:
+    artifact = _artifact(state, event)
     payload = event.payload
-    _named(artifact, event, payload)
     if len(payload["baseline_s"]) != len(payload["candidate_s"]):
         raise ProjectionError(f"event at position {event.position} (PairsRemeasured): arms of unequal length")
     waited = payload.get("baseline_waited_s")
@@ -85,19 +155,13 @@ def remeasured(artifact: dict[str, Any], event: LogEvent) -> None:
         monitor["pairs_after_alarm"] = len(ratios) - reading.timed
 
 
-def _named(artifact: dict[str, Any], event: LogEvent, payload: dict[str, Any]) -> None:
-    if payload["artifact"] != artifact["artifact"]:
-        raise ProjectionError(f"event at position {event.position} ({event.type}) in stream {event.stream} "
-                              f"names {payload['artifact']!r}")
-
-
-def _refuse(event: LogEvent, why: str) -> None:
+def _refuse(event: LogEvent, why: str) -> NoReturn:
     raise ProjectionError(f"event at position {event.position} ({event.type}): {why}")
 
 
-def detected(artifact: dict[str, Any], event: LogEvent) -> None:
+def detected(state: Monitored, event: LogEvent) -> None:
+    artifact = _artifact(state, event)
     payload = event.payload
-    _named(artifact, event, payload)
     monitor = _monitors(artifact).get(payload["identity"])
     if monitor is None or monitor["crossed_at"] is None:
         _refuse(event, "an alarm for a monitor whose detector has not crossed its threshold")
@@ -114,9 +178,9 @@ def detected(artifact: dict[str, Any], event: LogEvent) -> None:
     monitor["last_position"] = event.position
 
 
-def acknowledged(artifact: dict[str, Any], event: LogEvent) -> None:
+def acknowledged(state: Monitored, event: LogEvent) -> None:
+    artifact = _artifact(state, event)
     payload = event.payload
-    _named(artifact, event, payload)
     monitor = _monitors(artifact).get(payload["identity"])
     if monitor is None or monitor["alarm"] is None or monitor["alarm"]["event_id"] != payload["alarm_event_id"]:
         _refuse(event, f"acknowledges {payload['alarm_event_id']}, which is not this identity's alarm")
@@ -125,23 +189,36 @@ def acknowledged(artifact: dict[str, Any], event: LogEvent) -> None:
     monitor["last_position"] = event.position
 
 
-def revoked(artifact: dict[str, Any], identity: str) -> None:
-    """A revoke restarts the identity's evidence and drops its monitor (the log keeps its history)."""
+def revoked(state: Monitored, event: LogEvent) -> None:
+    """A revoke restarts the identity's evidence (artifacts.py) and drops its monitor (the log keeps its history).
+
+    The identity is the one the decision names, or for a decision recorded
+    before identities were, the current one when its payload matches: every
+    identity ever registered is current or kept, so that is the identity
+    whose evidence artifacts.py restarts.
+    """
+    payload = event.payload
+    if payload["action"] != "revoke":
+        return
+    artifact = _artifact(state, event)
+    identity = payload.get("identity")
+    if identity is None and payload["payload_sha256"] == artifact["payload_sha256"]:
+        identity = artifact["identity"]
     artifact.get("monitors", {}).pop(identity, None)
 
 
-def regression_of(artifact: dict[str, Any]) -> dict[str, Any] | None:
+def regression_of(artifact: Mapping[str, Any]) -> dict[str, Any] | None:
     """The current identity's monitor when it has crossed (alarmed or about to be), else None."""
     monitor = artifact.get("monitors", {}).get(artifact["identity"])
     return monitor if monitor is not None and monitor["crossed_at"] is not None else None
 
 
-def current_monitor(state: dict[str, Any]) -> dict[str, Any] | None:
+def current_monitor(state: Mapping[str, Any]) -> dict[str, Any] | None:
     """The monitor of the artifact's current identity, or None before its first re-measured batch."""
     return state.get("monitors", {}).get(state["identity"])
 
 
-def monitor_summary(state: dict[str, Any]) -> dict[str, Any] | None:
+def monitor_summary(state: Mapping[str, Any]) -> dict[str, Any] | None:
     """What `show`, `report` and the live view print of the current identity's monitor (None: no re-measurement).
 
     status: `in_control`; `alarm_due` (crossed, its alarm not yet appended:
@@ -168,3 +245,10 @@ def monitor_summary(state: dict[str, Any]) -> dict[str, Any] | None:
         "pairs_after_alarm": monitor["pairs_after_alarm"], "alarm": monitor["alarm"],
         "acknowledged": monitor["acknowledged"], "profiles": monitor["profiles"],
     }
+
+
+DECLARATION = ReadModel(
+    name="monitors", version=VERSION, row_type=MonitorState, singular="monitor",
+    folds={"PairsRemeasured": remeasured, "RegressionDetected": detected, "RegressionAcknowledged": acknowledged,
+           "HumanDecision": revoked},
+)
