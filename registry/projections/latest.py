@@ -49,8 +49,9 @@ def read_live(conn: Connection, position: int, most_artifacts: int, most_records
     """The page from the live tables in the view's snapshot, each row checked."""
     newest = select(*row_columns("artifacts")).order_by(ARTIFACTS.c.last_position.desc())
     artifacts = checked_states(conn, "artifacts", conn.execute(newest.limit(most_artifacts)).all(), position)
-    promoted = checked_states(conn, "artifacts", conn.execute(
-        newest.where(ARTIFACTS.c.decision == PROMOTED).limit(most_artifacts)).all(), position)
+    listed = {artifact["artifact"]: artifact for artifact in artifacts}
+    promoted = [listed.get(artifact["artifact"], artifact) for artifact in checked_states(conn, "artifacts", conn.execute(
+        newest.where(ARTIFACTS.c.decision == PROMOTED).limit(most_artifacts)).all(), position)]
     promoted_in_all = conn.execute(select(func.count()).select_from(ARTIFACTS)
                                    .where(ARTIFACTS.c.decision == PROMOTED)).scalar_one()
     keys = select(RECORD_HEADS.c.record).order_by(RECORD_HEADS.c.last_position.desc()).limit(most_records)

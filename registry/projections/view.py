@@ -291,7 +291,7 @@ class View:
                 page = latest.read_live(conn, self.position, most_artifacts, most_records)
         else:
             page = latest.of_folded(self._whole(), most_artifacts, most_records)
-        attach_items(self.store, list({id(artifact): artifact for artifact in page.artifacts + page.promoted}.values()))
+        attach_items(self.store, list({artifact["artifact"]: artifact for artifact in page.artifacts + page.promoted}.values()))
         attach_documents(self.store, page.records)
         return page
 
