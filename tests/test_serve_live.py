@@ -2,6 +2,7 @@
 browser), against a real `registry serve` process. The page shows each workload's artifacts, the HTML report's
 own figures (speed against fidelity, each speed record's running bounds against the gate, per-frame fidelity)
 and the monitors' table, and redraws when a batch or a re-measurement is appended while it is open, without a reload.
+Below them, the page's data read in this process (no browser): a page of the registry, never the whole of it.
 
 Needs seconds: one server process and one browser start for the module; each wait polls the page.
 """
@@ -251,3 +252,22 @@ def test_the_live_view_reads_only_the_rows_on_its_page(sqlite_url):
     database.close()
     with pytest.raises(DamagedReadModel, match="artifact 'p3' does not match the log"):
         snapshot(registry, most_artifacts=2, most_plots=1)
+
+
+def test_the_page_folded_from_the_log_is_the_page_read_from_the_live_tables(sqlite_url):
+    """A view as of a position (or over a connection that may only read) folds the log; it takes the same page."""
+    registry = paged_registry(sqlite_url, registered=5, measured=3)
+    execution_evidence(registry, "p0")
+    with registry.view() as view:
+        live_page = view.latest(3, 2)
+        assert view.live
+    with registry.view(as_of=live_page.position) as view:
+        folded_page = view.latest(3, 2)
+        assert not view.live
+    assert [a["artifact"] for a in live_page.artifacts] == ["p0", "p4", "p3"]
+    assert [r["record"] for r in live_page.records] == [r["record"] for r in folded_page.records]
+    assert live_page.records_in_all == folded_page.records_in_all == 3
+    assert live_page.artifacts_in_all == folded_page.artifacts_in_all == {"wan-paged": 5}
+    assert [a["artifact"] for a in folded_page.artifacts] == ["p0", "p4", "p3"]
+    assert (live_page.promoted, live_page.promoted_in_all) == (folded_page.promoted, folded_page.promoted_in_all) \
+        == ([], 0)
