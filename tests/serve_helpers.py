@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import selectors
+import shutil
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -20,6 +21,13 @@ from store_helpers import opened
 
 WAN = "workload: wan-t2v\nspeed: {min_speedup: 1.2, runs_per_arm: 16, protocol: paired, max_pairs: 400}\n"
 LTX = "workload: ltx-video\nspeed: {min_speedup: 1.2, runs_per_arm: 16, protocol: paired, max_pairs: 400}\n"
+# The live view in a browser: the system's Chromium (never a downloaded one), and a watched workload.
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+WATCHED = ("workload: wan-watched\nfidelity: {tier: perceptual, min_ssim: 0.98, frame_set: wan-8, seed: 1024}\n"
+           "speed: {min_speedup: 1.2, runs_per_arm: 16, protocol: paired, max_pairs: 400}\n"
+           "monitor: {alpha: 0.001, reference: gate, margin: 0.0}\n")
+# Milliseconds an update may take to show on a loaded machine (the page redraws within a second of an append).
+WAIT_MS = 15_000
 # How long a server may take to print its listening line (interpreter start and imports on a busy machine).
 START_SECONDS = 60
 

@@ -82,3 +82,20 @@ def ship(cli, root: Path, artifact: str, ratio: float, worst_ssim: float = 0.99,
     assert registered.exit_code == 0, registered.output
     measure_and_promote(cli, artifact, ratio, worst_ssim)
     return directory
+
+
+# -- a promoted artifact's monitor
+
+PROFILE = ("--arch", "sm90", "--torch", "2.13.0", "--cuda", "12.8")
+MONITORED = MANIFEST + "monitor: {alpha: 0.001, reference: gate, margin: 0.0}\n"
+SOFTWARE = ("--software", "torch=2.13.0", "--software", "triton=3.5.0")
+
+
+def remeasure(cli, artifact, ratio, batch, pairs=2, waited=None):
+    baseline = ",".join(["2.0"] * pairs)
+    candidate = ",".join([repr(2.0 / ratio)] * pairs)
+    waits = () if waited is None else ("--baseline-waited", waited)
+    result = cli("monitor", "record", artifact, "--batch", batch, "--baseline", baseline, "--candidate", candidate,
+                 "--device", "NVIDIA H200", *SOFTWARE, *waits, "--json")
+    assert result.exit_code == 0, result.output
+    return json.loads(result.output)

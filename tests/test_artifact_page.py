@@ -12,8 +12,7 @@ import os
 
 import pytest
 
-from serve_helpers import ServerProcess, seed
-from test_serve_live import CHROMIUM, WAIT_MS, WATCHED
+from serve_helpers import CHROMIUM, WAIT_MS, WATCHED, ServerProcess, seed
 
 
 def build(url: str) -> None:

@@ -7,17 +7,13 @@ import os
 import pytest
 from registry.bundles import BundleError, parse_manifest, verify_directory, write_manifest
 from ship_helpers import declare, make_bundle, register
-from store_helpers import head_of
+from cli_helpers import head
 
 
 @pytest.fixture
 def cli(registry_cli):
     declare(registry_cli)
     return registry_cli
-
-
-def head(cli) -> int:
-    return head_of(cli.url)
 
 
 def refused(cli, directory, fragment: str) -> None:

@@ -6,25 +6,8 @@ import json
 import numpy as np
 import pytest
 from PIL import Image
-from store_helpers import head_of
-
-MANIFEST = """
-workload: clip
-fidelity: {tier: perceptual, min_ssim: 0.98, max_lpips: 0.05, frame_set: moving-disc, seed: 7, frames: 4}
-speed: {min_speedup: 1.1, runs_per_arm: 2, protocol: paired, decision: point}
-"""
-
-
-def moving_disc(frames: int = 4, size: int = 48) -> np.ndarray:
-    yy, xx = np.mgrid[0:size, 0:size]
-    out = np.zeros((frames, size, size, 3), dtype=np.uint8)
-    for index in range(frames):
-        disc = (yy - 24) ** 2 + (xx - 10 - 8 * index) ** 2 < 64
-        out[index, ..., 0] = np.where(disc, 230, 30)
-        out[index, ..., 1] = (xx * 4).astype(np.uint8)
-        out[index, ..., 2] = 90
-    return out
-
+from frame_helpers import MANIFEST, moving_disc
+from cli_helpers import head
 
 @pytest.fixture
 def cli(registry_cli, tmp_path, monkeypatch):
@@ -35,10 +18,6 @@ def cli(registry_cli, tmp_path, monkeypatch):
     assert registry_cli("artifact", "register", "cache-v1", "--workload", "clip", "--kind", "step_cache").exit_code == 0
     np.savez(tmp_path / "reference.npz", frames=moving_disc())
     return registry_cli
-
-
-def head(cli):
-    return head_of(cli.url)
 
 
 def test_register_and_refuse_other_content_under_the_same_name(cli):

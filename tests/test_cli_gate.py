@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from store_helpers import head_of
+from cli_helpers import head
 
 PERCEPTUAL_MANIFEST = """
 workload: wan-t2v-1.3b-480p
@@ -57,10 +57,6 @@ def import_doc(cli, artifact, items, run=None):
         document["run"] = run
     path.write_text(json.dumps(document))
     return cli("evidence", "import", str(path))
-
-
-def head(cli):
-    return head_of(cli.url)
 
 
 def register(cli, artifact, kind="attention_backend", backend="SAGE_ATTN"):

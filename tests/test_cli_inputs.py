@@ -10,9 +10,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from test_cli_frames import MANIFEST as CLIP_MANIFEST
-from test_cli_frames import moving_disc
-from store_helpers import head_of, opened
+from frame_helpers import MANIFEST as CLIP_MANIFEST
+from frame_helpers import moving_disc
+from store_helpers import opened
+from cli_helpers import head, one_line_refusal
 
 
 @pytest.fixture
@@ -26,10 +27,6 @@ def cli(registry_cli, tmp_path, monkeypatch):
     np.savez(tmp_path / "reference.npz", frames=moving_disc())
     assert registry_cli("frames", "register", "moving-disc", str(tmp_path / "reference.npz"), "--seed", "7").exit_code == 0
     return registry_cli
-
-
-def head(cli) -> int:
-    return head_of(cli.url)
 
 
 def execution_document(cli, run: str | None = "run-1"):
@@ -71,13 +68,6 @@ def test_measuring_the_same_frames_run_twice_says_nothing_new_was_recorded(cli):
 
 
 # -- one naming rule for every id ------------------------------------------------------------------
-
-def one_line_refusal(result) -> str:
-    assert result.exit_code == 1, result.output
-    lines = result.output.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), result.output
-    return lines[0]
-
 
 def test_an_empty_run_id_is_refused_before_measuring(cli):
     np.save(cli.tmp / "candidate.npy", moving_disc())

@@ -29,6 +29,7 @@ from registry.events.errors import StoreError
 from registry.events.store import EVENTS, NewEvent
 
 from store_helpers import drop_immutability, head_of, opened, raw
+from cli_helpers import one_line_refusal
 
 ROOT = Path(__file__).resolve().parents[1]
 MANIFEST = """
@@ -45,15 +46,6 @@ speed:
 def run(url: str | None, *args: str, env: dict | None = None):
     prefix = [] if url is None else ["--db", url]
     return CliRunner().invoke(main, [*prefix, "--actor", "tester", *args], env=env)
-
-
-def one_line_refusal(result, *phrases: str) -> None:
-    assert result.exit_code == 1, result.output
-    assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
-    lines = result.output.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), result.output
-    for phrase in phrases:
-        assert phrase in lines[0], lines[0]
 
 
 def fingerprint(folder: Path) -> dict[str, tuple[str, int]]:

@@ -12,18 +12,13 @@ import subprocess
 import sys
 
 import pytest
+from cli_helpers import one_line_refusal
 
 MANIFEST = """\
 workload: wan
 fidelity: {tier: perceptual, min_ssim: 0.98, frame_set: wan-8, seed: 1024}
 speed: {min_speedup: 1.1, runs_per_arm: 2, protocol: paired}
 """
-
-
-def one_line_refusal(result):
-    assert result.exit_code == 1, result.output
-    assert "Traceback" not in result.output and len(result.output.strip().splitlines()) == 1, result.output
-    return result.output
 
 
 @pytest.fixture

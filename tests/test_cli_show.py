@@ -14,7 +14,7 @@ import pytest
 
 from registry.cli.query_commands import SHOWN_VERDICTS
 from read_side import Reads
-from test_projections import open_store
+from scripted_history import open_store
 from test_read_model_shapes import Log
 
 JUDGED = SHOWN_VERDICTS + 7  # verdicts of artifact "a": more than show lists

@@ -15,8 +15,8 @@ import pytest
 from registry.app import open_registry
 from ship_helpers import make_bundle, measure_and_promote, register
 from store_helpers import head_of
-from test_monitor_lifecycle import MONITORED, remeasure
-from test_newcomer_path import WORKLOAD, evidence
+from ship_helpers import MONITORED, remeasure
+from newcomer_helpers import WORKLOAD, evidence
 
 # The words of an artifact's state: a speed record's reading must never be said in them.
 STATE_WORDS = re.compile(r"\b(promoted|rejected|held|quarantined|registered)\b")

@@ -14,7 +14,7 @@ from PIL import Image
 
 from registry.evidence.frames import MAX_FRAME_PIXELS, FrameError, load_frames
 
-from test_cli_frames import moving_disc
+from frame_helpers import moving_disc
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -25,7 +25,7 @@ from registry.formats.webhooks import (ID_HEADER, SIGNATURE_HEADER, TIMESTAMP_HE
 from serve_helpers import ServerProcess
 from ship_helpers import make_bundle, measure_and_promote, register
 from store_helpers import opened
-from test_monitor_lifecycle import MONITORED, remeasure
+from ship_helpers import MONITORED, remeasure
 
 
 class Receiver:

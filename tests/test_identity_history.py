@@ -13,7 +13,8 @@ from __future__ import annotations
 import pytest
 from registry.app.workloads import artifact_stream, register_artifact
 from registry.formats.evidence.items import parse_item
-from test_lifecycle import benchmark, evidence_loader, execution, head, one_line_refusal, perceptual, promote, show
+from cli_helpers import head, one_line_refusal
+from lifecycle_helpers import benchmark, evidence_loader, execution, perceptual, promote, show
 from store_helpers import opened
 
 CAPPED = """

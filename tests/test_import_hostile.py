@@ -15,8 +15,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_import_motionkernel import run_import as checked_run_import
-from test_import_motionkernel import tree  # noqa: F401 - the fixture: a private copy of the fixture tree
+from motionkernel_helpers import run_import as checked_run_import
+from motionkernel_helpers import tree  # noqa: F401 - the fixture: a private copy of the fixture tree
 from store_helpers import opened
 
 FIXTURES = Path(__file__).parent / "fixtures" / "motionkernel"

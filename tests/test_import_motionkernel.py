@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from registry.evidence.motionkernel import MotionKernelError, classify, plan_import
+from motionkernel_helpers import run_import, tree  # noqa: F401 - tree: the fixture
 
 FIXTURES = Path(__file__).parent / "fixtures" / "motionkernel"
 LTX_CONTRACT = """\
@@ -23,20 +24,6 @@ fidelity: {tier: exact}
 speed: {min_speedup: 1.01, runs_per_arm: 15, protocol: sequential, decision: point, max_cv: 0.03}
 """
 LTX_1030 = "dispatch/sm100-1030.measurement.json"
-
-
-@pytest.fixture
-def tree(tmp_path):
-    """A private copy of the fixture tree (tests add, change and move documents in it)."""
-    root = tmp_path / "campaign"
-    shutil.copytree(FIXTURES, root)
-    return root
-
-
-def run_import(cli, *paths, check=False):
-    result = cli("import", "motionkernel", *map(str, paths), "--json", *(["--check"] if check else []))
-    assert result.exception is None or isinstance(result.exception, SystemExit), result.output
-    return result, json.loads(result.stdout)
 
 
 def event_count(cli) -> int:

@@ -15,7 +15,9 @@ import pytest
 from registry.app.workloads import register_artifact
 from registry.formats.evidence.items import parse_item
 from registry.formats.names import artifact_stream
-from store_helpers import head_of, opened
+from store_helpers import opened
+from cli_helpers import head, one_line_refusal
+from lifecycle_helpers import benchmark, evidence_loader, execution, failure, perceptual, promote, show
 
 MANIFEST = """
 workload: wan
@@ -27,34 +29,6 @@ workload: ltx
 fidelity: {tier: advisory, min_ssim: 0.95, frame_set: wan-8}
 speed: {min_speedup: 1.1, runs_per_arm: 2, protocol: paired, decision: point}
 """
-
-
-def execution(backend="SAGE_ATTN"):
-    return {"kind": "execution", "candidate_calls": 40, "fallbacks": 0,
-            "requested_backend": backend, "effective_backend": backend}
-
-
-def benchmark(ratio=1.4):
-    return {"kind": "benchmark", "protocol": "paired", "device": "NVIDIA H200", "timer": "cuda_event",
-            "baseline_s": [2.0, 2.02], "candidate_s": [2.0 / ratio, 2.02 / ratio], "schedule": ["BC", "CB"]}
-
-
-def perceptual(worst_ssim=0.991, status="ok"):
-    return {"kind": "perceptual", "frame_set": "wan-8", "seed": 1024, "ssim": [0.999, worst_ssim], "lpips": None,
-            "vbench": None, "stage_status": status}
-
-
-def failure(stage):
-    return {"kind": "failure", "stage": stage, "error": f"the {stage} stage crashed"}
-
-
-def evidence_loader(invoke, tmp_path, counter):
-    """`load(artifact, items, **top)`: import one evidence document written to a fresh file."""
-    def load(artifact, items, **top):
-        path = tmp_path / f"evidence-{next(counter)}.json"
-        path.write_text(json.dumps({"format": "registry.evidence/1", "artifact": artifact, "evidence": items, **top}))
-        return invoke("evidence", "import", str(path))
-    return load
 
 
 @pytest.fixture
@@ -72,27 +46,6 @@ def cli(registry_cli, tmp_path):
                   "--backend", "SAGE_ATTN", "--payload", str(tmp_path / "sage.bin")).exit_code == 0
     invoke.load = load
     return invoke
-
-
-def show(cli, artifact):
-    result = cli("show", artifact, "--json")
-    assert result.exit_code == 0, result.output
-    return json.loads(result.output)
-
-
-def promote(cli, artifact):
-    result = cli("promote", artifact, "--json")
-    assert result.exit_code in (0, 3), result.output
-    return json.loads(result.output)
-
-
-def head(cli):
-    return head_of(cli.url)
-
-
-def one_line_refusal(result):
-    assert result.exit_code == 1, result.output
-    assert "Traceback" not in result.output and len(result.output.strip().splitlines()) == 1, result.output
 
 
 # -- a failure is cleared only by a later success of its own stage -------------------------

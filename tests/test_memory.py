@@ -19,7 +19,7 @@ from registry.events.store import NewEvent
 from registry.formats.errors import UserError
 from registry.projections import ReadModels
 from registry.projections.asof import fold_log
-from test_projections import build_history
+from scripted_history import build_history
 from store_helpers import opened_store
 
 FOLDS = 1_000

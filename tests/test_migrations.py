@@ -77,7 +77,7 @@ def test_rows_written_by_an_earlier_fold_are_folded_again_by_the_upgrade(backend
     from registry.projections.read_models.monitors import monitor_summary
 
     artifact_row = by_name("artifacts").row
-    from test_projections import build_history
+    from scripted_history import build_history
 
     engine = made_engine(backend_url)
     upgrade(engine)

@@ -8,12 +8,9 @@ import pytest
 from registry.app.monitor import record_remeasurement
 from registry.formats.errors import UserError
 from read_side import Reads
-from ship_helpers import MANIFEST, make_bundle, measure_and_promote, register
+from ship_helpers import MANIFEST, MONITORED, PROFILE, SOFTWARE, make_bundle, measure_and_promote, register, remeasure
 from store_helpers import head_of, opened
 
-PROFILE = ("--arch", "sm90", "--torch", "2.13.0", "--cuda", "12.8")
-MONITORED = MANIFEST + "monitor: {alpha: 0.001, reference: gate, margin: 0.0}\n"
-SOFTWARE = ("--software", "torch=2.13.0", "--software", "triton=3.5.0")
 
 
 @pytest.fixture
@@ -26,16 +23,6 @@ def promoted(registry_cli):
         assert register(registry_cli, name, make_bundle(root, name)).exit_code == 0
         assert measure_and_promote(registry_cli, name, ratio) == "promoted"
     return registry_cli
-
-
-def remeasure(cli, artifact, ratio, batch, pairs=2, waited=None):
-    baseline = ",".join(["2.0"] * pairs)
-    candidate = ",".join([repr(2.0 / ratio)] * pairs)
-    waits = () if waited is None else ("--baseline-waited", waited)
-    result = cli("monitor", "record", artifact, "--batch", batch, "--baseline", baseline, "--candidate", candidate,
-                 "--device", "NVIDIA H200", *SOFTWARE, *waits, "--json")
-    assert result.exit_code == 0, result.output
-    return json.loads(result.output)
 
 
 def resolved(cli):

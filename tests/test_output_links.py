@@ -21,6 +21,7 @@ from registry.bundles.manifest import BundleError
 from registry.formats.errors import UserError
 from registry.formats.output_files import write_new, write_output
 from ship_helpers import declare, make_bundle, ship
+from cli_helpers import one_line_refusal
 
 
 @pytest.fixture
@@ -38,12 +39,6 @@ def untouched(victims) -> None:
     for path, content in kept.items():
         assert not path.is_symlink() and path.read_bytes() == content, path
     assert not os.path.lexists(absent)
-
-
-def one_line_refusal(result, fragment: str) -> None:
-    assert result.exit_code == 1, (result.exit_code, result.output)
-    lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and fragment in lines[0], result.stderr
 
 
 def plant(name: Path, target: Path) -> None:

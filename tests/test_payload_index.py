@@ -26,7 +26,7 @@ from read_side import Reads
 from registry.projections import verify_projections
 from registry.projections.read_models.payload_index import PAYLOADS
 from store_helpers import opened_store, raw
-from test_projections import benchmark, open_store
+from scripted_history import benchmark, open_store
 
 ARTIFACTS = ("a", "b", "c")
 WORKLOADS = ("w1", "w2")

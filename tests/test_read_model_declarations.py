@@ -20,7 +20,7 @@ from registry.projections import ReadModels, read_models, verify_projections
 from registry.projections.fold import HANDLERS
 from registry.projections.read_models import CHECKPOINT, DECLARATIONS, READ_MODEL_TABLES, versions_text
 from store_helpers import opened_store, raw
-from test_projections import build_history
+from scripted_history import build_history
 
 
 @pytest.fixture

@@ -19,7 +19,7 @@ from elftools.elf.elffile import ELFFile
 from kernel_bundle_helpers import small_bundle, extra_entry, kernel_file, refresh_manifest, with_bytes
 from registry.bundles import verify_directory
 from ship_helpers import WORKLOAD, declare, make_bundle
-from store_helpers import head_of
+from cli_helpers import head
 
 
 @pytest.fixture(scope="module")
@@ -38,10 +38,6 @@ def bundle(built, tmp_path):
     copy = tmp_path / "bundle"
     shutil.copytree(built, copy)
     return copy
-
-
-def head(cli) -> int:
-    return head_of(cli.url)
 
 
 def register(cli, directory, *extra, kind="triton_kernel", artifact="rms"):

@@ -22,7 +22,7 @@ from registry.projections.report import (
 )
 
 from limits import HANG_GUARD_S
-from test_projections import build_history, open_store
+from scripted_history import build_history, open_store
 from store_helpers import opened
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"

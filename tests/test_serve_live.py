@@ -9,19 +9,12 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 
 import pytest
 
-from serve_helpers import ServerProcess, seed
+from serve_helpers import CHROMIUM, WAIT_MS, WATCHED, ServerProcess, seed
 from store_helpers import opened
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-WATCHED = ("workload: wan-watched\nfidelity: {tier: perceptual, min_ssim: 0.98, frame_set: wan-8, seed: 1024}\n"
-           "speed: {min_speedup: 1.2, runs_per_arm: 16, protocol: paired, max_pairs: 400}\n"
-           "monitor: {alpha: 0.001, reference: gate, margin: 0.0}\n")
-# Seconds an update may take to show on a loaded machine (the page redraws within a second of an append).
-WAIT_MS = 15_000
 
 
 def promote_watched(url: str) -> None:
