@@ -2,6 +2,7 @@
 confident rule can, on real SQLite files and a real Postgres server; bad input refused with nothing written."""
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import queue
@@ -282,7 +283,8 @@ PASSING_LEAF = {"name": "out", "reference_dtype": "bfloat16", "candidate_dtype":
                 "max_abs_error": 0.0, "max_rel_error": 0.0, "has_nan": False, "has_inf": False}
 
 
-def test_promote_decides_on_the_sessions_and_names_their_batches(registry_cli, tmp_path):
+def test_promote_decides_on_the_sessions_and_cites_their_record(registry_cli, tmp_path):
+    """The verdict cites the speed record it read by key, head and digest of its entries, not each batch's id."""
     declare_and_register(registry_cli, tmp_path)
     document = tmp_path / "evidence.json"
     document.write_text(json.dumps({"format": "registry.evidence/1", "artifact": "fast", "evidence": [
@@ -305,7 +307,14 @@ def test_promote_decides_on_the_sessions_and_names_their_batches(registry_cli, t
         "speedup 2.00x over the 5 pairs read up to the batch that decided (median of the pair ratios); decided at "
         "pair 5 of 5 recorded: running bounds [2.0, 2.0]")
     assert (verdict["speedup"], verdict["speedup_pairs"], verdict["speedup_ci_pair"]) == (2.0, 5, 5)
-    assert verdict["speedup_ci"] == [2.0, 2.0] and len(verdict["evidence_ids"]) == 4
+    assert verdict["speedup_ci"] == [2.0, 2.0] and len(verdict["evidence_ids"]) == 2  # the execution, the parity
+    batches = [event for event in opened(registry_cli.url).store.read_all() if event.type == "BenchmarkPairsRecorded"]
+    digest = ""
+    for batch in batches:
+        digest = hashlib.sha256((digest + batch.event_id).encode()).hexdigest()
+    cited = verdict["speed_record"]
+    assert cited == {"record": cited["record"], "head": batches[-1].position, "entries": 2, "digest": digest}
+    assert not set(verdict["evidence_ids"]) & {batch.event_id for batch in batches}
 
 
 def test_a_session_timed_under_the_interpreter_holds(registry_cli, tmp_path):
@@ -516,3 +525,24 @@ def test_a_session_that_never_reports_is_named_in_the_verdict(registry_cli, tmp_
     run_json(registry_cli, "bench", "open", "fast", "--device", "d", "--timer", "perf_counter")
     verdict = json.loads(registry_cli("promote", "fast", "--json").stdout)
     assert "1 benchmark session opened for these bytes recorded no pairs" in verdict["reasons"]
+
+
+def test_show_lists_a_records_latest_entries_and_every_one_when_asked(registry_cli, tmp_path):
+    """`show` gives a speed record's counts, reading and latest entries; `--documents` lists every entry."""
+    declare_and_register(registry_cli, tmp_path)
+    name = run_json(registry_cli, "bench", "open", "fast", "--device", "NVIDIA H200", "--timer", "cuda_event")["session"]
+    for index, batch in enumerate("abcdefg"):  # above and below the gate by turns: undecided, so still open
+        run_json(registry_cli, "bench", "record", "fast", name, "--batch", batch, "--baseline", "2.0",
+                 "--candidate", "1.0" if index % 2 else "4.0")
+    events = opened(registry_cli.url).store.read_all()
+    batches = [event.event_id for event in events if event.type == "BenchmarkPairsRecorded"]
+    shown = run_json(registry_cli, "show", "fast")
+    assert (shown["bench"]["entries"], shown["bench"]["head"]) == (7, events[-1].position)
+    assert [entry["event_id"] for entry in shown["record_entries"]] == batches[-5:]
+    assert shown["record_entries_omitted"] == 2
+    every = run_json(registry_cli, "show", "fast", "--documents")
+    assert [entry["event_id"] for entry in every["record_entries"]] == batches
+    assert every["record_entries_omitted"] == 0
+    text = registry_cli("show", "fast").output
+    assert "latest 5 of 7; --documents lists every one" in text and batches[1] not in text and batches[-1] in text
+    assert all(batch in registry_cli("show", "fast", "--documents").output for batch in batches)

@@ -27,7 +27,8 @@ def summarize_record(read: RecordReading) -> dict[str, Any]:
     entries = found["entries"]
     summary: dict[str, Any] = {
         "record": found["record"], "workload": found["workload"], "payload_sha256": found["payload_sha256"],
-        "documents": found["documents"],
+        "documents": found["documents"], "entries": len(entries), "head": found["last_position"],
+        "digest": found["digest"],
         "sessions": [{"session": name, **{key: session[key] for key in ("artifact", "pairs", "device", "timer",
                                                                        "arch", "opened_position")}}
                      for name, session in in_opened_order(found["sessions"])],

@@ -127,7 +127,6 @@ class Reading:
     sessions: int
     documents: int
     sources: list[str]  # "timer device" of every contribution read
-    event_ids: list[str]  # the events whose pairs were read
     holds: list[Hold] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     rejected_under: int | None = None  # a contract version under which the record was already rejected
@@ -198,7 +197,7 @@ def read_record(record: SpeedRecord, speed: SpeedGate, terms: list[Terms] | None
     if not terms or (terms[-1].gate, terms[-1].alpha, terms[-1].max_pairs) != (speed.gate, speed.alpha,
                                                                                 speed.max_pairs):
         terms = [*terms, current]  # judged under terms not (yet) declared: a what-if
-    ratios, positions, event_ids, sources, holds, notes, spans, set_aside = _contributions(record, speed)
+    ratios, positions, sources, holds, notes, spans, set_aside = _contributions(record, speed)
     bounds: list[tuple[float | None, float | None]] = []
     result = _decide(ratios, positions, terms, current, bounds)
     rejected_under = None
@@ -213,7 +212,7 @@ def read_record(record: SpeedRecord, speed: SpeedGate, terms: list[Terms] | None
         result = SequentialResult("rejected", result.pairs, result.decided_at, result.lower, result.upper,
                                   result.alpha, "rejected_before")
     return Reading(result, ratios, positions, record.sessions,
-                   sum(1 for entry in record.entries if entry["source"] == "document"), sources, event_ids,
+                   sum(1 for entry in record.entries if entry["source"] == "document"), sources,
                    holds, notes, rejected_under, bounds, spans, set_aside)
 
 
@@ -244,7 +243,6 @@ def _in_force_since(position: int, terms: list[Terms]) -> list[Terms]:
 def _contributions(record: SpeedRecord, speed: SpeedGate):
     ratios: list[float] = []
     positions: list[int] = []
-    event_ids: list[str] = []
     sources: list[str] = []
     holds: list[Hold] = []
     notes: list[str] = []
@@ -287,13 +285,12 @@ def _contributions(record: SpeedRecord, speed: SpeedGate):
         ratios.extend(read)
         positions.extend([entry["position"]] * len(read))
         spans.append(Span(len(ratios), entry["source"] == "document", protocol == "sequential", baseline, candidate))
-        event_ids.append(event_id)
         if source not in sources:
             sources.append(source)
     for found in set_aside.values():
         notes.append(f"{found.pairs} pair{'' if found.pairs == 1 else 's'} timed by {found.source} set aside, never "
                      f"read: {found.reason}")
-    return ratios, positions, event_ids, sources, holds, notes, spans, list(set_aside.values())
+    return ratios, positions, sources, holds, notes, spans, list(set_aside.values())
 
 
 @dataclass(frozen=True)

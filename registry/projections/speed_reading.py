@@ -86,6 +86,7 @@ def read_speed_record(row: SpeedRecordState | None, workload: WorkloadState | No
     if row is None:
         record = SpeedRecord(payload_sha256, (), 0, versions)
     else:
-        record = SpeedRecord(payload_sha256, row["entries"], len(row["sessions"]), versions)
+        record = SpeedRecord(payload_sha256, row["entries"], len(row["sessions"]), versions, row["record"],
+                             row["last_position"], row["digest"])
     speed, terms = speed_terms(workload) if rule is None else rule
     return RecordReading(row, record, speed, terms)
