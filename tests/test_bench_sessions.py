@@ -173,7 +173,7 @@ def test_the_python_api_decides_on_sqlite_and_postgres(backend_url, tmp_path):
             break
     assert (record.result.decision, record.result.decided_at) == ("rejected", 5)
     appended, again = record_pairs(registry, "k", session, [1.0, 1.0], [1.0, 1.0], "b0")
-    assert not appended and len(again.ratios) == len(record.ratios)
+    assert not appended and again.pairs == record.pairs
     assert benchmark_record(registry, "k").to_dict()["reading"] == "below"
     # A group (group commit, as the server records batches): checked in order against one read of the rows with
     # the group's earlier batches folded in, appended in one transaction; each refusal is its own batch's only.
@@ -188,17 +188,17 @@ def test_the_python_api_decides_on_sqlite_and_postgres(backend_url, tmp_path):
              pairs(registry, "g-twin", twin, *at_gate, "t"), pairs(registry, "g", g, [1.2] * 16, [1.0] * 16, "c"),
              pairs(registry, "g", g, [1.2] * 3, [1.0] * 3, "d")]
     first, retry, other, unknown, deferred, sixteen, past = record_pair_group(group)
-    assert first[0] is True and retry[0] is False and len(first[1].ratios) == len(retry[1].ratios) == 2
+    assert first[0] is True and retry[0] is False and first[1].pairs == retry[1].pairs == 2
     assert isinstance(other, IdempotencyConflict) and "batch 'a' of session" in str(other)
     assert "already recorded with other pairs" in str(other) and "bench:" not in str(other)  # the caller's key
     assert isinstance(unknown, UserError) and "session bs-nope is not open" in str(unknown)
     assert deferred is None  # its record was touched by g's batch in this group: left to the next group
-    assert sixteen[0] is True and len(sixteen[1].ratios) == 18 and not sixteen[1].closed
+    assert sixteen[0] is True and sixteen[1].pairs == 18 and not sixteen[1].closed
     assert isinstance(past, UserError) and "3 pairs would take the record of g past speed.max_pairs 20 (18 recorded)" in str(past)
     appended = registry.store.read_all(after_position=head)
     assert [(e.payload["batch"], e.position) for e in appended] == [("a", head + 1), ("c", head + 2)]
     (twin_appended, twin_record), = record_pair_group([group[4]])
-    assert twin_appended and len(twin_record.ratios) == 20 and twin_record.closed
+    assert twin_appended and twin_record.pairs == 20 and twin_record.closed
     assert benchmark_record(registry, "g").to_dict()["pairs"] == 20 and registry.store.verify().intact
     # Batches of two registries in one group: each read from and appended to its own store.
     other = opened(f"sqlite:///{tmp_path / 'other.db'}", actor="gpu-worker-2", create=True)
@@ -215,7 +215,7 @@ def test_the_python_api_decides_on_sqlite_and_postgres(backend_url, tmp_path):
     long, after = record_pair_group([pairs(other, "k", other_session, *at_gate, "L" * 128),
                                      pairs(other, "k", other_session, *at_gate, "n")])
     assert isinstance(long, StoreError) and "idempotency key must be 1 to 200 characters" in str(long)
-    assert after[0] is True and len(after[1].ratios) == 4 and other.store.head_position() == heads[1] + 2
+    assert after[0] is True and after[1].pairs == 4 and other.store.head_position() == heads[1] + 2
     # Another process appends a batch and then this group's batch under its key, after this group read its rows: the
     # batch is not appended again, and is answered as a retry, by the record in the log.
     (tmp_path / "h.bin").write_bytes(b"raced kernel")
@@ -228,7 +228,7 @@ def test_the_python_api_decides_on_sqlite_and_postgres(backend_url, tmp_path):
                                                               pairs(rival, "h", h, *at_gate, "k")])] == [True, True]
 
     (appended, record), = record_pair_group([pairs(registry, "h", h, *at_gate, "k", authorize=raced)])
-    assert appended is False and record.to_dict() == benchmark_record(registry, "h").to_dict() and len(record.ratios) == 4
+    assert appended is False and record.to_dict() == benchmark_record(registry, "h").to_dict() and record.pairs == 4
     # The server's pair writer answers every batch whatever its group raises (here one batch's own callback raising a
     # BaseException), and goes on recording the batches after it.
     writer, answers = PairWriter(), queue.Queue()
@@ -444,7 +444,7 @@ def test_any_sequence_of_opens_and_batches_keeps_one_ordered_record(tmp_path_fac
             assert type(exc).__name__ in ("UserError", "IdempotencyConflict"), repr(exc)
             assert "\n" not in str(exc) and registry.store.head_position() == head
     record = benchmark_record(registry, "renamed")
-    assert record.ratios == accepted and len(record.ratios) <= record.max_pairs
+    assert record.pairs == len(accepted) <= record.max_pairs
     assert record.result == decide_stream(accepted, 1.2, 0.05, 20)
 
 

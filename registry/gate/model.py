@@ -49,7 +49,7 @@ class SpeedRecord:
     (the loosening rule reads them: registry/gate/record.py). key, head and
     digest: the record's key, the log position it stands at and the digest of
     its entries' event ids (read_models/speed_records.py), which a verdict
-    decided on it cites instead of every entry (`RecordReference`).
+    decided on it cites instead of every entry (`reference`).
     """
 
     payload_sha256: str | None
@@ -59,6 +59,9 @@ class SpeedRecord:
     key: str | None = None
     head: int | None = None
     digest: str | None = None
+    # The running reading the read model keeps (registry/gate/record.py `RecordReader`), under the terms it names:
+    # read instead of the entries when they are the current contract's terms, never otherwise.
+    reading: Mapping[str, Any] | None = None
 
     def reference(self) -> dict[str, Any] | None:
         """What a verdict cites of the record it read: key, head position, entry count and digest (None for a

@@ -282,7 +282,7 @@ def _judge_record(speed: SpeedGate, record: SpeedRecord, recorded: Recorded | No
     held_before = len(ledger.findings)
     for hold in reading.holds:
         ledger.add(hold.rule, "held", hold.text)
-    if not reading.ratios:
+    if not reading.pairs:
         for found in reading.set_aside:
             ledger.add("speed.interpreter", "held", found.reason)
     result, figure = reading.result, reading.figure
@@ -316,7 +316,7 @@ def _record_finding(speed: SpeedGate, reading: Reading, ledger: Ledger) -> None:
     bounds = (f"running bounds [{low}, {high}] (two-sided {reading.level:.0%}, alpha {num(result.alpha)} per side)")
     if result.decided_at:
         text = (f"speedup {shown} over the {figure.pairs} pairs read up to the {figure.source} that decided "
-                f"({figure.method}); decided at pair {result.decided_at} of {len(reading.ratios)} recorded: {bounds}")
+                f"({figure.method}); decided at pair {result.decided_at} of {reading.pairs} recorded: {bounds}")
     else:
         text = (f"speedup {shown} over the {figure.pairs} pairs read ({figure.method}); after pair {result.pairs}: "
                 f"{bounds}")

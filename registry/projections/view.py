@@ -184,10 +184,12 @@ class View:
         """The frame set as registered."""
         return self._subject("framesets", normalized_name(name))
 
-    def speed_record(self, artifact: ArtifactState, workload: WorkloadState | None = None) -> RecordReading:
+    def speed_record(self, artifact: ArtifactState, workload: WorkloadState | None = None, *,
+                     documents: bool = False) -> RecordReading:
         """The speed record of the artifact's bytes within its workload, read under the workload's contract
-        (speed_reading.py): one row, its documents attached. `workload` is its workload's row when the caller
-        read it already."""
+        (speed_reading.py): one row, with its running reading kept under the current contract, else its documents
+        attached. `workload` is its workload's row when the caller read it already; `documents` attaches them
+        whatever the row keeps (a record read under a contract not declared: `what-if`)."""
         payload = artifact["payload_sha256"]
         if workload is None:
             workload = self.workload(artifact["workload"])
@@ -198,9 +200,10 @@ class View:
                 row = self._subject("records", key)
             else:
                 row = self._whole().records.get(key)
-            if row is not None:
-                attach_documents(self.store, [row])
-        return read_speed_record(row, workload, payload)
+        read = read_speed_record(row, workload, payload)
+        if row is not None and (documents or read.kept is None):  # no running reading that answers: every one read
+            attach_documents(self.store, [row])
+        return read
 
     def sharing_payload(self, workload: str, payload_sha256: str | None,
                         asking: str | None = None) -> list[ArtifactState]:

@@ -41,7 +41,7 @@ from .bench_streams import BenchStreamState
 from .declaration import ReadModel, SideTable, state_table
 from .payload_index import payload_key
 
-VERSION = 2
+VERSION = 3
 # Positions checked against the log per read (bound parameters stay far below every backend's limit).
 CHUNK = 500
 
@@ -83,6 +83,19 @@ class RecordEntry(TypedDict):
     arch: NotRequired[str | None]
 
 
+class KeptReading(TypedDict):
+    """A record's running reading as its row keeps it (registry/projections/record_readings.py): the entries read
+    into it (up to `through`), what any record shows of them, and the confident rule's state (None when the
+    contract in force at the record's last position does not decide by that rule)."""
+
+    through: int
+    pairs: int
+    devices: list[str]
+    archs: list[str]
+    timers: list[str]
+    rule: dict[str, Any] | None
+
+
 class SpeedRecordState(TypedDict):
     """The speed record of one payload within a workload (docs/gate.md, "The speed record"): every session
     batch and complete benchmark document of those bytes, under any artifact id or claim, in recorded order."""
@@ -95,6 +108,7 @@ class SpeedRecordState(TypedDict):
     documents: int
     last_position: int
     digest: str  # of every entry's event id in recorded order (`next_digest`); empty before the first entry
+    reading: NotRequired[KeptReading]  # kept by the catch-up once it has folded the record's entries
 
 
 class Records(Protocol):
@@ -245,6 +259,10 @@ def _check_records(conn: Connection, rows: Sequence[tuple[str, int, dict]], chec
                 raise damaged(key, f"an entry at position {at} is not after the one before it "
                                    f"({previous}) and at or before the row's last position {position}")
             previous = at
+        kept = state.get("reading")
+        through = kept.get("through") if isinstance(kept, dict) else kept
+        if "reading" in state and through != previous:  # kept up to its latest entry by the catch-up that folded it
+            raise damaged(key, f"its running reading stands at position {through}, its latest entry at {previous}")
         if entries:
             latest = entries[-1]
             stream = (BENCH_PREFIX + str(latest.get("identity")) if latest.get("source") == "session"
