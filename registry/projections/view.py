@@ -218,14 +218,16 @@ class View:
 
     def bench_subjects(self, artifact_ids: Sequence[str]) -> dict[str, BenchSubject]:
         """What a benchmark session's append checks, for several artifacts (by NFC id): each one's row, its
-        workload's, its identity's bench stream's and its bytes' speed record's, their documents attached."""
+        workload's, its identity's bench stream's and its bytes' speed record's, with its running reading kept
+        under the current contract, else its documents attached."""
         ids = list(dict.fromkeys(normalized_name(artifact_id) for artifact_id in artifact_ids))
         if self._live:
             with self._reads() as conn:
                 found = subject.bench_rows(conn, ids, self.position)
         else:
             found = {artifact_id: self._folded_bench_subject(artifact_id) for artifact_id in ids}
-        records = [rows.record for rows in found.values() if rows.record is not None]
+        records = [rows.record for rows in found.values() if rows.record is not None and read_speed_record(
+            rows.record, rows.workload, rows.record["payload_sha256"]).kept is None]
         if records:
             attach_documents(self.store, list({id(record): record for record in records}.values()))
         return found
