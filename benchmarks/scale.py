@@ -47,7 +47,7 @@ growth factors are given for both. The one-artifact commands run three times and
 time. Output goes to /dev/null. The table gives each command at each size and the
 growth factor from the smallest size to the largest.
 
-    .venv/bin/python benchmarks/scale.py [--max-events 1000000] [--shapes many,one,shared] [--json OUT]
+    .venv/bin/python benchmarks/scale.py [--max-events 1000000] [--shapes many,one,shared,hot] [--json OUT]
 
 The goals (docs/benchmarks.md, "Scale"): evidence import, promote, show,
 resolve and lock of one artifact within 1.5x of their 10^3 time at 10^6
