@@ -48,7 +48,7 @@ LOG = logging.getLogger("registry.app")
 
 # The event models (pydantic), the gate and the app's write paths load only
 # where they are used: `show` and `report` read records without them
-# (tests/test_cli_startup.py).
+# (tests/cli/test_cli_startup.py).
 
 @dataclass(frozen=True)
 class OpenedSession:

@@ -5,7 +5,7 @@ a dataclass: the dict *is* the read-model row's document. Its canonical JSON
 is what the row stores, and `registry replay --verify` compares a fresh fold
 with the stored row value for value, with no encoding or decoding step
 between the fold and the row (docs/projections.md, "Why the read models are
-declared dicts"). tests/test_read_model_shapes.py folds generated logs and
+declared dicts"). tests/projections/test_read_model_shapes.py folds generated logs and
 holds every state to the declared types, so a key a fold adds without
 declaring it fails there.
 
