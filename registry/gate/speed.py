@@ -43,13 +43,15 @@ from registry.gate.text import num, times_pair
 @dataclass(frozen=True)
 class SpeedResult:
     """What a verdict records of speed: the speedup, its interval and the interval's two-sided level; for a speed
-    record, how many pairs the speedup is over and the pair whose running bounds the interval is."""
+    record, how many pairs the speedup is over, the pair whose running bounds the interval is, and the record read
+    (`SpeedRecord.reference`)."""
 
     value: float | None = None
     interval: tuple[float, float] | None = None
     level: float | None = None
     pairs: int | None = None
     interval_pair: int | None = None
+    record: dict[str, Any] | None = None
 
 
 def check_speed(
@@ -272,11 +274,7 @@ def _judge_record(speed: SpeedGate, record: SpeedRecord, recorded: Recorded | No
         if item is not None and not_speed_evidence(item["timer"], item["device"]) is None:
             _judge(speed, item, ledger, compare=False)
     reading = read_record(record, speed)
-    consulted = set(ledger.evidence_ids)
-    for event_id in reading.event_ids:
-        if event_id not in consulted:
-            consulted.add(event_id)
-            ledger.evidence_ids.append(event_id)
+    cited = record.reference()  # the record by key, head and digest: a verdict never lists every entry it read
     ledger.note("speed.attempts", f"{record_sentence(reading.sessions, reading.documents)}, every pair read in "
                                   "recorded order as one record")
     for note in reading.notes:
@@ -284,19 +282,20 @@ def _judge_record(speed: SpeedGate, record: SpeedRecord, recorded: Recorded | No
     held_before = len(ledger.findings)
     for hold in reading.holds:
         ledger.add(hold.rule, "held", hold.text)
-    if not reading.ratios:
+    if not reading.pairs:
         for found in reading.set_aside:
             ledger.add("speed.interpreter", "held", found.reason)
     result, figure = reading.result, reading.figure
     bounds = None if result.lower is None or result.upper is None else (result.lower, result.upper)
     if figure is not None:
         speed_result = SpeedResult(figure.value, bounds, reading.level if bounds else None, figure.pairs,
-                                   (result.decided_at or result.pairs) if bounds else None)
+                                   (result.decided_at or result.pairs) if bounds else None, cited)
     elif item is not None:  # nothing read: the latest complete item's own figure, as a document publishes it
         derived = item["derived"]
-        speed_result = SpeedResult(derived["speedup"], tuple(derived["speedup_ci"]), derived["ci_level"])
+        speed_result = SpeedResult(derived["speedup"], tuple(derived["speedup_ci"]), derived["ci_level"],
+                                   record=cited)
     else:
-        speed_result = SpeedResult()
+        speed_result = SpeedResult(record=cited)
     if len(ledger.findings) > held_before or figure is None:
         if figure is None and len(ledger.findings) == held_before:
             ledger.add("speed.missing", "held", "the speed record of these bytes holds no pairs it can read")
@@ -317,7 +316,7 @@ def _record_finding(speed: SpeedGate, reading: Reading, ledger: Ledger) -> None:
     bounds = (f"running bounds [{low}, {high}] (two-sided {reading.level:.0%}, alpha {num(result.alpha)} per side)")
     if result.decided_at:
         text = (f"speedup {shown} over the {figure.pairs} pairs read up to the {figure.source} that decided "
-                f"({figure.method}); decided at pair {result.decided_at} of {len(reading.ratios)} recorded: {bounds}")
+                f"({figure.method}); decided at pair {result.decided_at} of {reading.pairs} recorded: {bounds}")
     else:
         text = (f"speedup {shown} over the {figure.pairs} pairs read ({figure.method}); after pair {result.pairs}: "
                 f"{bounds}")
