@@ -299,7 +299,7 @@ async def _streams(served) -> None:
     ends = await asyncio.gather(*(_until(reader, b"event: end") for token, reader, _ in opened if token == revoked))
     assert all(ends) and time.monotonic() - started < 5.0  # promptly: within a poll or two of the revocation
     # Every other stream is still open and has heard of the appends since it opened.
-    alive = await asyncio.gather(*(_until(reader, b"event: head", wait=5.0)
+    alive = await asyncio.gather(*(_until(reader, b"event: head")
                                    for token, reader, _ in opened if token != revoked))
     assert all(alive)
     # A token holds at most MOST_STREAMS_PER_TOKEN streams at once.
@@ -321,7 +321,7 @@ def _revoke(served, token: str) -> None:
     registry.close()
 
 
-async def _until(reader: asyncio.StreamReader, marker: bytes, wait: float = 10.0) -> bool:
+async def _until(reader: asyncio.StreamReader, marker: bytes, wait: float = HANG_GUARD_S) -> bool:
     seen = b""
     deadline = time.monotonic() + wait
     while marker not in seen:
