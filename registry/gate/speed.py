@@ -277,14 +277,15 @@ def _judge_record(speed: SpeedGate, record: SpeedRecord, recorded: Recorded | No
     cited = record.reference()  # the record by key, head and digest: a verdict never lists every entry it read
     ledger.note("speed.attempts", f"{record_sentence(reading.sessions, reading.documents)}, every pair read in "
                                   "recorded order as one record")
-    for note in reading.notes:
+    notes, more_notes = reading.notes[:MOST_LISTED], len(reading.notes) - MOST_LISTED
+    for note in notes:
         ledger.note("speed.attempts", note)
+    if more_notes > 0:
+        ledger.note("speed.attempts", f"and {more_notes} more such notes on the record's entries ({LISTED_WHERE})")
     held_before = len(ledger.findings)
-    for hold in reading.holds:
-        ledger.add(hold.rule, "held", hold.text)
+    _hold_listed(ledger, [(hold.rule, hold.text) for hold in reading.holds])
     if not reading.pairs:
-        for found in reading.set_aside:
-            ledger.add("speed.interpreter", "held", found.reason)
+        _hold_listed(ledger, [("speed.interpreter", found.reason) for found in reading.set_aside])
     result, figure = reading.result, reading.figure
     bounds = None if result.lower is None or result.upper is None else (result.lower, result.upper)
     if figure is not None:
@@ -303,6 +304,24 @@ def _judge_record(speed: SpeedGate, record: SpeedRecord, recorded: Recorded | No
     ledger.margin("speedup", figure.value, speed.gate, higher_is_better=True)
     _record_finding(speed, reading, ledger)
     return speed_result
+
+
+# A verdict names at most this many of a record's holds, notes and entries set aside one by one, and counts the
+# rest by rule: its size must not grow with the record (a record of thousands of drifting documents would otherwise
+# list each), while every entry stays listed by `registry show ID --documents` and in `history`.
+MOST_LISTED = 10
+LISTED_WHERE = "`registry show ARTIFACT --documents` lists every entry"
+
+
+def _hold_listed(ledger: Ledger, holds: list[tuple[str, str]]) -> None:
+    """The first MOST_LISTED holds as they read, then one held finding per rule counting the rest."""
+    for rule, text in holds[:MOST_LISTED]:
+        ledger.add(rule, "held", text)
+    rest: dict[str, int] = {}
+    for rule, _ in holds[MOST_LISTED:]:
+        rest[rule] = rest.get(rule, 0) + 1
+    for rule, count in rest.items():
+        ledger.add(rule, "held", f"and {count} more entries of the speed record hold it by {rule} ({LISTED_WHERE})")
 
 
 def _record_finding(speed: SpeedGate, reading: Reading, ledger: Ledger) -> None:

@@ -679,3 +679,27 @@ def test_a_verdict_on_a_record_of_a_thousand_documents_stays_small(registry):
         digest = sha256_hex(digest + document.event_id)
     assert outcome.verdict["speed_record"] == {"record": outcome.verdict["speed_record"]["record"],
                                               "head": documents[-1].position, "entries": 1000, "digest": digest}
+
+
+def test_a_verdict_on_a_thousand_entries_that_each_hold_it_names_ten_and_counts_the_rest(registry):
+    """1,000 paired documents in one order only (never ABBA): each is held by `speed.interleave`. The verdict lists
+    the first MOST_LISTED and counts the rest in one reason, so it stays under 16 KB; every entry still shows in
+    `show --documents`. Imports 1,000 documents (about a second): the list outgrows the bound only at that scale."""
+    from registry.events.canonical import canonical_json
+    from registry.gate.speed import MOST_LISTED
+
+    register_artifact(registry, "a1", workload="w", kind="module", payload=registry.payload)
+    candidate = [1.0 + 0.001 * (i % 3) for i in range(16)]
+    benchmark = {"kind": "benchmark", "protocol": "paired", "device": "NVIDIA H200", "timer": "cuda_event",
+                 "arch": "sm90", "baseline_s": [1.5 * c for c in candidate], "candidate_s": candidate,
+                 "schedule": ["BC"] * 16}
+    import_document(registry, json.dumps({"format": "registry.evidence/1", "artifact": "a1", "evidence": [
+        {"kind": "execution", "candidate_calls": 4, "fallbacks": 0}, {"kind": "parity", "leaves": [PASSING_LEAF]},
+        *[benchmark] * 1000]}))
+    outcome = promote(registry, "a1")
+    [verdict] = [event for event in registry.store.read_all() if event.type == "VerdictRendered"]
+    assert outcome.verdict["decision"] == "held" and len(canonical_json(verdict.payload).encode()) < 16 * 1024
+    reasons = outcome.verdict["reasons"]
+    named = [reason for reason in reasons if reason.startswith("document ") and "set aside" in reason]
+    counted = [reason for reason in reasons if reason.startswith(f"and {1000 - MOST_LISTED} more")]
+    assert len(named) == MOST_LISTED and len(counted) == 1 and "--documents" in counted[0], reasons
