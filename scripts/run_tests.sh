@@ -21,4 +21,5 @@ fi
 # tests/whole_path/test_demo.py) is built once per run. Files are handed out in the
 # order tests/conftest.py sets (the longest first, so no long file starts
 # last while the other worker idles), not xdist's own (most tests first).
-.venv/bin/python -m pytest -q -n auto --dist loadfile --no-loadscope-reorder "$@"
+# Every run's log names its 25 slowest tests (a later --durations given here wins).
+.venv/bin/python -m pytest -q -n auto --dist loadfile --no-loadscope-reorder --durations=25 "$@"

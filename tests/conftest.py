@@ -218,10 +218,11 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
 
 # Longest first (seconds per file on the 2-core machine: docs/benchmarks.md, "The suite").
 LONGEST_FIRST = (
-    "test_lifecycle_stateful.py", "test_escape_gallery.py", "test_suite_guards.py", "test_crash.py",
-    "test_concurrency.py", "test_jobs.py", "test_serve_fuzz.py", "test_cheat_gallery.py", "test_demo.py",
-    "test_evaluate_runner.py", "test_kernel_build.py", "test_plain_payloads.py", "test_cli_evaluate.py",
-    "test_serve_worker.py", "test_ship_stateful.py",
+    "test_demo.py", "test_serve_fuzz.py", "test_escape_gallery.py", "test_lifecycle_stateful.py", "test_jobs.py",
+    "test_sandbox.py", "test_kernel_build.py", "test_serve_stateful.py", "test_suite_guards.py",
+    "test_hostile_bundles.py", "test_speed_gate.py", "test_serve_worker.py", "test_monitor_lifecycle.py",
+    "test_payload_index.py", "test_concurrency.py", "test_crash.py", "test_cheat_gallery.py", "test_evaluate_runner.py",
+    "test_final_rejection.py", "test_pg_throwaway.py", "test_ship_stateful.py",
 )
 
 

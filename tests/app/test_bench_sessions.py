@@ -19,6 +19,7 @@ from registry.formats.errors import UserError
 from registry.app.workloads import register_artifact
 from store_helpers import opened
 from paths import ROOT
+from limits import HANG_GUARD_S
 
 MANIFEST = "workload: wan\nspeed: {min_speedup: 1.2, runs_per_arm: 16, protocol: paired, max_pairs: 20}\n"
 EXAMPLE = ROOT / "examples" / "bench_session.py"
@@ -240,7 +241,7 @@ def test_the_python_api_decides_on_sqlite_and_postgres(backend_url, tmp_path):
     writer.submit(pairs(registry, "k", session, *at_gate, "x", authorize=stops), answers.put)
     writer.submit(retry, lambda outcome: (answers.put(outcome), 1 / 0))  # its delivery fails once it is answered
     writer.submit(retry, answers.put)
-    stopped, answered, again = (answers.get(timeout=20) for _ in range(3))
+    stopped, answered, again = (answers.get(timeout=HANG_GUARD_S) for _ in range(3))
     assert isinstance(stopped, RuntimeError) and "stopped: SystemExit: 3" in str(stopped)
     assert answered[0] is again[0] is False and answered[1].result.decision == "rejected"
     # A process forked while the writer's thread held its lock starts its own writer, which records the child's batch.
@@ -260,9 +261,9 @@ def test_the_python_api_decides_on_sqlite_and_postgres(backend_url, tmp_path):
         sender = threading.Thread(target=lambda: writer.submit(
             pairs(opened(backend_url, actor="forked"), "k", session, [1.0, 1.0], [1.0, 1.0], "b0"), done.put))
         sender.start()
-        sender.join(20)
+        sender.join(HANG_GUARD_S)
         try:
-            os._exit(0 if done.get(timeout=20)[0] is False else 1)
+            os._exit(0 if done.get(timeout=HANG_GUARD_S)[0] is False else 1)
         except BaseException:
             os._exit(2)
     release.set()

@@ -25,12 +25,17 @@ from registry.formats.webhooks import (ID_HEADER, SIGNATURE_HEADER, TIMESTAMP_HE
 from serve_helpers import ServerProcess
 from ship_helpers import declare_monitored, make_bundle, measure_and_promote, register, remeasure
 from store_helpers import opened
+from limits import HANG_GUARD_S
 
 
 class Receiver:
-    """A webhook receiver on a free loopback port: verifies each delivery, keeps the accepted ones."""
+    """A webhook receiver on a free loopback port: verifies each delivery, keeps the accepted ones.
 
-    def __init__(self, secret: str, port: int = 0, forced: int | None = None):
+    Its port is bound when it is made and held until it is closed, but listened on only inside `with`: until
+    then (a receiver that is down) a connection to it is refused at once, and no other process can take the port
+    between the receiver being down and up (a port freed and bound again could be)."""
+
+    def __init__(self, secret: str, forced: int | None = None):
         self.secret, self.accepted, self.refused, self.guard = secret, [], [], ReplayGuard()
         receiver = self
 
@@ -63,27 +68,23 @@ class Receiver:
             def log_message(self, *_args):
                 pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler, bind_and_activate=False)
+        self.server.server_bind()
         self.port = self.server.server_address[1]
         self.url = f"http://127.0.0.1:{self.port}/registry-hook"
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
     def __enter__(self) -> "Receiver":
+        self.server.server_activate()  # listen
         self.thread.start()
         return self
 
     def __exit__(self, *_exc) -> None:
         self.server.shutdown()
+        self.close()
+
+    def close(self) -> None:
         self.server.server_close()
-
-
-def free_port() -> int:
-    """A loopback port nothing listens on now (the down receiver's: refused at once)."""
-    import socket
-
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 @pytest.fixture
@@ -159,21 +160,24 @@ def test_a_promotion_and_an_alarm_are_delivered_signed_and_a_replay_is_refused(h
 
 
 def test_a_receiver_that_is_down_and_then_up_gets_the_delivery_on_a_retry_and_each_attempt_is_recorded(hooked):
-    port = free_port()
-    hook = add(hooked, f"http://127.0.0.1:{port}/registry-hook", "promotion")
-    promote_fast(hooked)  # the decision does not wait for, or hear of, the receiver
-    registry = opened(hooked.url)
-    clock = [time.time()]
-    [first] = deliver(registry, now=lambda: clock[0])
-    assert (first.outcome, first.attempt, first.status) == ("failed", 1, None) and "refused" in first.error.lower()
-    assert first.next_attempt_after is not None
-    assert deliver(registry, now=lambda: clock[0]) == []  # not due before its backoff
-    with Receiver(hooked.secret, port) as receiver:
-        clock[0] += RETRY_DELAYS_S[0] + 1
-        [second] = deliver(registry, now=lambda: clock[0])
-        assert (second.outcome, second.attempt, second.status) == ("delivered", 2, 204)
-        [(delivery, _, _)] = receiver.accepted
-        assert delivery.id == first.delivery == second.delivery  # one delivery id across its attempts
+    receiver = Receiver(hooked.secret)  # bound, not yet listening: down
+    try:
+        hook = add(hooked, receiver.url, "promotion")
+        promote_fast(hooked)  # the decision does not wait for, or hear of, the receiver
+        registry = opened(hooked.url)
+        clock = [time.time()]
+        [first] = deliver(registry, now=lambda: clock[0])
+        assert (first.outcome, first.attempt, first.status) == ("failed", 1, None) and "refused" in first.error.lower()
+        assert first.next_attempt_after is not None
+        assert deliver(registry, now=lambda: clock[0]) == []  # not due before its backoff
+        with receiver:  # up, on the same port
+            clock[0] += RETRY_DELAYS_S[0] + 1
+            [second] = deliver(registry, now=lambda: clock[0])
+            assert (second.outcome, second.attempt, second.status) == ("delivered", 2, 204)
+            [(delivery, _, _)] = receiver.accepted
+            assert delivery.id == first.delivery == second.delivery  # one delivery id across its attempts
+    finally:
+        receiver.close()
     state = read_hook(registry, hook)
     assert state.attempt_count == 2 and state.summary()["delivered"] == 1 and state.summary()["retrying"] == 0
     history = hooked("history", f"hook:{hook}")
@@ -181,14 +185,18 @@ def test_a_receiver_that_is_down_and_then_up_gets_the_delivery_on_a_retry_and_ea
 
 
 def test_a_delivery_that_never_succeeds_is_given_up_after_the_last_delay(hooked):
-    add(hooked, f"http://127.0.0.1:{free_port()}/registry-hook", "decision")
-    promote_fast(hooked)
-    registry = opened(hooked.url)
-    clock = [time.time()]
-    outcomes = []
-    for _ in range(4):
-        outcomes += deliver(registry, now=lambda: clock[0], retry_delays=(1.0, 2.0))
-        clock[0] += 10
+    down = Receiver(hooked.secret)  # bound and never listening: every attempt is refused
+    try:
+        add(hooked, down.url, "decision")
+        promote_fast(hooked)
+        registry = opened(hooked.url)
+        clock = [time.time()]
+        outcomes = []
+        for _ in range(4):
+            outcomes += deliver(registry, now=lambda: clock[0], retry_delays=(1.0, 2.0))
+            clock[0] += 10
+    finally:
+        down.close()
     assert [(a.attempt, a.outcome, a.next_attempt_after is None) for a in outcomes] == [
         (1, "failed", False), (2, "failed", False), (3, "failed", True)]
     listed = json.loads(hooked("hook", "list", "--json").stdout)
@@ -251,7 +259,7 @@ def test_a_running_server_delivers_by_itself(hooked):
         add(hooked, receiver.url, "promotion")
         with ServerProcess(hooked.url):
             promote_fast(hooked)  # appended by another process: the server sees it in the log
-            deadline = time.monotonic() + 30
+            deadline = time.monotonic() + HANG_GUARD_S
             while not receiver.accepted and time.monotonic() < deadline:
                 time.sleep(0.2)
         [(delivery, _, _)] = receiver.accepted

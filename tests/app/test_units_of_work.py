@@ -23,6 +23,7 @@ from sqlalchemy import event
 
 from registry.app import open_registry
 from registry.app.decisions import promote
+from limits import HANG_GUARD_S
 
 MANIFEST = "workload: wan\nparity: {policy: byte_equal}\nspeed: {min_speedup: 1.1, runs_per_arm: 2, protocol: paired, " \
            "decision: point}\n"
@@ -87,7 +88,7 @@ def test_three_racing_imports_of_one_run_say_appended_once(kernel):
                              env={**os.environ}) for _ in range(3)]
     answers = []
     for run in runs:
-        out, err = run.communicate(timeout=120)
+        out, err = run.communicate(timeout=HANG_GUARD_S)
         assert run.returncode == 0, err
         answers.append(json.loads(out))
     assert sorted(answer["appended"] for answer in answers) == [False, False, True]
@@ -107,7 +108,7 @@ def test_a_deciding_promote_imports_neither_pydantic_nor_the_bundles(kernel):
              f"try: main(['--db', {kernel.url!r}, 'promote', 'k', '--json'])\n"
              "except SystemExit as exc: assert not exc.code, exc.code\n"
              "print(json.dumps(sorted(m for m in ('pydantic', 'registry.bundles') if m in sys.modules)))\n")
-    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=HANG_GUARD_S)
     assert done.returncode == 0, done.stderr
     *answer, imported = done.stdout.strip().splitlines()
     assert json.loads("\n".join(answer))["decision"] == "promoted"

@@ -14,7 +14,6 @@ import re
 import struct
 import subprocess
 import sys
-import time
 
 import pytest
 from hypothesis import given, settings, strategies as st
@@ -268,12 +267,28 @@ def test_dynamic_shared_memory_past_48_kib_is_opted_into_and_past_the_device_lim
         launcher.call([(copy_plan(shared=101 * 1024), {"x": DATA})], deadline_s=5)
 
 
+class SteppingClock:
+    """A clock that moves 1/16 s at each reading (exact in binary), so a deadline falls on a known reading whatever
+    the machine's load."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        self.now += 0.0625
+        return self.now
+
+
 def test_a_spinning_kernel_raises_at_the_deadline_and_no_time_is_reported():
-    launcher, driver = make({"copy_kernel": FakeKernel((8, 8, 4, 8, 8), effects=({"hang": True},))})
-    started = time.monotonic()
-    with pytest.raises(LaunchDeadline, match="had not finished after 0.2 s"):
-        launcher.call([(copy_plan(), {"x": DATA})], deadline_s=0.2)
-    assert 0.2 <= time.monotonic() - started < 2
+    driver = SimulatedDriver({"copy_kernel": FakeKernel((8, 8, 4, 8, 8), effects=({"hang": True},))})
+    clock = SteppingClock()
+    launcher = Launcher(driver, flush_bytes=4096, clock=clock)
+    launcher.load(CUBINS)
+    with pytest.raises(LaunchDeadline, match="had not finished after 0.25 s"):
+        launcher.call([(copy_plan(), {"x": DATA})], deadline_s=0.25)
+    # Raised at the first reading at or past the deadline: the one that set it (0.0625) plus 0.25, neither sooner
+    # nor later.
+    assert clock.now == 0.0625 + 0.25
     assert not [c for c in driver.recorded.calls if c[0] == "cuEventElapsedTime"]
     # nothing may wait for the kernel still running: no free now, none at close, and no further launch
     frees = [c for c in driver.recorded.calls if c[0] == "cuMemFree"]

@@ -20,7 +20,7 @@ import torch
 
 from registry.kernels.launch_plan import BufferArg, BufferSpec, Launch, LaunchPlan, ScalarArg
 from registry.kernels.launcher import DriverError, LaunchDeadline, PlanRefused, cubin_digests
-from registry.kernels.launcher_process import HarnessLauncher
+from registry.kernels.launcher_process import LAUNCH_GRACE_S, HarnessLauncher
 from compiled_fixtures import jail  # noqa: F401 - a fixture
 
 CUBINS = {("copy", "sm_90a"): b"registry cubin: copy", ("spin", "sm_90a"): b"registry cubin: spin"}
@@ -83,7 +83,9 @@ def test_a_launch_past_its_deadline_gets_the_launcher_killed_and_replaced_and_no
         started = time.monotonic()
         with pytest.raises(LaunchDeadline, match="had not finished after 0.5 s"):
             harness.call([(plan("spin_kernel", "spin"), {"x": DATA})], deadline_s=0.5)
-        assert time.monotonic() - started < 10
+        # Answered by the worker's own deadline, not by the harness killing it after the grace: the bound is the
+        # grace itself (60 s against the half second asked), so the machine's load does not decide it.
+        assert time.monotonic() - started < LAUNCH_GRACE_S
         assert harness.worker is None and not _alive(first)
         outcome = harness.call([(plan(), {"x": DATA})], deadline_s=10)  # a fresh launcher, the same cubins
         assert outcome.cases[0].outputs == {"y": DATA}

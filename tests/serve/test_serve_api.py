@@ -18,6 +18,7 @@ from conftest import PG_SKIP, PG_URL, _fresh_postgres_database
 from registry.serve.client import RegistryClient, ServerRefused
 from serve_helpers import LTX, WAN, ServerProcess, seed
 from store_helpers import opened
+from limits import HANG_GUARD_S
 
 pytestmark = pytest.mark.filterwarnings("ignore::ResourceWarning")
 
@@ -317,7 +318,7 @@ def test_workers_answer_on_one_port_and_a_sigterm_stops_them_all(tmp_path):
             with server.client(reader) as client:
                 assert client.get("/api/artifacts/wan-fast").json()["artifact"] == "wan-fast"
         server.process.terminate()
-        assert server.process.wait(timeout=20) == -signal.SIGTERM  # as one process ends (uvicorn re-raises it)
+        assert server.process.wait(timeout=HANG_GUARD_S) == -signal.SIGTERM  # as one process ends (uvicorn re-raises it)
     assert not any(Path(f"/proc/{child}").exists() for child in children)
 
 

@@ -25,6 +25,7 @@ from registry.serve.bodies import BODY_IDLE_SECONDS, MOST_DOCUMENT_BYTES
 from registry.serve.connections import HEAD_SECONDS
 from registry.serve.live import MOST_STREAMS_PER_TOKEN
 from serve_helpers import ServerProcess, seed
+from limits import HANG_GUARD_S
 
 pytestmark = pytest.mark.filterwarnings("ignore::ResourceWarning")
 
@@ -200,7 +201,7 @@ def push(served, head_lines: str, total: int, *, chunked: bool = False) -> tuple
             sent += sock.send(f"{len(block):x}\r\n".encode() + block + b"\r\n" if chunked else block)
     except OSError:  # the server closed the connection: what was not read was never taken
         pass
-    reader.join(timeout=30)
+    reader.join(timeout=HANG_GUARD_S)
     sock.close()
     return sent, bytes(answer), answered[0] if answered else float("inf")
 
@@ -259,7 +260,7 @@ def test_many_large_and_deep_bodies_at_once_leave_a_real_request_answered(served
         sender.start()
     appended = answered_in_time(served)
     for sender in senders:
-        sender.join(timeout=300)
+        sender.join(timeout=HANG_GUARD_S)
     assert sorted(r.status_code for r in results) == [400] * 12, [r.text[:200] for r in results]
     assert all(set(r.json()) == {"error"} and "\n" not in r.json()["error"] for r in results)
     assert head(served) == before + appended
@@ -298,7 +299,7 @@ async def _streams(served) -> None:
     ends = await asyncio.gather(*(_until(reader, b"event: end") for token, reader, _ in opened if token == revoked))
     assert all(ends) and time.monotonic() - started < 5.0  # promptly: within a poll or two of the revocation
     # Every other stream is still open and has heard of the appends since it opened.
-    alive = await asyncio.gather(*(_until(reader, b"event: head", wait=5.0)
+    alive = await asyncio.gather(*(_until(reader, b"event: head")
                                    for token, reader, _ in opened if token != revoked))
     assert all(alive)
     # A token holds at most MOST_STREAMS_PER_TOKEN streams at once.
@@ -320,7 +321,7 @@ def _revoke(served, token: str) -> None:
     registry.close()
 
 
-async def _until(reader: asyncio.StreamReader, marker: bytes, wait: float = 10.0) -> bool:
+async def _until(reader: asyncio.StreamReader, marker: bytes, wait: float = HANG_GUARD_S) -> bool:
     seen = b""
     deadline = time.monotonic() + wait
     while marker not in seen:

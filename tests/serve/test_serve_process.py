@@ -10,9 +10,9 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 
 from serve_helpers import ServerProcess, seed
+from limits import HANG_GUARD_S
 
 
 def test_ctrl_c_with_the_live_view_open_ends_its_stream_at_once_and_prints_no_traceback(tmp_path):
@@ -25,17 +25,19 @@ def test_ctrl_c_with_the_live_view_open_ends_its_stream_at_once_and_prints_no_tr
                 for line in events.iter_lines():
                     if line.startswith("event: head"):
                         first_event.set()
-            ended.append(time.monotonic())
+            ended.append(True)
 
         watcher = threading.Thread(target=watch, daemon=True)
         watcher.start()
-        assert first_event.wait(30)
-        asked = time.monotonic()
+        assert first_event.wait(HANG_GUARD_S)
         server.process.send_signal(signal.SIGINT)
-        server.process.wait(timeout=30)
-        watcher.join(30)
+        server.process.wait(timeout=HANG_GUARD_S)
+        watcher.join(HANG_GUARD_S)
         stderr = server.process.stderr.read()
-    assert ended and ended[0] - asked < 2.0  # within the stream's next poll, not at the end of the grace period
+    # Within the stream's next poll (live.POLL_SECONDS), not cut off at the end of the grace period: uvicorn says
+    # when it had to cancel what the grace left running. Read from the server's own log, not from a wall-clock
+    # bound between two processes, which a loaded machine could fail.
+    assert ended and "timeout graceful shutdown exceeded" not in stderr, stderr
     assert "Traceback" not in stderr and "CancelledError" not in stderr, stderr
 
 
@@ -47,6 +49,6 @@ def test_a_port_in_use_is_named_with_the_way_out(tmp_path):
         holder.listen()
         port = holder.getsockname()[1]
         result = subprocess.run([sys.executable, "-m", "registry", "--db", url, "serve", "--port", str(port)],
-                                capture_output=True, text=True, timeout=60)
+                                capture_output=True, text=True, timeout=HANG_GUARD_S)
     assert result.returncode == 1 and len(result.stderr.strip().splitlines()) == 1, result.stderr
     assert f"--port {port} on 127.0.0.1 is already in use" in result.stderr and "--port 0" in result.stderr

@@ -16,6 +16,7 @@ import pytest
 from registry.app.campaign import KERNEL_ARTIFACT
 from registry.app.tokens import issue_token
 from registry.workloads.candidates import CANDIDATE_NAMES
+from limits import HANG_GUARD_S
 from serve_helpers import ServerProcess
 from store_helpers import head_of, opened
 
@@ -53,24 +54,27 @@ def evaluate(served, token, cwd):
 
 class _Scripted:
     """A real HTTP server on a free loopback port that answers each request by the next step of a script:
-    ("slow", seconds) answers 200 only after that long, (status, headers) answers at once."""
+    ("late",) answers 200 only once the next request has come (the client gave up waiting for it and sent again:
+    late by construction, however slow the machine), (status, headers) answers at once."""
 
     def __init__(self, steps):
         import http.server
         import threading
 
         self.steps, self.bodies = list(steps), []
+        self.arrived = threading.Condition()
         scripted = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
             def do_POST(self):
-                scripted.bodies.append(self.rfile.read(int(self.headers["Content-Length"])))
-                step = scripted.steps.pop(0)
-                if step[0] == "slow":
-                    import time
-
-                    time.sleep(step[1])
-                    step = (200, {})
+                with scripted.arrived:
+                    scripted.bodies.append(self.rfile.read(int(self.headers["Content-Length"])))
+                    seen = len(scripted.bodies)
+                    step = scripted.steps.pop(0)
+                    scripted.arrived.notify_all()
+                    if step[0] == "late":
+                        scripted.arrived.wait_for(lambda: len(scripted.bodies) > seen, HANG_GUARD_S)
+                        step = (200, {})
                 status, headers = step
                 body = json.dumps({"appended": True} if status == 200 else {"error": "lost a race"}).encode()
                 self.send_response(status)
@@ -99,8 +103,10 @@ class _Scripted:
 def test_a_batch_whose_answer_is_late_or_that_lost_a_race_is_sent_again_under_its_key():
     from registry.serve.client import RegistryClient
 
-    server = _Scripted([("slow", 0.5), (409, {"Retry-After": "0"}), (200, {})])
-    with server as base, RegistryClient(base, "t", timeout=0.2) as client:
+    server = _Scripted([("late",), (409, {"Retry-After": "0"}), (200, {})])
+    # The first answer comes only after the resend, whatever the timeout; the two others come at once from a thread
+    # of this process over loopback (milliseconds), so a second is the bound on them even on a loaded machine.
+    with server as base, RegistryClient(base, "t", timeout=1.0) as client:
         assert client.record_batch("a", "s", "b0", [2.0], [1.0]) == {"appended": True}
         assert client.resent == 2
     # The same body each time: the batch key in it is what lets the server append it once.

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 
 import httpx
+from limits import HANG_GUARD_S
 from registry.app.tokens import issue_token, revoke_token
 from registry.app.workloads import declare_workload, register_artifact
 from registry.contracts import Contract
@@ -26,10 +27,12 @@ CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 WATCHED = ("workload: wan-watched\nfidelity: {tier: perceptual, min_ssim: 0.98, frame_set: wan-8, seed: 1024}\n"
            "speed: {min_speedup: 1.2, runs_per_arm: 16, protocol: paired, max_pairs: 400}\n"
            "monitor: {alpha: 0.001, reference: gate, margin: 0.0}\n")
-# Milliseconds an update may take to show on a loaded machine (the page redraws within a second of an append).
-WAIT_MS = 15_000
-# How long a server may take to print its listening line (interpreter start and imports on a busy machine).
-START_SECONDS = 60
+# Milliseconds the browser waits for an update to show before calling the page hung (it redraws within a second of
+# an append): a hang guard, waited out only by a broken page, so no outcome depends on the machine's load.
+WAIT_MS = HANG_GUARD_S * 1000
+# How long a server may take to print its listening line before it is called hung: a server that fails to start
+# ends its output at once, so this too is waited out only by a hang.
+START_SECONDS = HANG_GUARD_S
 
 
 class ServerProcess:
@@ -49,7 +52,7 @@ class ServerProcess:
         selector.register(self.process.stdout, selectors.EVENT_READ)
         if not selector.select(START_SECONDS):
             self.__exit__()
-            raise AssertionError("registry serve printed nothing within a minute")
+            raise AssertionError(f"registry serve printed nothing within {START_SECONDS} s")
         line = self.process.stdout.readline()
         if " on http://" not in line:
             err = self.process.stderr.read() if self.process.poll() is not None else ""
