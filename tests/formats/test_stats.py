@@ -2,6 +2,8 @@
 statistics (registry/formats/order_statistics.py) checked bit for bit against numpy's."""
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 import scipy.stats
@@ -13,7 +15,9 @@ from registry.formats.order_statistics import is_interleaved
 from registry.formats.ranks import CI_LEVEL, median_rank, min_conclusive_runs
 from registry.formats.stats import (
     EXACT_MAX_N,
+    mean,
     median_interval,
+    pairwise_sum,
     paired_ratios,
     population_cv,
     speedup,
@@ -207,13 +211,21 @@ def bits(value) -> str:
     return "nan" if value != value else value.hex()
 
 
+def numpy_interval(values, tail):
+    """The order-statistic interval of the median as numpy computed it (a partial sort at the two ranks)."""
+    rank, lower = median_rank(values.size, tail)
+    rank, lower = (rank, lower) if rank else (1, 0.5**values.size)
+    bounds = np.partition(values, (rank - 1, values.size - rank))
+    return bounds[rank - 1], bounds[values.size - rank], 1.0 - 2.0 * lower
+
+
 def numpy_bounds(protocol, baseline, candidate, alpha):
     """The confident rule's bounds as numpy computed them before the record was read without it."""
     b, c = np.asarray(baseline, dtype=np.float64), np.asarray(candidate, dtype=np.float64)
-    tails = [(paired_ratios(b, c), alpha)] if protocol == "paired" else [(b, alpha / 2.0), (c, alpha / 2.0)]
+    tails = [(b / c, alpha)] if protocol == "paired" else [(b, alpha / 2.0), (c, alpha / 2.0)]
     if any(median_rank(values.shape[-1], tail)[0] == 0 for values, tail in tails):
         return None
-    intervals = [median_interval(values, tail) for values, tail in tails]
+    intervals = [numpy_interval(values, tail) for values, tail in tails]
     if protocol == "paired":
         return float(intervals[0][0]), float(intervals[0][1])
     (b_low, b_high, _), (c_low, c_high, _) = intervals
@@ -228,7 +240,7 @@ def numpy_bounds(protocol, baseline, candidate, alpha):
 def test_the_record_s_order_statistics_are_numpy_s_bit_for_bit(arms, unpaired, alpha):
     baseline, candidate = arms
     ratios = order_statistics.ratios(baseline, candidate)
-    assert list(map(bits, ratios)) == list(map(bits, paired_ratios(baseline, candidate)))
+    assert list(map(bits, ratios)) == list(map(bits, np.asarray(baseline, dtype=np.float64) / np.asarray(candidate, dtype=np.float64)))
     for sample in (baseline, unpaired, ratios):
         assert bits(order_statistics.median(sample)) == bits(np.median(np.asarray(sample, dtype=np.float64)))
     for protocol, other in (("paired", candidate), ("sequential", unpaired)):
@@ -236,3 +248,76 @@ def test_the_record_s_order_statistics_are_numpy_s_bit_for_bit(arms, unpaired, a
                         numpy_bounds(protocol, baseline, other, alpha))
         assert (ours is None) == (theirs is None)
         assert ours is None or list(map(bits, ours)) == list(map(bits, theirs))
+
+
+# -- the derived statistics without numpy: the same doubles as the numpy code that derived the stored events ------
+def numpy_summary(protocol, baseline, candidate, logs):
+    """What `summarize_benchmark` gave when it computed with numpy (its code before the promote stopped importing
+    numpy), the log ratios given: numpy's log is the C library's except where it dispatches its own AVX-512 one."""
+    b, c = np.asarray(baseline, dtype=np.float64), np.asarray(candidate, dtype=np.float64)
+
+    if protocol == "paired":
+        low, high, coverage = numpy_interval(b / c, (1 - CI_LEVEL) / 2)
+        speed = np.median(b / c)
+    else:
+        (b_low, b_high, b_cov), (c_low, c_high, c_cov) = (numpy_interval(arm, (1 - CI_LEVEL) / 4) for arm in (b, c))
+        low, high, coverage, speed = b_low / c_high, b_high / c_low, b_cov * c_cov, np.median(b) / np.median(c)
+    summary = {"baseline_median": np.median(b), "candidate_median": np.median(c), "baseline_mean": np.mean(b),
+               "candidate_mean": np.mean(c), "baseline_cv": np.std(b) / np.mean(b),
+               "candidate_cv": np.std(c) / np.mean(c), "speedup": speed, "low": low, "high": high,
+               "ci_level": coverage}
+    if protocol == "paired":
+        summary["ratios"] = (b / c).tolist()
+        d = np.asarray(logs, dtype=np.float64)
+        d = d[d != 0.0]
+        if d.size == 0:
+            summary["wilcoxon_p"] = 1.0
+        else:
+            magnitudes = np.abs(d)
+            order = np.argsort(magnitudes, kind="stable")
+            ordered = magnitudes[order]
+            starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])
+            sizes = np.diff(np.r_[starts, d.size])
+            ranks = np.empty(d.size)
+            ranks[order] = np.repeat(starts + (sizes + 1) / 2.0, sizes)
+            w_plus, n = float(ranks[d > 0].sum()), d.size
+            if n <= EXACT_MAX_N and not np.any(sizes > 1):
+                summary["wilcoxon_p"] = wilcoxon_signed_rank(d)  # the enumerated law: integers, no numpy in it
+            else:
+                variance = n * (n + 1) * (2 * n + 1) / 24.0 - float(np.sum(sizes.astype(float)**3 - sizes)) / 48.0
+                z = (w_plus - n * (n + 1) / 4.0) / math.sqrt(variance) if variance > 0.0 else None
+                summary["wilcoxon_p"] = 1.0 if z is None else min(1.0, math.erfc(abs(z) / math.sqrt(2.0)))
+    return summary
+
+
+# Timings with ties drawn often (a coarse timer: few distinct values, reciprocal pairs among them).
+COARSE = st.sampled_from([1.0, 1.1, 0.9, 2.0, 1.25, 1e-3, 1.001])
+RUNS = st.integers(min_value=1, max_value=600).flatmap(lambda n: st.tuples(
+    st.lists(st.one_of(TIMES, COARSE), min_size=n, max_size=n), st.lists(st.one_of(TIMES, COARSE), min_size=n, max_size=n)))
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(arms=RUNS, unpaired=st.lists(st.one_of(TIMES, COARSE), min_size=1, max_size=600))
+@np.errstate(over="ignore", under="ignore", invalid="ignore", divide="ignore")
+def test_the_derived_statistics_are_numpy_s_bit_for_bit(arms, unpaired):
+    baseline, candidate = arms
+    for protocol, other in (("paired", candidate), ("sequential", unpaired)):
+        ours = summarize_benchmark(protocol, baseline, other, ["BC", "CB"] * len(baseline))
+        logs = [-math.inf if ratio == 0.0 else math.log(ratio) for ratio in (ours["ratios"] or [])]
+        theirs = numpy_summary(protocol, baseline, other, logs)
+        ours = {**ours, "low": ours["speedup_ci"][0], "high": ours["speedup_ci"][1]}
+        for key, value in theirs.items():
+            if key == "ratios":
+                assert list(map(bits, ours[key])) == list(map(bits, value))
+            else:
+                assert bits(ours[key]) == bits(value), key
+
+
+@pytest.mark.parametrize("n", [*range(1, 20), 127, 128, 129, 136, 255, 256, 257, 1000, 8191, 8193, 100_000])
+def test_the_pairwise_sum_is_numpy_s_at_every_block_boundary(n):
+    """Around numpy's block sizes (8, 128, its splits, its 8192-element buffer) and at the most runs an arm holds."""
+    values = np.random.default_rng(n).lognormal(0.0, 4.0, n)
+    assert bits(pairwise_sum(values.tolist())) == bits(np.sum(values))
+    assert bits(mean(values.tolist())) == bits(np.mean(values))
+    assert bits(population_cv(values.tolist())) == bits(np.std(values) / np.mean(values))
+
