@@ -38,7 +38,7 @@ functions turn per-run wall times into the numbers the gate reads.
   and the drift check, which the speed record reads without numpy).
 
 Every promote re-derives each stored benchmark with these functions, so they
-are plain Python: numpy's import alone cost a deciding promote about a fifth
+are plain Python: numpy's import alone cost a deciding promote about a quarter
 of its start-up. They give the same doubles, bit for bit, as the numpy code
 that derived the stored events (tests/formats/test_stats.py compares them
 over generated runs): a mean is numpy's pairwise sum (`pairwise_sum`) over
@@ -50,8 +50,8 @@ which numpy's float64 log is except on CPUs where numpy dispatches its own
 AVX-512 log: that one differs from it in the last bit for about one ratio in
 sixty near 1.0, enough to make or break a tie of two near-reciprocal ratios
 (a/b against b/a from a coarse timer), and so a different p-value. The gate
-never reads `wilcoxon_p` (it is shown, not decided on), and this module's
-value is now the same on every CPU.
+never reads `wilcoxon_p`, and this module's value no longer depends on which
+SIMD code numpy picked for the CPU.
 """
 from __future__ import annotations
 
