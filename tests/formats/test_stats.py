@@ -8,6 +8,7 @@ import math
 import numpy as np
 import pytest
 import scipy.stats
+import stacked_intervals as stacked
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -212,21 +213,13 @@ def bits(value) -> str:
     return "nan" if value != value else value.hex()
 
 
-def numpy_interval(values, tail):
-    """The order-statistic interval of the median as numpy computed it (a partial sort at the two ranks)."""
-    rank, lower = median_rank(values.size, tail)
-    rank, lower = (rank, lower) if rank else (1, 0.5**values.size)
-    bounds = np.partition(values, (rank - 1, values.size - rank))
-    return bounds[rank - 1], bounds[values.size - rank], 1.0 - 2.0 * lower
-
-
 def numpy_bounds(protocol, baseline, candidate, alpha):
     """The confident rule's bounds as numpy computed them before the record was read without it."""
     b, c = np.asarray(baseline, dtype=np.float64), np.asarray(candidate, dtype=np.float64)
     tails = [(b / c, alpha)] if protocol == "paired" else [(b, alpha / 2.0), (c, alpha / 2.0)]
     if any(median_rank(values.shape[-1], tail)[0] == 0 for values, tail in tails):
         return None
-    intervals = [numpy_interval(values, tail) for values, tail in tails]
+    intervals = [stacked.median_interval(values, tail) for values, tail in tails]
     if protocol == "paired":
         return float(intervals[0][0]), float(intervals[0][1])
     (b_low, b_high, _), (c_low, c_high, _) = intervals
@@ -254,15 +247,12 @@ def test_the_record_s_order_statistics_are_numpy_s_bit_for_bit(arms, unpaired, a
 # -- the derived statistics without numpy: the same doubles as the numpy code that derived the stored events ------
 def numpy_summary(protocol, baseline, candidate, logs):
     """What `summarize_benchmark` gave when it computed with numpy (its code before the promote stopped importing
-    numpy), the log ratios given: numpy's log is the C library's except where it dispatches its own AVX-512 one."""
+    numpy; the interval is tests/support/stacked_intervals.py, which the simulations use), the log ratios given:
+    numpy's log is the C library's except where it dispatches its own AVX-512 one."""
     b, c = np.asarray(baseline, dtype=np.float64), np.asarray(candidate, dtype=np.float64)
 
-    if protocol == "paired":
-        low, high, coverage = numpy_interval(b / c, (1 - CI_LEVEL) / 2)
-        speed = np.median(b / c)
-    else:
-        (b_low, b_high, b_cov), (c_low, c_high, c_cov) = (numpy_interval(arm, (1 - CI_LEVEL) / 4) for arm in (b, c))
-        low, high, coverage, speed = b_low / c_high, b_high / c_low, b_cov * c_cov, np.median(b) / np.median(c)
+    low, high, coverage = stacked.speedup_interval(protocol, b, c)
+    speed = np.median(b / c) if protocol == "paired" else np.median(b) / np.median(c)
     summary = {"baseline_median": np.median(b), "candidate_median": np.median(c), "baseline_mean": np.mean(b),
                "candidate_mean": np.mean(c), "baseline_cv": np.std(b) / np.mean(b),
                "candidate_cv": np.std(c) / np.mean(c), "speedup": speed, "low": low, "high": high,

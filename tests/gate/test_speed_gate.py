@@ -16,7 +16,7 @@ from registry.contracts import Contract, ContractError
 from registry.formats.evidence.errors import EvidenceError
 from registry.formats.evidence.items import parse_item
 from registry.formats.ranks import MAX_RUNS_PER_ARM
-from registry.formats.stats import speedup_interval
+from stacked_intervals import speedup_interval
 from registry.gate import RULES, ArtifactFacts, GateEvidence, Recorded, decide
 from paths import ROOT
 
@@ -187,8 +187,8 @@ def draw_arms(rng, noise, protocol: str, n: int, speedup: float = 1.0) -> tuple[
 
 
 def conclusive_rate(protocol: str, baseline: np.ndarray, candidate: np.ndarray) -> float:
-    bounds = [speedup_interval(protocol, b, c)[:2] for b, c in zip(baseline.tolist(), candidate.tolist())]
-    return float(np.mean([not low <= 1.0 <= high for low, high in bounds]))  # the gate's test: conclusive unless low <= 1 <= high
+    low, high, _ = speedup_interval(protocol, baseline, candidate)
+    return float(np.mean(~((low <= 1.0) & (1.0 <= high))))  # the gate's test: conclusive unless low <= 1 <= high
 
 
 def fewest_accepted(protocol: str) -> int:
