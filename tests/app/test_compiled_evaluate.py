@@ -35,16 +35,12 @@ from registry.kernels.launch_evaluate import evaluate_compiled
 from registry.kernels.launcher import Launcher, PlanRefused
 from registry.kernels.ops import get_operation
 from registry.kernels.simulated_driver import SimulatedDriver
-from compiled_fixtures import BUILT_CASES, built_modln, jail, simulated_images  # noqa: F401 - fixtures
+from compiled_fixtures import BUILT_CASES, built_modln, jail, modln_op_workload, simulated_images  # noqa: F401 - fixtures
 from read_side import Reads
 from store_helpers import opened
 
 CASES = BUILT_CASES
-MANIFEST = """
-workload: wan-modln-op
-parity: {policy: byte_equal}
-speed: {min_speedup: 1.1, runs_per_arm: 16, protocol: paired, decision: point}
-"""
+MANIFEST = modln_op_workload(16)
 
 
 @pytest.fixture(scope="module")

@@ -23,9 +23,8 @@ from registry.app.hooks import RETRY_DELAYS_S, deliver, read_hook
 from registry.formats.webhooks import (ID_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER, AlreadyReceived,
                                        DeliveryRefused, ReplayGuard, body_bytes, signed_headers, verify_delivery)
 from serve_helpers import ServerProcess
-from ship_helpers import make_bundle, measure_and_promote, register
+from ship_helpers import declare_monitored, make_bundle, measure_and_promote, register, remeasure
 from store_helpers import opened
-from ship_helpers import MONITORED, remeasure
 
 
 class Receiver:
@@ -90,9 +89,7 @@ def free_port() -> int:
 @pytest.fixture
 def hooked(registry_cli):
     """A monitored workload, a hook secret, and the CLI."""
-    path = registry_cli.tmp / "wan.yaml"
-    path.write_text(MONITORED)
-    assert registry_cli("workload", "declare", str(path)).exit_code == 0
+    declare_monitored(registry_cli)
     secret_file = registry_cli.tmp / "hook.secret"
     created = registry_cli("hook", "secret", str(secret_file))
     assert created.exit_code == 0, created.output

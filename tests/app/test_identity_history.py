@@ -14,7 +14,7 @@ import pytest
 from registry.app.workloads import artifact_stream, register_artifact
 from registry.formats.evidence.items import parse_item
 from cli_helpers import head, one_line_refusal
-from lifecycle_helpers import benchmark, evidence_loader, execution, perceptual, promote, show
+from lifecycle_helpers import advisory_workload, benchmark, execution, loading, perceptual, promote, show
 from store_helpers import opened
 
 CAPPED = """
@@ -22,18 +22,12 @@ workload: wan
 fidelity: {tier: perceptual, min_ssim: 0.98, frame_set: wan-8, seed: 1024}
 speed: {min_speedup: 1.1, runs_per_arm: 2, protocol: paired, max_benchmark_attempts: 2, decision: point}
 """
-ADVISORY = """
-workload: ltx
-fidelity: {tier: advisory, min_ssim: 0.4, frame_set: wan-8}
-speed: {min_speedup: 1.1, runs_per_arm: 2, protocol: paired, decision: point}
-"""
+ADVISORY = advisory_workload(0.4)
 
 
 @pytest.fixture
 def cli(registry_cli, tmp_path):
-    invoke = registry_cli
-    counter = iter(range(10_000))
-    load = evidence_loader(invoke, tmp_path, counter)
+    invoke, counter, load = loading(registry_cli, tmp_path)
 
     def declare(text, name="manifest"):
         path = tmp_path / f"{name}-{next(counter)}.yaml"

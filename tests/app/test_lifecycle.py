@@ -17,25 +17,19 @@ from registry.formats.evidence.items import parse_item
 from registry.formats.names import artifact_stream
 from store_helpers import opened
 from cli_helpers import head, one_line_refusal
-from lifecycle_helpers import benchmark, evidence_loader, execution, failure, perceptual, promote, show
+from lifecycle_helpers import advisory_workload, benchmark, execution, loading, failure, perceptual, promote, show
 
 MANIFEST = """
 workload: wan
 fidelity: {tier: perceptual, min_ssim: 0.98, frame_set: wan-8, seed: 1024}
 speed: {min_speedup: 1.1, runs_per_arm: 2, protocol: paired, decision: point}
 """
-ADVISORY = """
-workload: ltx
-fidelity: {tier: advisory, min_ssim: 0.95, frame_set: wan-8}
-speed: {min_speedup: 1.1, runs_per_arm: 2, protocol: paired, decision: point}
-"""
+ADVISORY = advisory_workload(0.95)
 
 
 @pytest.fixture
 def cli(registry_cli, tmp_path):
-    invoke = registry_cli
-    counter = iter(range(10_000))
-    load = evidence_loader(invoke, tmp_path, counter)
+    invoke, _, load = loading(registry_cli, tmp_path)
 
     for name, text in (("wan", MANIFEST), ("ltx", ADVISORY)):
         (tmp_path / f"{name}.yaml").write_text(text)

@@ -7,7 +7,7 @@ import shutil
 import pytest
 from click.testing import CliRunner
 from registry.cli.main import main
-from ship_helpers import declare, make_bundle, measure_and_promote, register, ship
+from ship_helpers import make_bundle, measure_and_promote, register, ship, ship_fast_and_faster
 from store_helpers import opened
 
 PROFILE = ("--arch", "sm90", "--torch", "2.13.0", "--cuda", "12.8")
@@ -15,10 +15,7 @@ PROFILE = ("--arch", "sm90", "--torch", "2.13.0", "--cuda", "12.8")
 
 @pytest.fixture
 def shipped(registry_cli):
-    declare(registry_cli)
-    root = registry_cli.tmp / "bundles"
-    ship(registry_cli, root, "fast", 1.5)
-    ship(registry_cli, root, "faster", 1.8, source="def replacement(x):\n    return x * 2\n")
+    root = ship_fast_and_faster(registry_cli, faster_source="def replacement(x):\n    return x * 2\n")
     ship(registry_cli, root, "blackwell", 2.5, gpu_architectures=["sm100"])
     ship(registry_cli, root, "quarantined", 3.0, worst_ssim=0.5)
     registry_cli.bundles = root

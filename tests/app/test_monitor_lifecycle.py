@@ -7,7 +7,8 @@ import pytest
 from registry.app.monitor import record_remeasurement
 from registry.formats.errors import UserError
 from read_side import Reads
-from ship_helpers import MANIFEST, MONITORED, PROFILE, SOFTWARE, make_bundle, measure_and_promote, register, remeasure
+from ship_helpers import (MANIFEST, MONITORED, PROFILE, SOFTWARE, declare_monitored, make_bundle, measure_and_promote,
+                          register, remeasure)
 from store_helpers import head_of, opened
 from paths import KERNEL_FIXTURES
 
@@ -15,9 +16,7 @@ from paths import KERNEL_FIXTURES
 
 @pytest.fixture
 def promoted(registry_cli):
-    path = registry_cli.tmp / "wan.yaml"
-    path.write_text(MONITORED)
-    assert registry_cli("workload", "declare", str(path)).exit_code == 0
+    declare_monitored(registry_cli)
     root = registry_cli.tmp / "bundles"
     for name, ratio in (("fast", 1.5), ("steady", 1.3)):
         assert register(registry_cli, name, make_bundle(root, name)).exit_code == 0

@@ -27,17 +27,14 @@ from registry.bundles import Profile, read_lock
 from registry.bundles.keys import create_key, load_signing_key
 from registry.bundles.signed_lock import sign_lock
 from registry.runtime import LockRefused, load, resolve
-from ship_helpers import declare, ship
+from ship_helpers import ship_fast_and_faster
 
 PROFILE = Profile("sm90", "2.13.0", "12.8")
 
 
 @pytest.fixture
 def signed(registry_cli):
-    declare(registry_cli)
-    root = registry_cli.tmp / "bundles"
-    ship(registry_cli, root, "fast", 1.5)
-    ship(registry_cli, root, "faster", 1.8, source="def replacement(x):\n    return ('faster', x)\n")
+    root = ship_fast_and_faster(registry_cli)
     key = registry_cli.tmp / "signing.key"
     assert registry_cli("keys", "init", str(key)).exit_code == 0
     lock = registry_cli.tmp / "registry.lock.json"

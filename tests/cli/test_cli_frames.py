@@ -6,18 +6,12 @@ import json
 import numpy as np
 import pytest
 from PIL import Image
-from frame_helpers import MANIFEST, moving_disc
+from frame_helpers import clip_registry, moving_disc
 from cli_helpers import head
 
 @pytest.fixture
 def cli(registry_cli, tmp_path, monkeypatch):
-    monkeypatch.delenv("REGISTRY_LPIPS_BACKBONE", raising=False)
-    monkeypatch.setenv("TORCH_HOME", str(tmp_path / "no-torch-home"))
-    (tmp_path / "clip.yaml").write_text(MANIFEST)
-    assert registry_cli("workload", "declare", str(tmp_path / "clip.yaml")).exit_code == 0
-    assert registry_cli("artifact", "register", "cache-v1", "--workload", "clip", "--kind", "step_cache").exit_code == 0
-    np.savez(tmp_path / "reference.npz", frames=moving_disc())
-    return registry_cli
+    return clip_registry(registry_cli, tmp_path, monkeypatch)
 
 
 def test_register_and_refuse_other_content_under_the_same_name(cli):

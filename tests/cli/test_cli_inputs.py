@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from frame_helpers import MANIFEST as CLIP_MANIFEST
-from frame_helpers import moving_disc
+from frame_helpers import clip_registry, moving_disc
 from store_helpers import opened
 from cli_helpers import head, one_line_refusal
 
@@ -19,12 +19,7 @@ from cli_helpers import head, one_line_refusal
 @pytest.fixture
 def cli(registry_cli, tmp_path, monkeypatch):
     """A registry with workload `clip`, artifact `cache-v1` and frame set `moving-disc` (from reference.npz)."""
-    monkeypatch.delenv("REGISTRY_LPIPS_BACKBONE", raising=False)
-    monkeypatch.setenv("TORCH_HOME", str(tmp_path / "no-torch-home"))
-    (tmp_path / "clip.yaml").write_text(CLIP_MANIFEST)
-    assert registry_cli("workload", "declare", str(tmp_path / "clip.yaml")).exit_code == 0
-    assert registry_cli("artifact", "register", "cache-v1", "--workload", "clip", "--kind", "step_cache").exit_code == 0
-    np.savez(tmp_path / "reference.npz", frames=moving_disc())
+    clip_registry(registry_cli, tmp_path, monkeypatch)
     assert registry_cli("frames", "register", "moving-disc", str(tmp_path / "reference.npz"), "--seed", "7").exit_code == 0
     return registry_cli
 

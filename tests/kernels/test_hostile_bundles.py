@@ -20,13 +20,10 @@ import pytest
 import torch
 
 from store_helpers import opened
+from compiled_fixtures import modln_op_workload
 from hostile_bundles import EXPECTED, NAMES, build_hostile_bundles
 
-MANIFEST = """
-workload: wan-modln-op
-parity: {policy: byte_equal}
-speed: {min_speedup: 1.1, runs_per_arm: 2, protocol: paired, decision: point}
-"""
+MANIFEST = modln_op_workload(2)
 
 
 @pytest.fixture(scope="module")

@@ -16,19 +16,15 @@ from registry.bundles import Profile, reference_fingerprint
 from registry.kernels import modln
 from registry.kernels.reference import modulated_layernorm
 from registry.runtime import LoadError, Match, RuntimeProfile, load, resolve
-from ship_helpers import declare, ship
+from ship_helpers import declare, ship, ship_fast_and_faster, sign_lock_file
 from paths import ROOT
-from ship_helpers import sign_lock_file
 
 PROFILE = Profile("sm90", "2.13.0", "12.8")
 
 
 @pytest.fixture
 def locked(registry_cli):
-    declare(registry_cli)
-    root = registry_cli.tmp / "bundles"
-    ship(registry_cli, root, "fast", 1.5)
-    ship(registry_cli, root, "faster", 1.8, source="def replacement(x):\n    return ('faster', x)\n")
+    root = ship_fast_and_faster(registry_cli)
     lock = sign_lock_file(registry_cli)
     registry_cli.bundles, registry_cli.lock = root, lock
     return registry_cli

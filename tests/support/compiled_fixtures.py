@@ -176,3 +176,9 @@ def simulated_images(cubins, spec) -> dict:
             kernel.entry: FakeKernel(kernel.param_bytes + (8, 8), seconds=5e-6, run=modln_rows(dim, getattr(torch,
                                                                                                           dtype)))}
     return images
+
+
+def modln_op_workload(runs_per_arm: int) -> str:
+    """Workload `wan-modln-op`: byte-equal parity and a paired point speed rule at 1.1x over `runs_per_arm` pairs."""
+    return ("workload: wan-modln-op\nparity: {policy: byte_equal}\n"
+            f"speed: {{min_speedup: 1.1, runs_per_arm: {runs_per_arm}, protocol: paired, decision: point}}\n")

@@ -19,3 +19,15 @@ def moving_disc(frames: int = 4, size: int = 48) -> np.ndarray:
         out[index, ..., 1] = (xx * 4).astype(np.uint8)
         out[index, ..., 2] = 90
     return out
+
+
+def clip_registry(registry_cli, tmp_path, monkeypatch):
+    """`registry_cli` with workload `clip` declared, artifact `cache-v1` registered and the frames written to
+    tmp_path/reference.npz (not registered); LPIPS kept from any backbone a developer's environment names."""
+    monkeypatch.delenv("REGISTRY_LPIPS_BACKBONE", raising=False)
+    monkeypatch.setenv("TORCH_HOME", str(tmp_path / "no-torch-home"))
+    (tmp_path / "clip.yaml").write_text(MANIFEST)
+    assert registry_cli("workload", "declare", str(tmp_path / "clip.yaml")).exit_code == 0
+    assert registry_cli("artifact", "register", "cache-v1", "--workload", "clip", "--kind", "step_cache").exit_code == 0
+    np.savez(tmp_path / "reference.npz", frames=moving_disc())
+    return registry_cli

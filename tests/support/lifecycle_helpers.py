@@ -6,6 +6,13 @@ from __future__ import annotations
 
 import json
 
+
+def advisory_workload(min_ssim: float) -> str:
+    """Workload `ltx`: an advisory fidelity tier at `min_ssim` on frame set wan-8, and a paired point speed rule."""
+    return ("workload: ltx\n"
+            f"fidelity: {{tier: advisory, min_ssim: {min_ssim}, frame_set: wan-8}}\n"
+            "speed: {min_speedup: 1.1, runs_per_arm: 2, protocol: paired, decision: point}\n")
+
 def execution(backend="SAGE_ATTN"):
     return {"kind": "execution", "candidate_calls": 40, "fallbacks": 0,
             "requested_backend": backend, "effective_backend": backend}
@@ -32,6 +39,12 @@ def evidence_loader(invoke, tmp_path, counter):
         path.write_text(json.dumps({"format": "registry.evidence/1", "artifact": artifact, "evidence": items, **top}))
         return invoke("evidence", "import", str(path))
     return load
+
+
+def loading(registry_cli, tmp_path):
+    """(the CLI, a counter for fresh file names, `load` importing one evidence document a call through it)."""
+    counter = iter(range(10_000))
+    return registry_cli, counter, evidence_loader(registry_cli, tmp_path, counter)
 
 
 def show(cli, artifact):

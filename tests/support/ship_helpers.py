@@ -91,6 +91,13 @@ MONITORED = MANIFEST + "monitor: {alpha: 0.001, reference: gate, margin: 0.0}\n"
 SOFTWARE = ("--software", "torch=2.13.0", "--software", "triton=3.5.0")
 
 
+def declare_monitored(cli) -> None:
+    """The workload `wan` declared with a monitor (alpha 0.001 against the gate)."""
+    path = cli.tmp / "wan.yaml"
+    path.write_text(MONITORED)
+    assert cli("workload", "declare", str(path)).exit_code == 0
+
+
 def remeasure(cli, artifact, ratio, batch, pairs=2, waited=None):
     baseline = ",".join(["2.0"] * pairs)
     candidate = ",".join([repr(2.0 / ratio)] * pairs)
@@ -108,3 +115,16 @@ def sign_lock_file(cli) -> Path:
     assert cli("lock", "--workload", "wan", "--key", str(key), "--out", str(lock)).exit_code == 0
     cli.trusted = [str(key) + ".pub"]
     return lock
+
+
+FASTER = "def replacement(x):\n    return ('faster', x)\n"
+
+
+def ship_fast_and_faster(cli, *, faster_source: str = FASTER) -> Path:
+    """The workload declared, and two bundles shipped under cli.tmp/bundles: `fast` (1.5x) and `faster` (1.8x, its
+    own source); the bundles' folder."""
+    declare(cli)
+    root = cli.tmp / "bundles"
+    ship(cli, root, "fast", 1.5)
+    ship(cli, root, "faster", 1.8, source=faster_source)
+    return root
