@@ -2,6 +2,7 @@
 confident rule can, on real SQLite files and a real Postgres server; bad input refused with nothing written."""
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import queue
@@ -172,7 +173,7 @@ def test_the_python_api_decides_on_sqlite_and_postgres(backend_url, tmp_path):
             break
     assert (record.result.decision, record.result.decided_at) == ("rejected", 5)
     appended, again = record_pairs(registry, "k", session, [1.0, 1.0], [1.0, 1.0], "b0")
-    assert not appended and len(again.ratios) == len(record.ratios)
+    assert not appended and again.pairs == record.pairs
     assert benchmark_record(registry, "k").to_dict()["reading"] == "below"
     # A group (group commit, as the server records batches): checked in order against one read of the rows with
     # the group's earlier batches folded in, appended in one transaction; each refusal is its own batch's only.
@@ -187,17 +188,17 @@ def test_the_python_api_decides_on_sqlite_and_postgres(backend_url, tmp_path):
              pairs(registry, "g-twin", twin, *at_gate, "t"), pairs(registry, "g", g, [1.2] * 16, [1.0] * 16, "c"),
              pairs(registry, "g", g, [1.2] * 3, [1.0] * 3, "d")]
     first, retry, other, unknown, deferred, sixteen, past = record_pair_group(group)
-    assert first[0] is True and retry[0] is False and len(first[1].ratios) == len(retry[1].ratios) == 2
+    assert first[0] is True and retry[0] is False and first[1].pairs == retry[1].pairs == 2
     assert isinstance(other, IdempotencyConflict) and "batch 'a' of session" in str(other)
     assert "already recorded with other pairs" in str(other) and "bench:" not in str(other)  # the caller's key
     assert isinstance(unknown, UserError) and "session bs-nope is not open" in str(unknown)
     assert deferred is None  # its record was touched by g's batch in this group: left to the next group
-    assert sixteen[0] is True and len(sixteen[1].ratios) == 18 and not sixteen[1].closed
+    assert sixteen[0] is True and sixteen[1].pairs == 18 and not sixteen[1].closed
     assert isinstance(past, UserError) and "3 pairs would take the record of g past speed.max_pairs 20 (18 recorded)" in str(past)
     appended = registry.store.read_all(after_position=head)
     assert [(e.payload["batch"], e.position) for e in appended] == [("a", head + 1), ("c", head + 2)]
     (twin_appended, twin_record), = record_pair_group([group[4]])
-    assert twin_appended and len(twin_record.ratios) == 20 and twin_record.closed
+    assert twin_appended and twin_record.pairs == 20 and twin_record.closed
     assert benchmark_record(registry, "g").to_dict()["pairs"] == 20 and registry.store.verify().intact
     # Batches of two registries in one group: each read from and appended to its own store.
     other = opened(f"sqlite:///{tmp_path / 'other.db'}", actor="gpu-worker-2", create=True)
@@ -214,7 +215,7 @@ def test_the_python_api_decides_on_sqlite_and_postgres(backend_url, tmp_path):
     long, after = record_pair_group([pairs(other, "k", other_session, *at_gate, "L" * 128),
                                      pairs(other, "k", other_session, *at_gate, "n")])
     assert isinstance(long, StoreError) and "idempotency key must be 1 to 200 characters" in str(long)
-    assert after[0] is True and len(after[1].ratios) == 4 and other.store.head_position() == heads[1] + 2
+    assert after[0] is True and after[1].pairs == 4 and other.store.head_position() == heads[1] + 2
     # Another process appends a batch and then this group's batch under its key, after this group read its rows: the
     # batch is not appended again, and is answered as a retry, by the record in the log.
     (tmp_path / "h.bin").write_bytes(b"raced kernel")
@@ -227,7 +228,7 @@ def test_the_python_api_decides_on_sqlite_and_postgres(backend_url, tmp_path):
                                                               pairs(rival, "h", h, *at_gate, "k")])] == [True, True]
 
     (appended, record), = record_pair_group([pairs(registry, "h", h, *at_gate, "k", authorize=raced)])
-    assert appended is False and record.to_dict() == benchmark_record(registry, "h").to_dict() and len(record.ratios) == 4
+    assert appended is False and record.to_dict() == benchmark_record(registry, "h").to_dict() and record.pairs == 4
     # The server's pair writer answers every batch whatever its group raises (here one batch's own callback raising a
     # BaseException), and goes on recording the batches after it.
     writer, answers = PairWriter(), queue.Queue()
@@ -282,7 +283,8 @@ PASSING_LEAF = {"name": "out", "reference_dtype": "bfloat16", "candidate_dtype":
                 "max_abs_error": 0.0, "max_rel_error": 0.0, "has_nan": False, "has_inf": False}
 
 
-def test_promote_decides_on_the_sessions_and_names_their_batches(registry_cli, tmp_path):
+def test_promote_decides_on_the_sessions_and_cites_their_record(registry_cli, tmp_path):
+    """The verdict cites the speed record it read by key, head and digest of its entries, not each batch's id."""
     declare_and_register(registry_cli, tmp_path)
     document = tmp_path / "evidence.json"
     document.write_text(json.dumps({"format": "registry.evidence/1", "artifact": "fast", "evidence": [
@@ -305,7 +307,14 @@ def test_promote_decides_on_the_sessions_and_names_their_batches(registry_cli, t
         "speedup 2.00x over the 5 pairs read up to the batch that decided (median of the pair ratios); decided at "
         "pair 5 of 5 recorded: running bounds [2.0, 2.0]")
     assert (verdict["speedup"], verdict["speedup_pairs"], verdict["speedup_ci_pair"]) == (2.0, 5, 5)
-    assert verdict["speedup_ci"] == [2.0, 2.0] and len(verdict["evidence_ids"]) == 4
+    assert verdict["speedup_ci"] == [2.0, 2.0] and len(verdict["evidence_ids"]) == 2  # the execution, the parity
+    batches = [event for event in opened(registry_cli.url).store.read_all() if event.type == "BenchmarkPairsRecorded"]
+    digest = ""
+    for batch in batches:
+        digest = hashlib.sha256((digest + batch.event_id).encode()).hexdigest()
+    cited = verdict["speed_record"]
+    assert cited == {"record": cited["record"], "head": batches[-1].position, "entries": 2, "digest": digest}
+    assert not set(verdict["evidence_ids"]) & {batch.event_id for batch in batches}
 
 
 def test_a_session_timed_under_the_interpreter_holds(registry_cli, tmp_path):
@@ -435,7 +444,7 @@ def test_any_sequence_of_opens_and_batches_keeps_one_ordered_record(tmp_path_fac
             assert type(exc).__name__ in ("UserError", "IdempotencyConflict"), repr(exc)
             assert "\n" not in str(exc) and registry.store.head_position() == head
     record = benchmark_record(registry, "renamed")
-    assert record.ratios == accepted and len(record.ratios) <= record.max_pairs
+    assert record.pairs == len(accepted) <= record.max_pairs
     assert record.result == decide_stream(accepted, 1.2, 0.05, 20)
 
 
@@ -516,3 +525,24 @@ def test_a_session_that_never_reports_is_named_in_the_verdict(registry_cli, tmp_
     run_json(registry_cli, "bench", "open", "fast", "--device", "d", "--timer", "perf_counter")
     verdict = json.loads(registry_cli("promote", "fast", "--json").stdout)
     assert "1 benchmark session opened for these bytes recorded no pairs" in verdict["reasons"]
+
+
+def test_show_lists_a_records_latest_entries_and_every_one_when_asked(registry_cli, tmp_path):
+    """`show` gives a speed record's counts, reading and latest entries; `--documents` lists every entry."""
+    declare_and_register(registry_cli, tmp_path)
+    name = run_json(registry_cli, "bench", "open", "fast", "--device", "NVIDIA H200", "--timer", "cuda_event")["session"]
+    for index, batch in enumerate("abcdefg"):  # above and below the gate by turns: undecided, so still open
+        run_json(registry_cli, "bench", "record", "fast", name, "--batch", batch, "--baseline", "2.0",
+                 "--candidate", "1.0" if index % 2 else "4.0")
+    events = opened(registry_cli.url).store.read_all()
+    batches = [event.event_id for event in events if event.type == "BenchmarkPairsRecorded"]
+    shown = run_json(registry_cli, "show", "fast")
+    assert (shown["bench"]["entries"], shown["bench"]["head"]) == (7, events[-1].position)
+    assert [entry["event_id"] for entry in shown["record_entries"]] == batches[-5:]
+    assert shown["record_entries_omitted"] == 2
+    every = run_json(registry_cli, "show", "fast", "--documents")
+    assert [entry["event_id"] for entry in every["record_entries"]] == batches
+    assert every["record_entries_omitted"] == 0
+    text = registry_cli("show", "fast").output
+    assert "latest 5 of 7; --documents lists every one" in text and batches[1] not in text and batches[-1] in text
+    assert all(batch in registry_cli("show", "fast", "--documents").output for batch in batches)

@@ -15,6 +15,8 @@ import shutil
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from sqlalchemy import event
 from registry.app.bench import open_session, record_pairs
 from registry.app.decisions import promote
@@ -541,3 +543,163 @@ def test_every_view_shows_the_run_s_published_figure_and_names_the_deciding_pair
         assert "1.2459" in text and "running bounds at pair 11" in text
     [shown] = [a for w in snapshot(registry)["workloads"] for a in w["artifacts"] if a["artifact"] == artifact]
     assert shown["speedup"] == stored["speedup"]
+
+
+# ---- the running reading the read model keeps ---------------------------------------------------------------
+
+LEVELS = (0.8, 1.0, 1.15, 1.2, 1.25, 1.6)
+
+
+@st.composite
+def record_entry(draw, position: int) -> dict:
+    """One session batch or complete document of any shape the record takes: paired or sequential, interleaved or
+    not, timed on a device or by the interpreter, drifting or steady, or an item not shaped as a benchmark."""
+    source = draw(st.sampled_from(("session", "document")))
+    protocol = "paired" if source == "session" else draw(st.sampled_from(("paired", "sequential", None)))
+    runs = draw(st.integers(1, 16))
+    level = draw(st.sampled_from(LEVELS))
+    shift = draw(st.sampled_from((0.0, 0.0, 0.3)))  # a level shift halfway in the baseline arm
+    baseline = [1.0 + 0.01 * ((i * 7) % 5) + (shift if i >= runs // 2 else 0.0) for i in range(runs)]
+    candidate = [b / level * (1.0 + 0.004 * ((i * 3) % 4)) for i, b in enumerate(baseline)]
+    if protocol == "sequential":
+        candidate = candidate[: draw(st.integers(1, runs))]
+    alternating = draw(st.booleans()) or source == "session"
+    return {"source": source, "position": position, "event_id": f"ev-{position}", "artifact": "a",
+            "identity": "i", "session": "s" if source == "session" else None, "protocol": protocol,
+            "schedule": [("BC", "CB")[i % 2] if alternating else "BC" for i in range(runs)]
+            if protocol == "paired" else None,
+            "baseline_s": baseline if protocol else [], "candidate_s": candidate if protocol else [],
+            "timer": draw(st.sampled_from(("cuda_event", "cuda_event", "triton_interpreter"))),
+            "device": "NVIDIA H200", "arch": "sm90"}
+
+
+@given(st.data())
+@settings(max_examples=120, deadline=None)
+def test_a_kept_reading_read_on_entry_by_entry_is_the_reading_of_the_whole_record(data):
+    """The read model keeps a record's reading (record_readings.py): read whole once, then each later entry read
+    into the kept state, through its JSON, under the same terms. That must be the reading of the whole record, for
+    every shape of entry, every declared history of terms, and the rule stopped (decided, max_pairs) or not."""
+    from registry.events.canonical import canonical_json
+    from registry.gate.record import RecordReader, contract_terms
+
+    count = data.draw(st.integers(1, 14))
+    entries = [data.draw(record_entry(10 * (index + 1))) for index in range(count)]
+    split = data.draw(st.integers(0, count))  # read whole up to here, then entry by entry
+    declared = [speed(min_speedup=data.draw(st.sampled_from((1.1, 1.2, 1.3))),
+                      alpha=data.draw(st.sampled_from((0.05, 0.3))),
+                      max_pairs=data.draw(st.sampled_from((8, 30, 100_000))),
+                      **({"drift_check": "none"} if data.draw(st.booleans()) else {}))
+                  for _ in range(data.draw(st.integers(1, 3)))]
+    positions = sorted(data.draw(st.lists(st.integers(1, 10 * split + 5), min_size=len(declared),
+                                          max_size=len(declared), unique=True)))
+    history = versions(*zip(positions, declared))
+    current, terms = declared[-1].speed, contract_terms(history)
+    whole = read_record(SpeedRecord("ab" * 32, entries, 2, history), current)
+    reader = RecordReader(current, terms)
+    reader.read_all(entries[:split])
+    state = json.loads(canonical_json(reader.state))  # as the row keeps it
+    for entry in entries[split:]:
+        reader = RecordReader(current, terms, state)
+        reader.add(entry)
+        state = json.loads(canonical_json(reader.state))
+    assert RecordReader(current, terms, state).reading(2) == whole
+    kept = SpeedRecord("ab" * 32, entries, 2, history, reading=state)
+    assert read_record(kept, current) == whole
+    # One entry behind (a batch just appended, not yet folded): read on from the kept state, the same reading.
+    if split < count:
+        assert read_record(SpeedRecord("ab" * 32, entries, 2, history, reading=_behind(current, terms, entries,
+                                                                                         split)), current) == whole
+    # Under other terms the kept state is not used: the record is read whole under them.
+    other = speed(min_speedup=1.05, alpha=0.2, max_pairs=40)
+    assert read_record(kept, other.speed) == read_record(SpeedRecord("ab" * 32, entries, 2, history), other.speed)
+
+
+def _behind(current, terms, entries, split) -> dict:
+    from registry.gate.record import RecordReader
+
+    reader = RecordReader(current, terms)
+    reader.read_all(entries[:split])
+    for entry in entries[split:-1]:
+        reader.add(entry)
+    return reader.state
+
+
+def kept_reading(registry, workload: str = "w") -> dict:
+    """The running reading the speed record row of the registry's payload keeps (caught up first)."""
+    with registry.view() as view:
+        [record] = view.workload_speed_records(workload)
+    return record["reading"]
+
+
+def test_a_kept_reading_is_used_only_under_the_terms_it_was_kept_under(registry):
+    """A contract re-declared with other speed terms makes the kept reading stale: it is never used, the record is
+    read whole under the new terms until its next entry is folded, and then kept under them; `replay --verify`
+    finds the kept readings equal to readings made from scratch at every step."""
+    from registry.app.show import show_artifact
+    from registry.projections import verify_projections
+
+    register_artifact(registry, "a1", workload="w", kind="module", payload=registry.payload)
+    import_run(registry, "a1", [1.15] * 16, "first")
+    assert show_artifact(registry, "a1", 0).bench["reading"] == "above"
+    first = kept_reading(registry)
+    assert first["pairs"] == 16 and first["rule"]["stopped"] and verify_projections(registry.store).ok
+    declare_workload(registry, Contract.from_yaml(MANIFEST.replace("min_speedup: 1.1", "min_speedup: 1.3")))
+    assert kept_reading(registry) == first  # nothing of the record was folded since: kept as it was
+    shown = show_artifact(registry, "a1", 0).bench
+    # Read whole under the new terms, not the kept ones: pairs seen under gate 1.1 are not above 1.3 for promotion,
+    # nor below 1.1 for rejection.
+    assert (shown["reading"], shown["gate"]) == ("undecided", 1.3)
+    assert verify_projections(registry.store).ok
+    import_run(registry, "a1", [1.15] * 16, "second")
+    again = kept_reading(registry)
+    assert again["rule"]["terms"] != first["rule"]["terms"] and again["pairs"] == 32
+    assert show_artifact(registry, "a1", 0).bench["reading"] != "above" and verify_projections(registry.store).ok
+
+
+def test_a_verdict_on_a_record_of_a_thousand_documents_stays_small(registry):
+    """A verdict cites the record it read by key, head and digest, so its size does not grow with the record: under
+    16 KB with 1,000 documents (listing each document's id took about 38 KB). Imports 1,000 documents (about
+    a second): a list of ids outgrows the bound only at that scale."""
+    from registry.events.canonical import canonical_json, sha256_hex
+
+    register_artifact(registry, "a1", workload="w", kind="module", payload=registry.payload)
+    candidate = [1.0 + 0.001 * (i % 3) for i in range(16)]
+    benchmark = {"kind": "benchmark", "protocol": "paired", "device": "NVIDIA H200", "timer": "cuda_event",
+                 "arch": "sm90", "baseline_s": [1.02 * c for c in candidate], "candidate_s": candidate,
+                 "schedule": ["BC" if i % 2 == 0 else "CB" for i in range(16)]}
+    import_document(registry, json.dumps({"format": "registry.evidence/1", "artifact": "a1", "evidence": [
+        {"kind": "execution", "candidate_calls": 4, "fallbacks": 0}, {"kind": "parity", "leaves": [PASSING_LEAF]},
+        *[benchmark] * 1000]}))
+    outcome = promote(registry, "a1")
+    [verdict] = [event for event in registry.store.read_all() if event.type == "VerdictRendered"]
+    assert len(canonical_json(verdict.payload).encode()) < 16 * 1024
+    documents = [event for event in registry.store.read_all() if event.type == "BenchmarkMeasured"]
+    digest = ""
+    for document in documents:
+        digest = sha256_hex(digest + document.event_id)
+    assert outcome.verdict["speed_record"] == {"record": outcome.verdict["speed_record"]["record"],
+                                              "head": documents[-1].position, "entries": 1000, "digest": digest}
+
+
+def test_a_verdict_on_a_thousand_entries_that_each_hold_it_names_ten_and_counts_the_rest(registry):
+    """1,000 paired documents in one order only (never ABBA): each is held by `speed.interleave`. The verdict lists
+    the first MOST_LISTED and counts the rest in one reason, so it stays under 16 KB; every entry still shows in
+    `show --documents`. Imports 1,000 documents (about a second): the list outgrows the bound only at that scale."""
+    from registry.events.canonical import canonical_json
+    from registry.gate.speed import MOST_LISTED
+
+    register_artifact(registry, "a1", workload="w", kind="module", payload=registry.payload)
+    candidate = [1.0 + 0.001 * (i % 3) for i in range(16)]
+    benchmark = {"kind": "benchmark", "protocol": "paired", "device": "NVIDIA H200", "timer": "cuda_event",
+                 "arch": "sm90", "baseline_s": [1.5 * c for c in candidate], "candidate_s": candidate,
+                 "schedule": ["BC"] * 16}
+    import_document(registry, json.dumps({"format": "registry.evidence/1", "artifact": "a1", "evidence": [
+        {"kind": "execution", "candidate_calls": 4, "fallbacks": 0}, {"kind": "parity", "leaves": [PASSING_LEAF]},
+        *[benchmark] * 1000]}))
+    outcome = promote(registry, "a1")
+    [verdict] = [event for event in registry.store.read_all() if event.type == "VerdictRendered"]
+    assert outcome.verdict["decision"] == "held" and len(canonical_json(verdict.payload).encode()) < 16 * 1024
+    reasons = outcome.verdict["reasons"]
+    named = [reason for reason in reasons if reason.startswith("document ") and "set aside" in reason]
+    counted = [reason for reason in reasons if reason.startswith(f"and {1000 - MOST_LISTED} more")]
+    assert len(named) == MOST_LISTED and len(counted) == 1 and "--documents" in counted[0], reasons

@@ -206,8 +206,8 @@ SESSION_DAMAGES = {
         cli, RECORDS, "workload", "wan", record_moved_back),
     "record's entry given twice with its hash": lambda cli: edit_row(
         cli, RECORDS, "workload", "wan", lambda s: s["entries"].insert(0, s["entries"][0])),
-    "record's entry moved to another event with its hash": lambda cli: edit_row(
-        cli, RECORDS, "workload", "wan", lambda s: s["entries"][0].update(position=s["entries"][0]["position"] - 1)),
+    "record's latest entry moved to another event with its hash": lambda cli: edit_row(
+        cli, RECORDS, "workload", "wan", lambda s: s["entries"][-1].update(position=s["entries"][-1]["position"] - 1)),
     "record's entries not a list, with its hash": lambda cli: edit_row(
         cli, RECORDS, "workload", "wan", lambda s: s.update(entries={})),
     "record's session moved to another event with its hash": lambda cli: edit_row(
@@ -215,6 +215,8 @@ SESSION_DAMAGES = {
     "record given a session nobody opened, with its hash": lambda cli: edit_row(
         cli, RECORDS, "workload", "wan", lambda s: s["sessions"].update(
             forged={**next(iter(s["sessions"].values())), "opened_position": s["entries"][0]["position"]})),
+    "record's running reading behind its latest entry, with its hash": lambda cli: edit_row(
+        cli, RECORDS, "workload", "wan", lambda s: s["reading"].update(through=s["reading"]["through"] - 1)),
     "bench stream deleted": lambda cli: sql(cli, f"DELETE FROM {STREAMS}"),
     "bench stream moved back with its hash": lambda cli: edit_row(
         cli, STREAMS, "identity", sql(cli, f"SELECT identity FROM {STREAMS}")[0][0], stream_moved_back),
@@ -239,6 +241,28 @@ def test_a_damaged_speed_record_or_bench_stream_is_a_refusal(sessions, damage):
     assert sessions("replay", "--verify").exit_code == 0
     promoted = json.loads(sessions("promote", "fast", "--json").stdout)
     assert (promoted["decision"], promoted["rule"]) == ("promoted", "speed.passed")
+
+
+def test_an_earlier_entry_of_a_speed_record_moved_is_found_by_replay_verify(sessions):
+    """A read looks up only a record's latest entry in the log (so a record of any size reads in the same time);
+    an earlier entry moved to another event, with the row's hash made again, is what `replay --verify` finds."""
+    assert len(json.loads(sql(sessions, f"SELECT state FROM {RECORDS}")[0][0])["entries"]) > 1
+    edit_row(sessions, RECORDS, "workload", "wan",
+             lambda s: s["entries"][0].update(position=s["entries"][0]["position"] - 1))
+    verified = sessions("replay", "--verify")
+    assert verified.exit_code != 0 and "records" in verified.output, verified.output
+    assert sessions("replay").exit_code == 0
+    assert sessions("replay", "--verify").exit_code == 0
+
+
+def test_a_records_running_reading_edited_is_found_by_replay_verify(sessions):
+    """The reading a record's row keeps (counted pairs, where the rule stopped) is compared by `replay --verify`
+    with one made from the log; `replay` makes it again."""
+    edit_row(sessions, RECORDS, "workload", "wan", lambda s: s["reading"]["rule"].update(above=0, stopped=False))
+    verified = sessions("replay", "--verify")
+    assert verified.exit_code != 0 and "records" in verified.output, verified.output
+    assert sessions("replay").exit_code == 0
+    assert sessions("replay", "--verify").exit_code == 0
 
 
 @pytest.mark.parametrize("table", [RECORDS, STREAMS, "projection_record_heads", "projection_workload_counts"])

@@ -35,6 +35,7 @@ from registry.projections import (
 from registry.events.chain import timestamp_text
 from registry.projections.items import attach_items
 from registry.projections.record_items import attach_state_documents
+from registry.projections.record_readings import keep_readings
 from registry.projections.log import artifact_of, chain_time, identity_of, scope_of
 from registry.events.canonical import canonical_json as state_text
 from registry.projections.read_models import CHECKPOINT
@@ -220,6 +221,7 @@ def test_rebuild_equals_live_and_stepwise_apply(store, history):
     stepwise = RegistryState()
     for event in store.read_all():
         apply(stepwise, event)
+    keep_readings(store, stepwise.records.values(), stepwise.workloads.get)  # what a catch-up keeps beside the fold
     attach_items(store, stepwise.artifacts.values())  # the fold references items; questions read them
     attach_state_documents(store, stepwise)  # and a speed record's documents
     assert stepwise == rebuilt

@@ -37,14 +37,14 @@ from .declaration import ReadModel, SideTable
 from .framesets import FrameSetState
 from .monitors import MonitorAcknowledgment, MonitorAlarm, MonitorState
 from .outcomes import OutcomeRecord, OutcomesState
-from .speed_records import BenchSession, RecordEntry, SpeedRecordState
+from .speed_records import BenchSession, KeptReading, RecordEntry, SpeedRecordState
 from .verdicts import VerdictEntry
 from .workloads import ContractVersion, WorkloadState
 
 __all__ = [
     "CHECKPOINT", "DECLARATIONS", "EVIDENCE_KINDS", "FINAL", "READ_MODEL_TABLES", "VERSIONS", "ArtifactState",
     "AttachedEvidence", "BenchSession", "BenchStreamState", "ContractVersion", "EvidenceEntry", "FrameSetState",
-    "HumanDecision", "IdentityChange", "IdentityScope", "KeptIdentity", "Margin", "MonitorAcknowledgment",
+    "HumanDecision", "IdentityChange", "IdentityScope", "KeptIdentity", "KeptReading", "Margin", "MonitorAcknowledgment",
     "MonitorAlarm", "MonitorState", "OpenFailure", "OutcomeRecord", "OutcomesState", "ReadModel", "RecordEntry",
     "RegistryState", "SideTable", "SpeedRecordState", "VerdictEntry", "WorkloadState", "by_name",
 ]
