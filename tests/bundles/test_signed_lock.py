@@ -281,6 +281,7 @@ def test_envelopes_verify_with_an_independent_pae(signed):
     assert predicate["speedup"] == shown["speedup"] and predicate["speedup_ci"] == shown["speedup_ci"]
     assert predicate["margins"] == shown["margins"]
     assert predicate["evidence_event_ids"] == shown["verdict"]["evidence_ids"] and predicate["evidence_event_ids"]
+    assert predicate["speed_record"] == shown["verdict"].get("speed_record")  # None: decided under a point rule
     assert predicate["gate_version"] and predicate["chain_head"]["position"] > 0
     assert len(predicate["chain_head"]["hash"]) == 64 and predicate["attested_at"]
     tampered = copy.deepcopy(envelope)
