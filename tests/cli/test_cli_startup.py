@@ -109,6 +109,26 @@ def test_a_read_command_imports_nothing_heavy(registry_cli, command):
     assert heavy == []
 
 
+
+def test_a_deciding_promote_imports_nothing_heavy(registry_cli):
+    """A promote that runs the gate re-derives every stored item (the benchmark's statistics included,
+    registry/formats/stats.py) and appends its verdict: still none of the read path's heavy libraries."""
+    (registry_cli.tmp / "wan.yaml").write_text(MANIFEST)
+    (registry_cli.tmp / "sage.json").write_text(json.dumps(EVIDENCE))
+    (registry_cli.tmp / "sage.bin").write_bytes(b"the kernel's bytes")
+    for args in (["workload", "declare", str(registry_cli.tmp / "wan.yaml")],
+                 ["artifact", "register", "sage", "--workload", "wan", "--kind", "attention_backend",
+                  "--backend", "SAGE_ATTN", "--payload", str(registry_cli.tmp / "sage.bin")],
+                 ["evidence", "import", str(registry_cli.tmp / "sage.json")]):
+        assert registry_cli(*args).exit_code == 0
+    decided = python("-X", "importtime", "-m", "registry", "--db", registry_cli.url, "promote", "sage", "--json")
+    assert decided.returncode == 0, decided.stderr
+    answer = json.loads(decided.stdout)
+    assert answer["appended"] is True and answer["decision"] == "promoted"
+    heavy = sorted(module for module in imported_modules(decided.stderr)
+                   if any(module == name or module.startswith(name + ".") for name in NOT_ON_THE_READ_PATH))
+    assert heavy == []
+
 def test_registering_a_kernel_entry_imports_no_torch_or_numpy(registry_cli):
     """The entry is read as text and hashed, never imported (registry/kernels/entries.py); the operation's
     name is checked against a table of names. The append validates its payload, so pydantic may load."""

@@ -1,10 +1,14 @@
-"""Timing statistics: checked against scipy and against their definitions; the speed record's plain-Python order
-statistics (registry/formats/order_statistics.py) checked bit for bit against numpy's."""
+"""Timing statistics: checked against scipy and against their definitions; the plain-Python derivation of a
+benchmark (registry/formats/stats.py) and the speed record's order statistics (registry/formats/order_statistics.py)
+checked bit for bit against numpy's float64 arithmetic, which derived the events already stored."""
 from __future__ import annotations
+
+import math
 
 import numpy as np
 import pytest
 import scipy.stats
+import stacked_intervals as stacked
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -13,7 +17,9 @@ from registry.formats.order_statistics import is_interleaved
 from registry.formats.ranks import CI_LEVEL, median_rank, min_conclusive_runs
 from registry.formats.stats import (
     EXACT_MAX_N,
+    mean,
     median_interval,
+    pairwise_sum,
     paired_ratios,
     population_cv,
     speedup,
@@ -210,10 +216,10 @@ def bits(value) -> str:
 def numpy_bounds(protocol, baseline, candidate, alpha):
     """The confident rule's bounds as numpy computed them before the record was read without it."""
     b, c = np.asarray(baseline, dtype=np.float64), np.asarray(candidate, dtype=np.float64)
-    tails = [(paired_ratios(b, c), alpha)] if protocol == "paired" else [(b, alpha / 2.0), (c, alpha / 2.0)]
+    tails = [(b / c, alpha)] if protocol == "paired" else [(b, alpha / 2.0), (c, alpha / 2.0)]
     if any(median_rank(values.shape[-1], tail)[0] == 0 for values, tail in tails):
         return None
-    intervals = [median_interval(values, tail) for values, tail in tails]
+    intervals = [stacked.median_interval(values, tail) for values, tail in tails]
     if protocol == "paired":
         return float(intervals[0][0]), float(intervals[0][1])
     (b_low, b_high, _), (c_low, c_high, _) = intervals
@@ -228,7 +234,7 @@ def numpy_bounds(protocol, baseline, candidate, alpha):
 def test_the_record_s_order_statistics_are_numpy_s_bit_for_bit(arms, unpaired, alpha):
     baseline, candidate = arms
     ratios = order_statistics.ratios(baseline, candidate)
-    assert list(map(bits, ratios)) == list(map(bits, paired_ratios(baseline, candidate)))
+    assert list(map(bits, ratios)) == list(map(bits, np.asarray(baseline, dtype=np.float64) / np.asarray(candidate, dtype=np.float64)))
     for sample in (baseline, unpaired, ratios):
         assert bits(order_statistics.median(sample)) == bits(np.median(np.asarray(sample, dtype=np.float64)))
     for protocol, other in (("paired", candidate), ("sequential", unpaired)):
@@ -236,3 +242,81 @@ def test_the_record_s_order_statistics_are_numpy_s_bit_for_bit(arms, unpaired, a
                         numpy_bounds(protocol, baseline, other, alpha))
         assert (ours is None) == (theirs is None)
         assert ours is None or list(map(bits, ours)) == list(map(bits, theirs))
+
+
+# -- the derived statistics without numpy: the same doubles as the numpy code that derived the stored events ------
+def numpy_summary(protocol, baseline, candidate, logs):
+    """What `summarize_benchmark` gave when it computed with numpy (its code before the promote stopped importing
+    numpy; the interval is tests/support/stacked_intervals.py, which the simulations use), the log ratios given:
+    numpy's log is the C library's except where it dispatches its own AVX-512 one."""
+    b, c = np.asarray(baseline, dtype=np.float64), np.asarray(candidate, dtype=np.float64)
+
+    low, high, coverage = stacked.speedup_interval(protocol, b, c)
+    speed = np.median(b / c) if protocol == "paired" else np.median(b) / np.median(c)
+    summary = {"baseline_median": np.median(b), "candidate_median": np.median(c), "baseline_mean": np.mean(b),
+               "candidate_mean": np.mean(c), "baseline_cv": np.std(b) / np.mean(b),
+               "candidate_cv": np.std(c) / np.mean(c), "speedup": speed, "low": low, "high": high,
+               "ci_level": coverage}
+    if protocol == "paired":
+        summary["ratios"] = (b / c).tolist()
+        d = np.asarray(logs, dtype=np.float64)
+        d = d[d != 0.0]
+        if d.size == 0:
+            summary["wilcoxon_p"] = 1.0
+        else:
+            magnitudes = np.abs(d)
+            order = np.argsort(magnitudes, kind="stable")
+            ordered = magnitudes[order]
+            starts = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])
+            sizes = np.diff(np.r_[starts, d.size])
+            ranks = np.empty(d.size)
+            ranks[order] = np.repeat(starts + (sizes + 1) / 2.0, sizes)
+            w_plus, n = float(ranks[d > 0].sum()), d.size
+            if n <= EXACT_MAX_N and not np.any(sizes > 1):
+                summary["wilcoxon_p"] = wilcoxon_signed_rank(d)  # the enumerated law: integers, no numpy in it
+            else:
+                variance = n * (n + 1) * (2 * n + 1) / 24.0 - float(np.sum(sizes.astype(float)**3 - sizes)) / 48.0
+                z = (w_plus - n * (n + 1) / 4.0) / math.sqrt(variance) if variance > 0.0 else None
+                summary["wilcoxon_p"] = 1.0 if z is None else min(1.0, math.erfc(abs(z) / math.sqrt(2.0)))
+    return summary
+
+
+# Timings as the parser admits them (TIMES) and a coarse timer's (few values, reciprocal pairs among them), drawn
+# from a palette of at most 40, so ties are common; each arm of 1 to 600 runs picks from it. Drawing each of 600
+# runs separately took most of the test's time.
+COARSE = st.sampled_from([1.0, 1.1, 0.9, 2.0, 1.25, 1e-3, 1.001])
+PALETTE = st.lists(st.one_of(TIMES, COARSE), min_size=1, max_size=40)
+
+
+def runs(palette, rng, n):
+    return [rng.choice(palette) for _ in range(n)]
+
+
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(palette=PALETTE, pairs=st.integers(min_value=1, max_value=600),
+       unpaired=st.integers(min_value=1, max_value=600), rng=st.randoms(use_true_random=False))
+@np.errstate(over="ignore", under="ignore", invalid="ignore", divide="ignore")
+def test_the_derived_statistics_are_numpy_s_bit_for_bit(palette, pairs, unpaired, rng):
+    """Every figure `summarize_benchmark` derives, both protocols, against numpy's float64 code (a few seconds:
+    each example derives up to 600 runs a side in both)."""
+    baseline, candidate, other_arm = runs(palette, rng, pairs), runs(palette, rng, pairs), runs(palette, rng, unpaired)
+    for protocol, other in (("paired", candidate), ("sequential", other_arm)):
+        ours = summarize_benchmark(protocol, baseline, other, ["BC", "CB"] * len(baseline))
+        logs = [-math.inf if ratio == 0.0 else math.log(ratio) for ratio in (ours["ratios"] or [])]
+        theirs = numpy_summary(protocol, baseline, other, logs)
+        ours = {**ours, "low": ours["speedup_ci"][0], "high": ours["speedup_ci"][1]}
+        for key, value in theirs.items():
+            if key == "ratios":
+                assert list(map(bits, ours[key])) == list(map(bits, value))
+            else:
+                assert bits(ours[key]) == bits(value), key
+
+
+@pytest.mark.parametrize("n", [*range(1, 20), 127, 128, 129, 136, 255, 256, 257, 1000, 8191, 8193, 100_000])
+def test_the_pairwise_sum_is_numpy_s_at_every_block_boundary(n):
+    """Around numpy's block sizes (8, 128, its splits, its 8192-element buffer) and at the most runs an arm holds."""
+    values = np.random.default_rng(n).lognormal(0.0, 4.0, n)
+    assert bits(pairwise_sum(values.tolist())) == bits(np.sum(values))
+    assert bits(mean(values.tolist())) == bits(np.mean(values))
+    assert bits(population_cv(values.tolist())) == bits(np.std(values) / np.mean(values))
+

@@ -16,7 +16,7 @@ from registry.contracts import Contract, ContractError
 from registry.formats.evidence.errors import EvidenceError
 from registry.formats.evidence.items import parse_item
 from registry.formats.ranks import MAX_RUNS_PER_ARM
-from registry.formats.stats import speedup_interval
+from stacked_intervals import speedup_interval
 from registry.gate import RULES, ArtifactFacts, GateEvidence, Recorded, decide
 from paths import ROOT
 

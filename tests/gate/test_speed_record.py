@@ -25,7 +25,7 @@ from registry.app.rejudge import rejudge_workload
 from registry.app.workloads import declare_workload, register_artifact
 from registry.contracts import Contract
 from registry.formats.errors import UserError
-from registry.formats.stats import median_interval
+from stacked_intervals import median_interval
 from registry.gate import SpeedRecord
 from registry.gate.record import read_record
 from store_helpers import opened
