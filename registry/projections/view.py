@@ -193,17 +193,17 @@ class View:
         payload = artifact["payload_sha256"]
         if workload is None:
             workload = self.workload(artifact["workload"])
-        row = None
-        if payload is not None:
-            key = record_key(artifact["workload"], payload)
-            if self._live:
-                row = self._subject("records", key)
-            else:
-                row = self._whole().records.get(key)
+        row = None if payload is None else self.record(record_key(artifact["workload"], payload))
         read = read_speed_record(row, workload, payload)
         if row is not None and (documents or read.kept is None):  # no running reading that answers: every one read
             attach_documents(self.store, [row])
         return read
+
+    def record(self, key: str) -> SpeedRecordState | None:
+        """The speed record of `key` (`workload:payload`) as its row holds it: entries by reference, unread."""
+        if self._live:
+            return self._subject("records", key)
+        return self._whole().records.get(key)
 
     def sharing_payload(self, workload: str, payload_sha256: str | None,
                         asking: str | None = None) -> list[ArtifactState]:

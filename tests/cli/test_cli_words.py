@@ -224,6 +224,7 @@ def test_history_reads_as_sentences_and_names_the_session_pairs_a_verdict_rested
     identity = json.loads(registry_cli("show", "fast", "--json").output)["identity"]
     assert f"from bench:{identity}: session {session}: 3 batches, 6 pairs" in said
     assert f"`registry history bench:{identity}` lists them" in said
+    assert "speed record w:" in said and "3 entries up to position" in said  # the record the verdict cites
 
 
 def _execution(cli):

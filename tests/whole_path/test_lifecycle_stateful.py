@@ -37,6 +37,7 @@ from registry.projections import RegistryState, verify_projections
 from registry.projections.fold import fold
 from registry.projections.items import attach_items
 from registry.projections.record_items import attach_state_documents
+from registry.projections.record_readings import keep_readings
 from ship_helpers import make_bundle
 from stateful_checks import CheckedAtTheEnd, CopiedStart, checked_after_every_step
 from state_shapes import registry_shape_problems
@@ -464,6 +465,7 @@ class Lifecycle(CheckedAtTheEnd):
             assert report.ok, report.summary()
             live = Reads(registry.store).state()
             from_stored = fold(RegistryState(), registry.store.read_all())
+            keep_readings(registry.store, from_stored.records.values(), from_stored.workloads.get)  # as a catch-up
             attach_items(registry.store, from_stored.artifacts.values())  # the fold references items by position
             attach_state_documents(registry.store, from_stored)  # and speed records their documents
             assert from_stored.to_dict() == live.to_dict()
