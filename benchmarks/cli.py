@@ -45,6 +45,8 @@ from registry.app.evidence import import_document
 from registry.app.workloads import declare_workload, register_artifact
 from registry.contracts import Contract
 
+from figures import print_figures
+
 ROOT = Path(__file__).resolve().parents[1]
 VIDEO = {"workload": "tiny-video-dit", "sampling": {"height": 128, "width": 128, "frames": 8, "steps": 10,
                                                     "seed": 1729, "dtype": "float32"},
@@ -161,11 +163,7 @@ def main() -> None:
             url = f"sqlite:///{Path(tmp) / 'cli.db'}"
             build(url)
         figures = measure(url, args.artifact, args.rounds, args.compare)
-    if args.json:
-        print(json.dumps(figures, indent=2))
-        return
-    for key, value in figures.items():
-        print(f"{key:<42}{value:,.3f}" if isinstance(value, float) else f"{key:<42}{value}")
+    print_figures(figures, as_json=args.json, width=42)
 
 
 if __name__ == "__main__":

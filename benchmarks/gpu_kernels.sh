@@ -12,7 +12,7 @@
 #   4. registry artifact register / evaluate / promote of each built-in bundle on a fresh registry,
 #      then lock, and the runtime loading the promoted bundle from the signed lock               -> promote.txt
 #   5. the hostile-cubin gallery (spin loop, out-of-bounds write, unmapped read, marker scan), each registered
-#      and evaluated; and tests/test_launcher_gpu.py                                            -> hostile.txt
+#      and evaluated; and tests/kernels/test_launcher_gpu.py                                            -> hostile.txt
 #   6. the Python-entry kind's forged early "done" (tests/gallery/forged_done.py) evaluated and promoted:
 #      held by execution.launches_unverified                                                    -> forged_done.txt
 #   7. each kernel's bandwidth as a share of the device's peak, as a table for docs/benchmarks.md -> bandwidth.md

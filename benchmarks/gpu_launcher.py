@@ -15,7 +15,7 @@ None of it has run on a GPU yet: no device was lent to the work that wrote it.
   `registry evaluate --bundle` (16 pairs, 3 warm-up), `promote`; then a
   signed lock and `registry.runtime.load` of the modulated LayerNorm from it,
   one call compared with the reference.
-- `hostile`: the hostile-cubin gallery (tests/hostile_bundles.py) built for
+- `hostile`: the hostile-cubin gallery (tests/support/hostile_bundles.py) built for
   this arch, registered, evaluated: each must be the one failure naming its
   class, and `promote` must hold it.
 - `forged-done`: the Python-entry kind's forged early "done"

@@ -1,9 +1,9 @@
 """The monitor's figures: false-alarm run length, detection delay, and what heavy tails and preemption do.
 
-Streams of re-measured pairs are simulated as in tests/sequential_sim.py
+Streams of re-measured pairs are simulated as in tests/support/sequential_sim.py
 (`ratio_streams`: log-normal, Student t3 and the 20%-per-run preemption
 mixture) and read by the e-Shiryaev-Roberts sign detector of
-registry/formats/monitor.py, vectorised (tests/monitor_sim.py). Printed:
+registry/formats/monitor.py, vectorised (tests/support/monitor_sim.py). Printed:
 
 - ARL at the worst case (median exactly at the threshold, P(below) = 1/2)
   and at in-control medians above it: the mean pairs to a false alarm,
@@ -14,7 +14,7 @@ registry/formats/monitor.py, vectorised (tests/monitor_sim.py). Printed:
 - beside each delay, the fastest any detector of the median can be at that
   noise: the sign CUSUM with the least mean delay at an ARL of exactly
   1/alpha for the share of post-change pairs below the threshold, solved
-  exactly (tests/monitor_sim.py `fastest_sign_detection`, which says why no
+  exactly (tests/support/monitor_sim.py `fastest_sign_detection`, which says why no
   detector valid for every distribution with median at the threshold does
   better);
 - the same drop read with the threshold nearer the promoted speed
@@ -25,7 +25,7 @@ registry/formats/monitor.py, vectorised (tests/monitor_sim.py). Printed:
 - the same drop with the monitor's rule for the harness's baseline waits
   (`monitor.baseline_wait_share: 0.05`, re-measured in batches of 10 pairs):
   a preempted baseline run waited 0.6/1.6 of its time for a CPU, so its pair
-  is left out, through the registry's own functions (tests/monitor_sim.py
+  is left out, through the registry's own functions (tests/support/monitor_sim.py
   `screened_alarm_times`); the limit counted in all pairs timed (the limit
   in kept pairs over the share kept, Wald's identity);
 - the run length of an artifact whose clean median sits at the threshold

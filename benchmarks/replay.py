@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import json
 import random
 import statistics
 import subprocess
@@ -41,6 +40,8 @@ from registry.formats.evidence.items import parse_item
 from registry.projections import ReadModels, RegistryState, View, fold, rebuild, verify_projections
 from registry.projections.log import read_log
 from registry.projections.report import build_report
+
+from figures import print_figures
 
 EVENTS_PER_ARTIFACT = 100
 ROUND = ("execution", "benchmark", "fidelity")
@@ -261,11 +262,7 @@ def main() -> None:
             built_s = build(store, args.events)
         figures = {"built_s": built_s, **measure(url, store, args)}
         engine.dispose()
-    if args.json:
-        print(json.dumps(figures, indent=2))
-        return
-    for key, value in figures.items():
-        print(f"{key:<32}{value:,.3f}" if isinstance(value, float) else f"{key:<32}{value}")
+    print_figures(figures, as_json=args.json, width=32)
 
 
 if __name__ == "__main__":

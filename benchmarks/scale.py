@@ -8,6 +8,9 @@ as its own process, the way a person or a serving process runs it:
 - `one`: a few small artifacts beside one artifact that holds almost all of
   the log (a verdict every tenth event, so about 10% of its events are
   verdicts: its history grows with the log);
+- `hot`: the `one` shape with the measured artifact's workload deciding speed by its speed record
+  (`speed.decision: confident`), so every benchmark document of the large artifact (about 28% of the log)
+  joins one record that `show` and `promote` read: a hot artifact;
 - `shared`: the `many` shape with every artifact in the measured artifact's
   workload, so a workload holds a tenth as many artifacts as the log holds
   events. A one-artifact question must still cost the same: `promote` counts
@@ -44,7 +47,7 @@ growth factors are given for both. The one-artifact commands run three times and
 time. Output goes to /dev/null. The table gives each command at each size and the
 growth factor from the smallest size to the largest.
 
-    .venv/bin/python benchmarks/scale.py [--max-events 1000000] [--shapes many,one,shared] [--json OUT]
+    .venv/bin/python benchmarks/scale.py [--max-events 1000000] [--shapes many,one,shared,hot] [--json OUT]
 
 The goals (docs/benchmarks.md, "Scale"): evidence import, promote, show,
 resolve and lock of one artifact within 1.5x of their 10^3 time at 10^6
@@ -71,6 +74,7 @@ from replay import WORKLOADS, fold_with_collector_running, item_pool, registrati
 from registry.app import open_registry  # noqa: E402
 from registry.app.workloads import declare_workload  # noqa: E402
 from registry.contracts import Contract  # noqa: E402
+from registry.events.canonical import canonical_json  # noqa: E402
 from registry.events.store import NewEvent  # noqa: E402
 from registry.projections import ReadModels, View, rebuild  # noqa: E402
 from registry.projections.asof import fold_log  # noqa: E402
@@ -102,7 +106,10 @@ def build(url: str, shape: str, total: int) -> float:
     store.append("frameset:wan-fs8", [NewEvent("FrameSetRegistered", {
         "name": "wan-fs8", "seed": 1024, "frames": 8, "height": 480, "width": 832, "channels": 3, "dtype": "uint8",
         "sha256": "f" * 64})], actor="bench")
-    for contract in [*WORKLOADS.values(), {**WORKLOADS["wan-t2v"], "workload": SOLO}]:
+    solo_contract = {**WORKLOADS["wan-t2v"], "workload": SOLO}
+    if shape == "hot":
+        solo_contract["speed"] = {**solo_contract["speed"], "decision": "confident"}
+    for contract in [*WORKLOADS.values(), solo_contract]:
         declare_workload(registry, Contract.from_mapping(contract))
     pool = item_pool(random.Random(20240611))
     remaining = total - store.head_position()
@@ -270,7 +277,20 @@ def measure(launcher: Launcher, shape: str, total: int, commands: list[str]) -> 
             print(f"[{shape} {total:,}] {name}: {done['seconds']:.2f} s wall, {done['cpu_s']:.2f} s CPU, "
                   f"{done['peak_rss_mib']:.0f} MiB",
                   file=sys.stderr, flush=True)
+        figures["verdict_bytes"] = verdict_bytes(url, TARGET)
     return figures
+
+
+def verdict_bytes(url: str, artifact: str) -> int | None:
+    """The size of the artifact's latest verdict event's payload as stored (canonical JSON), None without one: what
+    each `promote` adds to the log."""
+    registry = open_registry(url, actor="bench")
+    try:
+        verdicts = [event for event in registry.store.read_stream(f"artifact:{artifact}")
+                    if event.type == "VerdictRendered"]
+        return len(canonical_json(verdicts[-1].payload).encode()) if verdicts else None
+    finally:
+        registry.close()
 
 
 def table(results: list[dict]) -> str:
@@ -303,6 +323,8 @@ def table(results: list[dict]) -> str:
                    + " | ".join(f"{r['fold_collector_running_cpu_events_per_s']:,.0f}" for r in rows) + " | |")
         out.append("| catch-up from empty, s | " + " | ".join(f"{r['catch_up_from_empty_s']:.2f}" for r in rows)
                    + " | |")
+        out.append("| the measured artifact's latest verdict event, bytes | "
+                   + " | ".join(f"{r['verdict_bytes']:,}" if r.get("verdict_bytes") else "-" for r in rows) + " | |")
         out.append("| build, s | " + " | ".join(f"{r['build_s']:.1f}" for r in rows) + " | |")
     return "\n".join(out)
 
@@ -313,7 +335,7 @@ def main() -> None:
     parser.add_argument("--min-events", type=int, default=SIZES[0], help="smallest log to build (default 10^3)")
     parser.add_argument("--skip", default="", help="comma-separated commands not to run (e.g. history; report "
                                                    "skips its earlier reading too)")
-    parser.add_argument("--shapes", default="many,one", help="comma-separated: many, one, shared")
+    parser.add_argument("--shapes", default="many,one", help="comma-separated: many, one, shared, hot")
     parser.add_argument("--json", dest="json_out", help="also write every figure to this JSON file (after each size)")
     args = parser.parse_args()
     sizes = [size for size in SIZES if args.min_events <= size <= args.max_events]
@@ -325,7 +347,7 @@ def main() -> None:
     if "report" in skipped:  # its peer's name holds a comma, so --skip cannot name it: it goes with report
         skipped |= set(PEERS)
     shapes = [shape.strip() for shape in args.shapes.split(",")]
-    unknown = set(shapes) - {"many", "one", "shared"}
+    unknown = set(shapes) - {"many", "one", "shared", "hot"}
     if unknown:
         parser.error(f"unknown shape(s): {', '.join(sorted(unknown))}")
     launcher = Launcher()  # first, while this process is small

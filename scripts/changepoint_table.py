@@ -14,7 +14,7 @@ alpha / 2 exceeds it.
 
     .venv/bin/python scripts/changepoint_table.py            # about a minute, most of it n = 19 and 20
 
-tests/test_changepoint.py checks the written table against every permutation
+tests/formats/test_changepoint.py checks the written table against every permutation
 for small n, against the same count done in plain Python, and against this
 function for n up to 14.
 """

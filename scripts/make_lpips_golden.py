@@ -14,7 +14,7 @@ every one of the five tapped layers carries signal), loaded into a real
 ``lpips.LPIPS(net='alex', version='0.1', pretrained=True, pnet_rand=True)``.
 pretrained=True loads the calibrated heads shipped in the package;
 pnet_rand=True skips the ImageNet download. The same numpy draw is repeated
-by tests/test_lpips.py, which checks it against the weight digest stored here,
+by tests/evidence/test_lpips.py, which checks it against the weight digest stored here,
 so the golden file holds only inputs, outputs and digests (a few hundred kB).
 torch, torchvision and lpips are imported inside the functions that need
 them, so that the tests can load ``random_backbone`` from this file in an

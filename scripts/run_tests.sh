@@ -18,7 +18,8 @@ if ! command -v chromium >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt
 fi
 # In parallel, one worker per core (pytest-xdist). The tests of one file run
 # on one worker, so what a file's tests share (the reduced demo campaign of
-# tests/test_demo.py) is built once per run. Files are handed out in the
+# tests/whole_path/test_demo.py) is built once per run. Files are handed out in the
 # order tests/conftest.py sets (the longest first, so no long file starts
 # last while the other worker idles), not xdist's own (most tests first).
-.venv/bin/python -m pytest -q -n auto --dist loadfile --no-loadscope-reorder "$@"
+# Every run's log names its 25 slowest tests (a later --durations given here wins).
+.venv/bin/python -m pytest -q -n auto --dist loadfile --no-loadscope-reorder --durations=25 "$@"

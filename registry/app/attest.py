@@ -76,6 +76,9 @@ def attestation(registry: Registry, artifact: str) -> dict[str, Any]:
             "speedup": verdict["speedup"],
             "speedup_ci": verdict["speedup_ci"],
             "evidence_event_ids": verdict["evidence_ids"],
+            # A verdict decided on a speed record cites the record instead of listing its entries: the attestation
+            # carries that citation (key, head, entries, digest of their event ids), or None for an older verdict.
+            "speed_record": verdict.get("speed_record"),
             "gate_version": verdict_event.payload["gate_version"],
             "chain_head": {"position": head, "hash": chain_hash_at(registry, head)},
             "attested_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),

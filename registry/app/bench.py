@@ -48,7 +48,7 @@ LOG = logging.getLogger("registry.app")
 
 # The event models (pydantic), the gate and the app's write paths load only
 # where they are used: `show` and `report` read records without them
-# (tests/test_cli_startup.py).
+# (tests/cli/test_cli_startup.py).
 
 @dataclass(frozen=True)
 class OpenedSession:
@@ -68,7 +68,7 @@ class BenchRecord:
     gate: float
     max_pairs: int
     sessions: list[OpenedSession]
-    ratios: list[float]
+    pairs: int  # read by the rule's stream (pairs set aside are not)
     batch_ids: list[str]
     result: SequentialResult
     version: int
@@ -81,18 +81,18 @@ class BenchRecord:
     @property
     def closed(self) -> bool:
         """Decided, or at max_pairs: no batch may be added."""
-        return self.result.decision != "held" or len(self.ratios) >= self.max_pairs
+        return self.result.decision != "held" or self.pairs >= self.max_pairs
 
     @property
     def pairs_saved(self) -> int:
         """Pairs the record did not need of its max_pairs budget (0 while undecided)."""
-        return self.max_pairs - len(self.ratios) if self.result.decision != "held" else 0
+        return self.max_pairs - self.pairs if self.result.decision != "held" else 0
 
     def to_dict(self) -> dict[str, Any]:
         result = self.result
         return {
             "identity": self.identity, "workload": self.workload, "gate": self.gate, "alpha": result.alpha,
-            "max_pairs": self.max_pairs, "pairs": len(self.ratios), "speedup": self.speedup,
+            "max_pairs": self.max_pairs, "pairs": self.pairs, "speedup": self.speedup,
             "speedup_pairs": self.speedup_pairs, "set_aside_pairs": self.set_aside,
             "reading": READINGS[result.decision],
             "shows": SHOWS[result.decision], "level": 1.0 - 2.0 * result.alpha,
@@ -104,7 +104,7 @@ class BenchRecord:
 
 
 def _stop(record: BenchRecord) -> str:
-    return stop_reason(record.result, len(record.ratios), record.max_pairs)
+    return stop_reason(record.result, record.pairs, record.max_pairs)
 
 
 def benchmark_record(registry: Registry, artifact: str) -> BenchRecord:
@@ -444,9 +444,9 @@ def _checked_batch(request: Pairs, target: _Target, record: BenchRecord) -> tupl
         return False, record
     if record.closed:
         raise UserError(f"the benchmark record of {artifact} is closed ({_closed_text(record)}); nothing recorded")
-    if len(record.ratios) + len(request.baseline) > record.max_pairs:
+    if record.pairs + len(request.baseline) > record.max_pairs:
         raise UserError(f"{len(request.baseline)} pairs would take the record of {artifact} past speed.max_pairs "
-                        f"{record.max_pairs} ({len(record.ratios)} recorded); nothing recorded")
+                        f"{record.max_pairs} ({record.pairs} recorded); nothing recorded")
     return True, record
 
 
@@ -501,7 +501,7 @@ class BatchedSession:
         return self.record.max_pairs
 
     def next_size(self) -> int:
-        return next_batch_size(self.record.closed, self.record.max_pairs - len(self.record.ratios), self.limit,
+        return next_batch_size(self.record.closed, self.record.max_pairs - self.record.pairs, self.limit,
                                self.pairs)
 
     def add(self, baseline: list[float], candidate: list[float]) -> None:
@@ -594,7 +594,7 @@ def _record(target: _Target) -> BenchRecord:
         max_pairs=speed.max_pairs, runs_per_arm=speed.runs_per_arm,
         sessions=[OpenedSession(name, s["identity"], s["artifact"], s["opened_position"], s["pairs"])
                   for name, s in in_opened_order(sessions)],
-        ratios=reading.ratios, batch_ids=stream["batches"] if stream is not None else [], result=reading.result,
+        pairs=reading.pairs, batch_ids=stream["batches"] if stream is not None else [], result=reading.result,
         version=stream["version"] if stream is not None else 0, bounds=reading.bounds, speedup=reading.value,
         speedup_pairs=reading.figure and reading.figure.pairs, set_aside=sum(found.pairs for found in reading.set_aside),
     )

@@ -319,7 +319,7 @@ def what_if(registry: Registry, contract: Contract) -> list[WhatIf]:
         declared_contract(view, contract.workload)
         workload = view.workload(contract.workload)
         artifacts = view.artifacts(workload=contract.workload)
-        records = [view.speed_record(state, workload).record for state in artifacts]
+        records = [view.speed_record(state, workload, documents=True).record for state in artifacts]
     for state, record in zip(artifacts, records):
         evidence, facts = gate_inputs(state, payload_attempts(state, artifacts), record, artifacts)
         new = decide(contract, evidence, facts)

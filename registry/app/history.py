@@ -202,6 +202,56 @@ class OtherStream:
         return f"from {self.stream}: " + "; ".join(parts) + f" (`registry history {self.stream}` lists them)"
 
 
+@dataclass(frozen=True)
+class CitedRecord:
+    """The speed record a verdict cites (its `speed_record`: key, head, entries, digest) as the log holds it now:
+    its entries up to the cited head, which must be as many as cited and chain to the cited digest."""
+
+    citation: dict[str, Any]
+    entries: list[dict[str, Any]]
+
+    def lines(self) -> list[str]:
+        from registry.formats.names import bench_stream
+        from registry.projections.read_models.speed_records import next_digest
+
+        digest = ""
+        for entry in self.entries:
+            digest = next_digest(digest, entry["event_id"])
+        cited = self.citation
+        said = (f"speed record {cited['record']}: {_count(cited['entries'], 'entry', 'entries')} up to position "
+                f"{cited['head']}, digest {cited['digest'][:16]}")
+        if len(self.entries) != cited["entries"] or digest != cited["digest"]:
+            return [said + f"; the log now holds {_count(len(self.entries), 'entry', 'entries')} up to that "
+                           "position with another digest: the record is not the one the verdict read"]
+        sessions: dict[str, dict[str, list[dict[str, Any]]]] = {}
+        documents = [entry for entry in self.entries if entry["source"] == "document"]
+        for entry in self.entries:
+            if entry["source"] == "session":
+                stream = bench_stream(entry["identity"])
+                sessions.setdefault(stream, {}).setdefault(entry["session"], []).append(entry)
+        lines = [said]
+        for stream, batches in sessions.items():
+            parts = [f"session {name}: {_count(len(found), 'batch', 'batches')}, "
+                     f"{_count(sum(len(e.get('baseline_s') or []) for e in found), 'pair')} "
+                     f"(positions {found[0]['position']}-{found[-1]['position']})" for name, found in batches.items()]
+            lines.append(f"from {stream}: " + "; ".join(parts) + f" (`registry history {stream}` lists them)")
+        if documents:
+            lines.append(f"{_count(len(documents), 'benchmark document')} (positions {documents[0]['position']}-"
+                         f"{documents[-1]['position']})")
+        return lines
+
+
+def cited_record(registry: Registry, basis: VerdictBasis) -> CitedRecord | None:
+    """The speed record the verdict cites, with its entries up to the cited head; None for a verdict citing none."""
+    citation = basis.verdict.payload["verdict"].get("speed_record")
+    if not citation:
+        return None
+    with registry.view() as view:
+        row = view.record(citation["record"])
+    entries = [entry for entry in (row or {}).get("entries", []) if entry["position"] <= citation["head"]]
+    return CitedRecord(citation, list(entries))
+
+
 def other_streams(basis: VerdictBasis, stream: str) -> list[OtherStream]:
     """The events of a verdict's basis that live outside `stream` (the artifact's), grouped by their stream."""
     found: dict[str, list[StoredEvent]] = {}

@@ -218,8 +218,8 @@ def _session_budget(registry: Registry, artifact: str, limit: int | None, opened
     record = benchmark_record(registry, artifact)
     if record.closed:
         raise UserError(f"the benchmark record of {artifact} is closed ({record.to_dict()['stop']} after "
-                        f"{len(record.ratios)} pairs): nothing to measure")
-    room = record.max_pairs - len(record.ratios)
+                        f"{record.pairs} pairs): nothing to measure")
+    room = record.max_pairs - record.pairs
     budget = room if limit is None else min(room, limit)
 
     def open_batches(timer: str, device: str, arch: str | None = None) -> BatchedSession:

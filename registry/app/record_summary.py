@@ -25,30 +25,34 @@ def summarize_record(read: RecordReading) -> dict[str, Any]:
     found, speed, reading = read.row, read.speed, read.reading
     assert found is not None
     entries = found["entries"]
+    kept = read.kept
+    if kept is None:  # the documents attached: what the row keeps of them, made here
+        kept = {"pairs": sum(len(e["baseline_s"]) for e in entries),
+                **{name: sorted({e[key] for e in entries if e[key]})
+                   for name, key in (("devices", "device"), ("archs", "arch"), ("timers", "timer"))}}
     summary: dict[str, Any] = {
         "record": found["record"], "workload": found["workload"], "payload_sha256": found["payload_sha256"],
-        "documents": found["documents"],
+        "documents": found["documents"], "entries": len(entries), "head": found["last_position"],
+        "digest": found["digest"],
         "sessions": [{"session": name, **{key: session[key] for key in ("artifact", "pairs", "device", "timer",
                                                                        "arch", "opened_position")}}
                      for name, session in in_opened_order(found["sessions"])],
         "artifacts": sorted({entry["artifact"] for entry in entries} | {s["artifact"]
                                                                          for s in found["sessions"].values()}),
-        "devices": sorted({entry["device"] for entry in entries if entry["device"]}),
-        "archs": sorted({entry["arch"] for entry in entries if entry["arch"]}),
-        "timers": sorted({entry["timer"] for entry in entries if entry["timer"]}),
+        "devices": kept["devices"], "archs": kept["archs"], "timers": kept["timers"],
     }
     if speed is None or reading is None:
-        return {**summary, "reading": None, "shows": None, "pairs": sum(len(e["baseline_s"]) for e in entries),
+        return {**summary, "reading": None, "shows": None, "pairs": kept["pairs"],
                 "stop": f"speed.decision is {speed.decision if speed else 'undeclared'}"}
     result, figure = reading.result, reading.figure
     return {**summary, "reading": READINGS[result.decision], "shows": SHOWS[result.decision],
-            "pairs": len(reading.ratios),
+            "pairs": reading.pairs,
             "speedup": figure and figure.value, "speedup_pairs": figure and figure.pairs,
             "speedup_method": figure and figure.method, "speedup_source": figure and figure.source,
             "set_aside_pairs": sum(aside.pairs for aside in reading.set_aside),
             "decided_at": result.decided_at, "lower": result.lower, "upper": result.upper,
             "level": reading.level, "alpha": result.alpha, "gate": speed.gate, "max_pairs": speed.max_pairs,
-            "stop": stop_reason(result, len(reading.ratios), speed.max_pairs),
+            "stop": stop_reason(result, reading.pairs, speed.max_pairs),
             "holds": [{"rule": hold.rule, "text": hold.text} for hold in reading.holds],
             "running_bounds": [list(bound) for bound in reading.bounds]}
 

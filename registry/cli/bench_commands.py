@@ -30,7 +30,7 @@ def bench_open(session: Session, artifact_id: str, device: str, timer: str, arch
     if as_json:
         emit_json({"session": name, "artifact": artifact_id, **record.to_dict()})
     else:
-        say(f"session {name} opened for {artifact_id} ({len(record.ratios)} pairs already in its record)")
+        say(f"session {name} opened for {artifact_id} ({record.pairs} pairs already in its record)")
         say(f"  the record is read after every pair and may decide from pair "
             f"{fewest_pairs_to_decide(record.result.alpha)} (alpha {record.result.alpha:g} per side), up to "
             f"max_pairs {record.max_pairs}; runs_per_arm {record.runs_per_arm} is the size of a complete evidence "

@@ -113,7 +113,7 @@ def _emit_json_array(items: Iterable[dict]) -> None:
 
 def _history_page(registry: Registry, name: str, events: list, changes: dict[int, list]) -> None:
     """One page of the history table, then what each verdict on it rested on."""
-    from registry.app.history import other_streams, verdict_bases
+    from registry.app.history import cited_record, other_streams, verdict_bases
 
     table(
         name,
@@ -131,6 +131,9 @@ def _history_page(registry: Registry, name: str, events: list, changes: dict[int
             f"(contract v{event.payload['contract_version']}, {event.payload['gate_version']})")
         for other in other_streams(basis, name):
             say(f"  {other.text()}")
+        record = cited_record(registry, basis)
+        for line in record.lines() if record is not None else []:
+            say(f"  {line}")
 
 
 def parse_head(text: str) -> tuple[int, str]:

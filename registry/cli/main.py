@@ -36,7 +36,7 @@ _ARGUMENTS_KEY = "registry.arguments"
 
 # The module of each command, imported when the command is looked up: a command line imports the one module of
 # the command it runs (its start-up is a read's, benchmarks/cli.py), and help imports them all.
-# tests/test_cli_startup.py checks this table against every module's COMMANDS.
+# tests/cli/test_cli_startup.py checks this table against every module's COMMANDS.
 COMMAND_MODULES = {
     **dict.fromkeys(("init", "history", "verify", "install-manifest", "db"), "log_commands"),
     **dict.fromkeys(("workload", "artifact", "frames", "bundle"), "setup_commands"),

@@ -51,8 +51,12 @@ def bench_text(bench: dict) -> str:
 @click.option("--verdicts", "shown_verdicts", type=Integer(min=0, max=MOST_SHOWN_VERDICTS), default=SHOWN_VERDICTS, show_default=True,
               help="How many of the artifact's latest verdicts to list, with the count of all of them "
                    "(`registry history artifact:ID` lists every one).")
+@click.option("--documents", "every_entry", is_flag=True,
+              help="List every entry (session batch or benchmark document) of its bytes' speed record, not only the "
+                   "latest few.")
 @pass_session
-def show(session: Session, artifact_id: str, as_of: str | None, as_json: bool, shown_verdicts: int) -> None:
+def show(session: Session, artifact_id: str, as_of: str | None, as_json: bool, shown_verdicts: int,
+         every_entry: bool) -> None:
     """Show ARTIFACT_ID's state, latest verdict, margins, speedup, evidence and latest verdicts.
 
     Example:
@@ -60,12 +64,13 @@ def show(session: Session, artifact_id: str, as_of: str | None, as_json: bool, s
     \b
       registry show my-kernel
       registry show my-kernel --as-of 120 --json
+      registry show my-kernel --documents
     """
     from registry.app.show import show_artifact
 
     from .monitor_commands import monitor_text
 
-    shown = show_artifact(session.open(), artifact_id, shown_verdicts, as_of)
+    shown = show_artifact(session.open(), artifact_id, shown_verdicts, as_of, every_entry)
     if as_json:
         emit_json(shown.to_dict())
         return
@@ -112,6 +117,7 @@ def show(session: Session, artifact_id: str, as_of: str | None, as_json: bool, s
                                  "speedup_ci": state["speedup_ci"]}))
     if bench is not None:
         say("  " + bench_text(bench))
+        _say_entries(shown.entries, bench["entries"])
     if monitor is not None:
         say("  " + monitor_text(monitor).replace("\n", "\n  "))
     if state["evidence"]:
@@ -120,6 +126,16 @@ def show(session: Session, artifact_id: str, as_of: str | None, as_json: bool, s
     for failure in state["open_failures"]:
         say(f"  open failure at {one_line(failure['stage'])}: {quoted_text(failure['error'])}")
     _say_verdicts(state, verdict_count)
+
+
+def _say_entries(entries: list[dict], count: int) -> None:
+    """The speed record's listed entries, latest last, saying how many it holds when not all are listed."""
+    if not entries:
+        return
+    title = ("speed record entries" if len(entries) == count else
+             f"speed record entries (latest {len(entries)} of {count}; --documents lists every one)")
+    table(title, ["position", "source", "event", "artifact"],
+          ((entry["position"], entry["source"], entry["event_id"], entry["artifact"]) for entry in entries))
 
 
 def _regressed_text(shown_as: dict) -> str:

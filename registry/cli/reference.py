@@ -1,6 +1,6 @@
 """The command reference (docs/cli.md), generated from every command's `--help`: what a user reads is what runs.
 
-`python -m registry.cli.reference` writes it; tests/test_docs.py fails when
+`python -m registry.cli.reference` writes it; tests/cli/test_docs.py fails when
 the page in the tree is not what this writes, so a changed command cannot
 leave its reference behind (as sqlite-utils generates its CLI reference).
 Each command's help is rendered as click renders it for `--help`, at a fixed
@@ -21,7 +21,7 @@ PREAMBLE = """# Command reference
 
 Every command of `registry`, with its `--help` as the program prints it.
 This page is generated from the commands themselves
-(`python -m registry.cli.reference` rewrites it; tests/test_docs.py fails
+(`python -m registry.cli.reference` rewrites it; tests/cli/test_docs.py fails
 when it is stale), so edit a command's docstring and options, never this
 page. The exit statuses every command shares are in
 [architecture.md](architecture.md), "Exit codes".

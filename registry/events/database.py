@@ -253,7 +253,7 @@ def open_existing(url: str, *, upgrading: bool = False, read_only: bool = False)
 
 # The newest migration this code ships. Opening a registry compares the
 # database's revision with it directly, so ordinary commands need not import
-# Alembic; tests/test_migrations.py checks it against the script directory.
+# Alembic; tests/migrations/test_migrations.py checks it against the script directory.
 SCHEMA_HEAD = "0012"
 
 

@@ -19,7 +19,7 @@ validates it with the model as before, so every refusal and its message is
 still the model's. A model whose schema holds anything else (a validator, an
 alias, another type or constraint, a default other than None, other
 settings) is not compiled at all. A property test holds the two paths to the
-same outcome on hostile payloads (tests/test_plain_payloads.py).
+same outcome on hostile payloads (tests/events/test_plain_payloads.py).
 """
 from __future__ import annotations
 

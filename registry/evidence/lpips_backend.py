@@ -25,7 +25,7 @@ The pieces come from two files, neither ever fetched at run time:
 
 The forward pass repeats ``lpips.LPIPS(net='alex', version='0.1')`` in eval
 mode operation for operation, in float32 on the CPU, so that it reproduces
-the reference implementation's numbers (see ``tests/test_lpips.py`` and the
+the reference implementation's numbers (see ``tests/evidence/test_lpips.py`` and the
 golden file made by ``scripts/make_lpips_golden.py``). Anything missing or
 mismatched yields :class:`Absent` with the reason, never a substitute number.
 """

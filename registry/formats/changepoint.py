@@ -28,7 +28,7 @@ counted over subsets (a chain of subsets A_1 < A_2 < ... of the first k
 runs' ranks) by scripts/changepoint_table.py for every n up to TABLE_RUNS and
 every achievable m whose p is at most MAX_TABLED_P, and shipped as
 registry/formats/changepoint_table.py; a read looks it up (nothing is
-computed at read time but the n - 1 split p-values). tests/test_changepoint.py
+computed at read time but the n - 1 split p-values). tests/formats/test_changepoint.py
 checks the table against an enumeration of every permutation for small n and
 against the subset count in plain Python, and the two published figures.
 

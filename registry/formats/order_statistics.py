@@ -3,7 +3,7 @@
 `show` folds a speed record on every call, so this reading must not pay for
 numpy's import (a quarter of a read command's start-up). Each function gives
 the same floats, bit for bit, as numpy's float64 arithmetic over the same
-runs (tests/test_stats.py compares them over generated samples):
+runs (tests/formats/test_stats.py compares them over generated samples):
 a ratio is one IEEE division of two doubles either way, an order statistic
 is an element of the sorted sample, and a median of an even count is the
 two middle elements' sum halved, as `numpy.median` takes their mean.

@@ -72,8 +72,8 @@ def body_bytes(document: Mapping[str, Any]) -> bytes:
                       allow_nan=False).encode("utf-8")
 
 
-def signature(secret: str | bytes, delivery_id: str, timestamp: int, body: bytes) -> str:
-    """`v1=<hex HMAC-SHA256(secret, "<id>.<timestamp>.<body>")>`."""
+def signature(secret: str | bytes, delivery_id: str, timestamp: int | str, body: bytes) -> str:
+    """`v1=<hex HMAC-SHA256(secret, "<id>.<timestamp>.<body>")>`, the timestamp as the header writes it."""
     content = f"{delivery_id}.{timestamp}.".encode("utf-8") + body
     return f"{SIGNATURE_VERSION}=" + hmac.new(secret_bytes(secret), content, hashlib.sha256).hexdigest()
 
@@ -126,7 +126,7 @@ def verify_delivery(secret: str | bytes, headers: Mapping[str, str], body: bytes
     if abs(clock - timestamp) > tolerance_s:
         raise DeliveryRefused(f"{TIMESTAMP_HEADER} {timestamp} is {abs(clock - timestamp):.0f} s from this clock, "
                               f"more than the {tolerance_s:g} s allowed: a replay, or a clock to set right")
-    expected = signature(secret, delivery_id, timestamp, body)
+    expected = signature(secret, delivery_id, stamp, body)  # the header's text: "00" does not sign as "0" does
     offered = _header(headers, SIGNATURE_HEADER).split()
     if not any(hmac.compare_digest(expected.encode("ascii"), candidate.encode("utf-8", "replace"))
                for candidate in offered):

@@ -1,8 +1,9 @@
 """The one promotion decision: a pure function of contract, evidence and artifact facts.
 
-`decide` is imported when first asked for: the rules it runs import numpy
-and every evidence format, which a read that only folds a speed record
-(`show`) or returns a standing verdict (`promote`) has no use for.
+`decide` is imported when first asked for: the rules it runs import every
+evidence format and the statistics derived from them, which a read that only
+folds a speed record (`show`) or returns a standing verdict (`promote`) has
+no use for.
 """
 import sys
 import types

@@ -57,4 +57,5 @@ def decide(contract: Contract, evidence: GateEvidence, artifact: ArtifactFacts) 
         speedup_ci_level=speed.level if speed.interval is not None else None,
         speedup_pairs=speed.pairs,
         speedup_ci_pair=speed.interval_pair,
+        speed_record=speed.record,
     )

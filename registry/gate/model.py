@@ -46,13 +46,29 @@ class SpeedRecord:
     bytes, under any artifact id or claim, in recorded order (projections/read_models/speed_records.py
     `RecordEntry`). sessions: how many sessions were opened. versions: every
     contract version of the workload with its position and stored speed block
-    (the loosening rule reads them: registry/gate/record.py).
+    (the loosening rule reads them: registry/gate/record.py). key, head and
+    digest: the record's key, the log position it stands at and the digest of
+    its entries' event ids (read_models/speed_records.py), which a verdict
+    decided on it cites instead of every entry (`reference`).
     """
 
     payload_sha256: str | None
     entries: Sequence[Mapping[str, Any]] = ()
     sessions: int = 0
     versions: Sequence[Mapping[str, Any]] = ()
+    key: str | None = None
+    head: int | None = None
+    digest: str | None = None
+    # The running reading the read model keeps (registry/gate/record.py `RecordReader`), under the terms it names:
+    # read instead of the entries when they are the current contract's terms, never otherwise.
+    reading: Mapping[str, Any] | None = None
+
+    def reference(self) -> dict[str, Any] | None:
+        """What a verdict cites of the record it read: key, head position, entry count and digest (None for a
+        record with no row: no entry was ever recorded for the bytes)."""
+        if self.key is None:
+            return None
+        return {"record": self.key, "head": self.head, "entries": len(self.entries), "digest": self.digest}
 
 
 @dataclass(frozen=True)
@@ -118,7 +134,8 @@ _VERDICT_KEYS = (
     "evidence_ids", "gate_version",
 )
 # Keys a verdict carries since they were added; a verdict recorded before one of them existed lacks it.
-_LATER_VERDICT_KEYS = ("speedup_ci_level", "speedup_pairs", "speedup_ci_pair")
+_LATER_VERDICT_KEYS = ("speedup_ci_level", "speedup_pairs", "speedup_ci_pair", "speed_record")
+_RECORD_REFERENCE_KEYS = {"record", "head", "entries", "digest"}
 
 
 @dataclass(frozen=True)
@@ -140,6 +157,11 @@ class Verdict:
     # decided, or the last pair read). None otherwise, and in verdicts recorded before these existed.
     speedup_pairs: int | None = None
     speedup_ci_pair: int | None = None
+    # For a verdict decided on a speed record: the record it read, by reference (`SpeedRecord.reference`: key, head
+    # position, entry count, digest of its entries' event ids), so a verdict's size does not grow with the record.
+    # `evidence_ids` then lists the latest items consulted, not every entry of the record; verdicts recorded before
+    # the reference existed list every entry there, and have none.
+    speed_record: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -155,6 +177,7 @@ class Verdict:
             "speedup_ci_level": self.speedup_ci_level,
             "speedup_pairs": self.speedup_pairs,
             "speedup_ci_pair": self.speedup_ci_pair,
+            "speed_record": None if self.speed_record is None else dict(self.speed_record),
         }
 
     @classmethod
@@ -190,6 +213,7 @@ class Verdict:
             speedup_ci_level=_level(obj.get("speedup_ci_level")),
             speedup_pairs=_pair_count(obj.get("speedup_pairs"), "speedup_pairs"),
             speedup_ci_pair=_pair_count(obj.get("speedup_ci_pair"), "speedup_ci_pair"),
+            speed_record=_reference(obj.get("speed_record")),
         )
 
 
@@ -199,6 +223,14 @@ def _level(value: Any) -> float | None:
     if not is_finite_number(value) or not 0.0 < value < 1.0:
         raise UserError(f"verdict.speedup_ci_level: {value!r} is not a coverage in (0, 1)")
     return float(value)
+
+
+def _reference(value: Any) -> dict[str, Any] | None:
+    if value is None:
+        return None
+    if not isinstance(value, Mapping) or set(value) != _RECORD_REFERENCE_KEYS:
+        raise UserError(f"verdict.speed_record: expected keys {sorted(_RECORD_REFERENCE_KEYS)}")
+    return dict(value)
 
 
 def _pair_count(value: Any, name: str) -> int | None:

@@ -43,13 +43,15 @@ from registry.gate.text import num, times_pair
 @dataclass(frozen=True)
 class SpeedResult:
     """What a verdict records of speed: the speedup, its interval and the interval's two-sided level; for a speed
-    record, how many pairs the speedup is over and the pair whose running bounds the interval is."""
+    record, how many pairs the speedup is over, the pair whose running bounds the interval is, and the record read
+    (`SpeedRecord.reference`)."""
 
     value: float | None = None
     interval: tuple[float, float] | None = None
     level: float | None = None
     pairs: int | None = None
     interval_pair: int | None = None
+    record: dict[str, Any] | None = None
 
 
 def check_speed(
@@ -272,31 +274,29 @@ def _judge_record(speed: SpeedGate, record: SpeedRecord, recorded: Recorded | No
         if item is not None and not_speed_evidence(item["timer"], item["device"]) is None:
             _judge(speed, item, ledger, compare=False)
     reading = read_record(record, speed)
-    consulted = set(ledger.evidence_ids)
-    for event_id in reading.event_ids:
-        if event_id not in consulted:
-            consulted.add(event_id)
-            ledger.evidence_ids.append(event_id)
+    cited = record.reference()  # the record by key, head and digest: a verdict never lists every entry it read
     ledger.note("speed.attempts", f"{record_sentence(reading.sessions, reading.documents)}, every pair read in "
                                   "recorded order as one record")
-    for note in reading.notes:
+    notes, more_notes = reading.notes[:MOST_LISTED], len(reading.notes) - MOST_LISTED
+    for note in notes:
         ledger.note("speed.attempts", note)
+    if more_notes > 0:
+        ledger.note("speed.attempts", f"and {more_notes} more such notes on the record's entries ({LISTED_WHERE})")
     held_before = len(ledger.findings)
-    for hold in reading.holds:
-        ledger.add(hold.rule, "held", hold.text)
-    if not reading.ratios:
-        for found in reading.set_aside:
-            ledger.add("speed.interpreter", "held", found.reason)
+    _hold_listed(ledger, [(hold.rule, hold.text) for hold in reading.holds])
+    if not reading.pairs:
+        _hold_listed(ledger, [("speed.interpreter", found.reason) for found in reading.set_aside])
     result, figure = reading.result, reading.figure
     bounds = None if result.lower is None or result.upper is None else (result.lower, result.upper)
     if figure is not None:
         speed_result = SpeedResult(figure.value, bounds, reading.level if bounds else None, figure.pairs,
-                                   (result.decided_at or result.pairs) if bounds else None)
+                                   (result.decided_at or result.pairs) if bounds else None, cited)
     elif item is not None:  # nothing read: the latest complete item's own figure, as a document publishes it
         derived = item["derived"]
-        speed_result = SpeedResult(derived["speedup"], tuple(derived["speedup_ci"]), derived["ci_level"])
+        speed_result = SpeedResult(derived["speedup"], tuple(derived["speedup_ci"]), derived["ci_level"],
+                                   record=cited)
     else:
-        speed_result = SpeedResult()
+        speed_result = SpeedResult(record=cited)
     if len(ledger.findings) > held_before or figure is None:
         if figure is None and len(ledger.findings) == held_before:
             ledger.add("speed.missing", "held", "the speed record of these bytes holds no pairs it can read")
@@ -304,6 +304,24 @@ def _judge_record(speed: SpeedGate, record: SpeedRecord, recorded: Recorded | No
     ledger.margin("speedup", figure.value, speed.gate, higher_is_better=True)
     _record_finding(speed, reading, ledger)
     return speed_result
+
+
+# A verdict names at most this many of a record's holds, notes and entries set aside one by one, and counts the
+# rest by rule: its size must not grow with the record (a record of thousands of drifting documents would otherwise
+# list each), while every entry stays listed by `registry show ID --documents` and in `history`.
+MOST_LISTED = 10
+LISTED_WHERE = "`registry show ARTIFACT --documents` lists every entry"
+
+
+def _hold_listed(ledger: Ledger, holds: list[tuple[str, str]]) -> None:
+    """The first MOST_LISTED holds as they read, then one held finding per rule counting the rest."""
+    for rule, text in holds[:MOST_LISTED]:
+        ledger.add(rule, "held", text)
+    rest: dict[str, int] = {}
+    for rule, _ in holds[MOST_LISTED:]:
+        rest[rule] = rest.get(rule, 0) + 1
+    for rule, count in rest.items():
+        ledger.add(rule, "held", f"and {count} more entries of the speed record hold it by {rule} ({LISTED_WHERE})")
 
 
 def _record_finding(speed: SpeedGate, reading: Reading, ledger: Ledger) -> None:
@@ -317,7 +335,7 @@ def _record_finding(speed: SpeedGate, reading: Reading, ledger: Ledger) -> None:
     bounds = (f"running bounds [{low}, {high}] (two-sided {reading.level:.0%}, alpha {num(result.alpha)} per side)")
     if result.decided_at:
         text = (f"speedup {shown} over the {figure.pairs} pairs read up to the {figure.source} that decided "
-                f"({figure.method}); decided at pair {result.decided_at} of {len(reading.ratios)} recorded: {bounds}")
+                f"({figure.method}); decided at pair {result.decided_at} of {reading.pairs} recorded: {bounds}")
     else:
         text = (f"speedup {shown} over the {figure.pairs} pairs read ({figure.method}); after pair {result.pairs}: "
                 f"{bounds}")

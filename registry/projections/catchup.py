@@ -44,7 +44,6 @@ from registry.events.schema import EVENTS, METADATA
 from registry.events.store import EventStore
 from registry.formats.errors import first_line
 
-from .asof import fold_log
 from .collector import collector_paused
 from .errors import ProjectionError
 from .fold import fold
@@ -52,6 +51,7 @@ from .log import PAGE, read_log
 from . import read_models
 from .read_models import CHECKPOINT, DECLARATIONS, READ_MODEL_TABLES, RegistryState, by_name
 from .read_models.declaration import load_state
+from .record_readings import fold_kept, keep_readings
 from .row_checks import check_absent
 from .snapshot import CHECKPOINT_NAME, read_checkpoint, snapshot
 from .writes import Change, rebuild_rows, write_change
@@ -272,7 +272,7 @@ class ReadModels:
         create_missing_tables(self.engine)
         for _ in range(MAX_ATTEMPTS):
             head = self.store.head_position()
-            state = fold_log(self.store, head)
+            state = fold_kept(self.store, head)
             try:
                 with self._writer() as conn:
                     # The checkpoint first: on Postgres this waits for a catch-up in flight.
@@ -303,7 +303,7 @@ class ReadModels:
         """Fold (checkpoint, head] into the rows it touches and commit them, or with `rebuild` fold the whole log
         up to `head` and write every row again; False if another catch-up moved the checkpoint first."""
         if rebuild:
-            work = fold_log(self.store, head)
+            work = fold_kept(self.store, head)
             change = None
         else:
             work, change = self._fold_changes(checkpoint or 0, head)
@@ -337,7 +337,15 @@ class ReadModels:
                     self._fold_batch(work, batch, change)
                     batch = []
             self._fold_batch(work, batch, change)
+            keep_readings(self.store, work.records.values(), lambda name: work.workloads.get(name) or self._row(
+                "workloads", name))
         return work, change
+
+    def _row(self, name: str, key: str) -> Any:
+        """A stored row's state, read and nothing more (not loaded into the fold: nothing of it is written)."""
+        with statement_reads(self.engine) as conn:
+            row = conn.execute(_rows_of(name), {"keys": [key]}).first()
+        return None if row is None else load_state(row[1])
 
     def _fold_batch(self, work: RegistryState, batch: list, change: Change) -> None:
         wanted: dict[str, set[str]] = {name: set() for name in STREAM_MODEL.values()}

@@ -15,7 +15,7 @@ driver's, an exception's traceback) would stay in memory for the life of the
 process, and a long-running `registry serve` folds on every write it reads.
 The first collection after a fold walks the objects it left alive once and
 moves them to an older generation, as it would any others
-(tests/test_memory.py folds a thousand times and holds memory flat).
+(tests/projections/test_memory.py folds a thousand times and holds memory flat).
 """
 from __future__ import annotations
 

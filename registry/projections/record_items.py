@@ -32,15 +32,20 @@ def attach_documents(store: EventStore, records: Iterable[SpeedRecordState],
     `known` maps positions to benchmark items already read (the artifacts' latest evidence, attached by
     items.py in the same answer), which are not read again.
     """
+    attach_entries(store, [entry for record in records for entry in record["entries"]], known)
+
+
+def attach_entries(store: EventStore, entries: Iterable[Any],
+                   known: dict[int, dict[str, Any]] | None = None) -> None:
+    """Give each document entry among `entries` its arms and names, read from the log (in place)."""
     wanted: dict[int, Any] = {}
-    for record in records:
-        for entry in record["entries"]:
-            if entry["source"] == "document" and "protocol" not in entry:
-                item = (known or {}).get(entry["position"])
-                if item is not None:
-                    entry.update(document_fields(item if isinstance(item, dict) else {}))
-                else:
-                    wanted[entry["position"]] = entry
+    for entry in entries:
+        if entry["source"] == "document" and "protocol" not in entry:
+            item = (known or {}).get(entry["position"])
+            if item is not None:
+                entry.update(document_fields(item if isinstance(item, dict) else {}))
+            else:
+                wanted[entry["position"]] = entry
     if not wanted:
         return
     for rows in store.log_rows_at(wanted, page=ITEM_PAGE):

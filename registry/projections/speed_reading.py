@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
-from .read_models import SpeedRecordState, WorkloadState
+from .read_models import KeptReading, SpeedRecordState, WorkloadState
 
 if TYPE_CHECKING:
     from registry.contracts import SpeedGate
@@ -34,7 +34,9 @@ class RecordReading:
     speed block (None when it declares none); `reading` the confident rule's
     reading of the record (None unless the block declares that rule), made
     when first asked: `promote` hands the record to the gate, which reads it
-    itself, so a promote reads a record once.
+    itself, so a promote reads a record once. Either reads the running
+    reading the row keeps when it is kept under the current terms (`kept`),
+    and only then: otherwise the record's documents must be attached first.
     """
 
     row: SpeedRecordState | None
@@ -46,6 +48,23 @@ class RecordReading:
     def confident(self) -> bool:
         return self.record.payload_sha256 is not None and self.speed is not None \
             and self.speed.decision == "confident"
+
+    @property
+    def kept(self) -> KeptReading | None:
+        """The running reading the row keeps (record_readings.py), when it answers under the current contract:
+        None when the row keeps none, keeps one that has not read its latest entry, or keeps the confident rule's
+        under other terms than the current ones (a contract declared since the record's last entry), which is
+        never used."""
+        from registry.gate.record import terms_key
+
+        kept = None if self.row is None else self.row.get("reading")
+        entries = [] if self.row is None else self.row["entries"]
+        if kept is None or kept["through"] != (entries[-1]["position"] if entries else 0):
+            return None
+        if not self.confident:
+            return kept
+        assert self.speed is not None
+        return kept if (kept["rule"] or {}).get("terms") == terms_key(self.speed, self.terms) else None
 
     @cached_property
     def reading(self) -> Reading | None:
@@ -86,6 +105,8 @@ def read_speed_record(row: SpeedRecordState | None, workload: WorkloadState | No
     if row is None:
         record = SpeedRecord(payload_sha256, (), 0, versions)
     else:
-        record = SpeedRecord(payload_sha256, row["entries"], len(row["sessions"]), versions)
+        kept = row.get("reading")
+        record = SpeedRecord(payload_sha256, row["entries"], len(row["sessions"]), versions, row["record"],
+                             row["last_position"], row["digest"], None if kept is None else kept["rule"])
     speed, terms = speed_terms(workload) if rule is None else rule
     return RecordReading(row, record, speed, terms)

@@ -18,19 +18,19 @@ from sqlalchemy import Table, select
 
 from registry.events.store import EventStore
 
-from .asof import fold_log
 from .catchup import ReadModels, ReadModelsNotWritable
 from .items import attach_items
 from .read_models import DECLARATIONS, ReadModel, RegistryState, SideTable
 from .read_models.declaration import Keyed, load_state
 from .record_items import attach_state_documents
+from .record_readings import fold_kept
 from .snapshot import read_checkpoint, snapshot
 
 
 def rebuild(store: EventStore) -> RegistryState:
-    """The registry's state folded from nothing, in memory, up to the log's head, with its evidence items
-    (as a view as of the head answers `state()`)."""
-    state = fold_log(store, store.head_position())
+    """The registry's state folded from nothing, in memory, up to the log's head, with its records' running readings
+    and its evidence items (as a view as of the head answers `state()`)."""
+    state = fold_kept(store, store.head_position())
     attach_items(store, state.artifacts.values())
     attach_state_documents(store, state)
     return state
@@ -106,7 +106,7 @@ def verify_projections(store: EventStore) -> ReplayReport:
                        for row in conn.execute(select(table)).mappings()}
                 for name, (table, key, named, _) in tables.items()}
     started = time.perf_counter()
-    replay = fold_log(store, position)
+    replay = fold_kept(store, position)
     seconds = time.perf_counter() - started
     expected = _expected_rows(replay)
     differences = []

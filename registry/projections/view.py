@@ -184,23 +184,26 @@ class View:
         """The frame set as registered."""
         return self._subject("framesets", normalized_name(name))
 
-    def speed_record(self, artifact: ArtifactState, workload: WorkloadState | None = None) -> RecordReading:
+    def speed_record(self, artifact: ArtifactState, workload: WorkloadState | None = None, *,
+                     documents: bool = False) -> RecordReading:
         """The speed record of the artifact's bytes within its workload, read under the workload's contract
-        (speed_reading.py): one row, its documents attached. `workload` is its workload's row when the caller
-        read it already."""
+        (speed_reading.py): one row, with its running reading kept under the current contract, else its documents
+        attached. `workload` is its workload's row when the caller read it already; `documents` attaches them
+        whatever the row keeps (a record read under a contract not declared: `what-if`)."""
         payload = artifact["payload_sha256"]
         if workload is None:
             workload = self.workload(artifact["workload"])
-        row = None
-        if payload is not None:
-            key = record_key(artifact["workload"], payload)
-            if self._live:
-                row = self._subject("records", key)
-            else:
-                row = self._whole().records.get(key)
-            if row is not None:
-                attach_documents(self.store, [row])
-        return read_speed_record(row, workload, payload)
+        row = None if payload is None else self.record(record_key(artifact["workload"], payload))
+        read = read_speed_record(row, workload, payload)
+        if row is not None and (documents or read.kept is None):  # no running reading that answers: every one read
+            attach_documents(self.store, [row])
+        return read
+
+    def record(self, key: str) -> SpeedRecordState | None:
+        """The speed record of `key` (`workload:payload`) as its row holds it: entries by reference, unread."""
+        if self._live:
+            return self._subject("records", key)
+        return self._whole().records.get(key)
 
     def sharing_payload(self, workload: str, payload_sha256: str | None,
                         asking: str | None = None) -> list[ArtifactState]:
@@ -215,14 +218,16 @@ class View:
 
     def bench_subjects(self, artifact_ids: Sequence[str]) -> dict[str, BenchSubject]:
         """What a benchmark session's append checks, for several artifacts (by NFC id): each one's row, its
-        workload's, its identity's bench stream's and its bytes' speed record's, their documents attached."""
+        workload's, its identity's bench stream's and its bytes' speed record's, with its running reading kept
+        under the current contract, else its documents attached."""
         ids = list(dict.fromkeys(normalized_name(artifact_id) for artifact_id in artifact_ids))
         if self._live:
             with self._reads() as conn:
                 found = subject.bench_rows(conn, ids, self.position)
         else:
             found = {artifact_id: self._folded_bench_subject(artifact_id) for artifact_id in ids}
-        records = [rows.record for rows in found.values() if rows.record is not None]
+        records = [rows.record for rows in found.values() if rows.record is not None and read_speed_record(
+            rows.record, rows.workload, rows.record["payload_sha256"]).kept is None]
         if records:
             attach_documents(self.store, list({id(record): record for record in records}.values()))
         return found

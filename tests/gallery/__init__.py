@@ -8,7 +8,7 @@ writes a module and the private helpers it imports (``_shared.py``,
 ``_escape.py``) into one file, as its author would have had to. Most cheats
 behave honestly on the first call per shape, which is what the harness before
 the isolation change checked, and cheat on the calls it only timed.
-tests/test_cheat_gallery.py and tests/test_escape_gallery.py run them through
+tests/kernels/test_cheat_gallery.py and tests/kernels/test_escape_gallery.py run them through
 `registry evaluate` and `registry promote`.
 """
 from __future__ import annotations

@@ -4,7 +4,7 @@ Each has the parameters of the built-in `_modln_kernel` (registry/kernels/modln.
 so it ships under the same launch spec as an honest modulated LayerNorm
 bundle and is registered (its cubin rebuilt by the registry and checked) like
 one; what it does on a GPU is the attack. `benchmarks/gpu_kernels.sh` and the
-`device` tests of tests/test_launcher_gpu.py evaluate each and expect its class
+`device` tests of tests/kernels/test_launcher_gpu.py evaluate each and expect its class
 named in the one failure recorded:
 
 | kernel | attack | refusal |

@@ -1,6 +1,6 @@
 """Technique 1: the output is whatever the allocator hands back, hoping it still holds the reference's answer.
 
-GPU form (tests/test_cheat_gallery_gpu.py): the same request on torch's
+GPU form (tests/kernels/test_cheat_gallery_gpu.py): the same request on torch's
 CUDA caching allocator, which keeps freed blocks itself and hands the block
 just freed to the next request of its size (KernelBench's allocator cheat);
 the CPU allocator installed below is not involved there.

@@ -13,8 +13,6 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
-
 from registry.formats.evidence.errors import EvidenceError
 from registry.formats.evidence.schemas import HARNESS_LAUNCHER, METRICS, UNREPORTED, check_confinement
 from registry.formats.stats import summarize_benchmark
@@ -120,10 +118,10 @@ def _perceptual(item: dict[str, Any], where: str) -> dict[str, Any]:
         "worst_lpips_frame": None,
     }
     if "ssim" in lists:
-        index = int(np.argmin(lists["ssim"]))
+        index = min(range(len(lists["ssim"])), key=lists["ssim"].__getitem__)  # the first lowest, as numpy's argmin
         derived.update(worst_ssim=lists["ssim"][index], worst_ssim_frame=index)
     if "lpips" in lists:
-        index = int(np.argmax(lists["lpips"]))
+        index = max(range(len(lists["lpips"])), key=lists["lpips"].__getitem__)  # the first highest
         derived.update(worst_lpips=lists["lpips"][index], worst_lpips_frame=index)
     return derived
 

@@ -5,7 +5,7 @@ a dataclass: the dict *is* the read-model row's document. Its canonical JSON
 is what the row stores, and `registry replay --verify` compares a fresh fold
 with the stored row value for value, with no encoding or decoding step
 between the fold and the row (docs/projections.md, "Why the read models are
-declared dicts"). tests/test_read_model_shapes.py folds generated logs and
+declared dicts"). tests/projections/test_read_model_shapes.py folds generated logs and
 holds every state to the declared types, so a key a fold adds without
 declaring it fails there.
 
@@ -37,14 +37,14 @@ from .declaration import ReadModel, SideTable
 from .framesets import FrameSetState
 from .monitors import MonitorAcknowledgment, MonitorAlarm, MonitorState
 from .outcomes import OutcomeRecord, OutcomesState
-from .speed_records import BenchSession, RecordEntry, SpeedRecordState
+from .speed_records import BenchSession, KeptReading, RecordEntry, SpeedRecordState
 from .verdicts import VerdictEntry
 from .workloads import ContractVersion, WorkloadState
 
 __all__ = [
     "CHECKPOINT", "DECLARATIONS", "EVIDENCE_KINDS", "FINAL", "READ_MODEL_TABLES", "VERSIONS", "ArtifactState",
     "AttachedEvidence", "BenchSession", "BenchStreamState", "ContractVersion", "EvidenceEntry", "FrameSetState",
-    "HumanDecision", "IdentityChange", "IdentityScope", "KeptIdentity", "Margin", "MonitorAcknowledgment",
+    "HumanDecision", "IdentityChange", "IdentityScope", "KeptIdentity", "KeptReading", "Margin", "MonitorAcknowledgment",
     "MonitorAlarm", "MonitorState", "OpenFailure", "OutcomeRecord", "OutcomesState", "ReadModel", "RecordEntry",
     "RegistryState", "SideTable", "SpeedRecordState", "VerdictEntry", "WorkloadState", "by_name",
 ]

@@ -13,6 +13,13 @@ position (record_items.py), as evidence items are. An artifact without a
 payload has no record and borrows none: its sessions live in its bench
 stream's row only.
 
+Each entry also moves the record's `digest` on: the sha256 of the digest
+before it and the entry's event id (the first entry's, of its event id
+alone), so the digest at the head names every entry in recorded order. A
+verdict decided on the record cites its key, head position, entry count and
+this digest instead of listing every entry's event (docs/gate.md, "The speed
+record"), and `replay --verify` compares it with a fresh fold's.
+
 Side table: `projection_record_heads`, where each record stands (its row's
 `last_position`), written beside it; a read checks the row against it
 (`check_records`), and a listing of a workload's records against their
@@ -24,6 +31,7 @@ from typing import Any, Callable, Literal, NotRequired, Protocol, Sequence, Type
 
 from sqlalchemy import BigInteger, Column, Connection, String, Table, bindparam, func, select
 
+from registry.events.canonical import sha256_hex
 from registry.events.schema import EVENTS, METADATA
 from registry.formats.names import ARTIFACT_PREFIX, BENCH_PREFIX
 
@@ -33,7 +41,7 @@ from .bench_streams import BenchStreamState
 from .declaration import ReadModel, SideTable, state_table
 from .payload_index import payload_key
 
-VERSION = 1
+VERSION = 3
 # Positions checked against the log per read (bound parameters stay far below every backend's limit).
 CHUNK = 500
 
@@ -75,6 +83,19 @@ class RecordEntry(TypedDict):
     arch: NotRequired[str | None]
 
 
+class KeptReading(TypedDict):
+    """A record's running reading as its row keeps it (registry/projections/record_readings.py): the entries read
+    into it (up to `through`), what any record shows of them, and the confident rule's state (None when the
+    contract in force at the record's last position does not decide by that rule)."""
+
+    through: int
+    pairs: int
+    devices: list[str]
+    archs: list[str]
+    timers: list[str]
+    rule: dict[str, Any] | None
+
+
 class SpeedRecordState(TypedDict):
     """The speed record of one payload within a workload (docs/gate.md, "The speed record"): every session
     batch and complete benchmark document of those bytes, under any artifact id or claim, in recorded order."""
@@ -86,6 +107,8 @@ class SpeedRecordState(TypedDict):
     entries: list[RecordEntry]
     documents: int
     last_position: int
+    digest: str  # of every entry's event id in recorded order (`next_digest`); empty before the first entry
+    reading: NotRequired[KeptReading]  # kept by the catch-up once it has folded the record's entries
 
 
 class Records(Protocol):
@@ -130,10 +153,20 @@ def _record(state: Records, workload: str, payload_sha256: Any, position: int) -
         found = state.load_row("records", key)
     if found is None:
         found = {"record": key, "workload": workload, "payload_sha256": payload_sha256, "sessions": {},
-                 "entries": [], "documents": 0, "last_position": position}
+                 "entries": [], "documents": 0, "last_position": position, "digest": ""}
     state.records[key] = found
     found["last_position"] = position
     return found
+
+
+def next_digest(digest: str, event_id: str) -> str:
+    """The record's digest once an entry of `event_id` joins it: a chain, so it names every entry in order."""
+    return sha256_hex(digest + event_id)
+
+
+def _entry(record: SpeedRecordState, entry: RecordEntry) -> None:
+    record["entries"].append(entry)
+    record["digest"] = next_digest(record["digest"], entry["event_id"])
 
 
 def _session(state: Records, event: LogEvent) -> None:
@@ -158,7 +191,7 @@ def _pairs(state: Records, event: LogEvent) -> None:
     record = _record(state, workload, payload_sha256, event.position)
     session = record["sessions"][payload["session"]]
     session["pairs"] += len(payload["baseline_s"])
-    record["entries"].append({
+    _entry(record, {
         "source": "session", "position": event.position, "event_id": event.event_id,
         "artifact": payload["artifact"], "identity": payload["identity"], "session": payload["session"],
         "protocol": "paired", "schedule": None, "baseline_s": payload["baseline_s"],
@@ -178,8 +211,8 @@ def _document(state: Records, event: LogEvent) -> None:
     artifact = state.artifacts[event.stream[len(ARTIFACT_PREFIX):]]
     record = _record(state, artifact["workload"], event.scope, event.position)
     record["documents"] += 1
-    record["entries"].append({"source": "document", "position": event.position, "event_id": event.event_id,
-                              "artifact": artifact["artifact"], "identity": event.identity, "session": None})
+    _entry(record, {"source": "document", "position": event.position, "event_id": event.event_id,
+                    "artifact": artifact["artifact"], "identity": event.identity, "session": None})
 
 
 # -- checks ----------------------------------------------------------------------------------------------------
@@ -195,10 +228,16 @@ def damaged(key: str, why: str) -> DamagedReadModel:
 
 
 def check_records(conn: Connection, rows: Sequence[tuple[str, int, dict]], checkpoint: int) -> None:
-    """(key, last position, state) rows against their heads and their entries against the log: a record must
-    stand where its head says, its entries run in log order, each the event it names in its own stream, none
-    after the row's last position, and each session it lists opened by an event of its identity's stream at a
-    position no entry holds."""
+    """(key, last position, state) rows against their heads, and each row's head against the log: a record must
+    stand where its head says, its entries run in log order up to the row's last position, its latest entry must be
+    the event it names in its own stream, and each session it lists opened by an event of its identity's stream at
+    a position no entry holds.
+
+    Of the entries only the latest is looked up in the log, not every one: a read of a record holding tens of
+    thousands of entries costs what a read of one costs (a row moved back or forward names another latest event;
+    `replay --verify` compares every entry and the digest with a fresh fold, and a document entry's event is read
+    by position whenever its arms are attached, record_items.py).
+    """
     for start in range(0, len(rows), CHUNK):
         _check_records(conn, rows[start:start + CHUNK], checkpoint)
 
@@ -215,20 +254,27 @@ def _check_records(conn: Connection, rows: Sequence[tuple[str, int, dict]], chec
             raise damaged(key, "its entries are not a list of entries")
         previous = 0
         for entry in entries:
-            stream = (BENCH_PREFIX + str(entry.get("identity")) if entry.get("source") == "session"
-                      else ARTIFACT_PREFIX + str(entry.get("artifact")))
             at = entry.get("position")
             if not isinstance(at, int) or not previous < at <= position:
                 raise damaged(key, f"an entry at position {at} is not after the one before it "
                                    f"({previous}) and at or before the row's last position {position}")
             previous = at
-            wanted[at] = (key, stream, entry.get("event_id"))
+        kept = state.get("reading")
+        through = kept.get("through") if isinstance(kept, dict) else kept
+        if "reading" in state and through != previous:  # kept up to its latest entry by the catch-up that folded it
+            raise damaged(key, f"its running reading stands at position {through}, its latest entry at {previous}")
+        if entries:
+            latest = entries[-1]
+            stream = (BENCH_PREFIX + str(latest.get("identity")) if latest.get("source") == "session"
+                      else ARTIFACT_PREFIX + str(latest.get("artifact")))
+            wanted[latest["position"]] = (key, stream, latest.get("event_id"))
         sessions = state.get("sessions")
         if not isinstance(sessions, dict) or not all(isinstance(session, dict) for session in sessions.values()):
             raise damaged(key, "its sessions are not a mapping of sessions")
+        held = {entry["position"] for entry in entries}
         for session in sessions.values():  # each opened by an event of its identity's stream (its id unkept)
             at = session.get("opened_position")
-            if not isinstance(at, int) or at > position or at in wanted:
+            if not isinstance(at, int) or at > position or at in held or at in wanted:
                 raise damaged(key, f"a session opened at position {at} is not at or before the row's "
                                    f"last position {position}, apart from its entries")
             wanted[at] = (key, BENCH_PREFIX + str(session.get("identity")), None)
