@@ -319,6 +319,18 @@ def soak_stream(base: str, reader: str, until: float, sent: Soaked) -> None:
                         break
 
 
+def server_log(stderr, crashes: list[str]) -> None:
+    """Read the server's log for the whole run, keeping each crash's line and the exception that ended it (a log
+    left unread fills its pipe, and the server stops at its next line)."""
+    crash = None
+    for line in stderr:
+        if " ERROR crash " in line:
+            crash = line.strip()
+        elif crash is not None and line[:1] not in (" ", "T", "") and "Error" in line.split(":")[0]:
+            crashes.append(f"{crash}: {line.strip()}")
+            crash = None
+
+
 def rss_mb(pid: int) -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
@@ -363,6 +375,8 @@ def soak(args: argparse.Namespace) -> None:
             except BaseException as exc:  # noqa: BLE001 - reported below: a client that gave up is a failed soak
                 sent.failures.append(f"{target.__name__}: {type(exc).__name__}: {exc}")
 
+        crashes: list[str] = []
+        threading.Thread(target=server_log, args=(server.process.stderr, crashes), daemon=True).start()
         threads = [threading.Thread(target=guarded, args=(soak_client, server.base, i, token, lead, reader, until,
                                                           sent)) for i, token in enumerate(workers)]
         threads += [threading.Thread(target=guarded, args=(soak_reader, server.base, reader, until, sent)),
@@ -378,6 +392,8 @@ def soak(args: argparse.Namespace) -> None:
         cpu = (cpu_seconds(pid) or 0.0) - (cpu_before or 0.0)
         samples.append((time.monotonic() - started, rss_mb(pid)))
     elapsed = samples[-1][0]
+    if crashes:
+        print(f"soak: the server logged {len(crashes)} crashes; the first: {crashes[0]}")
     if sent.failures:
         raise SystemExit(f"{len(sent.failures)} soak clients gave up; the first: {sent.failures[0]}")
     lost, duplicated, lost_documents, duplicated_documents = soak_log(url, sent)

@@ -254,6 +254,7 @@ class Writer:
     connection: Any
     cursor: Any
     pid: int
+    thread: threading.Thread  # the thread it serves: once that has ended, the connection goes back (_ended_given_back)
     served: bool = False  # has committed an append (a fresh connection that fails is not stale)
     closed: bool = False  # discarded when its engine was disposed: its thread checks out another if it appends
 
@@ -274,6 +275,22 @@ def _kept(engine: Engine, writer: Writer) -> None:
             kept = _WRITERS[engine] = {}
             event.listen(engine, "engine_disposed", _writers_disposed)
         kept[id(writer)] = writer
+
+
+def _ended_given_back(engine: Engine) -> None:
+    """Give back to the pool the append connections of this process's threads that have ended. A thread keeps
+    its connection while it lives, but a server's request threads come and go (anyio ends a worker thread idle
+    for 10 s and starts another when requests come): kept for ever, each ended thread's connection stays checked
+    out until the pool has none left and every request waits for one."""
+    with _WRITERS_GUARD:
+        kept = _WRITERS.get(engine, {})
+        ended = [writer for writer in kept.values()
+                 if writer.pid == os.getpid() and not writer.closed and not writer.thread.is_alive()]
+        for writer in ended:
+            del kept[id(writer)]
+            writer.closed = True
+    for writer in ended:
+        writer.checkout.close()
 
 
 def _forgotten(engine: Engine, writer: Writer) -> None:
@@ -372,10 +389,12 @@ class Recorder(ABC):
             self._inherited.append(writer)
             writer = None
         if writer is None:
+            _ended_given_back(self.engine)
             checkout = self.engine.raw_connection()
             connection = checkout.driver_connection
             self._prepare_writer(connection)
-            writer = self._writer.current = Writer(checkout, connection, connection.cursor(), os.getpid())
+            writer = self._writer.current = Writer(checkout, connection, connection.cursor(), os.getpid(),
+                                                   threading.current_thread())
             _kept(self.engine, writer)
         return writer
 

@@ -35,7 +35,7 @@ from registry.events.store import Append, Appended, EventStore, NewEvent
 from registry.formats.errors import first_line
 from registry.formats.names import normalized_name
 
-from . import attempts, shipping, subject, whole_registry
+from . import attempts, latest, shipping, subject, whole_registry
 from .asof import check_position, fold_log
 from .catchup import ReadModels
 from .items import attach_items
@@ -286,6 +286,19 @@ class View:
             attach_items(self.store, found.artifacts.values())
             attach_state_documents(self.store, found)
         return found
+
+    def latest(self, most_artifacts: int, most_records: int) -> latest.LatestPage:
+        """The artifacts and the promoted artifacts that moved last (at most `most_artifacts` each, evidence items
+        attached) and the speed records that moved last (at most `most_records`, documents attached), with how
+        many of each there are in all (latest.py): a page whose cost its size bounds, not the registry's."""
+        if self._live:
+            with self._reads() as conn:
+                page = latest.read_live(conn, self.position, most_artifacts, most_records)
+        else:
+            page = latest.of_folded(self._whole(), most_artifacts, most_records)
+        attach_items(self.store, list({artifact["artifact"]: artifact for artifact in page.artifacts + page.promoted}.values()))
+        attach_documents(self.store, page.records)
+        return page
 
     def artifacts(self, workload: str | None = None) -> list[ArtifactState]:
         """Artifacts (of one workload if given), sorted by artifact id, each with its verdict history and items."""

@@ -45,54 +45,69 @@ MOST_STREAMS_PER_TOKEN = 8
 MOST_STREAMS = 512
 # Sent when nothing moved for this long, so a proxy does not close an idle stream.
 KEEPALIVE_SECONDS = 15
-# The most speed records drawn (as the HTML report's `max_frame_plots`); the page says how many more there are.
+# The most speed records drawn (as the HTML report's `max_frame_plots`), and the most per-frame figures; the page
+# says how many more there are.
 MOST_PLOTS = 48
+# The most artifacts the page lists (those that moved last), and the most promoted artifacts whose monitors it
+# shows; the page says how many more there are. With MOST_PLOTS they bound what a read of the page holds, however
+# large the registry grows (projections/latest.py).
+MOST_ARTIFACTS = 100
 
 
-def snapshot(registry: Registry) -> dict[str, Any]:
-    """What the page draws, read as the report reads it (app/reports.py) and drawn by the HTML report's own
-    functions (html_report.py): each workload's artifacts with their state and monitor status, the speed-against-
-    fidelity figure, the monitors' table (report.py `monitors_table`, rows from `monitor_summary`), each speed
-    record's running-bounds figure and each artifact's per-frame fidelity figure."""
+def snapshot(registry: Registry, most_artifacts: int = MOST_ARTIFACTS, most_plots: int = MOST_PLOTS) -> dict[str, Any]:
+    """What the page draws, a page of the registry (`View.latest`: the `most_artifacts` artifacts that moved last,
+    as many promoted ones for the monitors, the `most_plots` speed records that moved last) read as the report
+    reads it (app/reports.py) and drawn by the HTML report's own functions (html_report.py): each workload's
+    artifacts with their state and monitor status and how many are not listed, the speed-against-fidelity figure of
+    the artifacts listed, the monitors' table (report.py `monitors_table`, rows from `monitor_summary`), each speed
+    record's running-bounds figure and each listed artifact's per-frame fidelity figure."""
     from registry.app.reports import benchmark_records
     from registry.projections.headline import headline
     from registry.projections.html_report import has_frames
+    from registry.projections.read_models import RegistryState
     from registry.projections.report import alerts_of, monitors_of, monitors_table, speed_gate
 
     with registry.view() as view:
-        state = view.state(history=False)
-    artifacts = [state.artifacts[key] for key in sorted(state.artifacts)]
-    monitors = monitors_of(artifacts)
+        page = view.latest(most_artifacts, most_plots)
+    artifacts = sorted(page.artifacts, key=lambda artifact: artifact["artifact"])
+    listed = {artifact["artifact"] for artifact in artifacts}
+    watched = sorted(artifacts + [a for a in page.promoted if a["artifact"] not in listed],
+                     key=lambda artifact: artifact["artifact"])
+    monitors = monitors_of(watched)
     status = {monitor["artifact"]: monitor["status"] for monitor in monitors}
-    names = sorted(set(state.workloads) | {artifact["workload"] for artifact in artifacts})
+    names = sorted(set(page.workloads) | set(page.artifacts_in_all) | {a["workload"] for a in artifacts})
     workloads = []
     for name in names:
-        declared = state.workloads.get(name)
+        declared = page.workloads.get(name)
+        shown = [{"artifact": a["artifact"], "kind": a["kind"], "decision": a["decision"],
+                  "state": headline(a)["short"], "tier": a["tier"], "speedup": a["speedup"],
+                  "monitor": status.get(a["artifact"])} for a in artifacts if a["workload"] == name]
         workloads.append({"workload": name, "contract_version": declared["contract_version"] if declared else None,
-                          "artifacts": [{"artifact": a["artifact"], "kind": a["kind"], "decision": a["decision"],
-                                         "state": headline(a)["short"], "tier": a["tier"], "speedup": a["speedup"],
-                                         "monitor": status.get(a["artifact"])}
-                                        for a in artifacts if a["workload"] == name]})
-    gates = {name: speed_gate((state.workloads.get(name) or {}).get("contract")) for name in names}
+                          "artifacts": shown, "artifacts_not_shown": page.artifacts_in_all.get(name, 0) - len(shown)})
+    gates = {name: speed_gate((page.workloads.get(name) or {}).get("contract")) for name in names}
     scatter = _drawn("speed_fidelity", {"artifacts": [{key: a[key] for key in SCATTER_FIELDS} for a in artifacts],
                                         "gates": gates})
-    readable = [record for record in benchmark_records(state, state.workloads)
-                if record.get("reading") is not None]
+    newest = RegistryState(workloads=page.workloads, records={r["record"]: r for r in page.records})
+    readable = sorted((record for record in benchmark_records(newest, page.workloads)
+                       if record.get("reading") is not None),
+                      key=lambda record: -newest.records[record["record"]]["last_position"])
     records = [{"record": record["record"], "workload": record["workload"], "artifacts": record["artifacts"],
                 "pairs": record["pairs"], "max_pairs": record["max_pairs"], "shows": record["shows"],
                 "stop": record["stop"], "figure": _drawn("bounds", record)}
-               for record in readable[:MOST_PLOTS]]
+               for record in readable]
     measured = [artifact for artifact in artifacts if has_frames(artifact)]
     frames = [{"artifact": a["artifact"], "figure": _drawn("frames", {
         "artifact": {"artifact": a["artifact"], "decision": a["decision"],
                      "evidence": {"perceptual": a["evidence"]["perceptual"]}},
-        "declared": state.workloads.get(a["workload"])})} for a in measured[:MOST_PLOTS]]
+        "declared": page.workloads.get(a["workload"])})} for a in measured[:most_plots]]
     title, columns, rows = monitors_table(monitors)
-    return {"head": state.position, "workloads": workloads, "speed_fidelity": scatter, "records": records,
-            "records_not_drawn": len(readable) - len(records), "frames": frames,
+    return {"head": page.position, "workloads": workloads, "speed_fidelity": scatter, "records": records,
+            "records_not_drawn": page.records_in_all - len(records), "frames": frames,
             "frames_not_drawn": len(measured) - len(frames),
+            "artifacts_listed": len(artifacts), "artifacts_in_all": sum(page.artifacts_in_all.values()),
             "monitors": {"title": title, "columns": columns, "rows": [list(row) for row in rows],
-                         "artifacts": [m["artifact"] for m in monitors], "statuses": [m["status"] for m in monitors]},
+                         "artifacts": [m["artifact"] for m in monitors], "statuses": [m["status"] for m in monitors],
+                         "promoted_not_shown": page.promoted_in_all - len(page.promoted)},
             "alerts": alerts_of(monitors)}
 
 
@@ -314,11 +329,16 @@ function render(data) {
         el("td", {}, a.kind), el("td", {"class": a.decision + (a.state === a.decision ? "" : " regressed")}, a.state),
         el("td", {}, a.tier), el("td", {}, a.speedup === null ? null : a.speedup.toFixed(4) + "x"),
         el("td", {"class": a.monitor || ""}, a.monitor)]])));
+    if (wl.artifacts_not_shown) workloads.append(el("p", {"class": "not-shown", "data-workload": wl.workload},
+      wl.artifacts_not_shown + " more artifacts not listed (the page lists the " + data.artifacts_listed +
+      " of all " + data.artifacts_in_all + " that moved last)"));
   }
   const m = data.monitors, monitors = $("monitors"); monitors.replaceChildren();
   if (m.rows.length) monitors.append(el("h2", {}, m.title), table({"id": "monitor-table"}, m.columns,
     m.rows.map((row, i) => [{"data-artifact": m.artifacts[i], "data-status": m.statuses[i],
                              "data-pairs": row[3]}, row.map((cell) => el("td", {}, cell))])));
+  if (m.promoted_not_shown) monitors.append(el("p", {"id": "monitors-not-shown"}, m.promoted_not_shown +
+    " more promoted artifacts not shown (the page shows those that moved last)"));
   show($("speed-fidelity"), data.speed_fidelity);
   figures($("records"), data.records, (r) => r.record,
           (r) => ({"class": "record", "data-artifacts": r.artifacts.join(" "), "data-pairs": r.pairs,

@@ -123,6 +123,7 @@ def _answer(registry: Registry, signing_key, sock, *, deliver_hooks: bool = Fals
     from .api import ServerConfig, create_app
     from .connections import HeadTimedProtocol
 
+    _import_what_requests_import()
     settings = ServerConfig(registry, signing_key)
     app = create_app(settings)
     if deliver_hooks:
@@ -135,6 +136,17 @@ def _answer(registry: Registry, signing_key, sock, *, deliver_hooks: bool = Fals
     config = uvicorn.Config(app, log_level="warning", access_log=False, timeout_graceful_shutdown=2,
                             timeout_keep_alive=75, lifespan="on", http=HeadTimedProtocol)
     _stopping_server(config, settings.stopping).run(sockets=[sock])
+
+
+def _import_what_requests_import() -> None:
+    """Import, before the request threads start, the modules a request imports on first use (a command imports
+    them only when asked, for its start-up time): two first requests importing one at once can find it half
+    initialized, an ImportError and a 500 (a soak's first live read did)."""
+    import importlib
+
+    for module in ("registry.projections.view", "registry.projections.report", "registry.projections.headline",
+                   "registry.projections.html_report", "registry.app.reports", "registry.app.artifact_page"):
+        importlib.import_module(module)
 
 
 def _stop(children: list[int]) -> None:

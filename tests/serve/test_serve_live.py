@@ -2,6 +2,7 @@
 browser), against a real `registry serve` process. The page shows each workload's artifacts, the HTML report's
 own figures (speed against fidelity, each speed record's running bounds against the gate, per-frame fidelity)
 and the monitors' table, and redraws when a batch or a re-measurement is appended while it is open, without a reload.
+Below them, the page's data read in this process (no browser): a page of the registry, never the whole of it.
 
 Needs seconds: one server process and one browser start for the module; each wait polls the page.
 """
@@ -145,3 +146,121 @@ def test_the_page_without_a_read_token_shows_the_refusal_and_no_data(live, page)
     page.reload()
     page.wait_for_selector("#status.error")
     assert "#token=" in page.locator("#status").inner_text()
+
+
+# The live view's page, read in this process against a real SQLite file (no browser): what a read holds is bounded
+# by the page (registry/serve/live.py MOST_ARTIFACTS and MOST_PLOTS), however many artifacts and pairs the
+# registry has; the page says how many more there are.
+PAGED = "workload: wan-paged\nspeed: {min_speedup: 1.2, runs_per_arm: 16, protocol: paired, max_pairs: 400}\n"
+
+
+def paged_registry(url: str, registered: int, measured: int):
+    """`registered` artifacts p0.. of wan-paged, each with its own bytes; the first `measured` of them given two
+    pairs in a session each, in order (so their speed records moved in that order), before the rest register."""
+    from registry.app.bench import open_session, record_pairs
+    from registry.app.workloads import declare_workload, register_artifact
+    from registry.contracts import Contract
+
+    registry = opened(url, actor="seeder", create=True)
+    declare_workload(registry, Contract.from_yaml(PAGED))
+    for index in range(registered):
+        register_artifact(registry, f"p{index}", workload="wan-paged", kind="step_cache",
+                          payload_sha256=f"{index + 1:064x}")
+        if index < measured:
+            session, _ = open_session(registry, f"p{index}", "d", "perf_counter")
+            record_pairs(registry, f"p{index}", session, [2.0, 2.0], [1.5, 1.5], "b1")
+    return registry
+
+
+def execution_evidence(registry, artifact: str) -> None:
+    """An evidence document for `artifact`: its row moves to the log's head."""
+    from registry.app.evidence import import_document
+
+    import_document(registry, json.dumps({"format": "registry.evidence/1", "artifact": artifact, "evidence": [
+        {"kind": "execution", "candidate_calls": 4, "fallbacks": 0}]}))
+
+
+def test_the_live_view_lists_the_artifacts_and_records_that_moved_last_and_says_how_many_more(sqlite_url):
+    from registry.serve.live import snapshot
+
+    registry = paged_registry(sqlite_url, registered=6, measured=3)
+    execution_evidence(registry, "p1")  # p1 moves last; then p5, p4 registered last
+    shown = snapshot(registry, most_artifacts=3, most_plots=2)
+    [workload] = shown["workloads"]
+    assert [a["artifact"] for a in workload["artifacts"]] == ["p1", "p4", "p5"]
+    assert workload["artifacts_not_shown"] == 3
+    assert (shown["artifacts_listed"], shown["artifacts_in_all"]) == (3, 6)
+    # The two records that moved last (p2's, then p1's), newest first, each drawn; p0's is counted, not drawn.
+    assert [record["artifacts"] for record in shown["records"]] == [["p2"], ["p1"]]
+    assert all(record["figure"].startswith("<figure") for record in shown["records"])
+    assert shown["records_not_drawn"] == 1
+    # The whole registry fits in the default page: every artifact listed, every record drawn.
+    whole = snapshot(registry)
+    assert len(whole["workloads"][0]["artifacts"]) == 6 and whole["workloads"][0]["artifacts_not_shown"] == 0
+    assert len(whole["records"]) == 3 and whole["records_not_drawn"] == 0
+
+
+def test_a_promoted_artifact_off_the_page_keeps_its_monitor_and_its_alert(sqlite_url):
+    from registry.serve.live import snapshot
+
+    registry = paged_registry(sqlite_url, registered=3, measured=0)
+    promote_watched(sqlite_url)
+    for batch in range(5):  # ten pairs below the gate: the detector crosses 1/alpha
+        remeasure(sqlite_url, f"m{batch}", 0.99)
+    for index in range(3):
+        execution_evidence(registry, f"p{index}")  # the page's two artifacts are p1 and p2, not `watched`
+    shown = snapshot(registry, most_artifacts=2)
+    assert [a["artifact"] for w in shown["workloads"] for a in w["artifacts"]] == ["p1", "p2"]
+    assert {w["workload"]: w["artifacts_not_shown"] for w in shown["workloads"]} == {"wan-paged": 1,
+                                                                                      "wan-watched": 1}
+    assert shown["monitors"]["artifacts"] == ["watched"] and shown["monitors"]["statuses"] == ["regressed"]
+    assert shown["alerts"] == ["watched"] and shown["monitors"]["promoted_not_shown"] == 0
+    # Listed and promoted at once: one artifact, one monitor row.
+    whole = snapshot(registry)
+    assert "watched" in [a["artifact"] for w in whole["workloads"] for a in w["artifacts"]]
+    assert whole["monitors"]["artifacts"] == ["watched"] and whole["alerts"] == ["watched"]
+
+
+def test_the_live_view_reads_only_the_rows_on_its_page(sqlite_url):
+    """A row off the page is never read (a damaged one does not stop the page); a damaged row on it is refused in
+    the read models' one line, as any read that rests on it is."""
+    import sqlite3
+
+    from registry.projections.errors import DamagedReadModel
+    from registry.serve.live import snapshot
+
+    registry = paged_registry(sqlite_url, registered=4, measured=2)
+    snapshot(registry, most_artifacts=2, most_plots=1)  # caught up
+    database = sqlite3.connect(sqlite_url.removeprefix("sqlite:///"))
+    with database:  # p0's artifact row and its speed record's row: both off a page of two artifacts, one record
+        assert database.execute("UPDATE projection_artifacts SET state = replace(state, 'step_cache', 'kernel') "
+                                "WHERE artifact = 'p0'").rowcount == 1
+        assert database.execute("UPDATE projection_speed_records SET state = replace(state, '2.0', '9.0') "
+                                "WHERE record LIKE '%' || ?", (f"{1:064x}",)).rowcount == 1
+    shown = snapshot(registry, most_artifacts=2, most_plots=1)
+    assert [a["artifact"] for a in shown["workloads"][0]["artifacts"]] == ["p2", "p3"]
+    with database:
+        assert database.execute("UPDATE projection_artifacts SET state = replace(state, 'step_cache', 'kernel') "
+                                "WHERE artifact = 'p3'").rowcount == 1
+    database.close()
+    with pytest.raises(DamagedReadModel, match="artifact 'p3' does not match the log"):
+        snapshot(registry, most_artifacts=2, most_plots=1)
+
+
+def test_the_page_folded_from_the_log_is_the_page_read_from_the_live_tables(sqlite_url):
+    """A view as of a position (or over a connection that may only read) folds the log; it takes the same page."""
+    registry = paged_registry(sqlite_url, registered=5, measured=3)
+    execution_evidence(registry, "p0")
+    with registry.view() as view:
+        live_page = view.latest(3, 2)
+        assert view.live
+    with registry.view(as_of=live_page.position) as view:
+        folded_page = view.latest(3, 2)
+        assert not view.live
+    assert [a["artifact"] for a in live_page.artifacts] == ["p0", "p4", "p3"]
+    assert [r["record"] for r in live_page.records] == [r["record"] for r in folded_page.records]
+    assert live_page.records_in_all == folded_page.records_in_all == 3
+    assert live_page.artifacts_in_all == folded_page.artifacts_in_all == {"wan-paged": 5}
+    assert [a["artifact"] for a in folded_page.artifacts] == ["p0", "p4", "p3"]
+    assert (live_page.promoted, live_page.promoted_in_all) == (folded_page.promoted, folded_page.promoted_in_all) \
+        == ([], 0)

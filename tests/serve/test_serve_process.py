@@ -1,5 +1,6 @@
 """`registry serve` as a process a user starts and stops: Ctrl-C with the live view open ends its event stream at
-once and exits without a traceback; a port that is taken is named, with the way out (`--port 0`).
+once and exits without a traceback; a port that is taken is named, with the way out (`--port 0`). And a server
+that runs for long: its request threads come and go, and each one's append connection goes back with it.
 
 Starts server processes (a few seconds each on the shared machine).
 """
@@ -52,3 +53,24 @@ def test_a_port_in_use_is_named_with_the_way_out(tmp_path):
                                 capture_output=True, text=True, timeout=HANG_GUARD_S)
     assert result.returncode == 1 and len(result.stderr.strip().splitlines()) == 1, result.stderr
     assert f"--port {port} on 127.0.0.1 is already in use" in result.stderr and "--port 0" in result.stderr
+
+
+def test_the_append_connection_of_a_thread_that_ended_goes_back_to_the_pool(tmp_path):
+    """A server's request threads end when idle and new ones start (anyio); each keeps an append connection while
+    it lives. Kept after its thread ended, each would stay checked out until the pool (15 connections) had none
+    left, and then every request would wait 30 s for one and fail: a server four minutes into a soak did."""
+    from registry.app.workloads import declare_workload, register_artifact
+    from registry.contracts import Contract
+    from store_helpers import opened
+
+    registry = opened(f"sqlite:///{tmp_path / 'registry.db'}", actor="t", create=True)
+    declare_workload(registry, Contract.from_yaml("workload: wan-threads\n"))
+    for index in range(12):  # one after another, as idle request threads are replaced
+        thread = threading.Thread(target=register_artifact, args=(registry, f"a{index}"),
+                                  kwargs={"workload": "wan-threads", "kind": "step_cache"})
+        thread.start()
+        thread.join()
+    with registry.view() as view:
+        assert sorted(view.artifact_ids("wan-threads")) == sorted(f"a{index}" for index in range(12))
+    # Still out: this thread's (it lives) and the last one's (given back when another thread next appends); not 13.
+    assert registry.engine.pool.checkedout() == 2
