@@ -37,7 +37,7 @@ from pathlib import Path
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))  # the hostile gallery and its builder live with the tests
+sys.path[:0] = [str(ROOT / "tests" / "support"), str(ROOT / "tests")]  # the hostile gallery and its builder
 
 OPS = ("modulated_layernorm", "gated_residual", "gated_residual_layernorm", "rms_norm")
 CONTRACT = "workload: {op}-op\nparity: {{policy: byte_equal}}\n" \

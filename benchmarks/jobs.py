@@ -27,7 +27,7 @@ import psycopg
 from click.testing import CliRunner
 from sqlalchemy.engine import make_url
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "support"))  # the tests' helpers
 from ship_helpers import MANIFEST, make_bundle, measure_and_promote, register  # noqa: E402
 
 from registry.app import open_registry  # noqa: E402

@@ -47,7 +47,7 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "support"))  # the tests' helpers
 from monitor_sim import alarm_times, fastest_sign_detection, run_lengths, screened_alarm_times  # noqa: E402
 from sequential_sim import ratio_streams  # noqa: E402
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "support"))  # the tests' helpers
 from sequential_sim import confident_rule, fixed_rules, ratio_streams  # noqa: E402
 
 GATE = 1.2

@@ -60,7 +60,7 @@ from registry.app.workloads import declare_workload, register_artifact
 from registry.contracts import Contract
 from registry.serve.client import RegistryClient
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "support"))  # the tests' helpers
 from serve_helpers import ServerProcess  # noqa: E402  (the tests' real-process harness)
 
 GATE = 1.2
