@@ -57,11 +57,13 @@ waits for pid 1 and exits with its status (128 + the signal when killed).
 from __future__ import annotations
 
 import ctypes
+import errno
 import json
 import os
 import platform
 import signal
 import sys
+import time
 
 SETUP_FAILED = 121
 
@@ -178,14 +180,28 @@ def enter_memory_cgroup(limit: int) -> tuple[int, int, str] | None:
     return (*held, name)
 
 
+CGROUP_DRAIN_S = 5.0
+"""How long the launcher waits for the jail's cgroup to empty before removing it. When pid 1 ends, the kernel
+kills the rest of its namespace, but their exits (an OOM-killed process freeing its memory) finish after
+``waitpid`` returns, and until then ``rmdir`` answers EBUSY."""
+
+
 def leave_memory_cgroup(cgroup: tuple[int, int, str] | None) -> None:
-    """Back into the cgroup it left, then remove the jail's (empty now: pid 1's end killed the rest)."""
+    """Back into the cgroup it left, then remove the jail's once the processes pid 1's end killed are gone."""
     if cgroup is None:
         return
     parent, procs, name = cgroup
+    deadline = time.monotonic() + CGROUP_DRAIN_S
     try:
         os.write(procs, str(os.getpid()).encode())
-        os.rmdir(name, dir_fd=parent)
+        while True:
+            try:
+                os.rmdir(name, dir_fd=parent)
+                return
+            except OSError as exc:
+                if exc.errno != errno.EBUSY or time.monotonic() > deadline:
+                    raise
+            time.sleep(0.01)
     except OSError:
         pass  # an empty cgroup left behind holds no process; the next launcher removes it
 
