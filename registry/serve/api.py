@@ -46,6 +46,7 @@ from registry.events.errors import ConcurrencyError, IdempotencyConflict, StoreE
 from registry.formats.errors import UserError, first_line
 
 from . import live
+from .heap import give_back_free_pages
 from .bodies import (MOST_DOCUMENT_BYTES, CloseOnUnreadBody, LargeBodies, RequestRefused, body_schema, json_body,
                      text_body, validation_line)
 from .models import (EVIDENCE_SCHEMA, Declaration, HumanDecisionBody, LockRequest, PairBatch, QueryInteger,
@@ -230,8 +231,12 @@ def create_app(config: ServerConfig) -> FastAPI:
 
     @app.get("/api/live", tags=["read"])
     def live_state(_grant: Grant = Depends(scoped("read"))) -> dict:
-        """What the live page draws: each workload's artifacts, the monitors, each speed record's bounds figure."""
-        return live.snapshot(base)
+        """What the live page draws: each workload's artifacts, the monitors, each speed record's bounds figure.
+        The pages the read freed go back to the system at once (serve/heap.py): it is a server's largest read."""
+        try:
+            return live.snapshot(base)
+        finally:
+            give_back_free_pages()
 
     @app.get("/api/artifacts/{artifact_id}/page", tags=["read"])
     def artifact_page(artifact_id: str, _grant: Grant = Depends(scoped("read"))) -> dict:

@@ -122,7 +122,9 @@ def _answer(registry: Registry, signing_key, sock, *, deliver_hooks: bool = Fals
 
     from .api import ServerConfig, create_app
     from .connections import HeadTimedProtocol
+    from .heap import limit_arenas
 
+    limit_arenas()  # before the first thread of this process (serve/heap.py)
     _import_what_requests_import()
     settings = ServerConfig(registry, signing_key)
     app = create_app(settings)
