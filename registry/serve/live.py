@@ -23,6 +23,7 @@ the rows `show` and `report` print.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import threading
 from datetime import datetime, timezone
@@ -101,6 +102,7 @@ def snapshot(registry: Registry, most_artifacts: int = MOST_ARTIFACTS, most_plot
                      "evidence": {"perceptual": a["evidence"]["perceptual"]}},
         "declared": page.workloads.get(a["workload"])})} for a in measured[:most_plots]]
     title, columns, rows = monitors_table(monitors)
+    FIGURES.read_done()
     return {"head": page.position, "workloads": workloads, "speed_fidelity": scatter, "records": records,
             "records_not_drawn": page.records_in_all - len(records), "frames": frames,
             "frames_not_drawn": len(measured) - len(frames),
@@ -115,14 +117,68 @@ def snapshot(registry: Registry, most_artifacts: int = MOST_ARTIFACTS, most_plot
 SCATTER_FIELDS = ("artifact", "decision", "speedup", "margins")
 
 
+# The most bytes of drawn figures a server process keeps (FIGURES), whatever its pages hold: a whole page's figures
+# (one scatter and MOST_PLOTS of each other kind, about 40 kB each on a soak's records: 4 MB) fit four times over.
+MOST_FIGURE_BYTES = 16 * 2**20
+
+
+class PageFigures:
+    """The live view's figures kept drawn: those the last page read asked for, and those asked for since.
+
+    A figure is drawn once per content (its inputs, by digest), so a redraw
+    renders only what an append changed. What is kept is what the pages ask
+    for, not every content ever drawn: each completed read (`read_done`) makes
+    the figures asked for since the one before the kept ones and drops the
+    rest, so a record's figure drawn before its last batch is gone after the
+    next read, and what a server holds is a page's figures (two at most,
+    while a read is under way), reached at its first reads, never a count of
+    stale figures filling for minutes. However large the figures, no more
+    than `most_bytes` of them are kept: past it a figure is drawn and not kept.
+    """
+
+    def __init__(self, most_bytes: int = MOST_FIGURE_BYTES, draw: Callable[[str, str], str] | None = None):
+        self.most_bytes = most_bytes
+        self._draw = draw or _draw
+        self._lock = threading.Lock()
+        self._kept: dict[bytes, str] = {}  # asked for by the last completed read
+        self._asked: dict[bytes, str] = {}  # asked for since
+        self._bytes = 0
+
+    def figure(self, kind: str, inputs: str) -> str:
+        """The figure of `kind` drawn from `inputs` (JSON text), drawn now only when no read kept it."""
+        key = hashlib.sha256(f"{kind}\0{inputs}".encode()).digest()
+        with self._lock:
+            found = self._asked.get(key)
+            if found is None and (found := self._kept.pop(key, None)) is not None:
+                self._asked[key] = found
+        if found is not None:
+            return found
+        drawn = self._draw(kind, inputs)
+        with self._lock:
+            if key not in self._asked and self._bytes + len(drawn) <= self.most_bytes:
+                self._asked[key] = drawn
+                self._bytes += len(drawn)
+        return drawn
+
+    def read_done(self) -> None:
+        """A page read is complete: what it and the reads since the last asked for is kept; the rest dropped."""
+        with self._lock:
+            self._bytes -= sum(len(figure) for figure in self._kept.values())
+            self._kept, self._asked = self._asked, {}
+
+    def held(self) -> tuple[int, int]:
+        """(figures, bytes) kept now."""
+        with self._lock:
+            return len(self._kept) + len(self._asked), self._bytes
+
+
 def _drawn(kind: str, inputs: dict[str, Any]) -> str:
-    """A figure of the report's, drawn from `inputs` (exactly what its function is given)."""
-    return _draw(kind, json.dumps(inputs, sort_keys=True, default=str))
+    """A figure of the report's, drawn from `inputs` (exactly what its function is given), or kept (FIGURES)."""
+    return FIGURES.figure(kind, json.dumps(inputs, sort_keys=True, default=str))
 
 
-@lru_cache(maxsize=256)
 def _draw(kind: str, inputs: str) -> str:
-    """Drawn once per content: a redraw renders only the figures whose inputs an append changed."""
+    """The figure of `kind` (html_report.py's own), drawn from its inputs as JSON text (what FIGURES keys)."""
     from registry.projections import html_report
 
     given = json.loads(inputs)
@@ -131,6 +187,9 @@ def _draw(kind: str, inputs: str) -> str:
     if kind == "frames":
         return html_report.frame_figure(given["artifact"], given["declared"])
     return html_report.speed_fidelity_section(given["artifacts"], given["gates"])
+
+
+FIGURES = PageFigures()
 
 
 def artifact_page(registry: Registry, artifact: str) -> dict[str, Any]:

@@ -1,11 +1,13 @@
-"""What a server process keeps in memory under load: its C heap (serve/heap.py), the bounds docs/serve.md states
-("Limits") and the soak measures (docs/benchmarks.md, "Soak").
+"""What a server process keeps in memory under load: its C heap (serve/heap.py) and the live view's figures
+(serve/live.py `PageFigures`), the bounds docs/serve.md states ("Limits") and the soak measures
+(docs/benchmarks.md, "Soak").
 
 The heap's cases run a child process each (a process's arenas and pages are what they measure), one of them a
 real `registry serve` process: a few seconds in all.
 """
 from __future__ import annotations
 
+import json
 import platform
 import subprocess
 import sys
@@ -120,3 +122,71 @@ def test_a_server_under_concurrent_requests_keeps_at_most_two_arenas(tmp_path):
         for reader in readers:
             reader.join()
         assert glibc_heaps(server.process.pid) <= 1  # and the main arena
+
+
+class Drawer:
+    """A figure drawer that counts what it draws (the figures themselves are the report's: html_report.py)."""
+
+    def __init__(self, size: int = 100):
+        self.size, self.drawn = size, []
+
+    def __call__(self, kind: str, inputs: str) -> str:
+        self.drawn.append((kind, inputs))
+        return "x" * self.size
+
+
+def test_the_figures_kept_are_the_last_pages_not_every_content_ever_drawn():
+    from registry.serve.live import PageFigures
+
+    drawer = Drawer()
+    figures = PageFigures(draw=drawer)
+    for read in range(20):  # each read: two records that never move, one whose figure moves every read
+        for inputs in ("a", "b", json.dumps({"pairs": read})):
+            figures.figure("bounds", inputs)
+        figures.read_done()
+    assert len(drawer.drawn) == 2 + 20  # drawn once per content
+    assert figures.held() == (3, 300)  # the last page's three, not the 22 contents drawn
+    figures.figure("bounds", "a")
+    assert len(drawer.drawn) == 22
+
+
+def test_figures_past_the_byte_bound_are_drawn_and_not_kept():
+    from registry.serve.live import PageFigures
+
+    drawer = Drawer(size=40)
+    figures = PageFigures(most_bytes=100, draw=drawer)
+    for read in range(3):
+        for name in "abcd":
+            assert figures.figure("bounds", name) == "x" * 40
+            assert figures.held()[1] <= 100
+        figures.read_done()
+    assert figures.held() == (2, 80)
+    assert len(drawer.drawn) == 2 + 2 * 3  # two kept across reads, two drawn on every read
+
+
+def test_a_live_read_keeps_the_figures_of_its_page(sqlite_url, monkeypatch):
+    """Against the report's own figures: after reads between which a record moved, what the server keeps is
+    the page's figures (the scatter and each record's running bounds), not the figure drawn before the move."""
+    from registry.app.bench import open_session, record_pairs
+    from registry.app.workloads import declare_workload, register_artifact
+    from registry.contracts import Contract
+    from registry.serve import live
+    from store_helpers import opened
+
+    monkeypatch.setattr(live, "FIGURES", live.PageFigures())
+    registry = opened(sqlite_url, actor="t", create=True)
+    declare_workload(registry, Contract.from_yaml(
+        "workload: wan-kept\nspeed: {min_speedup: 1.2, runs_per_arm: 16, protocol: paired, max_pairs: 64}\n"))
+    sessions = {}
+    for name in ("k0", "k1"):
+        register_artifact(registry, name, workload="wan-kept", kind="step_cache", payload_sha256=name[1] * 64)
+        sessions[name], _ = open_session(registry, name, "d", "perf_counter")
+        record_pairs(registry, name, sessions[name], [2.4, 2.4], [2.0, 2.0], "b0")  # at the gate: undecided
+    for batch in range(1, 4):  # k1's record moves between reads: its figure is drawn again each time
+        shown = live.snapshot(registry)
+        record_pairs(registry, "k1", sessions["k1"], [2.4, 2.4], [2.0, 2.0], f"b{batch}")
+    shown = live.snapshot(registry)
+    assert len(shown["records"]) == 2
+    kept, kept_bytes = live.FIGURES.held()
+    assert kept == 1 + len(shown["records"])
+    assert kept_bytes == len(shown["speed_fidelity"]) + sum(len(record["figure"]) for record in shown["records"])
