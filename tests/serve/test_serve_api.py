@@ -97,7 +97,9 @@ def call(served, token: str, method: str, path: str, body):
     call.n = getattr(call, "n", 0) + 1
     path = path.replace("{session}", served.session)
     text = None if body is None else json.dumps(body).replace("{n}", str(call.n))
-    client = served.clients.setdefault(token, served.client(secret))
+    if token not in served.clients:  # one client per token for the module (each costs a TLS context's setup)
+        served.clients[token] = served.client(secret)
+    client = served.clients[token]
     if path.endswith("/events"):
         with client.stream(method, path) as response:
             return response.status_code, (json.loads(response.read()) if response.status_code >= 400 else {})
