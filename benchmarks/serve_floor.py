@@ -21,6 +21,7 @@ from fastapi import Depends, FastAPI
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from registry.serve.api import _bounded_threads
+from registry.serve.connections import HeadTimedProtocol
 from registry.serve.models import PairBatch, SessionOpen
 
 _bearer = HTTPBearer(auto_error=False)
@@ -45,13 +46,13 @@ def create_floor_app() -> FastAPI:
 
 
 def main() -> None:
-    sock = socket.socket()
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)  # as registry/serve/server.py
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
     sock.listen(2048)  # as registry/serve/server.py listens
     print(f"floor on http://127.0.0.1:{sock.getsockname()[1]}", flush=True)
     config = uvicorn.Config(create_floor_app(), log_level="warning", access_log=False, timeout_graceful_shutdown=2,
-                            timeout_keep_alive=75, lifespan="on")
+                            timeout_keep_alive=75, lifespan="on", http=HeadTimedProtocol)
     uvicorn.Server(config).run(sockets=[sock])
 
 

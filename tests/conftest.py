@@ -45,6 +45,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from hypothesis import settings
 
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
@@ -52,14 +53,17 @@ if not torch.cuda.is_available():
 STRICT_ENV = "REGISTRY_TEST_STRICT"
 STRICT = os.environ.get(STRICT_ENV) == "1"
 
+# No example has a deadline, on any run: Hypothesis fails an example that takes longer than its deadline (200 ms
+# unless a test sets one) by the wall clock, so a loaded machine, a pause of the process or a first example's
+# imports would fail a property that holds; and a test with no deadline gets 30 s, not 1 s, of drawing before
+# HealthCheck.too_slow fails it. How fast the code is is measured in benchmarks, not here.
 # Hypothesis draws its examples at random on a developer's run, to find what nobody wrote down; CI draws the same
 # examples on every run of one commit (`derandomize`, no example database), so its verdict on a commit is the
 # commit's, never the draw's. A case a random run finds is kept as an `@example` beside its test.
-if STRICT:
-    from hypothesis import settings
-
-    settings.register_profile("ci", derandomize=True, database=None, print_blob=True)
-    settings.load_profile("ci")
+# (Loaded before any test module is imported: a test's own `settings(...)` takes the profile's values it does not set.)
+settings.register_profile("suite", deadline=None)
+settings.register_profile("ci", settings.get_profile("suite"), derandomize=True, database=None, print_blob=True)
+settings.load_profile("ci" if STRICT else "suite")
 _SKIPPED: list[tuple[str, str, bool]] = []  # (test id, reason, skipped for lack of a device)
 PYTEST_OWN_VARIABLE = "PYTEST_CURRENT_TEST"  # pytest sets it around each test phase itself
 

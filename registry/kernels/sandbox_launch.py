@@ -154,13 +154,16 @@ def enter_memory_cgroup(limit: int) -> tuple[int, int, str] | None:
     if found is None:
         return None
     parent, version = found
-    for name in os.listdir(parent):  # the empty cgroups of launchers killed before they could remove theirs
-        if name.startswith("registry-sandbox-") and not os.path.exists(f"/proc/{name.rpartition('-')[2]}"):
+    name = f"registry-sandbox-{os.getpid()}"
+    # The empty cgroups of launchers killed before they could remove theirs; one may bear this launcher's own pid
+    # (the machine reuses pids, and this launcher has made none yet), and would refuse its mkdir below.
+    for leftover in os.listdir(parent):
+        if leftover.startswith("registry-sandbox-") and (
+                leftover == name or not os.path.exists(f"/proc/{leftover.rpartition('-')[2]}")):
             try:
-                os.rmdir(f"{parent}/{name}")
+                os.rmdir(f"{parent}/{leftover}")
             except OSError:
                 pass
-    name = f"registry-sandbox-{os.getpid()}"
     folder = f"{parent}/{name}"
     os.mkdir(folder)
     try:

@@ -8,10 +8,19 @@ memory, as long as it likes. Here a head must arrive whole within
 HEAD_SECONDS: of the connection opening for the first request, of its first
 byte for each later one; otherwise the connection is closed. (The body's own
 limits are registry/serve/bodies.py's; h11 bounds a head at 16 KiB.)
+
+Every connection also sends without Nagle's delay (``TCP_NODELAY``). h11
+writes a response's head and body as two sends; with Nagle's algorithm on,
+the body waits for the client to acknowledge the head, and a client that
+delays its acknowledgement (Linux waits 40 ms) holds every answer that long.
+asyncio turns the delay off by itself only on sockets made with the TCP
+protocol number, which the socket the server binds itself (registry/serve/server.py)
+is not, so each connection turns it off here.
 """
 from __future__ import annotations
 
 import asyncio
+import socket
 
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
@@ -26,6 +35,7 @@ class HeadTimedProtocol(H11Protocol):
         self._head_deadline: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        send_without_delay(transport)
         super().connection_made(transport)
         self._await_head()
 
@@ -55,3 +65,10 @@ class HeadTimedProtocol(H11Protocol):
         self._head_deadline = None
         if self._between_requests() and not self.transport.is_closing():
             self.transport.close()
+
+
+def send_without_delay(transport: asyncio.BaseTransport) -> None:
+    """Turn Nagle's algorithm off on a TCP connection (see the module docstring); a Unix socket has none."""
+    sock = transport.get_extra_info("socket")
+    if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)

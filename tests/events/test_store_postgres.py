@@ -92,7 +92,7 @@ class TestPostgresStore(StoreConformance):
         for worker in workers:
             worker.start()
         for worker in workers:
-            worker.join(30)
+            worker.join(HANG_GUARD_S)
         gc.collect()  # the finished threads' append connections go back to the pool
         for _ in range(engine.pool.size() + 1):
             with engine.connect() as conn:

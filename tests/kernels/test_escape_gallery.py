@@ -309,11 +309,13 @@ def _candidate_constant(module: str, name: str):
 def test_08_the_baseline_slowed_in_the_candidate_s_process(home, attempt):
     """On main: the baseline arm ran in the candidate's process, so every baseline call took at least the
     BASELINE_DELAY_S the candidate's F.layer_norm slept, and the honest kernel's recorded speedup rose with
-    it. Refused means the baseline ran where the candidate's patch does not reach: every baseline call (four
-    layer norms) took less than one delay (a bound the sleep guarantees, not a timing race)."""
+    it. Refused means the baseline ran where the candidate's patch does not reach: a baseline call (four layer
+    norms) took less than one delay. Where the patch reaches, every call takes at least one (a bound the sleep
+    guarantees), so the fastest call is the one compared: one call that the machine's load slowed past the delay
+    decides nothing."""
     delay = _candidate_constant("escape_baseline_slowdown", "BASELINE_DELAY_S")
     benchmark = without_effect(home, attempt("escape_baseline_slowdown"))["item"]
-    assert max(benchmark["baseline_s"]) < delay, benchmark["baseline_s"]
+    assert min(benchmark["baseline_s"]) < delay, benchmark["baseline_s"]
 
 
 # -- the checks, told apart or forged --------------------------------------------------------------

@@ -687,3 +687,38 @@ def test_the_jail_s_processes_share_one_memory_bound_where_a_cgroup_can_be_made(
     assert int(killed) >= 1, out
     # Its own cgroup, by the launcher's pid: another worker of a parallel run may hold a jail of its own now.
     assert f"registry-sandbox-{launcher.pid}" not in os.listdir(parent)
+
+
+LEAVES_ITS_CGROUP = '''
+import os, sys
+from registry.kernels.sandbox_launch import enter_memory_cgroup, leave_memory_cgroup
+sys.stdin.readline()  # meanwhile the test leaves a cgroup under this process's pid, as a killed launcher would
+held = enter_memory_cgroup(64 << 20)
+print(held is not None and held[2] == f"registry-sandbox-{os.getpid()}", flush=True)
+leave_memory_cgroup(held)
+'''
+
+
+def test_a_leftover_cgroup_under_the_launcher_s_own_pid_does_not_stop_it():
+    """A launcher killed before it removed its cgroup leaves it, named by its pid; the machine reuses pids (32768
+    of them by default), and a later launcher given that pid must still make its own jail's cgroup. Before, it
+    kept a leftover whose pid was alive (its own), and its mkdir failed: the sandbox could not be built."""
+    from registry.kernels.sandbox_launch import _memory_cgroup_parent
+
+    found = _memory_cgroup_parent() if os.geteuid() == 0 else None
+    if found is None:
+        pytest.skip("no memory cgroup this harness may make: the jail's memory is bounded per process only")
+    launcher = subprocess.Popen([sys.executable, "-c", LEAVES_ITS_CGROUP], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    leftover = Path(found[0]) / f"registry-sandbox-{launcher.pid}"
+    try:
+        leftover.mkdir()
+        out, err = launcher.communicate("\n", timeout=HANG_GUARD_S)
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+            launcher.wait()
+        if leftover.exists():
+            leftover.rmdir()
+    assert (launcher.returncode, out.strip()) == (0, "True"), err
+    assert not leftover.exists()  # made again as the launcher's own, and removed as it left

@@ -57,7 +57,7 @@ def browser_and_registry(tmp_path_factory):
     build(url)
     with sync_playwright() as playwright:
         args = ["--no-sandbox"] if os.geteuid() == 0 else []
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=args, headless=True)
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=args, headless=True, timeout=WAIT_MS)
         try:
             yield browser, url, seeded, folder
         finally:
@@ -67,6 +67,9 @@ def browser_and_registry(tmp_path_factory):
 @pytest.fixture
 def page(browser_and_registry):
     opened = browser_and_registry[0].new_page()
+    # Playwright's own waits (a navigation, a click, a locator's text) give up after 30 s unless told: a hang
+    # guard like the suite's others, not a bound on how fast a loaded machine draws the page.
+    opened.set_default_timeout(WAIT_MS)
     try:
         yield opened
     finally:

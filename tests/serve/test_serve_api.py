@@ -97,7 +97,9 @@ def call(served, token: str, method: str, path: str, body):
     call.n = getattr(call, "n", 0) + 1
     path = path.replace("{session}", served.session)
     text = None if body is None else json.dumps(body).replace("{n}", str(call.n))
-    client = served.clients.setdefault(token, served.client(secret))
+    if token not in served.clients:  # one client per token for the module (each costs a TLS context's setup)
+        served.clients[token] = served.client(secret)
+    client = served.clients[token]
     if path.endswith("/events"):
         with client.stream(method, path) as response:
             return response.status_code, (json.loads(response.read()) if response.status_code >= 400 else {})
@@ -306,20 +308,31 @@ def test_workers_answer_on_one_port_and_a_sigterm_stops_them_all(tmp_path):
 
     url = f"sqlite:///{tmp_path / 'registry.db'}"
     reader = seed(url).tokens["read"]
+
+    def started(pid: str) -> str | None:
+        """When the process `pid` started (field 22 of its stat), or None when none has that pid: a pid that
+        names a process started at another moment is another process (the machine reuses pids)."""
+        try:
+            return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[19]
+        except OSError:
+            return None
+
     with ServerProcess(url, "--workers", "2") as server:
         pid = server.process.pid
-        for _ in range(200):  # the listening line comes before the fork: the socket queues requests meanwhile
-            children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
-            if len(children) == 2:
-                break
+        deadline = time.monotonic() + HANG_GUARD_S
+        # the listening line comes before the fork: the socket queues requests meanwhile
+        while len(children := Path(f"/proc/{pid}/task/{pid}/children").read_text().split()) < 2:
+            assert time.monotonic() < deadline, children
             time.sleep(0.05)
         assert len(children) == 2
+        workers = {child: started(child) for child in children}
         for _ in range(4):  # a fresh connection each, so either worker may answer
             with server.client(reader) as client:
                 assert client.get("/api/artifacts/wan-fast").json()["artifact"] == "wan-fast"
         server.process.terminate()
         assert server.process.wait(timeout=HANG_GUARD_S) == -signal.SIGTERM  # as one process ends (uvicorn re-raises it)
-    assert not any(Path(f"/proc/{child}").exists() for child in children)
+    assert None not in workers.values()
+    assert not [child for child, moment in workers.items() if started(child) == moment]
 
 
 def test_an_answer_for_a_request_whose_loop_has_closed_or_that_was_cancelled_is_dropped():

@@ -60,7 +60,7 @@ def live(tmp_path_factory):
     promote_watched(url)
     with ServerProcess(url) as server, sync_playwright() as playwright:
         args = ["--no-sandbox"] if os.geteuid() == 0 else []
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=args, headless=True)
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=args, headless=True, timeout=WAIT_MS)
         try:
             server.seeded, server.url = seeded, url
             yield server, browser
@@ -72,6 +72,9 @@ def live(tmp_path_factory):
 def page(live):
     server, browser = live
     opened = browser.new_page()
+    # Playwright's own waits (a navigation, a click, a locator's text) give up after 30 s unless told: a hang
+    # guard like the suite's others, not a bound on how fast a loaded machine draws the page.
+    opened.set_default_timeout(WAIT_MS)
     try:
         yield opened
     finally:

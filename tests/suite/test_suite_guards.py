@@ -139,3 +139,18 @@ def test_no_comment_cites_an_issue_number():
              for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1)
              if ISSUE_NUMBER.search(line) and "ISSUE_NUMBER" not in line]
     assert found == []
+
+
+# A deadline on an example fails it by the wall clock, whatever it computed: on a loaded machine, or in a pause of
+# the process, a property that holds would fail. tests/conftest.py's profile gives every example none.
+A_DEADLINE = re.compile(r"\bdeadline=(?!None\b)")
+
+
+def test_no_property_has_a_deadline():
+    from hypothesis import settings
+
+    assert settings.default.deadline is None
+    found = [f"{path.relative_to(TESTS)}:{number}" for path in sorted(TESTS.rglob("*.py"))
+             for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1)
+             if A_DEADLINE.search(line)]
+    assert found == []
