@@ -16,7 +16,10 @@ row (every batch of its pairs), so a reader that kept what it drew of a
 record names it (`SeenRecord`): while the record's row still hashes to what
 the reader saw, under the same workload row, the row is checked by its hash
 and its head and not decoded (`LatestPage.unchanged`), so a read decodes
-only the records that moved since the reader's last, however full the page. The workloads are read whole: an
+only the records that moved since the reader's last, however full the page;
+and a reader that asks may take those by key (`LatestPage.moved`) and read
+and decode them one at a time (`View.record_of`), so that what it holds at
+once is one record, however many moved. The workloads are read whole: an
 administrator declares each one. As of a position, or over a connection that
 may only read, the log is folded (view.py) and the same page taken from it.
 """
@@ -52,8 +55,10 @@ class SeenRecord:
 class LatestPage:
     """The latest page at `position`: artifacts and promoted artifacts newest first, records newest first, each
     list at most the page's size, beside how many there are in all. Of the page's records, those the reader saw
-    unchanged are in `unchanged` (record -> last position), checked and not decoded, and the rest in `records`;
-    `row_hashes` has every live record row's hash (none from a folded log), for the reader to name next time."""
+    unchanged are in `unchanged` (record -> last position), checked and not decoded, and the rest in `records`
+    (or, asked for undecoded, their keys in `moved`, newest first, each for the reader to read in the same
+    snapshot); `row_hashes` has every live record row's hash (none from a folded log), for the reader to name next
+    time."""
 
     position: int
     workloads: dict[str, WorkloadState]
@@ -65,12 +70,15 @@ class LatestPage:
     records_in_all: int
     unchanged: dict[str, int] = field(default_factory=dict)
     row_hashes: dict[str, str] = field(default_factory=dict)
+    moved: list[str] = field(default_factory=list)
 
 
 def read_live(conn: Connection, position: int, most_artifacts: int, most_records: int,
-              seen: Mapping[str, SeenRecord] | None = None) -> LatestPage:
+              seen: Mapping[str, SeenRecord] | None = None, decode: bool = True) -> LatestPage:
     """The page from the live tables in the view's snapshot, each row checked; a record in `seen` whose row and
-    workload row are still what the reader saw is checked by its hash and head and left undecoded."""
+    workload row are still what the reader saw is checked by its hash and head and left undecoded. Without
+    `decode`, the other records are not kept either, only named (`moved`), for the caller to read one at a time
+    (`read_record`)."""
     newest = select(*row_columns("artifacts")).order_by(ARTIFACTS.c.last_position.desc())
     artifacts = checked_states(conn, "artifacts", conn.execute(newest.limit(most_artifacts)).all(), position)
     listed = {artifact["artifact"]: artifact for artifact in artifacts}
@@ -81,20 +89,36 @@ def read_live(conn: Connection, position: int, most_artifacts: int, most_records
     workloads = {workload["workload"]: workload for workload in live_workloads(conn)}
     heads = dict(conn.execute(select(RECORD_HEADS.c.record, RECORD_HEADS.c.last_position)
                               .order_by(RECORD_HEADS.c.last_position.desc()).limit(most_records)).all())
-    changed, unchanged, row_hashes = [], {}, {}
+    changed: list[Sequence[Any]] = []
+    moved: list[tuple[int, str]] = []
+    unchanged: dict[str, int] = {}
+    row_hashes: dict[str, str] = {}
     for row in conn.execute(select(*row_columns("records")).where(SPEED_RECORDS.c.record.in_(list(heads)))):
         key, _, row_hash, last_position = row
         row_hashes[key] = row_hash
         if _unchanged((seen or {}).get(key), row_hash, workloads):
             _check_unchanged(row, heads, position)
             unchanged[key] = last_position
-        else:
+        elif decode:
             changed.append(row)
-    records = sorted(checked_states(conn, "records", changed, position), key=lambda record: -record["last_position"])
+        else:
+            moved.append((last_position, key))
+    records = sorted(checked_states(conn, "records", changed, position) if decode else [],
+                     key=lambda record: -record["last_position"])
     records_in_all = conn.execute(select(func.count()).select_from(RECORD_HEADS)).scalar_one()
     counts = {row.workload: row.artifacts for row in conn.execute(select(WORKLOAD_COUNTS))}
     return LatestPage(position, workloads, artifacts, counts, promoted, promoted_in_all, records, records_in_all,
-                      unchanged, row_hashes)
+                      unchanged, row_hashes, [key for _, key in sorted(moved, reverse=True)])
+
+
+def read_record(conn: Connection, key: str, position: int) -> SpeedRecordState:
+    """One record of a page read with its records named (`moved`), from the same snapshot, checked as a page's
+    rows are."""
+    rows = conn.execute(select(*row_columns("records")).where(SPEED_RECORDS.c.record == key)).all()
+    if not rows:
+        raise damaged(key, "its row is gone from the snapshot that listed it")
+    [record] = checked_states(conn, "records", rows, position)
+    return record
 
 
 def _unchanged(seen: SeenRecord | None, row_hash: str, workloads: Mapping[str, Any]) -> bool:
