@@ -22,6 +22,7 @@ never read for the candidate's calls.
 from __future__ import annotations
 
 import atexit
+import functools
 import io
 import json
 import math
@@ -234,7 +235,7 @@ class _Jail:
                 theirs.append({"requests": requests[0], "answers": answers[1], "stderr": worker.stderr.fileno(),
                                "status": status[1]})
             make_harness_undumpable()
-            if serve == "worker" and self.sandbox.device_type == "cpu":
+            if serve == "worker" and self.sandbox.device_type == "cpu" and _pidfds():
                 self.process = warm_launch(self.sandbox.jail_config(theirs, serve), theirs, workers[0].stderr)
             else:
                 self.process = subprocess.Popen(
@@ -339,6 +340,17 @@ class _WarmZygote:
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait()
+
+
+@functools.cache
+def _pidfds() -> bool:
+    """Whether this kernel gives pidfds (Linux 5.3 on), which waiting for a warm zygote's launcher needs; without
+    them each jail is built by a launcher process, as before the warm zygote."""
+    try:
+        os.close(os.pidfd_open(os.getpid()))
+    except (AttributeError, OSError):
+        return False
+    return True
 
 
 _WARM: dict[tuple[int, str], _WarmZygote] = {}
