@@ -218,8 +218,13 @@ class Sandbox:
         """The launcher's command line (an isolated interpreter without site: it starts in milliseconds),
         for a jail whose zygote forks one worker per entry of ``workers``, each serving ``serve`` (a key of
         ``zygote.WORKER_MODULES``: the evaluation worker, or the trusted launcher's)."""
+        return self._launcher(self.jail_config(workers, serve))
+
+    def jail_config(self, workers: list[dict[str, int]], serve: str = "worker") -> dict:
+        """The launch config of a jail whose zygote forks one worker per entry of ``workers``, serving ``serve``:
+        what ``command`` runs the launcher with, and what a warm zygote builds the same jail from."""
         zygote = [sys.executable, "-s", "-B", "-m", "registry.kernels.zygote"]
-        return self._launcher(dict(self.launch_config(zygote, workers), serve=serve))
+        return dict(self.launch_config(zygote, workers), serve=serve)
 
     def module_command(self, module: str) -> list[str]:
         """A jail whose pid 1 runs the registry's own `python -m module` with no worker beside it (a one-shot job:

@@ -18,7 +18,9 @@ order:
    ``/proc`` of the new pid namespace; then ``pivot_root``, the old root
    detached, the new root remounted read-only; then it makes itself
    non-dumpable and execs the config's ``argv`` (the zygote,
-   :mod:`registry.kernels.zygote`) with the scrubbed environment;
+   :mod:`registry.kernels.zygote`) with the scrubbed environment (``launch``
+   runs these two steps in a fork of the warm zygote too, whose pid 1 then
+   forks the workers without an exec: :func:`registry.kernels.zygote.serve_jails`);
 3. ``confine`` runs in each worker the zygote forks (each the pid 1 of a pid
    namespace of its own, ``pid_namespace_for_next_worker``), before the worker
    serves: its own mount namespace with a private ``/tmp`` and ``/dev/shm``
@@ -65,6 +67,7 @@ import platform
 import signal
 import sys
 import time
+from typing import Callable, NoReturn
 
 SETUP_FAILED = 121
 
@@ -440,11 +443,16 @@ def _clear_capabilities() -> None:
     _check(_libc.capset(ctypes.byref(header), data), "clear capabilities")
 
 
-def _child(config: dict) -> None:
+def _exec_pid_one(config: dict) -> None:
+    """What pid 1 becomes when the launcher runs as its own process: the config's ``argv``, exec'd."""
+    os.execve(config["argv"][0], config["argv"] + [json.dumps(config)], config["env"])
+
+
+def _child(config: dict, become: Callable[[dict], None]) -> None:
     _build_root(config)
     _prctl(PR_SET_PDEATHSIG, signal.SIGKILL, "parent-death signal")
     _prctl(PR_SET_DUMPABLE, 0, "not dumpable")
-    os.execve(config["argv"][0], config["argv"] + [json.dumps(config)], config["env"])
+    become(config)
 
 
 def main(argv: list[str]) -> None:
@@ -458,6 +466,17 @@ def main(argv: list[str]) -> None:
         os._exit(0)
     try:
         config = json.loads(argv[1])
+    except ValueError as exc:
+        print(f"sandbox: {exc}", file=sys.stderr, flush=True)
+        os._exit(SETUP_FAILED)
+    launch(config, _exec_pid_one)
+
+
+def launch(config: dict, become: Callable[[dict], None]) -> NoReturn:
+    """Steps 1 and 2 of the module docstring for ``config``, in this process: pid 1 of the new jail runs
+    ``become(config)`` once its root is built (``_exec_pid_one``, or the warm zygote's own code,
+    :mod:`registry.kernels.zygote`); this process waits for it outside and exits with its status."""
+    try:
         arch()  # refuse an unknown architecture before anything changes
         _prctl(PR_SET_PDEATHSIG, signal.SIGKILL, "parent-death signal")
         cgroup = enter_memory_cgroup(config["memory_bytes"]) if config["set_ids"] else None
@@ -473,7 +492,7 @@ def main(argv: list[str]) -> None:
     pid = os.fork()
     if pid == 0:
         try:
-            _child(config)
+            _child(config, become)
         except BaseException as exc:  # noqa: BLE001 - nothing but the worker may run past this point
             print(f"sandbox: {exc}", file=sys.stderr, flush=True)
         os._exit(SETUP_FAILED)
