@@ -3,7 +3,7 @@
     python benchmarks/gpu_launcher.py jit-equal|cupti|promote|hostile|forged-done|bandwidth OUT
 
 Each needs a CUDA device and writes into OUT (bundles, a registry, evidence).
-None of it has run on a GPU yet: no device was lent to the work that wrote it.
+The first H200 session ran `jit-equal` and `cupti` (docs/benchmarks.md, "Kernels"); the other steps got no time.
 
 - `jit-equal`: the built-in kernels built as bundles for this device's arch
   (OUT/bundles), each gpu corpus case launched by the launcher on NVIDIA's
@@ -136,6 +136,11 @@ def cupti(out: Path) -> int:
 
 
 def cli(out: Path, *args: str) -> subprocess.CompletedProcess:
+    """`registry --db OUT/registry.db ARGS...`, the registry made first when this run has none yet."""
+    if not (out / "registry.db").exists() and args[:1] != ("init",):
+        made = cli(out, "init")
+        if made.returncode != 0:
+            raise SystemExit(f"registry init failed: {made.stderr.strip()}")
     return subprocess.run([sys.executable, "-m", "registry", "--db", f"sqlite:///{out / 'registry.db'}", *args],
                           capture_output=True, text=True, timeout=1800)
 

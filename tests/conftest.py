@@ -122,12 +122,18 @@ def closes_what_it_opened():
     """Fail a test that left a registry open: a registry is closed (`with open_registry(...)`, Registry.close),
     an engine disposed of, by whoever opened it (docs/architecture.md, "What is opened is closed"); the ones the
     helpers of store_helpers.py open are closed here, before the check."""
+    from registry.events.database import forget_idle_engines
+
+    # a closed registry's engine is kept for the next open of its database (release_engine): none crosses from
+    # one test to another, so every engine a test uses was made, and is counted, in it
+    forget_idle_engines()
     ENGINES.watching = True
     yield
     helpers = sys.modules.get("store_helpers")  # imported by the tests that use it
     if helpers is not None:
         helpers.close_opened()
     ENGINES.watching = False
+    forget_idle_engines()
     left = ENGINES.left_open()
     if left:
         pytest.fail(f"the test left {left} database engine(s) open: close every registry it opened "

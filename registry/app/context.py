@@ -12,12 +12,12 @@ import dataclasses
 import getpass
 import os
 import socket
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Engine
 
-from registry.events.database import make_engine, open_existing, resolve_url, upgrade
+from registry.events.database import make_engine, open_existing, release_engine, resolve_url, upgrade
 from registry.events.store import EventStore
 from registry.formats.names import check_name
 
@@ -44,6 +44,7 @@ class Registry:
     store: EventStore
     actor: str
     owns_engine: bool = True
+    closed: bool = field(default=False, init=False, repr=False)
 
     def view(self, as_of: int | None = None) -> View:
         """One unit of work (registry/projections/view.py), to enter with `with`: one catch-up, one snapshot,
@@ -62,11 +63,14 @@ class Registry:
 
         On SQLite the last connection to close checkpoints the write-ahead log
         into the database file, so a registry closed here leaves no change to
-        that file for a garbage collector to make later.
+        that file for a garbage collector to make later. The engine, its pool
+        empty, is kept for the next open of the same database in this process
+        (`release_engine`), so closing twice closes once.
         """
-        if self.owns_engine:
+        if self.owns_engine and not self.closed:
+            self.closed = True
             self.store.close()
-            self.engine.dispose()
+            release_engine(self.engine)
 
     def __enter__(self) -> Registry:
         return self
@@ -98,7 +102,7 @@ def open_registry(url: str | None = None, *, actor: str | None = None, create: b
             upgrade(engine)
             _restore_read_models(store)
     except BaseException:  # a refused upgrade, say: nothing opened is left open
-        engine.dispose()
+        release_engine(engine)
         raise
     return Registry(engine=engine, store=store, actor=actor)
 

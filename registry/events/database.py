@@ -18,12 +18,15 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import threading
 import time
+import weakref
+from collections import OrderedDict
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 from urllib.parse import quote
 
 from sqlalchemy import Connection, Engine, create_engine, event, inspect
@@ -195,8 +198,57 @@ def statement_reads(engine: Engine) -> Iterator[Connection]:
         yield conn.execution_options(isolation_level="AUTOCOMMIT") if engine.dialect.name == "postgresql" else conn
 
 
+IDLE_ENGINES_KEPT = 16
+"""How many closed engines (`release_engine`) a process keeps for the next open of the same database."""
+
+_IDLE: OrderedDict[tuple[int, str], Engine] = OrderedDict()
+_IDLE_KEYS: weakref.WeakKeyDictionary[Engine, tuple[int, str]] = weakref.WeakKeyDictionary()
+_IDLE_GUARD = threading.Lock()
+
+
+def _engine_for(key: str, make: Callable[[], Engine]) -> Engine:
+    """An idle engine this process made for `key` (a database and how it is opened) and was given back by
+    its owner, else a new one from `make()`.
+
+    An engine compiles each statement once (its statement cache) and asks
+    the database about itself once (the dialect's first connect); a process
+    that opens the same registry again (each command of a test run in
+    process, a script, a job worker) then pays neither again. An engine is
+    only ever handed to one owner at a time: it is kept here only between a
+    close (`release_engine`, after its pool was disposed of) and the next
+    open, and never across a fork (the key holds the process id).
+    """
+    held = (os.getpid(), key)
+    with _IDLE_GUARD:
+        engine = _IDLE.pop(held, None)
+    if engine is None:
+        engine = make()
+        _IDLE_KEYS[engine] = held
+    return engine
+
+
+def release_engine(engine: Engine) -> None:
+    """Dispose of `engine` (every connection of its pool closed) and keep it for the next open of its database
+    (`_engine_for`); its owner must not use it again. The oldest idle engine beyond IDLE_ENGINES_KEPT goes."""
+    engine.dispose()
+    held = _IDLE_KEYS.get(engine)
+    if held is None or held[0] != os.getpid():
+        return
+    with _IDLE_GUARD:
+        _IDLE[held] = engine
+        while len(_IDLE) > IDLE_ENGINES_KEPT:
+            _IDLE.popitem(last=False)
+
+
+def forget_idle_engines() -> None:
+    """Keep no idle engine: the next open of any database makes a new one."""
+    with _IDLE_GUARD:
+        _IDLE.clear()
+
+
 def make_engine(url: str, *, must_exist: bool = False, read_only: bool = False) -> Engine:
-    """An engine for `url`.
+    """An engine for `url` (one given back by an earlier owner in this process when there is one:
+    `release_engine`).
 
     SQLite: a missing file is created unless `must_exist` or `read_only`
     (then it is refused, naming `registry init`); `read_only` opens it so that
@@ -205,7 +257,7 @@ def make_engine(url: str, *, must_exist: bool = False, read_only: bool = False) 
     """
     parsed = _parse(url)
     if parsed.get_backend_name() == "postgresql":
-        return _postgres_engine(parsed)
+        return _engine_for(parsed.render_as_string(hide_password=False), lambda: _postgres_engine(parsed))
     target = sqlite_file(parsed)
     if not target.path.parent.exists():
         raise StoreError(f"directory for database {str(target.path)!r} does not exist")
@@ -213,7 +265,8 @@ def make_engine(url: str, *, must_exist: bool = False, read_only: bool = False) 
         how = "run `registry init` with a URL that may write" if target.read_only else "run `registry init`"
         raise NotARegistry(f"no registry database at {target.path} ({how})")
     mode = "ro" if read_only or target.read_only else "rw" if must_exist else "rwc"
-    return _sqlite_engine(parsed.set(database=str(target.path), query={}), target.uri(mode))
+    uri = target.uri(mode)
+    return _engine_for(uri, lambda: _sqlite_engine(parsed.set(database=str(target.path), query={}), uri))
 
 
 def open_existing(url: str, *, upgrading: bool = False, read_only: bool = False) -> Engine:
@@ -231,17 +284,21 @@ def open_existing(url: str, *, upgrading: bool = False, read_only: bool = False)
     parsed = _parse(url)
     if parsed.get_backend_name() == "postgresql":
         engine = make_engine(url)
-        check_schema(engine, upgrading=upgrading)
+        try:
+            check_schema(engine, upgrading=upgrading)
+        except BaseException:
+            release_engine(engine)
+            raise
         return engine
     reader = make_engine(url, read_only=True)
     try:
         check_schema(reader, upgrading=upgrading)
     except BaseException:
-        reader.dispose()
+        release_engine(reader)
         raise
     if read_only or not sqlite_file(parsed).writable:
         return reader
-    reader.dispose()
+    release_engine(reader)
     engine = make_engine(url, must_exist=True)
     # The read-only check left SQLite's -wal and -shm files where there were none (a read-only connection never
     # removes them): one connection of this engine that has read (so it has the write-ahead log open), pooled

@@ -21,6 +21,8 @@ never read for the candidate's calls.
 """
 from __future__ import annotations
 
+import atexit
+import functools
 import io
 import json
 import math
@@ -28,9 +30,11 @@ import os
 import select
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,6 +45,7 @@ import torch
 from registry.formats.evidence.schemas import IDENTITIES, MEMORY_BOUNDS, UNREPORTED
 from registry.kernels import wire
 from registry.kernels.sandbox import Sandbox, make_harness_undumpable, setup_failure
+from registry.kernels.zygote import FD_NAMES
 
 CALL_TIMEOUT_S = 600.0
 """Longest a worker may take to answer one request before it is killed and the stage fails."""
@@ -211,7 +216,9 @@ class _DeadlineReader:
 
 class _Jail:
     """One sandbox holding the workers of one evaluation: the launcher, its zygote (pid 1 of the jail, which
-    forks each worker after importing torch once), and a status pipe per worker that only the zygote writes.
+    forks each worker from a process that has torch imported), and a status pipe per worker that only the
+    zygote writes. A CPU evaluation's launcher is forked by this process's warm zygote (``warm_launch``);
+    any other is a process this one starts.
 
     Ends when its last worker is closed: the launcher's session is killed if it has not ended by then,
     and with the zygote the kernel kills everything left in the jail's pid namespace.
@@ -228,10 +235,13 @@ class _Jail:
                 theirs.append({"requests": requests[0], "answers": answers[1], "stderr": worker.stderr.fileno(),
                                "status": status[1]})
             make_harness_undumpable()
-            self.process = subprocess.Popen(
-                self.sandbox.command(theirs, serve), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                stderr=workers[0].stderr, env={}, pass_fds=[fd for fds in theirs for fd in fds.values()],
-                start_new_session=True)
+            if serve == "worker" and self.sandbox.device_type == "cpu" and _pidfds():
+                self.process = warm_launch(self.sandbox.jail_config(theirs, serve), theirs, workers[0].stderr)
+            else:
+                self.process = subprocess.Popen(
+                    self.sandbox.command(theirs, serve), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                    stderr=workers[0].stderr, env={}, pass_fds=[fd for fds in theirs for fd in fds.values()],
+                    start_new_session=True)
         except BaseException:
             self.sandbox.close()
             raise
@@ -271,6 +281,114 @@ class _Jail:
                 pass
             self.process.wait()
         self.sandbox.close()
+        if isinstance(self.process, _Launched):
+            self.process.close()
+
+
+class _Launched:
+    """A jail's launcher forked by the warm zygote: not this process's child, so waited for through a pidfd;
+    it leads a session of its own (its pid is its process group's), as a launcher this process starts does."""
+
+    def __init__(self, pid: int, pidfd: int) -> None:
+        self.pid, self.pidfd = pid, pidfd
+
+    def wait(self, timeout: float | None = None) -> None:
+        poller = select.poll()
+        poller.register(self.pidfd, select.POLLIN)
+        if not poller.poll(None if timeout is None else max(0, math.ceil(timeout * 1000))):
+            raise subprocess.TimeoutExpired(f"the launcher {self.pid}", timeout or 0)
+
+    def close(self) -> None:
+        os.close(self.pidfd)
+
+
+class _WarmZygote:
+    """The warm zygote of one environment (registry/kernels/zygote.py ``serve_jails``): started once, it
+    imports torch and Triton for every evaluation jail this process builds afterwards, instead of once a jail.
+
+    It starts as an unsandboxed worker does (``worker_command``: isolated, from /, the registry package's
+    folder alone added to its path) with the workers' scrubbed environment, and ends when this process does
+    (its control socket closes). One request at a time.
+    """
+
+    def __init__(self, env: dict[str, str]) -> None:
+        self.control, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            self.process = subprocess.Popen(worker_command("registry.kernels.zygote") + ["--warm", "worker"],
+                                            stdin=theirs, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                            env=env, cwd="/", start_new_session=True)
+        finally:
+            theirs.close()
+        self.lock = threading.Lock()
+
+    def launch(self, config: dict, fds: list[int]) -> _Launched:
+        with self.lock:
+            self.control.settimeout(START_TIMEOUT_S)
+            socket.send_fds(self.control, [json.dumps(config).encode()], fds)
+            message, passed, _, _ = socket.recv_fds(self.control, 1 << 16, 1)
+        answer = json.loads(message) if message else {"error": "the warm zygote ended"}
+        if not (isinstance(answer, dict) and isinstance(answer.get("pid"), int) and len(passed) == 1):
+            for fd in passed:
+                os.close(fd)
+            raise OSError(f"the warm zygote did not launch the jail: {answer}")
+        return _Launched(answer["pid"], passed[0])
+
+    def close(self) -> None:
+        self.control.close()
+        try:
+            self.process.wait(timeout=EXIT_GRACE_S)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+
+@functools.cache
+def _pidfds() -> bool:
+    """Whether this kernel gives pidfds (Linux 5.3 on), which waiting for a warm zygote's launcher needs; without
+    them each jail is built by a launcher process, as before the warm zygote."""
+    try:
+        os.close(os.pidfd_open(os.getpid()))
+    except (AttributeError, OSError):
+        return False
+    return True
+
+
+_WARM: dict[tuple[int, str], _WarmZygote] = {}
+_WARM_GUARD = threading.Lock()
+
+
+def warm_launch(config: dict, workers: list[dict[str, int]], stderr: Any) -> _Launched:
+    """Build the jail of ``config`` through this process's warm zygote for the jail's environment (started on
+    the first call; started again, once, when it no longer answers)."""
+    fds = [given[name] for given in workers for name in FD_NAMES] + [stderr.fileno()]
+    key = (os.getpid(), json.dumps(config["env"], sort_keys=True))
+    for attempt in range(2):
+        with _WARM_GUARD:
+            zygote = _WARM.get(key)
+            if zygote is None:
+                zygote = _WARM[key] = _WarmZygote(config["env"])
+        try:
+            return zygote.launch(config, fds)
+        except (OSError, ValueError):
+            with _WARM_GUARD:
+                if _WARM.get(key) is zygote:
+                    del _WARM[key]
+            zygote.close()
+            if attempt:
+                raise
+    raise AssertionError("unreachable")
+
+
+def close_warm_zygotes() -> None:
+    """End this process's warm zygotes and wait for them (at exit: their time is counted as this process's)."""
+    with _WARM_GUARD:
+        mine = [zygote for (pid, _), zygote in _WARM.items() if pid == os.getpid()]
+        _WARM.clear()
+    for zygote in mine:
+        zygote.close()
+
+
+atexit.register(close_warm_zygotes)
 
 
 def confinement_reported(line: str | None) -> dict[str, str]:

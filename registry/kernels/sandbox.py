@@ -113,6 +113,53 @@ def _interpreter_paths() -> list[str]:
     return paths
 
 
+def _mount_points() -> list[str]:
+    """Every mount point of this process's namespace (/proc/self/mountinfo's fifth field, octal escapes read)."""
+    with open("/proc/self/mountinfo", encoding="utf-8", errors="surrogateescape") as info:
+        return [line.split()[4].encode("latin-1", "surrogateescape").decode("unicode_escape")
+                for line in info if len(line.split()) > 4]
+
+
+def _loaded_driver_folder() -> str | None:
+    """The folder the CUDA driver (libcuda.so.1) is loaded from, as this machine's loader finds it; None where
+    it cannot be loaded. Loading it runs no CUDA call (no cuInit), so the harness holds no context."""
+    try:
+        ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return None
+    with open("/proc/self/maps", encoding="utf-8", errors="surrogateescape") as maps:
+        for line in maps:
+            fields = line.split(maxsplit=5)
+            if len(fields) == 6 and os.path.basename(fields[5].rstrip("\n")).startswith("libcuda.so"):
+                return os.path.dirname(fields[5].rstrip("\n"))
+    return None
+
+
+def driver_binds(folder: str | None, binds: list[str], mount_points: list[str]) -> list[str]:
+    """What a CUDA jail must bind beyond ``binds`` for its loader to find the driver in ``folder``.
+
+    NVIDIA's container images often keep the driver's libraries under a mount of their own
+    (/usr/local/nvidia/lib64) that a bind of /usr does not carry (a bind is not recursive, so no mount beneath
+    a bound folder comes along), or in a folder no bind covers. The first binds that mount, the second the
+    folder itself; a folder the binds already carry needs nothing."""
+    if folder is None:
+        return []
+    mount = max((m for m in mount_points if m == "/" or folder == m or folder.startswith(m.rstrip("/") + "/")),
+                key=len, default="/")
+    for bound in binds:
+        if folder == bound or folder.startswith(bound.rstrip("/") + "/"):
+            carried = mount == "/" or bound == mount or bound.startswith(mount.rstrip("/") + "/")
+            return [] if carried else [mount]
+    return [folder]
+
+
+@functools.cache
+def _cuda_driver() -> tuple[list[str], str | None]:
+    """The CUDA jail's extra binds and its loader's library path (the driver's folder), read once a process."""
+    folder = _loaded_driver_folder()
+    return driver_binds(folder, _interpreter_paths() + ["/sys"], _mount_points()), folder
+
+
 def _device_nodes(device_type: str) -> list[str]:
     nodes = ["/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom"]
     if device_type == "cuda":
@@ -130,6 +177,8 @@ def worker_env(device_type: str) -> dict[str, str]:
            "PYTHONDONTWRITEBYTECODE": "1",
            "TRITON_CACHE_DIR": "/tmp/triton"}
     env.update({name: os.environ[name] for name in _PASSED_ENV if name in os.environ})
+    if device_type == "cuda" and _cuda_driver()[1] is not None:
+        env["LD_LIBRARY_PATH"] = _cuda_driver()[1]  # the harness's own LD_LIBRARY_PATH is not passed on
     return env
 
 
@@ -156,9 +205,10 @@ class Sandbox:
         limits = {"nofile": OPEN_FILES, "nproc": PROCESSES, "fsize": FILE_BYTES, "cpu": CPU_SECONDS, "core": 0}
         if self.device_type != "cuda":
             limits["as"] = MEMORY_BYTES
-        binds = _interpreter_paths() + (["/sys"] if self.device_type == "cuda" else [])
+        binds = _interpreter_paths() + (["/sys", *_cuda_driver()[0]] if self.device_type == "cuda" else [])
         return {"root": str(self.staging / "root"), "binds": binds,
-                "devices": _device_nodes(self.device_type), "limits": limits, "argv": argv,
+                "devices": _device_nodes(self.device_type), "unix_sockets": self.device_type == "cuda",
+                "limits": limits, "argv": argv,
                 "env": worker_env(self.device_type), "user_namespace": not root, "set_ids": root,
                 "uid": os.getuid(), "gid": os.getgid(), "probe_ids": _draw_ids(),
                 "workers": [dict(_draw_ids(), fds=fds) for fds in workers],
@@ -168,8 +218,13 @@ class Sandbox:
         """The launcher's command line (an isolated interpreter without site: it starts in milliseconds),
         for a jail whose zygote forks one worker per entry of ``workers``, each serving ``serve`` (a key of
         ``zygote.WORKER_MODULES``: the evaluation worker, or the trusted launcher's)."""
+        return self._launcher(self.jail_config(workers, serve))
+
+    def jail_config(self, workers: list[dict[str, int]], serve: str = "worker") -> dict:
+        """The launch config of a jail whose zygote forks one worker per entry of ``workers``, serving ``serve``:
+        what ``command`` runs the launcher with, and what a warm zygote builds the same jail from."""
         zygote = [sys.executable, "-s", "-B", "-m", "registry.kernels.zygote"]
-        return self._launcher(dict(self.launch_config(zygote, workers), serve=serve))
+        return dict(self.launch_config(zygote, workers), serve=serve)
 
     def module_command(self, module: str) -> list[str]:
         """A jail whose pid 1 runs the registry's own `python -m module` with no worker beside it (a one-shot job:

@@ -18,7 +18,9 @@ order:
    ``/proc`` of the new pid namespace; then ``pivot_root``, the old root
    detached, the new root remounted read-only; then it makes itself
    non-dumpable and execs the config's ``argv`` (the zygote,
-   :mod:`registry.kernels.zygote`) with the scrubbed environment;
+   :mod:`registry.kernels.zygote`) with the scrubbed environment (``launch``
+   runs these two steps in a fork of the warm zygote too, whose pid 1 then
+   forks the workers without an exec: :func:`registry.kernels.zygote.serve_jails`);
 3. ``confine`` runs in each worker the zygote forks (each the pid 1 of a pid
    namespace of its own, ``pid_namespace_for_next_worker``), before the worker
    serves: its own mount namespace with a private ``/tmp`` and ``/dev/shm``
@@ -30,7 +32,8 @@ order:
    new mount API, pivot_root, chroot, unshare, setns, clone with namespace
    flags, bpf, perf_event_open, keyrings, io_uring, userfaultfd, module and
    kexec loading, and socket and socketpair (the channel to the harness is
-   the pipes it inherited); ``clone3`` answers ENOSYS so the C library falls
+   the pipes it inherited; a CUDA jail's filter allows socket for AF_UNIX alone, which NVIDIA's driver
+   needs in cuInit); ``clone3`` answers ENOSYS so the C library falls
    back to ``clone``, whose flags the filter can read; a foreign
    architecture is killed.
 
@@ -64,6 +67,7 @@ import platform
 import signal
 import sys
 import time
+from typing import Callable, NoReturn
 
 SETUP_FAILED = 121
 
@@ -84,6 +88,7 @@ SECCOMP_MODE_FILTER = 2
 RET_ALLOW, RET_ERRNO, RET_KILL_PROCESS = 0x7FFF0000, 0x00050000, 0x80000000
 EPERM, ENOSYS = 1, 38
 LD_ABS_W, JEQ_K, JGE_K, JSET_K, RET_K = 0x20, 0x15, 0x35, 0x45, 0x06
+AF_UNIX = 1
 NR_OFFSET, ARCH_OFFSET, ARG0_OFFSET = 0, 4, 16
 
 # The calls the filter refuses, by name; then per architecture: the audit arch value, the numbers the
@@ -249,19 +254,30 @@ def arch() -> dict:
     return table
 
 
-def filter_program(table: dict) -> list[tuple[int, int, int, int]]:
-    """The seccomp-BPF program as (code, jt, jf, k) instructions: refusals by number, clone by its flags."""
+def filter_program(table: dict, *, unix_sockets: bool = False) -> list[tuple[int, int, int, int]]:
+    """The seccomp-BPF program as (code, jt, jf, k) instructions: refusals by number, clone by its flags.
+
+    With ``unix_sockets`` (a CUDA jail: NVIDIA's driver opens an AF_UNIX socket in cuInit and fails the whole
+    initialisation when it is refused) ``socket`` is allowed for AF_UNIX alone. The jail has a network
+    namespace of its own, so no abstract socket of the host is reachable, and no socket file of the host is
+    in its file system; every other family stays refused."""
+    socket = table["numbers"][REFUSED.index("socket")]
     body: list[tuple] = [(LD_ABS_W, 0, 0, ARCH_OFFSET), (JEQ_K, "next", "kill", table["audit"]),
                          (LD_ABS_W, 0, 0, NR_OFFSET)]
     if table["x32_bit"] is not None:
         body.append((JGE_K, "deny", "next", table["x32_bit"]))
     body.append((JEQ_K, "enosys", "next", table["clone3"]))
     body.append((JEQ_K, "clone", "next", table["clone"]))
-    for number in sorted(set(table["numbers"])):
+    if unix_sockets:
+        body.append((JEQ_K, "socket", "next", socket))
+    for number in sorted(set(table["numbers"]) - ({socket} if unix_sockets else set())):
         body.append((JEQ_K, "deny", "next", number))
     body.append((RET_K, 0, 0, RET_ALLOW))
     labels = {"clone": len(body)}
     body += [(LD_ABS_W, 0, 0, ARG0_OFFSET), (JSET_K, "deny", "next", NAMESPACE_FLAGS), (RET_K, 0, 0, RET_ALLOW)]
+    if unix_sockets:
+        labels["socket"] = len(body)
+        body += [(LD_ABS_W, 0, 0, ARG0_OFFSET), (JEQ_K, "next", "deny", AF_UNIX), (RET_K, 0, 0, RET_ALLOW)]
     labels["deny"] = len(body)
     body.append((RET_K, 0, 0, RET_ERRNO | EPERM))
     labels["enosys"] = len(body)
@@ -284,8 +300,8 @@ class _SockFprog(ctypes.Structure):
     _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(_SockFilter))]
 
 
-def install_filter(table: dict) -> None:
-    program = filter_program(table)
+def install_filter(table: dict, *, unix_sockets: bool = False) -> None:
+    program = filter_program(table, unix_sockets=unix_sockets)
     array = (_SockFilter * len(program))(*(_SockFilter(*ins) for ins in program))
     fprog = _SockFprog(len(program), array)
     _check(_libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.addressof(fprog), 0, 0), "seccomp filter")
@@ -409,7 +425,7 @@ def confine(config: dict, worker: dict) -> None:
     _prctl(PR_SET_PDEATHSIG, signal.SIGKILL, "parent-death signal")
     _prctl(PR_SET_NO_NEW_PRIVS, 1, "no new privileges")
     _prctl(PR_SET_DUMPABLE, 0, "not dumpable")
-    install_filter(arch())
+    install_filter(arch(), unix_sockets=config["unix_sockets"])
     os.chdir("/tmp")
 
 
@@ -427,11 +443,16 @@ def _clear_capabilities() -> None:
     _check(_libc.capset(ctypes.byref(header), data), "clear capabilities")
 
 
-def _child(config: dict) -> None:
+def _exec_pid_one(config: dict) -> None:
+    """What pid 1 becomes when the launcher runs as its own process: the config's ``argv``, exec'd."""
+    os.execve(config["argv"][0], config["argv"] + [json.dumps(config)], config["env"])
+
+
+def _child(config: dict, become: Callable[[dict], None]) -> None:
     _build_root(config)
     _prctl(PR_SET_PDEATHSIG, signal.SIGKILL, "parent-death signal")
     _prctl(PR_SET_DUMPABLE, 0, "not dumpable")
-    os.execve(config["argv"][0], config["argv"] + [json.dumps(config)], config["env"])
+    become(config)
 
 
 def main(argv: list[str]) -> None:
@@ -445,6 +466,17 @@ def main(argv: list[str]) -> None:
         os._exit(0)
     try:
         config = json.loads(argv[1])
+    except ValueError as exc:
+        print(f"sandbox: {exc}", file=sys.stderr, flush=True)
+        os._exit(SETUP_FAILED)
+    launch(config, _exec_pid_one)
+
+
+def launch(config: dict, become: Callable[[dict], None]) -> NoReturn:
+    """Steps 1 and 2 of the module docstring for ``config``, in this process: pid 1 of the new jail runs
+    ``become(config)`` once its root is built (``_exec_pid_one``, or the warm zygote's own code,
+    :mod:`registry.kernels.zygote`); this process waits for it outside and exits with its status."""
+    try:
         arch()  # refuse an unknown architecture before anything changes
         _prctl(PR_SET_PDEATHSIG, signal.SIGKILL, "parent-death signal")
         cgroup = enter_memory_cgroup(config["memory_bytes"]) if config["set_ids"] else None
@@ -460,7 +492,7 @@ def main(argv: list[str]) -> None:
     pid = os.fork()
     if pid == 0:
         try:
-            _child(config)
+            _child(config, become)
         except BaseException as exc:  # noqa: BLE001 - nothing but the worker may run past this point
             print(f"sandbox: {exc}", file=sys.stderr, flush=True)
         os._exit(SETUP_FAILED)

@@ -62,6 +62,11 @@ class CUstream_flags(enum.IntEnum):  # noqa: N801
     CU_STREAM_NON_BLOCKING = 1
 
 
+class CUstreamWaitValue_flags(enum.IntEnum):  # noqa: N801
+    CU_STREAM_WAIT_VALUE_GEQ = 0x0
+    CU_STREAM_WAIT_VALUE_EQ = 0x1
+
+
 class CUevent_flags(enum.IntEnum):  # noqa: N801
     CU_EVENT_DEFAULT = 0
 
@@ -136,6 +141,7 @@ class Recorded:
     calls: list[tuple[str, tuple]] = field(default_factory=list)
     launches: list[dict[str, Any]] = field(default_factory=list)
     images: list[str] = field(default_factory=list)  # sha256 of every image loaded
+    waits: list[int] = field(default_factory=list)  # the gate word's value when each stream wait was enqueued
 
 
 class SimulatedDriver:
@@ -147,6 +153,7 @@ class SimulatedDriver:
     CUfunction_attribute = CUfunction_attribute
     CUstream_flags = CUstream_flags
     CUevent_flags = CUevent_flags
+    CUstreamWaitValue_flags = CUstreamWaitValue_flags
 
     def __init__(self, kernels: Mapping[str, FakeKernel], *, capability: tuple[int, int] = (9, 0),
                  shared_optin: int = 227 * 1024, devices: int = 1,
@@ -225,6 +232,22 @@ class SimulatedDriver:
     def cuStreamDestroy(self, stream: int) -> tuple[CUresult]:  # noqa: N802
         self.streams.discard(stream)
         return (self._record("cuStreamDestroy", stream) or CUresult.CUDA_SUCCESS,)
+
+    def cuStreamSynchronize(self, stream: int) -> tuple[CUresult]:  # noqa: N802
+        failed = self._record("cuStreamSynchronize", stream)
+        return (failed or (CUresult.CUDA_SUCCESS if stream in self.streams else CUresult.CUDA_ERROR_INVALID_HANDLE),)
+
+    def cuStreamWaitValue32(self, stream: int, address: int, value: int, flags: int) -> tuple[CUresult]:  # noqa: N802
+        """Recorded with the word's value when the wait was enqueued (the simulated device runs each call as it
+        is made, so a wait holds nothing back: the launcher's tests read the order of the calls instead)."""
+        failed = self._record("cuStreamWaitValue32", stream, int(address), int(value), int(flags))
+        if failed:
+            return (failed,)
+        try:
+            self.recorded.waits.append(int.from_bytes(self.memory.read(int(address), 4), "little"))
+        except Fault:
+            return (CUresult.CUDA_ERROR_INVALID_VALUE,)
+        return (CUresult.CUDA_SUCCESS if stream in self.streams else CUresult.CUDA_ERROR_INVALID_HANDLE,)
 
     def cuEventCreate(self, flags: int) -> tuple[CUresult, int]:  # noqa: N802
         failed = self._record("cuEventCreate", int(flags))

@@ -1,12 +1,15 @@
-"""The fork server inside one sandbox: imports torch and Triton once, then forks each worker of an evaluation.
+"""The fork server inside one sandbox: forks each worker of an evaluation from a process that has torch imported.
 
-Exec'd by :mod:`registry.kernels.sandbox_launch` as pid 1 of the jail, after
-the new root is built and before any candidate code exists, with the
-capabilities it needs to give each worker mounts of its own (nothing else
-runs here: it imports only the harness's modules, from read-only binds).
-Starting an evaluation's two workers (the candidate's and the baseline's)
-costs one import of torch instead of two, which is what keeps a sandboxed
-evaluation's start near the unsandboxed one's (docs/benchmarks.md).
+Pid 1 of the jail, after the new root is built and before any candidate
+code exists, with the capabilities it needs to give each worker mounts of
+its own (nothing else runs here: only the harness's modules, from
+read-only binds). Either exec'd by :mod:`registry.kernels.sandbox_launch`
+(it then imports the workers' modules itself), or, for a CPU evaluation's
+jail, a fork of the harness process's warm zygote (``serve_jails``), which
+imported them once for every jail that process builds. Starting an
+evaluation's two workers (the candidate's and the baseline's) costs one
+import of torch instead of two, and with the warm zygote none after the
+first evaluation of a process (docs/kernels.md, docs/benchmarks.md).
 
 For each worker in its config, in order: a new pid namespace for its next
 child, so the worker is pid 1 there and names no other process of the jail
@@ -24,9 +27,13 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import signal
+import socket
 import sys
+from typing import NoReturn
 
-from registry.kernels.sandbox_launch import SETUP_FAILED, SetupError, confine, pid_namespace_for_next_worker
+from registry.kernels.sandbox_launch import (SETUP_FAILED, SetupError, confine, launch,
+                                             pid_namespace_for_next_worker)
 
 WORKER_MODULES = {"worker": "registry.kernels.worker", "launcher": "registry.kernels.launcher_worker"}
 
@@ -41,11 +48,19 @@ def _serve(config: dict, worker: dict, worker_module) -> None:
 
 
 def main(argv: list[str]) -> None:
+    if argv[1] == "--warm":
+        serve_jails(argv[2])
     config = json.loads(argv[1])
     # what each worker of this jail serves: the evaluation worker (torch, Triton), or the trusted launcher's
     # (cuda.bindings, no torch): a name of WORKER_MODULES, imported before any worker exists
     worker_module = importlib.import_module(WORKER_MODULES[config.get("serve", "worker")])
     worker_module.preload()
+    fork_workers(config, worker_module)
+
+
+def fork_workers(config: dict, worker_module) -> None:
+    """As pid 1 of a jail: fork and confine each worker of ``config``, report their pids and exit statuses on
+    their status pipes, and exit once every worker has."""
     pids = {}
     for worker in config["workers"]:
         try:
@@ -78,6 +93,103 @@ def main(argv: list[str]) -> None:
             os.write(status, f"{exit_code if exit_code >= 0 else 128 - exit_code}\n".encode())
             os.close(status)
     os._exit(0)
+
+
+FD_NAMES = ("requests", "answers", "stderr", "status")
+"""The order a worker's descriptors travel in, to the warm zygote (one message per jail)."""
+
+MESSAGE_BYTES = 1 << 20
+
+
+def serve_jails(serve: str) -> NoReturn:
+    """The warm zygote: import what ``serve``'s workers need once, then build one jail per request, for as
+    long as the harness that started it holds the other end of its standard input (a Unix socket).
+
+    It runs outside any jail, started by the harness (registry/kernels/isolation.py) with the workers'
+    scrubbed environment and nothing else: no candidate code, no database, no key, no harness state ever
+    exists in it, so what a jail's pid 1 inherits from it by fork is what an exec'd zygote would have
+    imported. Each request is a launch config (registry/kernels/sandbox.py) with its workers' descriptors
+    (FD_NAMES, in order, then the launcher's stderr) attached; for each, it forks a launcher
+    (``sandbox_launch.launch``: cgroup, namespaces, root, pid 1), whose pid 1 runs ``fork_workers`` instead
+    of exec'ing a fresh interpreter, and answers the launcher's pid with a pidfd of it attached (how the
+    harness waits for it, though it is not the harness's child). The launcher leads a session of its own.
+    """
+    control = socket.socket(fileno=0)
+    worker_module = importlib.import_module(WORKER_MODULES[serve])
+    worker_module.preload()
+    # launchers that ended are reaped as they end, but never between a fork and its pidfd (SIGCHLD held there)
+    signal.signal(signal.SIGCHLD, _reap)
+    while True:
+        try:
+            message, fds, _, _ = socket.recv_fds(control, MESSAGE_BYTES, len(FD_NAMES) * 64 + 1)
+        except OSError:
+            os._exit(0)
+        if not message:  # the harness has gone
+            os._exit(0)
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGCHLD})
+        passed: list[int] = []
+        try:
+            config = json.loads(message)
+            pid = os.fork()
+            if pid == 0:
+                try:
+                    _launcher(control, config, fds, worker_module)
+                finally:
+                    os._exit(SETUP_FAILED)
+            passed.append(os.pidfd_open(pid))
+            answer: dict = {"pid": pid}
+        except (ValueError, OSError) as exc:
+            answer = {"error": str(exc)}
+        finally:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGCHLD})
+        try:
+            socket.send_fds(control, [json.dumps(answer).encode()], passed)
+        except OSError:
+            os._exit(0)
+        finally:
+            for fd in fds + passed:
+                os.close(fd)
+
+
+def _reap(*_: object) -> None:
+    while True:
+        try:
+            pid, _status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
+def _launcher(control: socket.socket, config: dict, fds: list[int], worker_module) -> NoReturn:
+    """In a fork of the warm zygote: take the request's descriptors as the config names them, then launch."""
+    try:
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        signal.pthread_sigmask(signal.SIG_SETMASK, set())
+        control.close()
+        os.setsid()
+        *theirs, stderr = fds
+        if len(theirs) != len(FD_NAMES) * len(config["workers"]):
+            raise SetupError("the harness sent the wrong number of descriptors")
+        for at, worker in enumerate(config["workers"]):
+            worker["fds"] = dict(zip(FD_NAMES, theirs[at * len(FD_NAMES):(at + 1) * len(FD_NAMES)]))
+        if dict(os.environ) != config["env"]:
+            raise SetupError("the warm zygote's environment is not the one this jail's workers get")
+        os.dup2(stderr, 2)
+        null = os.open(os.devnull, os.O_RDWR)
+        os.dup2(null, 0)
+        os.dup2(null, 1)
+        keep = {0, 1, 2, *theirs}
+        for fd in [int(name) for name in os.listdir("/proc/self/fd")]:
+            if fd not in keep:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass  # the listing's own descriptor, gone already
+    except BaseException as exc:  # noqa: BLE001 - no jail is built
+        os.write(2, f"sandbox: {exc}\n".encode("utf-8", "replace"))
+        os._exit(SETUP_FAILED)
+    launch(config, lambda jail: fork_workers(jail, worker_module))
 
 
 if __name__ == "__main__":

@@ -83,14 +83,47 @@ def test_a_call_launches_what_the_plan_declares_in_order_with_its_block_shared_m
     assert outcome.cases[0].variant == "two-pass"
     assert outcome.launches == 2
     assert outcome.cases[0].outputs == {"y": DATA}
-    # the output's pre-fill, the flush, the start event, the launches and the stop event, in that order, on the
-    # launcher's one stream
-    order = [(name, args[0] == launcher.flush if name == "cuMemsetD32Async" else None)
-             for name, args in driver.recorded.calls if name in ("cuMemsetD32Async", "cuEventRecord", "cuLaunchKernel")]
-    assert order == [("cuMemsetD32Async", False), ("cuMemsetD32Async", True), ("cuEventRecord", None),
-                     ("cuLaunchKernel", None), ("cuLaunchKernel", None), ("cuEventRecord", None)]
+    # after the gate's first value (set when the launcher was made): the output's pre-fill; the stream held at
+    # the gate; behind it the flush, the start event, the launches and the stop event, on the launcher's one
+    # stream; and only then the gate opened from the other stream, so no host latency falls between the events
+    def named(args):
+        return {launcher.flush: "flush", launcher.gate: "gate"}.get(args[0], "buffer")
+
+    order = [(name, named(args) if name.startswith("cuMemset") else None)
+             for name, args in driver.recorded.calls
+             if name in ("cuMemsetD32Async", "cuEventRecord", "cuLaunchKernel", "cuStreamWaitValue32")]
+    assert order == [("cuMemsetD32Async", "gate"), ("cuMemsetD32Async", "buffer"), ("cuStreamWaitValue32", None),
+                     ("cuMemsetD32Async", "flush"), ("cuEventRecord", None), ("cuLaunchKernel", None),
+                     ("cuLaunchKernel", None), ("cuEventRecord", None), ("cuMemsetD32Async", "gate")]
     fills = [args for name, args in driver.recorded.calls if name == "cuMemsetD32Async"]
-    assert [(args[2], args[3]) for args in fills] == [(N // 4, launcher.stream), (4096 // 4, launcher.stream)]
+    assert [(args[2], args[3]) for args in fills] == [(1, launcher.opener), (N // 4, launcher.stream),
+                                                      (4096 // 4, launcher.stream), (1, launcher.opener)]
+    waits = [args for name, args in driver.recorded.calls if name == "cuStreamWaitValue32"]
+    assert waits == [(launcher.stream, launcher.gate, 1, int(driver.CUstreamWaitValue_flags.CU_STREAM_WAIT_VALUE_GEQ))]
+    assert driver.recorded.waits == [0]  # the gate was closed when the stream began to wait on it
+    assert fills[-1][1] == 1  # and its opening reaches the value waited for
+
+
+def test_each_call_waits_for_a_gate_value_no_earlier_call_reached_and_a_refused_launch_still_opens_it():
+    """The gate is never closed again (a close racing the last call's open could hold the stream for ever):
+    each call waits for one more than the last value written. A launch the driver refuses after the wait was
+    enqueued still opens the gate, or the held stream would hang every free that follows."""
+    faulting = FakeKernel((8, 8, 4, 8, 8), effects=({"fault": "CUDA_ERROR_ILLEGAL_ADDRESS"},))
+    launcher, driver = make({"copy_kernel": copy_kernel(), "fault_kernel": faulting})
+    plan = LaunchPlan((buffer("x", "input"), buffer("y", "output")), (launch(),), "v")
+    for _ in range(3):
+        launcher.call([(plan, {"x": DATA})], deadline_s=5)
+    assert [args[2] for name, args in driver.recorded.calls if name == "cuStreamWaitValue32"] == [1, 2, 3]
+    assert driver.recorded.waits == [0, 1, 2]
+    # the first launch faults and the second is refused with the lost context's error, behind the gate
+    faults = LaunchPlan(plan.buffers, (launch("fault_kernel"), launch()), "v")
+    with pytest.raises(DriverError, match="cuLaunchKernel.*CUDA_ERROR_ILLEGAL_ADDRESS"):
+        launcher.call([(faults, {"x": DATA})], deadline_s=5)
+    tried = [name if name != "cuMemsetD32Async" or args[0] != launcher.gate else f"gate {args[1]}"
+             for name, args in driver.recorded.calls if name in ("cuStreamWaitValue32", "cuMemsetD32Async",
+                                                                 "cuLaunchKernel")]
+    assert tried[-5:] == ["cuStreamWaitValue32", "cuMemsetD32Async", "cuLaunchKernel", "cuLaunchKernel", "gate 4"]
+    assert launcher.opened == 4
 
 
 def test_parameters_are_the_declared_arguments_then_two_null_scratch_pointers_in_the_cubins_layout():

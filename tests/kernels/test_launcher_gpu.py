@@ -7,8 +7,8 @@ Triton-JIT launch's byte for byte, its parameters (the declared ones, then
 Triton's two scratch pointers as NULL) are what the cubin reads, its CUDA
 event time agrees with the kernel's CUPTI span, and every hostile kernel of
 tests/gallery/compiled_hostile.py is caught by the class its docstring
-names. benchmarks/gpu_kernels.sh runs this file; none of it has run on a GPU
-yet (no device was lent to this work).
+names. benchmarks/gpu_kernels.sh runs this file; the first GPU session ran
+out of time before it (docs/benchmarks.md, "Kernels").
 """
 from __future__ import annotations
 

@@ -722,3 +722,61 @@ def test_a_leftover_cgroup_under_the_launcher_s_own_pid_does_not_stop_it():
             leftover.rmdir()
     assert (launcher.returncode, out.strip()) == (0, "True"), err
     assert not leftover.exists()  # made again as the launcher's own, and removed as it left
+
+
+def test_a_cuda_jail_binds_the_driver_s_folder_that_its_binds_do_not_carry():
+    """NVIDIA's images keep libcuda under a mount of its own inside /usr, which a (non-recursive) bind of /usr
+    leaves out; or in a folder no bind covers. Either is bound; a folder /usr's bind carries is not bound twice."""
+    from registry.kernels.sandbox import driver_binds
+
+    binds = ["/usr", "/lib", "/opt/venv", "/sys"]
+    assert driver_binds("/usr/local/nvidia/lib64", binds, ["/", "/usr/local/nvidia", "/proc"]) == ["/usr/local/nvidia"]
+    assert driver_binds("/usr/local/nvidia/lib64", binds, ["/", "/usr/local/nvidia/lib64"]) == [
+        "/usr/local/nvidia/lib64"]
+    assert driver_binds("/usr/lib/x86_64-linux-gnu", binds, ["/", "/usr/local/nvidia"]) == []
+    assert driver_binds("/usr/lib/x86_64-linux-gnu", binds, ["/", "/usr"]) == []
+    assert driver_binds("/opt/nvidia/lib", binds, ["/", "/proc"]) == ["/opt/nvidia/lib"]
+    assert driver_binds("/usrx/lib", binds, ["/"]) == ["/usrx/lib"]
+    assert driver_binds(None, binds, ["/"]) == []
+
+
+SOCKET_FAMILIES = """
+import socket
+for name, make in (("unix", lambda: socket.socket(socket.AF_UNIX)), ("inet", lambda: socket.socket(socket.AF_INET)),
+                   ("inet6", lambda: socket.socket(socket.AF_INET6)), ("pair", socket.socketpair)):
+    try:
+        made = make()
+    except PermissionError:
+        print(name, "refused")
+    else:
+        print(name, "made")
+"""
+
+
+@pytest.mark.parametrize("unix_sockets", [False, True])
+def test_a_cuda_jail_s_filter_lets_only_unix_sockets_through(unix_sockets):
+    """NVIDIA's driver opens an AF_UNIX socket in cuInit and fails with error 304 when it is refused (seen on an
+    H200: cuInit answered 304 under the filter and 0 with AF_UNIX allowed). A CUDA jail's filter allows that
+    family alone; every other family, and socketpair, stay refused, and a CPU jail refuses them all."""
+    from registry.kernels import sandbox_launch
+
+    def confined() -> None:
+        sandbox_launch._libc.prctl(38, 1, 0, 0, 0)  # PR_SET_NO_NEW_PRIVS, as confine() sets it
+        sandbox_launch.install_filter(sandbox_launch.arch(), unix_sockets=unix_sockets)
+
+    done = subprocess.run([sys.executable, "-I", "-c", SOCKET_FAMILIES], capture_output=True, text=True,
+                          preexec_fn=confined, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split("\n")[:4] == [f"unix {'made' if unix_sockets else 'refused'}", "inet refused",
+                                          "inet6 refused", "pair refused"]
+
+
+def test_only_a_cuda_jail_asks_for_unix_sockets():
+    from registry.kernels.sandbox import Sandbox
+
+    for device_type, allowed in (("cpu", False), ("cuda", True)):
+        box = Sandbox(device_type)
+        try:
+            assert box.launch_config([sys.executable], [])["unix_sockets"] is allowed
+        finally:
+            box.close()
