@@ -25,7 +25,7 @@ from __future__ import annotations
 import sys
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
 
 from sqlalchemy import Connection
 from sqlalchemy.exc import DBAPIError
@@ -287,18 +287,29 @@ class View:
             attach_state_documents(self.store, found)
         return found
 
-    def latest(self, most_artifacts: int, most_records: int) -> latest.LatestPage:
+    def latest(self, most_artifacts: int, most_records: int, seen: Mapping[str, latest.SeenRecord] | None = None,
+               *, decode: bool = True) -> latest.LatestPage:
         """The artifacts and the promoted artifacts that moved last (at most `most_artifacts` each, evidence items
         attached) and the speed records that moved last (at most `most_records`, documents attached), with how
-        many of each there are in all (latest.py): a page whose cost its size bounds, not the registry's."""
+        many of each there are in all (latest.py): a page whose cost its size bounds, not the registry's. A live
+        read leaves undecoded the records `seen` names whose rows have not changed (`LatestPage.unchanged`), and
+        without `decode` names the others (`LatestPage.moved`: each read with `record_of`, in this view)."""
         if self._live:
             with self._reads() as conn:
-                page = latest.read_live(conn, self.position, most_artifacts, most_records)
+                page = latest.read_live(conn, self.position, most_artifacts, most_records, seen, decode)
         else:
             page = latest.of_folded(self._whole(), most_artifacts, most_records)
         attach_items(self.store, list({artifact["artifact"]: artifact for artifact in page.artifacts + page.promoted}.values()))
         attach_documents(self.store, page.records)
         return page
+
+    def record_of(self, key: str) -> SpeedRecordState:
+        """A speed record a live page named without reading it (`LatestPage.moved`), read from the same snapshot
+        and checked as a page's rows are, its documents attached."""
+        with self._reads() as conn:
+            record = latest.read_record(conn, key, self.position)
+        attach_documents(self.store, [record])
+        return record
 
     def artifacts(self, workload: str | None = None) -> list[ArtifactState]:
         """Artifacts (of one workload if given), sorted by artifact id, each with its verdict history and items."""

@@ -23,20 +23,26 @@ the rows `show` and `report` print.
 from __future__ import annotations
 
 import asyncio
+import gc
 import hashlib
+import itertools
 import json
 import threading
 from datetime import datetime, timezone
 from functools import lru_cache
-from typing import Any, AsyncIterator, Callable
+from typing import TYPE_CHECKING, Any, AsyncIterator, Callable
 
 from fastapi.responses import StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
 from registry.app import Registry
 from registry.formats.errors import UserError
+from registry.projections.latest import LatestPage, SeenRecord
 
 from .bodies import RequestRefused
+
+if TYPE_CHECKING:
+    from registry.projections.view import View
 
 POLL_SECONDS = 0.5
 # A stream ends after this long (the page reconnects), so a server never holds a forgotten tab for ever.
@@ -62,14 +68,14 @@ def snapshot(registry: Registry, most_artifacts: int = MOST_ARTIFACTS, most_plot
     artifacts with their state and monitor status and how many are not listed, the speed-against-fidelity figure of
     the artifacts listed, the monitors' table (report.py `monitors_table`, rows from `monitor_summary`), each speed
     record's running-bounds figure and each listed artifact's per-frame fidelity figure."""
-    from registry.app.reports import benchmark_records
     from registry.projections.headline import headline
     from registry.projections.html_report import has_frames
-    from registry.projections.read_models import RegistryState
     from registry.projections.report import alerts_of, monitors_of, monitors_table, speed_gate
 
+    kept = RECORDS.kept()
     with registry.view() as view:
-        page = view.latest(most_artifacts, most_plots)
+        page = view.latest(most_artifacts, most_plots, {key: seen for key, (seen, _) in kept.items()}, decode=False)
+        drawn, positions = _records_drawn(view, page)
     artifacts = sorted(page.artifacts, key=lambda artifact: artifact["artifact"])
     listed = {artifact["artifact"] for artifact in artifacts}
     watched = sorted(artifacts + [a for a in page.promoted if a["artifact"] not in listed],
@@ -88,14 +94,8 @@ def snapshot(registry: Registry, most_artifacts: int = MOST_ARTIFACTS, most_plot
     gates = {name: speed_gate((page.workloads.get(name) or {}).get("contract")) for name in names}
     scatter = _drawn("speed_fidelity", {"artifacts": [{key: a[key] for key in SCATTER_FIELDS} for a in artifacts],
                                         "gates": gates})
-    newest = RegistryState(workloads=page.workloads, records={r["record"]: r for r in page.records})
-    readable = sorted((record for record in benchmark_records(newest, page.workloads)
-                       if record.get("reading") is not None),
-                      key=lambda record: -newest.records[record["record"]]["last_position"])
-    records = [{"record": record["record"], "workload": record["workload"], "artifacts": record["artifacts"],
-                "pairs": record["pairs"], "max_pairs": record["max_pairs"], "shows": record["shows"],
-                "stop": record["stop"], "figure": _drawn("bounds", record)}
-               for record in readable]
+    on_page = RECORDS.page(page, drawn, kept)
+    records = [on_page[key] for key in sorted(on_page, key=lambda key: -positions[key]) if on_page[key] is not None]
     measured = [artifact for artifact in artifacts if has_frames(artifact)]
     frames = [{"artifact": a["artifact"], "figure": _drawn("frames", {
         "artifact": {"artifact": a["artifact"], "decision": a["decision"],
@@ -115,6 +115,77 @@ def snapshot(registry: Registry, most_artifacts: int = MOST_ARTIFACTS, most_plot
 
 # What the speed-against-fidelity figure reads of each artifact (plots.py `speed_fidelity_plot`).
 SCATTER_FIELDS = ("artifact", "decision", "speedup", "margins")
+
+
+def _records_drawn(view: View, page: LatestPage) -> tuple[dict[str, tuple[str, dict[str, Any] | None]],
+                                                          dict[str, int]]:
+    """The page's records that moved since the last read, each read (app/reports.py) and drawn, one at a time: a
+    record is the largest thing a page holds, so a read holds one at once, however many moved ({record: (its
+    workload, its entry)}); and where each record of the page stands (its last position), for its order."""
+    from registry.app.reports import benchmark_records
+    from registry.projections.read_models import RegistryState
+
+    drawn: dict[str, tuple[str, dict[str, Any] | None]] = {}
+    positions = dict(page.unchanged)
+    for record in itertools.chain(page.records, (view.record_of(key) for key in page.moved)):
+        positions[record["record"]] = record["last_position"]
+        alone = RegistryState(workloads=page.workloads, records={record["record"]: record})
+        for summary in benchmark_records(alone, page.workloads):
+            drawn[record["record"]] = (summary["workload"], _record_shown(summary))
+    return drawn, positions
+
+
+def _record_shown(record: dict[str, Any]) -> dict[str, Any] | None:
+    """A speed record's entry on the page, its running-bounds figure drawn (None: not read by the confident rule
+    yet, so not drawn)."""
+    if record.get("reading") is None:
+        return None
+    return {"record": record["record"], "workload": record["workload"], "artifacts": record["artifacts"],
+            "pairs": record["pairs"], "max_pairs": record["max_pairs"], "shows": record["shows"],
+            "stop": record["stop"], "figure": _drawn("bounds", record)}
+
+
+class PageRecords:
+    """The speed records of the last page read, as the page shows them (figure drawn), by what their rows were.
+
+    A record is the largest thing a page decodes (every batch of its pairs:
+    about 0.5 MB of Python objects at 400 pairs), and most of a page's
+    records have not moved since the read before. So each read names the
+    records it holds (`seen`), the page's read leaves undecoded those whose
+    rows are unchanged (projections/latest.py), and their entries are taken
+    from here: a read decodes and draws only what moved since the last one,
+    and its working set is that, not the page's 48 records. What is kept is
+    the last page's records only (at most its size), replaced by each read.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._kept: dict[str, tuple[SeenRecord, dict[str, Any] | None]] = {}
+
+    def kept(self) -> dict[str, tuple[SeenRecord, dict[str, Any] | None]]:
+        """The kept entries (None: a record not drawn) and the rows they were drawn from, by record: what a read
+        names to the page's read and then takes its undecoded records from."""
+        with self._lock:
+            return dict(self._kept)
+
+    def page(self, page: LatestPage, drawn: dict[str, tuple[str, dict[str, Any] | None]],
+             kept: dict[str, tuple[SeenRecord, dict[str, Any] | None]]) -> dict[str, dict[str, Any] | None]:
+        """The page's records as shown (None: not drawn): those `drawn` now (record -> its workload and entry)
+        and those of `kept` (what this read named) that the page left undecoded; these are then what is kept,
+        with the rows they were read from."""
+        shown = {key: kept[key] for key in page.unchanged}
+        for key, (workload, entry) in drawn.items():
+            if key in page.row_hashes:  # a live row (a folded page's records have none to name next time)
+                shown[key] = (SeenRecord(page.row_hashes[key], workload, page.workloads[workload]["last_position"]),
+                              entry)
+        with self._lock:
+            self._kept = shown
+        return {key: entry for key, (_, entry) in shown.items()} | {key: entry for key, (_, entry) in drawn.items()}
+
+    def held(self) -> int:
+        """Records kept now."""
+        with self._lock:
+            return len(self._kept)
 
 
 # The most bytes of drawn figures a server process keeps (FIGURES), whatever its pages hold: a whole page's figures
@@ -182,14 +253,27 @@ def _draw(kind: str, inputs: str) -> str:
     from registry.projections import html_report
 
     given = json.loads(inputs)
-    if kind == "bounds":
-        return html_report.bounds_figure(given)
-    if kind == "frames":
-        return html_report.frame_figure(given["artifact"], given["declared"])
-    return html_report.speed_fidelity_section(given["artifacts"], given["gates"])
+    try:
+        if kind == "bounds":
+            return html_report.bounds_figure(given)
+        if kind == "frames":
+            return html_report.frame_figure(given["artifact"], given["declared"])
+        return html_report.speed_fidelity_section(given["artifacts"], given["gates"])
+    finally:
+        collect_drawn()
+
+
+def collect_drawn() -> None:
+    """Free what a figure just drawn left behind. A matplotlib figure, its canvas (holding the Agg renderer and
+    its pixel buffer, outside Python's allocator) and its axes refer to each other, so a drawn figure is freed
+    only by the cyclic collector, and once its objects are old only by a full collection, which a server holding
+    many objects runs seldom: 48 figures drawn left 21 MB resident until one ran. Collected while young (the
+    two younger generations: a few ms), each leaves 0.4 MB at most (docs/benchmarks.md, "Soak")."""
+    gc.collect(1)
 
 
 FIGURES = PageFigures()
+RECORDS = PageRecords()
 
 
 def artifact_page(registry: Registry, artifact: str) -> dict[str, Any]:
@@ -207,7 +291,10 @@ def artifact_page(registry: Registry, artifact: str) -> dict[str, Any]:
 def _section(page: str) -> str:
     from registry.projections.html_report import artifact_section
 
-    return artifact_section(json.loads(page))
+    try:
+        return artifact_section(json.loads(page))
+    finally:
+        collect_drawn()
 
 
 class StreamRefused(RequestRefused):
