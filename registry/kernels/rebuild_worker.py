@@ -19,32 +19,11 @@ import os
 import sys
 
 
-def _key_the_cache_by_tritons_version() -> None:
-    """Let Triton name this process's cache entries without hashing its own installation first.
-
-    Triton's cache key starts with a hash of every compiler source and the
-    whole libtriton (460 MB): about 0.4 s of CPU, two thirds of a one-job
-    rebuild. Here the cache is the jail's private /tmp, gone when this
-    process ends, and the key's one other use, the metadata's `hash`, is
-    left out when the rebuild is compared with the bundle
-    (registry/bundles/triton_metadata.py, IGNORED_IN_REBUILD). Nothing that
-    is compared depends on the key: the cubin and the rest of the metadata
-    are what the compile writes, as the byte-for-byte comparison shows. The
-    Triton is the pinned one (`check_compile_environment`), so its version
-    names it; the rest of the key (the TTIR, the target, the options) is
-    Triton's own.
-    """
-    import triton
-    from triton.runtime import cache
-
-    cache.triton_key = lambda: f"{triton.__version__}-registry-rebuild"
-
-
 def serve(stdin, stdout) -> None:
     from registry.formats.errors import first_line
-    from registry.kernels.ttir_compile import compile_ttir
+    from registry.kernels.ttir_compile import compile_ttir, key_private_cache_by_version
 
-    _key_the_cache_by_tritons_version()
+    key_private_cache_by_version()
     request = json.loads(stdin.read())
     answers = []
     for job in request["jobs"]:
