@@ -25,7 +25,8 @@ from registry.formats.output_files import write_output
 from .bundles import register_bundle
 from .context import Registry
 from .decisions import promote
-from .demo_bundles import demo_resolutions, sign_video_lock, write_candidate_bundle, write_compiled_kernel_bundle
+from .demo_bundles import (demo_resolutions, registered_bundle, sign_video_lock, write_candidate_bundle,
+                           write_compiled_kernel_bundle)
 from .evidence import capture_subject, record_evidence
 from .frames import register_frames
 from .kernels import evaluate_artifact, triton_runtime
@@ -218,7 +219,12 @@ class Campaign:
 
     def register_kernel(self, out_dir: Path) -> tuple[str, Path]:
         """The kernel artifact as a triton_kernel bundle (built here, checked and rebuilt by registration);
-        its kind and bundle directory."""
+        its kind and bundle directory. Run again on its registry, the demo keeps the bundle it registered
+        while that directory still verifies to the registered payload: compiling and rebuilding the same
+        bytes again would register nothing new."""
+        kept = registered_bundle(self.registry, out_dir, KERNEL_ARTIFACT, workload=KERNEL_WORKLOAD, kind=COMPILED_KIND)
+        if kept is not None:
+            return COMPILED_KIND, kept
         bundle = write_compiled_kernel_bundle(out_dir, KERNEL_ARTIFACT)
         self.register(KERNEL_ARTIFACT, bundle, workload=KERNEL_WORKLOAD, kind=COMPILED_KIND)
         return COMPILED_KIND, bundle

@@ -109,6 +109,25 @@ def write_compiled_kernel_bundle(out_dir: Path, artifact: str) -> Path:
     return directory
 
 
+def registered_bundle(registry: Registry, out_dir: Path, artifact: str, *, workload: str, kind: str) -> Path | None:
+    """The demo's bundle directory for `artifact` when it still holds exactly the payload `artifact` is registered
+    with (as `kind`, for `workload`): the demo run again on its registry keeps it rather than building it afresh,
+    since registration already checked those bytes (for a triton_kernel, rebuilt every cubin). None otherwise: not
+    registered so, no such directory, a link, or files that no longer verify to that digest."""
+    from registry.bundles import verify_directory
+
+    directory = out_dir / BUNDLES / artifact
+    with registry.view() as view:
+        state = view.artifact(artifact)
+    if state is None or (state.get("workload"), state.get("kind")) != (workload, kind) or os.path.islink(directory):
+        return None
+    try:
+        verified = verify_directory(directory)
+    except UserError:  # missing, edited, or a manifest this registry no longer reads (another Triton's)
+        return None
+    return directory if verified.digest == state.get("payload_sha256") else None
+
+
 def write_kernel_bundle(out_dir: Path, artifact: str) -> Path:
     """The same kernel as a Python-entry bundle (registry.bundle/1): the kernel module's source and its Triton
     entry point, which `registry demo --server` registers by digest."""

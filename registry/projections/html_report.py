@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import base64
+import json
 import re
 from html import escape
 from typing import Any, Mapping, Sequence
@@ -63,6 +64,7 @@ def report_html(report: dict[str, Any], state: RegistryState, *, max_frame_plots
     totals = ", ".join(f"{decision}: {count}" for decision, count in report["totals"].items()) or "no artifacts"
     [workload_table, *tables] = report_tables(report)
     matrix_title = matrix_table(report["matrix"])[0] if report["matrix"] is not None else None
+    drawn: dict[str, str] = {}  # a speed record's figure is shown twice: in its section and on its artifact's page
     parts = [
         f"<h1>Registry report: {escape(scope)}, as of log position {report['as_of']}</h1>",
         *([f"<p>chain head <code>{escape(head_text(report['head']))}</code> "
@@ -73,28 +75,37 @@ def report_html(report: dict[str, Any], state: RegistryState, *, max_frame_plots
         speed_fidelity_section(artifacts, {w: s["speed_gate"] for w, s in workloads.items()}),
         *(_table(*table) for table in tables if table[0] != matrix_title),
         *([matrix_grid(report["matrix"])] if report["matrix"] is not None else []),
-        *_bounds_section(report.get("benchmark_records") or [], max_frame_plots),
+        *_bounds_section(report.get("benchmark_records") or [], max_frame_plots, drawn),
         *_frame_section(artifacts, state, max_frame_plots),
-        *artifact_pages_section(list(pages), pages_left_out),
+        *artifact_pages_section(list(pages), pages_left_out, drawn),
     ]
     return page(f"Registry report as of position {report['as_of']}", parts)
 
 
-def _bounds_section(records: list[dict[str, Any]], limit: int) -> list[str]:
+def _bounds_section(records: list[dict[str, Any]], limit: int, drawn: dict[str, str] | None = None) -> list[str]:
     """One running-bounds figure per benchmark record read by the confident rule (at most `limit`)."""
     readable = [record for record in records if record.get("reading") is not None]
     if not readable:
         return []
     parts = ["<h2>Running bounds against the gate (speed records)</h2>"]
-    parts += [bounds_figure(record) for record in readable[:limit]]
+    parts += [bounds_figure(record, drawn) for record in readable[:limit]]
     if len(readable) > limit:
         parts.append(f'<p class="none">{len(readable) - limit} more not drawn</p>')
     return parts
 
 
-def bounds_figure(record: dict[str, Any]) -> str:
-    """One speed record's running-bounds figure as the report draws it (the live view of `registry serve` too)."""
-    return _figure(running_bounds_plot(record), f"running bounds of {', '.join(record['artifacts'])}")
+def bounds_figure(record: dict[str, Any], drawn: dict[str, str] | None = None) -> str:
+    """One speed record's running-bounds figure as the report draws it (the live view of `registry serve` too).
+
+    The figure is a function of the record alone, so with `drawn` (one page's figures by their record's JSON) a
+    record already drawn for the page is not drawn again."""
+    key = json.dumps(record, sort_keys=True, default=str) if drawn is not None else ""
+    if drawn is not None and key in drawn:
+        return drawn[key]
+    figure = _figure(running_bounds_plot(record), f"running bounds of {', '.join(record['artifacts'])}")
+    if drawn is not None:
+        drawn[key] = figure
+    return figure
 
 
 def page(title: str, parts: Sequence[str]) -> str:
@@ -168,10 +179,10 @@ def artifact_anchor(artifact: str) -> str:
     return f"artifact-{readable}-{hashlib.sha256(artifact.encode('utf-8')).hexdigest()[:8]}"
 
 
-def artifact_section(page: dict[str, Any]) -> str:
+def artifact_section(page: dict[str, Any], drawn: dict[str, str] | None = None) -> str:
     """One artifact's page (app/artifact_page.py `ArtifactPage.to_dict`): its state in the headline (a regressed
     monitor included), every verdict with its reasons, its speed record's running bounds, and for a monitored
-    artifact its re-measurements against the threshold with the alarm marked."""
+    artifact its re-measurements against the threshold with the alarm marked. `drawn`: as `bounds_figure`."""
     from .headline import headline, margin_rows, parity_text
     from .plots import remeasurement_plot
 
@@ -215,7 +226,7 @@ def artifact_section(page: dict[str, Any]) -> str:
     elif record.get("reading") is None:
         parts.append(f'<p class="none">{record["pairs"]} pairs; not read ({escape(record["stop"])})</p>')
     else:
-        parts.append(f'<div class="record-figure">{bounds_figure(record)}</div>')
+        parts.append(f'<div class="record-figure">{bounds_figure(record, drawn)}</div>')
     monitor = page["monitor"]
     if monitor is not None:
         parts.append("<h3>monitor: re-measurements against the threshold</h3>")
@@ -226,7 +237,7 @@ def artifact_section(page: dict[str, Any]) -> str:
     return "\n".join(parts)
 
 
-def artifact_pages_section(pages: list[dict[str, Any]], more: int) -> list[str]:
+def artifact_pages_section(pages: list[dict[str, Any]], more: int, drawn: dict[str, str] | None = None) -> list[str]:
     """The report's page per artifact: an index of links, then each artifact's section."""
     if not pages:
         return []
@@ -235,4 +246,4 @@ def artifact_pages_section(pages: list[dict[str, Any]], more: int) -> list[str]:
     parts = ["<h2>Artifacts, one page each</h2>", f'<ul class="artifact-index">{links}</ul>']
     if more:
         parts.append(f'<p class="none">{more} more artifacts not shown (narrow the report with --workload)</p>')
-    return parts + [artifact_section(page) for page in pages]
+    return parts + [artifact_section(page, drawn) for page in pages]

@@ -270,7 +270,8 @@ def test_the_campaign_scopes_its_process_wide_settings(monkeypatch):
 
 
 def test_the_demo_run_again_on_its_registry_times_nothing_already_decided(reduced_demo, tmp_path):
-    """A second run without --fresh finds every record closed: no session is opened, nothing timed, --check holds."""
+    """A second run without --fresh finds every record closed: no session is opened, nothing timed, --check holds;
+    the compiled kernel's registered bundle is kept, not compiled and rebuilt again."""
     folder = reduced_demo.copy(tmp_path / "demo")
     url = f"sqlite:///{folder / 'demo.db'}"
     args = demo_arguments(folder)
@@ -278,12 +279,22 @@ def test_the_demo_run_again_on_its_registry_times_nothing_already_decided(reduce
     closed = {row["artifact"] for row in first if row["stop"] in ("decided", "max_pairs")}
     untimed = {row["artifact"] for row in first if row["pairs"] is None}  # the compiled kernel without a GPU
     sessions = len([e for e in opened(url).store.read_all() if e.type == "BenchmarkSessionOpened"])
+    kernel_manifest = folder / "out" / "bundles" / KERNEL_ARTIFACT / "bundle.json"
+    built = kernel_manifest.stat()
+    registrations = [e for e in opened(url).store.read_stream(f"artifact:{KERNEL_ARTIFACT}")
+                     if e.type == "ArtifactRegistered"]
     again = CliRunner().invoke(main, args)
     assert again.exit_code == 0, again.output
     rows = {row["artifact"]: row for row in json.loads(again.output)["rows"]}
     assert all(rows[name]["pairs"] == 0 for name in closed)
     assert len([e for e in opened(url).store.read_all()
                 if e.type == "BenchmarkSessionOpened"]) == sessions + len(set(rows) - closed - untimed)
+    # The compiled kernel's registered bundle is kept as it was (neither compiled nor rebuilt again), and it is
+    # not registered again.
+    kept = kernel_manifest.stat()
+    assert (kept.st_ino, kept.st_mtime_ns) == (built.st_ino, built.st_mtime_ns)
+    assert [e for e in opened(url).store.read_stream(f"artifact:{KERNEL_ARTIFACT}")
+            if e.type == "ArtifactRegistered"] == registrations
 
 
 def test_the_commands_the_demo_prints_run_as_printed(tmp_path):
