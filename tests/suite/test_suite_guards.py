@@ -61,7 +61,7 @@ WITHOUT_PLUGINS = {"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
 @pytest.fixture(scope="module")
 def forks():
     """The server the file's child runs are forked from (tests/support/pytest_forks.py): each run is still a pytest
-    session of its own in a process of its own, even when this test runs inside an xdist worker, without an
+    run of its own in a process of its own, even when this test runs inside an xdist worker, without an
     interpreter's start-up and torch's import each time."""
     server = PytestForks(_child_env(**WITHOUT_PLUGINS))
     yield server

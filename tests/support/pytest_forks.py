@@ -1,7 +1,7 @@
 """Child pytest runs forked from one server that has imported what every such run imports.
 
 tests/suite/test_suite_guards.py runs tests/conftest.py's guards on a
-small suite of their own, each time in a pytest session of its own, in a
+small suite of their own, each time in a pytest run of its own, in a
 process of its own. A fresh interpreter spends about 2 s of CPU on such a
 run before its first test, importing torch, pytest, Hypothesis and
 SQLAlchemy (tests/conftest.py imports them), and 0.3 s on the run itself.
