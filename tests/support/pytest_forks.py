@@ -86,8 +86,10 @@ class PytestForks:
     def _answer(self, deadline: float) -> int | None:
         """The server's next line, or None when the deadline passes first."""
         line = b""
+        poller = select.poll()  # not select(): a worker that has run many tests may hold descriptors past 1024
+        poller.register(self.server.stdout.fileno(), select.POLLIN | select.POLLHUP)
         while not line.endswith(b"\n"):
-            if not select.select([self.server.stdout], [], [], max(0.0, deadline - time.monotonic()))[0]:
+            if not poller.poll(max(0, int((deadline - time.monotonic()) * 1000))):
                 return None
             chunk = os.read(self.server.stdout.fileno(), 1)
             if not chunk:
