@@ -113,7 +113,9 @@ def build(request: dict) -> dict:
 
     from registry.kernels.builtin_bundles import BUILTIN, corpus_dims
     from registry.kernels.ops import get_operation
+    from registry.kernels.ttir_compile import key_private_cache_by_version
 
+    key_private_cache_by_version()  # the build's cache is a temporary folder of its own (builtin_bundles.py)
     roots = package_roots()
     answer = {}
     for op_name in request["ops"]:

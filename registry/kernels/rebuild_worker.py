@@ -21,8 +21,9 @@ import sys
 
 def serve(stdin, stdout) -> None:
     from registry.formats.errors import first_line
-    from registry.kernels.ttir_compile import compile_ttir
+    from registry.kernels.ttir_compile import compile_ttir, key_private_cache_by_version
 
+    key_private_cache_by_version()
     request = json.loads(stdin.read())
     answers = []
     for job in request["jobs"]:

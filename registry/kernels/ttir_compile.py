@@ -81,6 +81,27 @@ def compile_ttir(ttir: str, arch: str, options: dict[str, Any]) -> tuple[bytes, 
     return compiled.asm["cubin"], metadata_json(compiled.metadata._asdict())
 
 
+def key_private_cache_by_version() -> None:
+    """Let Triton name this process's cache entries without hashing its own installation first.
+
+    Only for a process whose Triton cache is its own and ends with it: the
+    build of the built-in kernels (a temporary folder) and the sandboxed
+    rebuild (the jail's private /tmp). Triton's cache key starts with a hash
+    of every compiler source and the whole libtriton (460 MB): about 0.4 s
+    of CPU a process, two thirds of a one-job rebuild. In such a process the
+    key only names entries nobody else reads, and its one other use, the
+    metadata's `hash`, is left out when a rebuild is compared with a bundle
+    (registry/bundles/triton_metadata.py). The cubin and the rest of the
+    metadata do not depend on it. The Triton is the pinned one
+    (`check_compile_environment`), so its version names it; the rest of the
+    key (the TTIR, the target, the options) is Triton's own.
+    """
+    import triton
+    from triton.runtime import cache
+
+    cache.triton_key = lambda: f"{triton.__version__}-registry-private-cache"
+
+
 def metadata_json(metadata: dict[str, Any]) -> dict[str, Any]:
     """Triton's metadata as the JSON Triton writes beside a cubin (its target as an object, tuples as lists)."""
     target = metadata["target"]

@@ -3,7 +3,8 @@
 The module builds the built-in modulated LayerNorm as a `registry.triton-kernel/1`
 bundle (the cpu corpus's four (D, dtype), sm_90a: about 15 s of compiling on a
 loaded 2-core machine, once) and
-registers it, which rebuilds its cubins in the sandbox. Then:
+registers it once, which rebuilds its cubins in the sandbox; each test gets
+a copy of that registry. Then:
 
 - `evaluate` says in one line that it needs a CUDA device, and records
   nothing (with or without --bundle);
@@ -24,11 +25,14 @@ import hashlib
 import json
 import re
 import shutil
+from pathlib import Path
 
 import pytest
 import torch
+from click.testing import CliRunner
 
 from registry.app.compiled import operation_replaced, read_bundle_kernel, registered_cubins, registered_kernel
+from registry.cli.main import main
 from registry.formats.errors import UserError
 from registry.kernels.corpus import corpus_cases
 from registry.kernels.launch_evaluate import evaluate_compiled
@@ -48,13 +52,29 @@ def built(built_modln):
     return built_modln
 
 
-@pytest.fixture
-def cli(registry_cli, built):
-    (registry_cli.tmp / "op.yaml").write_text(MANIFEST)
-    assert registry_cli("workload", "declare", str(registry_cli.tmp / "op.yaml")).exit_code == 0
-    done = registry_cli("artifact", "register", "modln-c", "--workload", "wan-modln-op", "--kind", "triton_kernel",
-                        "--bundle", str(built[0]))
+@pytest.fixture(scope="module")
+def registered(built, sqlite_template, tmp_path_factory) -> Path:
+    """A registry file in which the workload is declared and the bundle registered through the CLI, once for the
+    module: registration rebuilds every cubin in the sandbox (about a second each time), and each test gets a
+    copy of this file, as `registry_cli` gives a copy of the migrated template."""
+    path = tmp_path_factory.mktemp("registered") / "registry.db"
+    shutil.copyfile(sqlite_template, path)
+    (path.parent / "op.yaml").write_text(MANIFEST)
+
+    def cli(*args):
+        return CliRunner().invoke(main, ["--db", f"sqlite:///{path}", "--actor", "reviewer", *args])
+
+    assert cli("workload", "declare", str(path.parent / "op.yaml")).exit_code == 0
+    done = cli("artifact", "register", "modln-c", "--workload", "wan-modln-op", "--kind", "triton_kernel",
+               "--bundle", str(built[0]))
     assert done.exit_code == 0, done.output
+    assert not path.with_name(path.name + "-wal").exists()  # the commands closed it: the file holds every write
+    return path
+
+
+@pytest.fixture
+def cli(registry_cli, registered):
+    shutil.copyfile(registered, registry_cli.tmp / "registry.db")  # the file at registry_cli.url
     return registry_cli
 
 

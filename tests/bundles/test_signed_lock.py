@@ -27,21 +27,36 @@ from registry.bundles import Profile, read_lock
 from registry.bundles.keys import create_key, load_signing_key
 from registry.bundles.signed_lock import sign_lock
 from registry.runtime import LockRefused, load, resolve
+from registry.runtime.trust import PROCESS_HISTORY
 from ship_helpers import ship_fast_and_faster
+from stateful_checks import CopiedStart
 
 PROFILE = Profile("sm90", "2.13.0", "12.8")
 
 
+# The folder `signed` builds through the CLI (two bundles shipped, a key, a signed lock): built by the first test
+# of a process that asks, copied for the others (nothing in it names the folder it was built in). The copies share
+# their log's origin, so each test starts with no lock of that log accepted by the process (as a new log had).
+SIGNED = CopiedStart()
+
+
 @pytest.fixture
-def signed(registry_cli):
-    root = ship_fast_and_faster(registry_cli)
+def signed(registry_cli, monkeypatch):
+    monkeypatch.setattr(PROCESS_HISTORY, "_newest", {})
     key = registry_cli.tmp / "signing.key"
-    assert registry_cli("keys", "init", str(key)).exit_code == 0
     lock = registry_cli.tmp / "registry.lock.json"
+    SIGNED.start(registry_cli.tmp, lambda: sign(registry_cli, key, lock))
+    registry_cli.key, registry_cli.public, registry_cli.lock = key, f"{key}.pub", lock
+    registry_cli.bundles = registry_cli.tmp / "bundles"
+    return registry_cli
+
+
+def sign(registry_cli, key, lock) -> dict:
+    assert ship_fast_and_faster(registry_cli) == registry_cli.tmp / "bundles"
+    assert registry_cli("keys", "init", str(key)).exit_code == 0
     result = registry_cli("lock", "--workload", "wan", "--key", str(key), "--out", str(lock))
     assert result.exit_code == 0, result.output
-    registry_cli.key, registry_cli.public, registry_cli.lock, registry_cli.bundles = key, f"{key}.pub", lock, root
-    return registry_cli
+    return {}
 
 
 def envelope_of(path) -> dict:

@@ -4,7 +4,7 @@ The module builds every built-in operation for sm_90a and sm_100a once,
 through `registry kernels build` (4 ops x 7 corpus cases x 2 targets = 56
 cubins, each compiled from the portable TTIR), and rebuilds every cubin from
 its TTIR in a sandbox, as a registration does. That is the slow part of the
-file: about 8 s of CPU for the build and 7 s for the rebuilds here (more
+file: about 8 s of CPU for the build and 5 s for the rebuilds here (more
 wall time on a busy machine); the rest reads what they produced, but for a
 compile under an audit hook (about 1.5 s) and a build from a copy of the
 registry elsewhere (about 4 s).

@@ -7,6 +7,10 @@ behind its stream; a speed record or a benchmark-session stream row deleted,
 edited, moved back or given an entry twice; read-model tables dropped. Every decision refuses in one
 line naming `registry replay` (exit 1, nothing appended), never exit 70;
 `replay`, `db upgrade` and `init` create a dropped table again and rebuild.
+
+Each test damages its own copy of one of two registries (`shared`, `sessions`), each built through the CLI by
+the first test of a process that asks for it (a copy of its folder for the others: a file copy against the
+eight CLI commands that build it).
 """
 from __future__ import annotations
 
@@ -17,6 +21,7 @@ import sqlite3
 import pytest
 
 from ship_helpers import evidence
+from stateful_checks import CopiedStart
 
 MANIFEST = """
 workload: wan
@@ -53,10 +58,18 @@ def measure(cli, name: str, ratio: float) -> None:
     assert cli("evidence", "import", str(path)).exit_code == 0
 
 
+SHARED = CopiedStart()
+
+
 @pytest.fixture
 def shared(registry_cli):
     """`a` used up the one benchmark attempt of the bytes it shares with `b`, and was rejected; `b` is measured
     fast."""
+    SHARED.start(registry_cli.tmp, lambda: build_shared(registry_cli))
+    return registry_cli
+
+
+def build_shared(registry_cli) -> dict:
     (registry_cli.tmp / "wan.yaml").write_text(MANIFEST)
     assert registry_cli("workload", "declare", str(registry_cli.tmp / "wan.yaml")).exit_code == 0
     register(registry_cli, "a", b"the same bytes")
@@ -65,7 +78,7 @@ def shared(registry_cli):
     register(registry_cli, "b", b"the same bytes")
     measure(registry_cli, "b", 1.5)
     assert registry_cli("show", "b").exit_code == 0  # the read models caught up, then damaged by each test
-    return registry_cli
+    return {}
 
 
 def held_on_attempts(cli) -> None:
@@ -157,10 +170,17 @@ LEAF = {"name": "out", "reference_dtype": "bfloat16", "candidate_dtype": "bfloat
         "max_abs_error": 0.0, "max_rel_error": 0.0, "has_nan": False, "has_inf": False}
 
 
+SESSIONS_START = CopiedStart()
+
+
 @pytest.fixture
 def sessions(registry_cli):
     """`fast`, measured in one benchmark session of two batches (3 pairs, then 2): promoted on its record."""
-    cli = registry_cli
+    registry_cli.session = SESSIONS_START.start(registry_cli.tmp, lambda: build_sessions(registry_cli))["session"]
+    return registry_cli
+
+
+def build_sessions(cli) -> dict:
     (cli.tmp / "wan.yaml").write_text(SESSIONS)
     assert cli("workload", "declare", str(cli.tmp / "wan.yaml")).exit_code == 0
     register(cli, "fast", b"step cache build 1")
@@ -169,12 +189,12 @@ def sessions(registry_cli):
         {"kind": "execution", "candidate_calls": 4, "fallbacks": 0}, {"kind": "parity", "leaves": [LEAF]}]}))
     assert cli("evidence", "import", str(document)).exit_code == 0
     opened = cli("bench", "open", "fast", "--device", "NVIDIA H200", "--timer", "cuda_event", "--json")
-    cli.session = json.loads(opened.stdout)["session"]
+    session = json.loads(opened.stdout)["session"]
     for batch, pairs in (("a", 3), ("b", 2)):
-        assert cli("bench", "record", "fast", cli.session, "--batch", batch, "--baseline", ",".join(["2"] * pairs),
+        assert cli("bench", "record", "fast", session, "--batch", batch, "--baseline", ",".join(["2"] * pairs),
                    "--candidate", ",".join(["1"] * pairs)).exit_code == 0
     assert cli("bench", "status", "fast").exit_code == 0  # caught up, then damaged by each test
-    return cli
+    return {"session": session}
 
 
 def edit_row(cli, table: str, key: str, value: str, change) -> None:

@@ -59,15 +59,17 @@ def test_a_run_drops_every_database_it_made_and_the_server_goes_at_once():
     A pytest run of two Postgres tests (a fresh database, and a copy of the migrated template) against a
     throwaway server of its own: afterwards the server holds no database the run made (a run used to leave
     hundreds, whose files took minutes to delete after the last test), and stopping it takes seconds. Starts a
-    server and a pytest process that imports torch: about ten seconds on the shared two-core machine.
+    server and a pytest process that imports torch: about ten seconds on the shared two-core machine. The pytest
+    process loads no installed plugin (xdist, hypothesis, schemathesis...: about 1 s of CPU to import, and neither
+    test uses one): what is shown is tests/conftest.py's dropping.
     """
     if not bash("_pg_bindir").stdout.strip():
         pytest.skip("no PostgreSQL server binaries (/usr/lib/postgresql/*/bin): `make test` installs them as root")
     root = SCRIPT.parents[1]
     done = bash(
         f"pg_throwaway_start && cd {root} && "
-        "REGISTRY_TEST_POSTGRES_URL=$REGISTRY_TEST_POSTGRES_URL .venv/bin/python -m pytest -q -p no:cacheprovider "
-        "-p no:xdist 'tests/app/test_register.py::test_a_name_typed_in_nfd_is_the_nfc_name[postgres]' "
+        "REGISTRY_TEST_POSTGRES_URL=$REGISTRY_TEST_POSTGRES_URL PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 "
+        ".venv/bin/python -m pytest -q -p no:cacheprovider 'tests/app/test_register.py::test_a_name_typed_in_nfd_is_the_nfc_name[postgres]' "
         "tests/events/test_store_postgres.py::test_a_speed_record_written_by_another_catch_up_between_reads_is_loaded_not_refused"
         " >/dev/null 2>&1; echo PYTEST=$?; "
         "\"$(_pg_bindir)/psql\" \"${REGISTRY_TEST_POSTGRES_URL/+psycopg/}\" -tAc "

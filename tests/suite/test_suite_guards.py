@@ -11,12 +11,13 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 
+import pytest
 
 from limits import HANG_GUARD_S
 from paths import TESTS
+from pytest_forks import PytestForks
 
 CONFTEST = TESTS / "conftest.py"
 # The suite's size when this guard was last raised: a change that removes tests lowers it only by editing this line
@@ -46,23 +47,37 @@ def test_skips_for_want_of_a_device():
 '''
 
 
-def run_suite(tmp_path: Path, strict: bool, *select: str) -> subprocess.CompletedProcess:
+def _child_env(**changes: str) -> dict[str, str]:
+    """This process's environment as a child run's own (not an xdist worker's, not strict), with `changes`."""
+    env = {k: v for k, v in os.environ.items() if k != "REGISTRY_TEST_STRICT" and not k.startswith("PYTEST_XDIST_")}
+    return {**env, **changes}
+
+
+# The child runs load only the plugin the guards meet (xdist): the installed ones (hypothesis, schemathesis,
+# playwright...) cost each run about as much start-up as torch does, and the probe suite uses none of them.
+WITHOUT_PLUGINS = {"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
+
+
+@pytest.fixture(scope="module")
+def forks():
+    """The server the file's child runs are forked from (tests/support/pytest_forks.py): each run is still a pytest
+    run of its own in a process of its own, even when this test runs inside an xdist worker, without an
+    interpreter's start-up and torch's import each time."""
+    server = PytestForks(_child_env(**WITHOUT_PLUGINS))
+    yield server
+    server.close()
+
+
+def run_suite(forks: PytestForks, tmp_path: Path, strict: bool, *select: str) -> subprocess.CompletedProcess:
     (tmp_path / "conftest.py").write_text(CONFTEST.read_text(encoding="utf-8"), encoding="utf-8")
     (tmp_path / "test_probe.py").write_text(SUITE, encoding="utf-8")
-    # The child is a run of its own, even when this test runs inside an xdist worker. It loads only the plugin
-    # the guards meet (xdist): the installed ones (hypothesis, schemathesis, playwright...) cost each of its
-    # interpreters about as much start-up as torch does, and the probe suite uses none of them.
-    env = {k: v for k, v in os.environ.items() if k != "REGISTRY_TEST_STRICT" and not k.startswith("PYTEST_XDIST_")}
-    env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
-    if strict:
-        env["REGISTRY_TEST_STRICT"] = "1"
-    return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "xdist", "-q",
-                           "-W", "ignore::pytest.PytestUnknownMarkWarning", *select, str(tmp_path)],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=HANG_GUARD_S)
+    env = _child_env(**WITHOUT_PLUGINS, **({"REGISTRY_TEST_STRICT": "1"} if strict else {}))
+    return forks.run(["-p", "no:cacheprovider", "-p", "xdist", "-q", "-W", "ignore::pytest.PytestUnknownMarkWarning",
+                      *select, str(tmp_path)], cwd=tmp_path, env=env, timeout=HANG_GUARD_S)
 
 
-def test_leaks_fail_the_leaking_test_and_are_put_back_and_skips_are_summarised(tmp_path):
-    done = run_suite(tmp_path, False)
+def test_leaks_fail_the_leaking_test_and_are_put_back_and_skips_are_summarised(forks, tmp_path):
+    done = run_suite(forks, tmp_path, False)
     assert done.returncode == 1, done.stdout
     assert "ERROR test_probe.py::test_leaks_a_variable" in done.stdout
     assert "environment variables GUARD_PROBE" in done.stdout
@@ -73,45 +88,46 @@ def test_leaks_fail_the_leaking_test_and_are_put_back_and_skips_are_summarised(t
     assert "1 skipped: no widget server" in done.stdout
 
 
-def test_a_strict_run_fails_on_a_skip_unless_its_test_is_device_bound(tmp_path):
-    done = run_suite(tmp_path, True, "-k", "skips")
+def test_a_strict_run_fails_on_a_skip_unless_its_test_is_device_bound(forks, tmp_path):
+    done = run_suite(forks, tmp_path, True, "-k", "skips")
     assert done.returncode == 1, done.stdout
     assert "1 FAILS THE RUN (strict): no widget server" in done.stdout
     assert "REGISTRY_TEST_STRICT=1: 1 skipped tests fail the run" in done.stdout
     assert "1 for lack of a device: needs a CUDA GPU" in done.stdout
-    device_only = run_suite(tmp_path, True, "-k", "device")
+    device_only = run_suite(forks, tmp_path, True, "-k", "device")
     assert device_only.returncode == 0, device_only.stdout
     assert "1 for lack of a device: needs a CUDA GPU" in device_only.stdout
 
 
-def test_a_parallel_run_lists_every_workers_skips_and_a_strict_one_fails_on_them(tmp_path):
+def test_a_parallel_run_lists_every_workers_skips_and_a_strict_one_fails_on_them(forks, tmp_path):
     """Under pytest-xdist (what `make test` runs) the skips happen in the workers and the summary is the controller's.
 
     It starts worker interpreters that import torch (two, then one: a controller counting one worker's device skip
     decides the exit status as it does two workers'): seconds, the only way to see the controller's summary.
     """
-    done = run_suite(tmp_path, True, "-n", "2", "-k", "skips")
+    done = run_suite(forks, tmp_path, True, "-n", "2", "-k", "skips")
     assert done.returncode == 1, done.stdout
     assert "1 FAILS THE RUN (strict): no widget server" in done.stdout
     assert "1 for lack of a device: needs a CUDA GPU" in done.stdout
-    device_only = run_suite(tmp_path, True, "-n", "1", "-k", "device")
+    device_only = run_suite(forks, tmp_path, True, "-n", "1", "-k", "device")
     assert device_only.returncode == 0, device_only.stdout
     assert "1 for lack of a device: needs a CUDA GPU" in device_only.stdout
 
 
-def test_a_module_skipped_at_import_is_listed_and_fails_a_strict_run(tmp_path):
+def test_a_module_skipped_at_import_is_listed_and_fails_a_strict_run(forks, tmp_path):
     (tmp_path / "test_absent.py").write_text(
         "import pytest\npytest.importorskip('a_module_nobody_installed')\n", encoding="utf-8")
-    done = run_suite(tmp_path, True, "-k", "put_back")
+    done = run_suite(forks, tmp_path, True, "-k", "put_back")
     assert done.returncode == 1, done.stdout
     assert "1 FAILS THE RUN (strict): could not import 'a_module_nobody_installed'" in done.stdout
 
 
-def _whole_suite_count() -> int:
-    """The number of tests a collection of the whole of tests/ finds, in a child pytest."""
+def _whole_suite_count(forks: PytestForks) -> int:
+    """The number of tests a collection of the whole of tests/ finds, in a child pytest (with every installed
+    plugin, as a whole run has: a plugin may add tests)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST_")}
-    done = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", str(TESTS)],
-                          cwd=TESTS.parent, env=env, capture_output=True, text=True, timeout=HANG_GUARD_S)
+    done = forks.run(["--collect-only", "-q", "-p", "no:cacheprovider", str(TESTS)], cwd=TESTS.parent, env=env,
+                     timeout=HANG_GUARD_S)
     assert done.returncode == 0, done.stdout[-2000:]
     return int(done.stdout.strip().splitlines()[-1].split()[0])  # "N tests collected in ..."
 
@@ -123,7 +139,7 @@ def test_the_suite_does_not_shrink(request):
     whole = {path.name for path in TESTS.rglob("test_*.py")} <= {item.path.name for item in items} \
         and not request.config.option.keyword and not request.config.option.markexpr \
         and not request.config.getoption("deselect")
-    count = len(items) if whole else _whole_suite_count()
+    count = len(items) if whole else _whole_suite_count(request.getfixturevalue("forks"))
     assert count >= FEWEST_TESTS, f"{count} tests, fewer than the {FEWEST_TESTS} this suite had"
 
 

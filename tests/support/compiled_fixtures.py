@@ -157,12 +157,13 @@ BUILT_CASES = sorted({(case.dim, case.dtype) for case in corpus_cases("cpu")})  
 def built_modln(tmp_path_factory):
     """The built-in modulated LayerNorm built as a registry.triton-kernel/1 bundle for the cpu corpus's four
     (D, dtype), sm_90a: (its directory, its manifest). About 15 s of compiling on a loaded 2-core machine, once
-    per test process."""
-    from registry.app.kernel_bundles import build_builtin_bundles
+    per run, shared by the files and xdist workers that read it (`built_once_per_run`)."""
+    from registry.bundles import verify_directory
 
-    out = tmp_path_factory.mktemp("bundles")
-    manifest = build_builtin_bundles(out, ops=["modulated_layernorm"], arches=["sm_90a"], cases=BUILT_CASES)
-    return out / "modulated_layernorm", manifest["modulated_layernorm"]
+    from kernel_bundle_helpers import built_once_per_run
+
+    directory = built_once_per_run(tmp_path_factory, "modulated_layernorm", ["sm_90a"], BUILT_CASES)
+    return directory, verify_directory(directory).manifest
 
 
 def simulated_images(cubins, spec) -> dict:

@@ -44,8 +44,9 @@ def _compile(names: list[str], arch: str) -> dict:
     from registry.kernels.builtin_build import package_roots, portable_path, portable_ttir, source_ttir
     from registry.kernels.builtin_bundles import triton_signature
     from registry.kernels.rowwise import row_launch_meta
-    from registry.kernels.ttir_compile import compile_ttir
+    from registry.kernels.ttir_compile import compile_ttir, key_private_cache_by_version
 
+    key_private_cache_by_version()  # a temporary cache of its own, as the registry's build has
     spec = importlib.util.spec_from_file_location("compiled_hostile", GALLERY / "compiled_hostile.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

@@ -23,9 +23,9 @@ KEY = "rms_d128_bfloat16"
 ARCHES = ("sm_90a", "sm_100a")
 
 
-def small_bundle(tmp_path_factory) -> Path:
-    """The built-in RMS norm bundle with only D=128 bf16, both targets (about 3 s of compiling), built once per run
-    and shared by the files and xdist workers that read it: a test copies it before it edits anything."""
+def built_once_per_run(tmp_path_factory, op: str, arches: list[str] | None, cases: list[tuple[int, str]]) -> Path:
+    """The built-in bundle of `op` with only `cases` (and `arches`; both targets when None), built once per run and
+    shared by the files and xdist workers that read it: a test copies it before it edits anything."""
     import fcntl
 
     from registry.app.kernel_bundles import build_builtin_bundles
@@ -33,13 +33,20 @@ def small_bundle(tmp_path_factory) -> Path:
     base = tmp_path_factory.getbasetemp()
     if os.environ.get("PYTEST_XDIST_WORKER"):
         base = base.parent  # the run's folder, above each worker's own
-    root = base / "small-kernel-bundle"
-    with open(base / "small-kernel-bundle.lock", "w") as lock:
+    name = "-".join([op, *(arches or ["all"]), *(f"{dim}{dtype}" for dim, dtype in cases)])
+    root = base / f"built-{name}"
+    with open(base / f"built-{name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if not (root / "rms_norm" / "bundle.json").exists():
+        if not (root / op / "bundle.json").exists():
             shutil.rmtree(root, ignore_errors=True)
-            build_builtin_bundles(root, ["rms_norm"], cases=[(128, "bfloat16")])
-    return root / "rms_norm"
+            build_builtin_bundles(root, [op], arches, cases=cases)
+    return root / op
+
+
+def small_bundle(tmp_path_factory) -> Path:
+    """The built-in RMS norm bundle with only D=128 bf16, both targets (about 3 s of compiling), built once per run
+    (`built_once_per_run`)."""
+    return built_once_per_run(tmp_path_factory, "rms_norm", None, [(128, "bfloat16")])
 
 
 def kernel_file(bundle: Path, arch: str, suffix: str) -> Path:
