@@ -58,6 +58,13 @@ def tightest_fidelity(artifact: Mapping[str, Any]) -> Any:
 
 
 def _png(figure: Figure) -> bytes:
+    """The figure as PNG bytes, drawn once.
+
+    `tight_layout` has placed the axes already and leaves a placeholder layout engine behind; with any engine set,
+    `savefig` first draws the whole figure without rendering it, to lay it out again, which a placeholder never does.
+    Unset, the same bytes come out of one draw (the pre-draw was about 40% of a figure's CPU).
+    """
+    figure.set_layout_engine(None)
     FigureCanvasAgg(figure)
     buffer = io.BytesIO()
     figure.savefig(buffer, format="png", dpi=DPI)

@@ -312,3 +312,19 @@ def test_a_figure_the_live_view_draws_is_freed_when_drawn_not_at_the_next_full_c
     fresh_live.snapshot(registry)
     assert fresh_live.FIGURES.held()[0] == 5  # the scatter and four records' figures drawn
     assert [found for found in gc.get_objects() if type(found) is Figure] == []
+
+
+def test_a_figure_is_drawn_once_when_saved(monkeypatch):
+    """`tight_layout` leaves a placeholder layout engine on the figure, and `savefig` draws a figure with any engine
+    once more before it renders it: a second draw of every figure the live view and the pages make, for nothing."""
+    from matplotlib.figure import Figure
+    from registry.projections.plots import running_bounds_plot
+
+    draws, draw = [], Figure.draw
+    monkeypatch.setattr(Figure, "draw", lambda figure, renderer: (draws.append(figure), draw(figure, renderer))[1])
+    bounds = [(None, None)] * 3 + [(1.0 + index / 1000, 2.0 - index / 1000) for index in range(20)]
+    plot = running_bounds_plot({"running_bounds": bounds, "level": 0.99, "gate": 1.2, "decided_at": None,
+                                "reading": "undecided", "shows": "undecided", "artifacts": ["k1"],
+                                "payload_sha256": "a" * 64, "alpha": 0.001, "pairs": 23, "sessions": ["s"],
+                                "documents": 1, "stop": "not yet"})
+    assert plot.png.startswith(b"\x89PNG") and len(draws) == 1
