@@ -16,6 +16,12 @@ if ! command -v chromium >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt
   { apt-get install -y -q chromium || { apt-get update -q && apt-get install -y -q chromium; }; } >/dev/null 2>&1 \
     || echo "chromium could not be installed: the browser test will skip" >&2
 fi
+# Bytecode is cached for the run even where the environment says PYTHONDONTWRITEBYTECODE (many containers
+# do): otherwise every pytest process rewrites and compiles every test module, and every module of the
+# plugins pytest rewrites (hypothesis, schemathesis), from source again, which doubled the CPU of a
+# collection (about 16 CPU-s against 8, a fresh clone). What is written is __pycache__ (ignored by git) and
+# the venv's own; the package's .pyc files are the ones `make install` compiled for its manifest.
+unset PYTHONDONTWRITEBYTECODE
 # In parallel, one worker per core (pytest-xdist). The tests of one file run
 # on one worker, so what a file's tests share (the reduced demo campaign of
 # tests/whole_path/test_demo.py) is built once per run. Files are handed out in the
