@@ -136,15 +136,17 @@ def sqlite_file(parsed: URL) -> SqliteFile:
     return SqliteFile(Path(database), options.get("mode") == "ro" or immutable, immutable)
 
 
-def _sqlite_engine(url: URL, uri: str) -> Engine:
-    def connect():
-        connection = sqlite3.connect(uri, uri=True, timeout=SQLITE_BUSY_TIMEOUT_MS / 1000, check_same_thread=False)
-        connection.isolation_level = None  # we issue BEGIN ourselves
-        connection.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
-        return connection
+def _sqlite_connect(uri: str) -> sqlite3.Connection:
+    """A driver connection to SQLite's URI, in autocommit (BEGIN is issued by the engine or the caller)."""
+    connection = sqlite3.connect(uri, uri=True, timeout=SQLITE_BUSY_TIMEOUT_MS / 1000, check_same_thread=False)
+    connection.isolation_level = None  # we issue BEGIN ourselves
+    connection.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
+    return connection
 
+
+def _sqlite_engine(url: URL, uri: str) -> Engine:
     # The URL names the file in messages (and picks the pool); connections come from SQLite's URI.
-    engine = create_engine(url, creator=connect)
+    engine = create_engine(url, creator=lambda: _sqlite_connect(uri))
 
     @event.listens_for(engine, "begin")
     def _on_begin(conn):
@@ -290,15 +292,19 @@ def open_existing(url: str, *, upgrading: bool = False, read_only: bool = False)
             release_engine(engine)
             raise
         return engine
-    reader = make_engine(url, read_only=True)
-    try:
-        check_schema(reader, upgrading=upgrading)
-    except BaseException:
+    target = sqlite_file(parsed)
+    if read_only or not target.writable or _sqlite_stamp(target) != SCHEMA_HEAD:
+        # The engine that stays read-only, or a schema that is not this code's head: the whole check, through an
+        # engine of read-only connections (Alembic's reading of the revision, and the messages that name it).
+        reader = make_engine(url, read_only=True)
+        try:
+            check_schema(reader, upgrading=upgrading)
+        except BaseException:
+            release_engine(reader)
+            raise
+        if read_only or not target.writable:
+            return reader
         release_engine(reader)
-        raise
-    if read_only or not sqlite_file(parsed).writable:
-        return reader
-    release_engine(reader)
     engine = make_engine(url, must_exist=True)
     # The read-only check left SQLite's -wal and -shm files where there were none (a read-only connection never
     # removes them): one connection of this engine that has read (so it has the write-ahead log open), pooled
@@ -356,6 +362,29 @@ def _stamped_revision(engine: Engine) -> str | None:
             return conn.exec_driver_sql("SELECT version_num FROM alembic_version").scalar()
     except DBAPIError:
         return None
+
+
+def _sqlite_stamp(target: SqliteFile) -> str | None:
+    """The revision a SQLite file is stamped with, read through one read-only driver connection, closed at once;
+    None when the file is missing, not a database or holds no stamp.
+
+    A writable registry at this code's head (every ordinary command's) is
+    checked by this one read, where an engine of read-only connections,
+    made, used once and disposed of, cost a command as much CPU again.
+    """
+    if not target.path.is_file():
+        return None
+    try:
+        connection = _sqlite_connect(target.uri("ro"))
+    except sqlite3.Error:
+        return None
+    try:
+        row = connection.execute("SELECT version_num FROM alembic_version").fetchone()
+    except sqlite3.Error:
+        return None
+    finally:
+        connection.close()
+    return None if row is None else row[0]
 
 
 def check_schema(engine: Engine, *, upgrading: bool = False) -> None:

@@ -512,27 +512,40 @@ class Recorder(ABC):
         finally:
             raw.close()
 
-    def log_rows_at(self, positions: Iterable[int], *, page: int) -> Iterator[list[LogRow]]:
+    def log_rows_at(self, positions: Iterable[int], *, page: int, on: Connection | None = None) -> Iterator[list[LogRow]]:
         """The log's rows at `positions` (those it holds; each once), in position order, `page` positions a read.
 
         What a read model references by position (an evidence item) is read
         here, by primary key, on one connection; each page is its own short read.
+        `on` is a caller's read transaction (a unit of work's snapshot) to read
+        every page in instead: the rows the caller's read models reference, in
+        the same snapshot, with no second connection opened beside it.
         """
         ordered = sorted(set(positions))
+        if on is not None:
+            cursor = on.connection.driver_connection.cursor()
+            try:
+                yield from self._rows_at_pages(cursor, ordered, page, end_read=lambda: None)
+            finally:
+                cursor.close()
+            return
         raw = self.engine.raw_connection()
         self._prepare_reader(raw.driver_connection)
         try:
-            cursor = raw.cursor()
-            for start in range(0, len(ordered), page):
-                try:
-                    rows = self._log_rows_at(cursor, ordered[start:start + page])
-                except self.database_errors as exc:
-                    raise StoreError(f"could not read the log: {first_line(exc)}") from None
-                raw.rollback()  # end the read; the next page starts a fresh one
-                if rows:
-                    yield rows
+            yield from self._rows_at_pages(raw.cursor(), ordered, page, end_read=raw.rollback)
         finally:
             raw.close()
+
+    def _rows_at_pages(self, cursor: Any, ordered: list[int], page: int,
+                       end_read: Callable[[], None]) -> Iterator[list[LogRow]]:
+        for start in range(0, len(ordered), page):
+            try:
+                rows = self._log_rows_at(cursor, ordered[start:start + page])
+            except self.database_errors as exc:
+                raise StoreError(f"could not read the log: {first_line(exc)}") from None
+            end_read()  # a page of its own connection's reads ends there; the next starts a fresh one
+            if rows:
+                yield rows
 
     def close(self) -> None:
         """Release this thread's append connection (the engine's pool keeps the rest; disposing of the engine

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Sequence
 
-from sqlalchemy import Engine
+from sqlalchemy import Connection, Engine
 
 from .canonical import CanonicalError, canonical_json, is_unicode_text, sha256_hex
 from .chain import ChainReport, walk_chain
@@ -268,10 +268,11 @@ class EventStore:
         """
         return self.recorder.log_pages(after=after, up_to=up_to, stream=stream, page=page)
 
-    def log_rows_at(self, positions: Iterable[int], *, page: int) -> Iterator[list[LogRow]]:
+    def log_rows_at(self, positions: Iterable[int], *, page: int, on: Connection | None = None) -> Iterator[list[LogRow]]:
         """The rows at `positions` that the log holds (each once), in position order, as `log_pages` gives them,
-        read by primary key `page` positions at a time: what the read models reference by position."""
-        return self.recorder.log_rows_at(positions, page=page)
+        read by primary key `page` positions at a time: what the read models reference by position. `on`: a
+        caller's read transaction to read them in (recorder.py)."""
+        return self.recorder.log_rows_at(positions, page=page, on=on)
 
     def get(self, event_id: str) -> StoredEvent | None:
         """The event with this id, found through the log position its id carries."""

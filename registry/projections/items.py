@@ -19,6 +19,8 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Iterator
 
+from sqlalchemy import Connection
+
 from registry.events.catalogue import EVIDENCE_KIND_BY_TYPE
 from registry.events.store import EventStore
 from registry.formats.names import ARTIFACT_PREFIX
@@ -38,8 +40,9 @@ def evidence_entries(artifact: ArtifactState) -> Iterator[tuple[str, Any]]:
         yield from kept["evidence"].items()
 
 
-def attach_items(store: EventStore, artifacts: Iterable[ArtifactState]) -> None:
-    """Give every evidence entry of `artifacts` its `item` and `measured_at`, read from the log (in place).
+def attach_items(store: EventStore, artifacts: Iterable[ArtifactState], on: Connection | None = None) -> None:
+    """Give every evidence entry of `artifacts` its `item` and `measured_at`, read from the log (in place), in the
+    read transaction `on` when one is given (a unit of work's snapshot).
 
     `measured_at` is an imported document's own time where it gives one
     (docs/import.md), else the time the event was recorded.
@@ -53,7 +56,7 @@ def attach_items(store: EventStore, artifacts: Iterable[ArtifactState]) -> None:
             wanted[entry["position"]] = (artifact["artifact"], kind, entry)
     if not wanted:
         return
-    for rows in store.log_rows_at(wanted, page=ITEM_PAGE):
+    for rows in store.log_rows_at(wanted, page=ITEM_PAGE, on=on):
         for row in rows:
             position, _, stream, type_, _, _, recorded_at = row
             artifact_id, kind, entry = wanted.pop(position)

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
+from sqlalchemy import Connection
+
 from registry.events.store import EventStore
 from registry.formats.names import ARTIFACT_PREFIX
 
@@ -26,17 +28,18 @@ from .errors import ProjectionError
 
 
 def attach_documents(store: EventStore, records: Iterable[SpeedRecordState],
-                     known: dict[int, dict[str, Any]] | None = None) -> None:
+                     known: dict[int, dict[str, Any]] | None = None, on: Connection | None = None) -> None:
     """Give every document entry of `records` its arms and names, read from the log (in place).
 
     `known` maps positions to benchmark items already read (the artifacts' latest evidence, attached by
-    items.py in the same answer), which are not read again.
+    items.py in the same answer), which are not read again. `on`: the read transaction to read them in (a unit
+    of work's snapshot), else a read of their own.
     """
-    attach_entries(store, [entry for record in records for entry in record["entries"]], known)
+    attach_entries(store, [entry for record in records for entry in record["entries"]], known, on)
 
 
 def attach_entries(store: EventStore, entries: Iterable[Any],
-                   known: dict[int, dict[str, Any]] | None = None) -> None:
+                   known: dict[int, dict[str, Any]] | None = None, on: Connection | None = None) -> None:
     """Give each document entry among `entries` its arms and names, read from the log (in place)."""
     wanted: dict[int, Any] = {}
     for entry in entries:
@@ -48,7 +51,7 @@ def attach_entries(store: EventStore, entries: Iterable[Any],
                 wanted[entry["position"]] = entry
     if not wanted:
         return
-    for rows in store.log_rows_at(wanted, page=ITEM_PAGE):
+    for rows in store.log_rows_at(wanted, page=ITEM_PAGE, on=on):
         for row in rows:
             position, _, stream, type_, _, _, _ = row
             entry = wanted.pop(position)
@@ -61,14 +64,14 @@ def attach_entries(store: EventStore, entries: Iterable[Any],
         raise _not_its_document(position, wanted[position]["artifact"], "no event")
 
 
-def attach_state_documents(store: EventStore, state: Any) -> None:
+def attach_state_documents(store: EventStore, state: Any, on: Connection | None = None) -> None:
     """Attach the documents of every speed record of a RegistryState whose artifacts' items are attached
     (items.py), reading again only those not among the artifacts' latest benchmark items."""
     from .items import evidence_entries
 
     read = {entry["position"]: entry["item"] for artifact in state.artifacts.values()
             for kind, entry in evidence_entries(artifact) if kind == "benchmark"}
-    attach_documents(store, state.records.values(), read)
+    attach_documents(store, state.records.values(), read, on)
 
 
 def document_fields(item: dict[str, Any]) -> Any:

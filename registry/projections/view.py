@@ -145,7 +145,7 @@ class View:
         elif state is not None and not history:
             state.pop(HISTORY_KEY, None)
         if state is not None and items:
-            attach_items(self.store, [state])
+            attach_items(self.store, [state], self._conn)
         return state
 
     def shown_artifact(self, artifact_id: str, latest: int) -> tuple[ArtifactState | None, int]:
@@ -163,7 +163,7 @@ class View:
             every = state[HISTORY_KEY]
             total = len(every)
             state[HISTORY_KEY] = every[max(0, total - latest):]
-        attach_items(self.store, [state])
+        attach_items(self.store, [state], self._conn)
         return state, total
 
     def workload(self, workload_id: str) -> WorkloadState | None:
@@ -196,7 +196,7 @@ class View:
         row = None if payload is None else self.record(record_key(artifact["workload"], payload))
         read = read_speed_record(row, workload, payload)
         if row is not None and (documents or read.kept is None):  # no running reading that answers: every one read
-            attach_documents(self.store, [row])
+            attach_documents(self.store, [row], on=self._conn)
         return read
 
     def record(self, key: str) -> SpeedRecordState | None:
@@ -229,7 +229,7 @@ class View:
         records = [rows.record for rows in found.values() if rows.record is not None and read_speed_record(
             rows.record, rows.workload, rows.record["payload_sha256"]).kept is None]
         if records:
-            attach_documents(self.store, list({id(record): record for record in records}.values()))
+            attach_documents(self.store, list({id(record): record for record in records}.values()), on=self._conn)
         return found
 
     def _folded_bench_subject(self, artifact_id: str) -> BenchSubject:
@@ -268,7 +268,7 @@ class View:
         else:
             found = [record for _, record in sorted(self._whole().records.items())
                      if record["workload"] == workload_id]
-        attach_documents(self.store, found)
+        attach_documents(self.store, found, on=self._conn)
         return found
 
     # -- the registry as a whole -----------------------------------------------------------------------------
@@ -283,8 +283,8 @@ class View:
         else:
             found = fold_log(self.store, self.position)
         if items:
-            attach_items(self.store, found.artifacts.values())
-            attach_state_documents(self.store, found)
+            attach_items(self.store, found.artifacts.values(), self._conn)
+            attach_state_documents(self.store, found, self._conn)
         return found
 
     def latest(self, most_artifacts: int, most_records: int, seen: Mapping[str, latest.SeenRecord] | None = None,
@@ -299,8 +299,8 @@ class View:
                 page = latest.read_live(conn, self.position, most_artifacts, most_records, seen, decode)
         else:
             page = latest.of_folded(self._whole(), most_artifacts, most_records)
-        attach_items(self.store, list({artifact["artifact"]: artifact for artifact in page.artifacts + page.promoted}.values()))
-        attach_documents(self.store, page.records)
+        attach_items(self.store, list({artifact["artifact"]: artifact for artifact in page.artifacts + page.promoted}.values()), self._conn)
+        attach_documents(self.store, page.records, on=self._conn)
         return page
 
     def record_of(self, key: str) -> SpeedRecordState:
@@ -308,7 +308,7 @@ class View:
         and checked as a page's rows are, its documents attached."""
         with self._reads() as conn:
             record = latest.read_record(conn, key, self.position)
-        attach_documents(self.store, [record])
+        attach_documents(self.store, [record], on=self._conn)
         return record
 
     def artifacts(self, workload: str | None = None) -> list[ArtifactState]:
@@ -319,7 +319,7 @@ class View:
         else:
             found = [state for _, state in sorted(self._whole().artifacts.items())
                      if workload is None or state["workload"] == workload]
-        attach_items(self.store, found)
+        attach_items(self.store, found, self._conn)
         return found
 
     def workloads(self) -> list[WorkloadState]:

@@ -132,3 +132,21 @@ def test_a_view_that_fails_to_open_gives_its_connection_back(kernel, monkeypatch
                 pass
         assert refusal.tb is not None  # held, as a caller's traceback holds the view that failed: not its snapshot
         assert registry.engine.pool.checkedout() == 0
+
+
+def test_a_view_reads_an_artifact_and_its_evidence_items_on_its_one_connection(kernel):
+    """The evidence items a view attaches are read in the view's own snapshot: reading an artifact opens no
+    connection beside the one the view holds (one more a command, and a second snapshot of the log, before)."""
+    kernel.document.write_text(json.dumps(evidence(1.4)))
+    assert kernel("evidence", "import", str(kernel.document)).exit_code == 0
+    with open_registry(kernel.url) as registry:
+        registry.view().__enter__().__exit__(None, None, None)  # caught up, its connection back in the pool
+        opened = []
+        event.listen(registry.engine, "connect", lambda *_: opened.append(1))
+        with registry.view() as view:
+            artifact = view.artifact("k")
+            assert artifact is not None
+            assert {kind: "item" in entry for kind, entry in artifact["evidence"].items()} == {
+                "execution": True, "parity": True, "benchmark": True}
+        assert opened == []
+        assert registry.engine.pool.checkedout() == 0
