@@ -7,7 +7,6 @@ import math
 
 import numpy as np
 import pytest
-import scipy.stats
 import stacked_intervals as stacked
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -29,11 +28,20 @@ from registry.formats.stats import (
 )
 
 
+
+def _scipy_stats():
+    """scipy.stats, imported by the tests that compare with it (about 0.7 CPU-s that collecting this module in
+    every test process would otherwise pay)."""
+    import scipy.stats
+
+    return scipy.stats
+
+
 @pytest.mark.parametrize("n", [1, 2, 3, 5, 8, 13, 20, EXACT_MAX_N])
 @pytest.mark.parametrize("shift", [0.0, 0.03, 0.2])
 def test_wilcoxon_exact_matches_scipy(n, shift):
     d = np.random.default_rng(n * 7 + int(shift * 100)).normal(shift, 0.1, n)
-    expected = scipy.stats.wilcoxon(d, method="exact").pvalue
+    expected = _scipy_stats().wilcoxon(d, method="exact").pvalue
     assert wilcoxon_signed_rank(d) == pytest.approx(expected, rel=1e-12, abs=1e-15)
 
 
@@ -41,7 +49,7 @@ def test_wilcoxon_exact_matches_scipy(n, shift):
 @pytest.mark.parametrize("shift", [0.0, 0.02, 0.1])
 def test_wilcoxon_normal_approximation_matches_scipy_above_the_exact_limit(n, shift):
     d = np.random.default_rng(n + int(shift * 1000)).normal(shift, 0.1, n)
-    expected = scipy.stats.wilcoxon(d, method="asymptotic", correction=False).pvalue
+    expected = _scipy_stats().wilcoxon(d, method="asymptotic", correction=False).pvalue
     assert wilcoxon_signed_rank(d) == pytest.approx(expected, rel=1e-10)
 
 
@@ -49,13 +57,13 @@ def test_wilcoxon_normal_approximation_matches_scipy_above_the_exact_limit(n, sh
 def test_wilcoxon_ties_and_zeros_use_the_tie_corrected_normal_approximation(n):
     d = np.round(np.random.default_rng(n).normal(0.05, 0.1, n), 1)  # many tied magnitudes and zeros
     assert np.any(d == 0) and len(np.unique(np.abs(d[d != 0]))) < np.count_nonzero(d)
-    expected = scipy.stats.wilcoxon(d, zero_method="wilcox", method="asymptotic", correction=False).pvalue
+    expected = _scipy_stats().wilcoxon(d, zero_method="wilcox", method="asymptotic", correction=False).pvalue
     assert wilcoxon_signed_rank(d) == pytest.approx(expected, rel=1e-10)
 
 
 def test_wilcoxon_zeros_without_ties_stay_exact_over_the_nonzero_pairs():
     d = np.array([0.0, 0.11, -0.02, 0.35, 0.0, 0.07, 0.23])
-    expected = scipy.stats.wilcoxon(d[d != 0], method="exact").pvalue
+    expected = _scipy_stats().wilcoxon(d[d != 0], method="exact").pvalue
     assert wilcoxon_signed_rank(d) == pytest.approx(expected, rel=1e-12)
 
 
@@ -72,7 +80,7 @@ def test_wilcoxon_property_agrees_with_scipy(values):
         method = {"method": "asymptotic", "correction": False}
     else:
         method = {"method": "exact"} if d.size <= EXACT_MAX_N else {"method": "asymptotic", "correction": False}
-    expected = scipy.stats.wilcoxon(d, **method).pvalue
+    expected = _scipy_stats().wilcoxon(d, **method).pvalue
     assert wilcoxon_signed_rank(d) == pytest.approx(expected, rel=1e-9, abs=1e-300)
 
 
@@ -116,12 +124,12 @@ def test_interval_is_deterministic_and_brackets_the_estimate():
 def test_median_bounds_are_the_order_statistics_the_binomial_law_gives(n, tail):
     """Rank k: the largest with P(Binomial(n, 1/2) <= k - 1) <= tail (scipy's exact law), else the extremes."""
     ranks = np.arange(1, (n + 1) // 2 + 1)
-    allowed = ranks[scipy.stats.binom.cdf(ranks - 1, n, 0.5) <= tail]
+    allowed = ranks[_scipy_stats().binom.cdf(ranks - 1, n, 0.5) <= tail]
     k = int(allowed[-1]) if allowed.size else 1
     values = np.random.default_rng(n).permutation(np.arange(n, dtype=np.float64))
     low, high, coverage = median_interval(values, tail)
     assert (low, high) == (k - 1, n - k)
-    assert coverage == pytest.approx(1 - 2 * scipy.stats.binom.cdf(k - 1, n, 0.5), rel=1e-8)
+    assert coverage == pytest.approx(1 - 2 * _scipy_stats().binom.cdf(k - 1, n, 0.5), rel=1e-8)
     assert (coverage >= 1 - 2 * tail) is bool(allowed.size)
 
 
@@ -182,7 +190,7 @@ def test_summary_of_a_paired_benchmark():
     assert summary["baseline_median"] == pytest.approx(1.15)
     assert summary["candidate_cv"] == 0.0
     assert summary["runs_per_arm"] == 4 and summary["interleaved"] is True
-    expected_p = scipy.stats.wilcoxon(np.log(np.array(baseline) / np.array(candidate)), method="exact").pvalue
+    expected_p = _scipy_stats().wilcoxon(np.log(np.array(baseline) / np.array(candidate)), method="exact").pvalue
     assert summary["wilcoxon_p"] == pytest.approx(expected_p)
     low, high = summary["speedup_ci"]
     assert (low, high) == (1.0, 1.3) and summary["ci_level"] == 0.875  # four pairs: the extremes, 1 - 2/16

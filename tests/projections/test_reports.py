@@ -12,7 +12,6 @@ import subprocess
 import pytest
 
 from read_side import Reads
-from registry.projections.html_report import report_html
 from registry.projections.report import (
     build_report,
     report_csv,
@@ -24,6 +23,14 @@ from registry.projections.report import (
 from limits import HANG_GUARD_S
 from scripted_history import build_history, open_store
 from store_helpers import opened
+
+def report_html(*args, **kwargs) -> str:
+    """The HTML renderer, imported by the tests that render (it loads matplotlib: about 0.5 CPU-s that every
+    test process collecting this file would pay otherwise)."""
+    from registry.projections.html_report import report_html as render
+
+    return render(*args, **kwargs)
+
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 IMAGE = re.compile(r'src="data:image/png;base64,([A-Za-z0-9+/=]+)"')

@@ -29,13 +29,15 @@ discrete data the best CUSUM need not bet on p exactly.
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import numpy as np
-from scipy import sparse
-from scipy.sparse.linalg import spsolve
 
 from registry.formats.monitor import alarm_level, batch_signs, flagged_pairs
 from registry.formats.sequential import PRIOR
+
+if TYPE_CHECKING:
+    from scipy import sparse
 
 
 def alarm_times(below: np.ndarray, alpha: float,
@@ -98,7 +100,11 @@ def run_lengths(rng: np.random.Generator, p_below: float, streams: int, pairs: i
 
 
 def _cusum_chain(p_below: float, belief: float, states: int, lattice: float) -> sparse.csr_matrix:
-    """Transition matrix of the sign CUSUM on states 0..states-1 (the alarm, state >= states, is left out)."""
+    """Transition matrix of the sign CUSUM on states 0..states-1 (the alarm, state >= states, is left out).
+
+    scipy is imported here, by the tests that solve a chain, not by every test process that collects them."""
+    from scipy import sparse
+
     up = round(math.log(2.0 * belief) / lattice)
     down = round(math.log(2.0 * (1.0 - belief)) / lattice)
     rows = np.arange(states)
@@ -110,6 +116,9 @@ def _cusum_chain(p_below: float, belief: float, states: int, lattice: float) -> 
 
 
 def _cusum_arl(belief: float, states: int, lattice: float) -> float:
+    from scipy import sparse
+    from scipy.sparse.linalg import spsolve
+
     chain = _cusum_chain(0.5, belief, states, lattice)
     return float(spsolve((sparse.identity(states, format="csr") - chain).tocsc(), np.ones(states))[0])
 

@@ -257,12 +257,17 @@ def test_the_campaign_scopes_its_process_wide_settings(monkeypatch):
     from registry.app.kernels import triton_runtime
 
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
-    threads = torch.get_num_threads()
-    with one_torch_thread(), triton_runtime() as device:
-        assert torch.get_num_threads() == 1
-        assert device == ("gpu" if ON_GPU else "cpu")
-        assert os.environ.get("TRITON_INTERPRET") == (None if ON_GPU else "1")
-    assert torch.get_num_threads() == threads and "TRITON_INTERPRET" not in os.environ
+    suite_threads = torch.get_num_threads()
+    threads = suite_threads + 1  # not one, which the suite's processes run with: the putting back must show
+    torch.set_num_threads(threads)
+    try:
+        with one_torch_thread(), triton_runtime() as device:
+            assert torch.get_num_threads() == 1
+            assert device == ("gpu" if ON_GPU else "cpu")
+            assert os.environ.get("TRITON_INTERPRET") == (None if ON_GPU else "1")
+        assert torch.get_num_threads() == threads and "TRITON_INTERPRET" not in os.environ
+    finally:
+        torch.set_num_threads(suite_threads)
     monkeypatch.setenv("TRITON_INTERPRET", "0")  # a caller's own setting is kept, and restored
     with triton_runtime():
         assert os.environ["TRITON_INTERPRET"] == "0"
