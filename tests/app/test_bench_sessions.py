@@ -158,8 +158,8 @@ def test_a_point_contract_has_no_sessions(registry_cli, tmp_path):
     assert result.exit_code == 1 and "speed.decision point" in result.stderr
 
 
-def test_the_python_api_decides_on_sqlite_and_postgres(backend_url, tmp_path):
-    registry = opened(backend_url, actor="gpu-worker-1", create=True)
+def test_the_python_api_decides_on_sqlite_and_postgres(migrated_backend_url, sqlite_template, tmp_path):
+    registry = opened(migrated_backend_url, actor="gpu-worker-1")
     from registry.app.workloads import declare_workload
     from registry.contracts import Contract
 
@@ -202,7 +202,8 @@ def test_the_python_api_decides_on_sqlite_and_postgres(backend_url, tmp_path):
     assert twin_appended and twin_record.pairs == 20 and twin_record.closed
     assert benchmark_record(registry, "g").to_dict()["pairs"] == 20 and registry.store.verify().intact
     # Batches of two registries in one group: each read from and appended to its own store.
-    other = opened(f"sqlite:///{tmp_path / 'other.db'}", actor="gpu-worker-2", create=True)
+    shutil.copyfile(sqlite_template, tmp_path / "other.db")  # a new registry: a copy of the migrated template
+    other = opened(f"sqlite:///{tmp_path / 'other.db'}", actor="gpu-worker-2")
     declare_workload(other, Contract.from_yaml(MANIFEST))
     register_artifact(other, "k", workload="wan", kind="fused_kernel", payload=str(tmp_path / "g.bin"))
     other_session = open_session(other, "k", "d", "perf_counter")[0]
@@ -222,7 +223,7 @@ def test_the_python_api_decides_on_sqlite_and_postgres(backend_url, tmp_path):
     (tmp_path / "h.bin").write_bytes(b"raced kernel")
     register_artifact(registry, "h", workload="wan", kind="fused_kernel", payload=str(tmp_path / "h.bin"))
     h = open_session(registry, "h", "d", "perf_counter")[0]
-    rival = opened(backend_url, actor="rival")
+    rival = opened(migrated_backend_url, actor="rival")
 
     def raced(_workload):  # runs after the group's read, before its append
         assert [outcome[0] for outcome in record_pair_group([pairs(rival, "h", h, [1.5, 1.5], [1.0, 1.0], "x"),
@@ -259,7 +260,7 @@ def test_the_python_api_decides_on_sqlite_and_postgres(backend_url, tmp_path):
     if child == 0:
         done = queue.Queue()
         sender = threading.Thread(target=lambda: writer.submit(
-            pairs(opened(backend_url, actor="forked"), "k", session, [1.0, 1.0], [1.0, 1.0], "b0"), done.put))
+            pairs(opened(migrated_backend_url, actor="forked"), "k", session, [1.0, 1.0], [1.0, 1.0], "b0"), done.put))
         sender.start()
         sender.join(HANG_GUARD_S)
         try:

@@ -15,6 +15,7 @@ import pytest
 from registry.app.workloads import register_artifact
 from registry.formats.evidence.items import parse_item
 from registry.formats.names import artifact_stream
+from stateful_checks import CopiedStart
 from store_helpers import opened
 from cli_helpers import head, one_line_refusal
 from lifecycle_helpers import advisory_workload, benchmark, execution, loading, failure, perceptual, promote, show
@@ -27,10 +28,20 @@ speed: {min_speedup: 1.1, runs_per_arm: 2, protocol: paired, decision: point}
 ADVISORY = advisory_workload(0.95)
 
 
+# The folder `cli` starts from (both workloads declared, `sage` registered through the CLI): built by the first
+# test of a process that asks, copied for the others.
+DECLARED = CopiedStart()
+
+
 @pytest.fixture
 def cli(registry_cli, tmp_path):
     invoke, _, load = loading(registry_cli, tmp_path)
+    DECLARED.start(tmp_path, lambda: declare_and_register(invoke, tmp_path))
+    invoke.load = load
+    return invoke
 
+
+def declare_and_register(invoke, tmp_path) -> dict:
     for name, text in (("wan", MANIFEST), ("ltx", ADVISORY)):
         (tmp_path / f"{name}.yaml").write_text(text)
         assert invoke("workload", "declare", str(tmp_path / f"{name}.yaml")).exit_code == 0
@@ -38,8 +49,7 @@ def cli(registry_cli, tmp_path):
     (tmp_path / "sage-2.bin").write_bytes(b"sage attention build 2")
     assert invoke("artifact", "register", "sage", "--workload", "wan", "--kind", "attention_backend",
                   "--backend", "SAGE_ATTN", "--payload", str(tmp_path / "sage.bin")).exit_code == 0
-    invoke.load = load
-    return invoke
+    return {}
 
 
 # -- a failure is cleared only by a later success of its own stage -------------------------

@@ -7,19 +7,33 @@ import shutil
 import pytest
 from click.testing import CliRunner
 from registry.cli.main import main
+from registry.runtime.trust import PROCESS_HISTORY
 from ship_helpers import make_bundle, measure_and_promote, register, ship, ship_fast_and_faster
+from stateful_checks import CopiedStart
 from store_helpers import opened
 
 PROFILE = ("--arch", "sm90", "--torch", "2.13.0", "--cuda", "12.8")
 
+# The folder `shipped` builds through the CLI (four bundles shipped, one of them quarantined): built by the first
+# test of a process that asks, copied for the others (nothing in it names the folder it was built in). The copies
+# share their log's origin, so each test starts with no lock of that log accepted by the process (as a new log had).
+SHIPPED = CopiedStart()
+
 
 @pytest.fixture
-def shipped(registry_cli):
+def shipped(registry_cli, monkeypatch):
+    monkeypatch.setattr(PROCESS_HISTORY, "_newest", {})
+    SHIPPED.start(registry_cli.tmp, lambda: ship_four(registry_cli))
+    registry_cli.bundles = registry_cli.tmp / "bundles"
+    return registry_cli
+
+
+def ship_four(registry_cli) -> dict:
     root = ship_fast_and_faster(registry_cli, faster_source="def replacement(x):\n    return x * 2\n")
+    assert root == registry_cli.tmp / "bundles"
     ship(registry_cli, root, "blackwell", 2.5, gpu_architectures=["sm100"])
     ship(registry_cli, root, "quarantined", 3.0, worst_ssim=0.5)
-    registry_cli.bundles = root
-    return registry_cli
+    return {}
 
 
 def export(cli, *args):

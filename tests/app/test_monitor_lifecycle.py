@@ -9,19 +9,33 @@ from registry.formats.errors import UserError
 from read_side import Reads
 from ship_helpers import (MANIFEST, MONITORED, PROFILE, SOFTWARE, declare_monitored, make_bundle, measure_and_promote,
                           register, remeasure)
+from registry.runtime.trust import PROCESS_HISTORY
+from stateful_checks import CopiedStart
 from store_helpers import head_of, opened
 from paths import KERNEL_FIXTURES
 
 
+# The folder `promoted` builds through the CLI (a monitored workload, two bundles registered, measured and
+# promoted): built by the first test of a process that asks, copied for the others (nothing in it names the
+# folder it was built in). The copies share their log's origin, so each test starts with no lock of that log
+# accepted by the process (as a new log had).
+PROMOTED = CopiedStart()
+
 
 @pytest.fixture
-def promoted(registry_cli):
+def promoted(registry_cli, monkeypatch):
+    monkeypatch.setattr(PROCESS_HISTORY, "_newest", {})
+    PROMOTED.start(registry_cli.tmp, lambda: promote_two(registry_cli))
+    return registry_cli
+
+
+def promote_two(registry_cli) -> dict:
     declare_monitored(registry_cli)
     root = registry_cli.tmp / "bundles"
     for name, ratio in (("fast", 1.5), ("steady", 1.3)):
         assert register(registry_cli, name, make_bundle(root, name)).exit_code == 0
         assert measure_and_promote(registry_cli, name, ratio) == "promoted"
-    return registry_cli
+    return {}
 
 
 def resolved(cli):

@@ -23,8 +23,9 @@ LONG_STREAM = 2_000  # evidence events on the artifact before it is registered a
 
 
 @pytest.fixture
-def registry(backend_url):
-    registry = opened(backend_url, actor="tester", create=True)
+def registry(migrated_backend_url):
+    """A copy of the worker's migrated template (the schema is not what these tests are about) with two workloads."""
+    registry = opened(migrated_backend_url, actor="tester")
     declare_workload(registry, Contract.from_mapping({"workload": "w"}))
     declare_workload(registry, Contract.from_mapping({"workload": "v"}))
     yield registry
@@ -90,11 +91,11 @@ def other_writer(url):
     return opened(url, actor="other")
 
 
-def test_a_registration_that_lands_first_with_other_claims_is_followed_by_this_one(registry, backend_url,
+def test_a_registration_that_lands_first_with_other_claims_is_followed_by_this_one(registry, migrated_backend_url,
                                                                                  monkeypatch):
     register(registry, A)
     lengthen(registry)
-    other = other_writer(backend_url)
+    other = other_writer(migrated_backend_url)
     land_meanwhile(monkeypatch, lambda: register(other, B))
     assert register(registry, "cc" * 32).appended
     assert [r["payload_sha256"] for r in registrations(registry)] == [A, B, "cc" * 32]  # in the order they ran
@@ -102,18 +103,18 @@ def test_a_registration_that_lands_first_with_other_claims_is_followed_by_this_o
     other.engine.dispose()
 
 
-def test_the_same_claims_registered_meanwhile_are_appended_once(registry, backend_url, monkeypatch):
+def test_the_same_claims_registered_meanwhile_are_appended_once(registry, migrated_backend_url, monkeypatch):
     register(registry, A)
     lengthen(registry)
-    other = other_writer(backend_url)
+    other = other_writer(migrated_backend_url)
     land_meanwhile(monkeypatch, lambda: register(other, B))
     assert not register(registry, B).appended  # the other registration already made these claims current
     assert [r["payload_sha256"] for r in registrations(registry)] == [A, B]
     other.engine.dispose()
 
 
-def test_a_first_registration_racing_one_of_another_kind_is_refused(registry, backend_url, monkeypatch):
-    other = other_writer(backend_url)
+def test_a_first_registration_racing_one_of_another_kind_is_refused(registry, migrated_backend_url, monkeypatch):
+    other = other_writer(migrated_backend_url)
     land_meanwhile(monkeypatch, lambda: register(other, A, kind="step_cache"))
     with pytest.raises(UserError, match="is registered as a step_cache of workload w"):
         register(registry, A)
@@ -121,9 +122,10 @@ def test_a_first_registration_racing_one_of_another_kind_is_refused(registry, ba
     other.engine.dispose()
 
 
-def test_evidence_landing_meanwhile_makes_the_registration_read_again_not_fail(registry, backend_url, monkeypatch):
+def test_evidence_landing_meanwhile_makes_the_registration_read_again_not_fail(registry, migrated_backend_url,
+                                                                               monkeypatch):
     register(registry, A)
-    other = other_writer(backend_url)
+    other = other_writer(migrated_backend_url)
     land_meanwhile(monkeypatch, lambda: lengthen(other))
     assert register(registry, B).appended
     state = shown(registry)
@@ -131,10 +133,10 @@ def test_evidence_landing_meanwhile_makes_the_registration_read_again_not_fail(r
     other.engine.dispose()
 
 
-def test_a_registration_raced_on_every_try_is_refused_with_nothing_of_its_own_written(registry, backend_url,
+def test_a_registration_raced_on_every_try_is_refused_with_nothing_of_its_own_written(registry, migrated_backend_url,
                                                                                      monkeypatch):
     register(registry, A)
-    other = other_writer(backend_url)
+    other = other_writer(migrated_backend_url)
     digests = iter(f"{n:064x}" for n in range(1, REGISTER_TRIES + 1))
     land_meanwhile(monkeypatch, *[lambda: register(other, next(digests))] * REGISTER_TRIES)
     with pytest.raises(UserError, match=f"kept changing while it was registered \\({REGISTER_TRIES} tries\\)"):

@@ -57,21 +57,21 @@ def run_sql(url: str, user: str | None, sql: str) -> list[tuple]:
 
 
 @pytest.fixture
-def registry_with_roles(postgres_url):
-    """A registry with roles applied (twice: the SQL is re-runnable) and one login member of each role."""
-    assert cli(postgres_url, "init").exit_code == 0
+def registry_with_roles(migrated_postgres_url):
+    """A registry (a copy of the worker's migrated template, what `init` makes) with roles applied (twice: the SQL
+    is re-runnable) and one login member of each role."""
     for _ in range(2):
-        applied = cli(postgres_url, "db", "roles", "--apply")
+        applied = cli(migrated_postgres_url, "db", "roles", "--apply")
         assert applied.exit_code == 0, applied.output
     users = {role: f"t_{role.split('_')[1]}_{uuid.uuid4().hex[:8]}" for role in (WRITER, READER)}
     for role, user in users.items():
-        run_sql(postgres_url, None, f'CREATE ROLE "{user}" LOGIN IN ROLE {role}')
+        run_sql(migrated_postgres_url, None, f'CREATE ROLE "{user}" LOGIN IN ROLE {role}')
     engines = []
-    yield postgres_url, users[WRITER], users[READER], engines
+    yield migrated_postgres_url, users[WRITER], users[READER], engines
     for engine in engines:
         engine.dispose()
     for user in users.values():
-        run_sql(postgres_url, None, f'DROP ROLE "{user}"')
+        run_sql(migrated_postgres_url, None, f'DROP ROLE "{user}"')
 
 
 def store_as(url: str, user: str, engines: list) -> EventStore:
@@ -80,16 +80,15 @@ def store_as(url: str, user: str, engines: list) -> EventStore:
     return EventStore(engine)
 
 
-def test_printed_script_grants_exactly_what_apply_grants(postgres_url):
-    assert cli(postgres_url, "init").exit_code == 0
+def test_printed_script_grants_exactly_what_apply_grants(migrated_postgres_url):
     printed = CliRunner().invoke(main, ["db", "roles"])  # no database needed to print
     assert printed.exit_code == 0 and printed.output == role_script()
     assert "CREATE ROLE registry_writer NOLOGIN" in printed.output
-    run_sql(postgres_url, None, printed.output)
-    engine = make_engine(postgres_url)
+    run_sql(migrated_postgres_url, None, printed.output)
+    engine = make_engine(migrated_postgres_url)
     try:
         by_script = granted(engine)
-        assert cli(postgres_url, "db", "roles", "--apply").exit_code == 0
+        assert cli(migrated_postgres_url, "db", "roles", "--apply").exit_code == 0
         assert granted(engine) == by_script
     finally:
         engine.dispose()
@@ -187,9 +186,8 @@ def test_reader_shows_and_reports_from_the_log_when_it_may_not_catch_up(registry
     assert cli(as_user(url, reader), "report", "--format", "json").exit_code == 0
 
 
-def test_apply_on_sqlite_is_refused_in_one_line(sqlite_url):
-    assert cli(sqlite_url, "init").exit_code == 0
-    result = cli(sqlite_url, "db", "roles", "--apply")
+def test_apply_on_sqlite_is_refused_in_one_line(migrated_sqlite_url):
+    result = cli(migrated_sqlite_url, "db", "roles", "--apply")
     assert result.exit_code == 1 and result.stderr == (
         "error: roles are a Postgres feature; an SQLite registry is protected by its file's permissions\n"
     )

@@ -251,9 +251,19 @@ MANIFEST = ("workload: w\nparity: {policy: byte_equal}\n"
             "speed: {min_speedup: 1.1, runs_per_arm: 16, protocol: paired, max_pairs: 400}\n")
 
 
+@pytest.fixture
+def fresh(sqlite_template):
+    """`fresh(path)`: a registry opened on a copy of the worker's migrated template written at `path` (a new
+    registry, as `init` makes it, without migrating one for every test)."""
+    def copied(path):
+        shutil.copyfile(sqlite_template, path)
+        return opened(f"sqlite:///{path}", actor="t")
+    return copied
+
+
 @pytest.fixture()
-def registry(tmp_path):
-    found = opened(f"sqlite:///{tmp_path / 'r.db'}", actor="t", create=True)
+def registry(tmp_path, fresh):
+    found = fresh(tmp_path / "r.db")
     declare_workload(found, Contract.from_yaml(MANIFEST))
     (tmp_path / "k.bin").write_bytes(b"kernel bytes")
     found.payload = str(tmp_path / "k.bin")
@@ -337,14 +347,14 @@ def test_a_final_rejection_is_not_reopened_by_redeclaring_and_rejudging(registry
     assert outcome.verdict["decision"] == "rejected"
 
 
-def test_the_report_reads_each_read_model_table_once_however_many_artifacts(tmp_path):
+def test_the_report_reads_each_read_model_table_once_however_many_artifacts(tmp_path, fresh):
     """`report` costs one query per read-model table: the speed records are read with the rest of the state,
     not a stream per artifact."""
     from registry.app.reports import build
 
     counts = []
     for size in (2, 12):
-        registry = opened(f"sqlite:///{tmp_path / f'r{size}.db'}", actor="t", create=True)
+        registry = fresh(tmp_path / f"r{size}.db")
         declare_workload(registry, Contract.from_yaml(MANIFEST))
         for index in range(size):
             (tmp_path / f"k{index}.bin").write_bytes(f"bytes {index}".encode())
@@ -371,12 +381,12 @@ LTX = ("workload: ltx-t2v-480p\nparity: {policy: byte_equal}\nfidelity: {tier: e
 LTX_ARTIFACT = "mk-ltx-t2v-480p-sm100-a9c44ac8b6"
 
 
-def ltx_registry(tmp_path, files: tuple[str, ...], gate: str, extra: str = ""):
+def ltx_registry(tmp_path, fresh, files: tuple[str, ...], gate: str, extra: str = ""):
     from registry.app.imports import import_motionkernel
 
     tmp_path = tmp_path / "-".join(name.split(".")[0] for name in files)
     tmp_path.mkdir()
-    registry = opened(f"sqlite:///{tmp_path / 'ltx.db'}", actor="t", create=True)
+    registry = fresh(tmp_path / "ltx.db")
     declare_workload(registry, Contract.from_yaml(LTX.replace("GATE", gate).replace("sequential}",
                                                                                     f"sequential{extra}}}")))
     (tmp_path / "ltx.bin").write_bytes(b"the LTX transformer artifacts")
@@ -397,12 +407,12 @@ LTX_1030, LTX_1040 = "sm100-1030.measurement.json", "sm100-1040.measurement.json
     (LTX_1040, 3, "+19.6%", "0.024", 1.2459),  # 3.12-3.28 s, then 3.70-4.01 s: the least p a shift after 3 allows
     (LTX_1030, 8, "+9.8%", "0.00058", 1.0274),
 ])
-def test_each_ltx_run_timed_arm_after_arm_is_held_for_drift_with_where_how_large_and_p(tmp_path, run, after, size,
-                                                                                        p, published):
+def test_each_ltx_run_timed_arm_after_arm_is_held_for_drift_with_where_how_large_and_p(tmp_path, fresh, run, after,
+                                                                                        size, p, published):
     """Each real LTX run alone, under a confident gate at 1.01x: its baseline shifts level (the change-point scan's
     exact permutation p at most alpha / 2), so its runs are not read as one speedup; the verdict names the split,
     the size and p, and shows the figure the run publishes (its candidate arm is steady and not named)."""
-    registry, artifact = ltx_registry(tmp_path, (run,), "1.01")
+    registry, artifact = ltx_registry(tmp_path, fresh, (run,), "1.01")
     verdict = promote(registry, artifact).verdict
     assert (verdict["decision"], verdict["rule"]) == ("held", "speed.drift"), verdict["reasons"]
     [drift] = [reason for reason in verdict["reasons"] if "shifted" in reason]
@@ -411,23 +421,23 @@ def test_each_ltx_run_timed_arm_after_arm_is_held_for_drift_with_where_how_large
     assert round(verdict["speedup"], 4) == published
 
 
-def test_both_ltx_runs_in_one_record_are_held_for_drift_naming_each(tmp_path):
-    registry, artifact = ltx_registry(tmp_path, (LTX_1030, LTX_1040), "1.01")
+def test_both_ltx_runs_in_one_record_are_held_for_drift_naming_each(tmp_path, fresh):
+    registry, artifact = ltx_registry(tmp_path, fresh, (LTX_1030, LTX_1040), "1.01")
     verdict = promote(registry, artifact).verdict
     assert (verdict["decision"], verdict["rule"]) == ("held", "speed.drift"), verdict["reasons"]
     drifts = [reason for reason in verdict["reasons"] if "did not interleave its arms and baseline shifted" in reason]
     assert len(drifts) == 2 and "after run 8 of 15" in drifts[0] and "after run 3 of 15" in drifts[1]
 
 
-def test_opting_out_of_the_drift_check_is_recorded_in_the_verdict(tmp_path):
-    registry, artifact = ltx_registry(tmp_path, (LTX_1030, LTX_1040), "1.01", ", drift_check: none")
+def test_opting_out_of_the_drift_check_is_recorded_in_the_verdict(tmp_path, fresh):
+    registry, artifact = ltx_registry(tmp_path, fresh, (LTX_1030, LTX_1040), "1.01", ", drift_check: none")
     verdict = promote(registry, artifact).verdict
     assert verdict["rule"] != "speed.drift"
     assert any("speed.drift_check is none" in reason for reason in verdict["reasons"])
 
 
 @pytest.mark.parametrize("run, gate, published", [(LTX_1030, "1.2", 1.0274), (LTX_1040, "1.01", 1.2459)])
-def test_an_ltx_run_read_as_exchangeable_shows_its_published_figure_beside_the_deciding_pair(tmp_path, run, gate,
+def test_an_ltx_run_read_as_exchangeable_shows_its_published_figure_beside_the_deciding_pair(tmp_path, fresh, run, gate,
                                                                                             published):
     """Opted out of the drift check, each run is read pair by pair and decided before its last pair (1030 rejected
     at pair 5 under a 1.2x gate, where its pairs' median is 1.0008; 1040 promoted at pair 11 under 1.01x, where it
@@ -436,7 +446,7 @@ def test_an_ltx_run_read_as_exchangeable_shows_its_published_figure_beside_the_d
     and its running bounds."""
     from registry.formats.sequential import decide_stream
 
-    registry, artifact = ltx_registry(tmp_path, (run,), gate, ", drift_check: none")
+    registry, artifact = ltx_registry(tmp_path, fresh, (run,), gate, ", drift_check: none")
     verdict = promote(registry, artifact).verdict
     document = json.loads((MOTIONKERNEL / "dispatch" / run).read_text())
     ratios = [b / c for b, c in zip(document["native"]["runs"], document["candidate"]["runs"])]
@@ -448,13 +458,13 @@ def test_an_ltx_run_read_as_exchangeable_shows_its_published_figure_beside_the_d
             f"{rule.decided_at} of 15 recorded: running bounds") in verdict["reasons"][0]
 
 
-def test_the_seed_s_paired_run_decides_as_before_and_shows_its_published_figure(tmp_path):
+def test_the_seed_s_paired_run_decides_as_before_and_shows_its_published_figure(tmp_path, fresh):
     """The paired (interleaved) Wan run is read without a drift check: promoted at its fifth pair under a 1.2x
     confident gate, as before, showing the median of its sixteen pair ratios (published 1.3)."""
     from registry.app.imports import import_motionkernel
     from registry.evidence.motionkernel import plan_import
 
-    registry = opened(f"sqlite:///{tmp_path / 'wan.db'}", actor="t", create=True)
+    registry = fresh(tmp_path / "wan.db")
     declare_workload(registry, Contract.from_yaml(
         "workload: wan-t2v-1.3b-480p\nparity: {policy: byte_equal}\nfidelity: {tier: exact}\n"
         "speed: {min_speedup: 1.2, runs_per_arm: 16, protocol: paired}\n"))
@@ -511,7 +521,7 @@ def test_a_sequential_document_whose_baseline_drifted_is_held_with_the_figures()
             "exchangeable, so they are not read as one speedup") in verdict.reasons
 
 
-def test_every_view_shows_the_run_s_published_figure_and_names_the_deciding_pair_s_bounds(tmp_path):
+def test_every_view_shows_the_run_s_published_figure_and_names_the_deciding_pair_s_bounds(tmp_path, fresh):
     """LTX run 1040 read as exchangeable under a 1.01x gate, promoted at pair 11: `promote`, `show`, `report` in every
     format, the live view's data and the stored verdict give 1.2459 (its arm medians' ratio over all 15 pairs), and
     the interval beside it is named as the running bounds at pair 11, with their level."""
@@ -520,7 +530,7 @@ def test_every_view_shows_the_run_s_published_figure_and_names_the_deciding_pair
     from registry.cli.main import main
     from registry.serve.live import snapshot
 
-    registry, artifact = ltx_registry(tmp_path, (LTX_1040,), "1.01", ", drift_check: none")
+    registry, artifact = ltx_registry(tmp_path, fresh, (LTX_1040,), "1.01", ", drift_check: none")
     url = str(registry.store.engine.url)
 
     def run(*args: str) -> str:

@@ -44,7 +44,7 @@ from registry.projections.read_models.artifacts import ARTIFACTS
 from store_helpers import raw
 
 from scripted_history import SHA_CACHE, SHA_FA3, SHA_RMS, SHA_RMS_2, SHA_SAGE, WAN_V1, WAN_V2, History, execution, open_store
-from scripted_history import history, store  # noqa: F401 - the fixtures
+from scripted_history import history, history_url, store  # noqa: F401 - the fixtures
 
 
 def checkpoint(store: EventStore) -> int | None:

@@ -23,7 +23,7 @@ from registry.projections.read_models.artifacts import ARTIFACTS
 from registry.projections.read_models.verdicts import VERDICTS
 from store_helpers import raw
 # The scripted history of test_projections.py, with its fixtures (a store on each backend, the history in it).
-from scripted_history import SHA_SAGE, history, open_store, store  # noqa: F401
+from scripted_history import SHA_SAGE, history, history_url, open_store, store  # noqa: F401
 
 
 def verdict_rows(store: EventStore) -> list[tuple[str, int, str]]:

@@ -3,11 +3,14 @@
 It covers every rule of the fold: evidence scoped to the current payload, failures cleared by later evidence, a
 verdict, a contract change, a revoke that restarts the evidence scope, an approve, a quarantine and a
 re-registered payload. The projections' tests read it back; the read models', the reports' and the memory tests
-build on it.
+build on it. The `store` and `history` fixtures give each test a registry of its own holding a copy of the history
+as this worker process appended it once per backend.
 """
 from __future__ import annotations
 
+import shutil
 from datetime import datetime, timezone
+from pathlib import Path
 
 import pytest
 
@@ -192,13 +195,67 @@ def open_store(url: str) -> EventStore:
     return opened_store(url, migrate=True)
 
 
+# Per backend, the scripted history as appended once by this worker process: where it is kept (a closed SQLite
+# file, or a Postgres database nobody is connected to) and the positions and moments it marked.
+_APPENDED: dict[str, tuple[str, dict[str, int], dict[str, datetime]]] = {}
+
+
+def _appended_once(request, backend: str) -> tuple[str, dict[str, int], dict[str, datetime]]:
+    """The scripted history appended into a copy of the worker's migrated template by the first test of this
+    process that asks on `backend`, then closed, so that each test's copy of it is a whole one."""
+    if backend not in _APPENDED:
+        if backend == "sqlite":
+            path = request.getfixturevalue("tmp_path_factory").mktemp("history") / "registry.db"
+            shutil.copyfile(request.getfixturevalue("sqlite_template"), path)
+            url, kept = f"sqlite:///{path}", str(path)
+        else:
+            from sqlalchemy.engine import make_url
+
+            from conftest import _fresh_postgres_database
+
+            url = _fresh_postgres_database(request.getfixturevalue("postgres_template"))
+            kept = make_url(url).database
+        store = opened_store(url)
+        try:
+            appended = build_history(store)
+        finally:
+            store.engine.dispose()  # SQLite folds its WAL into the file; Postgres copies a database nobody is in
+        assert backend != "sqlite" or not Path(f"{kept}-wal").exists()
+        _APPENDED[backend] = (kept, appended.at, appended.times)
+    return _APPENDED[backend]
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def history_url(request, tmp_path):
+    """A registry of its own for the test, holding the scripted history: a copy of the one this worker appended
+    (the same events, positions, ids and recorded times as appending it again would give, without the ~100
+    appends per test)."""
+    from conftest import PG_SKIP, PG_URL, _drop_later, _fresh_postgres_database
+
+    if request.param == "postgres" and not PG_URL:
+        pytest.skip(PG_SKIP)
+    kept = _appended_once(request, request.param)[0]
+    if request.param == "sqlite":
+        shutil.copyfile(kept, tmp_path / "registry.db")
+        yield f"sqlite:///{tmp_path / 'registry.db'}"
+        return
+    url = _fresh_postgres_database(kept)
+    yield url
+    _drop_later(url)
+
+
 @pytest.fixture
-def store(migrated_backend_url):
-    store = opened_store(migrated_backend_url)
+def store(history_url):
+    """The test's store, holding the scripted history (`history` names its labels)."""
+    store = opened_store(history_url)
     yield store
     store.engine.dispose()
 
 
 @pytest.fixture
-def history(store):
-    return build_history(store)
+def history(request, store):
+    """The scripted history in `store`: its positions and marked moments by label."""
+    kept = History(store)
+    _, at, times = _appended_once(request, request.node.callspec.params["history_url"])
+    kept.at, kept.times = dict(at), dict(times)
+    return kept

@@ -54,11 +54,6 @@ def frameset(name: str, seed: int, source: str) -> NewEvent:
                                            "channels": 3, "dtype": "uint8", "sha256": SHA, "source": source})
 
 
-def open_store(url: str) -> EventStore:
-    """A store on `url`, its schema upgraded, disposed of when the test ends."""
-    return opened_store(url, migrate=True)
-
-
 # -- child processes (module level so that spawn can import them) -------------------
 
 def race_writer(url: str, index: int, count: int, start, stale_read, overtaken, results) -> None:
@@ -152,16 +147,16 @@ def run_processes(processes, results, expected: int) -> list:
 
 # -- the race ---------------------------------------------------------------------
 
-def test_writers_race_and_tailing_readers_see_every_event_once_in_order(backend_url):
-    store = open_store(backend_url)
+def test_writers_race_and_tailing_readers_see_every_event_once_in_order(migrated_backend_url):
+    store = opened_store(migrated_backend_url)
     total = WRITERS * APPENDS_PER_WRITER
     start = FORKSERVER.Barrier(WRITERS + READERS)
     stale_read, overtaken = FORKSERVER.Event(), FORKSERVER.Event()
     results = FORKSERVER.Queue()
-    processes = [FORKSERVER.Process(target=race_writer,
-                               args=(backend_url, i, APPENDS_PER_WRITER, start, stale_read, overtaken, results))
+    processes = [FORKSERVER.Process(target=race_writer, args=(migrated_backend_url, i, APPENDS_PER_WRITER, start,
+                                                              stale_read, overtaken, results))
                  for i in range(WRITERS)]
-    processes += [FORKSERVER.Process(target=tail_reader, args=(backend_url, i, total, start, results))
+    processes += [FORKSERVER.Process(target=tail_reader, args=(migrated_backend_url, i, total, start, results))
                   for i in range(READERS)]
     collected = run_processes(processes, results, WRITERS + READERS)
 
@@ -206,8 +201,8 @@ def waiting_for_advisory_lock(url: str) -> int:
         ).fetchone()[0]
 
 
-def test_an_append_held_open_is_never_overtaken(backend_url):
-    store = open_store(backend_url)
+def test_an_append_held_open_is_never_overtaken(migrated_backend_url):
+    store = opened_store(migrated_backend_url)
     for seed in range(5):
         store.append("frameset:early", [frameset("early", seed, "early")], actor="t")
     held, release = threading.Event(), threading.Event()
@@ -233,9 +228,9 @@ def test_an_append_held_open_is_never_overtaken(backend_url):
     if store.dialect == "postgresql":
         # Postgres shows its lock queue: wait until every other append is queued behind the held one.
         deadline = time.monotonic() + HANG_GUARD_S
-        while waiting_for_advisory_lock(backend_url) < len(others) and time.monotonic() < deadline:
+        while waiting_for_advisory_lock(migrated_backend_url) < len(others) and time.monotonic() < deadline:
             time.sleep(0.01)
-        assert waiting_for_advisory_lock(backend_url) == len(others)
+        assert waiting_for_advisory_lock(migrated_backend_url) == len(others)
     # SQLite shows no lock queue: the others have entered append() and may or may not be waiting on
     # BEGIN IMMEDIATE yet; either way none can commit before the held append, which is what follows.
     # Position 6 is assigned (on SQLite inserted) but not committed; 7.. cannot even be assigned yet.
@@ -266,11 +261,11 @@ def test_an_append_held_open_is_never_overtaken(backend_url):
     assert store.verify().intact
 
 
-def test_an_append_that_cannot_get_the_lock_is_refused_in_one_line(backend_url, monkeypatch):
-    open_store(backend_url).append("frameset:a", [frameset("a", 0, "a")], actor="t")
+def test_an_append_that_cannot_get_the_lock_is_refused_in_one_line(migrated_backend_url, monkeypatch):
+    opened_store(migrated_backend_url).append("frameset:a", [frameset("a", 0, "a")], actor="t")
     monkeypatch.setattr(database, "PG_LOCK_TIMEOUT_MS", 200)
     monkeypatch.setattr(database, "SQLITE_BUSY_TIMEOUT_MS", 200)
-    store = opened_store(backend_url)
+    store = opened_store(migrated_backend_url)
     holder = store.engine.raw_connection()
     try:
         cursor = holder.cursor()
@@ -291,15 +286,14 @@ def test_an_append_that_cannot_get_the_lock_is_refused_in_one_line(backend_url, 
 
 # -- idempotent retries --------------------------------------------------------------
 
-def test_a_resent_evidence_run_is_recorded_once(backend_url, tmp_path):
+def test_a_resent_evidence_run_is_recorded_once(migrated_backend_url, tmp_path):
     runner = CliRunner()
 
     def cli(*args):
-        return runner.invoke(main, ["--db", backend_url, "--actor", "worker", *args])
+        return runner.invoke(main, ["--db", migrated_backend_url, "--actor", "worker", *args])
 
     manifest = tmp_path / "w.yaml"
     manifest.write_text("workload: w\n", encoding="utf-8")
-    assert cli("init").exit_code == 0
     assert cli("workload", "declare", str(manifest)).exit_code == 0
     assert cli("artifact", "register", "k1", "--workload", "w", "--kind", "fused_kernel").exit_code == 0
     document = {"format": "registry.evidence/1", "artifact": "k1", "run": "run-7",
@@ -311,7 +305,7 @@ def test_a_resent_evidence_run_is_recorded_once(backend_url, tmp_path):
     assert first.exit_code == 0, first.output
     again = cli("evidence", "import", str(path), "--json")  # the worker timed out and resends
     assert again.exit_code == 0 and json.loads(again.output) == {**json.loads(first.output), "appended": False}
-    store = open_store(backend_url)
+    store = opened_store(migrated_backend_url)
     head = store.head_position()
     assert json.loads(first.output)["positions"] == [head - 1, head]
     document["evidence"][0]["candidate_calls"] = 4
@@ -321,12 +315,12 @@ def test_a_resent_evidence_run_is_recorded_once(backend_url, tmp_path):
     assert store.head_position() == head and store.verify().intact
 
 
-def test_the_same_key_from_two_processes_at_once_appends_once(backend_url):
-    store = open_store(backend_url)
+def test_the_same_key_from_two_processes_at_once_appends_once(migrated_backend_url):
+    store = opened_store(migrated_backend_url)
     keys, senders = 15, 2
     barrier = FORKSERVER.Barrier(senders)
     results = FORKSERVER.Queue()
-    processes = [FORKSERVER.Process(target=same_key_sender, args=(backend_url, keys, barrier, results))
+    processes = [FORKSERVER.Process(target=same_key_sender, args=(migrated_backend_url, keys, barrier, results))
                  for _ in range(senders)]
     got = run_processes(processes, results, senders)
     assert got[0] == got[1]
@@ -380,7 +374,7 @@ def importing_reader(url: str, index: int, rounds: int, start, results) -> None:
     results.put((index, reads, failed_reads, refused_promotes))
 
 
-def test_reads_through_the_read_models_never_fail_while_writers_append(backend_url):
+def test_reads_through_the_read_models_never_fail_while_writers_append(migrated_backend_url):
     """6 processes import, read and promote on two shared artifacts at once: every read answers.
 
     Catch-up folds up to the head it saw when it started and serves that,
@@ -393,13 +387,14 @@ def test_reads_through_the_read_models_never_fail_while_writers_append(backend_u
     from registry.contracts import Contract
     from registry.projections import verify_projections
 
-    registry = opened(backend_url, actor="setup", create=True)
+    registry = opened(migrated_backend_url, actor="setup")
     declare_workload(registry, Contract.from_mapping({"workload": "w"}))
     for artifact in SHARED_ARTIFACTS:
         register_artifact(registry, artifact, workload="w", kind="fused_kernel")
     start = FORKSERVER.Barrier(IMPORTERS)
     results = FORKSERVER.Queue()
-    processes = [FORKSERVER.Process(target=importing_reader, args=(backend_url, i, IMPORT_ROUNDS, start, results))
+    processes = [FORKSERVER.Process(target=importing_reader,
+                                    args=(migrated_backend_url, i, IMPORT_ROUNDS, start, results))
                  for i in range(IMPORTERS)]
     reports = run_processes(processes, results, IMPORTERS)
     assert [failed for _, _, failed, _ in reports] == [[]] * IMPORTERS
@@ -420,7 +415,7 @@ def test_reads_through_the_read_models_never_fail_while_writers_append(backend_u
     assert store.verify().intact
 
 
-def test_a_catch_up_overtaken_every_time_still_answers(backend_url):
+def test_a_catch_up_overtaken_every_time_still_answers(migrated_backend_url):
     """Each time this catch-up has folded, a writer appends, another reader catches up past it, and the
     writer appends again, so the checkpoint has moved and the log has grown again before it can commit.
 
@@ -431,9 +426,9 @@ def test_a_catch_up_overtaken_every_time_still_answers(backend_url):
     from read_side import Reads
     from registry.projections import ReadModels
 
-    store = open_store(backend_url)
+    store = opened_store(migrated_backend_url)
     store.append("frameset:a", [frameset("a", 0, "setup")], actor="t")
-    other = Reads(opened_store(backend_url))
+    other = Reads(opened_store(migrated_backend_url))
     appended = iter(range(1, 1000))
 
     class Overtaken(ReadModels):
@@ -453,13 +448,13 @@ def test_a_catch_up_overtaken_every_time_still_answers(backend_url):
     assert Reads(store).frameset("a") is not None  # the next read catches up to the new head
 
 
-def test_a_catch_up_that_waited_its_turn_folds_what_was_appended_meanwhile(backend_url, monkeypatch):
+def test_a_catch_up_that_waited_its_turn_folds_what_was_appended_meanwhile(migrated_backend_url, monkeypatch):
     """A thread that found another of its process folding reads the head again once its turn comes: the event
     appended while it waited is folded in the same pass, not left for the next request to fold."""
     from read_side import Reads
     from registry.projections import catchup
 
-    store = open_store(backend_url)
+    store = opened_store(migrated_backend_url)
     store.append("frameset:a", [frameset("a", 0, "setup")], actor="t")
     reader = Reads(store)
     turn = catchup._folding(store.engine)

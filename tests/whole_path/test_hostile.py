@@ -233,12 +233,14 @@ def manifests(draw) -> dict:
 # -- the registry under test and the oracle -----------------------------------------
 
 class Registry:
+    """The registry under attack: `url` is a copy of the worker's migrated template (what `registry init` makes),
+    given workload `w` and the artifacts in `REGISTERED` through the CLI."""
+
     def __init__(self, url: str, workdir: Path):
         self.url, self.workdir, self.runner = url, workdir, CliRunner()
         self.store = None
         manifest = workdir / "base.yaml"
         manifest.write_text("workload: w\n", encoding="utf-8")
-        assert self.cli("init").exit_code == 0
         assert self.cli("workload", "declare", str(manifest)).exit_code == 0
         for artifact in REGISTERED:
             registered = self.cli("artifact", "register", artifact, "--workload", "w", "--kind", "fused_kernel")
@@ -307,8 +309,8 @@ class Registry:
 
 
 @pytest.fixture
-def registry(backend_url, tmp_path):
-    built = Registry(backend_url, tmp_path)
+def registry(migrated_backend_url, tmp_path):
+    built = Registry(migrated_backend_url, tmp_path)
     yield built
     assert built.store.verify().intact
     built.store.engine.dispose()
@@ -392,11 +394,11 @@ def test_a_1_mb_manifest(registry):
     assert registry.outcomes == {"stored": 1, "refused": 0}
 
 
-def test_extreme_but_finite_times_are_refused_in_exactly_one_line(sqlite_url, tmp_path):
+def test_extreme_but_finite_times_are_refused_in_exactly_one_line(migrated_sqlite_url, tmp_path):
     document = {"format": FORMAT, "artifact": "k1",
                 "evidence": [{"kind": "benchmark", "protocol": "sequential", "device": "d", "timer": "perf_counter",
                               "baseline_s": [1.7e308, 1.7e308], "candidate_s": [1e-300, 1e-300]}]}
-    registry = Registry(sqlite_url, tmp_path)
+    registry = Registry(migrated_sqlite_url, tmp_path)
     with warnings.catch_warnings(record=True) as caught:  # what a real process would print to stderr
         warnings.simplefilter("always")
         registry.run(json.dumps(document).encode(), "evidence", "import")
@@ -406,15 +408,15 @@ def test_extreme_but_finite_times_are_refused_in_exactly_one_line(sqlite_url, tm
 DEEP = 100_000  # far past the interpreter's recursion limit
 
 
-def test_extremely_deep_evidence_is_refused_in_one_line(sqlite_url, tmp_path):
+def test_extremely_deep_evidence_is_refused_in_one_line(migrated_sqlite_url, tmp_path):
     deep = "[" * DEEP + "]" * DEEP
-    registry = Registry(sqlite_url, tmp_path)
+    registry = Registry(migrated_sqlite_url, tmp_path)
     assert registry.run(f'{{"format": "{FORMAT}", "evidence": {deep}}}'.encode(), "evidence", "import") is None
 
 
-def test_extremely_deep_manifest_is_refused_in_one_line(sqlite_url, tmp_path):
+def test_extremely_deep_manifest_is_refused_in_one_line(migrated_sqlite_url, tmp_path):
     deep = "[" * DEEP + "]" * DEEP
-    registry = Registry(sqlite_url, tmp_path)
+    registry = Registry(migrated_sqlite_url, tmp_path)
     assert registry.run(f"workload: w\ntags: {deep}\n".encode(), "workload", "declare") is None
 
 
@@ -423,9 +425,9 @@ def test_extremely_deep_manifest_is_refused_in_one_line(sqlite_url, tmp_path):
 COMMANDS = (("evidence", "import"), ("workload", "declare"))
 
 
-def test_paths_that_are_not_regular_files_are_refused_before_reading(sqlite_url, tmp_path):
+def test_paths_that_are_not_regular_files_are_refused_before_reading(migrated_sqlite_url, tmp_path):
     """A FIFO would block a reader and /dev/zero never ends: both are refused by kind, not read."""
-    registry = Registry(sqlite_url, tmp_path)
+    registry = Registry(migrated_sqlite_url, tmp_path)
     fifo = tmp_path / "pipe.json"
     os.mkfifo(fifo)
     for command in COMMANDS:
@@ -436,8 +438,8 @@ def test_paths_that_are_not_regular_files_are_refused_before_reading(sqlite_url,
         assert "/dev/zero: a character device, not a regular file" in registry.cli(*command, "/dev/zero").stderr
 
 
-def test_documents_over_the_documented_maximum_are_refused_by_their_size(sqlite_url, tmp_path):
-    registry = Registry(sqlite_url, tmp_path)
+def test_documents_over_the_documented_maximum_are_refused_by_their_size(migrated_sqlite_url, tmp_path):
+    registry = Registry(migrated_sqlite_url, tmp_path)
     for command, limit in zip(COMMANDS, (MAX_EVIDENCE_BYTES, MAX_MANIFEST_BYTES)):
         huge = tmp_path / f"huge-{command[0]}"
         with huge.open("wb") as handle:
