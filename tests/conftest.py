@@ -407,21 +407,25 @@ def migrated_sqlite_url(tmp_path, sqlite_template):
     return f"sqlite:///{path}"
 
 
-@pytest.fixture
-def postgres_url():
+def postgres_database_for_a_test(template: str | None = None):
+    """A fixture's body: a new database for one test (a copy of `template` when one is named), dropped once the
+    test ends; the test skips where no server is given."""
     if not PG_URL:
         pytest.skip(PG_SKIP)
-    url = _fresh_postgres_database()
+    url = _fresh_postgres_database(template)
     yield url
     _drop_later(url)
+
+
+@pytest.fixture
+def postgres_url():
+    yield from postgres_database_for_a_test()
 
 
 @pytest.fixture
 def migrated_postgres_url(postgres_template):
     """A fresh Postgres registry at the schema head, a copy of the worker's template database."""
-    url = _fresh_postgres_database(postgres_template)
-    yield url
-    _drop_later(url)
+    yield from postgres_database_for_a_test(postgres_template)
 
 
 @pytest.fixture

@@ -230,7 +230,7 @@ def history_url(request, tmp_path):
     """A registry of its own for the test, holding the scripted history: a copy of the one this worker appended
     (the same events, positions, ids and recorded times as appending it again would give, without the ~100
     appends per test)."""
-    from conftest import PG_SKIP, PG_URL, _drop_later, _fresh_postgres_database
+    from conftest import PG_SKIP, PG_URL, postgres_database_for_a_test
 
     if request.param == "postgres" and not PG_URL:
         pytest.skip(PG_SKIP)
@@ -239,9 +239,7 @@ def history_url(request, tmp_path):
         shutil.copyfile(kept, tmp_path / "registry.db")
         yield f"sqlite:///{tmp_path / 'registry.db'}"
         return
-    url = _fresh_postgres_database(kept)
-    yield url
-    _drop_later(url)
+    yield from postgres_database_for_a_test(kept)
 
 
 @pytest.fixture
