@@ -85,18 +85,25 @@ def test_pages_freed_in_the_middle_of_the_heap_go_back_to_the_system():
     assert before - after >= 48 * 1024, (before, after)  # of the 64 MiB freed, whole pages go back
 
 
+# How far into its first heap an arena's state starts: right after the heap's heap_info (a few words).
+ARENA_STATE_WITHIN = 4096
+
+
 def glibc_arenas(pid: int) -> int:
     """The malloc arenas of a process other than the main one, from its memory: glibc maps each arena's heaps as
     64 MiB regions aligned to 64 MiB (the part in use read-write, the rest reserved, `---p`), and each heap opens
     with its `heap_info`, whose first word is its arena's address. An arena whose first heap fills takes another
-    heap, so heaps are counted by the arena they belong to, not one by one."""
+    heap, so heaps are counted by the arena they belong to, not one by one. An arena's state lies in its first
+    heap, just after that heap's `heap_info`: a first word that does not point there is not an arena's, and a
+    region that names none is some other mapping the same shape (an anonymous 64 MiB mapping that happens to be
+    so aligned), not counted."""
     rows = []
     for line in Path(f"/proc/{pid}/maps").read_text().splitlines():
         fields = line.split()
         low, high = (int(bound, 16) for bound in fields[0].split("-"))
         rows.append((low, high, fields[1], len(fields) > 5))
     heap = 64 << 20
-    arenas = set()
+    named_by: dict[int, int] = {}  # a heap-shaped region's start -> the first word it holds
     with open(f"/proc/{pid}/mem", "rb") as memory:
         for index, (low, high, mode, named) in enumerate(rows):
             if named or mode != "rw-p" or low % heap:
@@ -106,8 +113,9 @@ def glibc_arenas(pid: int) -> int:
                 high = following[1]
             if high - low == heap:
                 memory.seek(low)
-                arenas.add(int.from_bytes(memory.read(8), "little"))
-    return len(arenas)
+                named_by[low] = int.from_bytes(memory.read(8), "little")
+    return len({arena for arena in named_by.values()
+                if arena - arena % heap in named_by and arena % heap < ARENA_STATE_WITHIN})
 
 
 @needs_glibc
