@@ -24,6 +24,7 @@ then kills whatever they left in the namespace.
 """
 from __future__ import annotations
 
+import gc
 import importlib
 import json
 import os
@@ -53,9 +54,28 @@ def main(argv: list[str]) -> None:
     config = json.loads(argv[1])
     # what each worker of this jail serves: the evaluation worker (torch, Triton), or the trusted launcher's
     # (cuda.bindings, no torch): a name of WORKER_MODULES, imported before any worker exists
-    worker_module = importlib.import_module(WORKER_MODULES[config.get("serve", "worker")])
-    worker_module.preload()
+    worker_module = _imported_for_forking(WORKER_MODULES[config.get("serve", "worker")])
     fork_workers(config, worker_module)
+
+
+def _imported_for_forking(module: str):
+    """Import and preload a workers' module with the cyclic collector paused, then freeze what it made.
+
+    Python's recipe for a process that forks without exec (the ``gc.freeze`` documentation): no collection
+    while the imports build their objects, which are module state that lives as long as the process (the
+    collections an import of torch and Triton sets off cost about 0.2 of its 1.2-1.4 CPU-s,
+    docs/benchmarks.md); then everything imported goes to the permanent generation, so a worker's
+    collections never walk it nor write to its pages, which stay shared with this process. The collector
+    runs again, here and in every worker, over what is made afterwards.
+    """
+    gc.disable()
+    try:
+        worker_module = importlib.import_module(module)
+        worker_module.preload()
+    finally:
+        gc.freeze()
+        gc.enable()
+    return worker_module
 
 
 def fork_workers(config: dict, worker_module) -> None:
@@ -115,8 +135,7 @@ def serve_jails(serve: str) -> NoReturn:
     harness waits for it, though it is not the harness's child). The launcher leads a session of its own.
     """
     control = socket.socket(fileno=0)
-    worker_module = importlib.import_module(WORKER_MODULES[serve])
-    worker_module.preload()
+    worker_module = _imported_for_forking(WORKER_MODULES[serve])
     # launchers that ended are reaped as they end, but never between a fork and its pidfd (SIGCHLD held there)
     signal.signal(signal.SIGCHLD, _reap)
     while True:

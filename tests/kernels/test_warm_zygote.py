@@ -70,3 +70,33 @@ def test_a_warm_zygote_killed_behind_the_harness_s_back_is_started_again():
     assert after["zygote"] != before and b"--warm" in _command_line(after["zygote"]).split(b"\0")
     close_warm_zygotes()  # and one ended by the harness is waited for: nothing of it is left
     assert not Path(f"/proc/{after['zygote']}").exists() and not Path(f"/proc/{before}").exists()
+
+
+FORKING_IMPORT = """
+import gc, sys, types
+from registry.kernels.zygote import _imported_for_forking
+collections = []
+gc.callbacks.append(lambda phase, info: phase == "start" and collections.append(info["generation"]))
+module = types.ModuleType("many_objects")
+module.preload = lambda: setattr(module, "state", [[n] for n in range(200_000)])
+sys.modules["many_objects"] = module
+gc.collect()
+collections.clear()
+frozen = gc.get_freeze_count()
+_imported_for_forking("many_objects")
+print(len(collections), gc.isenabled(), gc.get_freeze_count() - frozen)
+"""
+
+
+def test_the_zygote_imports_without_collections_and_freezes_what_the_import_made():
+    """The fork server's recipe (zygote.py `_imported_for_forking`): no collection runs while the workers'
+    module is imported and preloaded (200,000 new lists would set off hundreds at Python's thresholds), what
+    they made is in the permanent generation, where no worker's collection walks it, and the collector is on
+    again for what comes after."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", FORKING_IMPORT], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    ran, enabled, frozen = done.stdout.split()
+    assert ran == "0" and enabled == "True" and int(frozen) >= 200_000, done.stdout
