@@ -34,7 +34,8 @@ test that leaked.
 The cyclic garbage collector runs less often in a test process than Python's default (`CYCLIC_GC_THRESHOLDS`):
 a worker holds torch, Hypothesis and every test module, and at the default thresholds it spent about 13% of
 its CPU scanning them (5.7 of 42.6 CPU-s over the stateful, fuzzing and registration files; 1.9 at these),
-and importing torch took about 0.3 CPU-s more. Each test process also does its torch work on one thread (below).
+and importing torch took about 0.3 CPU-s more. Each test process also does its torch work on one thread (below),
+and numpy's BLAS in one (`OPENBLAS_NUM_THREADS`, inherited by the processes a test starts).
 No test depends on when a collection runs: the ones that count objects or memory call `gc.collect()` first.
 
 Skips: at the end of every run a summary lists what was skipped and why. With
@@ -52,6 +53,11 @@ from pathlib import Path
 
 CYCLIC_GC_THRESHOLDS = (10_000, 20, 20)  # Python's default: (700, 10, 10); set before torch is imported
 gc.set_threshold(*CYCLIC_GC_THRESHOLDS)
+# numpy's OpenBLAS starts a thread per core when numpy is imported (torch imports it), and each spins waiting for
+# work before it sleeps: a run under `perf record -a` put 1.3% of its samples in `blas_thread_server`, spread over
+# every process that imports numpy. One thread in the test processes and in every process they start (which
+# inherit it); a user's own setting is kept.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
