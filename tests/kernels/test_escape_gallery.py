@@ -2,7 +2,11 @@
 code and the checks, each through `registry artifact register`, `evaluate` and `promote`.
 
 `evaluate` and `promote` run as `registry` processes (a candidate that kills or rewrites its harness must
-hit that process, never pytest; a patched package must meet the next process that imports it), on one
+hit that process, never pytest; a patched package must meet the next process that imports it). `promote` is a
+fresh interpreter. `evaluate` is forked from a server that has imported torch, Triton and SQLAlchemy and no
+module of the registry (tests/support/process_forks.py), so each evaluation imports the installed copy itself,
+as a fresh one does, without torch's import (about 1.3 CPU-s an escape); nothing the candidates attack happens
+at an interpreter's start-up (the sitecustomize one aims at the next process, `promote`). All run on one
 SQLite registry per module, with a throwaway copy of the registry package as the installed code: the
 harness imports the copy, so an escape that writes "the installed package" writes only the copy (and each
 escape that writes one checks the copy's marker first). Registering (before any candidate code runs) and
@@ -49,6 +53,7 @@ from click.testing import CliRunner
 
 from gallery import candidate_file
 from gallery._escape import COPY_MARKER
+from process_forks import ProcessForks
 from registry.app.install import check_install, package_folder, write_manifest
 from registry.app.workloads import register_artifact
 from registry.cli.main import main
@@ -65,6 +70,8 @@ parity: {policy: byte_equal}
 speed: {min_speedup: 1.1, runs_per_arm: 2, protocol: paired, decision: point}
 """
 COMMAND_TIMEOUT_S = 600
+PRELOADED = ("torch", "triton", "sqlalchemy")
+"""What the fork server `evaluate` runs from imports first: what an evaluation imports that is not the registry."""
 LEFTOVER_NAMES = ("escape-daemon", "escape-leftover", "escape-forkbomb")
 BLOCKED = ("No such file or directory", "Permission denied", "Operation not permitted", "Read-only file system",
            "File too large", "No space left", "no `registry evaluate` in reach")
@@ -118,6 +125,14 @@ def home(tmp_path_factory) -> Iterator[Home]:
     shutil.rmtree(installed)
 
 
+@pytest.fixture(scope="module")
+def forks(home) -> Iterator[ProcessForks]:
+    """The server each escape's `evaluate` is forked from, started with the registry processes' environment."""
+    server = ProcessForks(home.env, PRELOADED)
+    yield server
+    server.close()
+
+
 @dataclass
 class Attempt:
     artifact: str
@@ -150,7 +165,7 @@ def _leftovers() -> list[int]:
 
 
 @pytest.fixture
-def attempt(home):
+def attempt(home, forks):
     """Register, evaluate and promote one escape; afterwards end whatever it left running (what a test
     asserts about leftovers it asserts itself, before this cleanup)."""
 
@@ -167,7 +182,8 @@ def attempt(home):
         finally:
             registry.engine.dispose()
         assert registered.appended
-        evaluated = _run(home, "evaluate", artifact, "--warmup", "0", cwd=folder)
+        evaluated = forks.run("registry", ["--db", home.url, "evaluate", artifact, "--warmup", "0"], cwd=folder,
+                              env=home.env, timeout=COMMAND_TIMEOUT_S)
         promoted = _run(home, "promote", artifact, "--json", cwd=folder)
         verdict = json.loads(promoted.stdout) if promoted.stdout.strip() else {"decision": promoted.stderr}
         stream = f"artifact:{artifact}"

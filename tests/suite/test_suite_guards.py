@@ -17,7 +17,7 @@ import pytest
 
 from limits import HANG_GUARD_S
 from paths import TESTS
-from pytest_forks import PytestForks
+from process_forks import ProcessForks
 
 CONFTEST = TESTS / "conftest.py"
 # The suite's size when this guard was last raised: a change that removes tests lowers it only by editing this line
@@ -56,23 +56,26 @@ def _child_env(**changes: str) -> dict[str, str]:
 # The child runs load only the plugin the guards meet (xdist): the installed ones (hypothesis, schemathesis,
 # playwright...) cost each run about as much start-up as torch does, and the probe suite uses none of them.
 WITHOUT_PLUGINS = {"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
+PRELOADED = ("torch", "pytest", "registry.events.database")
+"""What tests/conftest.py imports (torch alone is about 1.5 s of CPU an interpreter), but the modules of plugins a
+run may load: pytest rewrites the asserts of those as it imports them, which it cannot do once they are imported."""
 
 
 @pytest.fixture(scope="module")
 def forks():
-    """The server the file's child runs are forked from (tests/support/pytest_forks.py): each run is still a pytest
+    """The server the file's child runs are forked from (tests/support/process_forks.py): each run is still a pytest
     run of its own in a process of its own, even when this test runs inside an xdist worker, without an
     interpreter's start-up and torch's import each time."""
-    server = PytestForks(_child_env(**WITHOUT_PLUGINS))
+    server = ProcessForks(_child_env(**WITHOUT_PLUGINS), PRELOADED)
     yield server
     server.close()
 
 
-def run_suite(forks: PytestForks, tmp_path: Path, strict: bool, *select: str) -> subprocess.CompletedProcess:
+def run_suite(forks: ProcessForks, tmp_path: Path, strict: bool, *select: str) -> subprocess.CompletedProcess:
     (tmp_path / "conftest.py").write_text(CONFTEST.read_text(encoding="utf-8"), encoding="utf-8")
     (tmp_path / "test_probe.py").write_text(SUITE, encoding="utf-8")
     env = _child_env(**WITHOUT_PLUGINS, **({"REGISTRY_TEST_STRICT": "1"} if strict else {}))
-    return forks.run(["-p", "no:cacheprovider", "-p", "xdist", "-q", "-W", "ignore::pytest.PytestUnknownMarkWarning",
+    return forks.run("pytest", ["-p", "no:cacheprovider", "-p", "xdist", "-q", "-W", "ignore::pytest.PytestUnknownMarkWarning",
                       *select, str(tmp_path)], cwd=tmp_path, env=env, timeout=HANG_GUARD_S)
 
 
@@ -122,12 +125,12 @@ def test_a_module_skipped_at_import_is_listed_and_fails_a_strict_run(forks, tmp_
     assert "1 FAILS THE RUN (strict): could not import 'a_module_nobody_installed'" in done.stdout
 
 
-def _whole_suite_count(forks: PytestForks) -> int:
+def _whole_suite_count(forks: ProcessForks) -> int:
     """The number of tests a collection of the whole of tests/ finds, in a child pytest (with every installed
     plugin, as a whole run has: a plugin may add tests)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST_")}
-    done = forks.run(["--collect-only", "-q", "-p", "no:cacheprovider", str(TESTS)], cwd=TESTS.parent, env=env,
-                     timeout=HANG_GUARD_S)
+    done = forks.run("pytest", ["--collect-only", "-q", "-p", "no:cacheprovider", str(TESTS)], cwd=TESTS.parent,
+                     env=env, timeout=HANG_GUARD_S)
     assert done.returncode == 0, done.stdout[-2000:]
     return int(done.stdout.strip().splitlines()[-1].split()[0])  # "N tests collected in ..."
 
