@@ -246,22 +246,13 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         write(f"(with {STRICT_ENV}=1, as CI runs, any skip not marked `device` fails the run)")
 
 
-# Longest first, every file that takes 2.5 s or more, in the order of its measured seconds (the least of three
-# whole runs under a CPU plugin on the shared 2-core machine; docs/benchmarks.md, "The suite"): the shortest
-# files are left for the end, when one worker may be done and the other still busy.
+# Longest first (seconds per file on the 2-core machine: docs/benchmarks.md, "The suite").
 LONGEST_FIRST = (
-    "test_escape_gallery.py", "test_jobs.py", "test_demo.py", "test_serve_worker.py", "test_kernel_build.py",
-    "test_lifecycle_stateful.py", "test_serve_fuzz.py", "test_serve_hostile.py", "test_suite_guards.py",
-    "test_concurrency.py", "test_serve_api.py", "test_hostile.py", "test_sandbox.py", "test_speed_gate.py",
-    "test_serve_memory.py", "test_hooks.py", "test_serve_live.py", "test_artifact_page.py",
-    "test_register_kernel_bundle.py", "test_cli_output.py", "test_store_postgres.py", "test_projections.py",
-    "test_cheat_gallery.py", "test_speed_record.py", "test_launch_evaluate.py", "test_pg_throwaway.py",
-    "test_stats.py", "test_runtime_compiled.py", "test_docs_run.py", "test_ship_special_files.py",
-    "test_compiled_evaluate.py", "test_register.py", "test_plain_payloads.py", "test_evaluate_runner.py",
-    "test_bench_sessions.py", "test_hostile_bundles.py", "test_kernels.py", "test_monitor.py", "test_crash.py",
-    "test_reports.py", "test_cli_startup.py", "test_monitor_lifecycle.py", "test_final_rejection.py",
-    "test_expressions.py", "test_runtime.py", "test_serve_stateful.py", "test_payload_index.py",
-    "test_cli_opening.py", "test_ship_stateful.py",
+    "test_demo.py", "test_serve_fuzz.py", "test_escape_gallery.py", "test_lifecycle_stateful.py", "test_jobs.py",
+    "test_sandbox.py", "test_kernel_build.py", "test_serve_stateful.py", "test_suite_guards.py",
+    "test_hostile_bundles.py", "test_speed_gate.py", "test_serve_worker.py", "test_monitor_lifecycle.py",
+    "test_payload_index.py", "test_concurrency.py", "test_crash.py", "test_cheat_gallery.py", "test_evaluate_runner.py",
+    "test_final_rejection.py", "test_pg_throwaway.py", "test_ship_stateful.py",
 )
 
 
