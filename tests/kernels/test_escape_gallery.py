@@ -1,13 +1,14 @@
 """The escape gallery: candidates in tests/gallery/escape_*.py that attack the log, the harness, the installed
 code and the checks, each through `registry artifact register`, `evaluate` and `promote`.
 
-`evaluate` and `promote` run as `registry` processes (a candidate that kills or rewrites its harness must
+`evaluate` and `promote` run in `registry` processes (a candidate that kills or rewrites its harness must
 hit that process, never pytest; a patched package must meet the next process that imports it). `promote` is a
-fresh interpreter. `evaluate` is forked from a server that has imported torch, Triton and SQLAlchemy and no
-module of the registry (tests/support/process_forks.py), so each evaluation imports the installed copy itself,
-as a fresh one does, without torch's import (about 1.3 CPU-s an escape); nothing the candidates attack happens
-at an interpreter's start-up (the sitecustomize one aims at the next process, `promote`). All run on one
-SQLite registry per module, with a throwaway copy of the registry package as the installed code: the
+fresh interpreter each time. Every `evaluate` runs in one long-lived harness process of the installed copy
+(tests/support/process_forks.py's `CommandHost`), one escape after another, as a process that evaluates one
+candidate after another does (`registry demo`, a re-verifying worker): its warm zygote, which imports torch
+and Triton once, forks every escape's jail, so an escape that reached the zygote or the harness would show in
+the escapes after it, and each escape saves an interpreter's start-up and two imports of torch (about 1.5
+CPU-s). All run on one SQLite registry per module, with a throwaway copy of the registry package as the installed code: the
 harness imports the copy, so an escape that writes "the installed package" writes only the copy (and each
 escape that writes one checks the copy's marker first). Registering (before any candidate code runs) and
 the checks afterwards (the chain's walk, the copy against its manifest) are the same use cases called in
@@ -29,7 +30,7 @@ Escapes 13-17 (the wire framed or flooded by the candidate, a fork bomb, memory 
 later: 13 and 14 were shown against the harness before it screened its own copy of the source and cut
 a frame's error text; the three resource ones are bounded by limits that already existed and are not run
 against an unbounded harness (they would take the machine's process table, memory or disk).
-Each test takes one evaluation under the interpreter (5-40 s on a shared CPU; one refused at load is the
+Each test takes one evaluation under the interpreter (1-4 s on a quiet two-core machine; one refused at load is the
 quick end); the module's setup copies the package and writes its manifest (a second or two).
 """
 from __future__ import annotations
@@ -53,7 +54,7 @@ from click.testing import CliRunner
 
 from gallery import candidate_file
 from gallery._escape import COPY_MARKER
-from process_forks import ProcessForks
+from process_forks import CommandHost
 from registry.app.install import check_install, package_folder, write_manifest
 from registry.app.workloads import register_artifact
 from registry.cli.main import main
@@ -70,8 +71,8 @@ parity: {policy: byte_equal}
 speed: {min_speedup: 1.1, runs_per_arm: 2, protocol: paired, decision: point}
 """
 COMMAND_TIMEOUT_S = 600
-PRELOADED = ("torch", "triton", "sqlalchemy")
-"""What the fork server `evaluate` runs from imports first: what an evaluation imports that is not the registry."""
+PRELOADED = ("registry.cli.main",)
+"""What the harness process that runs every `evaluate` imports first: the installed copy's command line."""
 LEFTOVER_NAMES = ("escape-daemon", "escape-leftover", "escape-forkbomb")
 BLOCKED = ("No such file or directory", "Permission denied", "Operation not permitted", "Read-only file system",
            "File too large", "No space left", "no `registry evaluate` in reach")
@@ -126,11 +127,13 @@ def home(tmp_path_factory) -> Iterator[Home]:
 
 
 @pytest.fixture(scope="module")
-def forks(home) -> Iterator[ProcessForks]:
-    """The server each escape's `evaluate` is forked from, started with the registry processes' environment."""
-    server = ProcessForks(home.env, PRELOADED)
-    yield server
-    server.close()
+def harness(home) -> Iterator[CommandHost]:
+    """The one harness process every escape's `evaluate` runs in, started with the registry processes' environment
+    (the installed copy first on its path)."""
+    host = CommandHost(home.env, PRELOADED)
+    host.zygotes = set()  # the warm zygotes seen as its children after an evaluation: one, the same every time
+    yield host
+    host.close()
 
 
 @dataclass
@@ -153,6 +156,12 @@ def _events(home: Home) -> list[tuple[str, str, dict]]:
     return [(stream, kind, json.loads(payload)) for stream, kind, payload in rows]
 
 
+def _children(pid: int) -> set[int]:
+    """The processes whose parent is ``pid``, now."""
+    return {int(child) for task in Path(f"/proc/{pid}/task").iterdir()
+            for child in (task / "children").read_text().split()}
+
+
 def _leftovers() -> list[int]:
     found = []
     for proc in Path("/proc").glob("[0-9]*"):
@@ -165,7 +174,7 @@ def _leftovers() -> list[int]:
 
 
 @pytest.fixture
-def attempt(home, forks):
+def attempt(home, harness):
     """Register, evaluate and promote one escape; afterwards end whatever it left running (what a test
     asserts about leftovers it asserts itself, before this cleanup)."""
 
@@ -182,8 +191,11 @@ def attempt(home, forks):
         finally:
             registry.engine.dispose()
         assert registered.appended
-        evaluated = forks.run("registry", ["--db", home.url, "evaluate", artifact, "--warmup", "0"], cwd=folder,
-                              env=home.env, timeout=COMMAND_TIMEOUT_S)
+        evaluated = harness.run_command("registry.cli.main:main", "registry",
+                                        ["--db", home.url, "evaluate", artifact, "--warmup", "0"], cwd=folder,
+                                        env=home.env, timeout=COMMAND_TIMEOUT_S)
+        harness.zygotes |= _children(harness.server.pid)
+        assert len(harness.zygotes) == 1, f"the harness has started warm zygotes {harness.zygotes}"
         promoted = _run(home, "promote", artifact, "--json", cwd=folder)
         verdict = json.loads(promoted.stdout) if promoted.stdout.strip() else {"decision": promoted.stderr}
         stream = f"artifact:{artifact}"
