@@ -18,8 +18,12 @@ for the next, as in any process that runs one command after another. That is for
 long-lived harness: the escape gallery evaluates every escape in one harness process, so every escape's jail is
 forked from the same warm zygote.
 
+A child can also be started and left running (`start`): the queue's tests start, kill and restart worker
+processes by the dozen.
+
     python tests/support/process_forks.py MODULE...           # preload MODULEs; one JSON request a line on stdin;
                                                               # answers its child's pid, then its exit status
+                                                              # (or writes it to the request's status file)
     python tests/support/process_forks.py --host MODULE...    # the same, each request run in the server itself
 """
 from __future__ import annotations
@@ -104,23 +108,118 @@ def _run_here(request: dict) -> int:
         sys.path[0] = path
 
 
+def _reap(status_files: dict[int, str | None]) -> None:
+    """Answer the exit status of every child that has ended, then reap it: on this server's output for a child run
+    to its end, in its status file for a child left running. The status is written before the child is reaped, so
+    while the file is missing its pid still names the child (a zombie at worst), never another process."""
+    while True:
+        try:
+            ended = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        except ChildProcessError:
+            return
+        if ended is None:
+            return
+        status = ended.si_status if ended.si_code == os.CLD_EXITED else -ended.si_status
+        path = status_files.pop(ended.si_pid, None)
+        if path is None:
+            print(status, flush=True)
+        else:
+            Path(path + ".part").write_text(str(status))
+            os.replace(path + ".part", path)
+        os.waitpid(ended.si_pid, 0)
+
+
+def _serve_forks() -> None:
+    """Fork one child per request and answer its pid at once; answer each child's exit status when it ends (see
+    `_reap`). When the requests end, whatever is still running is killed and reaped before the server exits."""
+    wake, woken = os.pipe()
+    os.set_blocking(woken, False)
+    signal.set_wakeup_fd(woken)
+    signal.signal(signal.SIGCHLD, lambda *_: None)  # a child's end wakes the select below through `woken`
+    status_files: dict[int, str | None] = {}
+    pending, reading = b"", True
+    while reading or status_files:
+        ready, _, _ = select.select([0, wake] if reading else [wake], [], [])
+        if wake in ready:
+            os.read(wake, 4096)
+        if 0 in ready:
+            chunk = os.read(0, 1 << 16)
+            reading = bool(chunk)
+            pending += chunk
+            *lines, pending = pending.split(b"\n")
+            for line in lines:
+                request = json.loads(line)
+                pid = os.fork()
+                if pid == 0:
+                    signal.set_wakeup_fd(-1)
+                    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+                    os.close(wake)
+                    os.close(woken)
+                    _run_in_child(request)
+                status_files[pid] = request.get("status")
+                print(pid, flush=True)
+            if not reading:
+                for pid in status_files:
+                    os.kill(pid, signal.SIGKILL)
+        _reap(status_files)
+
+
+def _serve_here() -> None:
+    """As a host: run each request in this process, one after another; answer this pid, then its exit status."""
+    for line in sys.stdin:
+        print(os.getpid(), flush=True)
+        print(_run_here(json.loads(line)), flush=True)
+
+
 def serve(preloaded: list[str], host: bool) -> None:
-    """Import ``preloaded``, then fork one child per request line (or, as a host, run it here); answer the pid
-    that runs it, then its exit status."""
+    """Import ``preloaded``, then fork one child per request line (or, as a host, run it here)."""
     for name in preloaded:
         importlib.import_module(name)
-    for line in sys.stdin:
-        request = json.loads(line)
-        if host:
-            print(os.getpid(), flush=True)
-            print(_run_here(request), flush=True)
-            continue
-        pid = os.fork()
-        if pid == 0:
-            _run_in_child(request)
-        print(pid, flush=True)
-        _, status = os.waitpid(pid, 0)
-        print(os.waitstatus_to_exitcode(status), flush=True)
+    if host:
+        _serve_here()
+    else:
+        _serve_forks()
+
+
+class Started:
+    """A child the fork server started and left running (`ProcessForks.start`), as much of a `subprocess.Popen` as
+    the tests use: signalled by its pid, its exit status read from the file the server writes as it ends."""
+
+    def __init__(self, command: list[str], pid: int, folder: tempfile.TemporaryDirectory) -> None:
+        self.args, self.pid, self.folder = command, pid, folder
+        self.files = Path(folder.name)
+
+    def poll(self) -> int | None:
+        try:
+            return int((self.files / "status").read_text())
+        except FileNotFoundError:
+            return None
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while (status := self.poll()) is None:
+            if deadline is not None and time.monotonic() > deadline:
+                raise subprocess.TimeoutExpired(self.args, timeout or 0)
+            time.sleep(0.005)
+        return status
+
+    def send_signal(self, signum: int) -> None:
+        if self.poll() is None:
+            os.kill(self.pid, signum)
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+    def output(self) -> str:
+        """What it has written to its standard output so far."""
+        return (self.files / "stdout").read_text()
+
+    def errors(self) -> str:
+        """What it has written to its standard error so far."""
+        return (self.files / "stderr").read_text()
 
 
 class ProcessForks:
@@ -145,6 +244,19 @@ class ProcessForks:
                 raise RuntimeError(f"the fork server ended (exit status {self.server.wait()})")
             line += chunk
         return int(line)
+
+    def start(self, module: str, args: list[str], cwd: Path, env: dict[str, str]) -> Started:
+        """`python -m module *args` started in `cwd` with `env` in a forked child, and left running."""
+        folder = tempfile.TemporaryDirectory(prefix="process-fork-")
+        files = Path(folder.name)
+        request = {"module": module, "args": args, "cwd": str(cwd), "env": env, "stdout": str(files / "stdout"),
+                   "stderr": str(files / "stderr"), "status": str(files / "status")}
+        self.server.stdin.write(json.dumps(request).encode() + b"\n")
+        self.server.stdin.flush()
+        pid = self._answer(time.monotonic() + 60)
+        if pid is None:
+            raise RuntimeError("the fork server answered no pid within 60 s")
+        return Started([sys.executable, "-m", module, *args], pid, folder)
 
     def run(self, module: str, args: list[str], cwd: Path, env: dict[str, str],
             timeout: float, **more: str) -> subprocess.CompletedProcess:
