@@ -36,7 +36,7 @@ def test_ctrl_c_with_the_live_view_open_ends_its_stream_at_once_and_prints_no_tr
         server.process.send_signal(signal.SIGINT)
         server.process.wait(timeout=HANG_GUARD_S)
         watcher.join(HANG_GUARD_S)
-        stderr = server.process.stderr.read()
+        stderr = server.process.errors()
     # Within the stream's next poll (live.POLL_SECONDS), not cut off at the end of the grace period: uvicorn says
     # when it had to cancel what the grace left running. Read from the server's own log, not from a wall-clock
     # bound between two processes, which a loaded machine could fail.

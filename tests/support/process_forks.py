@@ -213,13 +213,19 @@ class Started:
     def kill(self) -> None:
         self.send_signal(signal.SIGKILL)
 
+    def _written(self, name: str) -> str:
+        try:
+            return (self.files / name).read_text()
+        except FileNotFoundError:  # the child has not opened it yet
+            return ""
+
     def output(self) -> str:
         """What it has written to its standard output so far."""
-        return (self.files / "stdout").read_text()
+        return self._written("stdout")
 
     def errors(self) -> str:
         """What it has written to its standard error so far."""
-        return (self.files / "stderr").read_text()
+        return self._written("stderr")
 
 
 class ProcessForks:

@@ -1,20 +1,24 @@
 """A real `registry serve` process on a free port, and a registry seeded with workloads, artifacts and tokens.
 
-The server is started as the command a user runs (`python -m registry --db URL serve --port 0`), on its own
-process; the port it bound is read from the line it prints once listening. It is stopped by its own pid.
+The server is started as the command a user runs (`python -m registry --db URL serve --port 0`), in a process of
+its own; the port it bound is read from the line it prints once listening. It is stopped by its own pid. The
+process is forked from a server that has imported what `registry serve` imports before it listens
+(tests/support/process_forks.py), one such server per test process, started with its first `registry serve`:
+the suite starts a dozen, and each saves an interpreter's start-up and about 0.5 CPU-s of imports.
 """
 from __future__ import annotations
 
 import os
-import selectors
 import shutil
 import subprocess
-import sys
+import time
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 
 import httpx
 from limits import HANG_GUARD_S
+from process_forks import ProcessForks, Started
 from registry.app.tokens import issue_token, revoke_token
 from registry.app.workloads import declare_workload, register_artifact
 from registry.contracts import Contract
@@ -40,27 +44,39 @@ _TLS = httpx.create_ssl_context()
 each time (about 20 ms of CPU a client). The servers here speak plain HTTP on loopback, so it is never used."""
 
 
+SERVE_IMPORTS = ("registry.cli.main", "registry.cli.serve_commands", "registry.serve.server", "registry.serve.api",
+                 "registry.serve.connections", "uvicorn")
+"""What `registry serve` imports before it listens, imported once by the server its processes are forked from."""
+_FORKS: list[ProcessForks] = []
+
+
+def _serve_forks() -> ProcessForks:
+    """This test process's server that `registry serve` processes are forked from, started on first use."""
+    if not _FORKS or _FORKS[0].server.poll() is not None:
+        _FORKS[:] = [ProcessForks({**os.environ, "PYTHONUNBUFFERED": "1"}, SERVE_IMPORTS)]
+    return _FORKS[0]
+
+
 class ServerProcess:
     """`registry serve` on a free loopback port, for as long as the `with` block runs."""
 
     def __init__(self, url: str, *extra: str):
         self.url, self.extra = url, extra
-        self.process: subprocess.Popen | None = None
+        self.process: Started | None = None
         self.base = ""
 
     def __enter__(self) -> "ServerProcess":
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-        self.process = subprocess.Popen([sys.executable, "-m", "registry", "--db", self.url, "serve", "--port", "0",
-                                         *self.extra], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
-                                        text=True)
-        selector = selectors.DefaultSelector()
-        selector.register(self.process.stdout, selectors.EVENT_READ)
-        if not selector.select(START_SECONDS):
-            self.__exit__()
-            raise AssertionError(f"registry serve printed nothing within {START_SECONDS} s")
-        line = self.process.stdout.readline()
+        self.process = _serve_forks().start("registry", ["--db", self.url, "serve", "--port", "0", *self.extra],
+                                            cwd=Path.cwd(), env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        deadline = time.monotonic() + START_SECONDS
+        while "\n" not in (printed := self.process.output()) and self.process.poll() is None:
+            if time.monotonic() > deadline:
+                self.__exit__()
+                raise AssertionError(f"registry serve printed nothing within {START_SECONDS} s")
+            time.sleep(0.01)
+        line = printed.partition("\n")[0]
         if " on http://" not in line:
-            err = self.process.stderr.read() if self.process.poll() is not None else ""
+            err = self.process.errors() if self.process.poll() is not None else ""
             self.__exit__()
             raise AssertionError(f"registry serve did not start: {line!r} {err}")
         self.base = line.split(" on ")[1].split()[0]
