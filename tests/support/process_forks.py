@@ -1,14 +1,14 @@
 """Child processes forked from one server that has imported what every such child imports.
 
-Some tests start many short processes that each import torch: tests/suite/test_suite_guards.py runs
-tests/conftest.py's guards in pytest runs of their own, and the escape gallery
-(tests/kernels/test_escape_gallery.py) runs each escape's `registry evaluate`. A fresh interpreter spends
-1.3-2 s of CPU importing torch and what comes with it before its first line of work. The server imports
+Some tests start many processes that each import the same heavy modules before any work:
+tests/suite/test_suite_guards.py runs tests/conftest.py's guards in pytest runs of their own (torch: 1.3-2 s of
+CPU an interpreter), tests/app/test_jobs.py starts dozens of `registry worker` processes, and
+tests/support/serve_helpers.py every `registry serve` the tests start. The server imports
 the modules it is given once; each child is forked from it, takes its request's environment, working
 directory, command line and output files, and runs its module as `python -m MODULE ARGS` would from that
 directory. The server is a fresh interpreter that has done nothing but import those modules: it holds no
-connection, thread or open file but its own pipes, so a child inherits nothing a fresh interpreter would not
-have, and everything a child does ends with it. What a child does not get is the interpreter's own start-up
+connection, thread or open file but its own pipes (a child closes the one that wakes the server when a child
+ends), so a child inherits nothing a fresh interpreter would not have, and everything a child does ends with it. What a child does not get is the interpreter's own start-up
 (`site`, and with it `sitecustomize` or `.pth` files found from the child's directory): a test whose point
 is that start-up starts a fresh interpreter.
 
