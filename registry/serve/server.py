@@ -70,9 +70,11 @@ def serve(registry: Registry, host: str, port: int, *, signing_key=None, ready=N
         # Held across the fork: the parent's handler must see every child it started, and never run in a child
         # before the child has put back its own.
         signal.pthread_sigmask(signal.SIG_BLOCK, stopping)
+        parent = os.getpid()
         pid = os.fork()
         if pid == 0:
             signal.signal(signal.SIGTERM, signal.SIG_DFL)  # uvicorn installs its own once it runs
+            _end_with(parent)
             signal.signal(signal.SIGINT, signal.default_int_handler)
             signal.pthread_sigmask(signal.SIG_UNBLOCK, stopping)
             try:
@@ -149,6 +151,26 @@ def _import_what_requests_import() -> None:
     for module in ("registry.projections.view", "registry.projections.report", "registry.projections.headline",
                    "registry.projections.html_report", "registry.app.reports", "registry.app.artifact_page"):
         importlib.import_module(module)
+
+
+def _end_with(parent: int) -> None:
+    """In a worker process: be sent SIGTERM when ``parent``, the process that supervises the workers, ends, even
+    killed with no chance to stop them (SIGKILL, the kernel's OOM killer). Otherwise its workers would keep
+    answering on the port, each with its own registry, with nothing left to stop them. Exits at once when the
+    parent has already gone. On Linux (``prctl(PR_SET_PDEATHSIG)``); elsewhere the workers are stopped only by
+    their parent."""
+    import ctypes
+
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return
+    prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    if os.getppid() != parent:  # it ended before the request above: no signal will come
+        os._exit(0)
+
+
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
 def _stop(children: list[int]) -> None:

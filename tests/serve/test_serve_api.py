@@ -298,8 +298,10 @@ def test_a_defect_is_a_500_naming_a_crash_id_and_the_traceback_stays_in_the_log(
     assert body["crash_id"] in caplog.text and "ZeroDivisionError" in caplog.text
 
 
-def test_workers_answer_on_one_port_and_a_sigterm_stops_them_all(tmp_path):
-    """`serve --workers 2`: two processes answer (each request by one), and stopping the server stops both.
+@pytest.mark.parametrize("stop", ["sigterm", "sigkill"])
+def test_workers_answer_on_one_port_and_stopping_or_killing_the_server_ends_them_all(tmp_path, stop):
+    """`serve --workers 2`: two processes answer (each request by one), and stopping the server stops both; so
+    does killing it, which gives it no chance to stop them (they are sent SIGTERM as it dies).
 
     Needs seconds: a server of its own (its stop is what is tested), on a SQLite file."""
     import signal
@@ -329,10 +331,14 @@ def test_workers_answer_on_one_port_and_a_sigterm_stops_them_all(tmp_path):
         for _ in range(4):  # a fresh connection each, so either worker may answer
             with server.client(reader) as client:
                 assert client.get("/api/artifacts/wan-fast").json()["artifact"] == "wan-fast"
-        server.process.terminate()
-        assert server.process.wait(timeout=HANG_GUARD_S) == -signal.SIGTERM  # as one process ends (uvicorn re-raises it)
-    assert None not in workers.values()
-    assert not [child for child, moment in workers.items() if started(child) == moment]
+        signum = signal.SIGTERM if stop == "sigterm" else signal.SIGKILL
+        server.process.send_signal(signum)
+        assert server.process.wait(timeout=HANG_GUARD_S) == -signum  # as one process ends (uvicorn re-raises it)
+        assert None not in workers.values()
+        # a killed server's workers end after it: waited for, within the hang guard
+        while [child for child, moment in workers.items() if started(child) == moment]:
+            assert time.monotonic() < deadline + HANG_GUARD_S, workers
+            time.sleep(0.05)
 
 
 def test_an_answer_for_a_request_whose_loop_has_closed_or_that_was_cancelled_is_dropped():
